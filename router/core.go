@@ -1,0 +1,236 @@
+package router
+
+import (
+	"fmt"
+	"time"
+)
+
+// Position is a replication state compared by the decision core.
+//
+// Implementations: gtid.Set (the live router) and the simulator's log
+// positions. Positions are partially ordered: only Contains is asked.
+type Position[P any] interface {
+	// Contains reports whether every transaction of other is also in the
+	// receiver (other ⊆ receiver). It must not allocate or modify either side.
+	Contains(other P) bool
+	// Union returns a position holding every transaction of both. It must not
+	// modify the receiver or other. Used only off the hot path, to raise a
+	// session's monotonic-reads watermark.
+	Union(other P) P
+}
+
+// PolicyKind names a routing rule. The six kinds are the same in sim and lab.
+type PolicyKind uint8
+
+const (
+	// PolicyAny: a uniformly random up replica.
+	PolicyAny PolicyKind = iota
+	// PolicyAffinity: the session's affinity key hashed to one replica
+	// (consistent_read_id hashing via package hashroute, in Policy.HashMode).
+	PolicyAffinity
+	// PolicyWindow: the primary for Policy.Window after the session's last
+	// write, otherwise a random up replica.
+	PolicyWindow
+	// PolicyTokenRYW: a replica whose position contains the session's write
+	// token; none qualifies: the primary.
+	PolicyTokenRYW
+	// PolicyTokenRYWMR: a replica whose position contains both the token and
+	// the session's watermark (the highest state it was shown); none: primary.
+	PolicyTokenRYWMR
+	// PolicyTokenWait: as PolicyTokenRYWMR, but when no replica qualifies wait
+	// up to Policy.WaitBudget on the replica likely to catch up first, then
+	// fall back to the primary.
+	PolicyTokenWait
+)
+
+// Action is what the caller must do with the read.
+type Action uint8
+
+const (
+	// ActReplica: serve from View.Replicas[Decision.Replica].
+	ActReplica Action = iota
+	// ActPrimary: serve from the primary (see Decision.Fallback and Reason).
+	ActPrimary
+	// ActWait: wait up to Decision.WaitFor for View.Replicas[Decision.Replica]
+	// to qualify, then call Decide again with Input.Waited increased.
+	ActWait
+	// ActFail: do not serve; return a typed error to the client
+	// (Reason says which: cap exceeded, write lost in failover, timed out).
+	ActFail
+	// ActStale: serve from View.Replicas[Decision.Replica] although it does not
+	// qualify, labelled stale (only under CapServeStale).
+	ActStale
+)
+
+// Reason says why a Decision was made. Every Reason is counted by callers.
+type Reason uint8
+
+const (
+	// ReasonRouted: the policy's ordinary choice (random, hashed, or a
+	// qualifying replica).
+	ReasonRouted Reason = iota
+	// ReasonNoToken: a token policy with no token and no watermark to honour:
+	// any up replica will do.
+	ReasonNoToken
+	// ReasonWindow: PolicyWindow inside the window: primary.
+	ReasonWindow
+	// ReasonNoReplicaQualifies: no up replica contains what the session needs.
+	ReasonNoReplicaQualifies
+	// ReasonWaitBudgetSpent: PolicyTokenWait waited its whole budget.
+	ReasonWaitBudgetSpent
+	// ReasonNoReplicaUp: every replica is down (an availability fallback, not
+	// a freshness one: not limited by the cap).
+	ReasonNoReplicaUp
+	// ReasonCapExceeded: a freshness fallback was needed but the cap is spent.
+	ReasonCapExceeded
+	// ReasonWriteLost: the token's epoch is older than the topology's and the
+	// new primary lacks some of the token's transactions.
+	ReasonWriteLost
+	// ReasonTimedOut: nobody, the primary included, can serve the token within
+	// the budget (e.g. a token of a timeline that no longer exists).
+	ReasonTimedOut
+)
+
+// CapBehavior is what happens to a freshness fallback above the cap.
+type CapBehavior uint8
+
+const (
+	// CapWaitLonger: wait on the best replica for up to Cap.ExtraWait more,
+	// then fail with ReasonCapExceeded.
+	CapWaitLonger CapBehavior = iota
+	// CapFailFast: fail at once with ReasonCapExceeded (a retryable error).
+	CapFailFast
+	// CapServeStale: serve from the best replica, labelled stale (ActStale).
+	CapServeStale
+)
+
+// Policy configures one routing rule.
+type Policy struct {
+	// Kind is the routing rule.
+	Kind PolicyKind
+	// Window is PolicyWindow's length: reads go to the primary for this long
+	// after the session's last write. Default 500ms.
+	Window time.Duration
+	// WaitBudget is PolicyTokenWait's longest wait before falling back.
+	WaitBudget time.Duration
+	// CheckEpoch makes tokens carry the topology epoch: a token from an older
+	// epoch is honoured only if the current primary contains it, otherwise the
+	// read fails fast with ReasonWriteLost.
+	CheckEpoch bool
+	// HashMode selects the hashroute mode for PolicyAffinity (TODO: typed as
+	// hashroute.Mode once that package lands).
+}
+
+// Cap limits freshness fallbacks to the primary with a token bucket.
+type Cap struct {
+	// PerSecond is the sustained number of fallbacks allowed per second;
+	// 0 disables the cap.
+	PerSecond float64
+	// Burst is the bucket size; default max(1, PerSecond).
+	Burst float64
+	// Behavior applies to a fallback that finds the bucket empty.
+	Behavior CapBehavior
+	// ExtraWait is CapWaitLonger's extra wait.
+	ExtraWait time.Duration
+}
+
+// Bucket is the mutable state of a Cap. Decide takes and updates it; the
+// caller owns it (one goroutine, or one simulator).
+type Bucket struct {
+	tokens float64
+	last   time.Duration
+	primed bool
+}
+
+// Session is the per-session causal state.
+type Session[P Position[P]] struct {
+	// Token is the position of the session's acknowledged writes.
+	Token P
+	// HasToken is false until the session's first acknowledged write.
+	HasToken bool
+	// Epoch is the topology epoch in which Token was issued.
+	Epoch uint64
+	// Seen is the monotonic-reads watermark: at least every state the
+	// session's reads may have observed.
+	Seen P
+	// HasSeen is false until the session's first read.
+	HasSeen bool
+	// LastWriteAt is the clock time of the last acknowledged write
+	// (PolicyWindow); meaningful when HasToken.
+	LastWriteAt time.Duration
+	// AffinityKey is the session's hash key (hashroute.Hash of its
+	// consistent_read_id, or of the session id).
+	AffinityKey uint64
+}
+
+// Replica is the router's view of one replica.
+type Replica[P Position[P]] struct {
+	// Applied is a lower bound of what the replica has applied (never ahead).
+	Applied P
+	// Up is false when the replica is down or unreachable.
+	Up bool
+	// Behind estimates how many transactions the replica is behind the
+	// primary; the smallest is the one likely to catch up first.
+	Behind int64
+	// InFlight is the number of reads in flight on it (rebalance-override).
+	InFlight int
+}
+
+// View is the router's view of the topology at decision time.
+type View[P Position[P]] struct {
+	// Replicas in configured order (the hashing list).
+	Replicas []Replica[P]
+	// Primary is the primary's position; consulted only when PrimaryKnown.
+	// When known, the primary must contain a token to serve it.
+	Primary      P
+	PrimaryKnown bool
+	// Epoch is the current topology epoch (increases at every failover).
+	Epoch uint64
+}
+
+// Input is everything Decide reads.
+type Input[P Position[P]] struct {
+	Policy  *Policy
+	Cap     *Cap
+	Session *Session[P]
+	View    *View[P]
+	// Now is the clock (simulated or monotonic wall time since start).
+	Now time.Duration
+	// Rand is a uniformly random draw supplied by the caller (PolicyAny and
+	// tie-breaks), so Decide stays deterministic.
+	Rand uint64
+	// Waited is how long this read has already waited (0 on the first call).
+	Waited time.Duration
+}
+
+// Decision is Decide's answer.
+type Decision struct {
+	Action Action
+	Reason Reason
+	// Replica indexes View.Replicas for ActReplica, ActWait and ActStale.
+	Replica int
+	// Fallback is true when a read goes to the primary for freshness (counted
+	// separately from ordinary primary reads and limited by the cap).
+	Fallback bool
+	// WaitFor is how much longer to wait (ActWait).
+	WaitFor time.Duration
+	// Reanchor is true when an older-epoch token was found in the new primary:
+	// the caller should set Session.Epoch = View.Epoch.
+	Reanchor bool
+}
+
+func (a Action) String() string {
+	switch a {
+	case ActReplica:
+		return "replica"
+	case ActPrimary:
+		return "primary"
+	case ActWait:
+		return "wait"
+	case ActFail:
+		return "fail"
+	case ActStale:
+		return "stale"
+	}
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}
