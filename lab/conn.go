@@ -1,0 +1,95 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// nodeConn is one go-mysql client connection to one node, tracking the
+// GTID of each committed transaction (session_track_gtids=OWN_GTID).
+//
+// It is a thin adapter: go-mysql's client takes no context, so a context
+// that ends during a statement closes the connection (the statement then
+// fails and the connection is marked broken; the owner reconnects).
+type nodeConn struct {
+	addr, user, password string
+	c                    *client.Conn
+	broken               bool
+}
+
+var _ Execer = (*nodeConn)(nil)
+
+// dialNode connects to addr and turns on GTID tracking.
+func dialNode(ctx context.Context, addr, user, password string) (*nodeConn, error) {
+	n := &nodeConn{addr: addr, user: user, password: password}
+	if err := n.connect(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *nodeConn) connect(ctx context.Context) error {
+	c, err := client.ConnectWithContext(ctx, n.addr, n.user, n.password, "", 5*time.Second, func(c *client.Conn) error {
+		return c.SetCapability(mysql.CLIENT_SESSION_TRACK)
+	})
+	if err != nil {
+		return fmt.Errorf("lab: connecting to %s: %w", n.addr, err)
+	}
+	if _, err := c.Execute("SET SESSION session_track_gtids = OWN_GTID"); err != nil {
+		c.Close()
+		return fmt.Errorf("lab: enabling GTID tracking on %s: %w", n.addr, err)
+	}
+	n.c = c
+	n.broken = false
+	return nil
+}
+
+// Execute implements Execer. After a network error the connection is
+// re-dialled on the next call.
+func (n *nodeConn) Execute(ctx context.Context, query string) (*mysql.Result, error) {
+	if n.c == nil || n.broken {
+		if n.c != nil {
+			n.c.Close()
+			n.c = nil
+		}
+		if err := n.connect(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := n.c
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	r, err := c.Execute(query)
+	if !stop() {
+		n.broken = true
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("lab: %s: %w", n.addr, errors.Join(ctx.Err(), err))
+	}
+	if err != nil {
+		var me *mysql.MyError
+		if !errors.As(err, &me) {
+			n.broken = true // network or protocol error: the connection is unusable
+		}
+		return nil, fmt.Errorf("lab: %s: %w", n.addr, err)
+	}
+	return r, nil
+}
+
+// Close closes the connection.
+func (n *nodeConn) Close() error {
+	if n.c == nil {
+		return nil
+	}
+	err := n.c.Close()
+	n.c = nil
+	return err
+}

@@ -1,0 +1,213 @@
+package lab
+
+import (
+	"fmt"
+	"time"
+)
+
+// Ground truth.
+//
+// A violation is counted only from what the database returned, never from
+// what a router believed. Every write carries a per-session sequence number
+// (Seq) that the session's own row stores, and bumps one of a few shared hot
+// rows; every read returns, in one statement (one InnoDB read view), the
+// session's own row and every hot row. docs/lab.md argues why the two checks
+// below find every violation they claim and claim only real ones.
+
+// Outcome is how a read ended. Every read gets exactly one.
+type Outcome uint8
+
+const (
+	// OutReplica: served by a replica the router chose as fresh enough.
+	OutReplica Outcome = iota
+	// OutPrimary: served by the primary (ordinary or fallback; see Read.Fallback).
+	OutPrimary
+	// OutStale: served by a replica the router knew did not qualify
+	// (labelled stale by the fallback cap).
+	OutStale
+	// OutTimedOut: not served, the router's wait budget ran out.
+	OutTimedOut
+	// OutFailed: not served, failed fast with a typed error (write lost in a
+	// failover, fallback cap exceeded).
+	OutFailed
+	// OutError: not served, the database or the network failed (a node down).
+	OutError
+	numOutcomes
+)
+
+var outcomeNames = [...]string{"replica", "primary", "stale", "timed_out", "failed_fast", "error"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Served reports whether the read returned rows (and so is checked).
+func (o Outcome) Served() bool { return o <= OutStale }
+
+// Read is one read as the driver saw it: what the session had been
+// acknowledged when it issued the read, and what the database returned.
+type Read struct {
+	// Session is the session's index, 0..S-1.
+	Session int
+	// AckedSeq is the Seq of the session's last write acknowledged before the
+	// read was issued; 0 when it had none.
+	AckedSeq int64
+	// Own is the version the session's own row held in the serving node's
+	// answer (meaningful when Outcome.Served()).
+	Own int64
+	// Hot holds every hot row's version in the answer, indexed by hot row
+	// (meaningful when Outcome.Served()). The checker does not keep it.
+	Hot []int64
+	// Outcome is how the read ended.
+	Outcome Outcome
+	// Fallback is true when the router sent the read to the primary for
+	// freshness (not for policy reasons).
+	Fallback bool
+	// Waited is true when the router waited for a replica to catch up.
+	Waited bool
+	// Issued and Done are times since the start of the run.
+	Issued, Done time.Duration
+}
+
+// Verdict is the checker's judgement of one read.
+type Verdict struct {
+	// RYW: the answer lacked the session's last acknowledged write.
+	RYW bool
+	// MR: some hot row's version was lower than in an earlier answer to the
+	// same session (the session saw the world go backwards).
+	MR bool
+	// MRRow is the first hot row that went backwards (when MR).
+	MRRow int
+}
+
+// sessionTruth is the checker's state for one session.
+type sessionTruth struct {
+	// seen[h] is the highest version of hot row h in any answer the session
+	// has been given so far (its monotonic-reads watermark, in data).
+	seen []int64
+}
+
+// Checker judges reads against ground truth. It is not safe for concurrent
+// use: each driver worker owns the sessions it checks, or calls are
+// serialised by the caller.
+type Checker struct {
+	hot      int
+	sessions []sessionTruth
+}
+
+// NewChecker returns a checker for sessions sessions and hot hot rows.
+func NewChecker(sessions, hot int) (*Checker, error) {
+	if sessions < 1 {
+		return nil, fmt.Errorf("lab: checker needs at least one session, got %d", sessions)
+	}
+	if hot < 1 {
+		return nil, fmt.Errorf("lab: checker needs at least one hot row, got %d", hot)
+	}
+	c := &Checker{hot: hot, sessions: make([]sessionTruth, sessions)}
+	return c, nil
+}
+
+// Check judges r and, when it was served, raises the session's watermark.
+// A read that was not served gets the zero Verdict: it showed the session
+// nothing. It returns an error (and changes nothing) when r does not fit the
+// checker (session out of range, wrong number of hot rows).
+func (c *Checker) Check(r *Read) (Verdict, error) {
+	if r.Session < 0 || r.Session >= len(c.sessions) {
+		return Verdict{}, fmt.Errorf("lab: read of session %d, checker has %d sessions", r.Session, len(c.sessions))
+	}
+	if !r.Outcome.Served() {
+		return Verdict{}, nil
+	}
+	if len(r.Hot) != c.hot {
+		return Verdict{}, fmt.Errorf("lab: read of session %d returned %d hot rows, want %d", r.Session, len(r.Hot), c.hot)
+	}
+	var v Verdict
+	if r.Own < r.AckedSeq {
+		v.RYW = true
+	}
+	st := &c.sessions[r.Session]
+	if st.seen == nil {
+		st.seen = make([]int64, c.hot)
+		copy(st.seen, r.Hot)
+		return v, nil
+	}
+	for h, ver := range r.Hot {
+		if ver < st.seen[h] {
+			if !v.MR {
+				v.MR = true
+				v.MRRow = h
+			}
+			continue
+		}
+		st.seen[h] = ver
+	}
+	return v, nil
+}
+
+// Tally counts reads and violations. The zero value is ready to use.
+type Tally struct {
+	// Reads is every read issued (served or not).
+	Reads int64
+	// ByOutcome counts reads by Outcome.
+	ByOutcome [numOutcomes]int64
+	// Fallbacks counts freshness fallbacks to the primary.
+	Fallbacks int64
+	// Waited counts reads that waited for a replica.
+	Waited int64
+	// RYW and MR count violations among served reads.
+	RYW, MR int64
+	// StaleRYW counts RYW violations among reads served labelled stale
+	// (known to the router; included in RYW).
+	StaleRYW int64
+}
+
+// Add counts one checked read.
+func (t *Tally) Add(r *Read, v Verdict) {
+	t.Reads++
+	t.ByOutcome[r.Outcome]++
+	if r.Fallback {
+		t.Fallbacks++
+	}
+	if r.Waited {
+		t.Waited++
+	}
+	if v.RYW {
+		t.RYW++
+		if r.Outcome == OutStale {
+			t.StaleRYW++
+		}
+	}
+	if v.MR {
+		t.MR++
+	}
+}
+
+// Merge adds o into t.
+func (t *Tally) Merge(o *Tally) {
+	t.Reads += o.Reads
+	for i := range t.ByOutcome {
+		t.ByOutcome[i] += o.ByOutcome[i]
+	}
+	t.Fallbacks += o.Fallbacks
+	t.Waited += o.Waited
+	t.RYW += o.RYW
+	t.MR += o.MR
+	t.StaleRYW += o.StaleRYW
+}
+
+// Served is the number of reads that returned rows.
+func (t *Tally) Served() int64 {
+	return t.ByOutcome[OutReplica] + t.ByOutcome[OutPrimary] + t.ByOutcome[OutStale]
+}
+
+// Accounted reports whether every read has exactly one outcome.
+func (t *Tally) Accounted() bool {
+	var n int64
+	for _, c := range t.ByOutcome {
+		n += c
+	}
+	return n == t.Reads
+}

@@ -1,0 +1,214 @@
+package lab
+
+import (
+	"testing"
+)
+
+func served(sess int, acked, own int64, hot ...int64) *Read {
+	return &Read{Session: sess, AckedSeq: acked, Own: own, Hot: hot, Outcome: OutReplica}
+}
+
+// TestCheckerCraftedHistories feeds hand-written histories and pins every
+// verdict: both kinds of violation, and none where there is none.
+func TestCheckerCraftedHistories(t *testing.T) {
+	type step struct {
+		r       *Read
+		ryw, mr bool
+		mrRow   int
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"fresh reads: no violation", []step{
+			{r: served(0, 0, 0, 0, 0, 0)},
+			{r: served(0, 1, 1, 1, 0, 0)},
+			{r: served(0, 1, 1, 1, 2, 0)},
+			{r: served(0, 2, 3, 1, 2, 5)}, // own ahead of the ack (a later write landed): fine
+		}},
+		{"own row behind the ack: RYW", []step{
+			{r: served(0, 1, 1, 1, 0)},
+			{r: served(0, 2, 1, 1, 0), ryw: true},
+			{r: served(0, 2, 2, 1, 0)},
+		}},
+		{"own row at zero with a write acked: RYW", []step{
+			{r: served(1, 1, 0, 0, 0), ryw: true},
+		}},
+		{"a hot row goes down: MR", []step{
+			{r: served(0, 0, 0, 3, 7)},
+			{r: served(0, 0, 0, 3, 6), mr: true, mrRow: 1},
+			// the watermark stays at 7: still backwards
+			{r: served(0, 0, 0, 4, 6), mr: true, mrRow: 1},
+			{r: served(0, 0, 0, 4, 7)},
+		}},
+		{"both at once", []step{
+			{r: served(0, 1, 1, 5, 5)},
+			{r: served(0, 2, 1, 4, 5), ryw: true, mr: true, mrRow: 0},
+		}},
+		{"equal versions are not backwards", []step{
+			{r: served(0, 0, 0, 2, 2)},
+			{r: served(0, 0, 0, 2, 2)},
+		}},
+		{"sessions are independent", []step{
+			{r: served(0, 0, 0, 9, 9)},
+			{r: served(1, 0, 0, 1, 1)}, // session 1 never saw 9
+			{r: served(1, 0, 0, 1, 1)},
+		}},
+		{"unserved reads show nothing and change nothing", []step{
+			{r: served(0, 0, 0, 5)},
+			{r: &Read{Session: 0, AckedSeq: 3, Outcome: OutTimedOut}},
+			{r: &Read{Session: 0, AckedSeq: 3, Outcome: OutFailed}},
+			{r: &Read{Session: 0, AckedSeq: 3, Outcome: OutError}},
+			{r: served(0, 3, 3, 5)},
+		}},
+		{"stale-labelled reads are judged too", []step{
+			{r: served(0, 0, 0, 5)},
+			{r: &Read{Session: 0, AckedSeq: 1, Own: 0, Hot: []int64{4}, Outcome: OutStale}, ryw: true, mr: true},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			hot := 0
+			for _, s := range tc.steps {
+				if s.r.Outcome.Served() {
+					hot = len(s.r.Hot)
+				}
+			}
+			c, err := NewChecker(2, hot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tally Tally
+			var wantRYW, wantMR int64
+			for i, s := range tc.steps {
+				v, err := c.Check(s.r)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if v.RYW != s.ryw || v.MR != s.mr || (s.mr && v.MRRow != s.mrRow) {
+					t.Fatalf("step %d: verdict %+v, want ryw=%v mr=%v row=%d", i, v, s.ryw, s.mr, s.mrRow)
+				}
+				tally.Add(s.r, v)
+				if s.ryw {
+					wantRYW++
+				}
+				if s.mr {
+					wantMR++
+				}
+			}
+			if tally.RYW != wantRYW || tally.MR != wantMR || tally.Reads != int64(len(tc.steps)) || !tally.Accounted() {
+				t.Fatalf("tally %+v, want ryw=%d mr=%d reads=%d", tally, wantRYW, wantMR, len(tc.steps))
+			}
+		})
+	}
+}
+
+func TestCheckerRejectsMisfits(t *testing.T) {
+	if _, err := NewChecker(0, 1); err == nil {
+		t.Fatal("zero sessions accepted")
+	}
+	if _, err := NewChecker(1, 0); err == nil {
+		t.Fatal("zero hot rows accepted")
+	}
+	c, _ := NewChecker(2, 2)
+	if _, err := c.Check(served(2, 0, 0, 1, 1)); err == nil {
+		t.Fatal("session out of range accepted")
+	}
+	if _, err := c.Check(served(-1, 0, 0, 1, 1)); err == nil {
+		t.Fatal("negative session accepted")
+	}
+	if _, err := c.Check(served(0, 0, 0, 1)); err == nil {
+		t.Fatal("wrong hot row count accepted")
+	}
+	// a rejected read changes nothing: the next good read starts the watermark
+	if v, err := c.Check(served(0, 0, 0, 1, 1)); err != nil || v.MR {
+		t.Fatalf("after misfits: %+v %v", v, err)
+	}
+}
+
+// TestCheckerAgainstPrefixModel replays random prefix histories: a log of
+// writes (session, hot row), states as prefixes of it, and sessions reading
+// states in arbitrary order. The checker must flag exactly the reads whose
+// prefix misses the session's acknowledged write (RYW) or is shorter than a
+// prefix the session already read (MR): on one timeline, the checks are
+// complete as well as sound.
+func TestCheckerAgainstPrefixModel(t *testing.T) {
+	const (
+		sessions = 5
+		hot      = 3
+		logLen   = 200
+	)
+	rng := newSplitMix(42)
+	for trial := 0; trial < 200; trial++ {
+		// the primary's log
+		type write struct {
+			session int
+			seq     int64
+			hot     int
+		}
+		log := make([]write, logLen)
+		nextSeq := make([]int64, sessions)
+		for i := range log {
+			s := int(rng.next() % sessions)
+			nextSeq[s]++
+			log[i] = write{s, nextSeq[s], int(rng.next() % hot)}
+		}
+		// state after prefix p
+		state := func(p, session int) (own int64, hv []int64) {
+			hv = make([]int64, hot)
+			for _, w := range log[:p] {
+				hv[w.hot]++
+				if w.session == session {
+					own = w.seq
+				}
+			}
+			return own, hv
+		}
+		c, _ := NewChecker(sessions, hot)
+		maxSeen := make([]int, sessions)
+		acked := make([]int, sessions) // log index+1 of the last acked write
+		for step := 0; step < 100; step++ {
+			s := int(rng.next() % sessions)
+			// the session's acked write: its writes inside some committed prefix
+			committed := int(rng.next()%logLen) + 1
+			for i := acked[s]; i < committed; i++ {
+				if log[i].session == s {
+					acked[s] = i + 1
+				}
+			}
+			var ackSeq int64
+			if acked[s] > 0 {
+				ackSeq = log[acked[s]-1].seq
+			}
+			p := int(rng.next() % (logLen + 1))
+			own, hv := state(p, s)
+			v, err := c.Check(&Read{Session: s, AckedSeq: ackSeq, Own: own, Hot: hv, Outcome: OutReplica})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantRYW := p < acked[s]
+			// MR: p misses a transaction an earlier answer had, and that
+			// transaction moved a hot row: every write moves one, so any
+			// shorter prefix is backwards.
+			wantMR := p < maxSeen[s]
+			if v.RYW != wantRYW || v.MR != wantMR {
+				t.Fatalf("trial %d step %d: session %d prefix %d acked %d maxSeen %d: got %+v want ryw=%v mr=%v",
+					trial, step, s, p, acked[s], maxSeen[s], v, wantRYW, wantMR)
+			}
+			maxSeen[s] = max(maxSeen[s], p)
+		}
+	}
+}
+
+// splitMix is a tiny deterministic generator for tests.
+type splitMix struct{ s uint64 }
+
+func newSplitMix(seed uint64) *splitMix { return &splitMix{seed} }
+
+func (r *splitMix) next() uint64 {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
