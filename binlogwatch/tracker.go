@@ -43,7 +43,7 @@ type tracker struct {
 	// XID, COMMIT, ROLLBACK or an XA prepare ends it (statement-based
 	// binlogs carry DML, SAVEPOINT and XA END as query events in between).
 	inTrx bool
-	stats      trackerStats
+	stats trackerStats
 	// lastTag caches the string of the last tagged GTID's tag to avoid an
 	// allocation per tagged transaction.
 	lastTag string
