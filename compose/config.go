@@ -1,0 +1,263 @@
+package compose
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Backend names how the servers of a topology are run.
+type Backend string
+
+const (
+	// BackendLocal runs mysqld processes on this machine, chrooted into the
+	// MySQL root filesystem (or a mysqld found on PATH).
+	BackendLocal Backend = "local"
+	// BackendDocker runs one container per server with testcontainers-go.
+	BackendDocker Backend = "docker"
+	// BackendExternal attaches to servers that someone else runs.
+	BackendExternal Backend = "external"
+)
+
+// MaxReplicas is the largest replica count a topology may have.
+const MaxReplicas = 9
+
+// DefaultReplicas is the replica count used when Config.Replicas is 0 and
+// Config.PrimaryOnly is false.
+const DefaultReplicas = 3
+
+// Default credentials of the account compose creates on every server it starts.
+const (
+	DefaultUser     = "causallab"
+	DefaultPassword = "causallab"
+)
+
+// ReplicaOptions are settings of one replica.
+type ReplicaOptions struct {
+	// ApplyDelay is the replica's SOURCE_DELAY from start-up on. MySQL takes
+	// whole seconds: a delay that is not a whole number of seconds is rejected.
+	ApplyDelay time.Duration
+}
+
+// ExternalConfig names servers that the external backend attaches to.
+type ExternalConfig struct {
+	// PrimaryDSN is the go-sql-driver DSN of the primary
+	// (user:password@tcp(host:port)/). Required for the external backend.
+	PrimaryDSN string
+	// ReplicaDSNs are the DSNs of the replicas, in order replica1, replica2...
+	ReplicaDSNs []string
+}
+
+// Config describes a topology to start. The zero value plus validate() is a
+// local topology of one primary and DefaultReplicas replicas.
+type Config struct {
+	// Replicas is the number of replicas, 0..MaxReplicas. Zero means
+	// DefaultReplicas unless PrimaryOnly is set.
+	Replicas int
+	// PrimaryOnly starts a lone primary (Replicas must then be 0).
+	PrimaryOnly bool
+	// Backend selects how servers run. Default: BackendLocal.
+	Backend Backend
+	// RootFS is the root filesystem holding /usr/sbin/mysqld for the local
+	// backend. Default: $CAUSALLAB_ROOTFS, else ~/.cache/causallab/mysql-rootfs
+	// (built by `causallab image`).
+	RootFS string
+	// HostMysqld makes the local backend run the mysqld found on PATH instead
+	// of chrooting into RootFS.
+	HostMysqld bool
+	// Image is the Docker image for the docker backend. Any image holding
+	// mysqld works (the command is explicit, no entrypoint is used).
+	// Default: causallab/mysql:<version recorded in RootFS>, else
+	// causallab/mysql:9.7.4.
+	Image string
+	// MyCnf holds extra [mysqld] settings (name -> value) applied to every
+	// server; they override compose's defaults of the same name.
+	MyCnf map[string]string
+	// ReplicaOptions holds per-replica settings: ReplicaOptions[i] is for
+	// replica i+1. It may be shorter than Replicas.
+	ReplicaOptions []ReplicaOptions
+	// External names the servers to attach to (external backend only).
+	External ExternalConfig
+	// User and Password are the account compose creates (local, docker) and
+	// that DSNs carry. Defaults: DefaultUser, DefaultPassword. For the
+	// external backend they are taken from the DSNs.
+	User, Password string
+	// StartTimeout bounds how long one server may take to answer SQL after
+	// its process starts (and a replica to connect to its source).
+	// Default: 60s.
+	StartTimeout time.Duration
+	// Detach keeps local servers running after this process exits (the CLI's
+	// `up`). When false they are killed if this process dies.
+	Detach bool
+	// Logger receives progress at debug level. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+var cnfName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_-]*$`)
+
+// DefaultCacheDir is where `causallab image` keeps the root filesystem:
+// $CAUSALLAB_CACHE, else ~/.cache/causallab.
+func DefaultCacheDir() string {
+	if d := os.Getenv("CAUSALLAB_CACHE"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "causallab-cache")
+	}
+	return filepath.Join(home, ".cache", "causallab")
+}
+
+// DefaultRootFS is the root filesystem path the local backend uses when
+// Config.RootFS is empty.
+func DefaultRootFS() string {
+	if d := os.Getenv("CAUSALLAB_ROOTFS"); d != "" {
+		return d
+	}
+	return filepath.Join(DefaultCacheDir(), "mysql-rootfs")
+}
+
+// DefaultImage is the image the docker backend uses when Config.Image is
+// empty: causallab/mysql tagged with the version recorded in rootfs.
+func DefaultImage(rootfs string) string {
+	v := "9.7.4"
+	if b, err := os.ReadFile(filepath.Join(rootfs, ".causallab-mysql-version")); err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" {
+			v = s
+		}
+	}
+	return "causallab/mysql:" + v
+}
+
+// validate fills defaults and rejects nonsense.
+func (c *Config) validate() error {
+	switch c.Backend {
+	case "":
+		c.Backend = BackendLocal
+	case BackendLocal, BackendDocker, BackendExternal:
+	default:
+		return fmt.Errorf("compose: unknown backend %q (want local, docker or external)", c.Backend)
+	}
+	if c.Backend == BackendExternal {
+		if c.External.PrimaryDSN == "" {
+			return errors.New("compose: external backend needs External.PrimaryDSN")
+		}
+		if c.Replicas != 0 && c.Replicas != len(c.External.ReplicaDSNs) {
+			return fmt.Errorf("compose: Replicas=%d but %d replica DSNs given", c.Replicas, len(c.External.ReplicaDSNs))
+		}
+		c.Replicas = len(c.External.ReplicaDSNs)
+		c.PrimaryOnly = c.Replicas == 0
+	} else if len(c.External.ReplicaDSNs) > 0 || c.External.PrimaryDSN != "" {
+		return fmt.Errorf("compose: External DSNs given but backend is %s", c.Backend)
+	}
+	if c.Replicas < 0 || c.Replicas > MaxReplicas {
+		return fmt.Errorf("compose: impossible replica count %d (want 0..%d)", c.Replicas, MaxReplicas)
+	}
+	if c.PrimaryOnly && c.Replicas != 0 {
+		return fmt.Errorf("compose: PrimaryOnly with Replicas=%d", c.Replicas)
+	}
+	if c.Replicas == 0 && !c.PrimaryOnly {
+		c.Replicas = DefaultReplicas
+	}
+	if len(c.ReplicaOptions) > c.Replicas {
+		return fmt.Errorf("compose: %d ReplicaOptions for %d replicas", len(c.ReplicaOptions), c.Replicas)
+	}
+	for i, o := range c.ReplicaOptions {
+		if o.ApplyDelay < 0 || o.ApplyDelay%time.Second != 0 {
+			return fmt.Errorf("compose: replica%d apply delay %v is not a whole, non-negative number of seconds", i+1, o.ApplyDelay)
+		}
+	}
+	for k, v := range c.MyCnf {
+		if !cnfName.MatchString(k) {
+			return fmt.Errorf("compose: bad my.cnf setting name %q", k)
+		}
+		if strings.ContainsAny(v, "\n\r") {
+			return fmt.Errorf("compose: my.cnf setting %s has a line break in its value", k)
+		}
+	}
+	if c.User == "" {
+		c.User = DefaultUser
+	}
+	if c.Password == "" {
+		c.Password = DefaultPassword
+	}
+	if strings.ContainsAny(c.User+c.Password, "'\\@:/") {
+		return errors.New("compose: user and password must not contain quotes, backslashes, '@', ':' or '/'")
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 60 * time.Second
+	}
+	if c.StartTimeout < 0 {
+		return fmt.Errorf("compose: negative StartTimeout %v", c.StartTimeout)
+	}
+	if c.RootFS == "" {
+		c.RootFS = DefaultRootFS()
+	}
+	if c.Image == "" {
+		c.Image = DefaultImage(c.RootFS)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// applyDelay returns the start-up apply delay of replica i (1-based).
+func (c *Config) applyDelay(i int) time.Duration {
+	if i-1 < len(c.ReplicaOptions) {
+		return c.ReplicaOptions[i-1].ApplyDelay
+	}
+	return 0
+}
+
+// myCnf renders the [mysqld] section of server serverID. dir is the
+// server's directory as mysqld sees it ("" for docker: default paths).
+func (c *Config) myCnf(serverID, port int, dir string, bind string) string {
+	set := map[string]string{
+		"server-id":                      fmt.Sprint(serverID),
+		"port":                           fmt.Sprint(port),
+		"bind-address":                   bind,
+		"gtid-mode":                      "ON",
+		"enforce-gtid-consistency":       "ON",
+		"log-bin":                        "binlog",
+		"relay-log":                      "relay",
+		"secure-file-priv":               `""`,
+		"mysqlx":                         "OFF",
+		"skip-name-resolve":              "ON",
+		"innodb_buffer_pool_size":        "64M",
+		"innodb_redo_log_capacity":       "32M",
+		"innodb_doublewrite":             "OFF",
+		"innodb_flush_log_at_trx_commit": "2",
+		"sync_binlog":                    "0",
+		"performance_schema":             "OFF",
+		"max_connections":                "300",
+		"log_error_verbosity":            "2",
+	}
+	if dir != "" {
+		set["datadir"] = dir + "/data"
+		set["socket"] = dir + "/mysql.sock"
+		set["pid-file"] = dir + "/mysqld.pid"
+		set["log-error"] = dir + "/error.log"
+		set["tmpdir"] = dir
+	}
+	for k, v := range c.MyCnf {
+		set[k] = v
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("[mysqld]\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s\n", k, set[k])
+	}
+	return b.String()
+}

@@ -1,0 +1,351 @@
+package compose
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Role is what a node does in the topology.
+type Role string
+
+const (
+	// RolePrimary is the writable source of the topology.
+	RolePrimary Role = "primary"
+	// RoleReplica replicates from the primary.
+	RoleReplica Role = "replica"
+	// RoleRetired is a former primary after Failover: fenced with
+	// super_read_only and detached from the topology.
+	RoleRetired Role = "retired"
+)
+
+// Node is one MySQL server of a topology. Node names are stable identities
+// ("primary", "replica1", ...): after Failover the node named "replica2" may
+// have RolePrimary.
+type Node struct {
+	// Name is the node's stable name: "primary", "replica1".."replica9".
+	Name string `json:"name"`
+	// Role is the node's role at the time the Node value was taken.
+	Role Role `json:"role"`
+	// Host and Port are where clients on this machine reach the server.
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// User and Password are the account DSNs carry (all privileges,
+	// replication included).
+	User     string `json:"user"`
+	Password string `json:"password"`
+	// PeerHost and PeerPort are where the other servers of the topology reach
+	// this one (a network alias and 3306 under docker; Host:Port otherwise).
+	PeerHost string `json:"peer_host"`
+	PeerPort int    `json:"peer_port"`
+}
+
+// DSN returns the go-sql-driver DSN of the node: user:password@tcp(host:port)/
+func (n Node) DSN() string {
+	return fmt.Sprintf("%s:%s@tcp(%s)/", n.User, n.Password, n.Addr())
+}
+
+// Addr returns host:port as clients on this machine reach the node.
+func (n Node) Addr() string { return net.JoinHostPort(n.Host, strconv.Itoa(n.Port)) }
+
+// ErrUnknownNode is returned (wrapped) for a node name the topology lacks.
+var ErrUnknownNode = errors.New("unknown node")
+
+// ErrNotSupported is returned (wrapped) by faults a backend cannot inject,
+// e.g. Kill on the external backend.
+var ErrNotSupported = errors.New("not supported by this backend")
+
+// backend is what differs between local, docker and external topologies:
+// the process- and network-level life of servers. SQL-level work (wiring
+// replication, status, SQL faults) is common and lives in Topology.
+type backend interface {
+	// start brings every server up, reachable over SQL with the configured
+	// account, and returns the nodes (primary first). It cleans up after
+	// itself when it fails.
+	start(ctx context.Context) ([]Node, error)
+	// kill stops a server without a clean shutdown; killing a dead server is
+	// a no-op.
+	kill(ctx context.Context, name string) error
+	// restart starts a server again with its data (stopping it cleanly first
+	// if it runs) and waits until it answers SQL.
+	restart(ctx context.Context, name string) error
+	// pause and resume freeze and thaw a server's process.
+	pause(ctx context.Context, name string) error
+	resume(ctx context.Context, name string) error
+	// partition and heal cut a server off its peers' network and reconnect
+	// it; ErrNotSupported means Topology falls back to IO-thread control.
+	partition(ctx context.Context, name string) error
+	heal(ctx context.Context, name string) error
+	// down removes every server and everything start created.
+	down(ctx context.Context) error
+	// state returns what another process needs to find the servers again.
+	state() backendState
+}
+
+// Topology is a running primary with its replicas. Its methods are safe for
+// concurrent use; faults on one topology are serialized.
+type Topology struct {
+	cfg Config
+	be  backend
+	log *slog.Logger
+
+	mu    sync.Mutex // guards nodes, epoch, dbs, stats
+	nodes []Node     // primary first at start; names are stable
+	epoch int64
+	dbs   map[string]*sql.DB
+	stats Stats
+
+	faultMu sync.Mutex // serializes faults and Down
+	closed  bool
+}
+
+// Stats counts the explicit fallbacks a topology took.
+type Stats struct {
+	// WeakPartitions counts Partition calls that stopped replication IO
+	// threads instead of cutting the network (local backend).
+	WeakPartitions int64 `json:"weak_partitions"`
+	// FailoverUnreachableOldPrimary counts failovers whose old primary did
+	// not answer: lost GTIDs were then computed against what the surviving
+	// replicas had received instead of the old primary's gtid_executed.
+	FailoverUnreachableOldPrimary int64 `json:"failover_unreachable_old_primary"`
+}
+
+// Start starts (or, for the external backend, attaches to) a topology and
+// wires replication: every replica replicates from the primary with GTID
+// auto-position. On error nothing is left running.
+func Start(ctx context.Context, cfg Config) (*Topology, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var be backend
+	switch cfg.Backend {
+	case BackendLocal:
+		be = newLocalBackend(&cfg)
+	case BackendDocker:
+		be = newDockerBackend(&cfg)
+	case BackendExternal:
+		be = newExternalBackend(&cfg)
+	}
+	t := &Topology{cfg: cfg, be: be, log: cfg.Logger, dbs: map[string]*sql.DB{}}
+	began := time.Now()
+	nodes, err := be.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.nodes = nodes
+	if cfg.Backend != BackendExternal {
+		if err := t.wire(ctx); err != nil {
+			derr := t.Down(context.WithoutCancel(ctx))
+			return nil, errors.Join(fmt.Errorf("compose: wiring replication: %w", err), derr)
+		}
+	}
+	t.log.Debug("compose: topology up", "backend", cfg.Backend, "replicas", cfg.Replicas, "elapsed", time.Since(began))
+	return t, nil
+}
+
+// Backend returns the backend the topology runs on.
+func (t *Topology) Backend() Backend { return t.cfg.Backend }
+
+// Primary returns the current primary.
+func (t *Topology) Primary() Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.nodes {
+		if n.Role == RolePrimary {
+			return n
+		}
+	}
+	return Node{}
+}
+
+// Replicas returns the current replicas in name order.
+func (t *Topology) Replicas() []Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Node
+	for _, n := range t.nodes {
+		if n.Role == RoleReplica {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Nodes returns every node (retired ones included), primary-at-start first.
+func (t *Topology) Nodes() []Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]Node(nil), t.nodes...)
+}
+
+// Node returns the node with the given name.
+func (t *Topology) Node(name string) (Node, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	names := make([]string, len(t.nodes))
+	for i, n := range t.nodes {
+		names[i] = n.Name
+	}
+	return Node{}, fmt.Errorf("compose: %w %q (have %v)", ErrUnknownNode, name, names)
+}
+
+// Epoch returns the topology epoch: 0 at start, +1 at every failover.
+func (t *Topology) Epoch() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.epoch
+}
+
+// Stats returns the counts of explicit fallbacks taken so far.
+func (t *Topology) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats
+}
+
+// DB returns a pooled connection to the named node (owned by the topology,
+// closed by Down; do not Close it).
+func (t *Topology) DB(name string) (*sql.DB, error) {
+	n, err := t.Node(name)
+	if err != nil {
+		return nil, err
+	}
+	return t.db(n)
+}
+
+func (t *Topology) db(n Node) (*sql.DB, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if db, ok := t.dbs[n.Name]; ok {
+		return db, nil
+	}
+	mc := mysql.NewConfig()
+	mc.User, mc.Passwd, mc.Net, mc.Addr = n.User, n.Password, "tcp", n.Addr()
+	mc.Timeout = 3 * time.Second
+	mc.AllowNativePasswords = true
+	conn, err := mysql.NewConnector(mc)
+	if err != nil {
+		return nil, fmt.Errorf("compose: connector for %s: %w", n.Name, err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxIdleConns(2)
+	db.SetConnMaxIdleTime(30 * time.Second)
+	t.dbs[n.Name] = db
+	return db, nil
+}
+
+// closeDBs closes every pooled connection (servers may be gone).
+func (t *Topology) closeDBs() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, db := range t.dbs {
+		_ = db.Close()
+		delete(t.dbs, k)
+	}
+}
+
+// Down removes the topology: servers, containers, networks, directories.
+// For the external backend it only closes connections. Down twice is a
+// no-op.
+func (t *Topology) Down(ctx context.Context) error {
+	t.faultMu.Lock()
+	defer t.faultMu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	t.closeDBs()
+	return t.be.down(ctx)
+}
+
+// exec runs statements on a node, in order, on one connection.
+func (t *Topology) exec(ctx context.Context, n Node, stmts ...string) error {
+	db, err := t.db(n)
+	if err != nil {
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("compose: connect to %s: %w", n.Name, err)
+	}
+	defer conn.Close()
+	for _, s := range stmts {
+		if _, err := conn.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("compose: %s on %s: %w", s, n.Name, err)
+		}
+	}
+	return nil
+}
+
+// queryString runs a one-value query on a node.
+func (t *Topology) queryString(ctx context.Context, n Node, q string, args ...any) (string, error) {
+	db, err := t.db(n)
+	if err != nil {
+		return "", err
+	}
+	var s sql.NullString
+	if err := db.QueryRowContext(ctx, q, args...).Scan(&s); err != nil {
+		return "", fmt.Errorf("compose: %s on %s: %w", q, n.Name, err)
+	}
+	return s.String, nil
+}
+
+// wire points every replica at the primary and waits for its IO thread.
+func (t *Topology) wire(ctx context.Context) error {
+	p := t.Primary()
+	reps := t.Replicas()
+	errs := make([]error, len(reps))
+	var wg sync.WaitGroup
+	for i, r := range reps {
+		wg.Go(func() {
+			idx, _ := strconv.Atoi(r.Name[len("replica"):])
+			errs[i] = t.pointAt(ctx, r, p, t.cfg.applyDelay(idx))
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pointAt makes r replicate from src with auto-position and waits until
+// its IO thread runs.
+func (t *Topology) pointAt(ctx context.Context, r, src Node, delay time.Duration) error {
+	change := fmt.Sprintf("CHANGE REPLICATION SOURCE TO SOURCE_HOST='%s', SOURCE_PORT=%d, SOURCE_USER='%s', SOURCE_PASSWORD='%s', SOURCE_AUTO_POSITION=1, GET_SOURCE_PUBLIC_KEY=1, SOURCE_CONNECT_RETRY=1, SOURCE_RETRY_COUNT=86400, SOURCE_DELAY=%d",
+		src.PeerHost, src.PeerPort, src.User, src.Password, int(delay/time.Second))
+	if err := t.exec(ctx, r, "STOP REPLICA", "RESET REPLICA ALL", change, "START REPLICA", "SET PERSIST super_read_only=ON"); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(t.cfg.StartTimeout)
+	for {
+		st, err := t.replicaStatus(ctx, r)
+		if err != nil {
+			return err
+		}
+		if st.IORunning == "Yes" {
+			return nil
+		}
+		if st.IORunning == "No" && st.LastIOError != "" {
+			return fmt.Errorf("compose: %s cannot replicate from %s: %s", r.Name, src.Name, st.LastIOError)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("compose: %s did not connect to %s within %v (IO thread %s, last error %q)", r.Name, src.Name, t.cfg.StartTimeout, st.IORunning, st.LastIOError)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
