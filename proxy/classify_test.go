@@ -1,0 +1,277 @@
+package proxy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		q      string
+		kind   Kind
+		reason Reason
+	}{
+		// Routable reads.
+		{"SELECT 1", KindRead, ReasonNone},
+		{"  select c from sbtest1 where id=10", KindRead, ReasonNone},
+		{"(SELECT a FROM t) UNION (SELECT b FROM u)", KindRead, ReasonNone},
+		{"WITH x AS (SELECT 1) SELECT * FROM x", KindRead, ReasonNone},
+		{"TABLE t", KindRead, ReasonNone},
+		{"SELECT 'for update' FROM t", KindRead, ReasonNone},
+		{"SELECT `update` FROM t", KindRead, ReasonNone},
+		{"SELECT * FROM t -- FOR UPDATE", KindRead, ReasonNone},
+		{"SELECT * FROM t # FOR UPDATE", KindRead, ReasonNone},
+		{"SELECT * FROM t /* FOR UPDATE */", KindRead, ReasonNone},
+		{"SELECT @a", KindRead, ReasonNone},
+		{"SELECT sleep(0)", KindRead, ReasonNone},
+		{"DESCRIBE t", KindRead, ReasonNone},
+		{"EXPLAIN SELECT * FROM t", KindRead, ReasonNone},
+		{"SELECT 1;", KindRead, ReasonNone},
+		// Locking reads and functions.
+		{"SELECT * FROM t WHERE id=1 FOR UPDATE", KindPrimary, ReasonLockingRead},
+		{"select * from t for share", KindPrimary, ReasonLockingRead},
+		{"SELECT * FROM t LOCK IN SHARE MODE", KindPrimary, ReasonLockingRead},
+		{"SELECT * FROM t /*!80000 FOR UPDATE */", KindPrimary, ReasonLockingRead},
+		{"SELECT GET_LOCK('x', 1)", KindPrimary, ReasonLockingFunction},
+		{"select release_lock ('x')", KindPrimary, ReasonLockingFunction},
+		{"SELECT IS_FREE_LOCK('x')", KindPrimary, ReasonLockingFunction},
+		{"SELECT LAST_INSERT_ID()", KindPrimary, ReasonSessionFunction},
+		{"SELECT FOUND_ROWS()", KindPrimary, ReasonSessionFunction},
+		{"SELECT * INTO OUTFILE '/tmp/x' FROM t", KindPrimary, ReasonIntoFile},
+		{"SELECT @a := 1", KindPrimary, ReasonUserVariable},
+		{"SELECT c INTO @v FROM t", KindPrimary, ReasonUserVariable},
+		{"WITH x AS (SELECT 1) UPDATE t SET a=1", KindPrimary, ReasonWrite},
+		{"EXPLAIN ANALYZE SELECT * FROM t FOR UPDATE", KindPrimary, ReasonLockingRead},
+		{"EXPLAIN UPDATE t SET a=1", KindPrimary, ReasonWrite},
+		{"SELECT 1; SELECT 2", KindPrimary, ReasonMultiStatement},
+		{"SELECT 'unterminated", KindPrimary, ReasonUnclassified},
+		{"SELECT 1 /* unterminated", KindPrimary, ReasonUnclassified},
+		// Writes.
+		{"INSERT INTO t VALUES (1)", KindPrimary, ReasonWrite},
+		{"update t set a=1", KindPrimary, ReasonWrite},
+		{"DELETE FROM t", KindPrimary, ReasonWrite},
+		{"REPLACE INTO t VALUES (1)", KindPrimary, ReasonWrite},
+		{"CREATE TABLE t (a int)", KindPrimary, ReasonWrite},
+		{"ALTER TABLE t ADD b int", KindPrimary, ReasonWrite},
+		{"CALL p()", KindPrimary, ReasonWrite},
+		{"DO GET_LOCK('a', 1)", KindPrimary, ReasonWrite},
+		{"CREATE TEMPORARY TABLE x (a int)", KindPrimary, ReasonTempTable},
+		{"drop temporary table x", KindPrimary, ReasonTempTable},
+		{"SHOW WARNINGS", KindPrimary, ReasonShow},
+		// Transactions.
+		{"BEGIN", KindBegin, ReasonTransaction},
+		{"START TRANSACTION READ ONLY", KindBegin, ReasonTransaction},
+		{"COMMIT", KindEnd, ReasonTransaction},
+		{"ROLLBACK", KindEnd, ReasonTransaction},
+		{"ROLLBACK TO SAVEPOINT a", KindPrimary, ReasonTransaction},
+		{"SAVEPOINT a", KindPrimary, ReasonTransaction},
+		{"XA START 'x'", KindPrimary, ReasonTransaction},
+		{"SET TRANSACTION ISOLATION LEVEL READ COMMITTED", KindPrimary, ReasonTransaction},
+		{"LOCK TABLES t READ", KindPrimary, ReasonTransaction},
+		// Session settings.
+		{"SET NAMES utf8mb4", KindSession, ReasonNone},
+		{"SET autocommit=0", KindSession, ReasonNone},
+		{"SET @a = 1", KindSession, ReasonNone},
+		{"SET SESSION sql_mode = ''", KindSession, ReasonNone},
+		{"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", KindSession, ReasonNone},
+		{"USE db", KindSession, ReasonNone},
+		{"SET @a = (SELECT max(id) FROM t)", KindPrimary, ReasonUserVariable},
+		{"SET GLOBAL x = 1", KindPrimary, ReasonWrite},
+		// Proxy-answered.
+		{"SET @causal_token = 'abc'", KindSetToken, ReasonNone},
+		{"set @`causal_token`='abc';", KindSetToken, ReasonNone},
+		{"SELECT @causal_token", KindGetToken, ReasonNone},
+		{"select @CAUSAL_TOKEN ;", KindGetToken, ReasonNone},
+		{"SET session_track_gtids = OWN_GTID", KindTrackGTIDs, ReasonNone},
+		{"SET @@session.session_track_gtids = 'OFF'", KindTrackGTIDs, ReasonNone},
+		{"SET SESSION session_track_gtids = OWN_GTID", KindTrackGTIDs, ReasonNone},
+		{"SET a=1, session_track_gtids = OWN_GTID", KindPrimary, ReasonUnclassified},
+		// Unclassifiable.
+		{"", KindPrimary, ReasonUnclassified},
+		{"/* only a comment */", KindPrimary, ReasonUnclassified},
+		{"FROBNICATE t", KindPrimary, ReasonUnclassified},
+		{"'x'", KindPrimary, ReasonUnclassified},
+		{"SET @causal_token = 1", KindPrimary, ReasonUnclassified},
+		{"SELECT @causal_token, 1", KindRead, ReasonNone},
+	}
+	for _, c := range cases {
+		st, err := Classify(c.q)
+		if err != nil {
+			t.Errorf("Classify(%q): %v", c.q, err)
+			continue
+		}
+		if st.Kind != c.kind || st.Reason != c.reason {
+			t.Errorf("Classify(%q) = %v/%v, want %v/%v", c.q, st.Kind, st.Reason, c.kind, c.reason)
+		}
+	}
+}
+
+func TestClassifyFlags(t *testing.T) {
+	st, _ := Classify("CREATE TEMPORARY TABLE x (a int)")
+	if !st.TempTable {
+		t.Error("temp table not flagged")
+	}
+	st, _ = Classify("UPDATE t SET c = (@x := c + 1)")
+	if !st.SetsUserVar || st.Reason != ReasonWrite {
+		t.Errorf("write assigning a user variable: %+v", st)
+	}
+	st, _ = Classify("SELECT @x")
+	if !st.UsesUserVar || st.SetsUserVar {
+		t.Errorf("read of a user variable: %+v", st)
+	}
+	st, _ = Classify("LOCK TABLES t WRITE")
+	if !st.LocksTables {
+		t.Error("LOCK TABLES not flagged")
+	}
+	st, _ = Classify("UNLOCK TABLES")
+	if !st.UnlocksTables {
+		t.Error("UNLOCK TABLES not flagged")
+	}
+	st, _ = Classify("SET session_track_gtids = OWN_GTID")
+	if !st.TrackGTIDs {
+		t.Error("OWN_GTID not a wish to track")
+	}
+	st, _ = Classify("SET session_track_gtids = OFF")
+	if st.TrackGTIDs {
+		t.Error("OFF taken as a wish to track")
+	}
+}
+
+func TestAnnotations(t *testing.T) {
+	const set = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-23"
+	cases := []struct {
+		q      string
+		token  string
+		form   TokenForm
+		readID string
+		kind   Kind
+	}{
+		{"/* causal_token:" + set + " */ SELECT 1", set, TokenComment, "", KindRead},
+		{"SELECT 1 /* causal_token:" + set + " */", set, TokenComment, "", KindRead},
+		{"SELECT /*+ ;min_gtid=" + set + " */ 1", set, TokenMinGTID, "", KindRead},
+		{"/* ;min_gtid=" + set + "; */ SELECT 1", set, TokenMinGTID, "", KindRead},
+		{"/* consistent_read_id:user42 */ SELECT 1", "", TokenNone, "user42", KindRead},
+		{"/* consistent_read_id:user42 causal_token:tok */ SELECT 1", "tok", TokenComment, "user42", KindRead},
+		{"/* CAUSAL_TOKEN=tok */ SELECT 1", "tok", TokenComment, "", KindRead},
+		{"/* causal_token:tok */ /* causal_token:tok */ SELECT 1", "tok", TokenComment, "", KindRead},
+		{"SELECT 1 -- causal_token:tok", "tok", TokenComment, "", KindRead},
+		{"/* hello world, app=42 */ SELECT 1", "", TokenNone, "", KindRead},
+		{"SET @causal_token = '" + set + "'", set, TokenSet, "", KindSetToken},
+		{"SET @causal_token = 'a''b'", "a'b", TokenSet, "", KindSetToken},
+		{"SELECT 'causal_token:notacomment'", "", TokenNone, "", KindRead},
+	}
+	for _, c := range cases {
+		st, err := Classify(c.q)
+		if err != nil {
+			t.Errorf("Classify(%q): %v", c.q, err)
+			continue
+		}
+		if st.Token != c.token || st.TokenForm != c.form || st.ReadID != c.readID || st.Kind != c.kind {
+			t.Errorf("Classify(%q) = token %q form %v id %q kind %v; want %q %v %q %v",
+				c.q, st.Token, st.TokenForm, st.ReadID, st.Kind, c.token, c.form, c.readID, c.kind)
+		}
+	}
+}
+
+func TestAnnotationErrors(t *testing.T) {
+	cases := []struct {
+		q   string
+		err error
+	}{
+		{"/* causal_token: */ SELECT 1", ErrEmptyAnnotation},
+		{"/* causal_token:a */ SELECT /* causal_token:b */ 1", ErrConflictingTokens},
+		{"/* causal_token:a min_gtid=b */ SELECT 1", ErrConflictingTokens},
+		{"/* consistent_read_id: */ SELECT 1", ErrEmptyAnnotation},
+		{"/*+ ;min_gtid= */ SELECT 1", ErrEmptyAnnotation},
+	}
+	for _, c := range cases {
+		_, err := Classify(c.q)
+		if !errors.Is(err, c.err) {
+			t.Errorf("Classify(%q) error = %v, want %v", c.q, err, c.err)
+		}
+	}
+}
+
+func TestUnquote(t *testing.T) {
+	for in, want := range map[string]string{
+		`'abc'`:    "abc",
+		`"abc"`:    "abc",
+		`'a\'b'`:   "a'b",
+		`'a''b'`:   "a'b",
+		`'a\\b'`:   `a\b`,
+		`''`:       "",
+		`'unterm`:  "unterm",
+		`'`:        "",
+		`"x""y"`:   `x"y`,
+		`'tab\tx'`: "tabtx",
+	} {
+		if got := unquote(in); got != want {
+			t.Errorf("unquote(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzClassify checks that the classifier never panics, that its answer is
+// one of the known kinds and reasons, and that annotation values are always
+// substrings of the input (nothing invented).
+func FuzzClassify(f *testing.F) {
+	for _, s := range []string{
+		"SELECT 1", "SELECT * FROM t FOR UPDATE", "/* causal_token:abc */ SELECT 1",
+		"SELECT /*+ ;min_gtid=3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5 */ 1",
+		"SET @causal_token = 'x'", "SELECT @causal_token", "SET session_track_gtids=OWN_GTID",
+		"BEGIN", "COMMIT", "INSERT INTO t VALUES ('a''b', \"c\\\"d\")", "/*!80000 SELECT */ 1",
+		"SELECT 1 -- x", "SELECT `a``b` FROM t", "WITH a AS (SELECT 1) DELETE FROM t",
+		"SELECT @a := 1", "/* consistent_read_id:u1 */ SELECT 1", "'", "/*", "@", "@@", "--",
+		"SET @x = (SELECT 1)", "CREATE TEMPORARY TABLE t (a int)", "EXPLAIN FOR CONNECTION 1",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		st, err := Classify(q)
+		if err != nil {
+			if !errors.Is(err, ErrEmptyAnnotation) && !errors.Is(err, ErrConflictingTokens) {
+				t.Fatalf("unexpected error type %v", err)
+			}
+			return
+		}
+		if st.Kind > KindTrackGTIDs || st.Reason >= numReasons {
+			t.Fatalf("unknown kind/reason %v/%v", st.Kind, st.Reason)
+		}
+		if st.Kind == KindPrimary && st.Reason == ReasonNone {
+			t.Fatalf("primary without a reason for %q", q)
+		}
+		if st.Kind == KindRead && st.Reason != ReasonNone {
+			t.Fatalf("read with a reason %v for %q", st.Reason, q)
+		}
+		if st.TokenForm != TokenSet && st.Token != "" && !strings.Contains(q, st.Token) {
+			t.Fatalf("token %q not in input %q", st.Token, q)
+		}
+		if st.ReadID != "" && !strings.Contains(q, st.ReadID) {
+			t.Fatalf("read id %q not in input %q", st.ReadID, q)
+		}
+		if (st.Token == "") != (st.TokenForm == TokenNone) {
+			t.Fatalf("token %q with form %v", st.Token, st.TokenForm)
+		}
+	})
+}
+
+func BenchmarkClassifyPointSelect(b *testing.B) {
+	q := "SELECT c FROM sbtest1 WHERE id=5012"
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Classify(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkClassifyWithToken(b *testing.B) {
+	q := "/* causal_token:3e11fa47-71ca-11e1-9e33-c80aa9429562:1-23 consistent_read_id:user42 */ SELECT c FROM sbtest1 WHERE id=5012"
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Classify(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
