@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/causallab/causallab/gtid"
 )
 
 // pendingTrx is the transaction whose GTID event has been seen but whose
 // commit event has not (yet).
 type pendingTrx struct {
-	src        source
-	gno        int64
+	g          gtid.GTID
 	commitTime time.Time // the replica's immediate commit timestamp, zero if unknown
 }
 
@@ -19,6 +20,7 @@ type pendingTrx struct {
 // add a GTID is counted: nothing is dropped silently.
 type trackerStats struct {
 	events     uint64 // events applied (payload events count their inner events too)
+	invalid    uint64 // GTIDs the set rejected (GNO out of range, bad tag): not added
 	commits    uint64 // transactions added to the set
 	duplicates uint64 // commits of a GTID the set already held (re-streamed)
 	anonymous  uint64 // anonymous GTID events (ignored)
@@ -33,10 +35,10 @@ type commitResult struct {
 	commitTime time.Time // commit timestamp of the last added transaction
 }
 
-// tracker is the event-to-commit state machine. It owns set and is used by
-// one goroutine only.
+// tracker is the event-to-commit state machine. It owns set (mutated in
+// place) and is used by one goroutine only.
 type tracker struct {
-	set        *liveSet
+	set        gtid.Set
 	pending    pendingTrx
 	hasPending bool
 	// inTrx: the pending transaction opened with BEGIN or XA START, so only
@@ -49,17 +51,17 @@ type tracker struct {
 	lastTag string
 }
 
-func newTracker(set *liveSet) *tracker { return &tracker{set: set} }
+func newTracker(set gtid.Set) *tracker { return &tracker{set: set} }
 
-// reset forgets the pending transaction: the stream it came from is gone.
-func (t *tracker) reset(set *liveSet) {
+// reset forgets the pending transaction (the stream it came from is gone)
+// and takes set as the new executed set.
+func (t *tracker) reset(set gtid.Set) {
 	if t.hasPending {
 		t.stats.abandoned++
 	}
 	t.hasPending = false
-	if set != nil {
-		t.set = set
-	}
+	t.inTrx = false
+	t.set = set
 }
 
 // queryKind classifies a query event's statement for the state machine.
@@ -153,9 +155,9 @@ func (t *tracker) begin(e *replication.GTIDEvent, tag string) {
 	t.hasPending = true
 	t.inTrx = false
 	p := &t.pending
-	copy(p.src.sid[:], e.SID)
-	p.src.tag = tag
-	p.gno = e.GNO
+	copy(p.g.SID[:], e.SID)
+	p.g.Tag = tag
+	p.g.GNO = e.GNO
 	p.commitTime = time.Time{}
 	if e.ImmediateCommitTimestamp != 0 {
 		p.commitTime = time.UnixMicro(int64(e.ImmediateCommitTimestamp))
@@ -170,8 +172,12 @@ func (t *tracker) commit(r *commitResult) {
 	t.hasPending = false
 	t.inTrx = false
 	p := &t.pending
-	if !t.set.add(p.src, p.gno) {
+	if t.set.ContainsGTID(p.g) {
 		t.stats.duplicates++
+		return
+	}
+	if err := t.set.AddInPlace(p.g); err != nil {
+		t.stats.invalid++
 		return
 	}
 	t.stats.commits++

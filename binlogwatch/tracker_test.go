@@ -5,6 +5,13 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/causallab/causallab/gtid"
+)
+
+var (
+	sidA = [16]byte{0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42, 0x95, 0x62}
+	sidB = [16]byte{0x4e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42, 0x95, 0x62}
 )
 
 func hdr(t replication.EventType) *replication.EventHeader {
@@ -142,7 +149,7 @@ func TestTrackerCommitPoints(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTracker(&liveSet{})
+			tr := newTracker(gtid.Set{})
 			for i, ev := range tc.events {
 				r := tr.apply(ev)
 				if tc.added != nil && r.added != tc.added[i] {
@@ -162,12 +169,11 @@ func TestTrackerCommitPoints(t *testing.T) {
 // TestTrackerNeverAheadOfCommits drives random interleavings and checks that
 // the set only ever holds GTIDs whose commit event was applied.
 func TestTrackerNeverAheadOfCommits(t *testing.T) {
-	tr := newTracker(&liveSet{})
+	tr := newTracker(gtid.Set{})
 	committed := map[int64]bool{}
-	a := source{sid: sidA}
 	for g := int64(1); g <= 500; g++ {
 		tr.apply(gtidEv(sidA, g))
-		if tr.set.contains(a, g) {
+		if tr.set.ContainsGTID(gtid.GTID{SID: sidA, GNO: g}) {
 			t.Fatalf("gno %d visible at its GTID event", g)
 		}
 		tr.apply(queryEv("BEGIN"))
@@ -179,7 +185,7 @@ func TestTrackerNeverAheadOfCommits(t *testing.T) {
 		committed[g] = true
 	}
 	for g := int64(1); g <= 500; g++ {
-		if tr.set.contains(a, g) != committed[g] {
+		if tr.set.ContainsGTID(gtid.GTID{SID: sidA, GNO: g}) != committed[g] {
 			t.Fatalf("gno %d: contained %v, committed %v", g, !committed[g], committed[g])
 		}
 	}
