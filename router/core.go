@@ -3,6 +3,8 @@ package router
 import (
 	"fmt"
 	"time"
+
+	"github.com/causallab/causallab/hashroute"
 )
 
 // Position is a replication state compared by the decision core.
@@ -89,6 +91,15 @@ const (
 	// ReasonTimedOut: nobody, the primary included, can serve the token within
 	// the budget (e.g. a token of a timeline that no longer exists).
 	ReasonTimedOut
+	// ReasonSeenLost: (CheckEpoch, PolicyTokenRYWMR/PolicyTokenWait) the
+	// session's watermark was recorded in an older epoch and the new primary
+	// lacks some of it: the session was shown transactions lost in the
+	// failover, so monotonic reads cannot be kept. The caller returns a typed
+	// error and calls Session.DropSeen so the next read starts afresh.
+	ReasonSeenLost
+	// ReasonInvalidPolicy: Policy.Kind is not one of the six (a caller bug;
+	// Decide fails rather than guess).
+	ReasonInvalidPolicy
 )
 
 // CapBehavior is what happens to a freshness fallback above the cap.
@@ -109,7 +120,9 @@ type Policy struct {
 	// Kind is the routing rule.
 	Kind PolicyKind
 	// Window is PolicyWindow's length: reads go to the primary for this long
-	// after the session's last write. Default 500ms.
+	// after the session's last write. Zero means no window at all (W=0 is a
+	// point of the window experiment); constructors and flags default to
+	// DefaultWindow (500ms). Negative is rejected by Validate.
 	Window time.Duration
 	// WaitBudget is PolicyTokenWait's longest wait before falling back.
 	WaitBudget time.Duration
@@ -117,8 +130,10 @@ type Policy struct {
 	// epoch is honoured only if the current primary contains it, otherwise the
 	// read fails fast with ReasonWriteLost.
 	CheckEpoch bool
-	// HashMode selects the hashroute mode for PolicyAffinity (TODO: typed as
-	// hashroute.Mode once that package lands).
+	// HashMode selects the hashroute mode for PolicyAffinity (FullList, the
+	// correct scheme, is the zero value; AvailableOnly and RebalanceOverride
+	// reproduce Shopify's two bugs).
+	HashMode hashroute.Mode
 }
 
 // Cap limits freshness fallbacks to the primary with a token bucket.
@@ -150,6 +165,8 @@ type Session[P Position[P]] struct {
 	HasToken bool
 	// Epoch is the topology epoch in which Token was issued.
 	Epoch uint64
+	// SeenEpoch is the topology epoch in which Seen was last raised.
+	SeenEpoch uint64
 	// Seen is the monotonic-reads watermark: at least every state the
 	// session's reads may have observed.
 	Seen P
@@ -186,6 +203,10 @@ type View[P Position[P]] struct {
 	PrimaryKnown bool
 	// Epoch is the current topology epoch (increases at every failover).
 	Epoch uint64
+	// Hash is the hashroute table built over Replicas' configured order
+	// (Hash.Len() == len(Replicas), at most hashroute.MaxServers). Required
+	// by PolicyAffinity only; nil otherwise is fine.
+	Hash *hashroute.Table
 }
 
 // Input is everything Decide reads.
@@ -214,9 +235,13 @@ type Decision struct {
 	Fallback bool
 	// WaitFor is how much longer to wait (ActWait).
 	WaitFor time.Duration
-	// Reanchor is true when an older-epoch token was found in the new primary:
-	// the caller should set Session.Epoch = View.Epoch.
+	// Reanchor is true when an older-epoch token (or watermark) was found in
+	// the new primary: the caller calls Session.Reanchor(View.Epoch).
 	Reanchor bool
+	// HashReason is hashroute's reason for PolicyAffinity (first choice,
+	// reselected, remapped, rebalanced); zero (hashroute.NoServerUp) for
+	// other policies and when no replica is up.
+	HashReason hashroute.Reason
 }
 
 func (a Action) String() string {

@@ -1,0 +1,354 @@
+package router
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/causallab/causallab/hashroute"
+)
+
+// Decide routes one read. It is a pure function of *in and *b: it reads no
+// clock, does no I/O, does not allocate, and modifies nothing but the bucket
+// (which it debits only when it returns a capped freshness fallback, i.e.
+// Action ActPrimary with Fallback true, and refills from in.Now).
+//
+// in.Policy, in.Session and in.View must be non-nil; in.Cap may be nil (no
+// cap). Decide does not modify the session: the caller applies what the
+// Decision says.
+//
+// What the caller must do with each Action:
+//
+//   - ActReplica: run the read on View.Replicas[Replica]. Afterwards raise the
+//     session's watermark with Observe, using a position that is at least
+//     everything the read could have observed (for the live router: the
+//     replica's @@gtid_executed read on the same connection after the
+//     statement; for the simulator: the replica's applied position when the
+//     query reached it). Applied from the View is only a lower bound and is
+//     NOT a sound watermark.
+//   - ActPrimary: run the read on the primary. Fallback tells whether it is a
+//     freshness fallback (count it apart; the bucket was debited) or an
+//     ordinary primary read (ReasonWindow, ReasonNoReplicaUp). Observe the
+//     primary's position after the read, as for a replica.
+//   - ActWait: wait until View.Replicas[Replica] qualifies (contains the token
+//     and, for the MR policies, the watermark) or WaitFor elapses, whichever
+//     first; then call Decide again with a fresh View, Now and Waited
+//     increased by the time actually waited (the wait may end early for
+//     another replica, too). Reason is ReasonNoReplicaQualifies for a
+//     PolicyTokenWait budget wait and ReasonCapExceeded for CapWaitLonger.
+//   - ActFail: do not run the read; return a typed error for Reason:
+//     ReasonCapExceeded (retryable), ReasonWriteLost (the session's write is
+//     gone), ReasonSeenLost (call Session.DropSeen), ReasonTimedOut.
+//   - ActStale: run the read on View.Replicas[Replica], which does NOT
+//     qualify, and label the result stale (CapServeStale). Do not Observe it
+//     as a sound read unless the caller accepts a raised watermark; the
+//     live router and sim both Observe it, since the session was shown it.
+//
+// Whatever the Action, if Reanchor is true the caller calls
+// Session.Reanchor(View.Epoch): an older-epoch token (and watermark) was
+// found in the new primary and stays valid on the new timeline.
+//
+// Rules, in order:
+//
+//  1. Epoch (Policy.CheckEpoch, token policies only): a token whose Epoch is
+//     older than View.Epoch must be contained in the primary (PrimaryKnown
+//     required), else ActFail/ReasonWriteLost; for the MR policies the same
+//     holds for the watermark, else ActFail/ReasonSeenLost.
+//  2. PolicyAny: a uniformly random up replica (Rand).
+//     PolicyAffinity: hashroute's View.Hash.Select(Session.AffinityKey,
+//     Policy.HashMode, up replicas, InFlight counts) (HashReason says why);
+//     no table, or one whose length differs from Replicas: ActFail with
+//     ReasonInvalidPolicy. Affinity ignores tokens (monotonic reads by
+//     hashing alone).
+//     PolicyWindow: the primary (ReasonWindow, not a fallback, not capped)
+//     while Now-LastWriteAt < Window after a write; else as PolicyAny.
+//     Token policies: with nothing to honour (no token, and no watermark for
+//     the MR policies), as PolicyAny with ReasonNoToken. Otherwise a
+//     uniformly random up replica whose Applied contains the token (and the
+//     watermark for the MR policies).
+//  3. No replica up: the primary, ReasonNoReplicaUp, not a fallback.
+//  4. Token policy, none qualifies: PolicyTokenWait with Waited < WaitBudget
+//     waits (ActWait) on the up replica with the smallest Behind (lowest
+//     index on ties). Otherwise a freshness fallback to the primary.
+//  5. The primary serves a token only if it contains it when PrimaryKnown:
+//     otherwise ActFail/ReasonTimedOut (this is what makes a GTID-set token
+//     of a lost timeline time out instead of reading stale data, while a
+//     scalar position token is contained by any later position).
+//  6. The fallback takes one token from the bucket (Cap.PerSecond > 0). When
+//     it is empty: CapFailFast fails (ReasonCapExceeded); CapServeStale
+//     serves the best replica labelled stale (ActStale); CapWaitLonger waits
+//     on the best replica until Waited reaches the policy's budget plus
+//     Cap.ExtraWait, then fails (ReasonCapExceeded).
+func Decide[P Position[P]](in *Input[P], b *Bucket) Decision {
+	pol, s, v := in.Policy, in.Session, in.View
+	switch pol.Kind {
+	case PolicyAny:
+		return pickAny(v, in.Rand, ReasonRouted)
+	case PolicyAffinity:
+		return pickAffinity(v, pol.HashMode, s.AffinityKey)
+	case PolicyWindow:
+		if s.HasToken && in.Now-s.LastWriteAt < pol.Window {
+			return Decision{Action: ActPrimary, Reason: ReasonWindow, Replica: -1}
+		}
+		return pickAny(v, in.Rand, ReasonRouted)
+	case PolicyTokenRYW, PolicyTokenRYWMR, PolicyTokenWait:
+		return decideToken(in, b)
+	}
+	// An unknown kind is a caller bug; fail rather than guess.
+	return Decision{Action: ActFail, Reason: ReasonInvalidPolicy, Replica: -1}
+}
+
+// decideToken handles the three token policies.
+func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
+	pol, s, v := in.Policy, in.Session, in.View
+	needSeen := s.HasSeen && pol.Kind != PolicyTokenRYW
+	var reanchor bool
+
+	// Rule 1: epochs.
+	if pol.CheckEpoch {
+		if s.HasToken && s.Epoch < v.Epoch {
+			if !v.PrimaryKnown || !v.Primary.Contains(s.Token) {
+				return Decision{Action: ActFail, Reason: ReasonWriteLost, Replica: -1}
+			}
+			reanchor = true
+		}
+		if needSeen && s.SeenEpoch < v.Epoch {
+			if !v.PrimaryKnown || !v.Primary.Contains(s.Seen) {
+				return Decision{Action: ActFail, Reason: ReasonSeenLost, Replica: -1}
+			}
+			reanchor = true
+		}
+	}
+
+	if !s.HasToken && !needSeen {
+		d := pickAny(v, in.Rand, ReasonNoToken)
+		d.Reanchor = reanchor
+		return d
+	}
+
+	// Rule 2: qualifying replicas. One pass; qualifying indexes go into a
+	// bitmask (first 64 replicas) so the random pick needs no second pass of
+	// Contains calls.
+	var mask uint64
+	nq, nUp := 0, 0
+	best, bestBehind := -1, int64(0)
+	for i := range v.Replicas {
+		r := &v.Replicas[i]
+		if !r.Up {
+			continue
+		}
+		nUp++
+		if (!s.HasToken || r.Applied.Contains(s.Token)) && (!needSeen || r.Applied.Contains(s.Seen)) {
+			if i < 64 {
+				mask |= 1 << uint(i)
+			}
+			nq++
+			continue
+		}
+		if best < 0 || r.Behind < bestBehind {
+			best, bestBehind = i, r.Behind
+		}
+	}
+	if nq > 0 {
+		k := int(in.Rand % uint64(nq))
+		idx := nthQualifying(in, mask, k, needSeen)
+		return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: idx, Reanchor: reanchor}
+	}
+
+	// Rule 5 precondition: can the primary serve the token at all?
+	primaryOK := !s.HasToken || !v.PrimaryKnown || v.Primary.Contains(s.Token)
+
+	// Rule 3: nothing up.
+	if nUp == 0 {
+		if !primaryOK {
+			return Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1, Reanchor: reanchor}
+		}
+		return Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1, Reanchor: reanchor}
+	}
+
+	// Rule 4: budget wait.
+	var budget time.Duration
+	reason := ReasonNoReplicaQualifies
+	if pol.Kind == PolicyTokenWait {
+		budget = pol.WaitBudget
+		if in.Waited < budget {
+			return Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: best,
+				WaitFor: budget - in.Waited, Reanchor: reanchor}
+		}
+		reason = ReasonWaitBudgetSpent
+	}
+
+	// Rule 5.
+	if !primaryOK {
+		return Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1, Reanchor: reanchor}
+	}
+
+	// Rule 6: the cap.
+	if b.take(in.Cap, in.Now) {
+		return Decision{Action: ActPrimary, Reason: reason, Replica: -1, Fallback: true, Reanchor: reanchor}
+	}
+	switch in.Cap.Behavior {
+	case CapServeStale:
+		return Decision{Action: ActStale, Reason: ReasonCapExceeded, Replica: best, Reanchor: reanchor}
+	case CapWaitLonger:
+		if limit := budget + in.Cap.ExtraWait; in.Waited < limit {
+			return Decision{Action: ActWait, Reason: ReasonCapExceeded, Replica: best,
+				WaitFor: limit - in.Waited, Reanchor: reanchor}
+		}
+	}
+	return Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1, Reanchor: reanchor}
+}
+
+// nthQualifying returns the index of the k-th (0-based) qualifying replica.
+// For the first 64 replicas it reads the bitmask; beyond, it re-tests.
+func nthQualifying[P Position[P]](in *Input[P], mask uint64, k int, needSeen bool) int {
+	if c := bits.OnesCount64(mask); k < c {
+		for ; k > 0; k-- {
+			mask &= mask - 1
+		}
+		return bits.TrailingZeros64(mask)
+	} else {
+		k -= c
+	}
+	s, v := in.Session, in.View
+	for i := 64; i < len(v.Replicas); i++ {
+		r := &v.Replicas[i]
+		if r.Up && (!s.HasToken || r.Applied.Contains(s.Token)) && (!needSeen || r.Applied.Contains(s.Seen)) {
+			if k == 0 {
+				return i
+			}
+			k--
+		}
+	}
+	return -1 // unreachable when k < number qualifying
+}
+
+// pickAny returns a uniformly random up replica, or the primary
+// (ReasonNoReplicaUp) when none is up.
+func pickAny[P Position[P]](v *View[P], rnd uint64, reason Reason) Decision {
+	nUp := 0
+	for i := range v.Replicas {
+		if v.Replicas[i].Up {
+			nUp++
+		}
+	}
+	if nUp == 0 {
+		return Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}
+	}
+	k := int(rnd % uint64(nUp))
+	for i := range v.Replicas {
+		if !v.Replicas[i].Up {
+			continue
+		}
+		if k == 0 {
+			return Decision{Action: ActReplica, Reason: reason, Replica: i}
+		}
+		k--
+	}
+	return Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1} // unreachable
+}
+
+// take debits one fallback from the bucket, refilling it first from now.
+// A nil cap or PerSecond <= 0 means no cap. Burst <= 0 means max(1, PerSecond).
+func (b *Bucket) take(c *Cap, now time.Duration) bool {
+	if c == nil || c.PerSecond <= 0 {
+		return true
+	}
+	burst := c.Burst
+	if burst <= 0 {
+		burst = max(1, c.PerSecond)
+	}
+	if !b.primed {
+		b.tokens, b.last, b.primed = burst, now, true
+	}
+	if now > b.last {
+		b.tokens += (now - b.last).Seconds() * c.PerSecond
+		if b.tokens > burst {
+			b.tokens = burst
+		}
+		b.last = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		return true
+	}
+	return false
+}
+
+// Tokens reports the bucket's current content (for traces and tests).
+func (b *Bucket) Tokens() float64 { return b.tokens }
+
+// Observe raises the session's monotonic-reads watermark after a read served
+// at position p (which must be at least everything the read could observe),
+// recording the epoch in which it was raised. The watermark keeps the oldest
+// epoch of its parts (an older part is verified only by Decide's epoch rule,
+// after which the caller Reanchors). Off the hot path: Union may allocate.
+func Observe[P Position[P]](s *Session[P], p P, epoch uint64) {
+	if s.HasSeen {
+		s.Seen = s.Seen.Union(p)
+		s.SeenEpoch = min(s.SeenEpoch, epoch)
+	} else {
+		s.Seen, s.HasSeen, s.SeenEpoch = p, true, epoch
+	}
+}
+
+// RecordWrite adds an acknowledged write's position to the session's token
+// (Union, so earlier writes stay required), with the epoch in which the
+// primary acknowledged it and the clock time of the acknowledgement. The
+// token keeps the oldest epoch of its parts, so an unverified pre-failover
+// write is still checked. Under CheckEpoch with PrimaryKnown, View.Primary
+// must include every write the primary acknowledged (the live router adds
+// acknowledged GTIDs to it), or a fresh token could be judged lost.
+func RecordWrite[P Position[P]](s *Session[P], p P, epoch uint64, now time.Duration) {
+	if s.HasToken {
+		s.Token = s.Token.Union(p)
+		s.Epoch = min(s.Epoch, epoch)
+	} else {
+		s.Token, s.HasToken, s.Epoch = p, true, epoch
+	}
+	s.LastWriteAt = now
+}
+
+// Reanchor moves the session's token and watermark to epoch (after a
+// Decision with Reanchor: both were found in the new primary).
+func (s *Session[P]) Reanchor(epoch uint64) {
+	if s.HasToken && s.Epoch < epoch {
+		s.Epoch = epoch
+	}
+	if s.HasSeen && s.SeenEpoch < epoch {
+		s.SeenEpoch = epoch
+	}
+}
+
+// DropSeen forgets the watermark (after ReasonSeenLost: what the session was
+// shown no longer exists on any timeline the router serves).
+func (s *Session[P]) DropSeen() {
+	var zero P
+	s.Seen, s.HasSeen, s.SeenEpoch = zero, false, 0
+}
+
+// pickAffinity hashes the session's key onto View.Hash under the policy's
+// mode. Replica order is the table's order.
+func pickAffinity[P Position[P]](v *View[P], mode hashroute.Mode, key uint64) Decision {
+	if v.Hash == nil || v.Hash.Len() != len(v.Replicas) {
+		return Decision{Action: ActFail, Reason: ReasonInvalidPolicy, Replica: -1}
+	}
+	var up hashroute.Availability
+	for i := range v.Replicas {
+		if v.Replicas[i].Up {
+			up = up.With(i)
+		}
+	}
+	var inflight []int
+	var buf [hashroute.MaxServers]int
+	if mode == hashroute.RebalanceOverride {
+		for i := range v.Replicas {
+			buf[i] = v.Replicas[i].InFlight
+		}
+		inflight = buf[:len(v.Replicas)]
+	}
+	i, why := v.Hash.Select(key, mode, up, inflight)
+	if i < 0 {
+		return Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}
+	}
+	return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: i, HashReason: why}
+}

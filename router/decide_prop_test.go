@@ -1,0 +1,158 @@
+package router
+
+import (
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// genBset draws a small set of transactions.
+func genBset(t *rapid.T, label string) bset {
+	return bset(rapid.Uint64Range(0, 1<<12-1).Draw(t, label))
+}
+
+// TestDecideProperties checks, over random inputs with set-like positions:
+//   - a token policy never sends a read to a replica (ActReplica) that lacks
+//     the token, nor (MR policies) the watermark;
+//   - the primary serves a token read only if it contains the token when
+//     PrimaryKnown, and an older-epoch token under CheckEpoch only if the
+//     primary contains it;
+//   - ActWait/ActStale name an up replica; ActStale happens only under
+//     CapServeStale; Fallback only with ActPrimary;
+//   - Decide is deterministic and does not modify its inputs.
+func TestDecideProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(0, 8).Draw(t, "replicas")
+		reps := make([]Replica[bset], n)
+		for i := range reps {
+			reps[i] = Replica[bset]{
+				Applied: genBset(t, "applied"),
+				Up:      rapid.Bool().Draw(t, "up"),
+				Behind:  rapid.Int64Range(0, 100).Draw(t, "behind"),
+			}
+		}
+		pol := Policy{
+			Kind:       PolicyKind(rapid.IntRange(int(PolicyTokenRYW), int(PolicyTokenWait)).Draw(t, "kind")),
+			WaitBudget: time.Duration(rapid.IntRange(0, 3).Draw(t, "budget")) * 100 * time.Millisecond,
+			CheckEpoch: rapid.Bool().Draw(t, "checkEpoch"),
+		}
+		var cp *Cap
+		if rapid.Bool().Draw(t, "capped") {
+			cp = &Cap{PerSecond: 1, Burst: 1, Behavior: CapBehavior(rapid.IntRange(0, 2).Draw(t, "behavior")),
+				ExtraWait: 200 * time.Millisecond}
+		}
+		sess := Session[bset]{
+			Token: genBset(t, "token"), HasToken: rapid.Bool().Draw(t, "hasToken"),
+			Epoch: rapid.Uint64Range(0, 2).Draw(t, "epoch"),
+			Seen:  genBset(t, "seen"), HasSeen: rapid.Bool().Draw(t, "hasSeen"),
+			SeenEpoch: rapid.Uint64Range(0, 2).Draw(t, "seenEpoch"),
+		}
+		view := View[bset]{Replicas: reps, Primary: genBset(t, "primary"),
+			PrimaryKnown: rapid.Bool().Draw(t, "primaryKnown"), Epoch: rapid.Uint64Range(0, 2).Draw(t, "viewEpoch")}
+		in := Input[bset]{Policy: &pol, Cap: cp, Session: &sess, View: &view,
+			Now:    time.Duration(rapid.IntRange(0, 3000).Draw(t, "nowMs")) * time.Millisecond,
+			Rand:   rapid.Uint64().Draw(t, "rand"),
+			Waited: time.Duration(rapid.IntRange(0, 8).Draw(t, "waited")) * 100 * time.Millisecond}
+		var b Bucket
+		if cp != nil && rapid.Bool().Draw(t, "spent") {
+			b.take(cp, in.Now)
+		}
+		sess0, reps0, b0 := sess, append([]Replica[bset](nil), reps...), b
+
+		d := Decide(&in, &b)
+
+		b1 := b0
+		if d2 := Decide(&in, &b1); d2 != d || b1 != b {
+			t.Fatalf("not deterministic: %+v vs %+v", d, d2)
+		}
+		if sess != sess0 {
+			t.Fatal("session modified")
+		}
+		for i := range reps {
+			if reps[i] != reps0[i] {
+				t.Fatal("replica modified")
+			}
+		}
+		needSeen := sess.HasSeen && pol.Kind != PolicyTokenRYW
+		switch d.Action {
+		case ActReplica:
+			r := reps[d.Replica]
+			if !r.Up {
+				t.Fatalf("picked down replica %d", d.Replica)
+			}
+			if sess.HasToken && !r.Applied.Contains(sess.Token) {
+				t.Fatalf("RYW: replica %d (%b) lacks token %b", d.Replica, r.Applied, sess.Token)
+			}
+			if needSeen && !r.Applied.Contains(sess.Seen) {
+				t.Fatalf("MR: replica %d (%b) lacks watermark %b", d.Replica, r.Applied, sess.Seen)
+			}
+		case ActPrimary:
+			if sess.HasToken && view.PrimaryKnown && !view.Primary.Contains(sess.Token) {
+				t.Fatalf("primary %b lacks token %b but serves it: %+v", view.Primary, sess.Token, d)
+			}
+			if d.Fallback != (d.Reason == ReasonNoReplicaQualifies || d.Reason == ReasonWaitBudgetSpent) {
+				t.Fatalf("fallback flag/reason mismatch: %+v", d)
+			}
+		case ActWait, ActStale:
+			if d.Replica < 0 || d.Replica >= n || !reps[d.Replica].Up {
+				t.Fatalf("%v on a bad replica: %+v", d.Action, d)
+			}
+			if d.Action == ActWait && d.WaitFor <= 0 {
+				t.Fatalf("wait of %v", d.WaitFor)
+			}
+			if d.Action == ActStale && (cp == nil || cp.Behavior != CapServeStale) {
+				t.Fatalf("stale without CapServeStale: %+v", d)
+			}
+		case ActFail:
+		default:
+			t.Fatalf("unknown action %v", d.Action)
+		}
+		if d.Action != ActPrimary && d.Fallback {
+			t.Fatalf("fallback without the primary: %+v", d)
+		}
+		if d.Action != ActFail && pol.CheckEpoch {
+			if sess.HasToken && sess.Epoch < view.Epoch && !(view.PrimaryKnown && view.Primary.Contains(sess.Token)) {
+				t.Fatalf("lost-epoch token served: %+v", d)
+			}
+		}
+		if d.Fallback && cp != nil && b0.primed && b0.tokens < 1 && in.Now <= b0.last {
+			t.Fatalf("fallback from an empty bucket: %+v", d)
+		}
+	})
+}
+
+// TestCapNeverExceeded: a stream of fallback-needing reads at random times
+// never gets more than burst + rate*elapsed fallbacks.
+func TestCapNeverExceeded(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cp := &Cap{PerSecond: rapid.Float64Range(0.5, 50).Draw(t, "rate"), Behavior: CapFailFast}
+		if err := cp.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		pol := Policy{Kind: PolicyTokenRYW}
+		sess := Session[lsn]{Token: 5, HasToken: true}
+		view := View[lsn]{Replicas: []Replica[lsn]{up(1)}}
+		var b Bucket
+		now := time.Duration(0)
+		start := time.Duration(-1)
+		fallbacks := 0
+		steps := rapid.IntRange(1, 300).Draw(t, "steps")
+		for range steps {
+			now += time.Duration(rapid.IntRange(0, 200).Draw(t, "gapMs")) * time.Millisecond
+			d := Decide(&Input[lsn]{Policy: &pol, Cap: cp, Session: &sess, View: &view, Now: now}, &b)
+			if start < 0 {
+				start = now
+			}
+			if d.Fallback {
+				fallbacks++
+			} else if d.Reason != ReasonCapExceeded {
+				t.Fatalf("unexpected %+v", d)
+			}
+			limit := cp.Burst + cp.PerSecond*(now-start).Seconds()
+			if float64(fallbacks) > limit+1e-9 {
+				t.Fatalf("%d fallbacks by %v, limit %.2f", fallbacks, now-start, limit)
+			}
+		}
+	})
+}

@@ -1,0 +1,393 @@
+package router
+
+import (
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/hashroute"
+)
+
+// lsn is a scalar log position (LSN-like): compared by value, so a later
+// position of ANY timeline contains an earlier one.
+type lsn int64
+
+func (a lsn) Contains(b lsn) bool { return a >= b }
+func (a lsn) Union(b lsn) lsn     { return max(a, b) }
+
+var _ Position[lsn] = lsn(0)
+
+// bset is a tiny GTID-set stand-in: bit i is transaction i. Transactions of
+// two timelines are distinct bits, so a lost write is never contained.
+type bset uint64
+
+func (a bset) Contains(b bset) bool { return a&b == b }
+func (a bset) Union(b bset) bset    { return a | b }
+
+var _ Position[bset] = bset(0)
+
+func up(p lsn) Replica[lsn]          { return Replica[lsn]{Applied: p, Up: true} }
+func upB(p lsn, b int64) Replica[lsn] { return Replica[lsn]{Applied: p, Up: true, Behind: b} }
+func down(p lsn) Replica[lsn]        { return Replica[lsn]{Applied: p} }
+
+func TestDecideTable(t *testing.T) {
+	ms := time.Millisecond
+	tok := func(p lsn) Session[lsn] { return Session[lsn]{Token: p, HasToken: true} }
+	tokSeen := func(p, s lsn) Session[lsn] {
+		return Session[lsn]{Token: p, HasToken: true, Seen: s, HasSeen: true}
+	}
+	seen := func(s lsn) Session[lsn] { return Session[lsn]{Seen: s, HasSeen: true} }
+	capFail := &Cap{PerSecond: 1, Burst: 1, Behavior: CapFailFast}
+	capStale := &Cap{PerSecond: 1, Burst: 1, Behavior: CapServeStale}
+	capWait := &Cap{PerSecond: 1, Burst: 1, Behavior: CapWaitLonger, ExtraWait: 300 * ms}
+
+	type tc struct {
+		name    string
+		pol     Policy
+		cap     *Cap
+		emptyB  bool // bucket already spent at Now
+		sess    Session[lsn]
+		reps    []Replica[lsn]
+		primary lsn
+		pKnown  bool
+		epoch   uint64
+		now     time.Duration
+		rnd     uint64
+		waited  time.Duration
+		want    Decision
+	}
+	cases := []tc{
+		// any
+		{name: "any/first-up", pol: Policy{Kind: PolicyAny}, reps: []Replica[lsn]{down(0), up(0), up(0)}, rnd: 0,
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
+		{name: "any/second-up", pol: Policy{Kind: PolicyAny}, reps: []Replica[lsn]{down(0), up(0), up(0)}, rnd: 3,
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 2}},
+		{name: "any/ignores-token", pol: Policy{Kind: PolicyAny}, sess: tok(9), reps: []Replica[lsn]{up(1)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		{name: "any/none-up", pol: Policy{Kind: PolicyAny}, reps: []Replica[lsn]{down(0)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}},
+		{name: "any/empty-fleet", pol: Policy{Kind: PolicyAny},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}},
+		// window
+		{name: "window/inside", pol: Policy{Kind: PolicyWindow, Window: 500 * ms}, sess: Session[lsn]{Token: 1, HasToken: true, LastWriteAt: 1000 * ms},
+			now: 1499 * ms, reps: []Replica[lsn]{up(5)},
+			want: Decision{Action: ActPrimary, Reason: ReasonWindow, Replica: -1}},
+		{name: "window/after", pol: Policy{Kind: PolicyWindow, Window: 500 * ms}, sess: Session[lsn]{Token: 1, HasToken: true, LastWriteAt: 1000 * ms},
+			now: 1500 * ms, reps: []Replica[lsn]{up(0)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		{name: "window/no-write", pol: Policy{Kind: PolicyWindow, Window: 500 * ms}, now: 0, reps: []Replica[lsn]{up(0)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		{name: "window/zero-window", pol: Policy{Kind: PolicyWindow}, sess: Session[lsn]{Token: 1, HasToken: true, LastWriteAt: 10 * ms},
+			now: 10 * ms, reps: []Replica[lsn]{up(0)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		{name: "window/inside-not-capped", pol: Policy{Kind: PolicyWindow, Window: time.Second}, cap: capFail, emptyB: true,
+			sess: Session[lsn]{Token: 1, HasToken: true}, reps: []Replica[lsn]{up(0)},
+			want: Decision{Action: ActPrimary, Reason: ReasonWindow, Replica: -1}},
+		// token-ryw
+		{name: "ryw/no-token", pol: Policy{Kind: PolicyTokenRYW}, reps: []Replica[lsn]{up(0), up(0)}, rnd: 1,
+			want: Decision{Action: ActReplica, Reason: ReasonNoToken, Replica: 1}},
+		{name: "ryw/ignores-seen", pol: Policy{Kind: PolicyTokenRYW}, sess: seen(9), reps: []Replica[lsn]{up(0)},
+			want: Decision{Action: ActReplica, Reason: ReasonNoToken, Replica: 0}},
+		{name: "ryw/only-qualifier", pol: Policy{Kind: PolicyTokenRYW}, sess: tok(5), reps: []Replica[lsn]{up(4), up(5), down(9)}, rnd: 7,
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
+		{name: "ryw/random-among-qualifiers", pol: Policy{Kind: PolicyTokenRYW}, sess: tok(5), reps: []Replica[lsn]{up(6), up(4), up(5)}, rnd: 1,
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 2}},
+		{name: "ryw/fallback", pol: Policy{Kind: PolicyTokenRYW}, sess: tok(5), reps: []Replica[lsn]{up(4), down(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaQualifies, Replica: -1, Fallback: true}},
+		{name: "ryw/none-up", pol: Policy{Kind: PolicyTokenRYW}, sess: tok(5), reps: []Replica[lsn]{down(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}},
+		{name: "ryw/none-up-uncapped", pol: Policy{Kind: PolicyTokenRYW}, cap: capFail, emptyB: true, sess: tok(5), reps: []Replica[lsn]{down(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}},
+		{name: "ryw/primary-known-contains", pol: Policy{Kind: PolicyTokenRYW}, sess: tok(5), reps: []Replica[lsn]{up(4)},
+			primary: 5, pKnown: true,
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaQualifies, Replica: -1, Fallback: true}},
+		{name: "ryw/primary-known-lacks", pol: Policy{Kind: PolicyTokenRYW}, sess: tok(5), reps: []Replica[lsn]{up(4)},
+			primary: 4, pKnown: true,
+			want: Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1}},
+		{name: "ryw/primary-lacks-none-up", pol: Policy{Kind: PolicyTokenRYW}, sess: tok(5), reps: []Replica[lsn]{down(4)},
+			primary: 4, pKnown: true,
+			want: Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1}},
+		// token-ryw-mr
+		{name: "mr/seen-only", pol: Policy{Kind: PolicyTokenRYWMR}, sess: seen(7), reps: []Replica[lsn]{up(6), up(7)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
+		{name: "mr/needs-both", pol: Policy{Kind: PolicyTokenRYWMR}, sess: tokSeen(3, 7), reps: []Replica[lsn]{up(5), up(8)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
+		{name: "mr/fallback", pol: Policy{Kind: PolicyTokenRYWMR}, sess: tokSeen(3, 7), reps: []Replica[lsn]{up(5), up(6)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaQualifies, Replica: -1, Fallback: true}},
+		{name: "mr/nothing-to-honour", pol: Policy{Kind: PolicyTokenRYWMR}, reps: []Replica[lsn]{up(0)},
+			want: Decision{Action: ActReplica, Reason: ReasonNoToken, Replica: 0}},
+		// token-wait
+		{name: "wait/qualifies", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, sess: tok(5), reps: []Replica[lsn]{up(5)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		{name: "wait/waits-on-least-behind", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, sess: tok(5),
+			reps: []Replica[lsn]{upB(1, 40), upB(3, 20), {Applied: 4, Behind: 1}, upB(3, 20)}, waited: 100 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 1, WaitFor: 300 * ms}},
+		{name: "wait/budget-spent", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, sess: tok(5), reps: []Replica[lsn]{up(1)}, waited: 400 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitBudgetSpent, Replica: -1, Fallback: true}},
+		{name: "wait/zero-budget", pol: Policy{Kind: PolicyTokenWait}, sess: tok(5), reps: []Replica[lsn]{up(1)},
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitBudgetSpent, Replica: -1, Fallback: true}},
+		{name: "wait/none-up-no-wait", pol: Policy{Kind: PolicyTokenWait, WaitBudget: time.Second}, sess: tok(5), reps: []Replica[lsn]{down(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}},
+		{name: "wait/primary-lacks-waits-first", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, sess: tok(5), reps: []Replica[lsn]{up(1)},
+			primary: 4, pKnown: true,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "wait/primary-lacks-times-out", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, sess: tok(5), reps: []Replica[lsn]{up(1)},
+			primary: 4, pKnown: true, waited: 401 * ms,
+			want: Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1}},
+		// cap
+		{name: "cap/has-token", pol: Policy{Kind: PolicyTokenRYW}, cap: capFail, sess: tok(5), reps: []Replica[lsn]{up(1)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaQualifies, Replica: -1, Fallback: true}},
+		{name: "cap/fail-fast", pol: Policy{Kind: PolicyTokenRYW}, cap: capFail, emptyB: true, sess: tok(5), reps: []Replica[lsn]{up(1)},
+			want: Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1}},
+		{name: "cap/serve-stale-best", pol: Policy{Kind: PolicyTokenRYW}, cap: capStale, emptyB: true, sess: tok(5),
+			reps: []Replica[lsn]{upB(1, 9), upB(4, 2), upB(3, 2)},
+			want: Decision{Action: ActStale, Reason: ReasonCapExceeded, Replica: 1}},
+		{name: "cap/wait-longer", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, cap: capWait, emptyB: true, sess: tok(5),
+			reps: []Replica[lsn]{upB(1, 9), upB(4, 2)}, waited: 450 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonCapExceeded, Replica: 1, WaitFor: 250 * ms}},
+		{name: "cap/wait-longer-no-budget-policy", pol: Policy{Kind: PolicyTokenRYWMR}, cap: capWait, emptyB: true, sess: tok(5),
+			reps: []Replica[lsn]{upB(1, 9)},
+			want: Decision{Action: ActWait, Reason: ReasonCapExceeded, Replica: 0, WaitFor: 300 * ms}},
+		{name: "cap/wait-longer-spent", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, cap: capWait, emptyB: true, sess: tok(5),
+			reps: []Replica[lsn]{upB(1, 9)}, waited: 700 * ms,
+			want: Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1}},
+		{name: "cap/refilled", pol: Policy{Kind: PolicyTokenRYW}, cap: capFail, emptyB: true, sess: tok(5), reps: []Replica[lsn]{up(1)},
+			now: time.Second,
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaQualifies, Replica: -1, Fallback: true}},
+		{name: "cap/primary-lacks-beats-cap", pol: Policy{Kind: PolicyTokenRYW}, cap: capStale, emptyB: true, sess: tok(5), reps: []Replica[lsn]{up(1)},
+			primary: 4, pKnown: true,
+			want: Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1}},
+		// epochs
+		{name: "epoch/same-epoch", pol: Policy{Kind: PolicyTokenRYW, CheckEpoch: true}, sess: Session[lsn]{Token: 5, HasToken: true, Epoch: 2},
+			epoch: 2, reps: []Replica[lsn]{up(5)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		{name: "epoch/lost", pol: Policy{Kind: PolicyTokenRYW, CheckEpoch: true}, sess: Session[lsn]{Token: 5, HasToken: true, Epoch: 1},
+			epoch: 2, primary: 4, pKnown: true, reps: []Replica[lsn]{up(9)},
+			want: Decision{Action: ActFail, Reason: ReasonWriteLost, Replica: -1}},
+		{name: "epoch/primary-unknown-is-lost", pol: Policy{Kind: PolicyTokenRYW, CheckEpoch: true}, sess: Session[lsn]{Token: 5, HasToken: true, Epoch: 1},
+			epoch: 2, reps: []Replica[lsn]{up(9)},
+			want: Decision{Action: ActFail, Reason: ReasonWriteLost, Replica: -1}},
+		{name: "epoch/survived-reanchor", pol: Policy{Kind: PolicyTokenRYW, CheckEpoch: true}, sess: Session[lsn]{Token: 5, HasToken: true, Epoch: 1},
+			epoch: 2, primary: 6, pKnown: true, reps: []Replica[lsn]{up(4), up(5)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1, Reanchor: true}},
+		{name: "epoch/survived-fallback-reanchor", pol: Policy{Kind: PolicyTokenRYW, CheckEpoch: true}, sess: Session[lsn]{Token: 5, HasToken: true, Epoch: 1},
+			epoch: 2, primary: 6, pKnown: true, reps: []Replica[lsn]{up(4)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaQualifies, Replica: -1, Fallback: true, Reanchor: true}},
+		{name: "epoch/seen-lost", pol: Policy{Kind: PolicyTokenRYWMR, CheckEpoch: true},
+			sess:  Session[lsn]{Token: 3, HasToken: true, Epoch: 2, Seen: 8, HasSeen: true, SeenEpoch: 1},
+			epoch: 2, primary: 6, pKnown: true, reps: []Replica[lsn]{up(9)},
+			want: Decision{Action: ActFail, Reason: ReasonSeenLost, Replica: -1}},
+		{name: "epoch/seen-ignored-by-ryw", pol: Policy{Kind: PolicyTokenRYW, CheckEpoch: true},
+			sess:  Session[lsn]{Token: 3, HasToken: true, Epoch: 2, Seen: 8, HasSeen: true, SeenEpoch: 1},
+			epoch: 2, primary: 6, pKnown: true, reps: []Replica[lsn]{up(3)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		{name: "epoch/seen-only-survived", pol: Policy{Kind: PolicyTokenRYWMR, CheckEpoch: true},
+			sess:  Session[lsn]{Seen: 5, HasSeen: true, SeenEpoch: 1},
+			epoch: 2, primary: 6, pKnown: true, reps: []Replica[lsn]{up(5)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0, Reanchor: true}},
+		{name: "epoch/unchecked-without-flag", pol: Policy{Kind: PolicyTokenRYW}, sess: Session[lsn]{Token: 5, HasToken: true, Epoch: 1},
+			epoch: 2, primary: 9, pKnown: true, reps: []Replica[lsn]{up(7)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		// misuse
+		{name: "invalid-kind", pol: Policy{Kind: 99}, reps: []Replica[lsn]{up(0)},
+			want: Decision{Action: ActFail, Reason: ReasonInvalidPolicy, Replica: -1}},
+		{name: "affinity/no-table", pol: Policy{Kind: PolicyAffinity}, reps: []Replica[lsn]{up(0)},
+			want: Decision{Action: ActFail, Reason: ReasonInvalidPolicy, Replica: -1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sess := c.sess
+			reps := append([]Replica[lsn](nil), c.reps...)
+			view := View[lsn]{Replicas: reps, Primary: c.primary, PrimaryKnown: c.pKnown, Epoch: c.epoch}
+			in := Input[lsn]{Policy: &c.pol, Cap: c.cap, Session: &sess, View: &view, Now: c.now, Rand: c.rnd, Waited: c.waited}
+			var b Bucket
+			if c.emptyB {
+				if c.cap == nil || !b.take(c.cap, 0) || b.take(c.cap, 0) {
+					t.Fatal("test setup: bucket should hold exactly one token at t=0")
+				}
+			}
+			got := Decide(&in, &b)
+			if got != c.want {
+				t.Fatalf("Decide = %+v, want %+v", got, c.want)
+			}
+			if sess != c.sess {
+				t.Fatalf("Decide modified the session: %+v -> %+v", c.sess, sess)
+			}
+			for i := range reps {
+				if reps[i] != c.reps[i] {
+					t.Fatalf("Decide modified replica %d", i)
+				}
+			}
+		})
+	}
+}
+
+// TestFailoverTokenKinds pins the comparison the failover experiment reports:
+// after the primary dies with writes the promoted replica never got, a
+// scalar token is silently satisfied by the new timeline, a GTID-set token
+// (no epoch) waits and then times out, and an epoch token fails fast.
+func TestFailoverTokenKinds(t *testing.T) {
+	ms := time.Millisecond
+	// Scalar: old primary wrote up to 10, the session's write is 10; the
+	// promoted replica had 8 and has since written 9..12 on a new timeline.
+	{
+		sess := Session[lsn]{Token: 10, HasToken: true, Epoch: 1}
+		view := View[lsn]{Replicas: []Replica[lsn]{up(11)}, Primary: 12, PrimaryKnown: true, Epoch: 2}
+		pol := Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}
+		d := Decide(&Input[lsn]{Policy: &pol, Session: &sess, View: &view}, &Bucket{})
+		if d.Action != ActReplica {
+			t.Fatalf("scalar token after failover: %+v, want a (silently wrong) replica read", d)
+		}
+	}
+	// GTID-like set: old timeline bits 0..3 (session's write is bit 3),
+	// promoted replica had bits 0..2, new timeline bits 8.. .
+	const lost = bset(1 << 3)
+	newPrimary := bset(0b111 | 1<<8 | 1<<9)
+	pol := Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}
+	sess := Session[bset]{Token: lost, HasToken: true, Epoch: 1}
+	view := View[bset]{Replicas: []Replica[bset]{{Applied: newPrimary, Up: true}}, Primary: newPrimary, PrimaryKnown: true, Epoch: 2}
+	in := Input[bset]{Policy: &pol, Session: &sess, View: &view}
+	var b Bucket
+	if d := Decide(&in, &b); d.Action != ActWait || d.WaitFor != 400*ms {
+		t.Fatalf("gtid token, first call: %+v, want a 400ms wait", d)
+	}
+	in.Waited = 400 * ms
+	if d := Decide(&in, &b); d.Action != ActFail || d.Reason != ReasonTimedOut {
+		t.Fatalf("gtid token, budget spent: %+v, want timed out", d)
+	}
+	pol.CheckEpoch = true
+	in.Waited = 0
+	if d := Decide(&in, &b); d.Action != ActFail || d.Reason != ReasonWriteLost {
+		t.Fatalf("epoch token: %+v, want write lost at once", d)
+	}
+}
+
+func TestBucketRate(t *testing.T) {
+	c := &Cap{PerSecond: 10, Burst: 2, Behavior: CapFailFast}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var b Bucket
+	granted := 0
+	// 1000 attempts per second for 5 s: at most burst + 10/s * 5s.
+	for ms := 0; ms < 5000; ms++ {
+		if b.take(c, time.Duration(ms)*time.Millisecond) {
+			granted++
+		}
+	}
+	if granted > 2+50 || granted < 50 {
+		t.Fatalf("granted %d fallbacks in 5s at 10/s burst 2, want 50..52", granted)
+	}
+	// A clock that goes backwards must not mint tokens.
+	var b2 Bucket
+	b2.take(c, 10*time.Second)
+	b2.take(c, 10*time.Second)
+	if b2.take(c, 9*time.Second) {
+		t.Fatal("bucket refilled from a clock that went backwards")
+	}
+	// No cap.
+	var b3 Bucket
+	for range 100 {
+		if !b3.take(&Cap{}, 0) || !b3.take(nil, 0) {
+			t.Fatal("disabled cap refused a fallback")
+		}
+	}
+}
+
+func TestObserveAndRecordWrite(t *testing.T) {
+	var s Session[bset]
+	Observe(&s, 0b0011, 3)
+	if !s.HasSeen || s.Seen != 0b0011 || s.SeenEpoch != 3 {
+		t.Fatalf("first observe: %+v", s)
+	}
+	Observe(&s, 0b0100, 4)
+	if s.Seen != 0b0111 || s.SeenEpoch != 3 {
+		t.Fatalf("second observe must union and keep the oldest epoch: %+v", s)
+	}
+	RecordWrite(&s, 0b1000, 4, 7*time.Second)
+	RecordWrite(&s, 0b10000, 5, 8*time.Second)
+	if !s.HasToken || s.Token != 0b11000 || s.Epoch != 4 || s.LastWriteAt != 8*time.Second {
+		t.Fatalf("record write: %+v", s)
+	}
+	s.Reanchor(5)
+	if s.Epoch != 5 || s.SeenEpoch != 5 {
+		t.Fatalf("reanchor: %+v", s)
+	}
+	s.DropSeen()
+	if s.HasSeen || s.Seen != 0 || !s.HasToken {
+		t.Fatalf("drop seen: %+v", s)
+	}
+}
+
+func TestAffinity(t *testing.T) {
+	servers := make([]hashroute.Server, 5)
+	for i := range servers {
+		servers[i] = hashroute.Server{Name: string(rune('a' + i)), Weight: 1}
+	}
+	tab, err := hashroute.NewTable(servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps := []Replica[lsn]{up(0), up(0), up(0), up(0), up(0)}
+	view := View[lsn]{Replicas: reps, Hash: tab}
+	for key := uint64(0); key < 200; key++ {
+		sess := Session[lsn]{AffinityKey: key}
+		for _, mode := range hashroute.Modes() {
+			pol := Policy{Kind: PolicyAffinity, HashMode: mode}
+			view.Replicas = reps
+			d := Decide(&Input[lsn]{Policy: &pol, Session: &sess, View: &view}, &Bucket{})
+			wantI, wantWhy := tab.Select(key, mode, tab.AllUp(), make([]int, 5))
+			if d.Action != ActReplica || d.Replica != wantI || d.HashReason != wantWhy {
+				t.Fatalf("key %d mode %v: %+v, want replica %d (%v)", key, mode, d, wantI, wantWhy)
+			}
+		}
+		// First choice down: reselected per hashroute, back when it returns.
+		first := tab.First(key)
+		downReps := append([]Replica[lsn](nil), reps...)
+		downReps[first].Up = false
+		view.Replicas = downReps
+		pol := Policy{Kind: PolicyAffinity}
+		d := Decide(&Input[lsn]{Policy: &pol, Session: &sess, View: &view}, &Bucket{})
+		if d.Replica == first || d.HashReason != hashroute.Reselected {
+			t.Fatalf("key %d: first choice %d down, got %+v", key, first, d)
+		}
+	}
+	// Rebalance override sees InFlight.
+	loaded := []Replica[lsn]{up(0), up(0), up(0), up(0), up(0)}
+	key := uint64(12345)
+	first := tab.First(key)
+	loaded[first].InFlight = 100
+	view.Replicas = loaded
+	pol := Policy{Kind: PolicyAffinity, HashMode: hashroute.RebalanceOverride}
+	d := Decide(&Input[lsn]{Policy: &pol, Session: &Session[lsn]{AffinityKey: key}, View: &view}, &Bucket{})
+	if d.Replica == first || d.HashReason != hashroute.Rebalanced {
+		t.Fatalf("rebalance override ignored in-flight load: %+v", d)
+	}
+	// Nothing up.
+	view.Replicas = []Replica[lsn]{down(0), down(0), down(0), down(0), down(0)}
+	d = Decide(&Input[lsn]{Policy: &Policy{Kind: PolicyAffinity}, Session: &Session[lsn]{}, View: &view}, &Bucket{})
+	if d.Action != ActPrimary || d.Reason != ReasonNoReplicaUp {
+		t.Fatalf("affinity with nothing up: %+v", d)
+	}
+}
+
+// TestManyReplicas covers the >64-replica path of the qualifying pick.
+func TestManyReplicas(t *testing.T) {
+	reps := make([]Replica[lsn], 100)
+	for i := range reps {
+		reps[i] = up(0)
+	}
+	reps[10] = up(5)
+	reps[70] = up(5)
+	reps[99] = up(5)
+	view := View[lsn]{Replicas: reps}
+	pol := Policy{Kind: PolicyTokenRYW}
+	sess := Session[lsn]{Token: 5, HasToken: true}
+	got := map[int]bool{}
+	for r := uint64(0); r < 6; r++ {
+		d := Decide(&Input[lsn]{Policy: &pol, Session: &sess, View: &view, Rand: r}, &Bucket{})
+		got[d.Replica] = true
+	}
+	if len(got) != 3 || !got[10] || !got[70] || !got[99] {
+		t.Fatalf("picks %v, want exactly {10, 70, 99}", got)
+	}
+}
