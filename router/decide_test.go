@@ -25,9 +25,9 @@ func (a bset) Union(b bset) bset    { return a | b }
 
 var _ Position[bset] = bset(0)
 
-func up(p lsn) Replica[lsn]          { return Replica[lsn]{Applied: p, Up: true} }
+func up(p lsn) Replica[lsn]           { return Replica[lsn]{Applied: p, Up: true} }
 func upB(p lsn, b int64) Replica[lsn] { return Replica[lsn]{Applied: p, Up: true, Behind: b} }
-func down(p lsn) Replica[lsn]        { return Replica[lsn]{Applied: p} }
+func down(p lsn) Replica[lsn]         { return Replica[lsn]{Applied: p} }
 
 func TestDecideTable(t *testing.T) {
 	ms := time.Millisecond
@@ -151,7 +151,7 @@ func TestDecideTable(t *testing.T) {
 			reps: []Replica[lsn]{upB(1, 9)}, waited: 700 * ms,
 			want: Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1}},
 		{name: "cap/refilled", pol: Policy{Kind: PolicyTokenRYW}, cap: capFail, emptyB: true, sess: tok(5), reps: []Replica[lsn]{up(1)},
-			now: time.Second,
+			now:  time.Second,
 			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaQualifies, Replica: -1, Fallback: true}},
 		{name: "cap/primary-lacks-beats-cap", pol: Policy{Kind: PolicyTokenRYW}, cap: capStale, emptyB: true, sess: tok(5), reps: []Replica[lsn]{up(1)},
 			primary: 4, pKnown: true,
