@@ -1,0 +1,408 @@
+package binlogwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/causallab/causallab/gtid"
+)
+
+// Config configures one Watcher.
+type Config struct {
+	// Name labels the replica in snapshots, metrics and logs. Default: Host:Port.
+	Name string
+	// Host and Port address the replica's MySQL server. Host is required;
+	// Port defaults to 3306.
+	Host string
+	Port uint16
+	// User and Password authenticate; the account needs REPLICATION SLAVE
+	// (to stream the binlog) and may read @@gtid_executed. User is required.
+	User     string
+	Password string
+	// ServerID is the replication server id the watcher registers with. It
+	// must differ from every server id of the topology and of other
+	// watchers of the same server (MySQL drops a dump connection whose
+	// server id registers again). Default: random in [2^31, 2^32).
+	ServerID uint32
+	// HeartbeatPeriod asks the server for a heartbeat after this much idle
+	// time, so that an idle replica does not look dead. Default 1 s.
+	HeartbeatPeriod time.Duration
+	// ReadTimeout ends a stream that has been silent this long (no event,
+	// no heartbeat). Must exceed HeartbeatPeriod. Default 3 x HeartbeatPeriod.
+	ReadTimeout time.Duration
+	// ConnectTimeout bounds connecting and the snapshot query. Default 5 s.
+	ConnectTimeout time.Duration
+	// BackoffMin and BackoffMax bound the wait between reconnects, which
+	// doubles from BackoffMin up to BackoffMax (with jitter) while failures
+	// last. Defaults 50 ms and 2 s.
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+	// DownAfter turns Reconnecting into Down when reconnecting has failed
+	// for this long. Default 5 s.
+	DownAfter time.Duration
+	// Logger receives the watcher's logs (go-mysql's own logs are lowered to
+	// Debug). Default: slog.Default().
+	Logger *slog.Logger
+	// Metrics, if not nil, receives the watcher's counters.
+	Metrics *Metrics
+	// Dialer, if not nil, opens the TCP connections (tests put a fault
+	// proxy here). Default: net.Dialer.
+	Dialer client.Dialer
+}
+
+func (c *Config) validate() error {
+	if c.Host == "" {
+		return errors.New("binlogwatch: Config.Host is required")
+	}
+	if c.User == "" {
+		return errors.New("binlogwatch: Config.User is required")
+	}
+	if c.Port == 0 {
+		c.Port = 3306
+	}
+	if c.Name == "" {
+		c.Name = net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))
+	}
+	if c.ServerID == 0 {
+		c.ServerID = 1<<31 | rand.Uint32()>>1
+	}
+	if c.HeartbeatPeriod == 0 {
+		c.HeartbeatPeriod = time.Second
+	}
+	if c.HeartbeatPeriod < time.Millisecond {
+		return fmt.Errorf("binlogwatch: HeartbeatPeriod %v is below 1ms", c.HeartbeatPeriod)
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = 3 * c.HeartbeatPeriod
+	}
+	if c.ReadTimeout <= c.HeartbeatPeriod {
+		return fmt.Errorf("binlogwatch: ReadTimeout %v must exceed HeartbeatPeriod %v, or an idle replica reconnects forever", c.ReadTimeout, c.HeartbeatPeriod)
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 5 * time.Second
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = 50 * time.Millisecond
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 2 * time.Second
+	}
+	if c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin {
+		return fmt.Errorf("binlogwatch: backoff bounds [%v, %v] are not ordered", c.BackoffMin, c.BackoffMax)
+	}
+	if c.DownAfter == 0 {
+		c.DownAfter = 5 * time.Second
+	}
+	if c.DownAfter < 0 || c.ConnectTimeout < 0 {
+		return errors.New("binlogwatch: negative DownAfter or ConnectTimeout")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Dialer == nil {
+		d := &net.Dialer{}
+		c.Dialer = d.DialContext
+	}
+	return nil
+}
+
+// Watcher keeps one replica's executed GTID set live. Create it with New,
+// run it with Run; read it from any goroutine with Snapshot and WaitFor.
+type Watcher struct {
+	cfg     Config
+	log     *slog.Logger
+	met     *replicaMetrics
+	pub     *publisher
+	started atomic.Bool
+	closers sync.WaitGroup // background syncer closes
+}
+
+// New validates cfg and returns a watcher that has not started.
+func New(cfg Config) (*Watcher, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	w := &Watcher{
+		cfg: cfg,
+		log: cfg.Logger.With("replica", cfg.Name),
+		met: cfg.Metrics.forReplica(cfg.Name),
+	}
+	w.pub = newPublisher(&Snapshot{Replica: cfg.Name, Health: HealthStarting, Reason: "not started"})
+	return w, nil
+}
+
+// Name returns the replica's name.
+func (w *Watcher) Name() string { return w.cfg.Name }
+
+// Snapshot returns the current published state. It never blocks.
+func (w *Watcher) Snapshot() *Snapshot { return w.pub.load() }
+
+// WaitFor blocks until the replica is known to contain want, ctx ends (the
+// error wraps ctx.Err()) or the watcher stops (ErrStopped).
+func (w *Watcher) WaitFor(ctx context.Context, want gtid.Set) error { return w.pub.waitFor(ctx, want) }
+
+// Resync reasons (the resyncs_total label).
+const (
+	resyncUUIDChanged = "server_uuid_changed"
+	resyncSetShrunk   = "executed_set_shrunk"
+	resyncUnavailable = "binlog_unavailable"
+)
+
+// runState is owned by Run's goroutine.
+type runState struct {
+	tr           *tracker
+	serverUUID   string
+	health       Health
+	reason       string
+	lastEvent    time.Time
+	failingSince time.Time
+	prevStats    trackerStats
+	resyncNext   string // a resync reason to count at the next snapshot
+}
+
+// Run streams until ctx ends, reconnecting as needed, and returns nil after
+// publishing a final Stopped snapshot. It may be called once.
+func (w *Watcher) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("binlogwatch: Run called twice")
+	}
+	st := &runState{tr: newTracker(gtid.Set{}), health: HealthStarting}
+	backoff := w.cfg.BackoffMin
+	for {
+		streamed, err := w.session(ctx, st)
+		if ctx.Err() != nil {
+			break
+		}
+		now := time.Now()
+		if streamed || st.failingSince.IsZero() {
+			st.failingSince = now
+		}
+		if streamed {
+			backoff = w.cfg.BackoffMin
+		}
+		var me *mysql.MyError
+		if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+			st.resyncNext = resyncUnavailable
+		}
+		health := HealthReconnecting
+		if now.Sub(st.failingSince) >= w.cfg.DownAfter {
+			health = HealthDown
+		}
+		if w.met != nil {
+			w.met.reconnects.Inc()
+		}
+		w.log.Debug("binlogwatch: stream ended, reconnecting", "err", err, "backoff", backoff, "health", health)
+		w.setHealth(st, health, err.Error())
+		wait := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, w.cfg.BackoffMax)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	w.closers.Wait()
+	st.health, st.reason = HealthDown, "stopped"
+	w.publishStopped(st)
+	return nil
+}
+
+func (w *Watcher) setHealth(st *runState, h Health, reason string) {
+	if st.health == h && st.reason == reason {
+		return
+	}
+	st.health, st.reason = h, reason
+	if w.met != nil {
+		w.met.health.Set(float64(h))
+	}
+	w.publish(st, time.Time{})
+}
+
+func (w *Watcher) publish(st *runState, commitTime time.Time) {
+	now := time.Now()
+	w.pub.publish(&Snapshot{
+		Replica:    w.cfg.Name,
+		ServerUUID: st.serverUUID,
+		Executed:   st.tr.set.Clone(),
+		Health:     st.health,
+		Reason:     st.reason,
+		LastEvent:  st.lastEvent,
+		Published:  now,
+	})
+	if w.met != nil && !commitTime.IsZero() {
+		w.met.notifyDelay.Observe(now.Sub(commitTime).Seconds())
+	}
+}
+
+func (w *Watcher) publishStopped(st *runState) {
+	if w.met != nil {
+		w.met.health.Set(float64(HealthDown))
+	}
+	w.pub.publish(&Snapshot{
+		Replica: w.cfg.Name, ServerUUID: st.serverUUID, Executed: st.tr.set.Clone(),
+		Health: HealthDown, Reason: "stopped", LastEvent: st.lastEvent, Published: time.Now(), Stopped: true,
+	})
+}
+
+func (w *Watcher) addr() string { return net.JoinHostPort(w.cfg.Host, strconv.Itoa(int(w.cfg.Port))) }
+
+// readExecuted reads @@server_uuid and @@gtid_executed.
+func (w *Watcher) readExecuted(ctx context.Context) (string, gtid.Set, error) {
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
+	defer cancel()
+	conn, err := client.ConnectWithDialer(cctx, "tcp", w.addr(), w.cfg.User, w.cfg.Password, "", w.cfg.Dialer,
+		func(c *client.Conn) error {
+			c.ReadTimeout = w.cfg.ConnectTimeout
+			c.WriteTimeout = w.cfg.ConnectTimeout
+			return nil
+		})
+	if err != nil {
+		return "", gtid.Set{}, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close()
+	r, err := conn.Execute("SELECT @@server_uuid, @@gtid_executed")
+	if err != nil {
+		return "", gtid.Set{}, fmt.Errorf("read @@gtid_executed: %w", err)
+	}
+	defer r.Close()
+	uuid, err := r.GetString(0, 0)
+	if err != nil {
+		return "", gtid.Set{}, fmt.Errorf("read @@server_uuid: %w", err)
+	}
+	text, err := r.GetString(0, 1)
+	if err != nil {
+		return "", gtid.Set{}, fmt.Errorf("read @@gtid_executed: %w", err)
+	}
+	set, err := gtid.Parse(text)
+	if err != nil {
+		return "", gtid.Set{}, fmt.Errorf("parse @@gtid_executed: %w", err)
+	}
+	return strings.Clone(uuid), set, nil
+}
+
+// adopt takes a fresh snapshot of the replica as the executed set. It is
+// always a valid lower bound (it was read from the replica). When it is not
+// a superset of what was published, or the server changed, the published set
+// goes down: that is a counted resync.
+func (w *Watcher) adopt(st *runState, uuid string, fresh gtid.Set) {
+	reason := st.resyncNext
+	st.resyncNext = ""
+	switch {
+	case st.serverUUID != "" && uuid != st.serverUUID:
+		reason = resyncUUIDChanged
+	case !fresh.Contains(st.tr.set):
+		reason = resyncSetShrunk
+	}
+	if reason != "" {
+		if w.met != nil {
+			w.met.resyncs.WithLabelValues(w.cfg.Name, reason).Inc()
+		}
+		w.log.Info("binlogwatch: fresh snapshot of the replica", "reason", reason, "server_uuid", uuid)
+	}
+	st.serverUUID = uuid
+	st.tr.reset(fresh)
+}
+
+// session takes a snapshot and streams until an error. streamed reports
+// whether at least one event arrived (the backoff then restarts).
+func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err error) {
+	uuid, fresh, err := w.readExecuted(ctx)
+	if err != nil {
+		return false, err
+	}
+	w.adopt(st, uuid, fresh)
+	st.health, st.reason = HealthCatchingUp, "opening the binlog stream"
+	if w.met != nil {
+		w.met.health.Set(float64(st.health))
+	}
+	w.publish(st, time.Time{})
+
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID:            w.cfg.ServerID,
+		Flavor:              mysql.MySQLFlavor,
+		Host:                w.cfg.Host,
+		Port:                w.cfg.Port,
+		User:                w.cfg.User,
+		Password:            w.cfg.Password,
+		HeartbeatPeriod:     w.cfg.HeartbeatPeriod,
+		ReadTimeout:         w.cfg.ReadTimeout,
+		DisableRetrySync:    true, // we reconnect ourselves, from a fresh snapshot
+		DiscardGTIDSet:      true, // its per-event set is not a commit marker
+		Logger:              slog.New(debugHandler{w.log.Handler()}),
+		Dialer:              w.cfg.Dialer,
+		RowsEventDecodeFunc: skipRows,
+		EventCacheCount:     4096,
+	})
+	defer func() {
+		// Close kills the dump connection through a new connection, which
+		// can take its own connect timeout when the server is unreachable:
+		// do not hold the stream loop for it.
+		w.closers.Add(1)
+		go func() { defer w.closers.Done(); syncer.Close() }()
+	}()
+	streamer, err := syncer.StartSyncGTID(fresh.ToGoMySQL())
+	if err != nil {
+		return false, fmt.Errorf("start binlog stream: %w", err)
+	}
+	for {
+		ev, err := streamer.GetEvent(ctx)
+		if err != nil {
+			return streamed, fmt.Errorf("binlog stream: %w", err)
+		}
+		streamed = true
+		st.lastEvent = time.Now()
+		r := st.tr.apply(ev)
+		if w.met != nil {
+			w.met.syncStats(&st.prevStats, st.tr.stats)
+			w.met.lastEvent.Set(float64(st.lastEvent.UnixNano()) / 1e9)
+		}
+		_, heartbeat := ev.Event.(*replication.HeartbeatEvent)
+		switch {
+		case st.health != HealthStreaming:
+			st.health, st.reason = HealthStreaming, ""
+			if w.met != nil {
+				w.met.health.Set(float64(st.health))
+			}
+			w.publish(st, r.commitTime)
+		case r.added > 0 || heartbeat:
+			w.publish(st, r.commitTime)
+		}
+	}
+}
+
+// skipRows leaves row images undecoded: the watcher needs only GTIDs and
+// commit points.
+func skipRows(*replication.RowsEvent, []byte) error { return nil }
+
+// debugHandler lowers every record of go-mysql's logger to Debug: the
+// watcher reports stream errors itself, through health and metrics.
+type debugHandler struct{ h slog.Handler }
+
+func (d debugHandler) Enabled(ctx context.Context, _ slog.Level) bool {
+	return d.h.Enabled(ctx, slog.LevelDebug)
+}
+func (d debugHandler) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = slog.LevelDebug
+	return d.h.Handle(ctx, r)
+}
+func (d debugHandler) WithAttrs(as []slog.Attr) slog.Handler { return debugHandler{d.h.WithAttrs(as)} }
+func (d debugHandler) WithGroup(g string) slog.Handler       { return debugHandler{d.h.WithGroup(g)} }
+
+var _ slog.Handler = debugHandler{}
