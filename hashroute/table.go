@@ -498,3 +498,19 @@ func ParseServers(s string) ([]Server, error) {
 	}
 	return out, nil
 }
+
+// MarshalText encodes the mode as its name (for JSON and YAML configs).
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText decodes a mode name as ParseMode does.
+func (m *Mode) UnmarshalText(b []byte) error {
+	v, err := ParseMode(string(b))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+// MarshalText encodes the reason as its name.
+func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }

@@ -55,7 +55,8 @@ what does each routing rule cost the primary and the reader?`,
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
 	root.AddCommand(
-	// One constructor per area; keep this list sorted.
+		// One constructor per area; keep this list sorted.
+		newHashCmd(),
 	)
 	return root
 }
