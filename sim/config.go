@@ -1,0 +1,270 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/causallab/causallab/router"
+)
+
+// World names a replication world of the specification.
+type World string
+
+const (
+	// WorldInstant: replication takes zero time (the control).
+	WorldInstant World = "instant"
+	// WorldIdentical: equal, healthy replicas.
+	WorldIdentical World = "identical"
+	// WorldStraggler: one replica is slower and stalls now and then.
+	WorldStraggler World = "straggler"
+	// WorldStragglerHeavy: straggler plus heavy records that every replica
+	// replays for seconds (the default).
+	WorldStragglerHeavy World = "straggler+heavy"
+)
+
+// Worlds lists every world in the order tables print them.
+var Worlds = []World{WorldInstant, WorldIdentical, WorldStraggler, WorldStragglerHeavy}
+
+// ParseWorld checks a world name.
+func ParseWorld(s string) (World, error) {
+	for _, w := range Worlds {
+		if string(w) == s {
+			return w, nil
+		}
+	}
+	return "", fmt.Errorf("sim: unknown world %q (want one of instant, identical, straggler, straggler+heavy)", s)
+}
+
+// ReplicaModel holds the calibrated replica parameters of a world. They are
+// inputs chosen so the achieved lag lands near the specification's targets
+// (docs/sim.md shows the calibration); violation rates and primary shares are
+// never fitted.
+type ReplicaModel struct {
+	// ShipDelay is the mean time from commit on the primary to the record
+	// reaching a replica's relay log.
+	ShipDelay time.Duration
+	// ShipJitter is the half-width of the uniform jitter around ShipDelay
+	// (arrivals stay in log order).
+	ShipJitter time.Duration
+	// ApplyCost is a healthy replica's serial apply time per ordinary record.
+	ApplyCost time.Duration
+	// Straggler is true when replica 0 is the straggler.
+	Straggler bool
+	// SlowFactor multiplies the straggler's apply costs.
+	SlowFactor float64
+	// StallEvery is the mean time between the straggler's stalls (Poisson).
+	StallEvery time.Duration
+	// StallMean is the mean stall length (uniform in [0.5, 1.5]×StallMean).
+	StallMean time.Duration
+	// HeavyProb is the probability that a write is a heavy record; the draw is
+	// part of the workload and is used only in worlds with heavy records.
+	HeavyProb float64
+	// HeavyCost is a heavy record's replay time on every healthy replica.
+	HeavyCost time.Duration
+}
+
+// Model returns the calibrated replica model of world w.
+func (w World) Model() ReplicaModel {
+	healthy := ReplicaModel{
+		ShipDelay:  10 * time.Millisecond,
+		ShipJitter: 3 * time.Millisecond,
+		ApplyCost:  150 * time.Microsecond,
+	}
+	switch w {
+	case WorldInstant:
+		return ReplicaModel{}
+	case WorldIdentical:
+		return healthy
+	case WorldStraggler:
+		m := healthy
+		m.Straggler = true
+		m.SlowFactor = 2.5
+		m.StallEvery = 600 * time.Millisecond
+		m.StallMean = 400 * time.Millisecond
+		return m
+	default:
+		m := WorldStraggler.Model()
+		m.HeavyProb = 0.00005
+		m.HeavyCost = 3 * time.Second
+		return m
+	}
+}
+
+// Fault is an outage of one replica: it is down for the router (not
+// selectable) and its applier is paused from From to To.
+type Fault struct {
+	// Replica is the index of the replica that goes down.
+	Replica int
+	// From is when it goes down, since trial start.
+	From time.Duration
+	// To is when it comes back.
+	To time.Duration
+}
+
+// Drift is outside load on one replica (another client's reads), seen by the
+// router as in-flight reads: the load balancer's target weights drift.
+type Drift struct {
+	// Replica carries the outside load.
+	Replica int
+	// InFlight is the number of outside reads in flight on it.
+	InFlight int
+	// From, To bound the drift in trial time.
+	From, To time.Duration
+}
+
+// Config is one simulation run's setup. Zero fields take defaults in validate.
+type Config struct {
+	// Seed selects every random draw; trial i uses streams derived from
+	// (Seed, i). Default 1.
+	Seed uint64
+	// Trials is the number of independent trials. Default 16.
+	Trials int
+	// Replicas is the fleet size. Default 5.
+	Replicas int
+	// WritesPerSec is the offered write rate (Poisson). Default 600.
+	WritesPerSec float64
+	// Sessions is the number of sessions writes are spread over. Default 10000.
+	Sessions int
+	// Duration is how long writes are offered per trial; the reads that follow
+	// are completed and counted. Default 16s.
+	Duration time.Duration
+	// ReadsPerWrite is the number of sequential reads after each write.
+	// Default 3.
+	ReadsPerWrite int
+	// GapMin and GapMax bound the log-uniform think time before each read.
+	// Defaults 15ms and 4s.
+	GapMin, GapMax time.Duration
+	// RTT is the client-to-node round trip. Default 4ms.
+	RTT time.Duration
+	// ReadService is a read's service time on any node. Default 1ms.
+	ReadService time.Duration
+	// PrimaryCapacity is the primary FIFO's rate in ops/s. Default 4000.
+	PrimaryCapacity float64
+	// Contention puts primary-bound reads in the write FIFO.
+	Contention bool
+	// World is the replication world. Default straggler+heavy.
+	World World
+	// Model overrides World.Model() when non-nil.
+	Model *ReplicaModel
+	// Poll is the router view's polling period; 0 is a perfect, instant view.
+	Poll time.Duration
+	// Cap is the primary fallback cap (PerSecond 0: no cap).
+	Cap router.Cap
+	// Faults are replica outages.
+	Faults []Fault
+	// Drifts are outside-load periods.
+	Drifts []Drift
+}
+
+// validate fills defaults and rejects nonsense.
+func (c *Config) validate() error {
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Trials == 0 {
+		c.Trials = 16
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 5
+	}
+	if c.WritesPerSec == 0 {
+		c.WritesPerSec = 600
+	}
+	if c.Sessions == 0 {
+		c.Sessions = 10000
+	}
+	if c.Duration == 0 {
+		c.Duration = 16 * time.Second
+	}
+	if c.ReadsPerWrite == 0 {
+		c.ReadsPerWrite = 3
+	}
+	if c.GapMin == 0 {
+		c.GapMin = 15 * time.Millisecond
+	}
+	if c.GapMax == 0 {
+		c.GapMax = 4 * time.Second
+	}
+	if c.RTT == 0 {
+		c.RTT = 4 * time.Millisecond
+	}
+	if c.ReadService == 0 {
+		c.ReadService = time.Millisecond
+	}
+	if c.PrimaryCapacity == 0 {
+		c.PrimaryCapacity = 4000
+	}
+	if c.World == "" {
+		c.World = WorldStragglerHeavy
+	}
+	var errs []error
+	if c.Trials < 0 || c.Trials > 100000 {
+		errs = append(errs, fmt.Errorf("trials %d: want 1..100000", c.Trials))
+	}
+	if c.Replicas < 1 || c.Replicas > 64 {
+		errs = append(errs, fmt.Errorf("replicas %d: want 1..64", c.Replicas))
+	}
+	if c.WritesPerSec < 0 || c.WritesPerSec > 100000 {
+		errs = append(errs, fmt.Errorf("writes-per-sec %g: want 0..100000", c.WritesPerSec))
+	}
+	if c.Sessions < 1 || c.Sessions > 1<<24 {
+		errs = append(errs, fmt.Errorf("sessions %d: want 1..16777216", c.Sessions))
+	}
+	if c.Duration < time.Millisecond || c.Duration > time.Hour {
+		errs = append(errs, fmt.Errorf("duration %v: want 1ms..1h", c.Duration))
+	}
+	if c.ReadsPerWrite < 0 || c.ReadsPerWrite > 100 {
+		errs = append(errs, fmt.Errorf("reads-per-write %d: want 0..100", c.ReadsPerWrite))
+	}
+	if c.GapMin <= 0 || c.GapMax < c.GapMin {
+		errs = append(errs, fmt.Errorf("gaps [%v, %v]: want 0 < min <= max", c.GapMin, c.GapMax))
+	}
+	if c.RTT < 0 || c.ReadService < 0 {
+		errs = append(errs, errors.New("rtt and read service must not be negative"))
+	}
+	if c.PrimaryCapacity < 0 {
+		errs = append(errs, fmt.Errorf("primary capacity %g: must be positive", c.PrimaryCapacity))
+	}
+	if _, err := ParseWorld(string(c.World)); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Poll < 0 {
+		errs = append(errs, fmt.Errorf("poll %v: must not be negative", c.Poll))
+	}
+	for _, f := range c.Faults {
+		if f.Replica < 0 || f.Replica >= c.Replicas || f.To < f.From || f.From < 0 {
+			errs = append(errs, fmt.Errorf("fault %+v: replica out of range or empty interval", f))
+		}
+	}
+	for _, d := range c.Drifts {
+		if d.Replica < 0 || d.Replica >= c.Replicas || d.To < d.From || d.InFlight < 0 {
+			errs = append(errs, fmt.Errorf("drift %+v: replica out of range or bad interval", d))
+		}
+	}
+	if c.Model != nil {
+		m := c.Model
+		if m.ShipDelay < 0 || m.ShipJitter < 0 || m.ShipJitter > m.ShipDelay || m.ApplyCost < 0 ||
+			m.HeavyProb < 0 || m.HeavyProb > 1 || m.HeavyCost < 0 || (m.Straggler && m.SlowFactor <= 0) {
+			errs = append(errs, fmt.Errorf("replica model %+v: negative or inconsistent", *m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) model() ReplicaModel {
+	if c.Model != nil {
+		return *c.Model
+	}
+	return c.World.Model()
+}
+
+// RouterSpec names one routing rule to run.
+type RouterSpec struct {
+	// Name labels the rule in tables.
+	Name string
+	// Policy is handed to router.Decide unchanged.
+	Policy router.Policy
+}
+
+func dur(d time.Duration) usec { return usec(d / time.Microsecond) }

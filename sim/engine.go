@@ -1,0 +1,516 @@
+package sim
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/router"
+)
+
+// interval is a half-open time span [from, to).
+type interval struct{ from, to usec }
+
+// sessState is the simulator's side of a session: where it is in its queue of
+// reads and the read in flight (a session has at most one).
+type sessState struct {
+	head      int32  // write whose reads are being issued; -1: none left
+	k         int32  // reads of head already completed
+	busy      bool   // a read is scheduled or in flight
+	node      int32  // serving node of the read in flight; -1 is the primary
+	issue     usec   // when the read in flight was issued
+	waitStart usec   // when it started waiting (if waited)
+	doneAt    usec   // primary FIFO completion (contention posture)
+	token     LogPos // the session's last acknowledged write at issue time
+	shown     LogPos // highest position any read has shown the session (truth)
+	failed    bool   // the read in flight was failed by the router
+	waited    bool   // the read in flight waited at least once
+}
+
+// engine runs trials. It is owned by one goroutine and reused across trials:
+// every array is sized once and reset, so the event loop never allocates.
+type engine struct {
+	cfg   *Config
+	model ReplicaModel
+	wl    *workload
+	pol   router.Policy
+	table *hashroute.Table // affinity hashing over the configured replicas
+
+	h   eventHeap
+	rr  *rand.Rand // router draws
+	wr  *rand.Rand // world draws (ship jitter, stalls)
+	pcr *rand.PCG
+	pcw *rand.PCG
+
+	nw, nr int
+	rtt2   usec // half an RTT
+	svcR   usec // read service time
+	svcP   usec // primary FIFO service time (1/capacity)
+
+	commit  []usec
+	ends    []usec // ends[r*nw+w]: when replica r applied write w
+	shipArr []usec
+	lastEnd []usec
+	cur     []int // true applied cursor per replica
+	pollCur []int // polled-view cursor per replica
+	stalls  [][]interval
+	sp      []int
+	down    [][]interval
+	inMove  []int // reads in flight per replica
+	freeAt  usec  // primary FIFO
+	primCur int
+
+	sess []router.Session[LogPos]
+	ss   []sessState
+	keys []uint64 // affinity keys per session (computed once per engine)
+
+	view   router.View[LogPos]
+	in     router.Input[LogPos]
+	bucket router.Bucket
+
+	m     *trialMetrics
+	trace *Trace
+}
+
+func newEngine() *engine {
+	e := &engine{pcr: rand.NewPCG(0, 0), pcw: rand.NewPCG(0, 0)}
+	e.rr, e.wr = rand.New(e.pcr), rand.New(e.pcw)
+	return e
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// reset prepares a run of spec on workload wl (trial trial of cfg).
+func (e *engine) reset(cfg *Config, wl *workload, spec *RouterSpec, trial int, m *trialMetrics) {
+	e.cfg, e.wl, e.pol, e.m = cfg, wl, spec.Policy, m
+	e.model = cfg.model()
+	e.h.reset()
+	e.pcr.Seed(cfg.Seed, uint64(trial)<<8|streamRouter)
+	e.pcw.Seed(cfg.Seed, uint64(trial)<<8|streamWorld)
+	e.nw, e.nr = wl.writes(), cfg.Replicas
+	e.rtt2 = dur(cfg.RTT) / 2
+	e.svcR = dur(cfg.ReadService)
+	e.svcP = usec(math.Round(1e6 / cfg.PrimaryCapacity))
+
+	e.commit = grow(e.commit, e.nw)
+	for i := range e.commit {
+		e.commit[i] = math.MaxInt64
+	}
+	e.ends = grow(e.ends, e.nw*e.nr)
+	for i := range e.ends {
+		e.ends[i] = math.MaxInt64
+	}
+	e.shipArr, e.lastEnd = grow(e.shipArr, e.nr), grow(e.lastEnd, e.nr)
+	e.cur, e.pollCur, e.sp, e.inMove = grow(e.cur, e.nr), grow(e.pollCur, e.nr), grow(e.sp, e.nr), grow(e.inMove, e.nr)
+	clear(e.shipArr)
+	clear(e.lastEnd)
+	clear(e.cur)
+	clear(e.pollCur)
+	clear(e.sp)
+	clear(e.inMove)
+	e.freeAt, e.primCur = 0, 0
+	e.drawStalls(cfg)
+
+	ns := cfg.Sessions
+	e.sess, e.ss = grow(e.sess, ns), grow(e.ss, ns)
+	if len(e.keys) != ns {
+		e.keys = make([]uint64, ns)
+		for i := range e.keys {
+			e.keys[i] = affinityKey(i)
+		}
+	}
+	for i := range ns {
+		e.sess[i] = router.Session[LogPos]{AffinityKey: e.keys[i]}
+		e.ss[i] = sessState{head: wl.first[i], node: -1}
+	}
+	e.view.Replicas = grow(e.view.Replicas, e.nr)
+	if e.table == nil || e.table.Len() != e.nr {
+		e.table = newHashTable(e.nr)
+	}
+	e.view.Hash = e.table
+	e.view.Epoch = 0
+	e.bucket = router.Bucket{}
+	e.in = router.Input[LogPos]{Policy: &e.pol, Cap: &e.cfg.Cap, View: &e.view}
+	m.reset(cfg, e.nr)
+}
+
+// drawStalls draws the straggler's stall schedule from the world stream and
+// adds the configured outages; per replica the intervals are sorted and merged.
+func (e *engine) drawStalls(cfg *Config) {
+	if len(e.stalls) < e.nr {
+		e.stalls = make([][]interval, e.nr)
+		e.down = make([][]interval, e.nr)
+	}
+	for r := range e.nr {
+		e.stalls[r] = e.stalls[r][:0]
+		e.down[r] = e.down[r][:0]
+	}
+	m := e.model
+	if m.Straggler && e.nr > 0 && m.StallEvery > 0 {
+		horizon := dur(cfg.Duration) + 120*usPerSec
+		t := 0.0
+		for {
+			t += e.wr.ExpFloat64() * float64(dur(m.StallEvery))
+			if usec(t) > horizon {
+				break
+			}
+			d := (0.5 + e.wr.Float64()) * float64(dur(m.StallMean))
+			e.stalls[0] = append(e.stalls[0], interval{usec(t), usec(t + d)})
+			t += d
+		}
+	}
+	for _, f := range cfg.Faults {
+		iv := interval{dur(f.From), dur(f.To)}
+		e.stalls[f.Replica] = append(e.stalls[f.Replica], iv)
+		e.down[f.Replica] = append(e.down[f.Replica], iv)
+	}
+	for r := range e.nr {
+		s := e.stalls[r]
+		slices.SortFunc(s, func(a, b interval) int { return int(a.from - b.from) })
+		out := s[:0]
+		for _, iv := range s {
+			if n := len(out); n > 0 && iv.from <= out[n-1].to {
+				out[n-1].to = max(out[n-1].to, iv.to)
+				continue
+			}
+			out = append(out, iv)
+		}
+		e.stalls[r] = out
+	}
+}
+
+// run executes one trial under one router until every read has completed.
+func (e *engine) run(ctx context.Context) error {
+	for i := range e.nw {
+		e.h.push(e.wl.send[i]+e.rtt2, evWriteArrive, int32(i))
+	}
+	n := 0
+	for e.h.len() > 0 {
+		ev := e.h.pop()
+		switch ev.kind {
+		case evWriteArrive:
+			e.writeArrive(ev.t, ev.id)
+		case evWriteAck:
+			e.writeAck(ev.t, ev.id)
+		case evReadIssue:
+			e.ss[ev.id].waited = false
+			e.route(ev.t, ev.id, 0)
+		case evWaitWake:
+			e.route(ev.t, ev.id, ev.t-e.ss[ev.id].waitStart)
+		case evReadReach:
+			e.readReach(ev.t, ev.id)
+		case evReadDone:
+			e.readDone(ev.t, ev.id)
+		}
+		n++
+		if n&0xffff == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	e.m.events += int64(n)
+	return nil
+}
+
+func (e *engine) writeArrive(t usec, w int32) {
+	c := max(t, e.freeAt) + e.svcP
+	e.freeAt = c
+	e.commit[w] = c
+	m := &e.model
+	jit := float64(dur(m.ShipJitter))
+	for r := range e.nr {
+		ship := dur(m.ShipDelay)
+		if jit > 0 {
+			ship += usec((e.wr.Float64()*2 - 1) * jit)
+		}
+		arr := max(e.shipArr[r], c+ship)
+		e.shipArr[r] = arr
+		cost := float64(dur(m.ApplyCost))
+		if m.Straggler && r == 0 {
+			cost *= m.SlowFactor
+		}
+		if e.wl.heavy[w] && m.HeavyProb > 0 {
+			// A heavy record costs the same everywhere: the straggler's
+			// trouble is its ordinary apply rate and its stalls.
+			cost = float64(dur(m.HeavyCost))
+		}
+		end := e.apply(r, max(arr, e.lastEnd[r]), usec(cost))
+		e.lastEnd[r] = end
+		e.ends[r*e.nw+int(w)] = end
+		e.m.lag.add(end - c)
+		if e.trace != nil {
+			e.trace.lag(c, r, end-c)
+		}
+	}
+	e.h.push(c+e.rtt2, evWriteAck, w)
+}
+
+// apply returns when replica r finishes a record it may start at start and
+// that takes cost, pausing through the replica's stalls.
+func (e *engine) apply(r int, start, cost usec) usec {
+	st := e.stalls[r]
+	i := e.sp[r]
+	for i < len(st) && st[i].to <= start {
+		i++
+	}
+	e.sp[r] = i
+	t := start
+	for {
+		if i < len(st) && st[i].from <= t {
+			t = max(t, st[i].to)
+			i++
+			continue
+		}
+		if i >= len(st) || t+cost <= st[i].from {
+			return t + cost
+		}
+		cost -= st[i].from - t
+		t = st[i].to
+		i++
+	}
+}
+
+func (e *engine) writeAck(t usec, w int32) {
+	e.m.writeLat.add(t - e.wl.send[w])
+	s := e.wl.session[w]
+	ses := &e.sess[s]
+	router.RecordWrite(ses, LogPos(w+1), e.view.Epoch, time.Duration(t)*time.Microsecond)
+	st := &e.ss[s]
+	if !st.busy && st.head == w && st.k == 0 && e.wl.rpw > 0 {
+		st.busy = true
+		e.h.push(t+e.wl.gaps[int(w)*e.wl.rpw], evReadIssue, s)
+	}
+}
+
+// primaryPos is the primary's committed position at t (t never decreases).
+func (e *engine) primaryPos(t usec) LogPos {
+	for e.primCur < e.nw && e.commit[e.primCur] <= t {
+		e.primCur++
+	}
+	return LogPos(e.primCur)
+}
+
+// applied is replica r's true applied position at t (t never decreases).
+func (e *engine) applied(r int, t usec) LogPos {
+	c := e.cur[r]
+	row := e.ends[r*e.nw : (r+1)*e.nw]
+	for c < e.nw && row[c] <= t {
+		c++
+	}
+	e.cur[r] = c
+	return LogPos(c)
+}
+
+// polled is replica r's position as of the last poll at or before t.
+func (e *engine) polled(r int, t usec) LogPos {
+	p := dur(e.cfg.Poll)
+	pt := t / p * p
+	c := e.pollCur[r]
+	row := e.ends[r*e.nw : (r+1)*e.nw]
+	for c < e.nw && row[c] <= pt {
+		c++
+	}
+	e.pollCur[r] = c
+	return LogPos(c)
+}
+
+func (e *engine) isUp(r int, t usec) bool {
+	for _, iv := range e.down[r] {
+		if t >= iv.from && t < iv.to {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *engine) fillView(t usec) {
+	prim := e.primaryPos(t)
+	for r := range e.nr {
+		var a LogPos
+		if e.cfg.Poll > 0 {
+			a = e.polled(r, t)
+		} else {
+			a = e.applied(r, t)
+		}
+		inf := e.inMove[r]
+		for _, d := range e.cfg.Drifts {
+			if d.Replica == r && t >= dur(d.From) && t < dur(d.To) {
+				inf += d.InFlight
+			}
+		}
+		e.view.Replicas[r] = router.Replica[LogPos]{Applied: a, Up: e.isUp(r, t), Behind: int64(prim - a), InFlight: inf}
+	}
+	e.view.Primary, e.view.PrimaryKnown = prim, true
+}
+
+// route asks the decision core where session s's read goes and carries the
+// decision out.
+func (e *engine) route(t usec, s int32, waited usec) {
+	st := &e.ss[s]
+	ses := &e.sess[s]
+	if waited == 0 && !st.waited {
+		st.issue = t
+		st.token = ses.Token
+	}
+	e.fillView(t)
+	e.in.Session = ses
+	e.in.Now = time.Duration(t) * time.Microsecond
+	e.in.Rand = e.rr.Uint64()
+	e.in.Waited = time.Duration(waited) * time.Microsecond
+	d := router.Decide(&e.in, &e.bucket)
+	if d.Reanchor {
+		ses.Reanchor(e.view.Epoch)
+	}
+	m := e.m
+	m.reasons[d.Reason]++
+	switch d.Action {
+	case router.ActReplica, router.ActStale:
+		if d.Action == router.ActStale {
+			m.staleServed++
+		}
+		st.node = int32(d.Replica)
+		e.inMove[d.Replica]++
+		e.h.push(t+e.rtt2, evReadReach, s)
+	case router.ActPrimary:
+		st.node = -1
+		if d.Fallback {
+			m.fallbacks++
+		}
+		if d.Reason == router.ReasonWaitBudgetSpent {
+			m.timeouts++
+		}
+		e.h.push(t+e.rtt2, evReadReach, s)
+	case router.ActWait:
+		if !st.waited {
+			st.waited = true
+			st.waitStart = t
+			m.waited++
+		}
+		wake := t + dur(d.WaitFor)
+		if q := e.qualifyTime(d.Replica, ses); q < wake {
+			wake = q
+		}
+		if wake <= t {
+			wake = t + 1
+		}
+		e.h.push(wake, evWaitWake, s)
+	case router.ActFail:
+		m.failed++
+		if d.Reason == router.ReasonTimedOut {
+			m.timeouts++
+		}
+		st.failed = true
+		st.node = -1
+		e.h.push(t, evReadDone, s)
+	}
+}
+
+// qualifyTime is when the router's view will first show replica r holding
+// what session ses needs (its token and, if any, its watermark).
+func (e *engine) qualifyTime(r int, ses *router.Session[LogPos]) usec {
+	need := ses.Token
+	if ses.HasSeen {
+		need = need.Union(ses.Seen)
+	}
+	if need == 0 {
+		return 0
+	}
+	tq := e.ends[r*e.nw+int(need)-1]
+	if tq == math.MaxInt64 {
+		return tq
+	}
+	if p := dur(e.cfg.Poll); p > 0 {
+		tq = (tq + p - 1) / p * p
+	}
+	return tq
+}
+
+func (e *engine) readReach(t usec, s int32) {
+	st := &e.ss[s]
+	m := e.m
+	var obs LogPos
+	done := t + e.svcR
+	if st.node >= 0 {
+		obs = e.applied(int(st.node), t)
+	} else {
+		obs = e.primaryPos(t)
+		m.primary++
+		if e.cfg.Contention {
+			done = max(t, e.freeAt) + e.svcP
+			e.freeAt = done
+		}
+	}
+	m.served++
+	if obs < st.token {
+		m.ryw++
+	}
+	if obs < st.shown {
+		m.mr++
+	}
+	st.shown = max(st.shown, obs)
+	// The router raises the session's watermark to an upper bound of what
+	// the read saw: the node's exact position with a perfect view, the
+	// primary's position with a polled one (it never learns more).
+	ses := &e.sess[s]
+	seen := obs
+	if e.cfg.Poll > 0 {
+		seen = e.primaryPos(t)
+	}
+	router.Observe(ses, seen, e.view.Epoch)
+	m.bin(t, st.node < 0)
+	if e.trace != nil {
+		e.trace.read(t, st.node, obs, st.token)
+	}
+	e.h.push(done+e.rtt2, evReadDone, s)
+}
+
+func (e *engine) readDone(t usec, s int32) {
+	st := &e.ss[s]
+	if st.node >= 0 {
+		e.inMove[st.node]--
+	}
+	if !st.failed {
+		e.m.readLat.add(t - st.issue)
+	}
+	e.m.reads++
+	st.failed, st.waited, st.node = false, false, -1
+	rpw := int32(e.wl.rpw)
+	st.k++
+	if st.k < rpw {
+		e.h.push(t+e.wl.gaps[int(st.head)*int(rpw)+int(st.k)], evReadIssue, s)
+		return
+	}
+	st.k = 0
+	st.head = e.wl.next[st.head]
+	if st.head >= 0 && e.commit[st.head] != math.MaxInt64 && e.commit[st.head]+e.rtt2 <= t {
+		e.h.push(t+e.wl.gaps[int(st.head)*int(rpw)], evReadIssue, s)
+		return
+	}
+	st.busy = false
+}
+
+// newHashTable is the affinity router's table over n equally weighted
+// replicas named r0..r(n-1), in configured order.
+func newHashTable(n int) *hashroute.Table {
+	srv := make([]hashroute.Server, n)
+	for i := range srv {
+		srv[i] = hashroute.Server{Name: "r" + strconv.Itoa(i), Weight: 1}
+	}
+	t, err := hashroute.NewTable(srv)
+	if err != nil {
+		// n is validated to 1..64 by Config.validate, which hashroute accepts.
+		panic("sim: hashroute table: " + err.Error())
+	}
+	return t
+}
+
+// affinityKey is session i's consistent_read_id hash.
+func affinityKey(i int) uint64 { return hashroute.Hash("session-" + strconv.Itoa(i)) }

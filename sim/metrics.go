@@ -1,0 +1,106 @@
+package sim
+
+import "github.com/causallab/causallab/router"
+
+const binWidth = 100 * usPerMs
+
+// trialMetrics are one router's counts in one trial. Arrays are fixed or
+// reused, so counting never allocates.
+type trialMetrics struct {
+	reads       int64 // reads completed (served or failed): fixed by the seed
+	served      int64 // reads that reached a node
+	ryw         int64 // served reads that missed the session's last acked write
+	mr          int64 // served reads below the session's highest shown position
+	primary     int64 // served by the primary
+	fallbacks   int64 // primary reads for freshness (Decision.Fallback)
+	waited      int64 // reads that waited at least once
+	timeouts    int64 // waits that spent their budget, or reads failed as timed out
+	failed      int64 // reads the router failed (ActFail)
+	staleServed int64 // reads served labelled stale (cap behaviour)
+	events      int64
+	reasons     [16]int64
+
+	readLat, writeLat, lag hist
+
+	binEnd   usec    // bins cover [0, binEnd): the offered period
+	binReads []int32 // reads reaching a node per 100 ms bin
+	binPrim  []int32 // of which on the primary
+}
+
+func (m *trialMetrics) reset(cfg *Config, _ int) {
+	binReads, binPrim := m.binReads, m.binPrim
+	*m = trialMetrics{}
+	m.readLat.reset()
+	m.binEnd = dur(cfg.Duration)
+	nb := int((m.binEnd + binWidth - 1) / binWidth)
+	m.binReads, m.binPrim = grow(binReads, nb), grow(binPrim, nb)
+	clear(m.binReads)
+	clear(m.binPrim)
+}
+
+func (m *trialMetrics) bin(t usec, primary bool) {
+	if t >= m.binEnd {
+		return
+	}
+	b := t / binWidth
+	m.binReads[b]++
+	if primary {
+		m.binPrim[b]++
+	}
+}
+
+// Result is one router's outcome in one trial: the numbers tables average.
+type Result struct {
+	Reads, Served, RYW, MR, Primary, Fallbacks, Waited, Timeouts, Failed, Stale int64
+	// Events is the number of simulator events processed.
+	Events int64
+	// Percentages of reads.
+	RYWPct, MRPct, PrimaryPct float64
+	// WorstBinPct is the highest share of reads on the primary in any 100 ms
+	// bin of the offered period.
+	WorstBinPct float64
+	// PeakPrimaryPerSec is the highest primary read rate over 1 s windows
+	// (ten consecutive 100 ms bins) of the offered period.
+	PeakPrimaryPerSec float64
+	// Latencies in milliseconds.
+	ReadMean, ReadP50, ReadP99, WriteMean, WriteP99, LagMean, LagP99 float64
+	// Reasons counts router decisions by router.Reason.
+	Reasons [16]int64
+}
+
+func pct(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+func (m *trialMetrics) result() Result {
+	r := Result{
+		Reads: m.reads, Served: m.served, RYW: m.ryw, MR: m.mr, Primary: m.primary,
+		Fallbacks: m.fallbacks, Waited: m.waited, Timeouts: m.timeouts, Failed: m.failed,
+		Stale: m.staleServed, Events: m.events, Reasons: m.reasons,
+		RYWPct: pct(m.ryw, m.reads), MRPct: pct(m.mr, m.reads), PrimaryPct: pct(m.primary, m.reads),
+		ReadMean: m.readLat.mean() / 1000, ReadP50: m.readLat.quantile(0.5) / 1000, ReadP99: m.readLat.quantile(0.99) / 1000,
+		WriteMean: m.writeLat.mean() / 1000, WriteP99: m.writeLat.quantile(0.99) / 1000,
+		LagMean: m.lag.mean() / 1000, LagP99: m.lag.quantile(0.99) / 1000,
+	}
+	for b := range m.binReads {
+		if m.binReads[b] > 0 {
+			r.WorstBinPct = max(r.WorstBinPct, pct(int64(m.binPrim[b]), int64(m.binReads[b])))
+		}
+	}
+	const win = int(usPerSec / binWidth)
+	var sum int64
+	for b := range m.binPrim {
+		sum += int64(m.binPrim[b])
+		if b >= win {
+			sum -= int64(m.binPrim[b-win])
+		}
+		r.PeakPrimaryPerSec = max(r.PeakPrimaryPerSec, float64(sum))
+	}
+	return r
+}
+
+// ReasonCount returns how many decisions gave reason.
+func (r *Result) ReasonCount(reason router.Reason) int64 { return r.Reasons[reason] }
