@@ -327,4 +327,3 @@ func FuzzParseLSNToken(f *testing.F) {
 		}
 	})
 }
-

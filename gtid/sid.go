@@ -67,6 +67,62 @@ func (s SID) appendText(dst []byte) []byte {
 	return dst
 }
 
+// hexVal maps a byte to its hex digit value, or 0xff if it is not one.
+const hexVal = "" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\xff\xff\xff\xff\xff\xff" +
+	"\xff\x0a\x0b\x0c\x0d\x0e\x0f\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\x0a\x0b\x0c\x0d\x0e\x0f\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff" +
+	"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"
+
+// parseDashedFast decodes a well-formed lower- or upper-case 8-4-4-4-12 UUID
+// at s[i:i+36]; ok is false for anything else (the slow path then names the
+// error).
+func parseDashedFast(s string, i int) (sid SID, ok bool) {
+	if i+36 > len(s) {
+		return SID{}, false
+	}
+	u := s[i : i+36]
+	if u[8] != '-' || u[13] != '-' || u[18] != '-' || u[23] != '-' {
+		return SID{}, false
+	}
+	var h [32]byte
+	h[0], h[1] = hexVal[u[0]], hexVal[u[1]]
+	h[2], h[3] = hexVal[u[2]], hexVal[u[3]]
+	h[4], h[5] = hexVal[u[4]], hexVal[u[5]]
+	h[6], h[7] = hexVal[u[6]], hexVal[u[7]]
+	h[8], h[9] = hexVal[u[9]], hexVal[u[10]]
+	h[10], h[11] = hexVal[u[11]], hexVal[u[12]]
+	h[12], h[13] = hexVal[u[14]], hexVal[u[15]]
+	h[14], h[15] = hexVal[u[16]], hexVal[u[17]]
+	h[16], h[17] = hexVal[u[19]], hexVal[u[20]]
+	h[18], h[19] = hexVal[u[21]], hexVal[u[22]]
+	h[20], h[21] = hexVal[u[24]], hexVal[u[25]]
+	h[22], h[23] = hexVal[u[26]], hexVal[u[27]]
+	h[24], h[25] = hexVal[u[28]], hexVal[u[29]]
+	h[26], h[27] = hexVal[u[30]], hexVal[u[31]]
+	h[28], h[29] = hexVal[u[32]], hexVal[u[33]]
+	h[30], h[31] = hexVal[u[34]], hexVal[u[35]]
+	bad := byte(0)
+	for k := range sid {
+		hi, lo := h[2*k], h[2*k+1]
+		bad |= hi | lo
+		sid[k] = hi<<4 | lo
+	}
+	return sid, bad&0xf0 == 0
+}
+
 func unhex(c byte) (byte, bool) {
 	switch {
 	case c >= '0' && c <= '9':
@@ -81,6 +137,9 @@ func unhex(c byte) (byte, bool) {
 
 // parseSIDAt parses a UUID starting at s[i] and returns the index after it.
 func parseSIDAt(s string, i int) (SID, int, error) {
+	if sid, ok := parseDashedFast(s, i); ok {
+		return sid, i + 36, nil
+	}
 	var sid SID
 	start := i
 	brace := i < len(s) && s[i] == '{'
