@@ -1,0 +1,310 @@
+package binlogwatch
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/gtid"
+)
+
+// TestStreamDDLAndRotation: writes, DDL and binlog rotation on the replica.
+func TestStreamDDLAndRotation(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica1")
+	w, met := startWatcher(t, n, nil)
+	chk := checkSubset(t, w, n)
+	wr := startWriter(t, "rot")
+	pdb := openDB(t, shared.Primary())
+	rdb := openDB(t, n)
+	for i := range 3 {
+		mustExec(t, pdb, "CREATE TABLE IF NOT EXISTS bw.ddl"+string(rune('a'+i))+" (a INT)",
+			"ALTER TABLE bw.ddl"+string(rune('a'+i))+" ADD COLUMN b INT", "DROP TABLE bw.ddl"+string(rune('a'+i)))
+		mustExec(t, rdb, "FLUSH BINARY LOGS")
+		time.Sleep(100 * time.Millisecond)
+	}
+	wr.halt()
+	converge(t, w, n, 10*time.Second)
+	chk.finish(t)
+	if wr.n == 0 {
+		t.Fatal("writer wrote nothing")
+	}
+	if got := testutil.ToFloat64(met.transactions.WithLabelValues(n.Name)); got < float64(wr.n) {
+		t.Errorf("transactions_total %v < %d rows written", got, wr.n)
+	}
+	if s := w.Snapshot(); s.Health != HealthStreaming {
+		t.Errorf("health %s (%s)", s.Health, s.Reason)
+	}
+}
+
+// TestCompressedTransactions: binlog_transaction_compression=ON on the
+// primary and the replica's applier, so the replica logs payload events.
+func TestCompressedTransactions(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica1")
+	pdb := openDB(t, shared.Primary())
+	rdb := openDB(t, n)
+	mustExec(t, pdb, "SET GLOBAL binlog_transaction_compression=ON")
+	mustExec(t, rdb, "STOP REPLICA SQL_THREAD", "SET GLOBAL binlog_transaction_compression=ON", "START REPLICA SQL_THREAD")
+	t.Cleanup(func() {
+		_, _ = pdb.Exec("SET GLOBAL binlog_transaction_compression=OFF")
+		_, _ = rdb.Exec("STOP REPLICA SQL_THREAD")
+		_, _ = rdb.Exec("SET GLOBAL binlog_transaction_compression=OFF")
+		_, _ = rdb.Exec("START REPLICA SQL_THREAD")
+	})
+	w, _ := startWatcher(t, n, nil)
+	chk := checkSubset(t, w, n)
+	mustExec(t, rdb, "FLUSH BINARY LOGS") // a file that holds only compressed transactions
+	wr := startWriter(t, "zstd")
+	time.Sleep(1500 * time.Millisecond)
+	wr.halt()
+	converge(t, w, n, 10*time.Second)
+	chk.finish(t)
+	// The scenario really happened: the replica's binlog holds payload events.
+	var file string
+	var pos, bdo, bio, egs any
+	if err := rdb.QueryRow("SHOW BINARY LOG STATUS").Scan(&file, &pos, &bdo, &bio, &egs); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := rdb.Query("SHOW BINLOG EVENTS IN '" + file + "'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	payloads := 0
+	for rows.Next() {
+		var logName, evType, info string
+		var p, sid, end any
+		if err := rows.Scan(&logName, &p, &evType, &sid, &end, &info); err != nil {
+			t.Fatal(err)
+		}
+		if evType == "Transaction_payload" {
+			payloads++
+		}
+	}
+	if payloads == 0 {
+		t.Fatal("the replica logged no Transaction_payload event: compression did not take effect")
+	}
+	t.Logf("%d compressed transactions in %s", payloads, file)
+}
+
+// TestTaggedGTIDs: transactions with a GTID tag (MySQL 8.3+).
+func TestTaggedGTIDs(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica1")
+	w, _ := startWatcher(t, n, nil)
+	chk := checkSubset(t, w, n)
+	ctx := testCtx(t, time.Minute)
+	pdb := openDB(t, shared.Primary())
+	conn, err := pdb.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, s := range []string{
+		"CREATE DATABASE IF NOT EXISTS bw", "CREATE TABLE IF NOT EXISTS bw.tagged (a INT)",
+		"SET gtid_next='AUTOMATIC:bw_tag'", "INSERT INTO bw.tagged VALUES (1)", "INSERT INTO bw.tagged VALUES (2)",
+		"SET gtid_next='AUTOMATIC'",
+	} {
+		if _, err := conn.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	converge(t, w, n, 10*time.Second)
+	chk.finish(t)
+	if s := w.Snapshot().Executed.String(); !strings.Contains(s, ":bw_tag:") {
+		t.Fatalf("published set has no bw_tag GTIDs: %s", s)
+	}
+}
+
+// TestIdleLongerThanReadTimeout: heartbeats keep an idle stream alive.
+func TestIdleLongerThanReadTimeout(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica1")
+	w, met := startWatcher(t, n, func(c *Config) { c.HeartbeatPeriod = 100 * time.Millisecond; c.ReadTimeout = 400 * time.Millisecond })
+	waitHealth(t, w, HealthStreaming, 10*time.Second)
+	before := w.Snapshot().LastEvent
+	time.Sleep(2 * time.Second) // 5 read timeouts without a transaction
+	if got := testutil.ToFloat64(met.reconnects.WithLabelValues(n.Name)); got != 0 {
+		t.Fatalf("%v reconnects on an idle replica", got)
+	}
+	s := w.Snapshot()
+	if s.Health != HealthStreaming || !s.LastEvent.After(before) {
+		t.Fatalf("health %s, last event %v (before idle %v)", s.Health, s.LastEvent, before)
+	}
+}
+
+// TestPartitionAndHeal: the watcher's link to the replica drops packets for
+// longer than the read timeout.
+func TestPartitionAndHeal(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica1")
+	fd := newFaultDialer()
+	w, met := startWatcher(t, n, func(c *Config) { c.Dialer = fd.dial; c.ConnectTimeout = time.Second })
+	chk := checkSubset(t, w, n)
+	waitHealth(t, w, HealthStreaming, 10*time.Second)
+	wr := startWriter(t, "part")
+	time.Sleep(300 * time.Millisecond)
+	fd.partition()
+	waitHealth(t, w, HealthDown, 10*time.Second)
+	frozen := w.Snapshot().Executed
+	time.Sleep(500 * time.Millisecond)
+	if !w.Snapshot().Executed.Equal(frozen) {
+		t.Fatal("published set moved during the partition")
+	}
+	fd.heal()
+	waitHealth(t, w, HealthStreaming, 15*time.Second)
+	wr.halt()
+	converge(t, w, n, 10*time.Second)
+	chk.finish(t)
+	if got := testutil.ToFloat64(met.reconnects.WithLabelValues(n.Name)); got < 1 {
+		t.Fatalf("reconnects_total %v after a partition", got)
+	}
+}
+
+// TestReplicaRestart, TestReplicaKill, TestReplicaPause: process faults on
+// replica2.
+func TestReplicaRestart(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica2")
+	w, met := startWatcher(t, n, nil)
+	chk := checkSubset(t, w, n)
+	waitHealth(t, w, HealthStreaming, 10*time.Second)
+	wr := startWriter(t, "restart")
+	time.Sleep(300 * time.Millisecond)
+	if err := shared.Restart(testCtx(t, 2*time.Minute), n.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(t, w, HealthStreaming, 20*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	wr.halt()
+	converge(t, w, n, 20*time.Second)
+	chk.finish(t)
+	if got := testutil.ToFloat64(met.reconnects.WithLabelValues(n.Name)); got < 1 {
+		t.Fatalf("reconnects_total %v after a restart", got)
+	}
+}
+
+func TestReplicaKill(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica2")
+	w, _ := startWatcher(t, n, nil)
+	chk := checkSubset(t, w, n)
+	waitHealth(t, w, HealthStreaming, 10*time.Second)
+	wr := startWriter(t, "kill")
+	time.Sleep(300 * time.Millisecond)
+	ctx := testCtx(t, 2*time.Minute)
+	if err := shared.Kill(ctx, n.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(t, w, HealthDown, 10*time.Second)
+	if s := w.Snapshot(); s.Reason == "" {
+		t.Fatal("down without a reason")
+	}
+	if err := shared.Restart(ctx, n.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(t, w, HealthStreaming, 20*time.Second)
+	wr.halt()
+	converge(t, w, n, 20*time.Second)
+	chk.finish(t)
+}
+
+func TestReplicaPause(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica2")
+	w, _ := startWatcher(t, n, func(c *Config) { c.ConnectTimeout = time.Second })
+	chk := checkSubset(t, w, n)
+	waitHealth(t, w, HealthStreaming, 10*time.Second)
+	wr := startWriter(t, "pause")
+	ctx := testCtx(t, 2*time.Minute)
+	if err := shared.Pause(ctx, n.Name); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			_ = shared.Resume(context.Background(), n.Name)
+		}
+	})
+	waitHealth(t, w, HealthDown, 15*time.Second)
+	if err := shared.Resume(ctx, n.Name); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	waitHealth(t, w, HealthStreaming, 20*time.Second)
+	wr.halt()
+	converge(t, w, n, 20*time.Second)
+	chk.finish(t)
+}
+
+// TestPurgePastPosition: while the watcher is cut off, the replica rotates
+// and purges the binlogs holding the transactions the watcher lacks. The
+// watcher resumes from a fresh snapshot; a stream from its old set is
+// refused with error 1236, which the watcher classifies as a resync.
+func TestPurgePastPosition(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica2")
+	fd := newFaultDialer()
+	w, met := startWatcher(t, n, func(c *Config) { c.Dialer = fd.dial; c.ConnectTimeout = time.Second })
+	chk := checkSubset(t, w, n)
+	waitHealth(t, w, HealthStreaming, 10*time.Second)
+	old := w.Snapshot().Executed
+	fd.partition()
+	waitHealth(t, w, HealthReconnecting, 10*time.Second)
+	wr := startWriter(t, "purge")
+	time.Sleep(500 * time.Millisecond)
+	wr.halt()
+	if err := shared.WaitReplicated(testCtx(t, time.Minute), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rdb := openDB(t, n)
+	mustExec(t, rdb, "FLUSH BINARY LOGS")
+	var file string
+	var pos, bdo, bio, egs any
+	if err := rdb.QueryRow("SHOW BINARY LOG STATUS").Scan(&file, &pos, &bdo, &bio, &egs); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, rdb, "PURGE BINARY LOGS TO '"+file+"'")
+
+	// A stream from the old set is now impossible: error 1236.
+	err := streamFrom(t, n.Host, uint16(n.Port), n.User, n.Password, old)
+	var me *mysql.MyError
+	if !errors.As(err, &me) || me.Code != mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+		t.Fatalf("stream from the pre-purge set: %v, want error 1236", err)
+	}
+
+	fd.heal()
+	waitHealth(t, w, HealthStreaming, 20*time.Second)
+	converge(t, w, n, 20*time.Second)
+	chk.finish(t)
+	_ = met
+}
+
+// streamFrom opens a raw stream from set and returns its first error.
+func streamFrom(t *testing.T, host string, port uint16, user, pw string, set gtid.Set) error {
+	t.Helper()
+	s := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID: 1<<31 + 77, Flavor: mysql.MySQLFlavor, Host: host, Port: port, User: user, Password: pw,
+		DisableRetrySync: true, DiscardGTIDSet: true, RowsEventDecodeFunc: skipRows,
+	})
+	defer s.Close()
+	st, err := s.StartSyncGTID(set.ToGoMySQL())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		if _, err := st.GetEvent(ctx); err != nil {
+			return err
+		}
+	}
+}
