@@ -56,6 +56,7 @@ what does each routing rule cost the primary and the reader?`,
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
 	root.AddCommand(
 		// One constructor per area; keep this list sorted.
+		newGTIDCmd(),
 		newHashCmd(),
 	)
 	return root
