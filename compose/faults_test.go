@@ -1,0 +1,337 @@
+package compose_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/compose/composetest"
+)
+
+// writeMarker inserts a row with a fresh id into faults.t on the primary and
+// returns the id.
+func writeMarker(t *testing.T, ctx context.Context, topo *compose.Topology) int64 {
+	t.Helper()
+	db := open(t, topo.Primary())
+	mustExec(t, ctx, db, "CREATE DATABASE IF NOT EXISTS faults")
+	mustExec(t, ctx, db, "CREATE TABLE IF NOT EXISTS faults.t (id BIGINT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(64))")
+	res, err := db.ExecContext(ctx, "INSERT INTO faults.t (note) VALUES (?)", t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := res.LastInsertId()
+	return id
+}
+
+func hasMarker(t *testing.T, ctx context.Context, n compose.Node, id int64) bool {
+	t.Helper()
+	db := open(t, n)
+	var c int64
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM faults.t WHERE id=?", id).Scan(&c)
+	if err != nil && (strings.Contains(err.Error(), "doesn't exist") || strings.Contains(err.Error(), "Unknown database")) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", n.Name, err)
+	}
+	return c == 1
+}
+
+// eventually polls cond every 50 ms until it holds or 20 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func status(t *testing.T, ctx context.Context, topo *compose.Topology, name string) compose.NodeStatus {
+	t.Helper()
+	st, err := topo.NodeStatus(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestStopStartApplier(t *testing.T) {
+	composetest.Need(t, shared)
+	ctx := testCtx(t)
+	r1, _ := shared.Node("replica1")
+	if err := shared.StopApplier(ctx, "replica1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shared.StartApplier(context.Background(), "replica1") })
+	id := writeMarker(t, ctx, shared)
+	gtid := queryStr(t, ctx, open(t, shared.Primary()), "SELECT @@gtid_executed")
+	// The IO thread still receives: the write reaches the relay log but is
+	// not applied.
+	eventually(t, "replica1 to retrieve the write", func() bool {
+		st := status(t, ctx, shared, "replica1")
+		return queryInt(t, ctx, open(t, r1), "SELECT GTID_SUBSET(?, ?)", gtid, st.RetrievedGTIDs+","+st.GTIDExecuted) == 1
+	})
+	if hasMarker(t, ctx, r1, id) {
+		t.Fatal("replica1 applied a write with its applier stopped")
+	}
+	st := status(t, ctx, shared, "replica1")
+	if st.SQLRunning != "No" || st.IORunning != "Yes" || st.Health != compose.HealthStopped {
+		t.Fatalf("status with applier stopped: %+v", st)
+	}
+	if err := shared.StartApplier(ctx, "replica1"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "replica1 to apply", func() bool { return hasMarker(t, ctx, r1, id) })
+	if err := shared.StopApplier(ctx, "primary"); !errors.Is(err, compose.ErrWrongRole) {
+		t.Fatalf("StopApplier(primary) = %v, want ErrWrongRole", err)
+	}
+	if err := shared.StopApplier(ctx, "nosuch"); !errors.Is(err, compose.ErrUnknownNode) {
+		t.Fatalf("StopApplier(nosuch) = %v, want ErrUnknownNode", err)
+	}
+}
+
+func TestSetApplyDelay(t *testing.T) {
+	composetest.Need(t, shared)
+	ctx := testCtx(t)
+	r2, _ := shared.Node("replica2")
+	if err := shared.SetApplyDelay(ctx, "replica2", 1500*time.Millisecond); err == nil {
+		t.Fatal("fractional delay accepted")
+	}
+	if err := shared.SetApplyDelay(ctx, "replica2", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shared.SetApplyDelay(context.Background(), "replica2", 0) })
+	st := status(t, ctx, shared, "replica2")
+	if st.SourceDelay != 2 || st.SQLRunning != "Yes" {
+		t.Fatalf("status after SetApplyDelay: %+v", st)
+	}
+	id := writeMarker(t, ctx, shared)
+	r1, _ := shared.Node("replica1")
+	eventually(t, "replica1 (no delay) to apply", func() bool { return hasMarker(t, ctx, r1, id) })
+	if hasMarker(t, ctx, r2, id) {
+		t.Fatal("replica2 applied a write before its 2 s delay")
+	}
+	eventually(t, "replica2 to apply after its delay", func() bool { return hasMarker(t, ctx, r2, id) })
+	if err := shared.SetApplyDelay(ctx, "replica2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(t, ctx, shared, "replica2"); st.SourceDelay != 0 {
+		t.Fatalf("delay not removed: %+v", st)
+	}
+}
+
+func TestPartitionHeal(t *testing.T) {
+	composetest.Need(t, shared)
+	ctx := testCtx(t)
+	before := shared.Stats().WeakPartitions
+	mode, err := shared.Partition(ctx, "replica1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := shared.Node("replica1")
+	switch mode {
+	case compose.PartitionIOThread:
+		if got := shared.Stats().WeakPartitions; got != before+1 {
+			t.Fatalf("WeakPartitions %d, want %d", got, before+1)
+		}
+		st := status(t, ctx, shared, "replica1")
+		if st.IORunning != "No" || st.Health != compose.HealthStopped {
+			t.Fatalf("status of partitioned replica1: %+v", st)
+		}
+		id := writeMarker(t, ctx, shared)
+		r2, _ := shared.Node("replica2")
+		eventually(t, "replica2 to apply", func() bool { return hasMarker(t, ctx, r2, id) })
+		if hasMarker(t, ctx, r1, id) {
+			t.Fatal("partitioned replica1 received a write")
+		}
+		if err := shared.Heal(ctx, "replica1"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "replica1 to catch up after heal", func() bool { return hasMarker(t, ctx, r1, id) })
+	case compose.PartitionNetwork:
+		if st := status(t, ctx, shared, "replica1"); st.Health != compose.HealthUnreachable {
+			t.Fatalf("status of partitioned replica1: %+v", st)
+		}
+		id := writeMarker(t, ctx, shared)
+		if err := shared.Heal(ctx, "replica1"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "replica1 to catch up after heal", func() bool { return hasMarker(t, ctx, r1, id) })
+	default:
+		t.Fatalf("mode %q", mode)
+	}
+}
+
+func TestHeavyTransaction(t *testing.T) {
+	composetest.Need(t, shared)
+	ctx := testCtx(t)
+	if _, err := shared.HeavyTransaction(ctx, 0); err == nil {
+		t.Fatal("0 rows accepted")
+	}
+	res, err := shared.HeavyTransaction(ctx, 20000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 20000 || res.GTIDs == "" {
+		t.Fatalf("result %+v", res)
+	}
+	pdb := open(t, shared.Primary())
+	// One transaction: exactly one GTID.
+	if n := queryInt(t, ctx, pdb, "SELECT LENGTH(?) - LENGTH(REPLACE(?, '-', ''))", res.GTIDs, res.GTIDs); n != 4 {
+		t.Fatalf("heavy transaction made GTIDs %q, want one", res.GTIDs)
+	}
+	total := queryInt(t, ctx, pdb, "SELECT COUNT(*) FROM "+compose.HeavyTable)
+	for _, r := range shared.Replicas() {
+		db := open(t, r)
+		if queryInt(t, ctx, db, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, 30)", res.GTIDs) != 0 {
+			t.Fatalf("%s did not apply %s", r.Name, res.GTIDs)
+		}
+		if got := queryInt(t, ctx, db, "SELECT COUNT(*) FROM "+compose.HeavyTable); got != total {
+			t.Fatalf("%s has %d rows, primary %d", r.Name, got, total)
+		}
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	composetest.Need(t, shared)
+	if shared.Backend() == compose.BackendExternal {
+		t.Skip("external")
+	}
+	ctx := testCtx(t)
+	if err := shared.Pause(ctx, "replica2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shared.Resume(context.Background(), "replica2") })
+	st := status(t, ctx, shared, "replica2")
+	if st.Health != compose.HealthUnreachable {
+		t.Fatalf("paused replica2: %+v", st)
+	}
+	if err := shared.Resume(ctx, "replica2"); err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := shared.Node("replica2")
+	id := writeMarker(t, ctx, shared)
+	eventually(t, "resumed replica2 to apply", func() bool { return hasMarker(t, ctx, r2, id) })
+}
+
+func TestKillRestart(t *testing.T) {
+	composetest.Need(t, shared)
+	ctx := testCtx(t)
+	r1, _ := shared.Node("replica1")
+	id := writeMarker(t, ctx, shared)
+	eventually(t, "replica1 to apply", func() bool { return hasMarker(t, ctx, r1, id) })
+	if err := shared.Kill(ctx, "replica1"); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(t, ctx, shared, "replica1"); st.Health != compose.HealthUnreachable {
+		t.Fatalf("killed replica1: %+v", st)
+	}
+	if err := shared.Kill(ctx, "replica1"); err != nil {
+		t.Fatalf("second Kill is not a no-op: %v", err)
+	}
+	if err := shared.Pause(ctx, "replica1"); !errors.Is(err, compose.ErrNodeDown) {
+		t.Fatalf("Pause of dead node = %v, want ErrNodeDown", err)
+	}
+	id2 := writeMarker(t, ctx, shared)
+	if err := shared.Restart(ctx, "replica1"); err != nil {
+		t.Fatal(err)
+	}
+	if !hasMarker(t, ctx, r1, id) {
+		t.Fatal("restart lost data")
+	}
+	eventually(t, "restarted replica1 to catch up", func() bool { return hasMarker(t, ctx, r1, id2) })
+	// Seconds_Behind_Source can read 1 for a moment after catching up.
+	eventually(t, "restarted replica1 to be healthy", func() bool {
+		return status(t, ctx, shared, "replica1").Health == compose.HealthOK
+	})
+	if st := status(t, ctx, shared, "replica1"); !st.ReadOnly {
+		t.Fatalf("restarted replica1 is writable: %+v", st)
+	}
+	// Restart of a running primary: clean shutdown, replicas reconnect.
+	if err := shared.Restart(ctx, "primary"); err != nil {
+		t.Fatal(err)
+	}
+	id3 := writeMarker(t, ctx, shared)
+	for _, r := range shared.Replicas() {
+		eventually(t, r.Name+" to reconnect after primary restart", func() bool { return hasMarker(t, ctx, r, id3) })
+	}
+}
+
+func TestFailover(t *testing.T) {
+	topo := composetest.Start(t, compose.Config{Replicas: 2})
+	ctx := testCtx(t)
+	first := writeMarker(t, ctx, topo)
+	if err := topo.WaitReplicated(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Stop every replica's IO thread, write once more: that write exists
+	// only on the primary, so promoting replica1 loses it and replica2
+	// stays consistent with replica1.
+	for _, r := range topo.Replicas() {
+		mustExec(t, ctx, open(t, r), "STOP REPLICA IO_THREAD")
+	}
+	lost := writeMarker(t, ctx, topo)
+	pdb := open(t, topo.Primary())
+	r1, _ := topo.Node("replica1")
+	want := queryStr(t, ctx, pdb, "SELECT GTID_SUBTRACT(@@gtid_executed, ?)", queryStr(t, ctx, open(t, r1), "SELECT @@gtid_executed"))
+	if want == "" {
+		t.Fatal("setup: replica1 lacks nothing")
+	}
+	res, err := topo.Failover(ctx, "replica1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Epoch != 1 || topo.Epoch() != 1 || res.OldPrimary != "primary" || res.NewPrimary != "replica1" || !res.OldPrimaryReachable {
+		t.Fatalf("result %+v", res)
+	}
+	if res.LostGTIDs != want {
+		t.Fatalf("lost %q, want %q", res.LostGTIDs, want)
+	}
+	if p := topo.Primary(); p.Name != "replica1" || p.Role != compose.RolePrimary {
+		t.Fatalf("primary after failover: %+v", p)
+	}
+	if reps := topo.Replicas(); len(reps) != 1 || reps[0].Name != "replica2" {
+		t.Fatalf("replicas after failover: %+v", reps)
+	}
+	if old, _ := topo.Node("primary"); old.Role != compose.RoleRetired {
+		t.Fatalf("old primary role %s", old.Role)
+	}
+	if _, err := pdb.ExecContext(ctx, "INSERT INTO faults.t (note) VALUES ('fenced?')"); err == nil {
+		t.Fatal("old primary still accepts writes")
+	}
+	if !hasMarker(t, ctx, r1, first) || hasMarker(t, ctx, r1, lost) {
+		t.Fatal("new primary's data is not what it had replicated")
+	}
+	// The new primary takes writes and replica2 follows it.
+	after := writeMarker(t, ctx, topo)
+	r2, _ := topo.Node("replica2")
+	eventually(t, "replica2 to follow the new primary", func() bool { return hasMarker(t, ctx, r2, after) })
+	if st := status(t, ctx, topo, "replica2"); st.Source != r1.Addr() || st.Health != compose.HealthOK {
+		t.Fatalf("replica2 after failover: %+v", st)
+	}
+
+	// Second failover with the current primary dead: the loss is computed
+	// from the survivors, which is said and counted.
+	if err := topo.Kill(ctx, "replica1"); err != nil {
+		t.Fatal(err)
+	}
+	res2, err := topo.Failover(ctx, "replica2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.Epoch != 2 || res2.OldPrimaryReachable || topo.Stats().FailoverUnreachableOldPrimary != 1 {
+		t.Fatalf("second failover %+v, stats %+v", res2, topo.Stats())
+	}
+	if _, err := topo.Failover(ctx, "replica2"); !errors.Is(err, compose.ErrWrongRole) {
+		t.Fatalf("failover to the primary = %v, want ErrWrongRole", err)
+	}
+	if id := writeMarker(t, ctx, topo); !hasMarker(t, ctx, r2, id) {
+		t.Fatal("replica2 as primary lost a write")
+	}
+}
