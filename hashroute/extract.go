@@ -117,23 +117,33 @@ func (e *ExtractError) Error() string {
 // literals follow MySQL's default sql_mode (backslash escapes and doubled
 // quotes). The key anywhere else (a column name, say) is ignored.
 //
-// Extract does not allocate. Its cost is a vectorised substring search over
-// the statement plus a byte scan of the statement up to the last occurrence
-// of the key, so a statement without the key costs one search.
+// Extract does not allocate. It lexes the statement only up to the last
+// occurrence of the key that follows a "/*"; vectorised searches for "/*"
+// and for the key skip the rest. A statement without "/*" costs one
+// byte search; with the comment at the front, the comment's length plus one
+// byte search over the rest.
 func Extract(stmt string) Extraction {
 	res := Extraction{Status: NoID, Offset: -1}
-	next := strings.Index(stmt, Key)
-	if next < 0 {
-		return res
-	}
-	pos := 0
+	// next is the next occurrence of the key at or after pos that follows a
+	// "/*" (only those can be in a comment); -1 means none, so stop: nothing
+	// after pos can change the result. Searching for "/*" first is cheap
+	// ('/' is rare in SQL) and keeps the key search off plain SQL.
+	pos, next := 0, -1
 	for pos < len(stmt) {
 		if next < pos {
-			j := strings.Index(stmt[pos:], Key)
+			c := indexCommentStart(stmt, pos)
+			if c < 0 {
+				return res
+			}
+			j := strings.Index(stmt[c:], Key)
 			if j < 0 {
 				return res
 			}
-			next = pos + j
+			next = c + j
+		}
+		// Skip plain bytes quickly; only the bytes below can start a token.
+		for pos < next && !isTokenStart(stmt[pos]) {
+			pos++
 		}
 		switch c := stmt[pos]; c {
 		case '\'', '"', '`':
@@ -160,7 +170,7 @@ func Extract(stmt string) Extraction {
 			bodyEnd := bodyStart + end
 			plain := bodyStart == bodyEnd || (stmt[bodyStart] != '+' && stmt[bodyStart] != '!')
 			if plain && next < bodyEnd {
-				if bad := scanItems(stmt, bodyStart, bodyEnd, &res); bad.Status != Found {
+				if bad := scanItems(stmt, bodyStart, bodyEnd, next, &res); bad.Status != Found {
 					return bad
 				}
 			}
@@ -172,44 +182,90 @@ func Extract(stmt string) Extraction {
 	return res
 }
 
+// indexCommentStart returns the index of the first "/*" at or after pos, or
+// -1. It may point inside a string literal: callers only use it as a bound.
+func indexCommentStart(s string, pos int) int {
+	for pos < len(s) {
+		i := strings.IndexByte(s[pos:], '/')
+		if i < 0 {
+			return -1
+		}
+		pos += i + 1
+		if pos < len(s) && s[pos] == '*' {
+			return pos - 1
+		}
+	}
+	return -1
+}
+
 // scanItems reads the key:value items of the comment body stmt[start:end]
-// into res. It returns an Extraction with Status Found when all is well,
-// else the error to return.
-func scanItems(stmt string, start, end int, res *Extraction) Extraction {
+// that hold the key into res; first (start <= first < end) is the first
+// occurrence of the key in the body. It returns an Extraction with Status Found
+// when all is well, else the error to return. Items without the key are
+// skipped by a substring search, so the cost is linear in the body's length
+// with the constant of that search.
+func scanItems(stmt string, start, end, first int, res *Extraction) Extraction {
 	ok := Extraction{Status: Found}
-	for start <= end {
-		itemEnd := strings.IndexByte(stmt[start:end], ',')
+	at := first // the first occurrence, already known to the caller
+	for start < end {
+		if at < start {
+			j := strings.Index(stmt[start:end], Key)
+			if j < 0 {
+				return ok
+			}
+			at = start + j
+		}
+		// The item holding this occurrence: from just after the previous
+		// ',' to just before the next one.
+		itemStart := start + strings.LastIndexByte(stmt[start:at], ',') + 1
+		itemEnd := strings.IndexByte(stmt[at:end], ',')
 		if itemEnd < 0 {
 			itemEnd = end
 		} else {
-			itemEnd += start
+			itemEnd += at
 		}
-		ks, ke := trimSpace(stmt, start, itemEnd)
-		colon := strings.IndexByte(stmt[ks:ke], ':')
-		keyEnd := ke
-		if colon >= 0 {
-			keyEnd = ks + colon
-		}
-		k0, k1 := trimSpace(stmt, ks, keyEnd)
-		if stmt[k0:k1] == Key {
-			if colon < 0 {
-				return Extraction{Status: EmptyID, Offset: ks}
-			}
-			v0, v1 := trimSpace(stmt, keyEnd+1, ke)
-			switch {
-			case v0 == v1:
-				return Extraction{Status: EmptyID, Offset: ks}
-			case v1-v0 > MaxIDLen:
-				return Extraction{Status: IDTooLong, Offset: ks}
-			case res.Status == Found && res.ID != stmt[v0:v1]:
-				return Extraction{Status: DuplicateKey, Offset: ks}
-			case res.Status != Found:
-				*res = Extraction{ID: stmt[v0:v1], Status: Found, Offset: v0}
-			}
+		if bad := scanItem(stmt, itemStart, itemEnd, res); bad.Status != Found {
+			return bad
 		}
 		start = itemEnd + 1
 	}
 	return ok
+}
+
+// scanItem reads one key:value item stmt[start:end] into res when its key
+// is the Key.
+func scanItem(stmt string, start, end int, res *Extraction) Extraction {
+	ks, ke := trimSpace(stmt, start, end)
+	colon := strings.IndexByte(stmt[ks:ke], ':')
+	keyEnd := ke
+	if colon >= 0 {
+		keyEnd = ks + colon
+	}
+	if k0, k1 := trimSpace(stmt, ks, keyEnd); stmt[k0:k1] != Key {
+		return Extraction{Status: Found}
+	}
+	if colon < 0 {
+		return Extraction{Status: EmptyID, Offset: ks}
+	}
+	v0, v1 := trimSpace(stmt, keyEnd+1, ke)
+	switch {
+	case v0 == v1:
+		return Extraction{Status: EmptyID, Offset: ks}
+	case v1-v0 > MaxIDLen:
+		return Extraction{Status: IDTooLong, Offset: ks}
+	case res.Status == Found && res.ID != stmt[v0:v1]:
+		return Extraction{Status: DuplicateKey, Offset: ks}
+	case res.Status != Found:
+		*res = Extraction{ID: stmt[v0:v1], Status: Found, Offset: v0}
+	}
+	return Extraction{Status: Found}
+}
+
+// isTokenStart reports whether c can open a string literal, a quoted
+// identifier or a comment: ' " ` # - /.
+func isTokenStart(c byte) bool {
+	const mask = 1<<'\'' | 1<<'"' | 1<<'#' | 1<<'-' | 1<<'/'
+	return c < 64 && (uint64(mask)>>c)&1 != 0 || c == '`'
 }
 
 // trimSpace narrows [i, j) of s to exclude ASCII whitespace at both ends.
