@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// backendConn is one connection from a client session to one server.
+type backendConn struct {
+	b    *Backend
+	conn *client.Conn
+	// broken is set after an I/O error: the connection is unusable.
+	broken bool
+	// buf is reused for relayed packets.
+	buf []byte
+}
+
+// BackendError is a failure to reach or talk to a backend. It never holds
+// the backend's credentials.
+type BackendError struct {
+	// Backend is the server's configured name.
+	Backend string
+	// Op is what failed: "connect", "query", "replay".
+	Op string
+	// Msg is the sanitised cause.
+	Msg string
+}
+
+func (e *BackendError) Error() string {
+	return fmt.Sprintf("proxy: backend %s: %s: %s", e.Backend, e.Op, e.Msg)
+}
+
+// backendErr builds a BackendError from err with b's user name and password
+// scrubbed from its text.
+func backendErr(b *Backend, op string, err error) *BackendError {
+	msg := err.Error()
+	var me *mysql.MyError
+	if errors.As(err, &me) && me.Code == mysql.ER_ACCESS_DENIED_ERROR {
+		msg = "access denied for the proxy's backend account"
+	}
+	if b.Password != "" {
+		msg = strings.ReplaceAll(msg, b.Password, "***")
+	}
+	if b.User != "" && len(b.User) > 2 {
+		msg = strings.ReplaceAll(msg, "'"+b.User+"'", "'***'")
+	}
+	return &BackendError{Backend: b.Name, Op: op, Msg: msg}
+}
+
+// dialBackend opens a connection to b with session tracking on and the
+// capabilities the raw relay needs: the classic EOF packets (clients of the
+// proxy never get CLIENT_DEPRECATE_EOF) and no query attributes.
+func dialBackend(ctx context.Context, b *Backend, db string, collation string, cfg *Config) (*backendConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
+	c, err := client.ConnectWithDialer(dctx, "", b.Addr, b.User, b.Password, db, d.DialContext, func(c *client.Conn) error {
+		c.UnsetCapability(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
+		if collation != "" {
+			if err := c.SetCollation(collation); err != nil {
+				return err
+			}
+		}
+		return c.SetCapability(mysql.CLIENT_SESSION_TRACK | mysql.CLIENT_MULTI_RESULTS | mysql.CLIENT_PS_MULTI_RESULTS)
+	})
+	if err != nil {
+		return nil, backendErr(b, "connect", err)
+	}
+	if _, err := c.Execute("SET SESSION session_track_gtids = OWN_GTID"); err != nil {
+		c.Close()
+		return nil, backendErr(b, "connect", err)
+	}
+	return &backendConn{b: b, conn: c, buf: make([]byte, 0, 4096)}, nil
+}
+
+func (bc *backendConn) close() {
+	if bc != nil && bc.conn != nil {
+		_ = bc.conn.Close()
+	}
+}
+
+// exec runs a statement whose result the proxy consumes itself.
+func (bc *backendConn) exec(query string) (*mysql.Result, error) {
+	r, err := bc.conn.Execute(query)
+	if err != nil {
+		var me *mysql.MyError
+		if !errors.As(err, &me) {
+			bc.broken = true
+		}
+		return nil, err
+	}
+	return r, nil
+}

@@ -1,0 +1,221 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"gopkg.in/yaml.v3"
+
+	"github.com/causallab/causallab/router"
+)
+
+// User is an account clients log in to the proxy with.
+type User struct {
+	// Name is the user name clients send.
+	Name string `yaml:"name"`
+	// Password is the user's password (plain text in the config file).
+	Password string `yaml:"password"`
+}
+
+// Backend is one MySQL server the proxy connects to.
+type Backend struct {
+	// Name labels the server in metrics and logs ("primary", "replica1").
+	// Default: primary / replicaN.
+	Name string `yaml:"name"`
+	// Addr is host:port.
+	Addr string `yaml:"addr"`
+	// User and Password are the proxy's account on the server. They never
+	// appear in logs or errors.
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+}
+
+// Config configures a proxy.
+type Config struct {
+	// Listen is the MySQL-protocol listen address. Default 127.0.0.1:6033.
+	Listen string `yaml:"listen"`
+	// HTTPListen serves /metrics and /healthz; empty disables it.
+	HTTPListen string `yaml:"http_listen"`
+	// Users are the accounts clients authenticate as (at least one).
+	Users []User `yaml:"users"`
+	// AuthMethod is the default authentication plugin offered to clients:
+	// caching_sha2_password (default; needs TLS or the RSA key exchange,
+	// both provided with a generated key) or mysql_native_password.
+	AuthMethod string `yaml:"auth_method"`
+	// TLSCert and TLSKey are PEM files for the listener; empty: a
+	// self-signed certificate generated at start-up.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// ServerVersion is the version string announced to clients.
+	// Default "8.4.0-causallab".
+	ServerVersion string `yaml:"server_version"`
+	// Primary is the primary server.
+	Primary Backend `yaml:"primary"`
+	// Replicas are the replicas, in the configured (hashing) order.
+	Replicas []Backend `yaml:"replicas"`
+	// Policy names the routing rule (router.ParsePolicy names: any,
+	// affinity, window, token-ryw, token-ryw-mr, token-wait). Default
+	// token-wait.
+	Policy string `yaml:"policy"`
+	// WaitBudget is token-wait's longest wait for a replica before falling
+	// back to the primary. Default router.DefaultWaitBudget.
+	WaitBudget time.Duration `yaml:"wait_budget"`
+	// FallbackPerSecond caps freshness fallbacks to the primary (token
+	// bucket); 0 disables the cap. Above it reads fail with a retryable
+	// error (CapFailFast).
+	FallbackPerSecond float64 `yaml:"fallback_per_second"`
+	// Epoch is the topology epoch tokens are issued in (bumped at every
+	// failover); tokens of an older epoch are honoured only if the primary
+	// holds their transactions. Default 1.
+	Epoch uint64 `yaml:"epoch"`
+	// PollInterval is how often each server's gtid_executed is polled (the
+	// adapter's position source until binlogwatch is wired). Default 5ms.
+	PollInterval time.Duration `yaml:"poll_interval"`
+	// MaxAllowedPacket bounds a client's packet; larger ones are refused
+	// and the connection closed. Default 64 MiB (MySQL's default).
+	MaxAllowedPacket int `yaml:"max_allowed_packet"`
+	// MaxReplay bounds the session statements (SET, USE) remembered for
+	// replay on a session's backend connections. Default 256.
+	MaxReplay int `yaml:"max_replay"`
+	// ShutdownTimeout bounds graceful shutdown: in-flight statements get
+	// this long to finish. Default 10s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// ConnectTimeout bounds one backend connection attempt. Default 5s.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// Logger receives the proxy's logs. Default slog.Default().
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// LoadConfig reads a YAML config file. Unknown keys are an error.
+func LoadConfig(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, err
+	}
+	defer f.Close()
+	var c Config
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("proxy: config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// validate fills defaults and rejects nonsense.
+func (c *Config) validate() error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:6033"
+	}
+	if len(c.Users) == 0 {
+		return errors.New("proxy: no users configured")
+	}
+	seen := map[string]bool{}
+	for _, u := range c.Users {
+		if u.Name == "" {
+			return errors.New("proxy: a user has no name")
+		}
+		if seen[u.Name] {
+			return fmt.Errorf("proxy: user %q configured twice", u.Name)
+		}
+		seen[u.Name] = true
+	}
+	switch c.AuthMethod {
+	case "":
+		c.AuthMethod = mysql.AUTH_CACHING_SHA2_PASSWORD
+	case mysql.AUTH_CACHING_SHA2_PASSWORD, mysql.AUTH_NATIVE_PASSWORD:
+	default:
+		return fmt.Errorf("proxy: auth_method %q (want caching_sha2_password or mysql_native_password)", c.AuthMethod)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("proxy: tls_cert and tls_key go together")
+	}
+	if c.ServerVersion == "" {
+		c.ServerVersion = "8.4.0-causallab"
+	}
+	if c.Primary.Addr == "" {
+		return errors.New("proxy: primary.addr is required")
+	}
+	if c.Primary.Name == "" {
+		c.Primary.Name = "primary"
+	}
+	if len(c.Replicas) > 64 {
+		return fmt.Errorf("proxy: %d replicas (at most 64)", len(c.Replicas))
+	}
+	names := map[string]bool{c.Primary.Name: true}
+	for i := range c.Replicas {
+		r := &c.Replicas[i]
+		if r.Addr == "" {
+			return fmt.Errorf("proxy: replica %d has no addr", i+1)
+		}
+		if r.Name == "" {
+			r.Name = fmt.Sprintf("replica%d", i+1)
+		}
+		if names[r.Name] {
+			return fmt.Errorf("proxy: backend name %q used twice", r.Name)
+		}
+		names[r.Name] = true
+	}
+	if c.Policy == "" {
+		c.Policy = router.PolicyTokenWait.String()
+	}
+	if _, err := policyKind(c.Policy); err != nil {
+		return err
+	}
+	if c.WaitBudget == 0 {
+		c.WaitBudget = router.DefaultWaitBudget
+	}
+	if c.WaitBudget < 0 || c.WaitBudget > router.MaxDuration {
+		return fmt.Errorf("proxy: wait_budget %v out of range", c.WaitBudget)
+	}
+	if c.FallbackPerSecond < 0 {
+		return fmt.Errorf("proxy: negative fallback_per_second %v", c.FallbackPerSecond)
+	}
+	if c.Epoch == 0 {
+		c.Epoch = 1
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 5 * time.Millisecond
+	}
+	if c.PollInterval < 0 || c.PollInterval > time.Minute {
+		return fmt.Errorf("proxy: poll_interval %v out of range", c.PollInterval)
+	}
+	if c.MaxAllowedPacket == 0 {
+		c.MaxAllowedPacket = 64 << 20
+	}
+	if c.MaxAllowedPacket < 1024 || c.MaxAllowedPacket > 1<<30 {
+		return fmt.Errorf("proxy: max_allowed_packet %d out of range (1KiB..1GiB)", c.MaxAllowedPacket)
+	}
+	if c.MaxReplay == 0 {
+		c.MaxReplay = 256
+	}
+	if c.MaxReplay < 0 {
+		return fmt.Errorf("proxy: negative max_replay %d", c.MaxReplay)
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 5 * time.Second
+	}
+	if c.ShutdownTimeout < 0 || c.ConnectTimeout < 0 {
+		return errors.New("proxy: negative timeout")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func policyKind(name string) (router.PolicyKind, error) {
+	for _, k := range router.PolicyKinds() {
+		if k.String() == name {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("proxy: unknown policy %q (want one of %v)", name, router.PolicyKinds())
+}

@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the proxy's Prometheus series, registered on the Server's own
+// registry (no package globals).
+type metrics struct {
+	reg *prometheus.Registry
+	// connections counts client connections by outcome (accepted,
+	// auth_failed, closed).
+	connections *prometheus.CounterVec
+	// active is the number of open client sessions.
+	active prometheus.Gauge
+	// statements counts statements by kind and the backend role that ran
+	// them (primary, replica, proxy).
+	statements *prometheus.CounterVec
+	// primaryReasons counts statements pinned to the primary, by reason
+	// (classifier reasons plus session pins: in_transaction, autocommit_off,
+	// temp_table_session, locked_tables, user_variables).
+	primaryReasons *prometheus.CounterVec
+	// decisions counts router decisions by action and reason.
+	decisions *prometheus.CounterVec
+	// fallbacks counts freshness fallbacks to the primary by router reason.
+	fallbacks *prometheus.CounterVec
+	// waits counts WAIT_FOR_EXECUTED_GTID_SET waits by outcome (ok, timeout,
+	// error).
+	waits *prometheus.CounterVec
+	// clientErrors counts errors the proxy itself returned, by kind
+	// (bad_token, route_failed, backend_lost, packet_too_large, ...).
+	clientErrors *prometheus.CounterVec
+	// backendErrors counts backend connection failures by backend and op.
+	backendErrors *prometheus.CounterVec
+	// replayFailures counts session replays that failed on a backend.
+	replayFailures *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		connections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_connections_total", Help: "Client connections by outcome."}, []string{"outcome"}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "causallab_proxy_sessions", Help: "Open client sessions."}),
+		statements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_statements_total", Help: "Statements by kind and the role that ran them."}, []string{"kind", "role"}),
+		primaryReasons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_primary_statements_total", Help: "Statements kept on the primary, by reason."}, []string{"reason"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_route_decisions_total", Help: "Router decisions by action and reason."}, []string{"action", "reason"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_fallbacks_total", Help: "Freshness fallbacks to the primary, by reason."}, []string{"reason"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_waits_total", Help: "GTID waits on replicas by outcome."}, []string{"outcome"}),
+		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_client_errors_total", Help: "Errors the proxy returned to clients, by kind."}, []string{"kind"}),
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_backend_errors_total", Help: "Backend failures by backend and operation."}, []string{"backend", "op"}),
+		replayFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_replay_failures_total", Help: "Session replays that failed, by backend."}, []string{"backend"}),
+	}
+	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons, m.decisions,
+		m.fallbacks, m.waits, m.clientErrors, m.backendErrors, m.replayFailures,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}

@@ -1,0 +1,299 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/server"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/router"
+)
+
+// Server is a running proxy.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	m         *metrics
+	mysqlSrv  *server.Server
+	auth      *server.InMemoryAuthenticationHandler
+	pos       *positions
+	policy    router.Policy
+	capCfg    router.Cap
+	monotonic bool
+	start     time.Time
+
+	bucketMu sync.Mutex
+	bucket   router.Bucket
+
+	ln     net.Listener
+	httpLn net.Listener
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// New validates cfg and prepares a proxy; Serve runs it.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	kind, _ := policyKind(cfg.Policy)
+	s := &Server{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		m:     newMetrics(),
+		pos:   newPositions(1 + len(cfg.Replicas)),
+		start: time.Now(),
+		conns: map[net.Conn]struct{}{},
+		policy: router.Policy{
+			Kind:       kind,
+			Window:     router.DefaultWindow,
+			WaitBudget: cfg.WaitBudget,
+			CheckEpoch: true,
+		},
+		capCfg:    router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
+		monotonic: kind == router.PolicyTokenRYWMR,
+	}
+	tlsConf, key, err := loadTLS(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.mysqlSrv = server.NewServer(cfg.ServerVersion, mysql.DEFAULT_COLLATION_ID, cfg.AuthMethod, key, tlsConf)
+	s.auth = server.NewInMemoryAuthenticationHandler(cfg.AuthMethod)
+	for _, u := range cfg.Users {
+		if err := s.auth.AddUser(u.Name, u.Password, cfg.AuthMethod); err != nil {
+			return nil, fmt.Errorf("proxy: user %q: %w", u.Name, err)
+		}
+	}
+	return s, nil
+}
+
+// loadTLS loads the configured certificate or generates a self-signed one.
+// The RSA key also serves caching_sha2_password's key exchange without TLS.
+func loadTLS(cfg *Config) (*tls.Config, *rsa.PrivateKey, error) {
+	var cert tls.Certificate
+	var err error
+	if cfg.TLSCert != "" {
+		cert, err = tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("proxy: TLS key pair: %w", err)
+		}
+	} else {
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			return nil, nil, err
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(1),
+			Subject:      pkix.Name{CommonName: "causallab-proxy"},
+			NotBefore:    time.Now().Add(-time.Hour),
+			NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
+			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			DNSNames:     []string{"localhost"},
+			IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		cert = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	}
+	key, ok := cert.PrivateKey.(*rsa.PrivateKey)
+	if !ok {
+		return nil, nil, errors.New("proxy: the TLS key must be an RSA key (it also serves caching_sha2_password's RSA exchange)")
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, key, nil
+}
+
+func (s *Server) now() time.Duration { return time.Since(s.start) }
+
+// decide calls the router's decision core under the shared bucket's lock.
+func (s *Server) decide(in *router.Input[gtid.Set]) router.Decision {
+	s.bucketMu.Lock()
+	d := router.Decide(in, &s.bucket)
+	s.bucketMu.Unlock()
+	return d
+}
+
+// Listen opens the listeners (so Addr is known before Serve).
+func (s *Server) Listen(ctx context.Context) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy: listen: %w", err)
+	}
+	s.ln = ln
+	if s.cfg.HTTPListen != "" {
+		hl, err := lc.Listen(ctx, "tcp", s.cfg.HTTPListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("proxy: http listen: %w", err)
+		}
+		s.httpLn = hl
+	}
+	return nil
+}
+
+// Addr is the MySQL listener's address (after Listen).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// HTTPAddr is the metrics listener's address, or "".
+func (s *Server) HTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}
+
+// Serve accepts clients until ctx ends, then shuts down gracefully: the
+// listener closes, idle clients are disconnected, statements in flight get
+// ShutdownTimeout to finish. It calls Listen if that was not done.
+func (s *Server) Serve(ctx context.Context) error {
+	if s.ln == nil {
+		if err := s.Listen(ctx); err != nil {
+			return err
+		}
+	}
+	pctx, stopPolls := context.WithCancel(ctx)
+	defer stopPolls()
+	var pollWG sync.WaitGroup
+	backends := append([]Backend{s.cfg.Primary}, s.cfg.Replicas...)
+	for i := range backends {
+		pollWG.Add(1)
+		go func() {
+			defer pollWG.Done()
+			s.pos.poll(pctx, i, &backends[i], &s.cfg, s.log)
+		}()
+	}
+	var hs *http.Server
+	if s.httpLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", s.healthz)
+		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(s.httpLn) }()
+	}
+	go func() {
+		<-ctx.Done()
+		s.ln.Close()
+	}()
+	var acceptErr error
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil {
+				acceptErr = fmt.Errorf("proxy: accept: %w", err)
+			}
+			break
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.serveConn(ctx, c)
+	}
+	// Graceful shutdown: wake idle readers; a statement in flight finishes
+	// (only the read side gets the deadline) and its session then ends.
+	s.mu.Lock()
+	for c := range s.conns {
+		_ = c.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	finished := make(chan struct{})
+	go func() { s.wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.mu.Lock()
+		n := len(s.conns)
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.log.Warn("shutdown timeout: closed sessions with statements in flight", "sessions", n)
+		<-finished
+	}
+	stopPolls()
+	pollWG.Wait()
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = hs.Shutdown(sctx)
+		cancel()
+	}
+	return acceptErr
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	sets := make([]gtid.Set, 1+len(s.cfg.Replicas))
+	up := make([]bool, len(sets))
+	s.pos.snapshot(sets, up)
+	if !up[0] {
+		http.Error(w, "primary unreachable", http.StatusServiceUnavailable)
+		return
+	}
+	n := 0
+	for _, u := range up[1:] {
+		if u {
+			n++
+		}
+	}
+	fmt.Fprintf(w, "ok primary=up replicas_up=%d/%d\n", n, len(up)-1)
+}
+
+func (s *Server) serveConn(ctx context.Context, c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	// Backend I/O of this session must not outlive the proxy's shutdown
+	// timeout, but in-flight statements must not be cut at ctx's end.
+	sctx := context.WithoutCancel(ctx)
+	sess := newSession(sctx, s)
+	_ = c.SetDeadline(time.Now().Add(s.cfg.ConnectTimeout + 5*time.Second))
+	cc, err := s.mysqlSrv.NewCustomizedConn(c, s.auth, sess)
+	if err != nil {
+		s.m.connections.WithLabelValues("auth_failed").Inc()
+		s.log.Debug("client handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	if ctx.Err() != nil {
+		_ = c.SetReadDeadline(time.Now())
+	}
+	if err := sess.start(cc); err != nil {
+		s.m.connections.WithLabelValues("backend_failed").Inc()
+		_ = cc.WriteValue(mysql.NewError(codeBackendLost, "causallab proxy: "+err.Error()))
+		cc.Close()
+		return
+	}
+	s.m.connections.WithLabelValues("accepted").Inc()
+	s.m.active.Inc()
+	defer s.m.active.Dec()
+	defer sess.close()
+	for !cc.Closed() {
+		if err := cc.HandleCommand(); err != nil {
+			break
+		}
+	}
+	s.m.connections.WithLabelValues("closed").Inc()
+}

@@ -1,0 +1,733 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/server"
+	"github.com/go-mysql-org/go-mysql/stmt"
+	"github.com/pingcap/tidb/pkg/parser/charset"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/router"
+)
+
+// Error codes the proxy itself returns (MySQL's own codes where one fits).
+const (
+	// codeProxy is ER_UNKNOWN_ERROR, SQLSTATE HY000, for proxy-side refusals.
+	codeProxy = mysql.ER_UNKNOWN_ERROR
+	// codeBackendLost is CR_SERVER_LOST, as a client library would report it.
+	codeBackendLost = 2013
+)
+
+// session is the server.Handler of one client connection. The go-mysql
+// server calls it from the connection's goroutine only, so it needs no
+// locks; everything shared lives in *Server.
+type session struct {
+	srv *Server
+	ctx context.Context
+	id  uint32
+	cc  *server.Conn
+
+	// db is the current default schema (handshake or COM_INIT_DB).
+	db string
+	// collation is the client's handshake collation name.
+	collation string
+	// replay holds the session statements (SET ...) run so far, in order,
+	// replayed on each backend connection the session opens.
+	replay []string
+
+	primary  *backendConn
+	replicas []*backendConn // lazily opened, index = replica index
+
+	// Pins: reads go to the primary while any is set.
+	inTx, autocommitOff, tempTables, lockedTables, userVarsOnPrimary bool
+	// wantGTIDs: the client asked for session-tracking GTIDs
+	// (SET session_track_gtids = OWN_GTID through the proxy).
+	wantGTIDs bool
+
+	rs router.Session[gtid.Set]
+	// view and up are reused per decision.
+	view router.View[gtid.Set]
+	sets []gtid.Set
+	up   []bool
+
+	stmts map[*stmt.PreparedStmt]*pstmt
+}
+
+// pstmt is a client's prepared statement, prepared on each backend that
+// runs it.
+type pstmt struct {
+	query string
+	class Stmt
+	// onPrimary is prepared at COM_STMT_PREPARE; onReplica lazily.
+	onPrimary *client.Stmt
+	onReplica map[int]*client.Stmt
+}
+
+var _ server.Handler = (*session)(nil)
+
+func newSession(ctx context.Context, srv *Server) *session {
+	n := len(srv.cfg.Replicas)
+	s := &session{
+		srv:      srv,
+		ctx:      ctx,
+		replicas: make([]*backendConn, n),
+		sets:     make([]gtid.Set, n+1),
+		up:       make([]bool, n+1),
+		stmts:    map[*stmt.PreparedStmt]*pstmt{},
+	}
+	s.view.Replicas = make([]router.Replica[gtid.Set], n)
+	return s
+}
+
+// start runs after authentication: pick up the client's collation and
+// connect to the primary.
+func (s *session) start(cc *server.Conn) error {
+	s.cc = cc
+	s.id = cc.ConnectionID()
+	s.rs.AffinityKey = hashroute.Hash(strconv.FormatUint(uint64(s.id), 10))
+	if col, err := charset.GetCollationByID(int(cc.Charset())); err == nil {
+		s.collation = col.Name
+	}
+	bc, err := s.dial(&s.srv.cfg.Primary)
+	if err != nil {
+		return err
+	}
+	s.primary = bc
+	return nil
+}
+
+func (s *session) close() {
+	s.primary.close()
+	for _, r := range s.replicas {
+		r.close()
+	}
+}
+
+func (s *session) dial(b *Backend) (*backendConn, error) {
+	bc, err := dialBackend(s.ctx, b, s.db, s.collation, &s.srv.cfg)
+	if err != nil {
+		s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
+		return nil, err
+	}
+	for _, q := range s.replay {
+		if _, err := bc.exec(q); err != nil {
+			bc.close()
+			s.srv.m.replayFailures.WithLabelValues(b.Name).Inc()
+			return nil, backendErr(b, "replay", err)
+		}
+	}
+	return bc, nil
+}
+
+// proxyErr is an error the proxy returns to the client itself.
+func (s *session) proxyErr(kind string, code uint16, format string, args ...any) error {
+	s.srv.m.clientErrors.WithLabelValues(kind).Inc()
+	return mysql.NewError(code, "causallab proxy: "+fmt.Sprintf(format, args...))
+}
+
+// ensurePrimary reconnects the primary after a loss (outside transactions).
+func (s *session) ensurePrimary() error {
+	if s.primary != nil && !s.primary.broken {
+		return nil
+	}
+	s.primary.close()
+	s.primary = nil
+	bc, err := s.dial(&s.srv.cfg.Primary)
+	if err != nil {
+		return s.proxyErr("backend_lost", codeBackendLost, "%v", err)
+	}
+	s.primary = bc
+	// Prepared statements of the old connection are gone.
+	for _, p := range s.stmts {
+		p.onPrimary = nil
+	}
+	return nil
+}
+
+// replica returns the session's connection to replica i, opening it.
+func (s *session) replica(i int) (*backendConn, error) {
+	if bc := s.replicas[i]; bc != nil && !bc.broken {
+		return bc, nil
+	}
+	s.replicas[i].close()
+	s.replicas[i] = nil
+	for _, p := range s.stmts {
+		delete(p.onReplica, i)
+	}
+	bc, err := s.dial(&s.srv.cfg.Replicas[i])
+	if err != nil {
+		return nil, err
+	}
+	s.replicas[i] = bc
+	return bc, nil
+}
+
+// UseDB handles COM_INIT_DB (and the handshake's database).
+func (s *session) UseDB(db string) error {
+	if s.primary == nil { // during the handshake
+		s.db = strings.Clone(db)
+		return nil
+	}
+	if err := s.ensurePrimary(); err != nil {
+		return err
+	}
+	if err := s.primary.conn.UseDB(db); err != nil {
+		return s.backendFailure(s.primary, err)
+	}
+	s.db = strings.Clone(db)
+	for i, r := range s.replicas {
+		if r != nil && !r.broken {
+			if err := r.conn.UseDB(db); err != nil {
+				s.srv.m.replayFailures.WithLabelValues(r.b.Name).Inc()
+				r.close()
+				s.replicas[i] = nil
+			}
+		}
+	}
+	return nil
+}
+
+// backendFailure turns a backend error into the client's error: the
+// server's own error unchanged, or a lost-connection error.
+func (s *session) backendFailure(bc *backendConn, err error) error {
+	var me *mysql.MyError
+	if errors.As(err, &me) {
+		return me
+	}
+	bc.broken = true
+	s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "query").Inc()
+	return s.lostErr(bc)
+}
+
+func (s *session) lostErr(bc *backendConn) error {
+	if bc == s.primary && s.inTx {
+		s.inTx = false
+		s.cc.ClearInTransaction()
+		return s.proxyErr("backend_lost", codeBackendLost,
+			"lost the connection to %s inside a transaction: the transaction is rolled back and was not retried", bc.b.Name)
+	}
+	return s.proxyErr("backend_lost", codeBackendLost,
+		"lost the connection to %s; the statement may or may not have run and was not retried", bc.b.Name)
+}
+
+// done is the result the go-mysql server writes nothing for: the response
+// was already relayed.
+func done() *mysql.Result {
+	rs := mysql.NewResultset(0)
+	rs.Streaming = mysql.StreamingMultiple
+	rs.StreamingDone = true
+	return mysql.NewResult(rs)
+}
+
+// HandleQuery handles COM_QUERY.
+func (s *session) HandleQuery(query string) (*mysql.Result, error) {
+	if len(query) > s.srv.cfg.MaxAllowedPacket {
+		s.cc.Close()
+		return nil, s.proxyErr("packet_too_large", mysql.ER_NET_PACKET_TOO_LARGE,
+			"statement of %d bytes exceeds max_allowed_packet (%d)", len(query), s.srv.cfg.MaxAllowedPacket)
+	}
+	st, err := Classify(query)
+	if err != nil {
+		return nil, s.proxyErr("bad_annotation", codeProxy, "%v", err)
+	}
+	switch st.Kind {
+	case KindSetToken:
+		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
+		if st.Token == "" {
+			s.rs.HasToken = false
+			s.rs.Token = gtid.Set{}
+			return nil, nil
+		}
+		tok, err := s.parseToken(st.Token, st.TokenForm)
+		if err != nil {
+			return nil, err
+		}
+		s.rs.Token, s.rs.HasToken, s.rs.Epoch = tok.GTIDs, true, tok.Epoch
+		return nil, nil
+	case KindGetToken:
+		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
+		var v any
+		if s.rs.HasToken {
+			v = gtid.Token{Epoch: s.rs.Epoch, GTIDs: s.rs.Token}.String()
+		}
+		rs, err := mysql.BuildSimpleTextResultset([]string{"@causal_token"}, [][]any{{v}})
+		if err != nil {
+			return nil, err
+		}
+		return mysql.NewResult(rs), nil
+	case KindTrackGTIDs:
+		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
+		s.wantGTIDs = st.TrackGTIDs
+		return nil, nil
+	}
+	if err := s.ensurePrimary(); err != nil {
+		return nil, err
+	}
+	var target *backendConn
+	replicaIdx := -1
+	switch {
+	case st.Kind == KindRead:
+		pin := s.pin(st)
+		if pin != "" {
+			s.srv.m.primaryReasons.WithLabelValues(pin).Inc()
+			target = s.primary
+			break
+		}
+		idx, err := s.route(st)
+		if err != nil {
+			return nil, err
+		}
+		if idx < 0 {
+			target = s.primary
+		} else if target, err = s.replica(idx); err != nil {
+			// Availability fallback, counted: the replica could not be
+			// reached on this session.
+			s.srv.m.fallbacks.WithLabelValues("replica-connect-failed").Inc()
+			target = s.primary
+		} else {
+			replicaIdx = idx
+		}
+	default:
+		if st.Kind == KindPrimary {
+			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
+		}
+		target = s.primary
+	}
+	role := "primary"
+	if replicaIdx >= 0 {
+		role = "replica"
+	}
+	s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
+
+	out, err := relay(s.cc, target, query, s.wantGTIDs)
+	if err != nil {
+		return s.relayFailed(target, err)
+	}
+	if target == s.primary {
+		s.afterPrimary(st, out)
+	} else if s.srv.monotonic && !out.serverErr {
+		s.observe(target)
+	}
+	if st.Kind == KindSession && !out.serverErr {
+		s.replayEverywhere(query)
+	}
+	return done(), nil
+}
+
+// relayFailed handles a relay error: the client connection is closed when
+// part of the response was already written (its protocol state is lost).
+func (s *session) relayFailed(bc *backendConn, err error) (*mysql.Result, error) {
+	if errors.Is(err, errClientGone) {
+		s.srv.m.clientErrors.WithLabelValues("client_gone").Inc()
+		s.cc.Close()
+		return done(), nil
+	}
+	var re *relayError
+	if errors.As(err, &re) {
+		s.srv.m.backendErrors.WithLabelValues(bc.b.Name, re.err.Op).Inc()
+		if re.partial {
+			s.srv.m.clientErrors.WithLabelValues("backend_lost_mid_result").Inc()
+			s.cc.Close()
+			return done(), nil
+		}
+		return nil, s.lostErr(bc)
+	}
+	return nil, err
+}
+
+// pin returns why a read must stay on the primary for session reasons, or "".
+func (s *session) pin(st Stmt) string {
+	switch {
+	case s.inTx:
+		return "in_transaction"
+	case s.autocommitOff:
+		return "autocommit_off"
+	case s.tempTables:
+		return "temp_table_session"
+	case s.lockedTables:
+		return "locked_tables"
+	case s.userVarsOnPrimary && st.UsesUserVar:
+		return "user_variables"
+	case len(s.srv.cfg.Replicas) == 0:
+		return "no_replicas"
+	}
+	return ""
+}
+
+// afterPrimary mirrors the primary's transaction state and records the
+// write's GTID.
+func (s *session) afterPrimary(st Stmt, out relayOut) {
+	if out.status != 0 || !out.serverErr {
+		s.inTx = out.status&mysql.SERVER_STATUS_IN_TRANS != 0
+		s.autocommitOff = out.status&mysql.SERVER_STATUS_AUTOCOMMIT == 0
+		if s.inTx {
+			s.cc.SetInTransaction()
+		} else {
+			s.cc.ClearInTransaction()
+		}
+	}
+	if out.serverErr {
+		return
+	}
+	if st.TempTable {
+		s.tempTables = true
+	}
+	if st.LocksTables {
+		s.lockedTables = true
+	}
+	if st.UnlocksTables {
+		s.lockedTables = false
+	}
+	if st.SetsUserVar {
+		s.userVarsOnPrimary = true
+	}
+	if out.gtid != "" {
+		s.recordWrite(out.gtid)
+	}
+}
+
+func (s *session) recordWrite(g string) {
+	set, err := gtid.Parse(g)
+	if err != nil {
+		// The server's own text: a parse failure is a bug, never silently
+		// ignored: count it and drop the session's token guarantee loudly.
+		s.srv.m.clientErrors.WithLabelValues("unparsable_session_gtid").Inc()
+		s.srv.log.Error("unparsable session-tracking GTID from the primary", "session", s.id, "err", err)
+		return
+	}
+	router.RecordWrite(&s.rs, set, s.srv.cfg.Epoch, s.srv.now())
+	s.srv.pos.raise(0, set)
+}
+
+// replayEverywhere runs a session statement (already run on the primary)
+// on every open replica connection and remembers it for later ones.
+func (s *session) replayEverywhere(query string) {
+	if len(s.replay) >= s.srv.cfg.MaxReplay {
+		// Too many to remember: close replica connections so they are not
+		// left with a different session state, and pin reads to the primary.
+		s.srv.m.primaryReasons.WithLabelValues("replay_overflow").Inc()
+		s.userVarsOnPrimary = true
+		for i, r := range s.replicas {
+			r.close()
+			s.replicas[i] = nil
+		}
+		s.tempTables = true // pins every later read
+		return
+	}
+	q := strings.Clone(query)
+	s.replay = append(s.replay, q)
+	for i, r := range s.replicas {
+		if r == nil || r.broken {
+			continue
+		}
+		if _, err := r.exec(q); err != nil {
+			s.srv.m.replayFailures.WithLabelValues(r.b.Name).Inc()
+			r.close()
+			s.replicas[i] = nil
+		}
+	}
+}
+
+// parseToken parses a token from a client: the g1.<epoch>.<set> text form,
+// or a bare GTID set (session-tracking text, ProxySQL's min_gtid), taken as
+// issued in the current epoch.
+func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
+	if strings.HasPrefix(text, "g1.") {
+		tok, err := gtid.ParseToken(text)
+		if err != nil {
+			return gtid.Token{}, s.proxyErr("bad_token", codeProxy, "bad causal token: %v", err)
+		}
+		if tok.Epoch > s.srv.cfg.Epoch {
+			return gtid.Token{}, s.proxyErr("bad_token", codeProxy,
+				"causal token from epoch %d, but the topology is at epoch %d", tok.Epoch, s.srv.cfg.Epoch)
+		}
+		return tok, nil
+	}
+	set, err := gtid.Parse(text)
+	if err != nil {
+		return gtid.Token{}, s.proxyErr("bad_token", codeProxy,
+			"unknown causal token format (want g1.<epoch>.<gtid set> or a GTID set): %v", err)
+	}
+	return gtid.Token{Epoch: s.srv.cfg.Epoch, GTIDs: set}, nil
+}
+
+// route decides where a read goes: a replica index or -1 (primary).
+func (s *session) route(st Stmt) (int, error) {
+	// The statement's own token counts for this read only (a pooled
+	// connection must not keep another request's token).
+	rs := s.rs
+	if st.Token != "" {
+		tok, err := s.parseToken(st.Token, st.TokenForm)
+		if err != nil {
+			return 0, err
+		}
+		if rs.HasToken {
+			rs.Token = rs.Token.Union(tok.GTIDs)
+			rs.Epoch = min(rs.Epoch, tok.Epoch)
+		} else {
+			rs.Token, rs.HasToken, rs.Epoch = tok.GTIDs, true, tok.Epoch
+		}
+	}
+	if st.ReadID != "" {
+		rs.AffinityKey = hashroute.Hash(st.ReadID)
+	}
+	in := router.Input[gtid.Set]{
+		Policy:  &s.srv.policy,
+		Cap:     &s.srv.capCfg,
+		Session: &rs,
+		View:    &s.view,
+	}
+	refreshed := false
+	for {
+		s.fillView()
+		in.Now = s.srv.now()
+		in.Rand = rand.Uint64()
+		d := s.srv.decide(&in)
+		s.srv.m.decisions.WithLabelValues(d.Action.String(), d.Reason.String()).Inc()
+		if d.Reanchor {
+			rs.Reanchor(s.view.Epoch)
+			if s.rs.HasToken && s.rs.Epoch < s.view.Epoch && rs.Token.Contains(s.rs.Token) {
+				s.rs.Reanchor(s.view.Epoch)
+			}
+		}
+		switch d.Action {
+		case router.ActReplica, router.ActStale:
+			return d.Replica, nil
+		case router.ActPrimary:
+			if d.Fallback {
+				s.srv.m.fallbacks.WithLabelValues(d.Reason.String()).Inc()
+			}
+			return -1, nil
+		case router.ActWait:
+			start := time.Now()
+			s.wait(d.Replica, rs.Token, d.WaitFor)
+			in.Waited += max(time.Since(start), time.Millisecond)
+			continue
+		case router.ActFail:
+			if !refreshed && (d.Reason == router.ReasonTimedOut || d.Reason == router.ReasonWriteLost) {
+				// The primary's polled position may trail a token issued
+				// through another connection: read it now, decide again.
+				refreshed = true
+				if r, err := s.primary.exec("SELECT @@GLOBAL.gtid_executed"); err == nil {
+					txt, _ := r.GetString(0, 0)
+					if set, err := gtid.Parse(strings.Clone(txt)); err == nil {
+						s.srv.pos.raise(0, set)
+					}
+				}
+				continue
+			}
+			return 0, s.proxyErr("route_"+d.Reason.String(), codeProxy,
+				"cannot serve this read consistently: %s (token epoch %d, topology epoch %d)", d.Reason, rs.Epoch, s.srv.cfg.Epoch)
+		}
+		return 0, s.proxyErr("route_unknown", codeProxy, "router returned action %v", d.Action)
+	}
+}
+
+// fillView loads the shared positions into the session's View.
+func (s *session) fillView() {
+	s.srv.pos.snapshot(s.sets, s.up)
+	s.view.Primary, s.view.PrimaryKnown = s.sets[0], s.up[0] || !s.sets[0].IsEmpty()
+	s.view.Epoch = s.srv.cfg.Epoch
+	pc := int64(s.sets[0].Count())
+	for i := range s.view.Replicas {
+		r := &s.view.Replicas[i]
+		r.Applied, r.Up = s.sets[i+1], s.up[i+1]
+		r.Behind = pc - int64(s.sets[i+1].Count())
+	}
+}
+
+// wait runs WAIT_FOR_EXECUTED_GTID_SET on replica i for at most d.
+func (s *session) wait(i int, need gtid.Set, d time.Duration) {
+	bc, err := s.replica(i)
+	if err != nil {
+		s.srv.m.waits.WithLabelValues("error").Inc()
+		return
+	}
+	secs := max(d.Seconds(), 0.001)
+	q := "SELECT WAIT_FOR_EXECUTED_GTID_SET('" + need.CompactString() + "', " + strconv.FormatFloat(secs, 'f', 3, 64) + ")"
+	r, err := bc.exec(q)
+	if err != nil {
+		s.srv.m.waits.WithLabelValues("error").Inc()
+		return
+	}
+	if v, _ := r.GetInt(0, 0); v == 0 {
+		s.srv.m.waits.WithLabelValues("ok").Inc()
+		s.srv.pos.raise(i+1, need)
+		return
+	}
+	s.srv.m.waits.WithLabelValues("timeout").Inc()
+}
+
+// observe raises the monotonic-reads watermark after a replica read with
+// the replica's executed set read on the same connection.
+func (s *session) observe(bc *backendConn) {
+	r, err := bc.exec("SELECT @@GLOBAL.gtid_executed")
+	if err != nil {
+		return
+	}
+	txt, _ := r.GetString(0, 0)
+	if set, err := gtid.Parse(strings.Clone(txt)); err == nil {
+		router.Observe(&s.rs, set, s.srv.cfg.Epoch)
+	}
+}
+
+// HandleFieldList handles COM_FIELD_LIST on the primary.
+func (s *session) HandleFieldList(table string, wildcard string) ([]*mysql.Field, error) {
+	if err := s.ensurePrimary(); err != nil {
+		return nil, err
+	}
+	fs, err := s.primary.conn.FieldList(table, wildcard)
+	if err != nil {
+		return nil, s.backendFailure(s.primary, err)
+	}
+	return fs, nil
+}
+
+// HandleStmtPrepare prepares on the primary (always open); replicas prepare
+// lazily at the first execution routed to them.
+func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
+	if len(query) > s.srv.cfg.MaxAllowedPacket {
+		return 0, 0, nil, s.proxyErr("packet_too_large", mysql.ER_NET_PACKET_TOO_LARGE, "statement exceeds max_allowed_packet")
+	}
+	st, err := Classify(query)
+	if err != nil {
+		return 0, 0, nil, s.proxyErr("bad_annotation", codeProxy, "%v", err)
+	}
+	switch st.Kind {
+	case KindSetToken, KindGetToken, KindTrackGTIDs:
+		return 0, 0, nil, s.proxyErr("unsupported", mysql.ER_UNSUPPORTED_PS, "causal token statements cannot be prepared; send them as plain queries")
+	}
+	if err := s.ensurePrimary(); err != nil {
+		return 0, 0, nil, err
+	}
+	q := strings.Clone(query)
+	cs, err := s.primary.conn.Prepare(q)
+	if err != nil {
+		return 0, 0, nil, s.backendFailure(s.primary, err)
+	}
+	p := &pstmt{query: q, class: st, onPrimary: cs, onReplica: map[int]*client.Stmt{}}
+	ctx := &cs.PreparedStmt
+	s.stmts[ctx] = p
+	return cs.Params, cs.Columns, ctx, nil
+}
+
+// HandleStmtExecute routes an execution like a query with the same text.
+func (s *session) HandleStmtExecute(ctx any, _ string, args []any) (*mysql.Result, error) {
+	key, _ := ctx.(*stmt.PreparedStmt)
+	p := s.stmts[key]
+	if p == nil {
+		return nil, s.proxyErr("unknown_stmt", mysql.ER_UNKNOWN_STMT_HANDLER, "unknown prepared statement")
+	}
+	if err := s.ensurePrimary(); err != nil {
+		return nil, err
+	}
+	st := p.class
+	var bc *backendConn
+	var cs *client.Stmt
+	idx := -1
+	if st.Kind == KindRead && s.pin(st) == "" {
+		i, err := s.route(st)
+		if err != nil {
+			return nil, err
+		}
+		if i >= 0 {
+			if rbc, err := s.replica(i); err == nil {
+				if cs = p.onReplica[i]; cs == nil {
+					if cs, err = rbc.conn.Prepare(p.query); err != nil {
+						return nil, s.backendFailure(rbc, err)
+					}
+					p.onReplica[i] = cs
+				}
+				bc, idx = rbc, i
+			} else {
+				s.srv.m.fallbacks.WithLabelValues("replica-connect-failed").Inc()
+			}
+		}
+	} else if st.Kind == KindPrimary {
+		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
+	}
+	if bc == nil {
+		bc = s.primary
+		if p.onPrimary == nil {
+			var err error
+			if p.onPrimary, err = bc.conn.Prepare(p.query); err != nil {
+				return nil, s.backendFailure(bc, err)
+			}
+		}
+		cs = p.onPrimary
+	}
+	role := "primary"
+	if idx >= 0 {
+		role = "replica"
+	}
+	s.srv.m.statements.WithLabelValues("execute_"+st.Kind.String(), role).Inc()
+	r, err := cs.Execute(args...)
+	if err != nil {
+		return nil, s.backendFailure(bc, err)
+	}
+	if bc == s.primary {
+		out := relayOut{status: r.Status}
+		if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
+			out.gtid = strings.Clone(r.SessionTracking.GTID)
+		}
+		s.afterPrimary(st, out)
+	}
+	if !s.wantGTIDs || !s.cc.HasCapability(mysql.CLIENT_SESSION_TRACK) {
+		r.SessionTracking = nil
+		r.Status &^= mysql.SERVER_SESSION_STATE_CHANGED
+	}
+	return r, nil
+}
+
+// HandleStmtClose closes the statement on every backend that prepared it.
+func (s *session) HandleStmtClose(ctx any) error {
+	key, _ := ctx.(*stmt.PreparedStmt)
+	p := s.stmts[key]
+	if p == nil {
+		return nil
+	}
+	delete(s.stmts, key)
+	if p.onPrimary != nil && s.primary != nil && !s.primary.broken {
+		_ = p.onPrimary.Close()
+	}
+	for i, cs := range p.onReplica {
+		if r := s.replicas[i]; r != nil && !r.broken {
+			_ = cs.Close()
+		}
+	}
+	return nil
+}
+
+// HandleOtherCommand handles COM_RESET_CONNECTION (session state cleared
+// everywhere) and refuses the rest with a clear error.
+func (s *session) HandleOtherCommand(cmd byte, _ []byte) error {
+	switch cmd {
+	case mysql.COM_RESET_CONNECTION:
+		for i, r := range s.replicas {
+			r.close()
+			s.replicas[i] = nil
+		}
+		s.replay = nil
+		s.stmts = map[*stmt.PreparedStmt]*pstmt{}
+		s.inTx, s.autocommitOff, s.tempTables, s.lockedTables, s.userVarsOnPrimary = false, false, false, false, false
+		s.cc.ClearInTransaction()
+		s.wantGTIDs = false
+		s.rs = router.Session[gtid.Set]{AffinityKey: s.rs.AffinityKey}
+		s.primary.close()
+		s.primary = nil
+		return s.ensurePrimary()
+	case mysql.COM_SET_OPTION:
+		return s.proxyErr("unsupported", mysql.ER_NOT_SUPPORTED_YET, "multi-statements are not supported through the proxy")
+	}
+	return s.proxyErr("unsupported", mysql.ER_UNKNOWN_COM_ERROR, "command 0x%02x is not supported by the proxy", cmd)
+}
