@@ -1,0 +1,275 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
+)
+
+// WaitMethod is how the live router waits for a replica to catch up.
+type WaitMethod uint8
+
+const (
+	// WaitWatcher waits for the PositionSource's notification (binlogwatch
+	// stream or poller): no statement runs on the replica.
+	WaitWatcher WaitMethod = iota
+	// WaitGTIDFunction runs SELECT WAIT_FOR_EXECUTED_GTID_SET(token, s) on a
+	// connection to the replica.
+	WaitGTIDFunction
+)
+
+func (w WaitMethod) String() string {
+	if w == WaitGTIDFunction {
+		return "wait-for-executed-gtid-set"
+	}
+	return "watcher"
+}
+
+// WatermarkMode is how a read raises the session's monotonic-reads
+// watermark.
+type WatermarkMode uint8
+
+const (
+	// WatermarkAfterRead (sound, the default): read @@gtid_executed on the
+	// serving connection right after the statement. Everything the read
+	// could have observed was committed before that, so it is contained.
+	WatermarkAfterRead WatermarkMode = iota
+	// WatermarkViewAtDecision (UNSOUND, for comparison only): raise the
+	// watermark to the PositionSource's view of the serving node at decision
+	// time, a lower bound that can miss what the read saw. Kept so tests and
+	// the lab can show the monotonic-reads violations it allows.
+	WatermarkViewAtDecision
+)
+
+// Config configures a live Router.
+type Config struct {
+	// Primary is the current primary.
+	Primary Node
+	// Replicas in configured order (the hashing list for PolicyAffinity).
+	Replicas []Node
+	// User, Password and Database are used on every connection.
+	User, Password, Database string
+	// Policy is the default policy of new sessions (per-statement overrides
+	// go through Session.QueryWith).
+	Policy Policy
+	// Cap limits freshness fallbacks (zero value: no cap).
+	Cap Cap
+	// Positions supplies replica (and optionally primary) positions and
+	// health. Required.
+	Positions PositionSource
+	// Wait selects the wait method for PolicyTokenWait and CapWaitLonger.
+	Wait WaitMethod
+	// Watermark selects how reads raise the monotonic-reads watermark.
+	Watermark WatermarkMode
+	// Epoch is the topology epoch at start (Failover raises it).
+	Epoch uint64
+	// DownHold is how long a node that failed a connection or statement is
+	// skipped before being tried again. Default 1s.
+	DownHold time.Duration
+	// DialTimeout bounds one connection attempt. Default 2s.
+	DialTimeout time.Duration
+	// MaxIdle is the number of idle read connections kept per node. Default 8.
+	MaxIdle int
+	// Trace records, in every Read, the decisions that routed it.
+	Trace bool
+	// Registerer receives the metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	// Logger receives state changes. Default slog.Default().
+	Logger *slog.Logger
+	// Seed seeds the router's random draws (0: random).
+	Seed uint64
+}
+
+func (c *Config) validate() error {
+	if c.Primary.Name == "" || c.Primary.Addr == "" {
+		return errors.New("router: config: primary needs a name and an address")
+	}
+	if len(c.Replicas) > hashroute.MaxServers {
+		return fmt.Errorf("router: config: %d replicas, at most %d", len(c.Replicas), hashroute.MaxServers)
+	}
+	seen := map[string]bool{c.Primary.Name: true}
+	for _, r := range c.Replicas {
+		if r.Name == "" || r.Addr == "" {
+			return fmt.Errorf("router: config: replica %+v needs a name and an address", r)
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("router: config: node name %q used twice", r.Name)
+		}
+		seen[r.Name] = true
+	}
+	if c.Positions == nil {
+		return errors.New("router: config: no PositionSource")
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	if err := c.Cap.Validate(); err != nil {
+		return err
+	}
+	if c.Wait > WaitGTIDFunction {
+		return fmt.Errorf("router: config: unknown wait method %d", c.Wait)
+	}
+	if c.Watermark > WatermarkViewAtDecision {
+		return fmt.Errorf("router: config: unknown watermark mode %d", c.Watermark)
+	}
+	if c.DownHold == 0 {
+		c.DownHold = time.Second
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 2 * time.Second
+	}
+	if c.MaxIdle == 0 {
+		c.MaxIdle = 8
+	}
+	if c.DownHold < 0 || c.DialTimeout < 0 || c.MaxIdle < 0 {
+		return errors.New("router: config: negative DownHold, DialTimeout or MaxIdle")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Router is the live causal read router. Its methods are safe for
+// concurrent use; each Session is used by one goroutine at a time.
+type Router struct {
+	cfg   Config
+	pool  *pool
+	dial  *dialer
+	m     *liveMetrics
+	start time.Time
+
+	mu       sync.Mutex // guards everything below
+	primary  Node
+	replicas []Node
+	epoch    uint64
+	// primaryPos is a lower bound of the current primary's executed set:
+	// read at New/Failover, raised by every GTID the primary acknowledges to
+	// a session and by the PositionSource's view of the primary.
+	primaryPos gtid.Set
+	bucket     Bucket
+	downUntil  map[string]time.Time
+	rng        *rand.Rand
+	table      *hashroute.Table
+}
+
+// New validates cfg and builds a Router. It dials the primary once to prove
+// that session GTIDs are reported (ErrNoSessionTracking otherwise).
+func New(ctx context.Context, cfg Config) (*Router, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newLiveMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	d := &dialer{user: cfg.User, password: cfg.Password, db: cfg.Database, timeout: cfg.DialTimeout}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	r := &Router{cfg: cfg, pool: newPool(d, cfg.MaxIdle), dial: d, m: m, start: time.Now(),
+		primary: cfg.Primary, replicas: append([]Node(nil), cfg.Replicas...), epoch: cfg.Epoch,
+		downUntil: map[string]time.Time{}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	if len(cfg.Replicas) > 0 {
+		servers := make([]hashroute.Server, len(cfg.Replicas))
+		for i, n := range cfg.Replicas {
+			servers[i] = hashroute.Server{Name: n.Name, Weight: 1}
+		}
+		if r.table, err = hashroute.NewTable(servers); err != nil {
+			return nil, err
+		}
+	}
+	c, err := d.dialTracking(ctx, cfg.Primary.Addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if r.primaryPos, err = readExecuted(ctx, c); err != nil {
+		return nil, fmt.Errorf("router: read the primary's gtid_executed: %w", err)
+	}
+	return r, nil
+}
+
+// Close releases idle connections.
+func (r *Router) Close() { r.pool.close() }
+
+// Epoch returns the current topology epoch.
+func (r *Router) Epoch() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.epoch
+}
+
+// Failover switches the router to a new primary and epoch (e.g. from
+// compose's FailoverResult). replicas is the new configured replica list.
+// It reads the new primary's @@gtid_executed (which, once promoted, holds
+// every transaction of older epochs it will ever have). Sessions' tokens
+// from older epochs are then checked against it (Policy.CheckEpoch) on
+// their next read.
+func (r *Router) Failover(ctx context.Context, primary Node, replicas []Node, epoch uint64) error {
+	c, err := r.dial.dial(ctx, primary.Addr, false)
+	if err != nil {
+		return fmt.Errorf("router: failover: %w", err)
+	}
+	pos, err := readExecuted(ctx, c)
+	c.Close()
+	if err != nil {
+		return fmt.Errorf("router: failover: read the new primary's gtid_executed: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if epoch <= r.epoch {
+		return fmt.Errorf("router: failover to epoch %d, current is %d", epoch, r.epoch)
+	}
+	var table *hashroute.Table
+	if len(replicas) > 0 {
+		servers := make([]hashroute.Server, len(replicas))
+		for i, n := range replicas {
+			servers[i] = hashroute.Server{Name: n.Name, Weight: 1}
+		}
+		if table, err = hashroute.NewTable(servers); err != nil {
+			return err
+		}
+	}
+	r.primary, r.replicas, r.epoch, r.primaryPos, r.table = primary, append([]Node(nil), replicas...), epoch, pos, table
+	r.cfg.Logger.Info("router: failover", "primary", primary.Name, "epoch", epoch)
+	return nil
+}
+
+// now is the router's monotonic clock for Decide.
+func (r *Router) now() time.Duration { return time.Since(r.start) }
+
+// markDown skips a node for DownHold after an error.
+func (r *Router) markDown(n Node, err error) {
+	r.m.nodeDown.WithLabelValues(n.Name).Inc()
+	r.mu.Lock()
+	r.downUntil[n.Name] = time.Now().Add(r.cfg.DownHold)
+	r.mu.Unlock()
+	r.cfg.Logger.Warn("router: node marked down", "node", n.Name, "hold", r.cfg.DownHold, "err", err)
+}
+
+// LiveSession is one client's causal state on a live Router. Use it from
+// one goroutine at a time.
+type LiveSession struct {
+	r       *Router
+	policy  Policy
+	st      Session[gtid.Set]
+	prim    *client.Conn // the session's primary connection (writes, transactions)
+	primAt  Node         // the node prim is connected to
+	inTx    bool         // an explicit transaction is open on prim
+	txDirty bool         // it changed rows
+}
+
+// hashAffinity hashes a consistent_read_id like hashroute (xxhash64).
+func hashAffinity(id string) uint64 { return hashroute.Hash(id) }
