@@ -371,6 +371,9 @@ func (e *engine) route(t usec, s int32, waited usec) {
 	}
 	m := e.m
 	m.reasons[d.Reason]++
+	if d.HashReason.Moved() {
+		m.hashMoved++
+	}
 	switch d.Action {
 	case router.ActReplica, router.ActStale:
 		if d.Action == router.ActStale {

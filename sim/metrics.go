@@ -17,6 +17,7 @@ type trialMetrics struct {
 	timeouts    int64 // waits that spent their budget, or reads failed as timed out
 	failed      int64 // reads the router failed (ActFail)
 	staleServed int64 // reads served labelled stale (cap behaviour)
+	hashMoved   int64 // affinity decisions hashroute moved off the first choice
 	events      int64
 	reasons     [16]int64
 
@@ -52,6 +53,9 @@ func (m *trialMetrics) bin(t usec, primary bool) {
 // Result is one router's outcome in one trial: the numbers tables average.
 type Result struct {
 	Reads, Served, RYW, MR, Primary, Fallbacks, Waited, Timeouts, Failed, Stale int64
+	// HashMoved counts affinity reads hashroute sent off their first choice
+	// (reselected, remapped or rebalanced).
+	HashMoved int64
 	// Events is the number of simulator events processed.
 	Events int64
 	// Percentages of reads.
@@ -79,7 +83,7 @@ func (m *trialMetrics) result() Result {
 	r := Result{
 		Reads: m.reads, Served: m.served, RYW: m.ryw, MR: m.mr, Primary: m.primary,
 		Fallbacks: m.fallbacks, Waited: m.waited, Timeouts: m.timeouts, Failed: m.failed,
-		Stale: m.staleServed, Events: m.events, Reasons: m.reasons,
+		Stale: m.staleServed, HashMoved: m.hashMoved, Events: m.events, Reasons: m.reasons,
 		RYWPct: pct(m.ryw, m.reads), MRPct: pct(m.mr, m.reads), PrimaryPct: pct(m.primary, m.reads),
 		ReadMean: m.readLat.mean() / 1000, ReadP50: m.readLat.quantile(0.5) / 1000, ReadP99: m.readLat.quantile(0.99) / 1000,
 		WriteMean: m.writeLat.mean() / 1000, WriteP99: m.writeLat.quantile(0.99) / 1000,

@@ -58,6 +58,7 @@ what does each routing rule cost the primary and the reader?`,
 		// One constructor per area; keep this list sorted.
 		newGTIDCmd(),
 		newHashCmd(),
+		newSimCmd(),
 	)
 	return root
 }

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/sim"
+)
+
+// simFlags are the flags every `causallab sim` experiment shares.
+type simFlags struct {
+	seed       uint64
+	trials     int
+	replicas   int
+	wps        float64
+	world      string
+	sessions   int
+	duration   time.Duration
+	poll       time.Duration
+	window     time.Duration
+	budget     time.Duration
+	hashMode   string
+	capPerSec  float64
+	capBehave  string
+	capExtra   time.Duration
+	format     string
+	out        string
+	noProgress bool
+}
+
+func (f *simFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.Uint64Var(&f.seed, "seed", 1, "random seed (same seed and flags: byte-identical output)")
+	fs.IntVar(&f.trials, "trials", 0, "trials per point (0: the experiment's default, 16)")
+	fs.IntVar(&f.replicas, "replicas", 0, "replicas (0: 5)")
+	fs.Float64Var(&f.wps, "writes-per-sec", 0, "offered writes per second (0: the experiment's default, 600)")
+	fs.StringVar(&f.world, "world", "", "world: instant, identical, straggler, straggler+heavy (default)")
+	fs.IntVar(&f.sessions, "sessions", 0, "sessions (0: 10000)")
+	fs.DurationVar(&f.duration, "duration", 0, "offered writes per trial (0: 16s)")
+	fs.DurationVar(&f.poll, "poll", 0, "router view polled every this long (0: perfect view)")
+	fs.DurationVar(&f.window, "window", 0, "window router's W (0: 500ms)")
+	fs.DurationVar(&f.budget, "budget", 0, "token-wait's budget B (0: 400ms)")
+	fs.StringVar(&f.hashMode, "hash-mode", "full-list", "affinity hashing: full-list, available-only, rebalance-override")
+	fs.Float64Var(&f.capPerSec, "cap", 0, "primary fallbacks allowed per second (0: no cap)")
+	fs.StringVar(&f.capBehave, "cap-behavior", "wait-longer", "above the cap: wait-longer, fail-fast, serve-stale")
+	fs.DurationVar(&f.capExtra, "cap-extra-wait", 200*time.Millisecond, "wait-longer's extra wait")
+	fs.StringVar(&f.format, "format", "md", "output: md, csv or json (JSON lines, one object per row)")
+	fs.StringVar(&f.out, "out", "", "also write every table (md, csv, json) and the pictures (SVG) under this folder")
+	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
+}
+
+func (f *simFlags) options(cmd *cobra.Command) (sim.Options, sim.Format, error) {
+	var o sim.Options
+	format, err := sim.ParseFormat(f.format)
+	if err != nil {
+		return o, "", err
+	}
+	mode, err := hashroute.ParseMode(f.hashMode)
+	if err != nil {
+		return o, "", err
+	}
+	o.Base = sim.Config{Seed: f.seed, Trials: f.trials, Replicas: f.replicas, WritesPerSec: f.wps,
+		Sessions: f.sessions, Duration: f.duration, Poll: f.poll}
+	if f.world != "" {
+		if o.Base.World, err = sim.ParseWorld(f.world); err != nil {
+			return o, "", err
+		}
+	}
+	if f.capPerSec != 0 {
+		b, err := router.ParseCapBehavior(f.capBehave)
+		if err != nil {
+			return o, "", err
+		}
+		o.Base.Cap = router.Cap{PerSecond: f.capPerSec, Behavior: b, ExtraWait: f.capExtra}
+		if err := o.Base.Cap.Validate(); err != nil {
+			return o, "", err
+		}
+	}
+	o.Window, o.WaitBudget, o.HashMode = f.window, f.budget, mode
+	return o, format, nil
+}
+
+// progress returns a progress callback drawing a bar on stderr, or nil when
+// stderr is not a terminal.
+func (f *simFlags) progress(label string) (sim.Progress, func()) {
+	if f.noProgress || !term.IsTerminal(int(os.Stderr.Fd())) {
+		return nil, func() {}
+	}
+	var bar *progressbar.ProgressBar
+	return func(done, total int) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionSetDescription(label), progressbar.OptionClearOnFinish())
+			}
+			_ = bar.Set(done)
+		}, func() {
+			if bar != nil {
+				_ = bar.Finish()
+			}
+		}
+}
+
+func newSimCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sim <experiment>",
+		Short: "Run the deterministic simulator's experiments",
+		Long: `sim runs one experiment of the deterministic simulator and prints its table.
+The same seed and flags give byte-identical output. "sim all --out DIR" runs
+every experiment and writes the tables, the pictures and a markdown report.`,
+	}
+	for _, e := range sim.Experiments() {
+		f := &simFlags{}
+		sub := &cobra.Command{
+			Use:   e.Name,
+			Short: e.Short,
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				o, format, err := f.options(cmd)
+				if err != nil {
+					return withExitCode(2, err)
+				}
+				var done func()
+				o.Progress, done = f.progress(e.Name)
+				rep, err := e.Run(cmd.Context(), o)
+				done()
+				if err != nil {
+					return err
+				}
+				return emit(cmd.OutOrStdout(), f.out, format, e.Name, rep)
+			},
+		}
+		f.register(sub)
+		cmd.AddCommand(sub)
+	}
+	f := &simFlags{}
+	all := &cobra.Command{
+		Use:   "all",
+		Short: "every experiment at its default trial counts (with --out: tables, pictures, report)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, format, err := f.options(cmd)
+			if err != nil {
+				return withExitCode(2, err)
+			}
+			var done func()
+			o.Progress, done = f.progress("sim all")
+			reps, err := sim.All(cmd.Context(), o)
+			done()
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			for i, rep := range reps {
+				if err := emit(w, f.out, format, sim.Experiments()[i].Name, rep); err != nil {
+					return err
+				}
+			}
+			if f.out != "" {
+				return sim.WriteReport(f.out, reps)
+			}
+			return nil
+		},
+	}
+	f.register(all)
+	cmd.AddCommand(all)
+	return cmd
+}
+
+// emit prints rep's tables and, with out set, writes them and their pictures.
+func emit(w io.Writer, out string, format sim.Format, name string, rep *sim.Report) error {
+	for _, t := range rep.Tables {
+		if err := t.Write(w, format); err != nil {
+			return err
+		}
+	}
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	for _, t := range rep.Tables {
+		for _, ff := range []sim.Format{sim.FormatMarkdown, sim.FormatCSV, sim.FormatJSON} {
+			ext := map[sim.Format]string{sim.FormatMarkdown: "md", sim.FormatCSV: "csv", sim.FormatJSON: "jsonl"}[ff]
+			fh, err := os.Create(filepath.Join(out, t.Name+"."+ext))
+			if err != nil {
+				return err
+			}
+			err = t.Write(fh, ff)
+			if cerr := fh.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("sim: writing %s: %w", fh.Name(), err)
+			}
+		}
+	}
+	_, err := sim.WritePlots(out, rep.Plots)
+	return err
+}

@@ -1,0 +1,408 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/router"
+)
+
+// Options are the knobs every experiment shares; zero fields take the
+// experiment's defaults.
+type Options struct {
+	// Base is the common configuration (seed, trials, replicas, writes/s,
+	// world, poll, cap...). Zero fields take each experiment's defaults.
+	Base Config
+	// Window is the window router's W. Default 500ms.
+	Window time.Duration
+	// WaitBudget is token-wait's B. Default 400ms.
+	WaitBudget time.Duration
+	// HashMode is the affinity router's hashroute mode in `routers`.
+	HashMode hashroute.Mode
+	// Progress, when non-nil, is told about finished trials.
+	Progress Progress
+}
+
+// Report is what an experiment produced.
+type Report struct {
+	// Tables in print order.
+	Tables []*Table
+	// Plots are the experiment's pictures (drawn by WritePlots).
+	Plots []Plot
+}
+
+// Plot is a line chart's data.
+type Plot struct {
+	// Name is the file stem ("load-primary-share").
+	Name string
+	// Title, X and Y label the chart.
+	Title, X, Y string
+	// Lines are the series.
+	Lines []Line
+	// Strip, when non-nil, makes this plot the one-trial strip instead.
+	Strip *Trace
+}
+
+// Line is one series.
+type Line struct {
+	Name string
+	X, Y []float64
+}
+
+// Experiment is one `causallab sim` subcommand.
+type Experiment struct {
+	// Name is the subcommand ("routers").
+	Name string
+	// Short is the one-line help.
+	Short string
+	// Run runs it.
+	Run func(ctx context.Context, o Options) (*Report, error)
+}
+
+// Experiments lists every experiment in the order `sim all` runs them.
+func Experiments() []Experiment {
+	return []Experiment{
+		{"routers", "all six routers side by side (5 replicas, 600 writes/s, default world)", Routers},
+		{"window", "the window dial: W from 0 to 4 s", WindowExp},
+		{"load", "offered writes/s from 200 to 2000 under token-ryw-mr", Load},
+		{"worlds", "the four worlds: RYW under any, cost under token-ryw-mr", WorldsExp},
+		{"fleet", "2..6 replicas in the identical, straggler and straggler+heavy worlds", Fleet},
+		{"contention", "primary reads share the write FIFO at 1400 writes/s", Contention},
+		{"wait", "token-wait budgets B from 0 to 1600 ms", Wait},
+		// {"failover", "scalar, GTID-set and epoch tokens through a failover", Failover},
+		// {"workorder", "the request-stream model (Park–Miller) with fixed lag", Workorder},
+		{"hashing", "affinity hashing modes under a replica outage and load drift", Hashing},
+	}
+}
+
+// ExperimentByName finds an experiment.
+func ExperimentByName(name string) (Experiment, error) {
+	for _, e := range Experiments() {
+		if e.Name == name {
+			return e, nil
+		}
+	}
+	return Experiment{}, fmt.Errorf("sim: unknown experiment %q", name)
+}
+
+func (o *Options) window() time.Duration {
+	if o.Window > 0 {
+		return o.Window
+	}
+	return router.DefaultWindow
+}
+
+func (o *Options) budget() time.Duration {
+	if o.WaitBudget > 0 {
+		return o.WaitBudget
+	}
+	return router.DefaultWaitBudget
+}
+
+// sixRouters are the specification's six routers with o's knobs.
+func (o *Options) sixRouters() []RouterSpec {
+	w := router.Policy{Kind: router.PolicyWindow, Window: o.window()}
+	tw := router.Policy{Kind: router.PolicyTokenWait, WaitBudget: o.budget()}
+	af := router.Policy{Kind: router.PolicyAffinity, HashMode: o.HashMode}
+	return []RouterSpec{
+		{Name: "any", Policy: router.Policy{Kind: router.PolicyAny}},
+		{Name: af.String(), Policy: af},
+		{Name: w.String(), Policy: w},
+		{Name: "token-ryw", Policy: router.Policy{Kind: router.PolicyTokenRYW}},
+		{Name: "token-ryw-mr", Policy: router.Policy{Kind: router.PolicyTokenRYWMR}},
+		{Name: tw.String(), Policy: tw},
+	}
+}
+
+func spec(p router.Policy) RouterSpec { return RouterSpec{Name: p.String(), Policy: p} }
+
+var (
+	fRYW     = func(r *Result) float64 { return r.RYWPct }
+	fMR      = func(r *Result) float64 { return r.MRPct }
+	fPrim    = func(r *Result) float64 { return r.PrimaryPct }
+	fWorst   = func(r *Result) float64 { return r.WorstBinPct }
+	fPeak    = func(r *Result) float64 { return r.PeakPrimaryPerSec }
+	fRMean   = func(r *Result) float64 { return r.ReadMean }
+	fRP50    = func(r *Result) float64 { return r.ReadP50 }
+	fRP99    = func(r *Result) float64 { return r.ReadP99 }
+	fWMean   = func(r *Result) float64 { return r.WriteMean }
+	fWP99    = func(r *Result) float64 { return r.WriteP99 }
+	fLagMean = func(r *Result) float64 { return r.LagMean }
+	fLagP99  = func(r *Result) float64 { return r.LagP99 }
+	fWaited  = func(r *Result) float64 { return pct(r.Waited, r.Reads) }
+	fTimeout = func(r *Result) float64 { return pct(r.Timeouts, r.Reads) }
+	fFailed  = func(r *Result) float64 { return pct(r.Failed, r.Reads) }
+)
+
+// lagNote is the achieved-lag line printed under a table.
+func lagNote(cfg *Config, rs []Result) string {
+	m, p := stat(rs, fLagMean), stat(rs, fLagP99)
+	return fmt.Sprintf("Achieved replica lag (commit to apply, all replicas): mean %.0f ± %.0f ms, p99 %.0f ± %.0f ms (%s world, %g writes/s, %d replicas).",
+		m.Mean, m.SD, p.Mean, p.SD, cfg.World, cfg.WritesPerSec, cfg.Replicas)
+}
+
+func setupNote(cfg *Config) string {
+	v := "perfect router view"
+	if cfg.Poll > 0 {
+		v = fmt.Sprintf("router view polled every %v", cfg.Poll)
+	}
+	return fmt.Sprintf("Setup: seed %d, %d trials of %v offered writes, %d sessions, %d reads per write, RTT %v, %s. Cells: trial mean ± sample SD.",
+		cfg.Seed, cfg.Trials, cfg.Duration, cfg.Sessions, cfg.ReadsPerWrite, cfg.RTT, v)
+}
+
+var routerColumns = []Column{
+	{"router", "router", 0},
+	{"ryw_pct", "RYW viol. %", 2},
+	{"mr_pct", "MR viol. %", 2},
+	{"primary_pct", "primary %", 1},
+	{"worst_100ms_pct", "worst 100 ms %", 1},
+	{"peak_primary_rps", "peak primary r/s", 0},
+	{"read_mean_ms", "read mean ms", 1},
+	{"read_p50_ms", "read p50 ms", 1},
+	{"read_p99_ms", "read p99 ms", 1},
+	{"waited_pct", "waited %", 2},
+	{"timeouts_pct", "timeouts %", 2},
+}
+
+func routerRow(name string, rs []Result) []Cell {
+	return []Cell{L(name), S(stat(rs, fRYW)), S(stat(rs, fMR)), S(stat(rs, fPrim)), S(stat(rs, fWorst)),
+		S(stat(rs, fPeak)), S(stat(rs, fRMean)), S(stat(rs, fRP50)), S(stat(rs, fRP99)), S(stat(rs, fWaited)), S(stat(rs, fTimeout))}
+}
+
+// RoutersTable runs specs on cfg and tabulates them.
+func RoutersTable(ctx context.Context, name, title string, cfg Config, specs []RouterSpec, progress Progress) (*Table, [][]Result, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, nil, err
+	}
+	res, err := Run(ctx, cfg, specs, progress)
+	if err != nil {
+		return nil, nil, err
+	}
+	t := &Table{Name: name, Title: title, Columns: routerColumns}
+	for k, s := range specs {
+		t.Rows = append(t.Rows, routerRow(s.Name, res[k]))
+	}
+	t.Notes = []string{setupNote(&cfg), lagNote(&cfg, res[0])}
+	return t, res, nil
+}
+
+// Routers is the `routers` experiment.
+func Routers(ctx context.Context, o Options) (*Report, error) {
+	cfg := o.Base
+	t, _, err := RoutersTable(ctx, "routers", "Routers: violations and cost", cfg, o.sixRouters(), o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	// The strip: one trial of token-ryw-mr, every read over time.
+	sp := spec(router.Policy{Kind: router.PolicyTokenRYWMR})
+	tr, _, err := TraceTrial(ctx, cfg, sp, 0)
+	if err != nil {
+		return nil, err
+	}
+	pl := Plot{Name: "strip-token-ryw-mr", Title: "One trial under token-ryw-mr: where reads went, under the lag curve", Strip: tr}
+	return &Report{Tables: []*Table{t}, Plots: []Plot{pl}}, nil
+}
+
+// sweep runs one configuration per point (built by mk) under specs, all
+// trials of all points in one parallel batch.
+func sweep(ctx context.Context, n int, mk func(i int) Config, specs func(i int) []RouterSpec, progress Progress) ([]Config, [][][]Result, error) {
+	cfgs := make([]Config, n)
+	var jobs []*job
+	for i := range n {
+		cfgs[i] = mk(i)
+		if err := cfgs[i].validate(); err != nil {
+			return nil, nil, err
+		}
+	}
+	for i := range n {
+		sp := specs(i)
+		for t := range cfgs[i].Trials {
+			jobs = append(jobs, &job{cfg: &cfgs[i], trial: t, specs: sp, out: make([]Result, len(sp))})
+		}
+	}
+	if err := runJobs(ctx, jobs, progress); err != nil {
+		return nil, nil, err
+	}
+	out := make([][][]Result, n)
+	k := 0
+	for i := range n {
+		sp := specs(i)
+		out[i] = make([][]Result, len(sp))
+		for r := range sp {
+			out[i][r] = make([]Result, cfgs[i].Trials)
+		}
+		for t := range cfgs[i].Trials {
+			for r := range sp {
+				out[i][r][t] = jobs[k].out[r]
+			}
+			k++
+		}
+	}
+	return cfgs, out, nil
+}
+
+// WindowExp is the `window` experiment: the window dial.
+func WindowExp(ctx context.Context, o Options) (*Report, error) {
+	ws := []time.Duration{0, 100, 250, 500, 1000, 2000, 4000}
+	cfgs, res, err := sweep(ctx, len(ws), func(int) Config { return o.Base },
+		func(i int) []RouterSpec {
+			return []RouterSpec{spec(router.Policy{Kind: router.PolicyWindow, Window: ws[i] * time.Millisecond})}
+		}, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{Name: "window", Title: "Window dial: primary share against protection", Columns: []Column{
+		{"window_ms", "W ms", 0}, {"primary_pct", "primary %", 1}, {"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2},
+		{"worst_100ms_pct", "worst 100 ms %", 1}, {"lag_mean_ms", "lag mean ms", 0}, {"lag_p99_ms", "lag p99 ms", 0}}}
+	pl := Plot{Name: "window-dial", Title: "The window dial", X: "window W (ms)", Y: "% of reads",
+		Lines: []Line{{Name: "primary share %"}, {Name: "RYW kept %"}}}
+	for i, w := range ws {
+		rs := res[i][0]
+		t.Rows = append(t.Rows, []Cell{N(float64(w)), S(stat(rs, fPrim)), S(stat(rs, fRYW)), S(stat(rs, fMR)),
+			S(stat(rs, fWorst)), S(stat(rs, fLagMean)), S(stat(rs, fLagP99))})
+		pl.Lines[0].X, pl.Lines[0].Y = append(pl.Lines[0].X, float64(w)), append(pl.Lines[0].Y, stat(rs, fPrim).Mean)
+		pl.Lines[1].X, pl.Lines[1].Y = append(pl.Lines[1].X, float64(w)), append(pl.Lines[1].Y, 100-stat(rs, fRYW).Mean)
+	}
+	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0])}
+	return &Report{Tables: []*Table{t}, Plots: []Plot{pl}}, nil
+}
+
+// Load is the `load` experiment.
+func Load(ctx context.Context, o Options) (*Report, error) {
+	rates := []float64{200, 600, 1200, 1600, 2000}
+	targets := [][2]float64{{116, 860}, {315, 2910}, {891, 7437}, {1148, 9234}, {1507, 10246}}
+	cfgs, res, err := sweep(ctx, len(rates), func(i int) Config { c := o.Base; c.WritesPerSec = rates[i]; return c },
+		func(int) []RouterSpec { return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR})} }, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{Name: "load", Title: "Load: token-ryw-mr as offered writes grow", Columns: []Column{
+		{"writes_per_sec", "writes/s", 0}, {"lag_mean_ms", "lag mean ms", 0}, {"lag_p99_ms", "lag p99 ms", 0},
+		{"target_lag_mean_ms", "target mean", 0}, {"target_lag_p99_ms", "target p99", 0},
+		{"primary_pct", "primary %", 1}, {"worst_100ms_pct", "worst 100 ms %", 1}, {"peak_primary_rps", "peak primary r/s", 0}}}
+	pl := Plot{Name: "load-primary-share", Title: "Primary share against offered load (token-ryw-mr)", X: "offered writes/s", Y: "% of reads",
+		Lines: []Line{{Name: "primary share %"}, {Name: "worst 100 ms %"}}}
+	for i, r := range rates {
+		rs := res[i][0]
+		t.Rows = append(t.Rows, []Cell{N(r), S(stat(rs, fLagMean)), S(stat(rs, fLagP99)), N(targets[i][0]), N(targets[i][1]),
+			S(stat(rs, fPrim)), S(stat(rs, fWorst)), S(stat(rs, fPeak))})
+		pl.Lines[0].X, pl.Lines[0].Y = append(pl.Lines[0].X, r), append(pl.Lines[0].Y, stat(rs, fPrim).Mean)
+		pl.Lines[1].X, pl.Lines[1].Y = append(pl.Lines[1].X, r), append(pl.Lines[1].Y, stat(rs, fWorst).Mean)
+	}
+	t.Notes = []string{setupNote(&cfgs[0]), "Lag targets are calibration inputs (the specification's); the lag columns are achieved."}
+	return &Report{Tables: []*Table{t}, Plots: []Plot{pl}}, nil
+}
+
+// WorldsExp is the `worlds` experiment.
+func WorldsExp(ctx context.Context, o Options) (*Report, error) {
+	targets := map[World][2]float64{WorldInstant: {0, 0}, WorldIdentical: {11, 14}, WorldStraggler: {49, 547}, WorldStragglerHeavy: {320, 2640}}
+	cfgs, res, err := sweep(ctx, len(Worlds), func(i int) Config { c := o.Base; c.World = Worlds[i]; return c },
+		func(int) []RouterSpec {
+			return []RouterSpec{spec(router.Policy{Kind: router.PolicyAny}), spec(router.Policy{Kind: router.PolicyTokenRYWMR})}
+		}, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{Name: "worlds", Title: "Worlds: the cost of lag", Columns: []Column{
+		{"world", "world", 0}, {"lag_mean_ms", "lag mean ms", 0}, {"lag_p99_ms", "lag p99 ms", 0},
+		{"target_lag_mean_ms", "target mean", 0}, {"target_lag_p99_ms", "target p99", 0},
+		{"any_ryw_pct", "any: RYW viol. %", 2}, {"any_mr_pct", "any: MR viol. %", 2},
+		{"mr_primary_pct", "token-ryw-mr: primary %", 1}, {"mr_worst_100ms_pct", "token-ryw-mr: worst 100 ms %", 1}}}
+	for i, w := range Worlds {
+		a, m := res[i][0], res[i][1]
+		t.Rows = append(t.Rows, []Cell{L(string(w)), S(stat(a, fLagMean)), S(stat(a, fLagP99)), N(targets[w][0]), N(targets[w][1]),
+			S(stat(a, fRYW)), S(stat(a, fMR)), S(stat(m, fPrim)), S(stat(m, fWorst))})
+	}
+	t.Notes = []string{setupNote(&cfgs[0])}
+	return &Report{Tables: []*Table{t}}, nil
+}
+
+// Fleet is the `fleet` experiment.
+func Fleet(ctx context.Context, o Options) (*Report, error) {
+	worlds := []World{WorldIdentical, WorldStraggler, WorldStragglerHeavy}
+	type pt struct {
+		w World
+		n int
+	}
+	var pts []pt
+	for _, w := range worlds {
+		for n := 2; n <= 6; n++ {
+			pts = append(pts, pt{w, n})
+		}
+	}
+	cfgs, res, err := sweep(ctx, len(pts), func(i int) Config { c := o.Base; c.World, c.Replicas = pts[i].w, pts[i].n; return c },
+		func(int) []RouterSpec {
+			return []RouterSpec{spec(router.Policy{Kind: router.PolicyAny}), spec(router.Policy{Kind: router.PolicyTokenRYWMR})}
+		}, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{Name: "fleet", Title: "Fleet size", Columns: []Column{
+		{"world", "world", 0}, {"replicas", "replicas", 0}, {"lag_mean_ms", "lag mean ms", 0}, {"lag_p99_ms", "lag p99 ms", 0},
+		{"any_ryw_pct", "any: RYW viol. %", 2}, {"any_mr_pct", "any: MR viol. %", 2},
+		{"mr_primary_pct", "token-ryw-mr: primary %", 1}, {"mr_worst_100ms_pct", "token-ryw-mr: worst 100 ms %", 1}}}
+	for i, p := range pts {
+		a, m := res[i][0], res[i][1]
+		t.Rows = append(t.Rows, []Cell{L(string(p.w)), N(float64(p.n)), S(stat(a, fLagMean)), S(stat(a, fLagP99)),
+			S(stat(a, fRYW)), S(stat(a, fMR)), S(stat(m, fPrim)), S(stat(m, fWorst))})
+	}
+	t.Notes = []string{setupNote(&cfgs[0])}
+	return &Report{Tables: []*Table{t}}, nil
+}
+
+// Contention is the `contention` experiment.
+func Contention(ctx context.Context, o Options) (*Report, error) {
+	cfg := o.Base
+	cfg.Contention = true
+	if cfg.WritesPerSec == 0 {
+		cfg.WritesPerSec = 1400
+	}
+	specs := []RouterSpec{spec(router.Policy{Kind: router.PolicyAny}),
+		spec(router.Policy{Kind: router.PolicyWindow, Window: o.window()}), spec(router.Policy{Kind: router.PolicyTokenRYWMR})}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	res, err := Run(ctx, cfg, specs, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{Name: "contention", Title: "Contention: primary reads share the write FIFO", Columns: []Column{
+		{"router", "router", 0}, {"write_mean_ms", "write mean ms", 2}, {"write_p99_ms", "write p99 ms", 2},
+		{"primary_pct", "primary %", 1}, {"peak_primary_rps", "peak primary r/s", 0}, {"ryw_pct", "RYW viol. %", 2}, {"read_p99_ms", "read p99 ms", 1}}}
+	for k, s := range specs {
+		rs := res[k]
+		t.Rows = append(t.Rows, []Cell{L(s.Name), S(stat(rs, fWMean)), S(stat(rs, fWP99)), S(stat(rs, fPrim)), S(stat(rs, fPeak)),
+			S(stat(rs, fRYW)), S(stat(rs, fRP99))})
+	}
+	t.Notes = []string{setupNote(&cfg), fmt.Sprintf("Primary FIFO capacity %g ops/s shared by writes and primary reads.", cfg.PrimaryCapacity), lagNote(&cfg, res[0])}
+	return &Report{Tables: []*Table{t}}, nil
+}
+
+// Wait is the `wait` experiment.
+func Wait(ctx context.Context, o Options) (*Report, error) {
+	bs := []time.Duration{0, 100, 400, 800, 1600}
+	cfgs, res, err := sweep(ctx, len(bs), func(int) Config { return o.Base },
+		func(i int) []RouterSpec {
+			return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: bs[i] * time.Millisecond})}
+		}, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{Name: "wait", Title: "Wait budget: token-wait(B)", Columns: []Column{
+		{"budget_ms", "B ms", 0}, {"primary_pct", "primary %", 1}, {"waited_pct", "waited %", 2}, {"timeouts_pct", "timeouts %", 2},
+		{"read_mean_ms", "read mean ms", 1}, {"read_p50_ms", "read p50 ms", 1}, {"read_p99_ms", "read p99 ms", 1},
+		{"worst_100ms_pct", "worst 100 ms %", 1}, {"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}}}
+	pl := Plot{Name: "wait-budget", Title: "Wait budget: read latency", X: "budget B (ms)", Y: "read latency (ms)",
+		Lines: []Line{{Name: "mean"}, {Name: "p99"}}}
+	for i, b := range bs {
+		rs := res[i][0]
+		t.Rows = append(t.Rows, []Cell{N(float64(b)), S(stat(rs, fPrim)), S(stat(rs, fWaited)), S(stat(rs, fTimeout)),
+			S(stat(rs, fRMean)), S(stat(rs, fRP50)), S(stat(rs, fRP99)), S(stat(rs, fWorst)), S(stat(rs, fRYW)), S(stat(rs, fMR))})
+		pl.Lines[0].X, pl.Lines[0].Y = append(pl.Lines[0].X, float64(b)), append(pl.Lines[0].Y, stat(rs, fRMean).Mean)
+		pl.Lines[1].X, pl.Lines[1].Y = append(pl.Lines[1].X, float64(b)), append(pl.Lines[1].Y, stat(rs, fRP99).Mean)
+	}
+	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0])}
+	return &Report{Tables: []*Table{t}, Plots: []Plot{pl}}, nil
+}

@@ -1,0 +1,223 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Column describes one table column.
+type Column struct {
+	// Key is the machine name (CSV header, JSON key): lower_snake_case.
+	Key string
+	// Header is the markdown header.
+	Header string
+	// Prec is the number of decimals printed (markdown and CSV).
+	Prec int
+}
+
+// Cell is one table value: a label or a number with an optional spread.
+type Cell struct {
+	// Label is the text of a label cell (IsNum false).
+	Label string
+	// Num is the value of a numeric cell (IsNum true).
+	Num   float64
+	IsNum bool
+	// SD is the sample standard deviation over trials (HasSD true).
+	SD    float64
+	HasSD bool
+}
+
+// L is a label cell.
+func L(s string) Cell { return Cell{Label: s} }
+
+// N is a numeric cell without spread.
+func N(v float64) Cell { return Cell{Num: v, IsNum: true} }
+
+// S is a numeric cell with its spread over trials.
+func S(s Stat) Cell { return Cell{Num: s.Mean, SD: s.SD, IsNum: true, HasSD: true} }
+
+// Table is one experiment's result.
+type Table struct {
+	// Name is the experiment's machine name ("routers", "window", ...).
+	Name string
+	// Title is the markdown heading.
+	Title   string
+	Columns []Column
+	Rows    [][]Cell
+	// Notes are printed under the table: the setup and the achieved lag.
+	Notes []string
+}
+
+// Format is an output format.
+type Format string
+
+const (
+	FormatMarkdown Format = "md"
+	FormatCSV      Format = "csv"
+	FormatJSON     Format = "json"
+)
+
+// ParseFormat checks a format name.
+func ParseFormat(s string) (Format, error) {
+	switch Format(s) {
+	case FormatMarkdown, FormatCSV, FormatJSON:
+		return Format(s), nil
+	}
+	return "", fmt.Errorf("sim: unknown format %q (want md, csv or json)", s)
+}
+
+// Write renders t in format f.
+func (t *Table) Write(w io.Writer, f Format) error {
+	switch f {
+	case FormatCSV:
+		return t.writeCSV(w)
+	case FormatJSON:
+		return t.writeJSON(w)
+	default:
+		return t.writeMarkdown(w)
+	}
+}
+
+func num(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "n/a"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+func (t *Table) writeMarkdown(w io.Writer) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "### %s\n\n|", t.Title)
+	for _, c := range t.Columns {
+		fmt.Fprintf(&b, " %s |", c.Header)
+	}
+	b.WriteString("\n|")
+	for i := range t.Columns {
+		if i == 0 {
+			b.WriteString(" --- |")
+		} else {
+			b.WriteString(" ---: |")
+		}
+	}
+	b.WriteString("\n")
+	for _, row := range t.Rows {
+		b.WriteString("|")
+		for i, c := range row {
+			switch {
+			case !c.IsNum:
+				fmt.Fprintf(&b, " %s |", c.Label)
+			case c.HasSD:
+				fmt.Fprintf(&b, " %s ± %s |", num(c.Num, t.Columns[i].Prec), num(c.SD, t.Columns[i].Prec))
+			default:
+				fmt.Fprintf(&b, " %s |", num(c.Num, t.Columns[i].Prec))
+			}
+		}
+		b.WriteString("\n")
+	}
+	if len(t.Notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range t.Notes {
+			fmt.Fprintf(&b, "%s\n", n)
+		}
+	}
+	b.WriteString("\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// writeCSV writes a header row then one row per table row; a column with a
+// spread gets a second column KEY_sd. Notes become "# " comment lines first.
+func (t *Table) writeCSV(w io.Writer) error {
+	var b bytes.Buffer
+	for _, n := range t.Notes {
+		fmt.Fprintf(&b, "# %s\n", strings.ReplaceAll(n, "\n", " "))
+	}
+	cw := csv.NewWriter(&b)
+	sd := t.sdColumns()
+	hdr := []string{"table"}
+	for i, c := range t.Columns {
+		hdr = append(hdr, c.Key)
+		if sd[i] {
+			hdr = append(hdr, c.Key+"_sd")
+		}
+	}
+	_ = cw.Write(hdr)
+	for _, row := range t.Rows {
+		rec := []string{t.Name}
+		for i, c := range row {
+			if c.IsNum {
+				rec = append(rec, num(c.Num, t.Columns[i].Prec+2))
+			} else {
+				rec = append(rec, c.Label)
+			}
+			if sd[i] {
+				rec = append(rec, num(c.SD, t.Columns[i].Prec+2))
+			}
+		}
+		_ = cw.Write(rec)
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return err
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func (t *Table) sdColumns() []bool {
+	sd := make([]bool, len(t.Columns))
+	for _, row := range t.Rows {
+		for i, c := range row {
+			sd[i] = sd[i] || c.HasSD
+		}
+	}
+	return sd
+}
+
+// writeJSON writes JSON lines: one object per table row, keys in column
+// order, numbers as numbers (NaN as null), a spread as KEY_sd, plus "table".
+func (t *Table) writeJSON(w io.Writer) error {
+	var b bytes.Buffer
+	sd := t.sdColumns()
+	put := func(k string, v any) {
+		kb, _ := json.Marshal(k)
+		vb, err := json.Marshal(v)
+		if err != nil {
+			vb = []byte("null")
+		}
+		b.WriteString(",")
+		b.Write(kb)
+		b.WriteString(":")
+		b.Write(vb)
+	}
+	fnum := func(v float64) any {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return v
+	}
+	for _, row := range t.Rows {
+		b.WriteString(`{"table":`)
+		nb, _ := json.Marshal(t.Name)
+		b.Write(nb)
+		for i, c := range row {
+			if c.IsNum {
+				put(t.Columns[i].Key, fnum(c.Num))
+			} else {
+				put(t.Columns[i].Key, c.Label)
+			}
+			if sd[i] {
+				put(t.Columns[i].Key+"_sd", fnum(c.SD))
+			}
+		}
+		b.WriteString("}\n")
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
