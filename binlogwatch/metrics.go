@@ -17,6 +17,7 @@ type Metrics struct {
 	health        *prometheus.GaugeVec
 	notifyDelay   *prometheus.HistogramVec
 	lastEventUnix *prometheus.GaugeVec
+	confirmWaits  *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (never the
@@ -56,8 +57,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "causallab", Subsystem: "binlogwatch", Name: "last_event_timestamp_seconds",
 			Help: "Unix time the last binlog event or heartbeat arrived.",
 		}, []string{"replica"}),
+		confirmWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "binlogwatch", Name: "confirm_timeouts_total",
+			Help: "Streamed sets that were not in @@gtid_executed within ConfirmWait (kept unpublished, retried).",
+		}, []string{"replica"}),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.transactions, m.ignored, m.reconnects, m.resyncs, m.health, m.notifyDelay, m.lastEventUnix} {
+	for _, c := range []prometheus.Collector{m.confirmWaits, m.events, m.transactions, m.ignored, m.reconnects, m.resyncs, m.health, m.notifyDelay, m.lastEventUnix} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -71,13 +76,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // replicaMetrics are the children of one replica, resolved once.
 type replicaMetrics struct {
-	events, transactions                            prometheus.Counter
+	events, transactions                             prometheus.Counter
 	duplicate, anonymous, orphan, abandoned, invalid prometheus.Counter
-	reconnects                                      prometheus.Counter
-	health, lastEvent                               prometheus.Gauge
-	notifyDelay                                     prometheus.Observer
-	resyncs                                         *prometheus.CounterVec
-	name                                            string
+	reconnects, confirmTimeouts                      prometheus.Counter
+	health, lastEvent                                prometheus.Gauge
+	notifyDelay                                      prometheus.Observer
+	resyncs                                          *prometheus.CounterVec
+	name                                             string
 }
 
 func (m *Metrics) forReplica(name string) *replicaMetrics {
@@ -85,19 +90,20 @@ func (m *Metrics) forReplica(name string) *replicaMetrics {
 		return nil
 	}
 	return &replicaMetrics{
-		name:         name,
-		events:       m.events.WithLabelValues(name),
-		transactions: m.transactions.WithLabelValues(name),
-		duplicate:    m.ignored.WithLabelValues(name, "duplicate"),
-		anonymous:    m.ignored.WithLabelValues(name, "anonymous"),
-		orphan:       m.ignored.WithLabelValues(name, "orphan"),
-		abandoned:    m.ignored.WithLabelValues(name, "abandoned"),
-		invalid:      m.ignored.WithLabelValues(name, "invalid"),
-		reconnects:   m.reconnects.WithLabelValues(name),
-		health:       m.health.WithLabelValues(name),
-		lastEvent:    m.lastEventUnix.WithLabelValues(name),
-		notifyDelay:  m.notifyDelay.WithLabelValues(name),
-		resyncs:      m.resyncs,
+		name:            name,
+		events:          m.events.WithLabelValues(name),
+		transactions:    m.transactions.WithLabelValues(name),
+		duplicate:       m.ignored.WithLabelValues(name, "duplicate"),
+		anonymous:       m.ignored.WithLabelValues(name, "anonymous"),
+		orphan:          m.ignored.WithLabelValues(name, "orphan"),
+		abandoned:       m.ignored.WithLabelValues(name, "abandoned"),
+		invalid:         m.ignored.WithLabelValues(name, "invalid"),
+		reconnects:      m.reconnects.WithLabelValues(name),
+		confirmTimeouts: m.confirmWaits.WithLabelValues(name),
+		health:          m.health.WithLabelValues(name),
+		lastEvent:       m.lastEventUnix.WithLabelValues(name),
+		notifyDelay:     m.notifyDelay.WithLabelValues(name),
+		resyncs:         m.resyncs,
 	}
 }
 

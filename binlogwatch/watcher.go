@@ -50,6 +50,10 @@ type Config struct {
 	// last. Defaults 50 ms and 2 s.
 	BackoffMin time.Duration
 	BackoffMax time.Duration
+	// ConfirmWait bounds one server-side wait for a streamed set to appear in
+	// @@gtid_executed before the watcher reports it and tries again.
+	// Default 1 s.
+	ConfirmWait time.Duration
 	// DownAfter turns Reconnecting into Down when reconnecting has failed
 	// for this long. Default 5 s.
 	DownAfter time.Duration
@@ -102,6 +106,12 @@ func (c *Config) validate() error {
 	}
 	if c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin {
 		return fmt.Errorf("binlogwatch: backoff bounds [%v, %v] are not ordered", c.BackoffMin, c.BackoffMax)
+	}
+	if c.ConfirmWait == 0 {
+		c.ConfirmWait = time.Second
+	}
+	if c.ConfirmWait < time.Millisecond {
+		return fmt.Errorf("binlogwatch: ConfirmWait %v is below 1ms", c.ConfirmWait)
 	}
 	if c.DownAfter == 0 {
 		c.DownAfter = 5 * time.Second
@@ -263,20 +273,25 @@ func (w *Watcher) publishStopped(st *runState) {
 
 func (w *Watcher) addr() string { return net.JoinHostPort(w.cfg.Host, strconv.Itoa(int(w.cfg.Port))) }
 
-// readExecuted reads @@server_uuid and @@gtid_executed.
-func (w *Watcher) readExecuted(ctx context.Context) (string, gtid.Set, error) {
+// connect opens the watcher's SQL connection (snapshot and confirmations).
+func (w *Watcher) connect(ctx context.Context) (*client.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
 	defer cancel()
 	conn, err := client.ConnectWithDialer(cctx, "tcp", w.addr(), w.cfg.User, w.cfg.Password, "", w.cfg.Dialer,
 		func(c *client.Conn) error {
-			c.ReadTimeout = w.cfg.ConnectTimeout
+			// A confirmation waits up to ConfirmWait on the server.
+			c.ReadTimeout = w.cfg.ConnectTimeout + w.cfg.ConfirmWait
 			c.WriteTimeout = w.cfg.ConnectTimeout
 			return nil
 		})
 	if err != nil {
-		return "", gtid.Set{}, fmt.Errorf("connect: %w", err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close()
+	return conn, nil
+}
+
+// readExecuted reads @@server_uuid and @@gtid_executed.
+func (w *Watcher) readExecuted(conn *client.Conn) (string, gtid.Set, error) {
 	r, err := conn.Execute("SELECT @@server_uuid, @@gtid_executed")
 	if err != nil {
 		return "", gtid.Set{}, fmt.Errorf("read @@gtid_executed: %w", err)
@@ -320,10 +335,34 @@ func (w *Watcher) adopt(st *runState, uuid string, fresh gtid.Set) {
 	st.tr.reset(fresh)
 }
 
+// candidate is what the stream goroutine has seen, handed to the
+// confirmer: immutable once stored.
+type candidate struct {
+	set        gtid.Set
+	commitTime time.Time
+	lastEvent  time.Time
+	health     Health
+	reason     string
+}
+
 // session takes a snapshot and streams until an error. streamed reports
 // whether at least one event arrived (the backoff then restarts).
+//
+// Two goroutines share the work: this one owns the tracker and turns
+// events into candidate sets; the confirmer owns publishing during the
+// session and publishes a candidate only once the replica's
+// @@gtid_executed contains it (WAIT_FOR_EXECUTED_GTID_SET on the session's
+// SQL connection). The binlog reaches the dump thread after the binlog sync
+// stage but before the commit stage updates @@gtid_executed and makes the
+// rows visible: the confirmation closes that window (measured in
+// docs/binlogwatch.md), at the cost of one round trip per batch.
 func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err error) {
-	uuid, fresh, err := w.readExecuted(ctx)
+	conn, err := w.connect(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	uuid, fresh, err := w.readExecuted(conn)
 	if err != nil {
 		return false, err
 	}
@@ -333,6 +372,32 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 		w.met.health.Set(float64(st.health))
 	}
 	w.publish(st, time.Time{})
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var cand atomic.Pointer[candidate]
+	kick := make(chan struct{}, 1)
+	confirmed := make(chan struct{})
+	go func() {
+		defer close(confirmed)
+		if err := w.confirmLoop(sctx, conn, st.serverUUID, fresh, &cand, kick); err != nil {
+			cancel(err)
+		}
+	}()
+	stop := context.AfterFunc(sctx, func() { conn.Close() }) // unblock a confirmation in flight
+	defer func() {
+		cancel(nil)
+		stop()
+		<-confirmed
+		// The confirmer has stopped and Run's goroutine publishes again:
+		// continue from what was published (unconfirmed transactions are
+		// dropped; the next session's snapshot brings them back).
+		p := w.pub.load()
+		if !p.Executed.Contains(st.tr.set) {
+			st.tr.reset(p.Executed.Clone())
+		}
+		st.health, st.reason = p.Health, p.Reason
+	}()
 
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:            w.cfg.ServerID,
@@ -361,28 +426,88 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 	if err != nil {
 		return false, fmt.Errorf("start binlog stream: %w", err)
 	}
+	health := HealthCatchingUp
 	for {
-		ev, err := streamer.GetEvent(ctx)
+		ev, err := streamer.GetEvent(sctx)
 		if err != nil {
+			if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) {
+				return streamed, cause
+			}
 			return streamed, fmt.Errorf("binlog stream: %w", err)
 		}
 		streamed = true
-		st.lastEvent = time.Now()
+		now := time.Now()
 		r := st.tr.apply(ev)
 		if w.met != nil {
 			w.met.syncStats(&st.prevStats, st.tr.stats)
-			w.met.lastEvent.Set(float64(st.lastEvent.UnixNano()) / 1e9)
+			w.met.lastEvent.Set(float64(now.UnixNano()) / 1e9)
 		}
 		_, heartbeat := ev.Event.(*replication.HeartbeatEvent)
-		switch {
-		case st.health != HealthStreaming:
-			st.health, st.reason = HealthStreaming, ""
-			if w.met != nil {
-				w.met.health.Set(float64(st.health))
+		if r.added == 0 && !heartbeat && health == HealthStreaming {
+			continue
+		}
+		health = HealthStreaming
+		cand.Store(&candidate{set: st.tr.set.Clone(), commitTime: r.commitTime, lastEvent: now, health: HealthStreaming})
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// confirmLoop publishes candidates once the replica's @@gtid_executed
+// contains them. It owns publishing while the session runs.
+func (w *Watcher) confirmLoop(ctx context.Context, conn *client.Conn, uuid string, published gtid.Set, cand *atomic.Pointer[candidate], kick chan struct{}) error {
+	wait := strconv.FormatFloat(w.cfg.ConfirmWait.Seconds(), 'f', 3, 64)
+	var last *candidate
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		}
+		c := cand.Load()
+		if c == nil || c == last {
+			continue
+		}
+		if !published.Contains(c.set) {
+			r, err := conn.Execute("SELECT WAIT_FOR_EXECUTED_GTID_SET('" + c.set.CompactString() + "', " + wait + ")")
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("confirm against @@gtid_executed: %w", err)
 			}
-			w.publish(st, r.commitTime)
-		case r.added > 0 || heartbeat:
-			w.publish(st, r.commitTime)
+			v, err := r.GetInt(0, 0)
+			r.Close()
+			if err != nil {
+				return fmt.Errorf("confirm against @@gtid_executed: %w", err)
+			}
+			if v != 0 {
+				// Not committed within ConfirmWait: the binlog holds a
+				// transaction the replica has not made visible. Keep the
+				// previous set and say so; try again.
+				if w.met != nil {
+					w.met.confirmTimeouts.Inc()
+				}
+				w.pub.publish(&Snapshot{Replica: w.cfg.Name, ServerUUID: uuid, Executed: published, Health: HealthCatchingUp,
+					Reason: "binlog ahead of @@gtid_executed for longer than ConfirmWait", LastEvent: c.lastEvent, Published: time.Now()})
+				select {
+				case kick <- struct{}{}: // kick is ours to refill: retry
+				default:
+				}
+				continue
+			}
+		}
+		last = c
+		published = c.set
+		now := time.Now()
+		w.pub.publish(&Snapshot{Replica: w.cfg.Name, ServerUUID: uuid, Executed: c.set, Health: c.health, Reason: c.reason, LastEvent: c.lastEvent, Published: now})
+		if w.met != nil {
+			w.met.health.Set(float64(c.health))
+			if !c.commitTime.IsZero() {
+				w.met.notifyDelay.Observe(now.Sub(c.commitTime).Seconds())
+			}
 		}
 	}
 }
