@@ -1,0 +1,248 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/causallab/causallab/router"
+)
+
+// Mode says how several routers share a run.
+type Mode string
+
+const (
+	// Concurrent: every router runs at once on one live workload, sessions
+	// split evenly among them, so all face the same lag at the same moment.
+	Concurrent Mode = "concurrent"
+	// Sequential: each router alone, one after the other, on the same
+	// seeded schedule over all sessions (clean cost figures).
+	Sequential Mode = "sequential"
+)
+
+// TokenKind is the position type a token router compares.
+type TokenKind string
+
+const (
+	// TokenGTID: GTID-set tokens (gtid.Set), compared by subset.
+	TokenGTID TokenKind = "gtid"
+	// TokenLSN: a scalar position (gtid.LSN, the count of transactions
+	// executed), compared by value whatever the timeline, like an LSN.
+	TokenLSN TokenKind = "lsn"
+)
+
+// RouterSpec names and configures one router of a run.
+type RouterSpec struct {
+	// Name labels the router in tables; default Policy.String().
+	Name string
+	// Policy is the routing rule (router.ParsePolicy gives one from text).
+	Policy router.Policy
+	// Cap is the fallback cap (zero value: no cap).
+	Cap router.Cap
+	// Token is the position kind; default TokenGTID.
+	Token TokenKind
+}
+
+// Config describes one run of the workload driver.
+type Config struct {
+	// Sessions is S, the number of sessions; default 2000.
+	Sessions int
+	// HotRows is the number of shared hot rows; default 8.
+	HotRows int
+	// WriteRate is the offered write rate (writes/s, Poisson); default 200.
+	WriteRate float64
+	// Duration is how long writes are offered; reads that follow are
+	// completed and counted. Default 20s.
+	Duration time.Duration
+	// ReadsPerWrite is the number of reads each write is followed by;
+	// default 3.
+	ReadsPerWrite int
+	// GapMin and GapMax bound the log-uniform gap before each read;
+	// defaults 15ms and 4s (the simulator's).
+	GapMin, GapMax time.Duration
+	// Seed fixes the offered workload (writes and gaps); default 1.
+	Seed uint64
+	// Routers are the routers under test (at least one).
+	Routers []RouterSpec
+	// Mode is Concurrent (default) or Sequential.
+	Mode Mode
+	// Condition is the lag-producing condition (default identical).
+	Condition ConditionSpec
+	// Workers is the number of goroutines executing operations, each with
+	// its own connection per node; default 24.
+	Workers int
+	// PollInterval is how often each node's executed set is polled; default
+	// 5ms.
+	PollInterval time.Duration
+	// ReadTimeout bounds one read (a paused or dead node); default 2s. A read
+	// that hits it is counted as an error outcome.
+	ReadTimeout time.Duration
+	// Workload is the schema and read/write paths; default DefaultWorkload.
+	Workload Workload
+	// SkipSetup keeps the existing schema (the caller set it up).
+	SkipSetup bool
+	// Progress, when set, is called about every 250ms with the counts so far.
+	Progress func(Progress)
+	// Logger receives debug detail; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Progress is a snapshot of a running experiment.
+type Progress struct {
+	// Elapsed is the wall time since the measurement began.
+	Elapsed time.Duration
+	// Total is the offered run length (all phases).
+	Total time.Duration
+	// Reads, RYW and MR are counts so far over every router.
+	Reads, RYW, MR int64
+}
+
+// validate fills defaults and rejects nonsense.
+func (c *Config) validate() error {
+	if c.Sessions == 0 {
+		c.Sessions = 2000
+	}
+	if c.HotRows == 0 {
+		c.HotRows = 8
+	}
+	if c.WriteRate == 0 {
+		c.WriteRate = 200
+	}
+	if c.Duration == 0 {
+		c.Duration = 20 * time.Second
+	}
+	if c.ReadsPerWrite == 0 {
+		c.ReadsPerWrite = 3
+	}
+	if c.GapMin == 0 {
+		c.GapMin = 15 * time.Millisecond
+	}
+	if c.GapMax == 0 {
+		c.GapMax = 4 * time.Second
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Mode == "" {
+		c.Mode = Concurrent
+	}
+	if c.Workers == 0 {
+		c.Workers = 24
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 5 * time.Millisecond
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = 2 * time.Second
+	}
+	if c.Workload == nil {
+		c.Workload = &DefaultWorkload{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	var errs []error
+	if c.Sessions < 1 || c.Sessions > 10_000_000 {
+		errs = append(errs, fmt.Errorf("sessions %d out of range 1..10000000", c.Sessions))
+	}
+	if c.HotRows < 1 || c.HotRows > 1000 {
+		errs = append(errs, fmt.Errorf("hot rows %d out of range 1..1000", c.HotRows))
+	}
+	if c.WriteRate < 0 || math.IsNaN(c.WriteRate) || math.IsInf(c.WriteRate, 0) || c.WriteRate > 100_000 {
+		errs = append(errs, fmt.Errorf("write rate %v out of range (0, 100000]", c.WriteRate))
+	}
+	if c.Duration < 0 || c.Duration > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("duration %v out of range (0, 24h]", c.Duration))
+	}
+	if c.ReadsPerWrite < 0 || c.ReadsPerWrite > 1000 {
+		errs = append(errs, fmt.Errorf("reads per write %d out of range 0..1000", c.ReadsPerWrite))
+	}
+	if c.GapMin < 0 || c.GapMax < c.GapMin {
+		errs = append(errs, fmt.Errorf("gap bounds [%v, %v] make no sense", c.GapMin, c.GapMax))
+	}
+	if c.Mode != Concurrent && c.Mode != Sequential {
+		errs = append(errs, fmt.Errorf("unknown mode %q (want concurrent or sequential)", c.Mode))
+	}
+	if c.Workers < 1 || c.Workers > 256 {
+		errs = append(errs, fmt.Errorf("workers %d out of range 1..256", c.Workers))
+	}
+	if c.PollInterval < time.Millisecond {
+		errs = append(errs, fmt.Errorf("poll interval %v below 1ms", c.PollInterval))
+	}
+	if c.ReadTimeout < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("read timeout %v below 10ms", c.ReadTimeout))
+	}
+	if len(c.Routers) == 0 {
+		errs = append(errs, errors.New("no routers"))
+	}
+	if c.Mode == Concurrent && len(c.Routers) > c.Sessions {
+		errs = append(errs, fmt.Errorf("%d routers for %d sessions", len(c.Routers), c.Sessions))
+	}
+	names := map[string]bool{}
+	for i := range c.Routers {
+		r := &c.Routers[i]
+		if r.Name == "" {
+			r.Name = r.Policy.String()
+		}
+		if r.Token == "" {
+			r.Token = TokenGTID
+		}
+		if r.Token != TokenGTID && r.Token != TokenLSN {
+			errs = append(errs, fmt.Errorf("router %s: unknown token kind %q", r.Name, r.Token))
+		}
+		if names[r.Name] {
+			errs = append(errs, fmt.Errorf("two routers named %q", r.Name))
+		}
+		names[r.Name] = true
+		if err := r.Policy.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("router %s: %w", r.Name, err))
+		}
+		if err := r.Cap.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("router %s: %w", r.Name, err))
+		}
+	}
+	if err := c.Condition.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("lab: bad config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// DefaultRouters returns the six routers with the policies' default
+// parameters (window 500ms, wait budget 400ms), no cap.
+func DefaultRouters() []RouterSpec {
+	out := make([]RouterSpec, 0, 6)
+	for _, k := range router.PolicyKinds() {
+		p, err := router.ParsePolicy(k.String())
+		if err != nil {
+			panic(fmt.Sprintf("lab: router.ParsePolicy(%q): %v", k, err)) // a router package bug
+		}
+		out = append(out, RouterSpec{Policy: p})
+	}
+	return out
+}
+
+// ParseRouters parses a comma-separated list of router.ParsePolicy texts.
+func ParseRouters(s string) ([]RouterSpec, error) {
+	var out []RouterSpec
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p, err := router.ParsePolicy(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, RouterSpec{Name: f, Policy: p})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("lab: no routers in %q", s)
+	}
+	return out, nil
+}

@@ -1,0 +1,437 @@
+package lab
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// sessionSync is the part of a session's state that workers share: guarded
+// by mu. The router states live in each liveRouter, indexed the same way.
+type sessionSync struct {
+	mu sync.Mutex
+	// acked is the Seq of the session's last acknowledged write.
+	acked int64
+}
+
+// sessionSched is the scheduler goroutine's own state of one session.
+type sessionSched struct {
+	router       int              // index into engine.routers
+	nextSeq      int64            // last Seq handed out
+	pendingReads int              // reads still owed
+	readBusy     bool             // a read is scheduled or in flight
+	writeBusy    bool             // a write is in flight
+	queued       []scheduledWrite // writes due while one was in flight
+	gaps         rng              // the session's own gap draws
+}
+
+// engine runs one measurement: a write schedule, sessions, routers.
+type engine struct {
+	cfg      *Config
+	nodes    Nodes
+	poll     *poller
+	lag      *lagTracker
+	start    time.Time
+	routers  []routerRuntime
+	sess     []sessionSync
+	inFlight []atomic.Int64 // reads in flight per replica index
+}
+
+func (e *engine) since() time.Duration { return time.Since(e.start) }
+
+func (e *engine) inFlightAdd(i int, d int64) {
+	if i >= 0 && i < len(e.inFlight) {
+		e.inFlight[i].Add(d)
+	}
+}
+
+// op is one operation handed to a worker.
+type op struct {
+	write   bool
+	sess    int
+	seq     int64 // write
+	hot     int   // write
+	due     time.Duration
+	started time.Duration
+	read    Read
+	err     error
+}
+
+// dueItem is a scheduled read.
+type dueItem struct {
+	at   time.Duration
+	sess int
+}
+
+type dueHeap []dueItem
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueItem)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// routerAcc accumulates one router's measurements (scheduler-owned).
+type routerAcc struct {
+	tally     Tally
+	lat       []time.Duration // served reads' latency
+	bins      []binCount      // per 100ms of run time
+	writes    int64
+	writeErrs int64
+	writeLat  []time.Duration
+	behind    []time.Duration // dispatch delay (driver health)
+}
+
+type binCount struct{ reads, primary int32 }
+
+// runOnce runs the measurement with cfg.Routers all at once (sessions split
+// evenly) and returns the raw accumulators.
+func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress func(Progress)) ([]*routerAcc, *Checker, error) {
+	cfg := e.cfg
+	chk, err := NewChecker(cfg.Sessions, cfg.HotRows)
+	if err != nil {
+		return nil, nil, err
+	}
+	ss := make([]sessionSched, cfg.Sessions)
+	for i := range ss {
+		ss[i].router = i % len(e.routers)
+		ss[i].gaps = newRNG(cfg.Seed*0x9e3779b97f4a7c15 ^ uint64(i+1)*0xbf58476d1ce4e5b9)
+	}
+	accs := make([]*routerAcc, len(e.routers))
+	for i := range accs {
+		accs[i] = &routerAcc{}
+	}
+
+	jobs := make(chan *op)
+	done := make(chan *op, cfg.Workers)
+	var wg sync.WaitGroup
+	wctx, cancelWorkers := context.WithCancel(ctx)
+	defer func() { cancelWorkers(); wg.Wait() }()
+	for w := 0; w < cfg.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wk := &worker{conns: map[string]*nodeConn{}, rng: newRNG(cfg.Seed ^ uint64(w+1)<<32)}
+			defer wk.close()
+			for o := range jobs {
+				o.started = e.since()
+				rt := e.routers[ss[o.sess].router]
+				if o.write {
+					o.err = rt.write(wctx, wk, o.sess, o.seq, o.hot)
+				} else {
+					o.read.Issued = o.started
+					rt.read(wctx, wk, o.sess, &o.read)
+					if o.read.Done == 0 {
+						o.read.Done = e.since()
+					}
+				}
+				done <- o
+			}
+		}()
+	}
+	defer close(jobs)
+
+	var reads dueHeap
+	var ready []*op
+	wi, inflight := 0, 0
+	var lastProgress time.Duration
+	var total Tally
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+
+	newRead := func(sess int, at time.Duration) *op {
+		return &op{sess: sess, due: at, read: Read{Session: sess, Hot: make([]int64, cfg.HotRows)}}
+	}
+	scheduleRead := func(sess int, now time.Duration) {
+		s := &ss[sess]
+		heap.Push(&reads, dueItem{at: now + gapDraw(&s.gaps, cfg.GapMin, cfg.GapMax), sess: sess})
+		s.readBusy = true
+	}
+	startWrite := func(w scheduledWrite) {
+		s := &ss[w.Session]
+		s.nextSeq++
+		s.writeBusy = true
+		ready = append(ready, &op{write: true, sess: w.Session, seq: s.nextSeq, hot: w.Hot, due: w.At})
+	}
+	complete := func(o *op) error {
+		inflight--
+		now := e.since()
+		s := &ss[o.sess]
+		a := accs[s.router]
+		a.behind = append(a.behind, o.started-o.due)
+		if o.write {
+			s.writeBusy = false
+			a.writes++
+			if o.err != nil {
+				a.writeErrs++
+				cfg.Logger.Debug("lab: write failed", "session", o.sess, "err", o.err)
+			} else {
+				a.writeLat = append(a.writeLat, now-o.started)
+			}
+			s.pendingReads += cfg.ReadsPerWrite
+			if !s.readBusy && s.pendingReads > 0 {
+				scheduleRead(o.sess, now)
+			}
+			if len(s.queued) > 0 {
+				w := s.queued[0]
+				s.queued = s.queued[1:]
+				startWrite(w)
+			}
+			return nil
+		}
+		v, err := chk.Check(&o.read)
+		if err != nil {
+			return err
+		}
+		a.tally.Add(&o.read, v)
+		total.Add(&o.read, v)
+		if o.read.Outcome.Served() {
+			a.lat = append(a.lat, o.read.Done-o.read.Issued)
+			b := int(o.read.Done / (100 * time.Millisecond))
+			for len(a.bins) <= b {
+				a.bins = append(a.bins, binCount{})
+			}
+			a.bins[b].reads++
+			if o.read.Outcome == OutPrimary {
+				a.bins[b].primary++
+			}
+		}
+		s.pendingReads--
+		if s.pendingReads > 0 {
+			scheduleRead(o.sess, now)
+		} else {
+			s.readBusy = false
+		}
+		return nil
+	}
+
+	for {
+		now := e.since()
+		if progress != nil && now-lastProgress >= 250*time.Millisecond {
+			lastProgress = now
+			progress(Progress{Elapsed: now, Reads: total.Reads, RYW: total.RYW, MR: total.MR})
+		}
+		for wi < len(sched) && sched[wi].At <= now {
+			w := sched[wi]
+			wi++
+			if ss[w.Session].writeBusy {
+				ss[w.Session].queued = append(ss[w.Session].queued, w)
+			} else {
+				startWrite(w)
+			}
+		}
+		for reads.Len() > 0 && reads[0].at <= now {
+			it := heap.Pop(&reads).(dueItem)
+			ready = append(ready, newRead(it.sess, it.at))
+		}
+		if len(ready) == 0 && inflight == 0 && wi >= len(sched) && reads.Len() == 0 {
+			break
+		}
+		var next time.Duration = -1
+		if wi < len(sched) {
+			next = sched[wi].At
+		}
+		if reads.Len() > 0 && (next < 0 || reads[0].at < next) {
+			next = reads[0].at
+		}
+		var jobc chan *op
+		var head *op
+		if len(ready) > 0 {
+			jobc, head = jobs, ready[0]
+		} else if next >= 0 {
+			timer.Reset(max(next-now, 0))
+		} else {
+			timer.Reset(time.Hour)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case jobc <- head:
+			ready[0] = nil
+			ready = ready[1:]
+			inflight++
+		case o := <-done:
+			if err := complete(o); err != nil {
+				return nil, nil, err
+			}
+		case <-timer.C:
+		}
+		if len(ready) > 0 || !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+	if progress != nil {
+		progress(Progress{Elapsed: e.since(), Reads: total.Reads, RYW: total.RYW, MR: total.MR})
+	}
+	return accs, chk, nil
+}
+
+// Run runs one experiment on a live topology: it sets up the schema (unless
+// SkipSetup), applies the condition, drives the workload through every
+// router (concurrently or one after the other), and returns the measured
+// result. f may be nil when the condition is identical.
+func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if topo == nil {
+		return nil, errors.New("lab: Run needs a topology")
+	}
+	res := &Result{Condition: cfg.Condition.String(), Mode: string(cfg.Mode), Config: summarize(&cfg)}
+	began := time.Now()
+	sched := writeSchedule(cfg.Seed, cfg.WriteRate, cfg.Duration, cfg.Sessions, cfg.HotRows)
+	res.OfferedWrites = len(sched)
+	groups := [][]RouterSpec{cfg.Routers}
+	if cfg.Mode == Sequential {
+		groups = groups[:0]
+		for _, r := range cfg.Routers {
+			groups = append(groups, []RouterSpec{r})
+		}
+	}
+	var lags []time.Duration
+	var unseen int
+	for gi, g := range groups {
+		gr, gl, gu, err := runGroup(ctx, topo, &cfg, g, sched, func(p Progress) {
+			if cfg.Progress != nil {
+				p.Total = time.Duration(len(groups)) * cfg.Duration
+				p.Elapsed += time.Duration(gi) * cfg.Duration
+				cfg.Progress(p)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		res.Routers = append(res.Routers, gr.Routers...)
+		res.Polls += gr.Polls
+		res.PollErrors += gr.PollErrors
+		res.Stalls += gr.Stalls
+		res.HeavyTxns += gr.HeavyTxns
+		res.FaultErrors += gr.FaultErrors
+		res.MeasureSeconds += gr.MeasureSeconds
+		lags = append(lags, gl...)
+		unseen += gu
+	}
+	res.Lag = lagStats(lags, unseen)
+	res.ElapsedSeconds = time.Since(began).Seconds()
+	var reads int64
+	for _, r := range res.Routers {
+		reads += r.Reads
+	}
+	if res.MeasureSeconds > 0 {
+		res.ReadsPerSec = float64(reads) / res.MeasureSeconds
+	}
+	return res, nil
+}
+
+// runGroup sets up, runs the routers of one group at once, and tears down.
+func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec, sched []scheduledWrite, progress func(Progress)) (*Result, []time.Duration, int, error) {
+	if !cfg.SkipSetup {
+		c, err := dialNode(ctx, topo.Primary().Addr(), topo.Primary().User, topo.Primary().Password)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		err = cfg.Workload.Setup(ctx, c, cfg.Sessions, cfg.HotRows)
+		c.Close()
+		if err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer cancel()
+
+	lag := newLagTracker(func() string { return topo.Primary().Name })
+	p := newPoller(topo, cfg.PollInterval, max(cfg.ReadTimeout/4, 50*time.Millisecond), lag, cfg.Logger)
+	if err := p.start(rctx, &bg); err != nil {
+		return nil, nil, 0, err
+	}
+	// Wait until the replicas hold the fresh schema (so no read fails on a
+	// missing table and the lag measured is the workload's).
+	if err := waitCaughtUp(rctx, p, 30*time.Second); err != nil {
+		return nil, nil, 0, err
+	}
+	if err := cfg.Condition.setUp(rctx, topo); err != nil {
+		return nil, nil, 0, err
+	}
+	defer func() {
+		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer tcancel()
+		if err := cfg.Condition.tearDown(tctx, topo); err != nil {
+			cfg.Logger.Warn("lab: undoing the condition", "err", err)
+		}
+	}()
+	e := &engine{cfg: cfg, nodes: topo, poll: p, lag: lag, sess: make([]sessionSync, cfg.Sessions),
+		inFlight: make([]atomic.Int64, len(topo.Replicas()))}
+	for _, sp := range specs {
+		e.routers = append(e.routers, newLiveRouter(sp, e))
+	}
+	var cst conditionStats
+	cctx, ccancel := context.WithCancel(rctx)
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		cfg.Condition.run(cctx, topo, cfg.Seed, &cst, cfg.Logger)
+	}()
+	e.start = time.Now()
+	accs, _, err := e.runOnce(rctx, sched, progress)
+	ccancel()
+	measured := time.Since(e.start)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	res := &Result{MeasureSeconds: measured.Seconds(), Polls: p.polls.Load(), PollErrors: p.pollErrors.Load(),
+		Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load(), FaultErrors: cst.FaultErrors.Load()}
+	for i, a := range accs {
+		rr := summarizeRouter(e.routers[i], a)
+		res.Routers = append(res.Routers, rr)
+	}
+	cancel()
+	bg.Wait()
+	lags, unseen := lag.samples()
+	return res, lags, unseen, nil
+}
+
+// waitCaughtUp waits until every up replica's polled set contains the
+// primary's.
+func waitCaughtUp(ctx context.Context, p *poller, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		s := p.view()
+		ok := s.primaryKnown
+		for i := range s.replicas {
+			if ok && s.up[i] && !s.applied[i].Contains(s.primaryPos) {
+				ok = false
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lab: replicas did not catch up with the primary within %v", limit)
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+func sortedDurations(d []time.Duration) []time.Duration {
+	out := slices.Clone(d)
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,350 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
+)
+
+// Nodes is what the driver needs to know about a topology: where the
+// primary and the replicas are, and the epoch. *compose.Topology has it.
+type Nodes interface {
+	Primary() compose.Node
+	Replicas() []compose.Node
+	Epoch() int64
+}
+
+var _ Nodes = (*compose.Topology)(nil)
+
+// snapshot is one immutable view of the topology's replication state, as
+// polled. Sets in it are never mutated; readers share it freely.
+type snapshot struct {
+	// primary is the current primary node; primaryPos its executed set
+	// (primaryKnown false when its last poll failed).
+	primary      compose.Node
+	primaryPos   gtid.Set
+	primaryKnown bool
+	// replicas in configured order, with their executed sets and health.
+	replicas []compose.Node
+	applied  []gtid.Set
+	up       []bool
+	behind   []int64
+	// hash is the hashroute table over replicas' order.
+	hash *hashroute.Table
+	// epoch is the topology epoch.
+	epoch uint64
+	// seq increases with every snapshot (cache key).
+	seq uint64
+}
+
+// nodeSlot is the latest poll of one node.
+type nodeSlot struct {
+	pos gtid.Set
+	ok  bool
+}
+
+// poller keeps a live snapshot of every node's @@GLOBAL.gtid_executed by
+// polling each node on its own goroutine.
+//
+// It is the lab's thin adapter standing in for binlogwatch (streamed
+// executed sets) until the router's live layer exposes them: a polled set
+// is a lower bound of what the node has applied, so a stale view can only
+// make a token router more cautious, never serve a stale read.
+type poller struct {
+	nodes    Nodes
+	interval time.Duration
+	timeout  time.Duration
+	user     string
+	log      *slog.Logger
+	lag      *lagTracker
+
+	mu    sync.Mutex // guards slots, nseq, tables
+	slots map[string]nodeSlot
+	nseq  uint64
+	// tables caches the hashroute table per replica list (names joined).
+	tables map[string]*hashroute.Table
+
+	cur atomic.Pointer[snapshot]
+
+	// acked holds the GTIDs of writes the primary acknowledged in epoch
+	// ackedEpoch (guarded by mu): the primary's polled set lags its own
+	// acknowledgements by up to a poll, and the router core requires
+	// View.Primary to include every acknowledged write. Reset at each epoch
+	// change, so a write lost in a failover never makes the new primary look
+	// as if it had it.
+	acked      gtid.Set
+	ackedEpoch int64
+
+	// polls and pollErrors count polls, for the report.
+	polls, pollErrors atomic.Int64
+}
+
+func newPoller(nodes Nodes, interval, timeout time.Duration, lag *lagTracker, log *slog.Logger) *poller {
+	return &poller{nodes: nodes, interval: interval, timeout: timeout, lag: lag, log: log,
+		slots: map[string]nodeSlot{}, tables: map[string]*hashroute.Table{}}
+}
+
+// allNodes lists every node the poller should watch, by stable name.
+func allNodes(n Nodes) []compose.Node {
+	return append([]compose.Node{n.Primary()}, n.Replicas()...)
+}
+
+// run polls until ctx ends. It first waits for one round so View is never
+// empty, then returns; polling continues on background goroutines that end
+// with ctx. wg tracks them.
+func (p *poller) start(ctx context.Context, wg *sync.WaitGroup) error {
+	nodes := allNodes(p.nodes)
+	first := make(chan struct{}, len(nodes))
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.pollNode(ctx, n, first)
+		}()
+	}
+	for range nodes {
+		select {
+		case <-first:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if s := p.cur.Load(); s == nil || !s.primaryKnown {
+		return fmt.Errorf("lab: the primary did not answer its first position poll")
+	}
+	return nil
+}
+
+func (p *poller) pollNode(ctx context.Context, n compose.Node, first chan<- struct{}) {
+	var conn *nodeConn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	signalled := false
+	var prev gtid.Set
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		pos, ok := p.pollOnce(ctx, n, &conn)
+		if ctx.Err() != nil {
+			return
+		}
+		if ok && p.lag != nil {
+			p.lag.observe(n.Name, prev, pos, time.Now())
+			prev = pos
+		}
+		p.update(n.Name, pos, ok)
+		if !signalled {
+			first <- struct{}{}
+			signalled = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *poller) pollOnce(ctx context.Context, n compose.Node, conn **nodeConn) (gtid.Set, bool) {
+	p.polls.Add(1)
+	pctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	if *conn == nil {
+		c, err := dialNode(pctx, n.Addr(), n.User, n.Password)
+		if err != nil {
+			p.pollErrors.Add(1)
+			return gtid.Set{}, false
+		}
+		*conn = c
+	}
+	r, err := (*conn).Execute(pctx, "SELECT @@GLOBAL.gtid_executed")
+	if err != nil {
+		p.pollErrors.Add(1)
+		return gtid.Set{}, false
+	}
+	s, err := executedFromResult(r)
+	if err != nil {
+		p.pollErrors.Add(1)
+		p.log.Debug("lab: bad gtid_executed", "node", n.Name, "err", err)
+		return gtid.Set{}, false
+	}
+	return s, true
+}
+
+// noteWrite records an acknowledged write of epoch epoch and publishes a
+// snapshot whose primary position includes it.
+func (p *poller) noteWrite(g gtid.GTID, epoch uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if int64(epoch) != p.ackedEpoch {
+		return
+	}
+	_ = p.acked.AddInPlace(g) // g came from gtid.ParseGTID: valid
+	p.publishLocked()
+}
+
+// update stores a node's poll and publishes a new snapshot.
+func (p *poller) update(name string, pos gtid.Set, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.slots[name] = nodeSlot{pos: pos, ok: ok}
+	p.publishLocked()
+}
+
+// publishLocked builds and stores a snapshot; p.mu must be held.
+func (p *poller) publishLocked() {
+	primary := p.nodes.Primary()
+	replicas := p.nodes.Replicas()
+	epoch := p.nodes.Epoch()
+	if epoch != p.ackedEpoch {
+		p.acked, p.ackedEpoch = gtid.Set{}, epoch
+	}
+	p.nseq++
+	s := &snapshot{primary: primary, replicas: replicas, epoch: uint64(epoch), seq: p.nseq}
+	ps := p.slots[primary.Name]
+	s.primaryPos, s.primaryKnown = ps.pos, ps.ok
+	if ps.ok && !p.acked.IsEmpty() {
+		if ps.pos.Contains(p.acked) {
+			p.acked = gtid.Set{} // the poll caught up: nothing left to add
+		} else {
+			s.primaryPos = ps.pos.Union(p.acked)
+		}
+	}
+	s.applied = make([]gtid.Set, len(replicas))
+	s.up = make([]bool, len(replicas))
+	s.behind = make([]int64, len(replicas))
+	pc := int64(s.primaryPos.Count())
+	for i, r := range replicas {
+		sl, seen := p.slots[r.Name]
+		if !seen {
+			continue // not polled yet: down until proven up
+		}
+		s.applied[i], s.up[i] = sl.pos, sl.ok
+		s.behind[i] = max(0, pc-int64(sl.pos.Count()))
+	}
+	s.hash = p.table(replicas)
+	p.cur.Store(s)
+}
+
+// table returns the (cached) hashroute table over the replica list.
+func (p *poller) table(replicas []compose.Node) *hashroute.Table {
+	names := make([]string, len(replicas))
+	for i, r := range replicas {
+		names[i] = r.Name
+	}
+	key := strings.Join(names, ",")
+	if t, ok := p.tables[key]; ok {
+		return t
+	}
+	if len(replicas) == 0 {
+		return nil
+	}
+	srv := make([]hashroute.Server, len(replicas))
+	for i, n := range names {
+		srv[i] = hashroute.Server{Name: n, Weight: 1}
+	}
+	t, err := hashroute.New(hashroute.Config{Servers: srv})
+	if err != nil {
+		p.log.Warn("lab: hashroute table", "err", err)
+		return nil
+	}
+	p.tables[key] = t
+	return t
+}
+
+// view returns the latest snapshot (non-nil after start).
+func (p *poller) view() *snapshot { return p.cur.Load() }
+
+// executedFromResult parses the one-cell answer of SELECT @@gtid_executed.
+func executedFromResult(r interface {
+	GetString(row, column int) (string, error)
+}) (gtid.Set, error) {
+	s, err := r.GetString(0, 0)
+	if err != nil {
+		return gtid.Set{}, err
+	}
+	return gtid.Parse(s)
+}
+
+// lagTracker measures replication lag from the lab's own writes: the time
+// from a write's acknowledgement to the first poll of a replica that holds
+// it. Its resolution is the poll interval.
+type lagTracker struct {
+	mu      sync.Mutex
+	acked   map[gtid.GTID]time.Time            // write -> acknowledged at
+	seen    map[string]map[gtid.GTID]time.Time // replica -> write -> first seen
+	primary func() string
+	max     int
+}
+
+func newLagTracker(primary func() string) *lagTracker {
+	return &lagTracker{acked: map[gtid.GTID]time.Time{}, seen: map[string]map[gtid.GTID]time.Time{}, primary: primary, max: 2_000_000}
+}
+
+// ack records a write's acknowledgement.
+func (l *lagTracker) ack(g gtid.GTID, at time.Time) {
+	l.mu.Lock()
+	if len(l.acked) < l.max {
+		l.acked[g] = at
+	}
+	l.mu.Unlock()
+}
+
+// observe records the transactions node gained between two polls.
+func (l *lagTracker) observe(node string, prev, cur gtid.Set, at time.Time) {
+	if node == l.primary() {
+		return
+	}
+	gained := cur.Subtract(prev)
+	if gained.IsEmpty() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.seen[node]
+	if m == nil {
+		m = map[gtid.GTID]time.Time{}
+		l.seen[node] = m
+	}
+	for k, ivs := range gained.Sources() {
+		for _, iv := range ivs {
+			if iv.End-iv.Start > 100_000 { // the initial catch-up of a big set: not our writes
+				continue
+			}
+			for g := iv.Start; g <= iv.End; g++ {
+				key := gtid.GTID{SID: k.SID, Tag: k.Tag, GNO: g}
+				if _, ok := m[key]; !ok && len(m) < l.max {
+					m[key] = at
+				}
+			}
+		}
+	}
+}
+
+// samples returns every (write, replica) lag measured, and how many
+// acknowledged writes some replica was never seen to apply.
+func (l *lagTracker) samples() (lags []time.Duration, unseen int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for g, at := range l.acked {
+		for _, m := range l.seen {
+			if s, ok := m[g]; ok {
+				lags = append(lags, max(0, s.Sub(at)))
+			} else {
+				unseen++
+			}
+		}
+	}
+	return lags, unseen
+}

@@ -1,0 +1,217 @@
+package lab
+
+import (
+	"time"
+)
+
+// Result is one experiment's measurement. Its JSON form is documented in
+// docs/lab.md.
+type Result struct {
+	// Experiment names the experiment (routers, gated, failover, hash, chaos).
+	Experiment string `json:"experiment"`
+	// Condition is the lag condition ("straggler+heavy").
+	Condition string `json:"condition"`
+	// Mode is concurrent or sequential.
+	Mode string `json:"mode"`
+	// Config echoes the workload parameters.
+	Config ConfigSummary `json:"config"`
+	// OfferedWrites is the number of writes in the seeded schedule.
+	OfferedWrites int `json:"offered_writes"`
+	// Lag is the replication lag achieved, measured from the lab's writes.
+	Lag LagStats `json:"lag"`
+	// Routers holds one row per router.
+	Routers []RouterResult `json:"routers"`
+	// MeasureSeconds is the wall time of the measurement phases.
+	MeasureSeconds float64 `json:"measure_seconds"`
+	// ElapsedSeconds includes setup and catch-up waits.
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// ReadsPerSec is reads (all routers) per measured second.
+	ReadsPerSec float64 `json:"reads_per_sec"`
+	// Polls and PollErrors count position polls.
+	Polls      int64 `json:"polls"`
+	PollErrors int64 `json:"poll_errors"`
+	// Stalls, HeavyTxns and FaultErrors count what the condition did.
+	Stalls      int64 `json:"stalls"`
+	HeavyTxns   int64 `json:"heavy_txns"`
+	FaultErrors int64 `json:"fault_errors"`
+	// Notes are experiment-specific remarks (e.g. the failover's lost GTIDs).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// ConfigSummary is the part of Config a reader needs to reproduce a run.
+type ConfigSummary struct {
+	Sessions      int     `json:"sessions"`
+	HotRows       int     `json:"hot_rows"`
+	WriteRate     float64 `json:"write_rate"`
+	DurationSec   float64 `json:"duration_sec"`
+	ReadsPerWrite int     `json:"reads_per_write"`
+	GapMinMs      float64 `json:"gap_min_ms"`
+	GapMaxMs      float64 `json:"gap_max_ms"`
+	Seed          uint64  `json:"seed"`
+	Workers       int     `json:"workers"`
+	PollMs        float64 `json:"poll_ms"`
+}
+
+func summarize(c *Config) ConfigSummary {
+	return ConfigSummary{Sessions: c.Sessions, HotRows: c.HotRows, WriteRate: c.WriteRate,
+		DurationSec: c.Duration.Seconds(), ReadsPerWrite: c.ReadsPerWrite,
+		GapMinMs: ms(c.GapMin), GapMaxMs: ms(c.GapMax), Seed: c.Seed, Workers: c.Workers, PollMs: ms(c.PollInterval)}
+}
+
+// LagStats is the achieved replication lag over every (write, replica).
+type LagStats struct {
+	MeanMs float64 `json:"mean_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	MaxMs  float64 `json:"max_ms"`
+	// Samples is the number of (write, replica) pairs measured.
+	Samples int `json:"samples"`
+	// Unseen is the number of (write, replica) pairs never seen applied.
+	Unseen int `json:"unseen"`
+}
+
+func lagStats(l []time.Duration, unseen int) LagStats {
+	s := LagStats{Samples: len(l), Unseen: unseen}
+	if len(l) == 0 {
+		return s
+	}
+	l = sortedDurations(l)
+	var sum time.Duration
+	for _, d := range l {
+		sum += d
+	}
+	s.MeanMs = ms(sum) / float64(len(l))
+	s.P99Ms = ms(quantile(l, 0.99))
+	s.MaxMs = ms(l[len(l)-1])
+	return s
+}
+
+// RouterResult is one router's row.
+type RouterResult struct {
+	Name   string `json:"name"`
+	Policy string `json:"policy"`
+	Token  string `json:"token"`
+	// Reads is every read issued; Served those that returned rows.
+	Reads  int64 `json:"reads"`
+	Served int64 `json:"served"`
+	// RYW and MR are violation counts (ground truth); the Pct fields are
+	// per served read, in percent.
+	RYW    int64   `json:"ryw"`
+	MR     int64   `json:"mr"`
+	RYWPct float64 `json:"ryw_pct"`
+	MRPct  float64 `json:"mr_pct"`
+	// Outcomes counts reads by outcome (replica, primary, stale, timed_out,
+	// failed_fast, error); they sum to Reads.
+	Outcomes map[string]int64 `json:"outcomes"`
+	// PrimaryPct is the share of served reads served by the primary.
+	PrimaryPct float64 `json:"primary_pct"`
+	// Fallbacks counts freshness fallbacks to the primary.
+	Fallbacks int64 `json:"fallbacks"`
+	// Worst100msPct is the largest share of reads on the primary in any
+	// 100 ms bin (bins with at least 5 reads).
+	Worst100msPct float64 `json:"worst_100ms_pct"`
+	// PeakPrimaryPerSec is the largest primary read rate over a 100 ms bin.
+	PeakPrimaryPerSec float64 `json:"peak_primary_per_sec"`
+	// Latency of served reads (issue to answer, waits included).
+	LatMeanMs float64 `json:"lat_mean_ms"`
+	LatP50Ms  float64 `json:"lat_p50_ms"`
+	LatP99Ms  float64 `json:"lat_p99_ms"`
+	// Waited counts reads that waited for a replica.
+	Waited int64 `json:"waited"`
+	// StaleServed counts reads served labelled stale by the cap.
+	StaleServed int64 `json:"stale_served"`
+	// Writes, WriteErrors and write latency.
+	Writes        int64   `json:"writes"`
+	WriteErrors   int64   `json:"write_errors"`
+	WriteLatMeanM float64 `json:"write_lat_mean_ms"`
+	WriteLatP99M  float64 `json:"write_lat_p99_ms"`
+	// WritesNoGTID counts writes acknowledged without a tracked GTID (a
+	// misconfiguration; the token could not protect them).
+	WritesNoGTID int64 `json:"writes_no_gtid"`
+	// ObserveErrors counts reads whose watermark query failed (reported as
+	// error outcomes).
+	ObserveErrors int64 `json:"observe_errors"`
+	// DispatchP99Ms is the driver's own delay between an operation's due
+	// time and its start (p99): large values mean the driver, not MySQL,
+	// was the bottleneck.
+	DispatchP99Ms float64 `json:"dispatch_p99_ms"`
+	// Prediction is the simulator's figure for the same conditions.
+	Prediction *Prediction `json:"prediction,omitempty"`
+}
+
+// Prediction is the simulator's row for a router.
+type Prediction struct {
+	RYWPct     float64 `json:"ryw_pct"`
+	MRPct      float64 `json:"mr_pct"`
+	PrimaryPct float64 `json:"primary_pct"`
+	LatP99Ms   float64 `json:"lat_p99_ms"`
+	// LagMeanMs and LagP99Ms are the simulator's own achieved lag.
+	LagMeanMs float64 `json:"lag_mean_ms"`
+	LagP99Ms  float64 `json:"lag_p99_ms"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+func pct(n, d int64) float64 {
+	if d == 0 {
+		return 0
+	}
+	return 100 * float64(n) / float64(d)
+}
+
+func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
+	sp := rt.spec()
+	t := &a.tally
+	r := RouterResult{Name: sp.Name, Policy: sp.Policy.String(), Token: string(sp.Token),
+		Reads: t.Reads, Served: t.Served(), RYW: t.RYW, MR: t.MR,
+		Fallbacks: t.Fallbacks, Waited: t.Waited, StaleServed: t.ByOutcome[OutStale],
+		Writes: a.writes, WriteErrors: a.writeErrs, Outcomes: map[string]int64{}}
+	for o := Outcome(0); o < numOutcomes; o++ {
+		r.Outcomes[o.String()] = t.ByOutcome[o]
+	}
+	r.RYWPct = pct(t.RYW, r.Served)
+	r.MRPct = pct(t.MR, r.Served)
+	r.PrimaryPct = pct(t.ByOutcome[OutPrimary], r.Served)
+	for _, b := range a.bins {
+		if b.reads >= 5 {
+			r.Worst100msPct = max(r.Worst100msPct, pct(int64(b.primary), int64(b.reads)))
+		}
+		r.PeakPrimaryPerSec = max(r.PeakPrimaryPerSec, float64(b.primary)*10)
+	}
+	if len(a.lat) > 0 {
+		l := sortedDurations(a.lat)
+		var sum time.Duration
+		for _, d := range l {
+			sum += d
+		}
+		r.LatMeanMs = ms(sum) / float64(len(l))
+		r.LatP50Ms = ms(quantile(l, 0.5))
+		r.LatP99Ms = ms(quantile(l, 0.99))
+	}
+	if len(a.writeLat) > 0 {
+		l := sortedDurations(a.writeLat)
+		var sum time.Duration
+		for _, d := range l {
+			sum += d
+		}
+		r.WriteLatMeanM = ms(sum) / float64(len(l))
+		r.WriteLatP99M = ms(quantile(l, 0.99))
+	}
+	if len(a.behind) > 0 {
+		r.DispatchP99Ms = ms(quantile(sortedDurations(a.behind), 0.99))
+	}
+	switch lr := rt.(type) {
+	case interface{ counters() (int64, int64) }:
+		r.WritesNoGTID, r.ObserveErrors = lr.counters()
+	}
+	return r
+}
+
+func (r *liveRouter[P]) counters() (int64, int64) { return r.noGTID.Load(), r.observeErrors.Load() }
