@@ -290,7 +290,9 @@ func TestWaitForAndSnapshot(t *testing.T) {
 		t.Fatalf("seq %d", s.Seq)
 	}
 	// A stopped watcher ends waits.
-	go func() { done <- w.WaitFor(context.Background(), gtid.MustParse("3e11fa47-71ca-11e1-9e33-c80aa9429562:9")) }()
+	go func() {
+		done <- w.WaitFor(context.Background(), gtid.MustParse("3e11fa47-71ca-11e1-9e33-c80aa9429562:9"))
+	}()
 	w.pub.publish(&Snapshot{Replica: "r1", Stopped: true})
 	if err := <-done; err != ErrStopped {
 		t.Fatalf("err %v, want ErrStopped", err)
