@@ -1,0 +1,407 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/router"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata")
+
+// small is a quick configuration for invariant tests: every structural
+// invariant must hold at any size.
+func small(seed uint64, w World) Config {
+	return Config{Seed: seed, Trials: 3, Duration: 4 * time.Second, Sessions: 2000, World: w}
+}
+
+func six() []RouterSpec {
+	var o Options
+	return o.sixRouters()
+}
+
+func run(t *testing.T, cfg Config, specs []RouterSpec) [][]Result {
+	t.Helper()
+	res, err := Run(context.Background(), cfg, specs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+var seeds = []uint64{1, 7, 20260802}
+
+func TestInstantWorldHasNoViolations(t *testing.T) {
+	for _, seed := range seeds {
+		res := run(t, small(seed, WorldInstant), six())
+		for k, s := range six() {
+			for trial, r := range res[k] {
+				if r.RYW != 0 || r.MR != 0 {
+					t.Errorf("seed %d %s trial %d: RYW %d MR %d in the instant world", seed, s.Name, trial, r.RYW, r.MR)
+				}
+				if r.Reads == 0 {
+					t.Fatalf("seed %d %s: no reads", seed, s.Name)
+				}
+			}
+		}
+	}
+}
+
+func TestRouterInvariantsAcrossWorlds(t *testing.T) {
+	for _, w := range Worlds {
+		for _, seed := range seeds {
+			res := run(t, small(seed, w), six())
+			var anyRYW, affRYW, reads int64
+			for trial := range res[0] {
+				any, aff, tr, trm, tw := res[0][trial], res[1][trial], res[3][trial], res[4][trial], res[5][trial]
+				if aff.MR != 0 {
+					t.Errorf("%s seed %d trial %d: affinity MR %d, want 0", w, seed, trial, aff.MR)
+				}
+				if tr.RYW != 0 {
+					t.Errorf("%s seed %d trial %d: token-ryw RYW %d, want 0", w, seed, trial, tr.RYW)
+				}
+				for _, r := range []Result{trm, tw} {
+					if r.RYW != 0 || r.MR != 0 {
+						t.Errorf("%s seed %d trial %d: token MR router RYW %d MR %d, want 0", w, seed, trial, r.RYW, r.MR)
+					}
+				}
+				anyRYW += any.RYW
+				affRYW += aff.RYW
+				reads += any.Reads
+			}
+			// Affinity protects monotonic reads only: its RYW rate is about
+			// any's (both read one replica chosen without looking at lag).
+			a, f := float64(anyRYW)/float64(reads), float64(affRYW)/float64(reads)
+			if diff := a - f; diff > 0.5*max(a, f)+0.002 || -diff > 0.5*max(a, f)+0.002 {
+				t.Errorf("%s seed %d: affinity RYW %.4f far from any's %.4f", w, seed, f, a)
+			}
+		}
+	}
+}
+
+func TestLaggingWorldsDoShowViolations(t *testing.T) {
+	// The invariants above would hold vacuously if nothing ever lagged.
+	res := run(t, small(1, WorldStragglerHeavy), six())
+	var ryw, mr int64
+	for _, r := range res[0] {
+		ryw += r.RYW
+		mr += r.MR
+	}
+	if ryw == 0 || mr == 0 {
+		t.Fatalf("any in straggler+heavy: RYW %d MR %d, want both > 0", ryw, mr)
+	}
+}
+
+func TestWindowInInstantWorldStillUsesPrimary(t *testing.T) {
+	res := run(t, small(1, WorldInstant), []RouterSpec{spec(router.Policy{Kind: router.PolicyWindow, Window: 500 * time.Millisecond})})
+	for trial, r := range res[0] {
+		if r.Primary == 0 {
+			t.Errorf("trial %d: window sent no read to the primary in the instant world", trial)
+		}
+	}
+}
+
+func TestSameSeedSameWriteStreamAndReadCount(t *testing.T) {
+	for _, w := range Worlds {
+		cfg := small(3, w)
+		res := run(t, cfg, six())
+		for trial := range res[0] {
+			var wl workload
+			c := cfg
+			if err := c.validate(); err != nil {
+				t.Fatal(err)
+			}
+			wl.draw(&c, trial)
+			want := int64(wl.writes() * c.ReadsPerWrite)
+			for k, s := range six() {
+				r := res[k][trial]
+				if r.Reads != want {
+					t.Errorf("%s trial %d %s: %d reads, want %d", w, trial, s.Name, r.Reads, want)
+				}
+				// In the default posture primary reads do not touch the write
+				// FIFO, so write latency is the write stream's own and must be
+				// identical under every router.
+				if r.WriteMean != res[0][trial].WriteMean || r.LagMean != res[0][trial].LagMean {
+					t.Errorf("%s trial %d %s: write stream differs from any's", w, trial, s.Name)
+				}
+			}
+		}
+	}
+	// The drawn workload itself is a pure function of (seed, trial).
+	c := small(3, WorldStragglerHeavy)
+	_ = c.validate()
+	var a, b workload
+	a.draw(&c, 1)
+	b.draw(&c, 1)
+	if !equalWL(&a, &b) {
+		t.Fatal("workload draw is not deterministic")
+	}
+	b.draw(&c, 2)
+	if equalWL(&a, &b) {
+		t.Fatal("trials 1 and 2 drew the same workload")
+	}
+}
+
+func equalWL(a, b *workload) bool {
+	if a.writes() != b.writes() {
+		return false
+	}
+	for i := range a.send {
+		if a.send[i] != b.send[i] || a.session[i] != b.session[i] || a.heavy[i] != b.heavy[i] {
+			return false
+		}
+	}
+	for i := range a.gaps {
+		if a.gaps[i] != b.gaps[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func routersOutput(t *testing.T, f Format) []byte {
+	t.Helper()
+	cfg := Config{Seed: 5, Trials: 4, Duration: 3 * time.Second, Sessions: 1000}
+	tb, _, err := RoutersTable(context.Background(), "routers", "Routers", cfg, six(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := tb.Write(&b, f); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func TestOutputIsByteIdenticalAcrossRunsAndCores(t *testing.T) {
+	for _, f := range []Format{FormatMarkdown, FormatCSV, FormatJSON} {
+		a := routersOutput(t, f)
+		prev := runtime.GOMAXPROCS(1)
+		b := routersOutput(t, f)
+		runtime.GOMAXPROCS(prev)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s output differs between runs:\n%s\n---\n%s", f, a, b)
+		}
+	}
+}
+
+func TestPolledViewNeverAddsViolations(t *testing.T) {
+	for _, w := range []World{WorldStraggler, WorldStragglerHeavy} {
+		for _, poll := range []time.Duration{20 * time.Millisecond, 250 * time.Millisecond} {
+			perfect := small(11, w)
+			polled := perfect
+			polled.Poll = poll
+			rp, rq := run(t, perfect, six()), run(t, polled, six())
+			for k, s := range six() {
+				for trial := range rp[k] {
+					p, q := rp[k][trial], rq[k][trial]
+					switch s.Policy.Kind {
+					case router.PolicyAny, router.PolicyAffinity, router.PolicyWindow:
+						// These rules never look at positions: the stale view
+						// must change nothing at all.
+						if p.RYW != q.RYW || p.MR != q.MR || p.Primary != q.Primary {
+							t.Errorf("%s poll %v %s trial %d: polled %+v differs from perfect %+v", w, poll, s.Name, trial, q, p)
+						}
+					default:
+						// token-ryw promises RYW only; its MR count moves with
+						// any change of replica choice, so only RYW is compared.
+						if q.RYW > p.RYW || (s.Policy.Kind != router.PolicyTokenRYW && q.MR > p.MR) {
+							t.Errorf("%s poll %v %s trial %d: polled view added violations (RYW %d→%d, MR %d→%d)", w, poll, s.Name, trial, p.RYW, q.RYW, p.MR, q.MR)
+						}
+						if s.Policy.Kind != router.PolicyTokenRYW && (q.RYW != 0 || q.MR != 0) {
+							t.Errorf("%s poll %v %s trial %d: violations under a polled view", w, poll, s.Name, trial)
+						}
+					}
+				}
+				if s.Policy.Kind == router.PolicyTokenRYWMR {
+					if sp, sq := stat(rp[k], fPrim).Mean, stat(rq[k], fPrim).Mean; sq < sp {
+						t.Errorf("%s poll %v: polled view sent fewer reads to the primary (%.2f%% < %.2f%%): it must err toward freshness", w, poll, sq, sp)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestHashingModes(t *testing.T) {
+	rep, err := Hashing(context.Background(), Options{Base: Config{Seed: 2, Trials: 3, Duration: 12 * time.Second, Sessions: 2000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := map[string]float64{}
+	for _, row := range rep.Tables[0].Rows {
+		mr[row[0].Label+"/"+row[1].Label] = row[2].Num
+	}
+	if v := mr["stable/full-list"]; v != 0 {
+		t.Errorf("full-list on a stable fleet: MR %.4f%%, want 0", v)
+	}
+	if v := mr["stable/available-only"]; v != 0 {
+		t.Errorf("available-only on a stable fleet: MR %.4f%%, want 0", v)
+	}
+	if mr["replica down 4–10 s/available-only"] <= mr["replica down 4–10 s/full-list"] {
+		t.Errorf("replica down: available-only MR %.4f%% not above full-list %.4f%%", mr["replica down 4–10 s/available-only"], mr["replica down 4–10 s/full-list"])
+	}
+	if mr["load drift 4–10 s/rebalance-override"] <= 0 {
+		t.Errorf("load drift: rebalance-override shows no MR violation")
+	}
+	if v := mr["load drift 4–10 s/full-list"]; v != 0 {
+		t.Errorf("load drift: full-list MR %.4f%%, want 0 (the fleet stays up)", v)
+	}
+	_ = hashroute.FullList
+}
+
+func TestContentionRaisesWriteLatency(t *testing.T) {
+	rep, err := Contention(context.Background(), Options{Base: Config{Seed: 1, Trials: 2, Duration: 4 * time.Second, Sessions: 2000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := rep.Tables[0].Rows
+	if anyW, winW := rows[0][1].Num, rows[1][1].Num; !(winW > anyW) {
+		t.Fatalf("window's write mean %.3f ms not above any's %.3f ms under contention", winW, anyW)
+	}
+}
+
+func TestJSONLinesAreObjectsWithNumbers(t *testing.T) {
+	out := routersOutput(t, FormatJSON)
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	if len(lines) != 6 {
+		t.Fatalf("%d JSON lines, want 6", len(lines))
+	}
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("bad JSON %q: %v", l, err)
+		}
+		if _, ok := m["ryw_pct"].(float64); !ok || m["table"] != "routers" {
+			t.Fatalf("row %q lacks numeric ryw_pct or table name", l)
+		}
+	}
+}
+
+func TestGoldenRouters(t *testing.T) {
+	golden(t, "routers.golden.md", routersOutput(t, FormatMarkdown))
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./sim -run Golden -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s changed (run with -update if intended):\n%s", name, got)
+	}
+}
+
+func TestHeapOrdersByTimeThenPush(t *testing.T) {
+	var h eventHeap
+	ts := []usec{5, 3, 9, 3, 1, 5, 0, 7}
+	for i, x := range ts {
+		h.push(x, evReadIssue, int32(i))
+	}
+	type p struct {
+		t  usec
+		id int32
+	}
+	var got []p
+	for h.len() > 0 {
+		e := h.pop()
+		got = append(got, p{e.t, e.id})
+	}
+	want := make([]p, len(ts))
+	for i, x := range ts {
+		want[i] = p{x, int32(i)}
+	}
+	sort.SliceStable(want, func(i, j int) bool { return want[i].t < want[j].t })
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("pop order %v, want %v", got, want)
+		}
+	}
+}
+
+func TestHistQuantiles(t *testing.T) {
+	var h hist
+	for v := int64(1); v <= 100000; v++ {
+		h.add(v)
+	}
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		got, want := h.quantile(q), q*100000
+		if got < want*0.99 || got > want*1.01 {
+			t.Errorf("q%.2f = %.0f, want %.0f ±1%%", q, got, want)
+		}
+	}
+	if h.mean() != 50000.5 {
+		t.Errorf("mean %v, want 50000.5", h.mean())
+	}
+}
+
+func TestEventLoopDoesNotAllocate(t *testing.T) {
+	cfg := small(1, WorldStragglerHeavy)
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine()
+	var wl workload
+	var m trialMetrics
+	wl.draw(&cfg, 0)
+	specs := six()
+	for k := range specs { // warm every array up
+		e.reset(&cfg, &wl, &specs[k], 0, &m)
+		if err := e.run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range specs {
+		allocs := testing.AllocsPerRun(3, func() {
+			e.reset(&cfg, &wl, &specs[k], 0, &m)
+			_ = e.run(context.Background())
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.0f allocations per trial, want 0", specs[k].Name, allocs)
+		}
+	}
+}
+
+func TestConfigRejectsNonsense(t *testing.T) {
+	bad := []Config{
+		{Replicas: 65}, {Replicas: -1}, {WritesPerSec: -5}, {Sessions: -1}, {World: "moon"},
+		{GapMin: time.Second, GapMax: time.Millisecond}, {Poll: -time.Second},
+		{Faults: []Fault{{Replica: 9, From: 0, To: time.Second}}},
+	}
+	for _, c := range bad {
+		if err := c.validate(); err == nil {
+			t.Errorf("config %+v accepted", c)
+		}
+	}
+}
+
+func FuzzParseWorldAndFormat(f *testing.F) {
+	for _, s := range []string{"instant", "identical", "straggler", "straggler+heavy", "md", "csv", "json", "", "Straggler", "straggler+"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if w, err := ParseWorld(s); err == nil && string(w) != s {
+			t.Fatalf("ParseWorld(%q) = %q", s, w)
+		}
+		if x, err := ParseFormat(s); err == nil && string(x) != s {
+			t.Fatalf("ParseFormat(%q) = %q", s, x)
+		}
+	})
+}
