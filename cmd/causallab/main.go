@@ -59,6 +59,7 @@ what does each routing rule cost the primary and the reader?`,
 		newGTIDCmd(),
 		newHashCmd(),
 		newSimCmd(),
+		newWatchCmd(),
 	)
 	return root
 }
