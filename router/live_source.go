@@ -39,7 +39,8 @@ type PollerConfig struct {
 	// Interval between polls of one node. Default 10ms; at least 1ms.
 	Interval time.Duration
 	// DownAfter marks a node unhealthy after this long without a successful
-	// poll. Default 5 × Interval, at least 50ms.
+	// poll. Default 5 × Interval, at least 500ms (a loaded machine delays
+	// polls; a flapping health verdict would send reads to the primary).
 	DownAfter time.Duration
 	// DialTimeout bounds one connection attempt. Default 2s.
 	DialTimeout time.Duration
@@ -68,7 +69,7 @@ func (c *PollerConfig) validate() error {
 		return fmt.Errorf("router: poller: interval %v out of range [1ms, 1m]", c.Interval)
 	}
 	if c.DownAfter == 0 {
-		c.DownAfter = max(5*c.Interval, 50*time.Millisecond)
+		c.DownAfter = max(5*c.Interval, 500*time.Millisecond)
 	}
 	if c.DownAfter < c.Interval {
 		return fmt.Errorf("router: poller: down-after %v shorter than the interval %v", c.DownAfter, c.Interval)
