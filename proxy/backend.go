@@ -67,7 +67,12 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, c
 				return err
 			}
 		}
-		return c.SetCapability(mysql.CLIENT_SESSION_TRACK | mysql.CLIENT_MULTI_RESULTS | mysql.CLIENT_PS_MULTI_RESULTS)
+		for _, f := range []uint32{mysql.CLIENT_SESSION_TRACK, mysql.CLIENT_MULTI_RESULTS, mysql.CLIENT_PS_MULTI_RESULTS} {
+			if err := c.SetCapability(f); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, backendErr(b, "connect", err)

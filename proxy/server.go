@@ -291,7 +291,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	defer s.m.active.Dec()
 	defer sess.close()
 	for !cc.Closed() {
-		if err := cc.HandleCommand(); err != nil {
+		if err := cc.HandleCommand(); err != nil || sess.closeAfter {
 			break
 		}
 	}

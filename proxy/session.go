@@ -50,6 +50,9 @@ type session struct {
 
 	// Pins: reads go to the primary while any is set.
 	inTx, autocommitOff, tempTables, lockedTables, userVarsOnPrimary bool
+	// closeAfter: close the client connection once the current response
+	// is written (after an oversized packet, as MySQL does).
+	closeAfter bool
 	// wantGTIDs: the client asked for session-tracking GTIDs
 	// (SET session_track_gtids = OWN_GTID through the proxy).
 	wantGTIDs bool
@@ -223,7 +226,8 @@ func (s *session) lostErr(bc *backendConn) error {
 // done is the result the go-mysql server writes nothing for: the response
 // was already relayed.
 func done() *mysql.Result {
-	rs := mysql.NewResultset(0)
+	rs := mysql.NewResultset(1)
+	rs.Fields = append(rs.Fields[:0], &mysql.Field{})
 	rs.Streaming = mysql.StreamingMultiple
 	rs.StreamingDone = true
 	return mysql.NewResult(rs)
@@ -232,7 +236,7 @@ func done() *mysql.Result {
 // HandleQuery handles COM_QUERY.
 func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	if len(query) > s.srv.cfg.MaxAllowedPacket {
-		s.cc.Close()
+		s.closeAfter = true
 		return nil, s.proxyErr("packet_too_large", mysql.ER_NET_PACKET_TOO_LARGE,
 			"statement of %d bytes exceeds max_allowed_packet (%d)", len(query), s.srv.cfg.MaxAllowedPacket)
 	}
