@@ -405,3 +405,35 @@ func FuzzParseWorldAndFormat(f *testing.F) {
 		}
 	})
 }
+
+func TestGoldenWorkorder(t *testing.T) {
+	rep, err := Workorder(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, tb := range rep.Tables {
+		if err := tb.Write(&b, FormatMarkdown); err != nil {
+			t.Fatal(err)
+		}
+	}
+	golden(t, "workorder.golden.md", b.Bytes())
+}
+
+func TestParkMillerKnownValues(t *testing.T) {
+	// The minimal standard generator with multiplier 48271 from seed 1: the
+	// 10,000th state is 399268537 (Park, Miller and Stockmeyer, 1993).
+	p := parkMiller{state: 1}
+	for range 10000 {
+		p.next()
+	}
+	if p.state != 399268537 {
+		t.Fatalf("10000th state %d, want 399268537", p.state)
+	}
+}
+
+func TestWorkorderRejectsBadSeed(t *testing.T) {
+	if _, err := DrawWorkorder(WorkorderModel{Seed: pmModulus}); err == nil {
+		t.Fatal("seed 2^31-1 accepted")
+	}
+}
