@@ -185,7 +185,7 @@ func TestQueriesTransactionsAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	if err := db.QueryRow("/* causal_token:"+tok+" */ SELECT COUNT(*) FROM ptest.kv").Scan(&n); err != nil || n != 20 {
+	if err := db.QueryRow("/* causal_token:" + tok + " */ SELECT COUNT(*) FROM ptest.kv").Scan(&n); err != nil || n != 20 {
 		t.Fatalf("count = %d, %v (token %q)", n, err, tok)
 	}
 }

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/proxy"
+)
+
+// newProxyCmd is `causallab proxy`: the causal read router behind a
+// MySQL-protocol listener.
+func newProxyCmd() *cobra.Command {
+	var (
+		configPath, topologyPath   string
+		listen, httpListen, policy string
+		user, password             string
+		epoch                      uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "proxy",
+		Short: "Run a MySQL-protocol proxy that routes reads with causal tokens",
+		Long: `proxy listens for MySQL clients, keeps writes, transactions and locking
+statements on the primary and routes reads to replicas with the causal router.
+Clients carry read-your-writes across connections with /* causal_token:<t> */
+comments, ProxySQL's /*+ ;min_gtid=<gtids> */ or SET @causal_token = '<t>', and
+read their session's token with SELECT @causal_token.
+
+Configure it with a YAML file (--config), or point it at a running compose
+topology (--topology, a JSON file listing the topology's nodes as compose
+prints them) with --user/--password for the clients.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var cfg proxy.Config
+			switch {
+			case configPath != "" && topologyPath != "":
+				return withExitCode(2, errors.New("give --config or --topology, not both"))
+			case configPath != "":
+				c, err := proxy.LoadConfig(configPath)
+				if err != nil {
+					return withExitCode(2, err)
+				}
+				cfg = c
+			case topologyPath != "":
+				c, err := configFromTopology(topologyPath)
+				if err != nil {
+					return withExitCode(2, err)
+				}
+				cfg = c
+				cfg.Users = []proxy.User{{Name: user, Password: password}}
+			default:
+				return withExitCode(2, errors.New("need --config FILE or --topology FILE"))
+			}
+			if cmd.Flags().Changed("listen") || cfg.Listen == "" {
+				cfg.Listen = listen
+			}
+			if cmd.Flags().Changed("http") || cfg.HTTPListen == "" {
+				cfg.HTTPListen = httpListen
+			}
+			if policy != "" {
+				cfg.Policy = policy
+			}
+			if epoch != 0 {
+				cfg.Epoch = epoch
+			}
+			cfg.Logger = slog.Default()
+			s, err := proxy.New(cfg)
+			if err != nil {
+				return withExitCode(2, err)
+			}
+			if err := s.Listen(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "proxy listening on %s (metrics %s)\n", s.Addr(), s.HTTPAddr())
+			return s.Serve(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "YAML config file (see docs/proxy.md)")
+	f.StringVar(&topologyPath, "topology", "", "JSON file of a running compose topology's nodes")
+	f.StringVar(&listen, "listen", "127.0.0.1:6033", "MySQL-protocol listen address")
+	f.StringVar(&httpListen, "http", "127.0.0.1:9033", "HTTP address for /metrics and /healthz (empty: off)")
+	f.StringVar(&policy, "policy", "", "routing policy (any, affinity, window, token-ryw, token-ryw-mr, token-wait)")
+	f.StringVar(&user, "user", "app", "client user name (with --topology)")
+	f.StringVar(&password, "password", "app", "client password (with --topology)")
+	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default 1)")
+	return cmd
+}
+
+// configFromTopology builds backends from a JSON list of compose nodes (or
+// an object with a "nodes" list): the node with role primary, the replicas
+// in file order.
+func configFromTopology(path string) (proxy.Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return proxy.Config{}, err
+	}
+	var nodes []compose.Node
+	if err := json.Unmarshal(b, &nodes); err != nil {
+		var wrapped struct {
+			Nodes []compose.Node `json:"nodes"`
+		}
+		if err2 := json.Unmarshal(b, &wrapped); err2 != nil {
+			return proxy.Config{}, fmt.Errorf("topology %s: %w", path, err)
+		}
+		nodes = wrapped.Nodes
+	}
+	var cfg proxy.Config
+	for _, n := range nodes {
+		be := proxy.Backend{Name: n.Name, Addr: n.Addr(), User: n.User, Password: n.Password}
+		switch n.Role {
+		case compose.RolePrimary:
+			if cfg.Primary.Addr != "" {
+				return cfg, fmt.Errorf("topology %s: two primaries", path)
+			}
+			cfg.Primary = be
+		case compose.RoleReplica:
+			cfg.Replicas = append(cfg.Replicas, be)
+		}
+	}
+	if cfg.Primary.Addr == "" {
+		return cfg, fmt.Errorf("topology %s: no node with role primary", path)
+	}
+	return cfg, nil
+}
