@@ -491,7 +491,7 @@ func sweepStale(base string, cfg *Config) {
 			continue
 		}
 		pid, err := strconv.Atoi(f[0])
-		if err != nil || syscall.Kill(pid, 0) == nil {
+		if err != nil || processAlive(pid) {
 			continue
 		}
 		if liveMysqldUnder(dir) {
@@ -511,7 +511,7 @@ func liveMysqldUnder(dir string) bool {
 		}
 		if d.Name() == "mysqld.pid" {
 			if b, err := os.ReadFile(p); err == nil {
-				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && syscall.Kill(pid, 0) == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && processAlive(pid) {
 					found = true
 				}
 			}
@@ -522,6 +522,17 @@ func liveMysqldUnder(dir string) bool {
 		return nil
 	})
 	return found
+}
+
+// processAlive reports whether pid names a process that is not a zombie
+// (an orphan whose reaper does not reap stays a zombie).
+func processAlive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z'
 }
 
 // copyDir copies a directory tree of regular files, leaving out files named skip.

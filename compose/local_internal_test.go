@@ -1,0 +1,290 @@
+package compose
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "defaults", check: func(t *testing.T, c Config) {
+			if c.Replicas != DefaultReplicas || c.Backend != BackendLocal || c.User != DefaultUser || c.StartTimeout != time.Minute || c.RootFS == "" || !strings.HasPrefix(c.Image, "causallab/mysql:") {
+				t.Fatalf("defaults not filled: %+v", c)
+			}
+		}},
+		{name: "primary only", cfg: Config{PrimaryOnly: true}, check: func(t *testing.T, c Config) {
+			if c.Replicas != 0 {
+				t.Fatalf("replicas %d", c.Replicas)
+			}
+		}},
+		{name: "negative replicas", cfg: Config{Replicas: -1}, wantErr: "impossible replica count -1"},
+		{name: "ten replicas", cfg: Config{Replicas: 10}, wantErr: "impossible replica count 10"},
+		{name: "primary only with replicas", cfg: Config{Replicas: 2, PrimaryOnly: true}, wantErr: "PrimaryOnly"},
+		{name: "unknown backend", cfg: Config{Backend: "kubernetes"}, wantErr: `unknown backend "kubernetes"`},
+		{name: "too many replica options", cfg: Config{Replicas: 1, ReplicaOptions: make([]ReplicaOptions, 2)}, wantErr: "2 ReplicaOptions for 1 replicas"},
+		{name: "fractional delay", cfg: Config{Replicas: 1, ReplicaOptions: []ReplicaOptions{{ApplyDelay: 1500 * time.Millisecond}}}, wantErr: "replica1 apply delay 1.5s"},
+		{name: "bad cnf name", cfg: Config{MyCnf: map[string]string{"a b": "1"}}, wantErr: `bad my.cnf setting name "a b"`},
+		{name: "cnf value with newline", cfg: Config{MyCnf: map[string]string{"x": "1\n[client]"}}, wantErr: "line break"},
+		{name: "quote in password", cfg: Config{Password: "a'b"}, wantErr: "must not contain"},
+		{name: "negative timeout", cfg: Config{StartTimeout: -time.Second}, wantErr: "negative StartTimeout"},
+		{name: "external without dsn", cfg: Config{Backend: BackendExternal}, wantErr: "External.PrimaryDSN"},
+		{name: "dsn without external", cfg: Config{External: ExternalConfig{PrimaryDSN: "a:b@tcp(h:1)/"}}, wantErr: "backend is local"},
+		{name: "external counts replicas", cfg: Config{Backend: BackendExternal, External: ExternalConfig{PrimaryDSN: "x", ReplicaDSNs: []string{"y"}}}, check: func(t *testing.T, c Config) {
+			if c.Replicas != 1 {
+				t.Fatalf("replicas %d", c.Replicas)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			err := c.validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func TestMyCnfOverrides(t *testing.T) {
+	c := Config{MyCnf: map[string]string{"innodb_buffer_pool_size": "128M", "binlog_format": "ROW"}}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := c.myCnf(3, 4000, "/tmp/x/replica2", "127.0.0.1")
+	for _, want := range []string{"[mysqld]\n", "server-id=3\n", "port=4000\n", "innodb_buffer_pool_size=128M\n", "binlog_format=ROW\n", "datadir=/tmp/x/replica2/data\n", "gtid-mode=ON\n", "mysqlx=OFF\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("my.cnf lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Count(s, "innodb_buffer_pool_size") != 1 {
+		t.Errorf("override duplicated:\n%s", s)
+	}
+}
+
+func TestNoRootFS(t *testing.T) {
+	_, err := Start(context.Background(), Config{RootFS: "/nonexistent/rootfs", Replicas: 1})
+	if !errors.Is(err, ErrNoRootFS) || !strings.Contains(err.Error(), "causallab image") {
+		t.Fatalf("err = %v, want ErrNoRootFS naming `causallab image`", err)
+	}
+}
+
+// ourDirs lists the topology directories this process owns.
+func ourDirs(t *testing.T) map[string]bool {
+	t.Helper()
+	base := filepath.Join(DefaultRootFS(), "tmp")
+	out := map[string]bool{}
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := strconv.Itoa(os.Getpid())
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(base, e.Name(), "owner"))
+		if err == nil && strings.Fields(string(b))[0] == me {
+			out[filepath.Join(base, e.Name())] = true
+		}
+	}
+	return out
+}
+
+// mysqldUnder lists live processes whose command line names a defaults
+// file under dir (as mysqld sees it).
+func mysqldUnder(t *testing.T, inDir string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pidIsOurs(pid, inDir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func needMySQL(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs MySQL")
+	}
+	if _, err := os.Stat(filepath.Join(DefaultRootFS(), "usr/sbin/mysqld")); err != nil {
+		t.Skip("no root filesystem: run `causallab image`")
+	}
+}
+
+func TestDownLeavesNothing(t *testing.T) {
+	needMySQL(t)
+	ctx := context.Background()
+	topo, err := Start(ctx, Config{Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := topo.be.(*localBackend)
+	if pids := mysqldUnder(t, lb.inDir); len(pids) != 2 {
+		t.Fatalf("%d mysqld processes under %s, want 2", len(pids), lb.inDir)
+	}
+	if err := topo.Down(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pids := mysqldUnder(t, lb.inDir); len(pids) != 0 {
+		t.Fatalf("processes left after Down: %v", pids)
+	}
+	if _, err := os.Stat(lb.hostDir); !os.IsNotExist(err) {
+		t.Fatalf("%s left after Down (%v)", lb.hostDir, err)
+	}
+	if err := topo.Down(ctx); err != nil {
+		t.Fatalf("second Down: %v", err)
+	}
+}
+
+func TestFailedStartLeavesNothing(t *testing.T) {
+	needMySQL(t)
+	cases := map[string]Config{
+		// mysqld refuses to initialize.
+		"bad setting": {Replicas: 1, MyCnf: map[string]string{"no_such_variable_xyz": "1"}},
+		// servers run, then start-up gives up waiting for them.
+		"start timeout": {Replicas: 2, StartTimeout: time.Millisecond},
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			before := ourDirs(t)
+			_, err := Start(context.Background(), cfg)
+			if err == nil {
+				t.Fatal("Start succeeded")
+			}
+			t.Logf("error: %v", err)
+			after := ourDirs(t)
+			for d := range after {
+				if !before[d] {
+					t.Fatalf("failed Start left %s", d)
+				}
+			}
+			if pids := mysqldUnder(t, "/tmp/causallab-"); len(pids) != 0 {
+				// Other topologies of this process may run; only ours count.
+				for _, pid := range pids {
+					if ppid(pid) == os.Getpid() {
+						t.Fatalf("failed Start left mysqld pid %d", pid)
+					}
+				}
+			}
+		})
+	}
+}
+
+func ppid(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	p, _ := strconv.Atoi(f[1])
+	return p
+}
+
+// TestOwnerDeathKillsServers starts a topology in a child process, kills
+// that process with SIGKILL (no cleanup runs), and checks that its mysqld
+// processes die with it and that the next Start sweeps its directory.
+func TestOwnerDeathKillsServers(t *testing.T) {
+	needMySQL(t)
+	if os.Getenv("COMPOSE_HELPER") == "1" {
+		t.Skip("helper")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStartAndHang$", "-test.short")
+	cmd.Env = append(os.Environ(), "COMPOSE_HELPER=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var hostDir, inDir string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "TOPOLOGY" {
+			hostDir, inDir = f[1], f[2]
+			break
+		}
+	}
+	if hostDir == "" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal("helper printed no topology")
+	}
+	if len(mysqldUnder(t, inDir)) != 2 {
+		t.Fatal("helper's servers are not running")
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(mysqldUnder(t, inDir)) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("mysqld of a dead owner still running: %v", mysqldUnder(t, inDir))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cfg := Config{}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	// A killed mysqld can stay a zombie for a moment (or for good, when
+	// its new parent does not reap): sweeping waits until none is alive.
+	for {
+		sweepStale(filepath.Dir(hostDir), &cfg)
+		_, err := os.Stat(hostDir)
+		if os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sweep left %s (%v)", hostDir, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestHelperStartAndHang is the child of TestOwnerDeathKillsServers.
+func TestHelperStartAndHang(t *testing.T) {
+	if os.Getenv("COMPOSE_HELPER") != "1" {
+		t.Skip("only runs as a helper process")
+	}
+	topo, err := Start(context.Background(), Config{Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := topo.be.(*localBackend)
+	os.Stdout.WriteString("TOPOLOGY " + lb.hostDir + " " + lb.inDir + "\n")
+	time.Sleep(5 * time.Minute)
+}
