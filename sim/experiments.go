@@ -71,7 +71,7 @@ func Experiments() []Experiment {
 		{"fleet", "2..6 replicas in the identical, straggler and straggler+heavy worlds", Fleet},
 		{"contention", "primary reads share the write FIFO at 1400 writes/s", Contention},
 		{"wait", "token-wait budgets B from 0 to 1600 ms", Wait},
-		// {"failover", "scalar, GTID-set and epoch tokens through a failover", Failover},
+		{"failover", "scalar, GTID-set and epoch tokens through a failover", Failover},
 		{"workorder", "the request-stream model (Park–Miller) with fixed lag", Workorder},
 		{"hashing", "affinity hashing modes under a replica outage and load drift", Hashing},
 	}

@@ -437,3 +437,27 @@ func TestWorkorderRejectsBadSeed(t *testing.T) {
 		t.Fatal("seed 2^31-1 accepted")
 	}
 }
+
+func TestFailoverTokens(t *testing.T) {
+	rep, err := Failover(context.Background(), Options{Base: Config{Seed: 3, Trials: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rep.Tables[0].Rows {
+		lost, silent, timedOut, fast := row[3].Num, row[4].Num, row[5].Num, row[6].Num
+		switch row[1].Label {
+		case "scalar position (LSN-like)":
+			if lost > 0 && silent == 0 {
+				t.Errorf("%s: scalar token served no lost write silently (lost %.1f)", row[0].Label, lost)
+			}
+		case "GTID set":
+			if silent != 0 || fast != 0 || timedOut != lost {
+				t.Errorf("%s: GTID token silent %.1f fast %.1f timed out %.1f, want 0, 0, %.1f", row[0].Label, silent, fast, timedOut, lost)
+			}
+		case "GTID set + epoch":
+			if silent != 0 || timedOut != 0 || fast != lost {
+				t.Errorf("%s: epoch token silent %.1f timed out %.1f fast %.1f, want 0, 0, %.1f", row[0].Label, silent, timedOut, fast, lost)
+			}
+		}
+	}
+}
