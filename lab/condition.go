@@ -120,6 +120,7 @@ func (c *ConditionSpec) validate() error {
 type conditionStats struct {
 	Stalls      atomic.Int64 // straggler applier stalls
 	HeavyTxns   atomic.Int64 // heavy transactions committed
+	HeavyNanos  atomic.Int64 // their total time on the primary
 	FaultErrors atomic.Int64 // fault calls that failed (each logged once at debug)
 }
 
@@ -216,7 +217,7 @@ func (c *ConditionSpec) heavy(ctx context.Context, f Faults, st *conditionStats,
 		if !sleepCtx(ctx, c.HeavyEvery/2) {
 			return
 		}
-		if _, err := f.HeavyTransaction(ctx, c.HeavyRows); err != nil {
+		if hr, err := f.HeavyTransaction(ctx, c.HeavyRows); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -224,6 +225,7 @@ func (c *ConditionSpec) heavy(ctx context.Context, f Faults, st *conditionStats,
 			log.Debug("lab: heavy transaction", "err", err)
 		} else {
 			st.HeavyTxns.Add(1)
+			st.HeavyNanos.Add(int64(hr.Elapsed))
 		}
 		if !sleepCtx(ctx, c.HeavyEvery/2) {
 			return

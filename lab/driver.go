@@ -319,6 +319,7 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 		res.PollErrors += gr.PollErrors
 		res.Stalls += gr.Stalls
 		res.HeavyTxns += gr.HeavyTxns
+		res.HeavyMeanMs = max(res.HeavyMeanMs, gr.HeavyMeanMs)
 		res.FaultErrors += gr.FaultErrors
 		res.MeasureSeconds += gr.MeasureSeconds
 		lags = append(lags, gl...)
@@ -396,6 +397,9 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 	}
 	res := &Result{MeasureSeconds: measured.Seconds(), Polls: p.polls.Load(), PollErrors: p.pollErrors.Load(),
 		Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load(), FaultErrors: cst.FaultErrors.Load()}
+	if n := cst.HeavyTxns.Load(); n > 0 {
+		res.HeavyMeanMs = ms(time.Duration(cst.HeavyNanos.Load() / n))
+	}
 	for i, a := range accs {
 		rr := summarizeRouter(e.routers[i], a)
 		res.Routers = append(res.Routers, rr)

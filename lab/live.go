@@ -2,7 +2,7 @@ package lab
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -103,7 +103,7 @@ func tagPart(t string) string {
 
 var (
 	_ posKind[gtid.Set] = gtidKind{}
-	_ posKind[lsnPos] = lsnKind{}
+	_ posKind[lsnPos]   = lsnKind{}
 )
 
 // routerRuntime is one router under test, whatever its position type.
@@ -372,7 +372,6 @@ func (r *liveRouter[P]) wait(ctx context.Context, w *worker, snap *snapshot, d r
 	v, err := res.GetInt(0, 0)
 	return time.Since(began), err == nil && v == 0
 }
-
 
 // withInFlight returns a copy of v with each replica's reads in flight
 // (what rebalance-override looks at).

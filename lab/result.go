@@ -34,6 +34,10 @@ type Result struct {
 	Stalls      int64 `json:"stalls"`
 	HeavyTxns   int64 `json:"heavy_txns"`
 	FaultErrors int64 `json:"fault_errors"`
+	// HeavyMeanMs is the mean primary time of the heavy transactions.
+	HeavyMeanMs float64 `json:"heavy_mean_ms,omitempty"`
+	// SimModel describes the replica model the prediction used.
+	SimModel string `json:"sim_model,omitempty"`
 	// Notes are experiment-specific remarks (e.g. the failover's lost GTIDs).
 	Notes []string `json:"notes,omitempty"`
 }
@@ -61,6 +65,8 @@ func summarize(c *Config) ConfigSummary {
 // LagStats is the achieved replication lag over every (write, replica).
 type LagStats struct {
 	MeanMs float64 `json:"mean_ms"`
+	P10Ms  float64 `json:"p10_ms"`
+	P50Ms  float64 `json:"p50_ms"`
 	P99Ms  float64 `json:"p99_ms"`
 	MaxMs  float64 `json:"max_ms"`
 	// Samples is the number of (write, replica) pairs measured.
@@ -80,6 +86,8 @@ func lagStats(l []time.Duration, unseen int) LagStats {
 		sum += d
 	}
 	s.MeanMs = ms(sum) / float64(len(l))
+	s.P10Ms = ms(quantile(l, 0.1))
+	s.P50Ms = ms(quantile(l, 0.5))
 	s.P99Ms = ms(quantile(l, 0.99))
 	s.MaxMs = ms(l[len(l)-1])
 	return s

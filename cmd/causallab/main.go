@@ -58,6 +58,8 @@ what does each routing rule cost the primary and the reader?`,
 		// One constructor per area; keep this list sorted.
 		newGTIDCmd(),
 		newHashCmd(),
+		newLabCmd(),
+		newProxyCmd(),
 		newSimCmd(),
 		newWatchCmd(),
 	)

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/lab"
+)
+
+// labFlags are the flags every `lab` experiment shares.
+type labFlags struct {
+	replicas    int
+	backend     string
+	primaryDSN  string
+	replicaDSNs []string
+	sessions    int
+	hotRows     int
+	writeRate   float64
+	duration    time.Duration
+	readsPerW   int
+	seed        uint64
+	workers     int
+	poll        time.Duration
+	mode        string
+	condition   string
+	routers     string
+	format      string
+	out         string
+	failOn      string
+	noSim       bool
+	simTrials   int
+	noProgress  bool
+}
+
+func (f *labFlags) register(cmd *cobra.Command, cond string, rate float64, dur time.Duration) {
+	fl := cmd.Flags()
+	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run")
+	fl.StringVar(&f.backend, "backend", "local", "how to run MySQL: local (chrooted mysqld processes) or docker")
+	fl.StringVar(&f.primaryDSN, "primary-dsn", "", "attach to your own primary (user:pw@tcp(host:port)/) instead of starting a topology")
+	fl.StringSliceVar(&f.replicaDSNs, "replica-dsn", nil, "your own replicas' DSNs (with --primary-dsn; repeat or comma-separate)")
+	fl.IntVar(&f.sessions, "sessions", 2000, "sessions S")
+	fl.IntVar(&f.hotRows, "hot-rows", 8, "shared hot rows (monotonic-reads ground truth)")
+	fl.Float64Var(&f.writeRate, "write-rate", rate, "offered writes/s (Poisson)")
+	fl.DurationVar(&f.duration, "duration", dur, "how long writes are offered (the reads that follow are completed)")
+	fl.IntVar(&f.readsPerW, "reads-per-write", 3, "reads after each write (closed loop, log-uniform gaps 15ms..4s)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the offered workload")
+	fl.IntVar(&f.workers, "workers", 24, "driver goroutines (each with a connection per node)")
+	fl.DurationVar(&f.poll, "poll", 5*time.Millisecond, "replica position poll interval")
+	fl.StringVar(&f.mode, "mode", "concurrent", "concurrent (routers share one live workload) or sequential (each alone)")
+	fl.StringVar(&f.condition, "condition", cond, "lag condition: identical, straggler, heavy, apply-delay, or a '+' combination")
+	fl.StringVar(&f.format, "format", "md", "output: md, csv or json")
+	fl.StringVar(&f.out, "out", "", "also write tables (md, csv, json), SVG charts and report.html into this directory")
+	fl.StringVar(&f.failOn, "fail-on", "", "exit 3 when a rule holds, e.g. 'ryw>0,mr>0' or 'token-ryw-mr:ryw>0' (metrics: "+strings.Join(lab.FailMetricNames(), ", ")+")")
+	fl.BoolVar(&f.noSim, "no-sim", false, "skip the simulator's prediction")
+	fl.IntVar(&f.simTrials, "sim-trials", 4, "simulator trials averaged for the prediction")
+	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
+}
+
+// config builds the driver config from the flags.
+func (f *labFlags) config() (lab.Config, []lab.FailRule, lab.Format, error) {
+	var cfg lab.Config
+	rules, err := lab.ParseFailOn(f.failOn)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	format, err := lab.ParseFormat(f.format)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	cond, err := lab.ParseCondition(f.condition)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	cfg = lab.Config{Sessions: f.sessions, HotRows: f.hotRows, WriteRate: f.writeRate, Duration: f.duration,
+		ReadsPerWrite: f.readsPerW, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
+		Mode: lab.Mode(f.mode), Condition: cond}
+	if f.routers != "" {
+		if cfg.Routers, err = lab.ParseRouters(f.routers); err != nil {
+			return cfg, nil, "", err
+		}
+	}
+	return cfg, rules, format, nil
+}
+
+// topology starts (or attaches to) the topology the flags describe. The
+// returned stop removes what was started.
+func (f *labFlags) topology(ctx context.Context, errw io.Writer) (*compose.Topology, func(), error) {
+	cfg := compose.Config{Replicas: f.replicas, Backend: compose.Backend(f.backend)}
+	if f.primaryDSN != "" {
+		cfg = compose.Config{Backend: compose.BackendExternal,
+			External: compose.ExternalConfig{PrimaryDSN: f.primaryDSN, ReplicaDSNs: f.replicaDSNs}}
+	} else {
+		fmt.Fprintf(errw, "causallab lab: starting MySQL (%s backend, 1 primary + %d replicas)...\n", f.backend, f.replicas)
+	}
+	began := time.Now()
+	topo, err := compose.Start(ctx, cfg)
+	if err != nil {
+		if f.primaryDSN == "" {
+			err = fmt.Errorf("%w (a fresh machine needs `make deps` first: it builds the MySQL root filesystem)", err)
+		}
+		return nil, nil, err
+	}
+	if f.primaryDSN == "" {
+		fmt.Fprintf(errw, "causallab lab: topology up in %.1fs\n", time.Since(began).Seconds())
+	}
+	stop := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := topo.Down(dctx); err != nil {
+			fmt.Fprintln(errw, "causallab lab: removing the topology:", err)
+		}
+	}
+	return topo, stop, nil
+}
+
+// progress returns a Progress callback drawing a bar on a terminal, and a
+// finish func.
+func (f *labFlags) progress(label string) (func(lab.Progress), func()) {
+	if f.noProgress || !term.IsTerminal(int(os.Stderr.Fd())) {
+		return nil, func() {}
+	}
+	var bar *progressbar.ProgressBar
+	cb := func(p lab.Progress) {
+		if bar == nil {
+			bar = progressbar.NewOptions64(int64(max(p.Total, time.Second)/time.Millisecond),
+				progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(label),
+				progressbar.OptionShowElapsedTimeOnFinish(), progressbar.OptionSetPredictTime(true),
+				progressbar.OptionClearOnFinish())
+		}
+		bar.Describe(fmt.Sprintf("%s  reads %d  RYW %d  MR %d", label, p.Reads, p.RYW, p.MR))
+		_ = bar.Set64(min(int64(p.Elapsed/time.Millisecond), bar.GetMax64()))
+	}
+	return cb, func() {
+		if bar != nil {
+			_ = bar.Finish()
+		}
+	}
+}
+
+// emit prints the results, writes --out and applies --fail-on.
+func (f *labFlags) emit(cmd *cobra.Command, results []*lab.Result, format lab.Format, rules []lab.FailRule) error {
+	for _, r := range results {
+		if err := lab.Write(cmd.OutOrStdout(), r, format); err != nil {
+			return err
+		}
+	}
+	if f.out != "" {
+		if err := lab.WriteOut(f.out, results); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "causallab lab: wrote %s/report.html\n", f.out)
+	}
+	var fails []string
+	for _, r := range results {
+		fails = append(fails, lab.Failures(r, rules)...)
+	}
+	if len(fails) > 0 {
+		return withExitCode(3, fmt.Errorf("--fail-on: %d rule(s) hold:\n  %s", len(fails), strings.Join(fails, "\n  ")))
+	}
+	return nil
+}
+
+func newLabCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "Run the experiments on real MySQL, beside the simulator's prediction",
+		Long: `lab measures on a real MySQL primary and replicas what the simulator predicts:
+how often each router showed a session a world without its own write (RYW) or
+one older than it had seen (MR), counted from the rows the database returned.
+Without --primary-dsn it starts a local topology for the run and removes it after.`,
+	}
+	cmd.AddCommand(newLabRoutersCmd())
+	return cmd
+}
+
+func newLabRoutersCmd() *cobra.Command {
+	var f labFlags
+	cmd := &cobra.Command{
+		Use:   "routers",
+		Short: "The six routers under one live workload, with the simulator's prediction beside each",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, rules, format, err := f.config()
+			if err != nil {
+				return err
+			}
+			topo, stop, err := f.topology(cmd.Context(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer stop()
+			prog, finish := f.progress("lab routers")
+			cfg.Progress = prog
+			res, err := lab.Routers(cmd.Context(), topo, lab.RoutersOptions{Config: cfg, NoPredict: f.noSim,
+				Predict: lab.PredictOptions{Trials: f.simTrials}})
+			finish()
+			if err != nil {
+				return err
+			}
+			return f.emit(cmd, []*lab.Result{res}, format, rules)
+		},
+	}
+	f.register(cmd, "straggler+heavy", 200, 20*time.Second)
+	cmd.Flags().StringVar(&f.routers, "routers", "", "comma-separated routers (default: the six; e.g. any,token-ryw-mr,token-wait(200ms))")
+	return cmd
+}

@@ -1,0 +1,232 @@
+package lab
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/causallab/causallab/sim"
+)
+
+// Format is a table output format: md, csv (the simulator's table
+// renderers) or json (the full Result, documented in docs/lab.md).
+type Format = sim.Format
+
+// ParseFormat checks a format name (md, csv, json).
+func ParseFormat(s string) (Format, error) { return sim.ParseFormat(s) }
+
+// na is a cell for a missing prediction.
+var na = sim.Cell{Label: "–"}
+
+func predCell(p *Prediction, f func(*Prediction) float64) sim.Cell {
+	if p == nil {
+		return na
+	}
+	return sim.N(f(p))
+}
+
+// Table renders a result as the routers table: lab columns with the
+// simulator's prediction beside them.
+func Table(res *Result) *sim.Table {
+	t := &sim.Table{
+		Name:  "lab-" + res.Experiment,
+		Title: fmt.Sprintf("lab %s: real MySQL (%s, %s) beside the simulator", res.Experiment, res.Condition, res.Mode),
+		Columns: []sim.Column{
+			{Key: "router", Header: "router", Prec: 0},
+			{Key: "reads", Header: "reads", Prec: 0},
+			{Key: "ryw_pct", Header: "RYW viol. %", Prec: 2},
+			{Key: "sim_ryw_pct", Header: "sim RYW %", Prec: 2},
+			{Key: "mr_pct", Header: "MR viol. %", Prec: 2},
+			{Key: "sim_mr_pct", Header: "sim MR %", Prec: 2},
+			{Key: "primary_pct", Header: "primary %", Prec: 1},
+			{Key: "sim_primary_pct", Header: "sim primary %", Prec: 1},
+			{Key: "worst_100ms_pct", Header: "worst 100 ms %", Prec: 1},
+			{Key: "peak_primary_rps", Header: "peak primary r/s", Prec: 0},
+			{Key: "read_p50_ms", Header: "read p50 ms", Prec: 2},
+			{Key: "read_p99_ms", Header: "read p99 ms", Prec: 1},
+			{Key: "sim_read_p99_ms", Header: "sim read p99 ms", Prec: 1},
+			{Key: "waited", Header: "waited", Prec: 0},
+			{Key: "timed_out", Header: "timed out", Prec: 0},
+			{Key: "failed_fast", Header: "failed fast", Prec: 0},
+			{Key: "errors", Header: "errors", Prec: 0},
+		},
+	}
+	for i := range res.Routers {
+		r := &res.Routers[i]
+		t.Rows = append(t.Rows, []sim.Cell{
+			sim.L(r.Name), sim.N(float64(r.Reads)),
+			sim.N(r.RYWPct), predCell(r.Prediction, func(p *Prediction) float64 { return p.RYWPct }),
+			sim.N(r.MRPct), predCell(r.Prediction, func(p *Prediction) float64 { return p.MRPct }),
+			sim.N(r.PrimaryPct), predCell(r.Prediction, func(p *Prediction) float64 { return p.PrimaryPct }),
+			sim.N(r.Worst100msPct), sim.N(r.PeakPrimaryPerSec),
+			sim.N(r.LatP50Ms), sim.N(r.LatP99Ms), predCell(r.Prediction, func(p *Prediction) float64 { return p.LatP99Ms }),
+			sim.N(float64(r.Waited)), sim.N(float64(r.Outcomes[OutTimedOut.String()])),
+			sim.N(float64(r.Outcomes[OutFailed.String()])), sim.N(float64(r.Outcomes[OutError.String()])),
+		})
+	}
+	t.Notes = Notes(res)
+	return t
+}
+
+// Notes are the lines printed under a table: setup, achieved lag beside
+// the simulator's, and the experiment's own remarks.
+func Notes(res *Result) []string {
+	c := res.Config
+	n := []string{
+		fmt.Sprintf("Setup: seed %d, %d sessions, %g writes/s offered for %gs (%d writes), %d reads per write, gaps %g–%g ms log-uniform, %d hot rows, %d workers, positions polled every %g ms.",
+			c.Seed, c.Sessions, c.WriteRate, c.DurationSec, res.OfferedWrites, c.ReadsPerWrite, c.GapMinMs, c.GapMaxMs, c.HotRows, c.Workers, c.PollMs),
+		fmt.Sprintf("Achieved lag (lab, write ack to first poll holding it, every replica): mean %.1f ms, p50 %.1f ms, p99 %.1f ms over %d samples (%d never seen).",
+			res.Lag.MeanMs, res.Lag.P50Ms, res.Lag.P99Ms, res.Lag.Samples, res.Lag.Unseen),
+	}
+	if len(res.Routers) > 0 && res.Routers[0].Prediction != nil {
+		p := res.Routers[0].Prediction
+		n = append(n, fmt.Sprintf("Simulator lag for the same inputs: mean %.1f ms, p99 %.1f ms (model: %s). Violation %% columns are per served read (lab) and per read (sim).",
+			p.LagMeanMs, p.LagP99Ms, res.SimModel))
+	}
+	n = append(n, fmt.Sprintf("Driver: %.0f reads/s over %.1f s measured (%.1f s with setup); condition did %d stalls, %d heavy transactions, %d fault errors; %d position polls, %d failed.",
+		res.ReadsPerSec, res.MeasureSeconds, res.ElapsedSeconds, res.Stalls, res.HeavyTxns, res.FaultErrors, res.Polls, res.PollErrors))
+	n = append(n, res.Notes...)
+	return n
+}
+
+// Write renders res in format f to w.
+func Write(w io.Writer, res *Result, f Format) error {
+	if f == sim.FormatJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return Table(res).Write(w, f)
+}
+
+// WriteOut writes DIR/<name>.md, .csv, .json, a bar chart per metric (SVG)
+// and DIR/report.html holding everything.
+func WriteOut(dir string, results []*Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var page bytes.Buffer
+	page.WriteString("<!doctype html><meta charset=utf-8><title>causallab lab report</title>\n<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}</style>\n<h1>causallab lab report</h1>\n<p>Measured on real MySQL; violations counted from the rows the database returned (docs/lab.md). The simulator's prediction for the same workload and condition is beside each lab column.</p>\n")
+	for _, res := range results {
+		base := "lab-" + res.Experiment
+		t := Table(res)
+		for _, f := range []Format{sim.FormatMarkdown, sim.FormatCSV} {
+			var b bytes.Buffer
+			if err := t.Write(&b, f); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, base+"."+string(f)), b.Bytes(), 0o644); err != nil {
+				return err
+			}
+		}
+		var jb bytes.Buffer
+		if err := Write(&jb, res, sim.FormatJSON); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, base+".json"), jb.Bytes(), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(&page, "<h2>%s</h2>\n", html.EscapeString(t.Title))
+		writeHTMLTable(&page, t)
+		for _, m := range []struct {
+			key, title string
+			lab        func(*RouterResult) float64
+			sim        func(*Prediction) float64
+		}{
+			{"ryw", "RYW violations (% of reads)", func(r *RouterResult) float64 { return r.RYWPct }, func(p *Prediction) float64 { return p.RYWPct }},
+			{"mr", "MR violations (% of reads)", func(r *RouterResult) float64 { return r.MRPct }, func(p *Prediction) float64 { return p.MRPct }},
+			{"primary", "Reads on the primary (%)", func(r *RouterResult) float64 { return r.PrimaryPct }, func(p *Prediction) float64 { return p.PrimaryPct }},
+		} {
+			name := base + "-" + m.key + ".svg"
+			if err := barChart(filepath.Join(dir, name), res, m.title, m.lab, m.sim); err != nil {
+				return fmt.Errorf("lab: drawing %s: %w", name, err)
+			}
+			fmt.Fprintf(&page, "<p><img src=%q alt=%q></p>\n", name, m.title)
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "report.html"), page.Bytes(), 0o644)
+}
+
+func writeHTMLTable(b *bytes.Buffer, t *sim.Table) {
+	b.WriteString("<table><tr>")
+	for _, c := range t.Columns {
+		fmt.Fprintf(b, "<th>%s</th>", html.EscapeString(c.Header))
+	}
+	b.WriteString("</tr>\n")
+	for _, row := range t.Rows {
+		b.WriteString("<tr>")
+		for i, c := range row {
+			s := c.Label
+			if c.IsNum {
+				s = fmt.Sprintf("%.*f", t.Columns[i].Prec, c.Num)
+			}
+			fmt.Fprintf(b, "<td>%s</td>", html.EscapeString(s))
+		}
+		b.WriteString("</tr>\n")
+	}
+	b.WriteString("</table>\n")
+	for _, n := range t.Notes {
+		fmt.Fprintf(b, "<p><small>%s</small></p>\n", html.EscapeString(n))
+	}
+}
+
+// barChart draws lab and simulator values side by side per router.
+func barChart(path string, res *Result, title string, lab func(*RouterResult) float64, simf func(*Prediction) float64) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = "%"
+	names := make([]string, len(res.Routers))
+	lv := make(plotter.Values, len(res.Routers))
+	sv := make(plotter.Values, len(res.Routers))
+	hasSim := false
+	for i := range res.Routers {
+		r := &res.Routers[i]
+		names[i] = r.Name
+		lv[i] = lab(r)
+		if r.Prediction != nil {
+			sv[i] = simf(r.Prediction)
+			hasSim = true
+		}
+	}
+	w := vg.Points(14)
+	lb, err := plotter.NewBarChart(lv, w)
+	if err != nil {
+		return err
+	}
+	lb.Color = plotutil.Color(0)
+	lb.Offset = -w / 2
+	p.Add(lb)
+	p.Legend.Add("lab (real MySQL)", lb)
+	if hasSim {
+		sb, err := plotter.NewBarChart(sv, w)
+		if err != nil {
+			return err
+		}
+		sb.Color = plotutil.Color(1)
+		sb.Offset = w / 2
+		p.Add(sb)
+		p.Legend.Add("simulator", sb)
+	}
+	p.Legend.Top = true
+	p.NominalX(names...)
+	return p.Save(18*vg.Centimeter, 10*vg.Centimeter, path)
+}
+
+// Summary is a one-line verdict per router, for logs.
+func Summary(res *Result) string {
+	var b strings.Builder
+	for _, r := range res.Routers {
+		fmt.Fprintf(&b, "%s: %d reads, RYW %d, MR %d; ", r.Name, r.Reads, r.RYW, r.MR)
+	}
+	return strings.TrimSuffix(b.String(), "; ")
+}
