@@ -24,15 +24,14 @@ import (
 func Parse(s string) (Set, error) {
 	nColon := strings.Count(s, ":")
 	if nColon == 0 {
-		for i := 0; i < len(s); i++ {
-			if !isWS(s[i]) && s[i] != ',' {
-				if i+32 <= len(s) || s[i] == '{' {
-					return Set{}, newParseError(s, len(s), "expected ':' and an interval after the UUID")
-				}
-				return Set{}, newParseError(s, i, "expected a UUID")
-			}
+		empty := true
+		for i := 0; i < len(s) && empty; i++ {
+			empty = isWS(s[i]) || s[i] == ','
 		}
-		return Set{}, nil
+		if empty {
+			return Set{}, nil
+		}
+		// Fall through: the loop below names the error precisely.
 	}
 	// Upper bounds: every interval and every source follows a ':'.
 	ivs := make([]Interval, 0, nColon)

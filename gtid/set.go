@@ -203,6 +203,10 @@ func (s Set) search(key SourceKey) (int, bool) {
 
 // ContainsGTID reports whether the set holds transaction g.
 func (s Set) ContainsGTID(g GTID) bool {
+	if len(s.srcs) > 8 {
+		i, ok := s.search(SourceKey{g.SID, g.Tag})
+		return ok && containsGNO(s.srcs[i].ivs, g.GNO)
+	}
 	for i := range s.srcs {
 		src := &s.srcs[i]
 		if src.key.SID == g.SID && src.key.Tag == g.Tag {

@@ -2,6 +2,7 @@ package gtid
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -65,8 +66,8 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{u1[:35] + "x:1", 35, "not a hex digit"},
 		{u1[:20] + ":1", 20, "hex digit"},
-		{"zz", 0, "expected a UUID"},
-		{u1, 36, "expected ':'"},
+		{"zz", 0, "not a hex digit"},
+		{u1, 0, "UUID has no interval"},
 		{u1 + ":0", 37, "GNO 0"},
 		{u1 + ":5-3", 37, "greater than its end"},
 		{u1 + ":1-9223372036854775807", 39, "past the largest GNO"},
@@ -243,6 +244,30 @@ func TestContainsGTID(t *testing.T) {
 		if got := s.Contains(one); got != tc.want {
 			t.Errorf("Contains({%s}) = %v", tc.g, got)
 		}
+	}
+}
+
+func TestContainsGTIDManySources(t *testing.T) {
+	var parts []string
+	for i := range 20 {
+		parts = append(parts, fmt.Sprintf("%08x-0000-0000-0000-000000000000:%d-%d", i*7, i+1, i+5))
+	}
+	s := MustParse(strings.Join(parts, ","))
+	for i := range 20 {
+		sid, _ := ParseSID(fmt.Sprintf("%08x-0000-0000-0000-000000000000", i*7))
+		for gno := int64(1); gno < 30; gno++ {
+			want := gno >= int64(i+1) && gno <= int64(i+5)
+			if got := s.ContainsGTID(GTID{SID: sid, GNO: gno}); got != want {
+				t.Fatalf("source %d GNO %d: %v", i, gno, got)
+			}
+		}
+		if s.ContainsGTID(GTID{SID: sid, Tag: "t", GNO: int64(i + 1)}) {
+			t.Fatalf("tagged GTID of an untagged source contained")
+		}
+	}
+	missing, _ := ParseSID("00000001-0000-0000-0000-000000000000")
+	if s.ContainsGTID(GTID{SID: missing, GNO: 1}) {
+		t.Fatal("missing source contained")
 	}
 }
 
