@@ -127,7 +127,13 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 
 	// Rule 2: qualifying replicas. One pass; qualifying indexes go into a
 	// bitmask (first 64 replicas) so the random pick needs no second pass of
-	// Contains calls.
+	// Contains calls. When the watermark already holds the token (the usual
+	// case once a session has read its own write), testing the watermark
+	// alone is enough: one Contains per replica instead of two.
+	needTok := s.HasToken
+	if needTok && needSeen && len(v.Replicas) > 1 && s.Seen.Contains(s.Token) {
+		needTok = false
+	}
 	var mask uint64
 	nq, nUp := 0, 0
 	best, bestBehind := -1, int64(0)
@@ -137,7 +143,7 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 			continue
 		}
 		nUp++
-		if (!s.HasToken || r.Applied.Contains(s.Token)) && (!needSeen || r.Applied.Contains(s.Seen)) {
+		if (!needTok || r.Applied.Contains(s.Token)) && (!needSeen || r.Applied.Contains(s.Seen)) {
 			if i < 64 {
 				mask |= 1 << uint(i)
 			}
@@ -150,7 +156,7 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 	}
 	if nq > 0 {
 		k := int(in.Rand % uint64(nq))
-		idx := nthQualifying(in, mask, k, needSeen)
+		idx := nthQualifying(in, mask, k, needTok, needSeen)
 		return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: idx, Reanchor: reanchor}
 	}
 
@@ -200,7 +206,7 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 
 // nthQualifying returns the index of the k-th (0-based) qualifying replica.
 // For the first 64 replicas it reads the bitmask; beyond, it re-tests.
-func nthQualifying[P Position[P]](in *Input[P], mask uint64, k int, needSeen bool) int {
+func nthQualifying[P Position[P]](in *Input[P], mask uint64, k int, needTok, needSeen bool) int {
 	if c := bits.OnesCount64(mask); k < c {
 		for ; k > 0; k-- {
 			mask &= mask - 1
@@ -212,7 +218,7 @@ func nthQualifying[P Position[P]](in *Input[P], mask uint64, k int, needSeen boo
 	s, v := in.Session, in.View
 	for i := 64; i < len(v.Replicas); i++ {
 		r := &v.Replicas[i]
-		if r.Up && (!s.HasToken || r.Applied.Contains(s.Token)) && (!needSeen || r.Applied.Contains(s.Seen)) {
+		if r.Up && (!needTok || r.Applied.Contains(s.Token)) && (!needSeen || r.Applied.Contains(s.Seen)) {
 			if k == 0 {
 				return i
 			}

@@ -1,0 +1,80 @@
+package router
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/compose/composetest"
+)
+
+// BenchmarkLiveWait measures, on real MySQL, one write on the primary
+// followed by a wait until a replica has applied it, by each wait method:
+// the polling watcher's notification (5ms and 1ms intervals) and
+// WAIT_FOR_EXECUTED_GTID_SET on the replica. "write-only" is the baseline
+// (the write alone). ns/op is write + wait.
+func BenchmarkLiveWait(b *testing.B) {
+	composetest.Need(b, topo)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, r := range topo.Replicas() {
+		if err := topo.SetApplyDelay(ctx, r.Name, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := topo.StartApplier(ctx, r.Name); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name     string
+		interval time.Duration
+		method   WaitMethod
+		noWait   bool
+	}{
+		{"write-only", 5 * time.Millisecond, WaitWatcher, true},
+		{"watcher-poll-5ms", 5 * time.Millisecond, WaitWatcher, false},
+		{"watcher-poll-1ms", time.Millisecond, WaitWatcher, false},
+		{"wait-for-executed-gtid-set", 5 * time.Millisecond, WaitGTIDFunction, false},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			p, reps := liveNodes()
+			pu := topo.Primary()
+			pl, err := NewPoller(PollerConfig{Nodes: append([]Node{p}, reps...), User: pu.User, Password: pu.Password, Interval: c.interval})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pctx, pcancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { _ = pl.Run(pctx); close(done) }()
+			defer func() { pcancel(); <-done }()
+			r, err := New(ctx, Config{Primary: p, Replicas: reps, User: pu.User, Password: pu.Password, Positions: pl, Wait: c.method})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			s := r.NewSession()
+			defer s.Close()
+			if _, err := s.Exec(ctx, "CREATE DATABASE IF NOT EXISTS rt"); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Exec(ctx, "CREATE TABLE IF NOT EXISTS rt.b (id INT AUTO_INCREMENT PRIMARY KEY, v INT)"); err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := s.Exec(ctx, "INSERT INTO rt.b (v) VALUES (1)"); err != nil {
+					b.Fatal(err)
+				}
+				if c.noWait {
+					continue
+				}
+				ok, err := r.wait(ctx, reps[0], s.State().Token, 2*time.Second)
+				if err != nil || !ok {
+					b.Fatalf("wait: ok=%v err=%v", ok, err)
+				}
+			}
+		})
+	}
+}
