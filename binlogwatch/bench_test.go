@@ -3,6 +3,7 @@ package binlogwatch
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -175,6 +176,7 @@ func recordStream(b *testing.B, minTrx int) [][]byte {
 	s := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: 1<<31 + 99, Flavor: mysql.MySQLFlavor, Host: n.Host, Port: uint16(n.Port), User: n.User, Password: n.Password,
 		RawModeEnabled: true, DisableRetrySync: true, HeartbeatPeriod: 200 * time.Millisecond, ReadTimeout: 2 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	defer s.Close()
 	st, err := s.StartSyncGTID(gtid.Set{}.ToGoMySQL())
