@@ -87,6 +87,17 @@ func ExperimentByName(name string) (Experiment, error) {
 	return Experiment{}, fmt.Errorf("sim: unknown experiment %q", name)
 }
 
+// base is o.Base with the experiment's default trial count when none is set
+// (16 for routers and failover as the specification asks; fewer for the
+// sweeps, so `sim all` stays within seconds on two cores).
+func (o *Options) base(trials int) Config {
+	c := o.Base
+	if c.Trials == 0 {
+		c.Trials = trials
+	}
+	return c
+}
+
 func (o *Options) window() time.Duration {
 	if o.Window > 0 {
 		return o.Window
@@ -190,7 +201,7 @@ func RoutersTable(ctx context.Context, name, title string, cfg Config, specs []R
 
 // Routers is the `routers` experiment.
 func Routers(ctx context.Context, o Options) (*Report, error) {
-	cfg := o.Base
+	cfg := o.base(16)
 	t, _, err := RoutersTable(ctx, "routers", "Routers: violations and cost", cfg, o.sixRouters(), o.Progress)
 	if err != nil {
 		return nil, err
@@ -246,7 +257,7 @@ func sweep(ctx context.Context, n int, mk func(i int) Config, specs func(i int) 
 // WindowExp is the `window` experiment: the window dial.
 func WindowExp(ctx context.Context, o Options) (*Report, error) {
 	ws := []time.Duration{0, 100, 250, 500, 1000, 2000, 4000}
-	cfgs, res, err := sweep(ctx, len(ws), func(int) Config { return o.Base },
+	cfgs, res, err := sweep(ctx, len(ws), func(int) Config { return o.base(8) },
 		func(i int) []RouterSpec {
 			return []RouterSpec{spec(router.Policy{Kind: router.PolicyWindow, Window: ws[i] * time.Millisecond})}
 		}, o.Progress)
@@ -273,7 +284,7 @@ func WindowExp(ctx context.Context, o Options) (*Report, error) {
 func Load(ctx context.Context, o Options) (*Report, error) {
 	rates := []float64{200, 600, 1200, 1600, 2000}
 	targets := [][2]float64{{116, 860}, {315, 2910}, {891, 7437}, {1148, 9234}, {1507, 10246}}
-	cfgs, res, err := sweep(ctx, len(rates), func(i int) Config { c := o.Base; c.WritesPerSec = rates[i]; return c },
+	cfgs, res, err := sweep(ctx, len(rates), func(i int) Config { c := o.base(8); c.WritesPerSec = rates[i]; return c },
 		func(int) []RouterSpec { return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR})} }, o.Progress)
 	if err != nil {
 		return nil, err
@@ -298,7 +309,7 @@ func Load(ctx context.Context, o Options) (*Report, error) {
 // WorldsExp is the `worlds` experiment.
 func WorldsExp(ctx context.Context, o Options) (*Report, error) {
 	targets := map[World][2]float64{WorldInstant: {0, 0}, WorldIdentical: {11, 14}, WorldStraggler: {49, 547}, WorldStragglerHeavy: {320, 2640}}
-	cfgs, res, err := sweep(ctx, len(Worlds), func(i int) Config { c := o.Base; c.World = Worlds[i]; return c },
+	cfgs, res, err := sweep(ctx, len(Worlds), func(i int) Config { c := o.base(8); c.World = Worlds[i]; return c },
 		func(int) []RouterSpec {
 			return []RouterSpec{spec(router.Policy{Kind: router.PolicyAny}), spec(router.Policy{Kind: router.PolicyTokenRYWMR})}
 		}, o.Progress)
@@ -332,7 +343,7 @@ func Fleet(ctx context.Context, o Options) (*Report, error) {
 			pts = append(pts, pt{w, n})
 		}
 	}
-	cfgs, res, err := sweep(ctx, len(pts), func(i int) Config { c := o.Base; c.World, c.Replicas = pts[i].w, pts[i].n; return c },
+	cfgs, res, err := sweep(ctx, len(pts), func(i int) Config { c := o.base(4); c.World, c.Replicas = pts[i].w, pts[i].n; return c },
 		func(int) []RouterSpec {
 			return []RouterSpec{spec(router.Policy{Kind: router.PolicyAny}), spec(router.Policy{Kind: router.PolicyTokenRYWMR})}
 		}, o.Progress)
@@ -354,7 +365,7 @@ func Fleet(ctx context.Context, o Options) (*Report, error) {
 
 // Contention is the `contention` experiment.
 func Contention(ctx context.Context, o Options) (*Report, error) {
-	cfg := o.Base
+	cfg := o.base(8)
 	cfg.Contention = true
 	if cfg.WritesPerSec == 0 {
 		cfg.WritesPerSec = 1400
@@ -383,7 +394,7 @@ func Contention(ctx context.Context, o Options) (*Report, error) {
 // Wait is the `wait` experiment.
 func Wait(ctx context.Context, o Options) (*Report, error) {
 	bs := []time.Duration{0, 100, 400, 800, 1600}
-	cfgs, res, err := sweep(ctx, len(bs), func(int) Config { return o.Base },
+	cfgs, res, err := sweep(ctx, len(bs), func(int) Config { return o.base(8) },
 		func(i int) []RouterSpec {
 			return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: bs[i] * time.Millisecond})}
 		}, o.Progress)

@@ -195,7 +195,7 @@ func runFailover[P router.Position[P]](w *foWorld, pol router.Policy, mk func(ol
 
 // Failover is the `failover` experiment.
 func Failover(ctx context.Context, o Options) (*Report, error) {
-	cfg := o.Base
+	cfg := o.base(16)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

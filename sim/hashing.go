@@ -28,7 +28,7 @@ func hashScenarios(n int) []hashScenario {
 // modes under a stable fleet, a replica outage and outside load on one
 // replica (Shopify's two edge cases).
 func Hashing(ctx context.Context, o Options) (*Report, error) {
-	base := o.Base
+	base := o.base(8)
 	if base.Replicas == 0 {
 		base.Replicas = 5
 	}

@@ -29,8 +29,9 @@ type event struct {
 	kind evKind
 }
 
-// eventHeap is a binary min-heap of events ordered by (t, seq). It is reused
-// across trials: reset keeps the backing array.
+// eventHeap is a 4-ary min-heap of events ordered by (t, seq): shallower
+// than a binary heap, and a node's children share a cache line or two. It is
+// reused across trials: reset keeps the backing array.
 type eventHeap struct {
 	ev  []event
 	seq uint64
@@ -52,7 +53,7 @@ func (h *eventHeap) push(t usec, kind evKind, id int32) {
 	h.ev = append(h.ev, event{t: t, seq: h.seq, id: id, kind: kind})
 	i := len(h.ev) - 1
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / 4
 		if !less(&h.ev[i], &h.ev[p]) {
 			break
 		}
@@ -68,13 +69,16 @@ func (h *eventHeap) pop() event {
 	h.ev = h.ev[:n]
 	i := 0
 	for {
-		l := 2*i + 1
-		if l >= n {
+		c := 4*i + 1
+		if c >= n {
 			break
 		}
-		m := l
-		if r := l + 1; r < n && less(&h.ev[r], &h.ev[l]) {
-			m = r
+		m := c
+		end := min(c+4, n)
+		for k := c + 1; k < end; k++ {
+			if less(&h.ev[k], &h.ev[m]) {
+				m = k
+			}
 		}
 		if !less(&h.ev[m], &h.ev[i]) {
 			break
