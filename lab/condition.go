@@ -50,6 +50,9 @@ type ConditionSpec struct {
 	// ApplyDelay is the standing SOURCE_DELAY on every replica (whole
 	// seconds, MySQL's unit); default 1s.
 	ApplyDelay time.Duration
+	// Events are scripted faults played during the measurement (failover,
+	// a replica going down, drift, chaos); they need a Disrupter topology.
+	Events []Event
 }
 
 // ParseCondition parses "identical", "straggler", "heavy", "apply-delay" or

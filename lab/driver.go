@@ -44,6 +44,15 @@ type engine struct {
 
 func (e *engine) since() time.Duration { return time.Since(e.start) }
 
+// drift adds outside in-flight reads on the named replica.
+func (e *engine) drift(name string, d int) {
+	for i, r := range e.nodes.Replicas() {
+		if r.Name == name {
+			e.inFlightAdd(i, int64(d))
+		}
+	}
+}
+
 func (e *engine) inFlightAdd(i int, d int64) {
 	if i >= 0 && i < len(e.inFlight) {
 		e.inFlight[i].Add(d)
@@ -84,6 +93,10 @@ func (h *dueHeap) Pop() any {
 // routerAcc accumulates one router's measurements (scheduler-owned).
 type routerAcc struct {
 	tally     Tally
+	lastNode  map[int]string // session -> last serving replica
+	moved     map[int]bool   // sessions whose replica changed
+	switches  int64          // replica changes between consecutive reads
+	reasons   map[string]int64
 	lat       []time.Duration // served reads' latency
 	bins      []binCount      // per 100ms of run time
 	writes    int64
@@ -109,7 +122,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 	}
 	accs := make([]*routerAcc, len(e.routers))
 	for i := range accs {
-		accs[i] = &routerAcc{}
+		accs[i] = &routerAcc{lastNode: map[int]string{}, moved: map[int]bool{}, reasons: map[string]int64{}}
 	}
 
 	jobs := make(chan *op)
@@ -195,6 +208,16 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		}
 		a.tally.Add(&o.read, v)
 		total.Add(&o.read, v)
+		if o.read.Reason != "" {
+			a.reasons[o.read.Reason]++
+		}
+		if o.read.Outcome == OutReplica || o.read.Outcome == OutStale {
+			if last, ok := a.lastNode[o.sess]; ok && last != o.read.Node {
+				a.switches++
+				a.moved[o.sess] = true
+			}
+			a.lastNode[o.sess] = o.read.Node
+		}
 		if o.read.Outcome.Served() {
 			a.lat = append(a.lat, o.read.Done-o.read.Issued)
 			b := int(o.read.Done / (100 * time.Millisecond))
@@ -321,6 +344,8 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 		res.HeavyTxns += gr.HeavyTxns
 		res.HeavyMeanMs = max(res.HeavyMeanMs, gr.HeavyMeanMs)
 		res.FaultErrors += gr.FaultErrors
+		res.Notes = append(res.Notes, gr.Notes...)
+		res.Failovers = append(res.Failovers, gr.Failovers...)
 		res.MeasureSeconds += gr.MeasureSeconds
 		lags = append(lags, gl...)
 		unseen += gu
@@ -382,21 +407,38 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 		e.routers = append(e.routers, newLiveRouter(sp, e))
 	}
 	var cst conditionStats
+	var evlog eventLog
 	cctx, ccancel := context.WithCancel(rctx)
-	bg.Add(1)
+	var evwg sync.WaitGroup // condition and events (not the poller)
+	defer func() { ccancel(); evwg.Wait() }()
+	evwg.Add(1)
 	go func() {
-		defer bg.Done()
+		defer evwg.Done()
 		cfg.Condition.run(cctx, topo, cfg.Seed, &cst, cfg.Logger)
 	}()
 	e.start = time.Now()
+	if len(cfg.Condition.Events) > 0 {
+		d, ok := topo.(Disrupter)
+		if !ok {
+			return nil, nil, 0, fmt.Errorf("lab: scripted events need a topology that can kill, pause, partition and fail over")
+		}
+		evwg.Add(1)
+		go func() {
+			defer evwg.Done()
+			runEvents(cctx, d, cfg.Condition.Events, e.start, &evlog, e.drift, cfg.Logger)
+		}()
+	}
 	accs, _, err := e.runOnce(rctx, sched, progress)
 	ccancel()
 	measured := time.Since(e.start)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	res := &Result{MeasureSeconds: measured.Seconds(), Polls: p.polls.Load(), PollErrors: p.pollErrors.Load(),
-		Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load(), FaultErrors: cst.FaultErrors.Load()}
+	evwg.Wait() // events undone (restarts, resumes) before the report
+	res := &Result{MeasureSeconds: measured.Seconds(), Notes: evlog.lines, FaultErrors: int64(evlog.errs), Polls: p.polls.Load(), PollErrors: p.pollErrors.Load(),
+		Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load()}
+	res.FaultErrors += cst.FaultErrors.Load()
+	res.Failovers = evlog.failovers
 	if n := cst.HeavyTxns.Load(); n > 0 {
 		res.HeavyMeanMs = ms(time.Duration(cst.HeavyNanos.Load() / n))
 	}
@@ -404,8 +446,6 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 		rr := summarizeRouter(e.routers[i], a)
 		res.Routers = append(res.Routers, rr)
 	}
-	cancel()
-	bg.Wait()
 	lags, unseen := lag.samples()
 	return res, lags, unseen, nil
 }

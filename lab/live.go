@@ -269,12 +269,14 @@ func (r *liveRouter[P]) read(ctx context.Context, w *worker, sess int, out *Read
 	var node compose.Node
 	switch d.Action {
 	case router.ActFail:
+		out.Reason = d.Reason.String()
 		if d.Reason == router.ReasonTimedOut {
 			out.Outcome = OutTimedOut
 		} else {
 			out.Outcome = OutFailed
 		}
 		if d.Reason == router.ReasonSeenLost {
+			out.ResetSeen = true
 			s.mu.Lock()
 			r.state[sess].DropSeen()
 			s.mu.Unlock()
@@ -287,6 +289,7 @@ func (r *liveRouter[P]) read(ctx context.Context, w *worker, sess int, out *Read
 	case router.ActReplica, router.ActStale:
 		node = snap.replicas[d.Replica]
 	}
+	out.Node, out.Reason = node.Name, d.Reason.String()
 	if node.Name == snap.primary.Name {
 		out.Outcome = OutPrimary
 	} else if d.Action == router.ActStale {

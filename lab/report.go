@@ -106,7 +106,17 @@ func Write(w io.Writer, res *Result, f Format) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	return Table(res).Write(w, f)
+	if err := Table(res).Write(w, f); err != nil {
+		return err
+	}
+	for _, t := range res.SimTables {
+		tt := *t
+		tt.Title = "simulator: " + t.Title
+		if err := tt.Write(w, f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WriteOut writes DIR/<name>.md, .csv, .json, a bar chart per metric (SVG)
@@ -138,6 +148,12 @@ func WriteOut(dir string, results []*Result) error {
 		}
 		fmt.Fprintf(&page, "<h2>%s</h2>\n", html.EscapeString(t.Title))
 		writeHTMLTable(&page, t)
+		for _, st := range res.SimTables {
+			tt := *st
+			tt.Title = "simulator: " + st.Title
+			fmt.Fprintf(&page, "<h3>%s</h3>\n", html.EscapeString(tt.Title))
+			writeHTMLTable(&page, &tt)
+		}
 		for _, m := range []struct {
 			key, title string
 			lab        func(*RouterResult) float64

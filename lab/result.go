@@ -2,6 +2,9 @@ package lab
 
 import (
 	"time"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/sim"
 )
 
 // Result is one experiment's measurement. Its JSON form is documented in
@@ -38,6 +41,10 @@ type Result struct {
 	HeavyMeanMs float64 `json:"heavy_mean_ms,omitempty"`
 	// SimModel describes the replica model the prediction used.
 	SimModel string `json:"sim_model,omitempty"`
+	// SimTables are the simulator's own tables for the experiment (failover).
+	SimTables []*sim.Table `json:"sim_tables,omitempty"`
+	// Failovers are the failovers the run's events performed.
+	Failovers []compose.FailoverResult `json:"failovers,omitempty"`
 	// Notes are experiment-specific remarks (e.g. the failover's lost GTIDs).
 	Notes []string `json:"notes,omitempty"`
 }
@@ -138,6 +145,15 @@ type RouterResult struct {
 	// ObserveErrors counts reads whose watermark query failed (reported as
 	// error outcomes).
 	ObserveErrors int64 `json:"observe_errors"`
+	// DeclaredLosses counts reads failed because what the session had seen
+	// was lost in a failover (the checker restarts its watermark).
+	DeclaredLosses int64 `json:"declared_losses"`
+	// SessionsMoved counts sessions whose serving replica changed between
+	// two consecutive replica reads; ReplicaSwitches counts the changes.
+	SessionsMoved   int64 `json:"sessions_moved"`
+	ReplicaSwitches int64 `json:"replica_switches"`
+	// Reasons counts the router's final decision reasons.
+	Reasons map[string]int64 `json:"reasons"`
 	// DispatchP99Ms is the driver's own delay between an operation's due
 	// time and its start (p99): large values mean the driver, not MySQL,
 	// was the bottleneck.
@@ -180,7 +196,8 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 	r := RouterResult{Name: sp.Name, Policy: sp.Policy.String(), Token: string(sp.Token),
 		Reads: t.Reads, Served: t.Served(), RYW: t.RYW, MR: t.MR,
 		Fallbacks: t.Fallbacks, Waited: t.Waited, StaleServed: t.ByOutcome[OutStale],
-		Writes: a.writes, WriteErrors: a.writeErrs, Outcomes: map[string]int64{}}
+		Writes: a.writes, WriteErrors: a.writeErrs, Outcomes: map[string]int64{},
+		DeclaredLosses: t.DeclaredLosses, SessionsMoved: int64(len(a.moved)), ReplicaSwitches: a.switches, Reasons: a.reasons}
 	for o := Outcome(0); o < numOutcomes; o++ {
 		r.Outcomes[o.String()] = t.ByOutcome[o]
 	}

@@ -70,6 +70,16 @@ type Read struct {
 	Waited bool
 	// Issued and Done are times since the start of the run.
 	Issued, Done time.Duration
+	// Node names the node that served the read ("" when not served).
+	Node string
+	// Reason is the router's reason for the final decision.
+	Reason string
+	// ResetSeen is true when the router told the client, with a typed
+	// error, that data the session was shown was lost in a failover
+	// (router.ReasonSeenLost). The checker then restarts the session's
+	// monotonic-reads watermark: the loss was declared, not silent, and is
+	// counted in Tally.DeclaredLosses instead of as later MR violations.
+	ResetSeen bool
 }
 
 // Verdict is the checker's judgement of one read.
@@ -119,6 +129,9 @@ func (c *Checker) Check(r *Read) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("lab: read of session %d, checker has %d sessions", r.Session, len(c.sessions))
 	}
 	if !r.Outcome.Served() {
+		if r.ResetSeen {
+			c.sessions[r.Session].seen = nil
+		}
 		return Verdict{}, nil
 	}
 	if len(r.Hot) != c.hot {
@@ -162,6 +175,9 @@ type Tally struct {
 	// StaleRYW counts RYW violations among reads served labelled stale
 	// (known to the router; included in RYW).
 	StaleRYW int64
+	// DeclaredLosses counts reads failed with a declared loss of what the
+	// session had seen (Read.ResetSeen).
+	DeclaredLosses int64
 }
 
 // Add counts one checked read.
@@ -183,6 +199,9 @@ func (t *Tally) Add(r *Read, v Verdict) {
 	if v.MR {
 		t.MR++
 	}
+	if r.ResetSeen {
+		t.DeclaredLosses++
+	}
 }
 
 // Merge adds o into t.
@@ -196,6 +215,7 @@ func (t *Tally) Merge(o *Tally) {
 	t.RYW += o.RYW
 	t.MR += o.MR
 	t.StaleRYW += o.StaleRYW
+	t.DeclaredLosses += o.DeclaredLosses
 }
 
 // Served is the number of reads that returned rows.

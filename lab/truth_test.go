@@ -61,6 +61,17 @@ func TestCheckerCraftedHistories(t *testing.T) {
 			{r: &Read{Session: 0, AckedSeq: 3, Outcome: OutError}},
 			{r: served(0, 3, 3, 5)},
 		}},
+		{"a declared loss restarts the watermark", []step{
+			{r: served(0, 0, 0, 9)},
+			{r: &Read{Session: 0, Outcome: OutFailed, ResetSeen: true}},
+			{r: served(0, 0, 0, 4)}, // lower, but the client was told
+			{r: served(0, 0, 0, 3), mr: true},
+		}},
+		{"a failed read without a declared loss keeps the watermark", []step{
+			{r: served(0, 0, 0, 9)},
+			{r: &Read{Session: 0, Outcome: OutFailed}},
+			{r: served(0, 0, 0, 4), mr: true},
+		}},
 		{"stale-labelled reads are judged too", []step{
 			{r: served(0, 0, 0, 5)},
 			{r: &Read{Session: 0, AckedSeq: 1, Own: 0, Hot: []int64{4}, Outcome: OutStale}, ryw: true, mr: true},

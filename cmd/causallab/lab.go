@@ -178,7 +178,7 @@ how often each router showed a session a world without its own write (RYW) or
 one older than it had seen (MR), counted from the rows the database returned.
 Without --primary-dsn it starts a local topology for the run and removes it after.`,
 	}
-	cmd.AddCommand(newLabRoutersCmd())
+	cmd.AddCommand(newLabRoutersCmd(), newLabGatedCmd(), newLabFailoverCmd(), newLabHashCmd(), newLabChaosCmd())
 	return cmd
 }
 
@@ -211,5 +211,114 @@ func newLabRoutersCmd() *cobra.Command {
 	}
 	f.register(cmd, "straggler+heavy", 200, 20*time.Second)
 	cmd.Flags().StringVar(&f.routers, "routers", "", "comma-separated routers (default: the six; e.g. any,token-ryw-mr,token-wait(200ms))")
+	return cmd
+}
+
+// labRun is the common body of the experiment commands.
+func labRun(cmd *cobra.Command, f *labFlags, label string, run func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error)) error {
+	cfg, rules, format, err := f.config()
+	if err != nil {
+		return err
+	}
+	if !cmd.Flags().Changed("condition") {
+		cfg.Condition = lab.ConditionSpec{} // the experiment's own default
+	}
+	topo, stop, err := f.topology(cmd.Context(), cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer stop()
+	prog, finish := f.progress(label)
+	cfg.Progress = prog
+	results, err := run(cmd.Context(), topo, cfg)
+	finish()
+	if err != nil {
+		return err
+	}
+	return f.emit(cmd, results, format, rules)
+}
+
+func newLabGatedCmd() *cobra.Command {
+	var f labFlags
+	cmd := &cobra.Command{
+		Use:   "gated",
+		Short: "Naive replica reads against GTID-gated reads under a standing lag",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return labRun(cmd, &f, "lab gated", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
+				if !cmd.Flags().Changed("reads-per-write") {
+					cfg.ReadsPerWrite = 0 // the experiment's default (1)
+				}
+				r, err := lab.Gated(ctx, topo, lab.GatedOptions{Config: cfg, NoPredict: f.noSim, Predict: lab.PredictOptions{Trials: f.simTrials}})
+				return []*lab.Result{r}, err
+			})
+		},
+	}
+	f.register(cmd, "apply-delay", 200, 15*time.Second)
+	return cmd
+}
+
+func newLabFailoverCmd() *cobra.Command {
+	var f labFlags
+	var candidate string
+	cmd := &cobra.Command{
+		Use:   "failover",
+		Short: "Kill the primary while replicas lag: scalar vs GTID-set vs epoch tokens",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return labRun(cmd, &f, "lab failover", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
+				r, err := lab.Failover(ctx, topo, lab.FailoverOptions{Config: cfg, Candidate: candidate, NoPredict: f.noSim, SimTrials: f.simTrials})
+				return []*lab.Result{r}, err
+			})
+		},
+	}
+	f.register(cmd, "apply-delay", 200, 16*time.Second)
+	cmd.Flags().StringVar(&candidate, "promote", "", "replica to promote (default: the first)")
+	return cmd
+}
+
+func newLabHashCmd() *cobra.Command {
+	var f labFlags
+	var down string
+	var load int
+	cmd := &cobra.Command{
+		Use:   "hash",
+		Short: "Hashing edge cases on real servers: a replica goes down; load drift under rebalance-override",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return labRun(cmd, &f, "lab hash", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
+				return lab.Hash(ctx, topo, lab.HashOptions{Config: cfg, Down: down, DriftLoad: load})
+			})
+		},
+	}
+	f.register(cmd, "straggler", 200, 15*time.Second)
+	cmd.Flags().StringVar(&down, "down", "", "replica that goes down (default: the second)")
+	cmd.Flags().IntVar(&load, "drift-load", 40, "outside reads in flight added on the first replica during the drift")
+	return cmd
+}
+
+func newLabChaosCmd() *cobra.Command {
+	var f labFlags
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Random faults and one failover under token-ryw-mr+epoch: expect zero violations, every read accounted for",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return labRun(cmd, &f, "lab chaos", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
+				if f.routers != "" {
+					var err error
+					if cfg.Routers, err = lab.ParseRouters(f.routers); err != nil {
+						return nil, err
+					}
+				}
+				r, err := lab.Chaos(ctx, topo, lab.ChaosOptions{Config: cfg, Every: every})
+				return []*lab.Result{r}, err
+			})
+		},
+	}
+	f.register(cmd, "identical", 200, 60*time.Second)
+	cmd.Flags().DurationVar(&every, "every", 3*time.Second, "mean time between faults")
+	cmd.Flags().StringVar(&f.routers, "routers", "", "routers (default token-ryw-mr+epoch)")
 	return cmd
 }
