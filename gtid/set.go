@@ -240,11 +240,18 @@ func (s Set) Contains(o Set) bool {
 	i := 0
 	for k := range o.srcs {
 		os := &o.srcs[k]
-		for i < len(s.srcs) && s.srcs[i].key.compare(os.key) < 0 {
+		for {
+			if i == len(s.srcs) {
+				return false
+			}
+			ss := &s.srcs[i]
+			if ss.key.SID == os.key.SID && ss.key.Tag == os.key.Tag {
+				break
+			}
+			if ss.key.compare(os.key) > 0 {
+				return false
+			}
 			i++
-		}
-		if i == len(s.srcs) || s.srcs[i].key.SID != os.key.SID || s.srcs[i].key.Tag != os.key.Tag {
-			return false
 		}
 		if !containsIvs(s.srcs[i].ivs, os.ivs) {
 			return false
@@ -265,12 +272,12 @@ func containsIvs(sup, sub []Interval) bool {
 	if len(sup) == 0 || sub[0].Start < sup[0].Start || sub[len(sub)-1].End > sup[len(sup)-1].End {
 		return false
 	}
-	j := 0
 	for _, x := range sub {
-		for j < len(sup) && sup[j].End < x.Start {
-			j++
+		for sup[0].End < x.Start {
+			// sup is not exhausted here: its last End >= sub's last End.
+			sup = sup[1:]
 		}
-		if j == len(sup) || sup[j].Start > x.Start || sup[j].End < x.End {
+		if sup[0].Start > x.Start || sup[0].End < x.End {
 			return false
 		}
 	}
