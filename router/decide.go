@@ -39,9 +39,8 @@ import (
 //     ReasonCapExceeded (retryable), ReasonWriteLost (the session's write is
 //     gone), ReasonSeenLost (call Session.DropSeen), ReasonTimedOut.
 //   - ActStale: run the read on View.Replicas[Replica], which does NOT
-//     qualify, and label the result stale (CapServeStale). Do not Observe it
-//     as a sound read unless the caller accepts a raised watermark; the
-//     live router and sim both Observe it, since the session was shown it.
+//     qualify, and label the result stale (CapServeStale). Observe it like
+//     any read (the session was shown that state; the watermark only grows).
 //
 // Whatever the Action, if Reanchor is true the caller calls
 // Session.Reanchor(View.Epoch): an older-epoch token (and watermark) was
