@@ -58,7 +58,7 @@ func Routers(ctx context.Context, topo Topology, o RoutersOptions) (*Result, err
 
 // GatedOptions configure `lab gated`.
 type GatedOptions struct {
-	// Config is the workload. Defaults: one read per write, 5ms–2s gaps
+	// Config is the workload. Defaults: one read per write, 5ms–4s gaps
 	// (many reads land right after the write), apply-delay (1 s standing
 	// lag: MySQL's SOURCE_DELAY is whole seconds, so the reference
 	// harness's 250 ms cannot be set), routers naive (any) and gated
@@ -87,7 +87,7 @@ func Gated(ctx context.Context, topo Topology, o GatedOptions) (*Result, error) 
 		cfg.GapMin = 5 * time.Millisecond
 	}
 	if cfg.GapMax == 0 {
-		cfg.GapMax = 2 * time.Second
+		cfg.GapMax = 4 * time.Second
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -190,6 +190,8 @@ type HashOptions struct {
 	// DriftLoad is the outside in-flight reads added on the first replica
 	// in the drift part; default 40.
 	DriftLoad int
+	// NoPredict skips the simulator's hashing table.
+	NoPredict bool
 }
 
 // Hash runs the two hashing edge cases: (1) a replica goes down, full-list
@@ -234,6 +236,14 @@ func Hash(ctx context.Context, topo Topology, o HashOptions) ([]*Result, error) 
 		return nil, fmt.Errorf("lab hash (drift): %w", err)
 	}
 	r2.Experiment = "hash-drift"
+	if !o.NoPredict {
+		rep, err := sim.Hashing(ctx, sim.Options{Base: sim.Config{Seed: base.Seed, Trials: 4, Replicas: len(reps),
+			WritesPerSec: base.WriteRate}})
+		if err != nil {
+			return nil, fmt.Errorf("lab hash: simulator: %w", err)
+		}
+		r1.SimTables = rep.Tables
+	}
 	for _, r := range []*Result{r1, r2} {
 		for _, rr := range r.Routers {
 			r.Notes = append(r.Notes, fmt.Sprintf("%s: %d sessions changed replica (%d switches), %d MR violations, %d RYW.",

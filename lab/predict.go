@@ -25,17 +25,16 @@ type PredictOptions struct {
 // period and replay cost, standing delay), plus a healthy ship delay set to
 // the lab's measured 10th-percentile lag (the lag of writes that met no
 // stall and no heavy transaction; the median would count the condition's
-// lag twice). The lag the simulator then achieves is an
+// lag twice; under apply-delay it holds the delay as MySQL applies it),
+// jittered by the measured p50-p10 spread. The lag the simulator then achieves is an
 // output, printed beside the measured one; violation rates are never fitted.
 func SimModel(res *Result, cond ConditionSpec) sim.ReplicaModel {
 	ship := time.Duration(res.Lag.P10Ms * float64(time.Millisecond))
+	spread := time.Duration(max(0, res.Lag.P50Ms-res.Lag.P10Ms) * float64(time.Millisecond))
 	m := sim.ReplicaModel{
 		ShipDelay:  ship,
-		ShipJitter: ship / 3,
+		ShipJitter: min(ship, spread),
 		ApplyCost:  150 * time.Microsecond,
-	}
-	if cond.has(CondApplyDelay) {
-		m.ShipDelay = cond.ApplyDelay + ship
 	}
 	if cond.has(CondStraggler) {
 		m.Straggler = true

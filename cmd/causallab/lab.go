@@ -287,7 +287,7 @@ func newLabHashCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return labRun(cmd, &f, "lab hash", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
-				return lab.Hash(ctx, topo, lab.HashOptions{Config: cfg, Down: down, DriftLoad: load})
+				return lab.Hash(ctx, topo, lab.HashOptions{Config: cfg, Down: down, DriftLoad: load, NoPredict: f.noSim})
 			})
 		},
 	}
