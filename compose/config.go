@@ -233,6 +233,7 @@ func (c *Config) myCnf(serverID, port int, dir string, bind string) string {
 		"innodb_buffer_pool_size":        "64M",
 		"innodb_redo_log_capacity":       "32M",
 		"innodb_doublewrite":             "OFF",
+		"innodb_flush_method":            "nosync",
 		"innodb_flush_log_at_trx_commit": "2",
 		"sync_binlog":                    "0",
 		"performance_schema":             "OFF",

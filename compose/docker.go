@@ -2,26 +2,391 @@ package compose
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/moby/moby/api/types/container"
+	mnetwork "github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/network"
 )
 
-// dockerBackend runs one container per server (testcontainers-go).
+// ErrNoDocker is returned (wrapped) when no Docker engine answers.
+var ErrNoDocker = errors.New("no Docker engine answers")
+
+// ErrNoImage is returned (wrapped) when the MySQL image is missing.
+var ErrNoImage = errors.New("MySQL image not found")
+
+// dockerDir is the server's directory inside its container.
+const dockerDir = "/var/lib/causallab"
+
+// dockerServer is one container.
+type dockerServer struct {
+	name     string
+	serverID int
+	hostPort int
+	id       string // container ID
+}
+
+// dockerBackend runs one container per server (testcontainers-go) on one
+// user-defined network; each container has its node name as network alias.
 type dockerBackend struct {
-	cfg *Config
+	cfg       *Config
+	cli       *testcontainers.DockerClient
+	networkID string
+	network   string
+	servers   []*dockerServer
+	closeCli  bool
 }
 
 var _ backend = (*dockerBackend)(nil)
 
 func newDockerBackend(cfg *Config) *dockerBackend { return &dockerBackend{cfg: cfg} }
 
-var errDockerTODO = errors.New("compose: the docker backend is not written yet")
+func (b *dockerBackend) client(ctx context.Context) (*testcontainers.DockerClient, error) {
+	if b.cli != nil {
+		return b.cli, nil
+	}
+	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
+		// The reaper image cannot be pulled on machines without a registry;
+		// compose removes what it creates itself.
+		os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	}
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("compose: %w (%v); use --backend local (Config.Backend = local) instead", ErrNoDocker, err)
+	}
+	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
+		return nil, fmt.Errorf("compose: %w (%v); use --backend local (Config.Backend = local) instead", ErrNoDocker, err)
+	}
+	b.cli = cli
+	return cli, nil
+}
 
-func (b *dockerBackend) start(context.Context) ([]Node, error)   { return nil, errDockerTODO }
-func (b *dockerBackend) kill(context.Context, string) error      { return errDockerTODO }
-func (b *dockerBackend) restart(context.Context, string) error   { return errDockerTODO }
-func (b *dockerBackend) pause(context.Context, string) error     { return errDockerTODO }
-func (b *dockerBackend) resume(context.Context, string) error    { return errDockerTODO }
-func (b *dockerBackend) partition(context.Context, string) error { return errDockerTODO }
-func (b *dockerBackend) heal(context.Context, string) error      { return errDockerTODO }
-func (b *dockerBackend) down(context.Context) error              { return nil }
-func (b *dockerBackend) state() backendState                     { return backendState{} }
+// dockerCommand is the container command: initialize the data directory
+// on first start, then run mysqld. It relies on no entrypoint, so any
+// image holding mysqld and sh works (causallab/mysql, mysql:9.7).
+func dockerCommand() []string {
+	cnf := "--defaults-file=" + dockerDir + "/my.cnf --user=root"
+	script := "set -e; mkdir -p " + dockerDir + "; cp /tmp/causallab-my.cnf " + dockerDir + "/my.cnf; " +
+		"if [ ! -d " + dockerDir + "/data/mysql ]; then mysqld " + cnf + " --initialize-insecure --init-file=/tmp/causallab-init.sql; fi; " +
+		"exec mysqld " + cnf
+	return []string{"sh", "-c", script}
+}
+
+func (b *dockerBackend) start(ctx context.Context) (nodes []Node, err error) {
+	cli, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, ierr := cli.ImageInspect(ctx, b.cfg.Image); ierr != nil && strings.HasPrefix(b.cfg.Image, "causallab/") {
+		return nil, fmt.Errorf("compose: %w: %s (build it with `causallab image`)", ErrNoImage, b.cfg.Image)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, b.down(context.WithoutCancel(ctx)))
+		}
+	}()
+	nw, err := network.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("compose: create Docker network: %w", err)
+	}
+	b.networkID, b.network = nw.ID, nw.Name
+	names := []string{"primary"}
+	for i := 1; i <= b.cfg.Replicas; i++ {
+		names = append(names, fmt.Sprintf("replica%d", i))
+	}
+	var mu sync.Mutex
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		s := &dockerServer{name: name, serverID: i + 1}
+		b.servers = append(b.servers, s)
+		wg.Go(func() {
+			errs[i] = b.run(ctx, nw, s, &mu)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for i, s := range b.servers {
+		role := RoleReplica
+		if i == 0 {
+			role = RolePrimary
+		}
+		nodes = append(nodes, Node{Name: s.name, Role: role, Host: "127.0.0.1", Port: s.hostPort,
+			User: b.cfg.User, Password: b.cfg.Password, PeerHost: s.name, PeerPort: 3306})
+	}
+	return nodes, nil
+}
+
+// run creates and starts the container of s, retrying with another host
+// port when the one picked is taken meanwhile.
+func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwork, s *dockerServer, mu *sync.Mutex) error {
+	init := fmt.Sprintf("SET sql_log_bin=0;\nCREATE USER '%[1]s'@'%%' IDENTIFIED BY '%[2]s';\nGRANT ALL PRIVILEGES ON *.* TO '%[1]s'@'%%' WITH GRANT OPTION;\n", b.cfg.User, b.cfg.Password)
+	// mysqld logs to stderr, so the container log holds the error log.
+	cnf := strings.Replace(b.cfg.myCnf(s.serverID, 3306, dockerDir, "0.0.0.0"), "log-error="+dockerDir+"/error.log\n", "", 1)
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		c, err := testcontainers.Run(ctx, b.cfg.Image,
+			testcontainers.WithCmd(dockerCommand()...),
+			testcontainers.WithEntrypoint(),
+			testcontainers.WithExposedPorts("3306/tcp"),
+			testcontainers.WithLabels(map[string]string{"causallab.node": s.name}),
+			testcontainers.WithFiles(
+				testcontainers.ContainerFile{Reader: strings.NewReader(cnf), ContainerFilePath: "/tmp/causallab-my.cnf", FileMode: 0o644},
+				testcontainers.ContainerFile{Reader: strings.NewReader(init), ContainerFilePath: "/tmp/causallab-init.sql", FileMode: 0o644},
+			),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+				hc.PortBindings = mnetwork.PortMap{
+					mnetwork.MustParsePort("3306/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}},
+				}
+			}),
+			network.WithNetwork([]string{s.name}, nw),
+		)
+		if c != nil {
+			mu.Lock()
+			s.id = c.GetContainerID()
+			mu.Unlock()
+		}
+		if err == nil {
+			s.hostPort = port
+			// Health is checked by SQL with the account, from this process
+			// (testcontainers' wait.ForSQL did not see the server here).
+			return waitSQL(ctx, b.cfg.Logger, s.name, b.cfg.User, b.cfg.Password, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), b.cfg.StartTimeout, func() bool {
+				st, err := b.containerState(ctx, s)
+				return err == nil && !st.Running
+			})
+		}
+		lastErr = fmt.Errorf("compose: start container for %s: %w", s.name, err)
+		if !strings.Contains(err.Error(), "already allocated") && !strings.Contains(err.Error(), "address already in use") {
+			return lastErr
+		}
+		if s.id != "" {
+			_, _ = b.cli.ContainerRemove(context.WithoutCancel(ctx), s.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+			s.id = ""
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrPortInUse, lastErr)
+}
+
+func (b *dockerBackend) server(name string) (*dockerServer, error) {
+	for _, s := range b.servers {
+		if s.name == name {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("compose: %w %q", ErrUnknownNode, name)
+}
+
+func (b *dockerBackend) containerState(ctx context.Context, s *dockerServer) (*container.State, error) {
+	cli, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := cli.ContainerInspect(ctx, s.id, client.ContainerInspectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("compose: inspect container of %s: %w", s.name, err)
+	}
+	if res.Container.State == nil {
+		return nil, fmt.Errorf("compose: container of %s has no state", s.name)
+	}
+	return res.Container.State, nil
+}
+
+func (b *dockerBackend) kill(ctx context.Context, name string) error {
+	s, err := b.server(name)
+	if err != nil {
+		return err
+	}
+	st, err := b.containerState(ctx, s)
+	if err != nil {
+		return err
+	}
+	if !st.Running {
+		return nil // killing a dead node is a no-op
+	}
+	if _, err := b.cli.ContainerKill(ctx, s.id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		return fmt.Errorf("compose: kill %s: %w", name, err)
+	}
+	return nil
+}
+
+func (b *dockerBackend) restart(ctx context.Context, name string) error {
+	s, err := b.server(name)
+	if err != nil {
+		return err
+	}
+	st, err := b.containerState(ctx, s)
+	if err != nil {
+		return err
+	}
+	if st.Paused {
+		if _, err := b.cli.ContainerUnpause(ctx, s.id, client.ContainerUnpauseOptions{}); err != nil {
+			return fmt.Errorf("compose: unpause %s before restart: %w", name, err)
+		}
+	}
+	if st.Running {
+		timeout := 30
+		if _, err := b.cli.ContainerStop(ctx, s.id, client.ContainerStopOptions{Timeout: &timeout}); err != nil {
+			return fmt.Errorf("compose: stop %s: %w", name, err)
+		}
+	}
+	if _, err := b.cli.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("compose: start %s: %w", name, err)
+	}
+	return waitSQL(ctx, b.cfg.Logger, name, b.cfg.User, b.cfg.Password, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.hostPort)), b.cfg.StartTimeout, func() bool {
+		st, err := b.containerState(ctx, s)
+		return err == nil && !st.Running
+	})
+}
+
+// waitSQL waits until addr answers SQL with the account, or exited says
+// the server is gone.
+func waitSQL(ctx context.Context, log *slog.Logger, name, user, password, addr string, limit time.Duration, exited func() bool) error {
+	mc := mysql.NewConfig()
+	mc.User, mc.Passwd, mc.Net, mc.Addr = user, password, "tcp", addr
+	mc.Timeout = time.Second
+	mc.Logger = driverLogger{log}
+	conn, err := mysql.NewConnector(mc)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := db.PingContext(pctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if exited() {
+			return fmt.Errorf("compose: %s exited during start-up: %v", name, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("compose: %s did not answer SQL within %v: %v", name, limit, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("compose: waiting for %s: %w", name, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (b *dockerBackend) running(ctx context.Context, name string) (*dockerServer, error) {
+	s, err := b.server(name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := b.containerState(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Running {
+		return nil, fmt.Errorf("compose: %s: %w", name, ErrNodeDown)
+	}
+	return s, nil
+}
+
+func (b *dockerBackend) pause(ctx context.Context, name string) error {
+	s, err := b.running(ctx, name)
+	if err != nil {
+		return err
+	}
+	if _, err := b.cli.ContainerPause(ctx, s.id, client.ContainerPauseOptions{}); err != nil {
+		return fmt.Errorf("compose: pause %s: %w", name, err)
+	}
+	return nil
+}
+
+func (b *dockerBackend) resume(ctx context.Context, name string) error {
+	s, err := b.running(ctx, name)
+	if err != nil {
+		return err
+	}
+	if _, err := b.cli.ContainerUnpause(ctx, s.id, client.ContainerUnpauseOptions{}); err != nil {
+		return fmt.Errorf("compose: resume %s: %w", name, err)
+	}
+	return nil
+}
+
+func (b *dockerBackend) partition(ctx context.Context, name string) error {
+	s, err := b.running(ctx, name)
+	if err != nil {
+		return err
+	}
+	if _, err := b.cli.NetworkDisconnect(ctx, b.networkID, client.NetworkDisconnectOptions{Container: s.id, Force: true}); err != nil {
+		return fmt.Errorf("compose: disconnect %s from %s: %w", name, b.network, err)
+	}
+	return nil
+}
+
+func (b *dockerBackend) heal(ctx context.Context, name string) error {
+	s, err := b.running(ctx, name)
+	if err != nil {
+		return err
+	}
+	if _, err := b.cli.NetworkConnect(ctx, b.networkID, client.NetworkConnectOptions{Container: s.id,
+		EndpointConfig: &mnetwork.EndpointSettings{Aliases: []string{s.name}}}); err != nil {
+		return fmt.Errorf("compose: connect %s to %s: %w", name, b.network, err)
+	}
+	return nil
+}
+
+// down force-removes every container (data is thrown away, so no clean
+// shutdown) and the network.
+func (b *dockerBackend) down(ctx context.Context) error {
+	if b.cli == nil {
+		return nil
+	}
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, s := range b.servers {
+		if s.id == "" {
+			continue
+		}
+		wg.Go(func() {
+			_, err := b.cli.ContainerRemove(ctx, s.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+			if err != nil && !strings.Contains(err.Error(), "No such container") {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("compose: remove container of %s: %w", s.name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if b.networkID != "" {
+		if _, err := b.cli.NetworkRemove(ctx, b.networkID, client.NetworkRemoveOptions{}); err != nil && !strings.Contains(err.Error(), "not found") {
+			errs = append(errs, fmt.Errorf("compose: remove network %s: %w", b.network, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *dockerBackend) state() backendState {
+	st := &dockerState{NetworkID: b.networkID, Network: b.network}
+	for _, s := range b.servers {
+		st.Servers = append(st.Servers, dockerServerState{Name: s.name, ServerID: s.serverID, HostPort: s.hostPort, ID: s.id})
+	}
+	return backendState{Docker: st}
+}

@@ -3,6 +3,8 @@ package compose_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -312,7 +314,7 @@ func TestFailover(t *testing.T) {
 	after := writeMarker(t, ctx, topo)
 	r2, _ := topo.Node("replica2")
 	eventually(t, "replica2 to follow the new primary", func() bool { return hasMarker(t, ctx, r2, after) })
-	if st := status(t, ctx, topo, "replica2"); st.Source != r1.Addr() || st.Health != compose.HealthOK {
+	if st := status(t, ctx, topo, "replica2"); st.Source != net.JoinHostPort(r1.PeerHost, strconv.Itoa(r1.PeerPort)) || st.Health != compose.HealthOK {
 		t.Fatalf("replica2 after failover: %+v", st)
 	}
 

@@ -262,6 +262,7 @@ func (b *localBackend) waitReady(ctx context.Context, s *localServer, done chan 
 	mc := mysql.NewConfig()
 	mc.User, mc.Passwd, mc.Net, mc.Addr = b.cfg.User, b.cfg.Password, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	mc.Timeout = time.Second
+	mc.Logger = driverLogger{b.cfg.Logger}
 	conn, err := mysql.NewConnector(mc)
 	if err != nil {
 		return err

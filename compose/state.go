@@ -5,6 +5,22 @@ package compose
 type backendState struct {
 	// Local is set for the local backend.
 	Local *localState `json:"local,omitempty"`
+	// Docker is set for the docker backend.
+	Docker *dockerState `json:"docker,omitempty"`
+}
+
+// dockerState records a docker topology.
+type dockerState struct {
+	NetworkID string              `json:"network_id"`
+	Network   string              `json:"network"`
+	Servers   []dockerServerState `json:"servers"`
+}
+
+type dockerServerState struct {
+	Name     string `json:"name"`
+	ServerID int    `json:"server_id"`
+	HostPort int    `json:"host_port"`
+	ID       string `json:"id"`
 }
 
 // localState records a local topology.

@@ -235,7 +235,7 @@ func (t *Topology) db(n Node) (*sql.DB, error) {
 	mc := mysql.NewConfig()
 	mc.User, mc.Passwd, mc.Net, mc.Addr = n.User, n.Password, "tcp", n.Addr()
 	mc.Timeout = 3 * time.Second
-	mc.AllowNativePasswords = true
+	mc.Logger = driverLogger{t.log}
 	conn, err := mysql.NewConnector(mc)
 	if err != nil {
 		return nil, fmt.Errorf("compose: connector for %s: %w", n.Name, err)
@@ -349,3 +349,9 @@ func (t *Topology) pointAt(ctx context.Context, r, src Node, delay time.Duration
 		}
 	}
 }
+
+// driverLogger routes go-sql-driver's own log lines (bad idle connections,
+// EOFs while a server starts) to slog at debug level.
+type driverLogger struct{ log *slog.Logger }
+
+func (l driverLogger) Print(v ...any) { l.log.Debug("compose: mysql driver: " + fmt.Sprint(v...)) }

@@ -3,6 +3,8 @@ package compose_test
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +103,7 @@ func TestStatusHealthy(t *testing.T) {
 			if st.IORunning != "Yes" || st.SQLRunning != "Yes" || st.SecondsBehind != 0 || !st.ReadOnly {
 				t.Errorf("%s status %+v", st.Node.Name, st)
 			}
-			if st.Source != shared.Primary().Addr() {
+			if p := shared.Primary(); st.Source != net.JoinHostPort(p.PeerHost, strconv.Itoa(p.PeerPort)) {
 				t.Errorf("%s source %s", st.Node.Name, st.Source)
 			}
 		}
