@@ -1,5 +1,17 @@
 package compose
 
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+)
+
 // backendState is what another process needs to find a backend's servers
 // again (the CLI's state file).
 type backendState struct {
@@ -46,4 +58,170 @@ func (b *localBackend) state() backendState {
 		st.Servers = append(st.Servers, localServerState{Name: s.name, ServerID: s.serverID, Port: s.port, Pid: pid})
 	}
 	return backendState{Local: st}
+}
+
+// StateVersion is the version of the State layout written by this code.
+const StateVersion = 1
+
+// State is what another process needs to find a running topology again
+// (the CLI's state file): its nodes and roles, its epoch, and what the
+// backend needs to reach its processes or containers.
+type State struct {
+	// Version is StateVersion when written.
+	Version int `json:"version"`
+	// Backend is the backend the topology runs on.
+	Backend Backend `json:"backend"`
+	// Nodes are every node with its current role.
+	Nodes []Node `json:"nodes"`
+	// Epoch is the topology epoch.
+	Epoch int64 `json:"epoch"`
+	// Stats are the fallback counts so far.
+	Stats Stats `json:"stats"`
+	// Image and RootFS are what the servers run from.
+	Image  string `json:"image,omitempty"`
+	RootFS string `json:"rootfs,omitempty"`
+	// Internal is backend-specific.
+	Internal backendState `json:"internal"`
+}
+
+// State returns the topology's state for Attach.
+func (t *Topology) State() State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return State{Version: StateVersion, Backend: t.cfg.Backend, Nodes: append([]Node(nil), t.nodes...),
+		Epoch: t.epoch, Stats: t.stats, Image: t.cfg.Image, RootFS: t.cfg.RootFS, Internal: t.be.state()}
+}
+
+// Attach finds a topology again from its State (written by another
+// process). Faults and Down work as on the Topology Start returned; local
+// servers restarted from here are detached from this process.
+func Attach(ctx context.Context, st State, logger *slog.Logger) (*Topology, error) {
+	if st.Version != StateVersion {
+		return nil, fmt.Errorf("compose: state version %d, this causallab reads %d", st.Version, StateVersion)
+	}
+	if len(st.Nodes) == 0 {
+		return nil, errors.New("compose: state has no nodes")
+	}
+	cfg := Config{Backend: st.Backend, Image: st.Image, RootFS: st.RootFS, Detach: true, Logger: logger,
+		User: st.Nodes[0].User, Password: st.Nodes[0].Password}
+	if st.Backend == BackendExternal {
+		cfg.External.PrimaryDSN = st.Nodes[0].DSN() // validated only; nodes come from st
+		cfg.Replicas = 0
+	} else {
+		cfg.PrimaryOnly = len(st.Nodes) == 1
+		cfg.Replicas = len(st.Nodes) - 1
+	}
+	cfg.User, cfg.Password = "", ""
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.User, cfg.Password = st.Nodes[0].User, st.Nodes[0].Password
+	var be backend
+	switch st.Backend {
+	case BackendLocal:
+		ls := st.Internal.Local
+		if ls == nil {
+			return nil, errors.New("compose: local state lacks its process table")
+		}
+		lb := &localBackend{cfg: &cfg, chroot: ls.Chroot, mysqld: ls.Mysqld, hostDir: ls.HostDir, inDir: ls.InDir}
+		for _, s := range ls.Servers {
+			srv := &localServer{name: s.Name, serverID: s.ServerID, port: s.Port, pid: s.Pid,
+				hostDir: filepath.Join(ls.HostDir, s.Name), inDir: ls.InDir + "/" + s.Name}
+			lb.servers = append(lb.servers, srv)
+		}
+		be = lb
+	case BackendDocker:
+		ds := st.Internal.Docker
+		if ds == nil {
+			return nil, errors.New("compose: docker state lacks its containers")
+		}
+		db := &dockerBackend{cfg: &cfg, networkID: ds.NetworkID, network: ds.Network}
+		for _, s := range ds.Servers {
+			db.servers = append(db.servers, &dockerServer{name: s.Name, serverID: s.ServerID, hostPort: s.HostPort, id: s.ID})
+		}
+		if _, err := db.client(ctx); err != nil {
+			return nil, err
+		}
+		be = db
+	case BackendExternal:
+		be = newExternalBackend(&cfg)
+	}
+	return &Topology{cfg: cfg, be: be, log: cfg.Logger, dbs: map[string]*sql.DB{},
+		nodes: append([]Node(nil), st.Nodes...), epoch: st.Epoch, stats: st.Stats}, nil
+}
+
+// WriteStateFile writes st to path atomically.
+func WriteStateFile(path string, st State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadStateFile reads a state file. A missing file gives an error for
+// which errors.Is(err, fs.ErrNotExist) holds.
+func ReadStateFile(path string) (State, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return State{}, err
+	}
+	return ParseState(b)
+}
+
+// ParseState decodes a state file's contents, rejecting unknown fields,
+// other versions and inconsistent node tables.
+func ParseState(b []byte) (State, error) {
+	var st State
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return State{}, fmt.Errorf("compose: bad state file: %w", err)
+	}
+	if st.Version != StateVersion {
+		return State{}, fmt.Errorf("compose: bad state file: version %d, want %d", st.Version, StateVersion)
+	}
+	switch st.Backend {
+	case BackendLocal, BackendDocker, BackendExternal:
+	default:
+		return State{}, fmt.Errorf("compose: bad state file: backend %q", st.Backend)
+	}
+	if len(st.Nodes) == 0 || len(st.Nodes) > MaxReplicas+1 {
+		return State{}, fmt.Errorf("compose: bad state file: %d nodes", len(st.Nodes))
+	}
+	names := map[string]bool{}
+	primaries := 0
+	for _, n := range st.Nodes {
+		if names[n.Name] || n.Name == "" {
+			return State{}, fmt.Errorf("compose: bad state file: node name %q empty or repeated", n.Name)
+		}
+		names[n.Name] = true
+		if n.Port < 1 || n.Port > 65535 {
+			return State{}, fmt.Errorf("compose: bad state file: %s port %d", n.Name, n.Port)
+		}
+		switch n.Role {
+		case RolePrimary:
+			primaries++
+		case RoleReplica, RoleRetired:
+		default:
+			return State{}, fmt.Errorf("compose: bad state file: %s role %q", n.Name, n.Role)
+		}
+	}
+	if primaries != 1 {
+		return State{}, fmt.Errorf("compose: bad state file: %d primaries", primaries)
+	}
+	if st.Backend == BackendLocal && (st.Internal.Local == nil || len(st.Internal.Local.Servers) != len(st.Nodes)) {
+		return State{}, errors.New("compose: bad state file: local process table does not match the nodes")
+	}
+	if st.Backend == BackendDocker && (st.Internal.Docker == nil || len(st.Internal.Docker.Servers) != len(st.Nodes)) {
+		return State{}, errors.New("compose: bad state file: docker container table does not match the nodes")
+	}
+	return st, nil
 }
