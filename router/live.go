@@ -151,18 +151,10 @@ type Router struct {
 	m     *liveMetrics
 	start time.Time
 
-	mu       sync.Mutex // guards everything below
-	primary  Node
-	replicas []Node
-	epoch    uint64
-	// primaryPos is a lower bound of the current primary's executed set:
-	// read at New/Failover, raised by every GTID the primary acknowledges to
-	// a session and by the PositionSource's view of the primary.
-	primaryPos gtid.Set
-	bucket     Bucket
-	downUntil  map[string]time.Time
-	rng        *rand.Rand
-	table      *hashroute.Table
+	mu     sync.Mutex // guards everything below
+	st     LiveState  // topology, primary position, held-down nodes, in-flight reads
+	bucket Bucket
+	rng    *rand.Rand
 }
 
 // New validates cfg and builds a Router. It dials the primary once to prove
@@ -181,14 +173,14 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		seed = rand.Uint64()
 	}
 	r := &Router{cfg: cfg, pool: newPool(d, cfg.MaxIdle), dial: d, m: m, start: time.Now(),
-		primary: cfg.Primary, replicas: append([]Node(nil), cfg.Replicas...), epoch: cfg.Epoch,
-		downUntil: map[string]time.Time{}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+		st: LiveState{Primary: cfg.Primary, Replicas: append([]Node(nil), cfg.Replicas...), Epoch: cfg.Epoch,
+			DownUntil: map[string]time.Time{}, InFlight: map[string]int{}}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	if len(cfg.Replicas) > 0 {
 		servers := make([]hashroute.Server, len(cfg.Replicas))
 		for i, n := range cfg.Replicas {
 			servers[i] = hashroute.Server{Name: n.Name, Weight: 1}
 		}
-		if r.table, err = hashroute.NewTable(servers); err != nil {
+		if r.st.Table, err = hashroute.NewTable(servers); err != nil {
 			return nil, err
 		}
 	}
@@ -197,7 +189,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		return nil, err
 	}
 	defer c.Close()
-	if r.primaryPos, err = readExecuted(ctx, c); err != nil {
+	if r.st.PrimaryPos, err = readExecuted(ctx, c); err != nil {
 		return nil, fmt.Errorf("router: read the primary's gtid_executed: %w", err)
 	}
 	return r, nil
@@ -210,7 +202,7 @@ func (r *Router) Close() { r.pool.close() }
 func (r *Router) Epoch() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.epoch
+	return r.st.Epoch
 }
 
 // Failover switches the router to a new primary and epoch (e.g. from
@@ -231,8 +223,8 @@ func (r *Router) Failover(ctx context.Context, primary Node, replicas []Node, ep
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if epoch <= r.epoch {
-		return fmt.Errorf("router: failover to epoch %d, current is %d", epoch, r.epoch)
+	if epoch <= r.st.Epoch {
+		return fmt.Errorf("router: failover to epoch %d, current is %d", epoch, r.st.Epoch)
 	}
 	var table *hashroute.Table
 	if len(replicas) > 0 {
@@ -244,7 +236,7 @@ func (r *Router) Failover(ctx context.Context, primary Node, replicas []Node, ep
 			return err
 		}
 	}
-	r.primary, r.replicas, r.epoch, r.primaryPos, r.table = primary, append([]Node(nil), replicas...), epoch, pos, table
+	r.st.Primary, r.st.Replicas, r.st.Epoch, r.st.PrimaryPos, r.st.Table = primary, append([]Node(nil), replicas...), epoch, pos, table
 	r.cfg.Logger.Info("router: failover", "primary", primary.Name, "epoch", epoch)
 	return nil
 }
@@ -256,7 +248,7 @@ func (r *Router) now() time.Duration { return time.Since(r.start) }
 func (r *Router) markDown(n Node, err error) {
 	r.m.nodeDown.WithLabelValues(n.Name).Inc()
 	r.mu.Lock()
-	r.downUntil[n.Name] = time.Now().Add(r.cfg.DownHold)
+	r.st.DownUntil[n.Name] = time.Now().Add(r.cfg.DownHold)
 	r.mu.Unlock()
 	r.cfg.Logger.Warn("router: node marked down", "node", n.Name, "hold", r.cfg.DownHold, "err", err)
 }

@@ -155,7 +155,7 @@ func (s *LiveSession) Close() {
 func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mysql.Result, error) {
 	r := s.r
 	r.mu.Lock()
-	primary, epoch := r.primary, r.epoch
+	primary, epoch := r.st.Primary, r.st.Epoch
 	r.mu.Unlock()
 	if s.prim != nil && s.primAt != primary {
 		s.prim.Close()
@@ -203,8 +203,8 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 	}
 	RecordWrite(&s.st, set, epoch, r.now())
 	r.mu.Lock()
-	if r.epoch == epoch {
-		r.primaryPos = r.primaryPos.Union(set)
+	if r.st.Epoch == epoch {
+		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
 	}
 	r.mu.Unlock()
 	r.m.writes.Inc()
@@ -371,33 +371,16 @@ func (s *LiveSession) need(pol *Policy) gtid.Set {
 	return n
 }
 
-// decide builds the view and calls Decide under the router's lock.
+// decide calls DecideLive under the router's lock with the router's state
+// and stores the primary position it raised.
 func (r *Router) decide(st *Session[gtid.Set], pol *Policy, waited time.Duration, known map[string]gtid.Set) (Decision, *View[gtid.Set], []Node, Node, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
-	src := r.cfg.Positions
-	if p, ok := src.Position(r.primary.Name); ok && !r.primaryPos.Contains(p) {
-		r.primaryPos = r.primaryPos.Union(p)
-	}
-	pc := r.primaryPos.Count()
-	v := &View[gtid.Set]{Replicas: make([]Replica[gtid.Set], len(r.replicas)), Primary: r.primaryPos,
-		PrimaryKnown: true, Epoch: r.epoch, Hash: r.table}
-	for i, n := range r.replicas {
-		set, healthy := src.Position(n.Name)
-		if k, ok := known[n.Name]; ok && !set.Contains(k) {
-			set = set.Union(k)
-		}
-		up := healthy && !now.Before(r.downUntil[n.Name])
-		var behind int64
-		if c := set.Count(); pc > c {
-			behind = int64(pc - c)
-		}
-		v.Replicas[i] = Replica[gtid.Set]{Applied: set, Up: up, Behind: behind}
-	}
-	in := Input[gtid.Set]{Policy: pol, Cap: &r.cfg.Cap, Session: st, View: v, Now: r.now(), Rand: r.rng.Uint64(), Waited: waited}
-	d := Decide(&in, &r.bucket)
-	return d, v, r.replicas, r.primary, r.epoch
+	req := LiveRequest{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: time.Now(), Now: r.now(),
+		Rand: r.rng.Uint64(), Waited: waited, Known: known}
+	d, v, prim := DecideLive(&r.st, r.cfg.Positions, &req, &r.bucket)
+	r.st.PrimaryPos = prim
+	return d, v, r.st.Replicas, r.st.Primary, r.st.Epoch
 }
 
 // wait waits up to d for node to contain need, by the configured method.
@@ -443,6 +426,16 @@ func (r *Router) wait(ctx context.Context, n Node, need gtid.Set, d time.Duratio
 // the same connection right after it: everything the statement could
 // observe was committed before that read, so the set contains it.
 func (r *Router) run(ctx context.Context, n Node, wantWM bool, query string, args ...any) (*mysql.Result, gtid.Set, error) {
+	r.mu.Lock()
+	r.st.InFlight[n.Name]++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		if r.st.InFlight[n.Name]--; r.st.InFlight[n.Name] <= 0 {
+			delete(r.st.InFlight, n.Name)
+		}
+		r.mu.Unlock()
+	}()
 	c, err := r.pool.get(ctx, n.Addr)
 	if err != nil {
 		return nil, gtid.Set{}, err
