@@ -3,6 +3,9 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/causallab/causallab/hashroute"
 )
 
 // Kind is what a statement does, as far as routing is concerned.
@@ -146,7 +149,9 @@ type Stmt struct {
 	Token string
 	// TokenForm is how Token was given.
 	TokenForm TokenForm
-	// ReadID is the consistent_read_id annotation, if any.
+	// ReadID is the consistent_read_id annotation, if any, as
+	// hashroute.Extract found it (plain /* */ comments, comma-separated
+	// key:value items, key case-sensitive). It aliases the query.
 	ReadID string
 	// TempTable is true for CREATE/DROP TEMPORARY TABLE: the session pins
 	// its reads to the primary from then on.
@@ -170,14 +175,18 @@ var (
 	ErrEmptyAnnotation = errors.New("proxy: empty annotation value")
 	// ErrConflictingTokens: two different tokens in one statement.
 	ErrConflictingTokens = errors.New("proxy: two different causal tokens in one statement")
+	// ErrBadReadID: hashroute.Extract refused the statement's
+	// consistent_read_id (too long, unterminated comment, two different
+	// values); the wrapped *hashroute.ExtractError says which and where.
+	ErrBadReadID = errors.New("proxy: bad consistent_read_id")
 )
 
-// annotations collects the annotations of the comments of one statement.
+// annotations collects the causal-token annotations of the comments of one
+// statement (consistent_read_id is hashroute.Extract's job).
 type annotations struct {
-	token  string
-	form   TokenForm
-	readID string
-	err    error
+	token string
+	form  TokenForm
+	err   error
 }
 
 func (a *annotations) setErr(err error) {
@@ -186,18 +195,18 @@ func (a *annotations) setErr(err error) {
 	}
 }
 
-// comment parses one comment body: fields separated by whitespace or ';',
-// each either causal_token:<v>, min_gtid=<v> or consistent_read_id:<v>
-// (':' and '=' both accepted, keys case-insensitive). Other fields are
-// ignored: comments are free text.
+// comment parses one comment body: fields separated by whitespace, ',' or
+// ';', each either causal_token:<v> or min_gtid=<v> (':' and '=' both
+// accepted, keys case-insensitive). Other fields (consistent_read_id among
+// them: hashroute.Extract reads it) are ignored: comments are free text.
 func (a *annotations) comment(body string) {
 	i := 0
 	for i < len(body) {
-		for i < len(body) && (isSpace(body[i]) || body[i] == ';' || body[i] == '+') {
+		for i < len(body) && (isSpace(body[i]) || body[i] == ';' || body[i] == ',' || body[i] == '+') {
 			i++
 		}
 		start := i
-		for i < len(body) && !isSpace(body[i]) && body[i] != ';' {
+		for i < len(body) && !isSpace(body[i]) && body[i] != ';' && body[i] != ',' {
 			i++
 		}
 		if start < i {
@@ -223,12 +232,6 @@ func (a *annotations) field(f string) {
 		a.setToken(val, TokenComment)
 	case equalFoldASCII(key, "MIN_GTID"):
 		a.setToken(val, TokenMinGTID)
-	case equalFoldASCII(key, "CONSISTENT_READ_ID"):
-		if val == "" {
-			a.setErr(fmt.Errorf("%w: consistent_read_id", ErrEmptyAnnotation))
-			return
-		}
-		a.readID = val
 	}
 }
 
@@ -273,7 +276,19 @@ func Classify(query string) (Stmt, error) {
 	if st.Kind != KindSetToken {
 		st.Token, st.TokenForm = a.token, a.form
 	}
-	st.ReadID = a.readID
+	ex := hashroute.Extract(query)
+	switch {
+	case ex.Status == hashroute.EmptyID:
+		return Stmt{}, fmt.Errorf("%w: consistent_read_id: %w", ErrEmptyAnnotation, ex.Err())
+	case ex.Status.IsError():
+		return Stmt{}, fmt.Errorf("%w: %w", ErrBadReadID, ex.Err())
+	}
+	if ex.Status == hashroute.Found && strings.ContainsAny(ex.ID, " \t\r\n\f\v") {
+		// Extract reads comma-separated items, so a space-separated second
+		// annotation would silently become part of the id: refuse it.
+		return Stmt{}, fmt.Errorf("%w: value %q contains whitespace (separate annotations in one comment with ',')", ErrBadReadID, ex.ID)
+	}
+	st.ReadID = ex.ID
 	return st, nil
 }
 

@@ -152,7 +152,11 @@ func TestAnnotations(t *testing.T) {
 		{"SELECT /*+ ;min_gtid=" + set + " */ 1", set, TokenMinGTID, "", KindRead},
 		{"/* ;min_gtid=" + set + "; */ SELECT 1", set, TokenMinGTID, "", KindRead},
 		{"/* consistent_read_id:user42 */ SELECT 1", "", TokenNone, "user42", KindRead},
-		{"/* consistent_read_id:user42 causal_token:tok */ SELECT 1", "tok", TokenComment, "user42", KindRead},
+		{"/* consistent_read_id:user42, causal_token:tok */ SELECT 1", "tok", TokenComment, "user42", KindRead},
+		{"/* causal_token:tok,consistent_read_id:user42 */ SELECT 1", "tok", TokenComment, "user42", KindRead},
+		{"/* consistent_read_id:u1 */ SELECT /* consistent_read_id:u1 */ 1", "", TokenNone, "u1", KindRead},
+		{"/*+ consistent_read_id:hint */ SELECT 1 -- consistent_read_id:line", "", TokenNone, "", KindRead},
+		{"SELECT 'consistent_read_id:lit' /* Consistent_Read_ID:x */", "", TokenNone, "", KindRead},
 		{"/* CAUSAL_TOKEN=tok */ SELECT 1", "tok", TokenComment, "", KindRead},
 		{"/* causal_token:tok */ /* causal_token:tok */ SELECT 1", "tok", TokenComment, "", KindRead},
 		{"SELECT 1 -- causal_token:tok", "tok", TokenComment, "", KindRead},
@@ -183,6 +187,10 @@ func TestAnnotationErrors(t *testing.T) {
 		{"/* causal_token:a */ SELECT /* causal_token:b */ 1", ErrConflictingTokens},
 		{"/* causal_token:a min_gtid=b */ SELECT 1", ErrConflictingTokens},
 		{"/* consistent_read_id: */ SELECT 1", ErrEmptyAnnotation},
+		{"/* consistent_read_id:a */ SELECT /* consistent_read_id:b */ 1", ErrBadReadID},
+		{"/* consistent_read_id:" + strings.Repeat("x", 257) + " */ SELECT 1", ErrBadReadID},
+		{"SELECT 1 /* consistent_read_id:u1", ErrBadReadID},
+		{"/* consistent_read_id:user42 causal_token:tok */ SELECT 1", ErrBadReadID},
 		{"/*+ ;min_gtid= */ SELECT 1", ErrEmptyAnnotation},
 	}
 	for _, c := range cases {

@@ -72,9 +72,14 @@ type Config struct {
 	// failover); tokens of an older epoch are honoured only if the primary
 	// holds their transactions. Default 1.
 	Epoch uint64 `yaml:"epoch"`
-	// PollInterval is how often each server's gtid_executed is polled (the
-	// adapter's position source until binlogwatch is wired). Default 5ms.
+	// PollInterval is how often each server's gtid_executed is polled by
+	// the router's Poller when Positions is nil. Default 5ms, at least 1ms.
 	PollInterval time.Duration `yaml:"poll_interval"`
+	// Positions, when set, is the position source for every backend (by
+	// Backend.Name), e.g. the binlogwatch-backed one; the proxy then runs
+	// no poller of its own and does not run or stop the source. nil: one
+	// router.Poller per backend every PollInterval.
+	Positions router.PositionSource `yaml:"-"`
 	// MaxAllowedPacket bounds a client's packet; larger ones are refused
 	// and the connection closed. Default 64 MiB (MySQL's default).
 	MaxAllowedPacket int `yaml:"max_allowed_packet"`
@@ -181,7 +186,7 @@ func (c *Config) validate() error {
 	if c.PollInterval == 0 {
 		c.PollInterval = 5 * time.Millisecond
 	}
-	if c.PollInterval < 0 || c.PollInterval > time.Minute {
+	if c.PollInterval < time.Millisecond || c.PollInterval > time.Minute {
 		return fmt.Errorf("proxy: poll_interval %v out of range", c.PollInterval)
 	}
 	if c.MaxAllowedPacket == 0 {

@@ -2,100 +2,97 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/router"
 )
 
-// positions is the adapter's position source: each server's executed GTID
-// set, polled with SELECT @@GLOBAL.gtid_executed every PollInterval, raised
-// by the GTIDs the proxy saw acknowledged (primary) and by successful waits
-// (replicas). It only ever grows, so it is a lower bound of what each
-// server has executed. Replace by binlogwatch when the live router lands.
-type positions struct {
-	mu sync.RWMutex
-	// sets[0] is the primary, sets[i+1] replica i.
-	sets []gtid.Set
-	up   []bool
+// pollers is the proxy's default router.PositionSource: one router.Poller
+// per backend (each backend may have its own credentials, a Poller has
+// one). The binlogwatch-backed source replaces it through
+// Config.Positions.
+type pollers struct {
+	byName map[string]*router.Poller
+	all    []*router.Poller
 }
 
-func newPositions(n int) *positions {
-	return &positions{sets: make([]gtid.Set, n), up: make([]bool, n)}
-}
+var _ router.PositionSource = (*pollers)(nil)
 
-// raise merges s into server i's position.
-func (p *positions) raise(i int, s gtid.Set) {
-	p.mu.Lock()
-	if !p.sets[i].Contains(s) {
-		if s.Contains(p.sets[i]) {
-			p.sets[i] = s
-		} else {
-			p.sets[i] = p.sets[i].Union(s)
+func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
+	p := &pollers{byName: map[string]*router.Poller{}}
+	for _, b := range append([]Backend{cfg.Primary}, cfg.Replicas...) {
+		pl, err := router.NewPoller(router.PollerConfig{
+			Nodes:       []router.Node{{Name: b.Name, Addr: b.Addr}},
+			User:        b.User,
+			Password:    b.Password,
+			Interval:    cfg.PollInterval,
+			DialTimeout: cfg.ConnectTimeout,
+			Logger:      log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("proxy: poller for %s: %w", b.Name, err)
 		}
+		p.byName[b.Name] = pl
+		p.all = append(p.all, pl)
 	}
-	p.mu.Unlock()
+	return p, nil
 }
 
-func (p *positions) setUp(i int, up bool) {
-	p.mu.Lock()
-	p.up[i] = up
-	p.mu.Unlock()
-}
-
-// snapshot copies the positions (Sets are immutable values: copying shares
-// storage safely since nobody mutates them in place).
-func (p *positions) snapshot(sets []gtid.Set, up []bool) {
-	p.mu.RLock()
-	copy(sets, p.sets)
-	copy(up, p.up)
-	p.mu.RUnlock()
-}
-
-// poll keeps server i's position fresh until ctx ends.
-func (p *positions) poll(ctx context.Context, i int, b *Backend, cfg *Config, log *slog.Logger) {
-	var bc *backendConn
-	defer func() { bc.close() }()
-	t := time.NewTicker(cfg.PollInterval)
-	defer t.Stop()
-	failures := 0
-	for {
-		if bc == nil || bc.broken {
-			bc.close()
-			var err error
-			bc, err = dialBackend(ctx, b, "", "", cfg)
-			if err != nil {
-				p.setUp(i, false)
-				failures++
-				if failures == 1 || failures%100 == 0 {
-					log.Warn("position poller cannot connect", "backend", b.Name, "err", err, "failures", failures)
-				}
-				bc = nil
-			}
-		}
-		if bc != nil {
-			r, err := bc.exec("SELECT @@GLOBAL.gtid_executed")
-			if err != nil {
-				bc.broken = true
-				p.setUp(i, false)
-			} else {
-				s, _ := r.GetString(0, 0)
-				set, err := gtid.Parse(strings.Clone(s))
-				if err != nil {
-					log.Warn("unparsable gtid_executed", "backend", b.Name, "err", err)
-				} else {
-					p.raise(i, set)
-					p.setUp(i, true)
-					failures = 0
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// Run polls every backend until ctx ends.
+func (p *pollers) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, pl := range p.all {
+		wg.Go(func() { _ = pl.Run(ctx) })
 	}
+	wg.Wait()
+}
+
+// Position implements router.PositionSource.
+func (p *pollers) Position(node string) (gtid.Set, bool) {
+	pl, ok := p.byName[node]
+	if !ok {
+		return gtid.Set{}, false
+	}
+	return pl.Position(node)
+}
+
+// WaitFor implements router.PositionSource.
+func (p *pollers) WaitFor(ctx context.Context, node string, want gtid.Set) error {
+	pl, ok := p.byName[node]
+	if !ok {
+		return fmt.Errorf("proxy: no position source for node %q", node)
+	}
+	return pl.WaitFor(ctx, node, want)
+}
+
+// primaryBound is the proxy's lower bound of the primary's executed set: the
+// position source's view of the primary raised by every GTID the primary
+// acknowledged to a session (a fresh token is never judged "not on the
+// primary" because the source trails), as router.Router keeps it.
+type primaryBound struct {
+	mu  sync.Mutex
+	set gtid.Set
+}
+
+// raise merges s into the bound.
+func (b *primaryBound) raise(s gtid.Set) {
+	b.mu.Lock()
+	if !b.set.Contains(s) {
+		b.set = b.set.Union(s)
+	}
+	b.mu.Unlock()
+}
+
+// get merges the source's view (src, healthy) and returns the bound and
+// whether it is known (healthy source or something acknowledged).
+func (b *primaryBound) get(src gtid.Set, healthy bool) (gtid.Set, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.set.Contains(src) {
+		b.set = b.set.Union(src)
+	}
+	return b.set, healthy || !b.set.IsEmpty()
 }

@@ -31,7 +31,11 @@ type Server struct {
 	m         *metrics
 	mysqlSrv  *server.Server
 	auth      *server.InMemoryAuthenticationHandler
-	pos       *positions
+	// src is the position source (Config.Positions or polls, below);
+	// prim the lower bound of the primary's executed set.
+	src   router.PositionSource
+	polls *pollers
+	prim  primaryBound
 	policy    router.Policy
 	capCfg    router.Cap
 	monotonic bool
@@ -58,7 +62,6 @@ func New(cfg Config) (*Server, error) {
 		cfg:   cfg,
 		log:   cfg.Logger,
 		m:     newMetrics(),
-		pos:   newPositions(1 + len(cfg.Replicas)),
 		start: time.Now(),
 		conns: map[net.Conn]struct{}{},
 		policy: router.Policy{
@@ -69,6 +72,14 @@ func New(cfg Config) (*Server, error) {
 		},
 		capCfg:    router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
 		monotonic: kind == router.PolicyTokenRYWMR,
+	}
+	s.src = cfg.Positions
+	if s.src == nil {
+		p, err := newPollers(&s.cfg, s.log)
+		if err != nil {
+			return nil, err
+		}
+		s.polls, s.src = p, p
 	}
 	tlsConf, key, err := loadTLS(&cfg)
 	if err != nil {
@@ -174,13 +185,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	pctx, stopPolls := context.WithCancel(ctx)
 	defer stopPolls()
 	var pollWG sync.WaitGroup
-	backends := append([]Backend{s.cfg.Primary}, s.cfg.Replicas...)
-	for i := range backends {
-		pollWG.Add(1)
-		go func() {
-			defer pollWG.Done()
-			s.pos.poll(pctx, i, &backends[i], &s.cfg, s.log)
-		}()
+	if s.polls != nil {
+		pollWG.Go(func() { s.polls.Run(pctx) })
 	}
 	var hs *http.Server
 	if s.httpLn != nil {
@@ -241,20 +247,17 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	sets := make([]gtid.Set, 1+len(s.cfg.Replicas))
-	up := make([]bool, len(sets))
-	s.pos.snapshot(sets, up)
-	if !up[0] {
+	if _, up := s.src.Position(s.cfg.Primary.Name); !up {
 		http.Error(w, "primary unreachable", http.StatusServiceUnavailable)
 		return
 	}
 	n := 0
-	for _, u := range up[1:] {
-		if u {
+	for _, r := range s.cfg.Replicas {
+		if _, up := s.src.Position(r.Name); up {
 			n++
 		}
 	}
-	fmt.Fprintf(w, "ok primary=up replicas_up=%d/%d\n", n, len(up)-1)
+	fmt.Fprintf(w, "ok primary=up replicas_up=%d/%d\n", n, len(s.cfg.Replicas))
 }
 
 func (s *Server) serveConn(ctx context.Context, c net.Conn) {

@@ -58,10 +58,10 @@ type session struct {
 	wantGTIDs bool
 
 	rs router.Session[gtid.Set]
-	// view and up are reused per decision.
-	view router.View[gtid.Set]
-	sets []gtid.Set
-	up   []bool
+	// view is reused per decision; proven holds, per replica index, what a
+	// successful wait of the current read proved the replica holds.
+	view   router.View[gtid.Set]
+	proven map[int]gtid.Set
 
 	stmts map[*stmt.PreparedStmt]*pstmt
 }
@@ -84,8 +84,7 @@ func newSession(ctx context.Context, srv *Server) *session {
 		srv:      srv,
 		ctx:      ctx,
 		replicas: make([]*backendConn, n),
-		sets:     make([]gtid.Set, n+1),
-		up:       make([]bool, n+1),
+		proven:   map[int]gtid.Set{},
 		stmts:    map[*stmt.PreparedStmt]*pstmt{},
 	}
 	s.view.Replicas = make([]router.Replica[gtid.Set], n)
@@ -279,27 +278,28 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	}
 	var target *backendConn
 	replicaIdx := -1
+	isRead := st.Kind == KindRead
+	var rt routed
 	switch {
-	case st.Kind == KindRead:
-		pin := s.pin(st)
-		if pin != "" {
+	case isRead:
+		if pin := s.pin(st); pin != "" {
 			s.srv.m.primaryReasons.WithLabelValues(pin).Inc()
+			rt = pinned(pin)
 			target = s.primary
 			break
 		}
-		idx, err := s.route(st)
-		if err != nil {
+		if rt, err = s.route(st); err != nil {
 			return nil, err
 		}
-		if idx < 0 {
+		if rt.replica < 0 {
 			target = s.primary
-		} else if target, err = s.replica(idx); err != nil {
-			// Availability fallback, counted: the replica could not be
-			// reached on this session.
-			s.srv.m.fallbacks.WithLabelValues("replica-connect-failed").Inc()
+		} else if target, err = s.replica(rt.replica); err != nil {
+			// Availability, not freshness: the replica could not be
+			// reached on this session. Served by the primary, counted.
+			rt = routed{replica: -1, out: router.OutPrimary, reason: "replica-connect-failed", waited: rt.waited}
 			target = s.primary
 		} else {
-			replicaIdx = idx
+			replicaIdx = rt.replica
 		}
 	default:
 		if st.Kind == KindPrimary {
@@ -314,6 +314,9 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
 
 	out, err := relay(s.cc, target, query, s.wantGTIDs)
+	if isRead {
+		s.countRead(rt, err == nil, out.serverErr)
+	}
 	if err != nil {
 		return s.relayFailed(target, err)
 	}
@@ -410,7 +413,7 @@ func (s *session) recordWrite(g string) {
 		return
 	}
 	router.RecordWrite(&s.rs, set, s.srv.cfg.Epoch, s.srv.now())
-	s.srv.pos.raise(0, set)
+	s.srv.prim.raise(set)
 }
 
 // replayEverywhere runs a session statement (already run on the primary)
@@ -465,15 +468,57 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 	return gtid.Token{Epoch: s.srv.cfg.Epoch, GTIDs: set}, nil
 }
 
-// route decides where a read goes: a replica index or -1 (primary).
-func (s *session) route(st Stmt) (int, error) {
+// routed is where one read goes and how the router's outcome is labelled.
+type routed struct {
+	// replica is the replica index, or -1 for the primary.
+	replica int
+	// out and reason label causallab_router_reads_total once the read is
+	// served (countRead); a failure to serve it becomes OutError.
+	out    router.Outcome
+	reason string
+	// fallback marks a freshness fallback (counted in
+	// causallab_router_freshness_fallbacks_total when served).
+	fallback bool
+	// waited: the read waited for a replica.
+	waited bool
+}
+
+// pinned is a read kept on the primary for a session reason (no decision).
+func pinned(reason string) routed { return routed{replica: -1, out: router.OutPrimary, reason: reason} }
+
+// countRead counts a read that reached a backend, like the live router:
+// served with the decision's outcome, or OutError (statement: the server
+// refused it; node: the backend failed).
+func (s *session) countRead(r routed, served bool, serverErr bool) {
+	m, pol := s.srv.m, s.srv.policy.Kind.String()
+	switch {
+	case !served:
+		m.reads.WithLabelValues(pol, router.OutError.String(), "node").Inc()
+	case serverErr:
+		m.reads.WithLabelValues(pol, router.OutError.String(), "statement").Inc()
+	default:
+		m.reads.WithLabelValues(pol, r.out.String(), r.reason).Inc()
+		if r.fallback {
+			m.fallbacks.WithLabelValues(r.reason).Inc()
+		}
+	}
+	if r.waited {
+		m.waited.WithLabelValues(pol).Inc()
+	}
+}
+
+// route decides where a read goes, calling the router's decision core
+// (router.Decide, the code the live router and the simulator run) with the
+// position source's view. A refused read is counted here with the router's
+// outcome (failed-fast or timed-out) and returns the client's error.
+func (s *session) route(st Stmt) (routed, error) {
 	// The statement's own token counts for this read only (a pooled
 	// connection must not keep another request's token).
 	rs := s.rs
 	if st.Token != "" {
 		tok, err := s.parseToken(st.Token, st.TokenForm)
 		if err != nil {
-			return 0, err
+			return routed{}, err
 		}
 		if rs.HasToken {
 			rs.Token = rs.Token.Union(tok.GTIDs)
@@ -491,7 +536,9 @@ func (s *session) route(st Stmt) (int, error) {
 		Session: &rs,
 		View:    &s.view,
 	}
+	clear(s.proven)
 	refreshed := false
+	pol := s.srv.policy.Kind.String()
 	for {
 		s.fillView()
 		in.Now = s.srv.now()
@@ -504,72 +551,111 @@ func (s *session) route(st Stmt) (int, error) {
 				s.rs.Reanchor(s.view.Epoch)
 			}
 		}
+		waited := in.Waited > 0
 		switch d.Action {
-		case router.ActReplica, router.ActStale:
-			return d.Replica, nil
+		case router.ActReplica:
+			return routed{replica: d.Replica, out: router.OutReplica, reason: d.Reason.String(), waited: waited}, nil
+		case router.ActStale:
+			return routed{replica: d.Replica, out: router.OutStale, reason: d.Reason.String(), waited: waited}, nil
 		case router.ActPrimary:
+			out := router.OutPrimary
 			if d.Fallback {
-				s.srv.m.fallbacks.WithLabelValues(d.Reason.String()).Inc()
+				out = router.OutFallback
 			}
-			return -1, nil
+			return routed{replica: -1, out: out, reason: d.Reason.String(), fallback: d.Fallback, waited: waited}, nil
 		case router.ActWait:
 			start := time.Now()
-			s.wait(d.Replica, rs.Token, d.WaitFor)
+			s.wait(d.Replica, s.need(&rs), d.WaitFor)
 			in.Waited += max(time.Since(start), time.Millisecond)
 			continue
 		case router.ActFail:
 			if !refreshed && (d.Reason == router.ReasonTimedOut || d.Reason == router.ReasonWriteLost) {
-				// The primary's polled position may trail a token issued
-				// through another connection: read it now, decide again.
+				// The primary's position may trail a token issued through
+				// another proxy: read it now, decide again.
 				refreshed = true
 				if r, err := s.primary.exec("SELECT @@GLOBAL.gtid_executed"); err == nil {
 					txt, _ := r.GetString(0, 0)
 					if set, err := gtid.Parse(strings.Clone(txt)); err == nil {
-						s.srv.pos.raise(0, set)
+						s.srv.prim.raise(set)
 					}
 				}
 				continue
 			}
-			return 0, s.proxyErr("route_"+d.Reason.String(), codeProxy,
+			out := router.OutFailedFast
+			if d.Reason == router.ReasonTimedOut {
+				out = router.OutTimedOut
+			}
+			if d.Reason == router.ReasonSeenLost {
+				s.rs.DropSeen()
+			}
+			s.srv.m.reads.WithLabelValues(pol, out.String(), d.Reason.String()).Inc()
+			if waited {
+				s.srv.m.waited.WithLabelValues(pol).Inc()
+			}
+			return routed{}, s.proxyErr("route_"+d.Reason.String(), codeProxy,
 				"cannot serve this read consistently: %s (token epoch %d, topology epoch %d)", d.Reason, rs.Epoch, s.srv.cfg.Epoch)
 		}
-		return 0, s.proxyErr("route_unknown", codeProxy, "router returned action %v", d.Action)
+		return routed{}, s.proxyErr("route_unknown", codeProxy, "router returned action %v", d.Action)
 	}
 }
 
-// fillView loads the shared positions into the session's View.
+// need is what a replica must contain for the read under the policy (as
+// router.LiveSession.need).
+func (s *session) need(rs *router.Session[gtid.Set]) gtid.Set {
+	var n gtid.Set
+	if rs.HasToken {
+		n = rs.Token
+	}
+	if rs.HasSeen && s.srv.policy.Kind != router.PolicyTokenRYW {
+		n = n.Union(rs.Seen)
+	}
+	return n
+}
+
+// fillView loads the position source's view into the session's View:
+// replica positions raised by what this read's waits proved, the primary's
+// lower bound raised by acknowledged GTIDs.
 func (s *session) fillView() {
-	s.srv.pos.snapshot(s.sets, s.up)
-	s.view.Primary, s.view.PrimaryKnown = s.sets[0], s.up[0] || !s.sets[0].IsEmpty()
+	src := s.srv.src
+	ps, healthy := src.Position(s.srv.cfg.Primary.Name)
+	s.view.Primary, s.view.PrimaryKnown = s.srv.prim.get(ps, healthy)
 	s.view.Epoch = s.srv.cfg.Epoch
-	pc := int64(s.sets[0].Count())
+	pc := int64(s.view.Primary.Count())
 	for i := range s.view.Replicas {
 		r := &s.view.Replicas[i]
-		r.Applied, r.Up = s.sets[i+1], s.up[i+1]
-		r.Behind = pc - int64(s.sets[i+1].Count())
+		set, up := src.Position(s.srv.cfg.Replicas[i].Name)
+		if k, ok := s.proven[i]; ok && !set.Contains(k) {
+			set = set.Union(k)
+		}
+		r.Applied, r.Up = set, up
+		r.Behind = max(pc-int64(set.Count()), 0)
 	}
 }
 
-// wait runs WAIT_FOR_EXECUTED_GTID_SET on replica i for at most d.
+// wait runs WAIT_FOR_EXECUTED_GTID_SET on replica i for at most d; a
+// success is fed back into this read's view (s.proven).
 func (s *session) wait(i int, need gtid.Set, d time.Duration) {
+	t0 := time.Now()
+	result := "timeout"
+	defer func() {
+		s.srv.m.waitSecs.WithLabelValues(router.WaitGTIDFunction.String(), result).Observe(time.Since(t0).Seconds())
+	}()
 	bc, err := s.replica(i)
 	if err != nil {
-		s.srv.m.waits.WithLabelValues("error").Inc()
+		result = "error"
 		return
 	}
 	secs := max(d.Seconds(), 0.001)
 	q := "SELECT WAIT_FOR_EXECUTED_GTID_SET('" + need.CompactString() + "', " + strconv.FormatFloat(secs, 'f', 3, 64) + ")"
 	r, err := bc.exec(q)
 	if err != nil {
-		s.srv.m.waits.WithLabelValues("error").Inc()
+		result = "error"
 		return
 	}
 	if v, _ := r.GetInt(0, 0); v == 0 {
-		s.srv.m.waits.WithLabelValues("ok").Inc()
-		s.srv.pos.raise(i+1, need)
-		return
+		result = "caught-up"
+		s.proven[i] = need
 	}
-	s.srv.m.waits.WithLabelValues("timeout").Inc()
 }
 
 // observe raises the monotonic-reads watermark after a replica read with
@@ -603,7 +689,10 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	if len(query) > s.srv.cfg.MaxAllowedPacket {
 		return 0, 0, nil, s.proxyErr("packet_too_large", mysql.ER_NET_PACKET_TOO_LARGE, "statement exceeds max_allowed_packet")
 	}
-	st, err := Classify(query)
+	// Classify the copy: Stmt's Token and ReadID alias the text, and the
+	// statement outlives go-mysql's packet buffer.
+	q := strings.Clone(query)
+	st, err := Classify(q)
 	if err != nil {
 		return 0, 0, nil, s.proxyErr("bad_annotation", codeProxy, "%v", err)
 	}
@@ -614,7 +703,6 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	if err := s.ensurePrimary(); err != nil {
 		return 0, 0, nil, err
 	}
-	q := strings.Clone(query)
 	cs, err := s.primary.conn.Prepare(q)
 	if err != nil {
 		return 0, 0, nil, s.backendFailure(s.primary, err)
@@ -639,25 +727,33 @@ func (s *session) HandleStmtExecute(ctx any, _ string, args []any) (*mysql.Resul
 	var bc *backendConn
 	var cs *client.Stmt
 	idx := -1
-	if st.Kind == KindRead && s.pin(st) == "" {
-		i, err := s.route(st)
-		if err != nil {
+	isRead := st.Kind == KindRead
+	var rt routed
+	switch {
+	case isRead && s.pin(st) != "":
+		pin := s.pin(st)
+		s.srv.m.primaryReasons.WithLabelValues(pin).Inc()
+		rt = pinned(pin)
+	case isRead:
+		var err error
+		if rt, err = s.route(st); err != nil {
 			return nil, err
 		}
-		if i >= 0 {
+		if i := rt.replica; i >= 0 {
 			if rbc, err := s.replica(i); err == nil {
 				if cs = p.onReplica[i]; cs == nil {
 					if cs, err = rbc.conn.Prepare(p.query); err != nil {
+						s.countRead(rt, true, true)
 						return nil, s.backendFailure(rbc, err)
 					}
 					p.onReplica[i] = cs
 				}
 				bc, idx = rbc, i
 			} else {
-				s.srv.m.fallbacks.WithLabelValues("replica-connect-failed").Inc()
+				rt = routed{replica: -1, out: router.OutPrimary, reason: "replica-connect-failed", waited: rt.waited}
 			}
 		}
-	} else if st.Kind == KindPrimary {
+	case st.Kind == KindPrimary:
 		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
 	if bc == nil {
@@ -676,8 +772,15 @@ func (s *session) HandleStmtExecute(ctx any, _ string, args []any) (*mysql.Resul
 	}
 	s.srv.m.statements.WithLabelValues("execute_"+st.Kind.String(), role).Inc()
 	r, err := cs.Execute(args...)
+	if isRead {
+		var me *mysql.MyError
+		s.countRead(rt, err == nil || errors.As(err, &me), err != nil)
+	}
 	if err != nil {
 		return nil, s.backendFailure(bc, err)
+	}
+	if bc != s.primary && s.srv.monotonic {
+		s.observe(bc)
 	}
 	if bc == s.primary {
 		out := relayOut{status: r.Status}
