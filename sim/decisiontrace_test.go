@@ -1,0 +1,53 @@
+package sim
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/router"
+)
+
+// TestRecordDecisions: the recorder drives the same engine as Run (the
+// trial's result is identical), records every decision (one per reason
+// counted), and its records replay through router.Decide to the same
+// decisions.
+func TestRecordDecisions(t *testing.T) {
+	cfg := Config{Seed: 3, Trials: 1, Duration: 1500 * time.Millisecond, Sessions: 300, World: WorldStraggler,
+		Poll: 5 * time.Millisecond, Cap: router.Cap{PerSecond: 50, Behavior: router.CapServeStale}}
+	specs := six()
+	res := run(t, cfg, specs)
+	for k, sp := range specs {
+		t.Run(sp.Name, func(t *testing.T) {
+			var recs []DecisionRecord
+			got, err := RecordDecisions(context.Background(), cfg, sp, 0, func(r *DecisionRecord) {
+				c := *r
+				c.View.Replicas = append([]router.Replica[LogPos](nil), r.View.Replicas...)
+				recs = append(recs, c)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != res[k][0] {
+				t.Fatalf("recorded trial result differs from Run's:\n%+v\n%+v", got, res[k][0])
+			}
+			var decisions int64
+			for _, n := range got.Reasons {
+				decisions += n
+			}
+			if int64(len(recs)) != decisions || decisions == 0 {
+				t.Fatalf("%d records, %d decisions counted", len(recs), decisions)
+			}
+			var b router.Bucket
+			for i := range recs {
+				in := recs[i].Input()
+				if d := router.Decide(&in, &b); d != recs[i].Decision {
+					t.Fatalf("record %d replays to %+v, recorded %+v", i, d, recs[i].Decision)
+				}
+			}
+		})
+	}
+	if _, err := RecordDecisions(context.Background(), cfg, specs[0], -1, func(*DecisionRecord) {}); err == nil {
+		t.Error("negative trial accepted")
+	}
+}
