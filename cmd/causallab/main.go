@@ -63,6 +63,7 @@ what does each routing rule cost the primary and the reader?`,
 		newSimCmd(),
 		newWatchCmd(),
 	)
+	root.AddCommand(newComposeCmds()...) // compose: up, status, down, fault, image
 	return root
 }
 
