@@ -43,11 +43,15 @@ func Parse(s string) (Set, error) {
 			continue
 		}
 		uuidPos := i
-		sid, j, err := parseSIDAt(s, i)
-		if err != nil {
-			return Set{}, err
+		sid, ok := parseDashedFast(s, i)
+		if ok {
+			i += 36
+		} else {
+			var err error
+			if sid, i, err = parseSIDAt(s, i); err != nil {
+				return Set{}, err
+			}
 		}
-		i = j
 		key := SourceKey{SID: sid}
 		segStart := len(ivs) // first interval of the current (sid, tag)
 		tagPos := -1         // offset of the open tag, -1 if untagged
