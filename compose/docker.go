@@ -19,6 +19,7 @@ import (
 	mnetwork "github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
+	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/network"
 )
 
@@ -149,6 +150,7 @@ func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwor
 			testcontainers.WithEntrypoint(),
 			testcontainers.WithExposedPorts("3306/tcp"),
 			testcontainers.WithLabels(map[string]string{"causallab.node": s.name}),
+			testcontainers.WithLogger(TestcontainersLogger(b.cfg.Logger)),
 			testcontainers.WithFiles(
 				testcontainers.ContainerFile{Reader: strings.NewReader(cnf), ContainerFilePath: "/tmp/causallab-my.cnf", FileMode: 0o644},
 				testcontainers.ContainerFile{Reader: strings.NewReader(init), ContainerFilePath: "/tmp/causallab-init.sql", FileMode: 0o644},
@@ -184,6 +186,21 @@ func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwor
 		}
 	}
 	return fmt.Errorf("%w: %w", ErrPortInUse, lastErr)
+}
+
+// TestcontainersLogger adapts a slog.Logger (debug level) to the logger
+// testcontainers-go prints its progress with. A nil l means slog.Default()
+// at the time of each line.
+func TestcontainersLogger(l *slog.Logger) tclog.Logger { return tcLogger{l} }
+
+type tcLogger struct{ l *slog.Logger }
+
+func (t tcLogger) Printf(format string, v ...any) {
+	l := t.l
+	if l == nil {
+		l = slog.Default()
+	}
+	l.Debug("compose: testcontainers: " + strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
 func (b *dockerBackend) server(name string) (*dockerServer, error) {

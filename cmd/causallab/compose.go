@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	tclog "github.com/testcontainers/testcontainers-go/log"
 
 	"github.com/causallab/causallab/compose"
 )
@@ -48,6 +49,9 @@ func (e *lineError) Unwrap() error { return e.err }
 // newComposeCmds returns the topology commands: up, status, down, fault, image.
 func newComposeCmds() []*cobra.Command {
 	statePath := defaultStatePath()
+	// testcontainers-go prints a banner and progress through its default
+	// logger; send it to slog (debug) so that -v shows it.
+	tclog.SetDefault(compose.TestcontainersLogger(nil))
 	return []*cobra.Command{newUpCmd(&statePath), newStatusCmd(&statePath), newDownCmd(&statePath), newFaultCmd(&statePath), newImageCmd()}
 }
 
