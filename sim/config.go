@@ -57,11 +57,25 @@ type ReplicaModel struct {
 	StallEvery time.Duration
 	// StallMean is the mean stall length (uniform in [0.5, 1.5]×StallMean).
 	StallMean time.Duration
-	// HeavyProb is the probability that a write is a heavy record; the draw is
-	// part of the workload and is used only in worlds with heavy records.
+	// HeavyProb is the share of writes that are heavy records. They are
+	// spaced regularly, one every 1/HeavyProb writes from a random phase
+	// drawn per trial, so their number per trial is fixed by the rate (a
+	// trial of n writes holds n×HeavyProb of them, ±1) and heavy records
+	// come as a rate per second of offered writes. The phase is part of the
+	// workload; heavy records matter only in worlds with HeavyProb > 0.
 	HeavyProb float64
-	// HeavyCost is a heavy record's replay time on every healthy replica.
+	// HeavyCost is the fixed part of a heavy record's replay time on every
+	// replica.
 	HeavyCost time.Duration
+	// HeavyCostPerKWPS is the part of a heavy record's replay time that grows
+	// with the offered load: added once per 1000 offered writes/s (a batch
+	// statement whose rows scale with the traffic).
+	HeavyCostPerKWPS time.Duration
+}
+
+// heavyCost is a heavy record's replay time at wps offered writes/s.
+func (m *ReplicaModel) heavyCost(wps float64) usec {
+	return dur(m.HeavyCost) + usec(float64(dur(m.HeavyCostPerKWPS))*wps/1000)
 }
 
 // Model returns the calibrated replica model of world w.
@@ -79,14 +93,14 @@ func (w World) Model() ReplicaModel {
 	case WorldStraggler:
 		m := healthy
 		m.Straggler = true
-		m.SlowFactor = 2.5
-		m.StallEvery = 600 * time.Millisecond
-		m.StallMean = 400 * time.Millisecond
+		m.SlowFactor = 1.5
+		m.StallEvery = 700 * time.Millisecond
+		m.StallMean = 500 * time.Millisecond
 		return m
 	default:
 		m := WorldStraggler.Model()
-		m.HeavyProb = 0.00005
-		m.HeavyCost = 3 * time.Second
+		m.HeavyProb = 0.0001
+		m.HeavyCost = 2500 * time.Millisecond
 		return m
 	}
 }
@@ -155,6 +169,14 @@ type Config struct {
 	Faults []Fault
 	// Drifts are outside-load periods.
 	Drifts []Drift
+	// Spikes pause every replica's applier (the replicas stay up for the
+	// router): a fleet-wide lag spike, as after a heavy migration.
+	Spikes []Spike
+}
+
+// Spike pauses every replica's applier from From to To (trial time).
+type Spike struct {
+	From, To time.Duration
 }
 
 // validate fills defaults and rejects nonsense.
@@ -237,6 +259,11 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("fault %+v: replica out of range or empty interval", f))
 		}
 	}
+	for _, s := range c.Spikes {
+		if s.From < 0 || s.To < s.From {
+			errs = append(errs, fmt.Errorf("spike %+v: empty or negative interval", s))
+		}
+	}
 	for _, d := range c.Drifts {
 		if d.Replica < 0 || d.Replica >= c.Replicas || d.To < d.From || d.InFlight < 0 {
 			errs = append(errs, fmt.Errorf("drift %+v: replica out of range or bad interval", d))
@@ -245,7 +272,7 @@ func (c *Config) validate() error {
 	if c.Model != nil {
 		m := c.Model
 		if m.ShipDelay < 0 || m.ShipJitter < 0 || m.ShipJitter > m.ShipDelay || m.ApplyCost < 0 ||
-			m.HeavyProb < 0 || m.HeavyProb > 1 || m.HeavyCost < 0 || (m.Straggler && m.SlowFactor <= 0) {
+			m.HeavyProb < 0 || m.HeavyProb > 1 || m.HeavyCost < 0 || m.HeavyCostPerKWPS < 0 || (m.Straggler && m.SlowFactor <= 0) {
 			errs = append(errs, fmt.Errorf("replica model %+v: negative or inconsistent", *m))
 		}
 	}

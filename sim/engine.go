@@ -29,6 +29,7 @@ type sessState struct {
 	shown     LogPos // highest position any read has shown the session (truth)
 	failed    bool   // the read in flight was failed by the router
 	waited    bool   // the read in flight waited at least once
+	capWaited bool   // it waited at least once because the cap was spent
 }
 
 // engine runs trials. It is owned by one goroutine and reused across trials:
@@ -37,6 +38,8 @@ type engine struct {
 	cfg   *Config
 	model ReplicaModel
 	wl    *workload
+
+	heavyCost usec // a heavy record's replay time at this trial's load
 	pol   router.Policy
 	table *hashroute.Table // affinity hashing over the configured replicas
 
@@ -93,6 +96,7 @@ func grow[T any](s []T, n int) []T {
 func (e *engine) reset(cfg *Config, wl *workload, spec *RouterSpec, trial int, m *trialMetrics) {
 	e.cfg, e.wl, e.pol, e.m = cfg, wl, spec.Policy, m
 	e.model = cfg.model()
+	e.heavyCost = e.model.heavyCost(cfg.WritesPerSec)
 	e.h.reset()
 	e.pcr.Seed(cfg.Seed, uint64(trial)<<8|streamRouter)
 	e.pcw.Seed(cfg.Seed, uint64(trial)<<8|streamWorld)
@@ -168,6 +172,11 @@ func (e *engine) drawStalls(cfg *Config) {
 			t += d
 		}
 	}
+	for _, sp := range cfg.Spikes {
+		for r := range e.nr {
+			e.stalls[r] = append(e.stalls[r], interval{dur(sp.From), dur(sp.To)})
+		}
+	}
 	for _, f := range cfg.Faults {
 		iv := interval{dur(f.From), dur(f.To)}
 		e.stalls[f.Replica] = append(e.stalls[f.Replica], iv)
@@ -204,7 +213,7 @@ func (e *engine) run(ctx context.Context) error {
 		case evWriteAck:
 			e.writeAck(ev.t, ev.id)
 		case evReadIssue:
-			e.ss[ev.id].waited = false
+			e.ss[ev.id].waited, e.ss[ev.id].capWaited = false, false
 			e.route(ev.t, ev.id, 0)
 		case evWaitWake:
 			e.route(ev.t, ev.id, ev.t-e.ss[ev.id].waitStart)
@@ -245,7 +254,7 @@ func (e *engine) writeArrive(t usec, w int32) {
 		if e.wl.heavy[w] && m.HeavyProb > 0 {
 			// A heavy record costs the same everywhere: the straggler's
 			// trouble is its ordinary apply rate and its stalls.
-			cost = float64(dur(m.HeavyCost))
+			cost = float64(e.heavyCost)
 		}
 		end := e.apply(r, max(arr, e.lastEnd[r]), usec(cost))
 		e.lastEnd[r] = end
@@ -402,6 +411,10 @@ func (e *engine) route(t usec, s int32, waited usec) {
 			st.waitStart = t
 			m.waited++
 		}
+		if d.Reason == router.ReasonCapExceeded && !st.capWaited {
+			st.capWaited = true
+			m.capWaited++
+		}
 		wake := t + dur(d.WaitFor)
 		if q := e.qualifyTime(d.Replica, ses); q < wake {
 			wake = q
@@ -412,6 +425,9 @@ func (e *engine) route(t usec, s int32, waited usec) {
 		e.h.push(wake, evWaitWake, s)
 	case router.ActFail:
 		m.failed++
+		if d.Reason == router.ReasonCapExceeded {
+			m.capFailed++
+		}
 		if d.Reason == router.ReasonTimedOut {
 			m.timeouts++
 		}
@@ -489,7 +505,7 @@ func (e *engine) readDone(t usec, s int32) {
 		e.m.readLat.add(t - st.issue)
 	}
 	e.m.reads++
-	st.failed, st.waited, st.node = false, false, -1
+	st.failed, st.waited, st.capWaited, st.node = false, false, false, -1
 	rpw := int32(e.wl.rpw)
 	st.k++
 	if st.k < rpw {

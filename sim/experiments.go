@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/causallab/causallab/hashroute"
@@ -74,6 +75,7 @@ func Experiments() []Experiment {
 		{"failover", "scalar, GTID-set and epoch tokens through a failover", Failover},
 		{"workorder", "the request-stream model (Park–Miller) with fixed lag", Workorder},
 		{"hashing", "affinity hashing modes under a replica outage and load drift", Hashing},
+		{"cap", "the primary fallback cap C under a fleet-wide lag spike (token-ryw-mr)", CapExp},
 	}
 }
 
@@ -177,6 +179,39 @@ var routerColumns = []Column{
 	{"timeouts_pct", "timeouts %", 2},
 }
 
+// capColumns are added to router tables when a fallback cap is configured.
+var capColumns = []Column{
+	{"cap_stale_pct", "cap: served stale %", 2},
+	{"cap_failed_pct", "cap: failed %", 2},
+	{"cap_waited_pct", "cap: waited %", 2},
+}
+
+var (
+	fCapStale  = func(r *Result) float64 { return pct(r.Stale, r.Reads) }
+	fCapFailed = func(r *Result) float64 { return pct(r.CapFailed, r.Reads) }
+	fCapWaited = func(r *Result) float64 { return pct(r.CapWaited, r.Reads) }
+)
+
+func capCells(rs []Result) []Cell {
+	return []Cell{S(stat(rs, fCapStale)), S(stat(rs, fCapFailed)), S(stat(rs, fCapWaited))}
+}
+
+func capNote(cfg *Config) string {
+	return fmt.Sprintf("Fallback cap: %g primary fallbacks/s, above it %s (extra wait %v). Cap columns: reads served labelled stale, reads failed because the cap was spent (at once under fail-fast, after the extra wait under wait-longer), reads that waited because of the cap.",
+		cfg.Cap.PerSecond, capBehaviorName(cfg.Cap.Behavior), cfg.Cap.ExtraWait)
+}
+
+func capBehaviorName(b router.CapBehavior) string {
+	switch b {
+	case router.CapFailFast:
+		return "fail-fast"
+	case router.CapServeStale:
+		return "serve-stale"
+	default:
+		return "wait-longer"
+	}
+}
+
 func routerRow(name string, rs []Result) []Cell {
 	return []Cell{L(name), S(stat(rs, fRYW)), S(stat(rs, fMR)), S(stat(rs, fPrim)), S(stat(rs, fWorst)),
 		S(stat(rs, fPeak)), S(stat(rs, fRMean)), S(stat(rs, fRP50)), S(stat(rs, fRP99)), S(stat(rs, fWaited)), S(stat(rs, fTimeout))}
@@ -191,11 +226,23 @@ func RoutersTable(ctx context.Context, name, title string, cfg Config, specs []R
 	if err != nil {
 		return nil, nil, err
 	}
-	t := &Table{Name: name, Title: title, Columns: routerColumns}
+	capped := cfg.Cap.PerSecond > 0
+	cols := routerColumns
+	if capped {
+		cols = append(slices.Clone(routerColumns), capColumns...)
+	}
+	t := &Table{Name: name, Title: title, Columns: cols}
 	for k, s := range specs {
-		t.Rows = append(t.Rows, routerRow(s.Name, res[k]))
+		row := routerRow(s.Name, res[k])
+		if capped {
+			row = append(row, capCells(res[k])...)
+		}
+		t.Rows = append(t.Rows, row)
 	}
 	t.Notes = []string{setupNote(&cfg), lagNote(&cfg, res[0])}
+	if capped {
+		t.Notes = append(t.Notes, capNote(&cfg))
+	}
 	return t, res, nil
 }
 
@@ -416,4 +463,53 @@ func Wait(ctx context.Context, o Options) (*Report, error) {
 	}
 	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0])}
 	return &Report{Tables: []*Table{t}, Plots: []Plot{pl}}, nil
+}
+
+// CapExp is the `cap` experiment: token-ryw-mr under a fleet-wide lag spike
+// (every applier paused 6–8 s) with the fallback cap C at a few values, under
+// each of the three behaviours above the cap. C = 0 is no cap.
+func CapExp(ctx context.Context, o Options) (*Report, error) {
+	caps := []float64{0, 400, 200, 100, 50}
+	behaviors := []router.CapBehavior{router.CapWaitLonger, router.CapFailFast, router.CapServeStale}
+	type pt struct {
+		c float64
+		b router.CapBehavior
+	}
+	pts := []pt{{0, router.CapWaitLonger}}
+	for _, c := range caps[1:] {
+		for _, b := range behaviors {
+			pts = append(pts, pt{c, b})
+		}
+	}
+	extra := o.Base.Cap.ExtraWait
+	if extra <= 0 {
+		extra = 200 * time.Millisecond
+	}
+	cfgs, res, err := sweep(ctx, len(pts), func(i int) Config {
+		c := o.base(4)
+		c.Spikes = append(slices.Clone(c.Spikes), Spike{From: 6 * time.Second, To: 8 * time.Second})
+		c.Cap = router.Cap{PerSecond: pts[i].c, Behavior: pts[i].b, ExtraWait: extra}
+		return c
+	}, func(int) []RouterSpec { return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR})} }, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{Name: "cap", Title: "Fallback cap under a lag spike (token-ryw-mr)", Columns: append([]Column{
+		{"cap_per_sec", "C /s", 0}, {"behavior", "above the cap", 0},
+		{"peak_fallbacks_rps", "peak fallbacks/s", 0}, {"primary_pct", "primary %", 1}, {"worst_100ms_pct", "worst 100 ms %", 1},
+		{"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}, {"read_p99_ms", "read p99 ms", 1}}, capColumns...)}
+	for i, p := range pts {
+		rs := res[i][0]
+		b := capBehaviorName(p.b)
+		if p.c == 0 {
+			b = "(no cap)"
+		}
+		row := []Cell{N(p.c), L(b), S(stat(rs, fPeak)), S(stat(rs, fPrim)), S(stat(rs, fWorst)),
+			S(stat(rs, fRYW)), S(stat(rs, fMR)), S(stat(rs, fRP99))}
+		t.Rows = append(t.Rows, append(row, capCells(rs)...))
+	}
+	t.Notes = []string{setupNote(&cfgs[0]),
+		fmt.Sprintf("Lag spike: every replica's applier paused 6–8 s (replicas stay up). Under token-ryw-mr every primary read is a freshness fallback, so peak fallbacks/s is the peak primary read rate over 1 s windows. Wait-longer's extra wait: %v. Violations appear only where reads are served labelled stale.", extra),
+		lagNote(&cfgs[0], res[0][0])}
+	return &Report{Tables: []*Table{t}}, nil
 }

@@ -17,6 +17,8 @@ type trialMetrics struct {
 	timeouts    int64 // waits that spent their budget, or reads failed as timed out
 	failed      int64 // reads the router failed (ActFail)
 	staleServed int64 // reads served labelled stale (cap behaviour)
+	capFailed   int64 // reads failed because the cap was spent (ReasonCapExceeded)
+	capWaited   int64 // reads that waited at least once because the cap was spent
 	hashMoved   int64 // affinity decisions hashroute moved off the first choice
 	events      int64
 	reasons     [16]int64
@@ -53,6 +55,11 @@ func (m *trialMetrics) bin(t usec, primary bool) {
 // Result is one router's outcome in one trial: the numbers tables average.
 type Result struct {
 	Reads, Served, RYW, MR, Primary, Fallbacks, Waited, Timeouts, Failed, Stale int64
+	// CapFailed counts reads failed because the fallback cap was spent (at
+	// once under fail-fast, after the extra wait under wait-longer);
+	// CapWaited counts reads that waited at least once because of the cap.
+	// Stale counts reads served labelled stale (serve-stale).
+	CapFailed, CapWaited int64
 	// HashMoved counts affinity reads hashroute sent off their first choice
 	// (reselected, remapped or rebalanced).
 	HashMoved int64
@@ -83,7 +90,7 @@ func (m *trialMetrics) result() Result {
 	r := Result{
 		Reads: m.reads, Served: m.served, RYW: m.ryw, MR: m.mr, Primary: m.primary,
 		Fallbacks: m.fallbacks, Waited: m.waited, Timeouts: m.timeouts, Failed: m.failed,
-		Stale: m.staleServed, HashMoved: m.hashMoved, Events: m.events, Reasons: m.reasons,
+		Stale: m.staleServed, CapFailed: m.capFailed, CapWaited: m.capWaited, HashMoved: m.hashMoved, Events: m.events, Reasons: m.reasons,
 		RYWPct: pct(m.ryw, m.reads), MRPct: pct(m.mr, m.reads), PrimaryPct: pct(m.primary, m.reads),
 		ReadMean: m.readLat.mean() / 1000, ReadP50: m.readLat.quantile(0.5) / 1000, ReadP99: m.readLat.quantile(0.99) / 1000,
 		WriteMean: m.writeLat.mean() / 1000, WriteP99: m.writeLat.quantile(0.99) / 1000,

@@ -30,7 +30,8 @@ func trialRand(seed uint64, trial, stream int) *rand.Rand {
 }
 
 // draw fills w for trial of cfg, reusing w's arrays. Draw order per write:
-// inter-arrival time, session, heavy coin, then the read gaps in order.
+// (after one heavy-schedule phase) inter-arrival time, session, then the
+// read gaps in order.
 func (w *workload) draw(cfg *Config, trial int) {
 	r := trialRand(cfg.Seed, trial, streamWorkload)
 	m := cfg.model()
@@ -39,6 +40,10 @@ func (w *workload) draw(cfg *Config, trial int) {
 	end := dur(cfg.Duration)
 	lgMin, lgMax := math.Log(float64(dur(cfg.GapMin))), math.Log(float64(dur(cfg.GapMax)))
 	mean := 1e6 / cfg.WritesPerSec
+	// Heavy records: write i is heavy when floor(phase + (i+1)×rate) steps
+	// past floor(phase + i×rate): a regular schedule from a random phase.
+	// The phase is drawn in every world so the stream stays identical.
+	phase := r.Float64()
 	t := 0.0
 	for cfg.WritesPerSec > 0 {
 		t += r.ExpFloat64() * mean
@@ -47,7 +52,8 @@ func (w *workload) draw(cfg *Config, trial int) {
 		}
 		w.send = append(w.send, usec(t))
 		w.session = append(w.session, int32(r.IntN(cfg.Sessions)))
-		w.heavy = append(w.heavy, r.Float64() < m.HeavyProb)
+		i := float64(len(w.heavy))
+		w.heavy = append(w.heavy, m.HeavyProb > 0 && math.Floor(phase+(i+1)*m.HeavyProb) > math.Floor(phase+i*m.HeavyProb))
 		for range w.rpw {
 			w.gaps = append(w.gaps, usec(math.Exp(lgMin+r.Float64()*(lgMax-lgMin))))
 		}
