@@ -13,6 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/gtid"
@@ -50,8 +51,12 @@ func pct(d []time.Duration, p float64) time.Duration {
 func BenchmarkFreshness(b *testing.B) {
 	composetest.Need(b, shared)
 	n := node(b, "replica1")
-	w, _ := startWatcher(b, n, nil)
+	w, met := startWatcher(b, n, nil)
+	// The same watcher without the ahead waiter, observed in the same
+	// iterations: every sample of both saw the same transaction.
+	wc, _ := startWatcher(b, n, func(c *Config) { c.DisableAhead = true; c.Name = n.Name + "-confirm-only" })
 	waitHealth(b, w, HealthStreaming, 10*time.Second)
+	waitHealth(b, wc, HealthStreaming, 10*time.Second)
 	p := shared.Primary()
 	pc := connectNode(b, p.Host, p.Port, p.User, p.Password, true)
 	for _, q := range []string{"SET SESSION session_track_gtids = OWN_GTID", "CREATE DATABASE IF NOT EXISTS bw",
@@ -78,7 +83,8 @@ func BenchmarkFreshness(b *testing.B) {
 	last := write()
 	waiter := connectNode(b, n.Host, n.Port, n.User, n.Password, false)
 	poller := connectNode(b, n.Host, n.Port, n.User, n.Password, false)
-	var watch, poll []time.Duration
+	var watch, watchConfirm, poll []time.Duration
+	var its, itsConfirm []freshIter
 	ctx := testCtx(b, 10*time.Minute)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -86,9 +92,14 @@ func BenchmarkFreshness(b *testing.B) {
 		want, _ := gtid.Set{}.Add(next)
 		text := want.CompactString()
 		var wg sync.WaitGroup
-		var tW, tP, tPoll time.Time
-		var werr, perr, qerr error
-		wg.Add(3)
+		var tW, tPoll time.Time
+		var werr, qerr error
+		var seen [2]watchSeen
+		for j, x := range []*Watcher{w, wc} {
+			wg.Add(1)
+			go func() { defer wg.Done(); seen[j] = waitSeen(ctx, x, want) }()
+		}
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			r, err := waiter.Execute("SELECT WAIT_FOR_EXECUTED_GTID_SET('" + text + "', 10)")
@@ -97,13 +108,6 @@ func BenchmarkFreshness(b *testing.B) {
 				r.Close()
 			}
 			werr = err
-		}()
-		go func() {
-			defer wg.Done()
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			perr = w.WaitFor(wctx, want)
-			tP = time.Now()
 		}()
 		go func() {
 			defer wg.Done()
@@ -129,20 +133,90 @@ func BenchmarkFreshness(b *testing.B) {
 			b.Fatalf("write got %v, predicted %v: another writer is active", got, next)
 		}
 		wg.Wait()
-		if werr != nil || perr != nil || qerr != nil {
-			b.Fatalf("wait %v, watcher %v, poll %v", werr, perr, qerr)
+		if werr != nil || seen[0].err != nil || seen[1].err != nil || qerr != nil {
+			b.Fatalf("wait %v, watcher %v, confirm-only watcher %v, poll %v", werr, seen[0].err, seen[1].err, qerr)
 		}
-		watch = append(watch, max(0, tP.Sub(tW)))
+		watch = append(watch, max(0, seen[0].t.Sub(tW)))
+		watchConfirm = append(watchConfirm, max(0, seen[1].t.Sub(tW)))
 		poll = append(poll, max(0, tPoll.Sub(tW)))
+		its = append(its, freshIter{tW: tW, tP: seen[0].t, st: seen[0].s.stages, published: seen[0].s.Published})
+		itsConfirm = append(itsConfirm, freshIter{tW: tW, tP: seen[1].t, st: seen[1].s.stages, published: seen[1].s.Published})
 		last = got
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(pct(watch, 0.5).Microseconds()), "watch-p50-µs")
 	b.ReportMetric(float64(pct(watch, 0.99).Microseconds()), "watch-p99-µs")
+	b.ReportMetric(float64(pct(watchConfirm, 0.5).Microseconds()), "confirm-only-p50-µs")
+	b.ReportMetric(float64(pct(watchConfirm, 0.99).Microseconds()), "confirm-only-p99-µs")
 	b.ReportMetric(float64(pct(poll, 0.5).Microseconds()), "poll10ms-p50-µs")
 	b.ReportMetric(float64(pct(poll, 0.99).Microseconds()), "poll10ms-p99-µs")
 	if p99 := pct(watch, 0.99); p99 > 0 {
 		b.ReportMetric(float64(pct(poll, 0.99))/float64(p99), "poll/watch-p99")
+	}
+	b.ReportMetric(testutil.ToFloat64(met.aheadHits.WithLabelValues(n.Name))/float64(b.N), "ahead-hits/op")
+	b.Log("watcher with the ahead waiter:")
+	logStages(b, its)
+	b.Log("watcher without it (confirmation after the stream only):")
+	logStages(b, itsConfirm)
+}
+
+// watchSeen is when a reader of a watcher first saw a set published.
+type watchSeen struct {
+	t   time.Time
+	s   *Snapshot // the first snapshot that contained it
+	err error
+}
+
+// waitSeen is Watcher.WaitFor's loop, keeping the snapshot that first
+// contained want (its stage times say where the time went).
+func waitSeen(ctx context.Context, w *Watcher, want gtid.Set) watchSeen {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for s := w.Snapshot(); ; s = w.Snapshot() {
+		if s.Contains(want) {
+			return watchSeen{t: time.Now(), s: s}
+		}
+		select {
+		case <-s.Changed():
+		case <-ctx.Done():
+			return watchSeen{err: ctx.Err()}
+		}
+	}
+}
+
+// freshIter is one freshness sample with the publishing snapshot's stages.
+type freshIter struct {
+	tW, tP    time.Time // waiter returned; watcher's reader saw the publish
+	published time.Time
+	st        stageTimes
+}
+
+// logStages logs, relative to tW (the waiting connection's return), when
+// each stage happened: p50 and p99 over all samples, and the stages of the
+// slowest 1% (where the tail comes from).
+func logStages(b *testing.B, its []freshIter) {
+	rel := func(t, tW time.Time) time.Duration {
+		if t.IsZero() {
+			return 0
+		}
+		return t.Sub(tW)
+	}
+	stage := map[string][]time.Duration{}
+	names := []string{"streamed", "confirm-sent", "confirmed", "published", "seen"}
+	for _, it := range its {
+		for i, t := range []time.Time{it.st.streamed, it.st.confirmSent, it.st.confirmed, it.published, it.tP} {
+			if !t.IsZero() {
+				stage[names[i]] = append(stage[names[i]], rel(t, it.tW))
+			}
+		}
+	}
+	for _, n := range names {
+		b.Logf("stage %-12s (relative to the waiter's return, %d samples) p50 %8v p99 %8v", n, len(stage[n]), pct(stage[n], 0.5), pct(stage[n], 0.99))
+	}
+	slices.SortFunc(its, func(a, c freshIter) int { return int(a.tP.Sub(a.tW) - c.tP.Sub(c.tW)) })
+	for _, it := range its[len(its)-max(1, len(its)/100):] {
+		b.Logf("tail sample: seen %v; streamed %v, confirm sent %v, confirmed %v, published %v",
+			it.tP.Sub(it.tW), rel(it.st.streamed, it.tW), rel(it.st.confirmSent, it.tW), rel(it.st.confirmed, it.tW), rel(it.published, it.tW))
 	}
 }
 

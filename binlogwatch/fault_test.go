@@ -39,6 +39,12 @@ func TestStreamDDLAndRotation(t *testing.T) {
 	if got := testutil.ToFloat64(met.transactions.WithLabelValues(n.Name)); got < float64(wr.n) {
 		t.Errorf("transactions_total %v < %d rows written", got, wr.n)
 	}
+	// The subset checker above also covered the ahead waiter's publishes.
+	ahead := testutil.ToFloat64(met.aheadHits.WithLabelValues(n.Name))
+	if ahead == 0 {
+		t.Errorf("ahead_confirms_total 0 after %d single-source writes: the ahead waiter never published", wr.n)
+	}
+	t.Logf("%v transactions published by the ahead waiter (%d rows written, plus the DDL)", ahead, wr.n)
 	if s := w.Snapshot(); s.Health != HealthStreaming {
 		t.Errorf("health %s (%s)", s.Health, s.Reason)
 	}

@@ -18,6 +18,7 @@ type Metrics struct {
 	notifyDelay   *prometheus.HistogramVec
 	lastEventUnix *prometheus.GaugeVec
 	confirmWaits  *prometheus.CounterVec
+	aheadHits     *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (never the
@@ -61,8 +62,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "causallab", Subsystem: "binlogwatch", Name: "confirm_timeouts_total",
 			Help: "Streamed sets that were not in @@gtid_executed within ConfirmWait (kept unpublished, retried).",
 		}, []string{"replica"}),
+		aheadHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "binlogwatch", Name: "ahead_confirms_total",
+			Help: "Transactions published by the ahead waiter (a wait parked on the predicted next GTID) rather than by a confirmation after the stream.",
+		}, []string{"replica"}),
 	}
-	for _, c := range []prometheus.Collector{m.confirmWaits, m.events, m.transactions, m.ignored, m.reconnects, m.resyncs, m.health, m.notifyDelay, m.lastEventUnix} {
+	for _, c := range []prometheus.Collector{m.aheadHits, m.confirmWaits, m.events, m.transactions, m.ignored, m.reconnects, m.resyncs, m.health, m.notifyDelay, m.lastEventUnix} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -78,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 type replicaMetrics struct {
 	events, transactions                             prometheus.Counter
 	duplicate, anonymous, orphan, abandoned, invalid prometheus.Counter
-	reconnects, confirmTimeouts                      prometheus.Counter
+	reconnects, confirmTimeouts, aheadHits           prometheus.Counter
 	health, lastEvent                                prometheus.Gauge
 	notifyDelay                                      prometheus.Observer
 	resyncs                                          *prometheus.CounterVec
@@ -100,6 +105,7 @@ func (m *Metrics) forReplica(name string) *replicaMetrics {
 		invalid:         m.ignored.WithLabelValues(name, "invalid"),
 		reconnects:      m.reconnects.WithLabelValues(name),
 		confirmTimeouts: m.confirmWaits.WithLabelValues(name),
+		aheadHits:       m.aheadHits.WithLabelValues(name),
 		health:          m.health.WithLabelValues(name),
 		lastEvent:       m.lastEventUnix.WithLabelValues(name),
 		notifyDelay:     m.notifyDelay.WithLabelValues(name),

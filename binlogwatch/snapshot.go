@@ -73,6 +73,15 @@ type Snapshot struct {
 	Stopped bool `json:"stopped,omitempty"`
 
 	changed chan struct{} // closed when a newer snapshot replaces this one
+	stages  stageTimes    // where the time went (the freshness benchmark reads it)
+}
+
+// stageTimes are the moments a published set passed the watcher's stages;
+// zero when the snapshot did not come from the stream.
+type stageTimes struct {
+	streamed    time.Time // the stream goroutine had the commit event
+	confirmSent time.Time // the confirmation query was sent ("" if none was needed)
+	confirmed   time.Time // the confirmation returned
 }
 
 // Changed returns a channel closed when a newer snapshot is published.

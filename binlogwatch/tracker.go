@@ -33,6 +33,7 @@ type trackerStats struct {
 type commitResult struct {
 	added      int       // GTIDs newly added to the set
 	commitTime time.Time // commit timestamp of the last added transaction
+	last       gtid.GTID // the last added GTID (valid when added > 0)
 }
 
 // tracker is the event-to-commit state machine. It owns set (mutated in
@@ -183,6 +184,7 @@ func (t *tracker) commit(r *commitResult) {
 	t.stats.commits++
 	r.added++
 	r.commitTime = p.commitTime
+	r.last = p.g
 }
 
 func isZero(b []byte) bool {

@@ -54,6 +54,11 @@ type Config struct {
 	// @@gtid_executed before the watcher reports it and tries again.
 	// Default 1 s.
 	ConfirmWait time.Duration
+	// DisableAhead turns off the ahead waiter: a second SQL connection per
+	// replica that keeps a WAIT_FOR_EXECUTED_GTID_SET parked on the GTID
+	// predicted to commit next, so the common case is published without a
+	// confirmation round trip after the stream delivers it. Default: on.
+	DisableAhead bool
 	// DownAfter turns Reconnecting into Down when reconnecting has failed
 	// for this long. Default 5 s.
 	DownAfter time.Duration
@@ -343,19 +348,25 @@ type candidate struct {
 	lastEvent  time.Time
 	health     Health
 	reason     string
+	last       gtid.GTID // the last transaction the stream added (GNO 0: none yet)
 }
 
 // session takes a snapshot and streams until an error. streamed reports
 // whether at least one event arrived (the backoff then restarts).
 //
-// Two goroutines share the work: this one owns the tracker and turns
-// events into candidate sets; the confirmer owns publishing during the
-// session and publishes a candidate only once the replica's
-// @@gtid_executed contains it (WAIT_FOR_EXECUTED_GTID_SET on the session's
-// SQL connection). The binlog reaches the dump thread after the binlog sync
-// stage but before the commit stage updates @@gtid_executed and makes the
-// rows visible: the confirmation closes that window (measured in
-// docs/binlogwatch.md), at the cost of one round trip per batch.
+// Three goroutines share the work: this one owns the tracker and turns
+// events into candidate sets; the confirmer publishes a candidate only once
+// the replica's @@gtid_executed contains it (WAIT_FOR_EXECUTED_GTID_SET on
+// the session's SQL connection). The binlog reaches the dump thread after
+// the binlog sync stage but before the commit stage updates
+// @@gtid_executed and makes the rows visible: the confirmation closes that
+// window (measured in docs/binlogwatch.md), at the cost of one round trip.
+// The ahead waiter (unless Config.DisableAhead) keeps a
+// WAIT_FOR_EXECUTED_GTID_SET parked on a second connection for the GTID
+// that should come next (the last streamed one's GNO + 1), so the common
+// case is published when the server wakes its waiters at commit, without
+// the round trip. Both publish through publishConfirmed, which only ever
+// publishes the union of the published set and a set the server confirmed.
 func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err error) {
 	conn, err := w.connect(ctx)
 	if err != nil {
@@ -373,27 +384,47 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 	}
 	w.publish(st, time.Time{})
 
+	var aheadConn *client.Conn
+	if !w.cfg.DisableAhead {
+		if aheadConn, err = w.connect(ctx); err != nil {
+			return false, fmt.Errorf("ahead connection: %w", err)
+		}
+		defer aheadConn.Close()
+	}
+
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var cand atomic.Pointer[candidate]
-	kick := make(chan struct{}, 1)
-	confirmed := make(chan struct{})
+	cs := &confirmState{uuid: st.serverUUID, kick: make(chan struct{}, 1), kickAhead: make(chan struct{}, 1)}
+	var workers sync.WaitGroup
+	workers.Add(1)
 	go func() {
-		defer close(confirmed)
-		if err := w.confirmLoop(sctx, conn, st.serverUUID, fresh, &cand, kick); err != nil {
+		defer workers.Done()
+		if err := w.confirmLoop(sctx, conn, cs); err != nil {
 			cancel(err)
 		}
 	}()
 	stop := context.AfterFunc(sctx, func() { conn.Close() }) // unblock a confirmation in flight
+	defer stop()
+	if aheadConn != nil {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			if err := w.aheadLoop(sctx, aheadConn, cs); err != nil {
+				cancel(err)
+			}
+		}()
+		stopAhead := context.AfterFunc(sctx, func() { aheadConn.Close() })
+		defer stopAhead()
+	}
 	defer func() {
 		cancel(nil)
-		stop()
-		<-confirmed
-		// The confirmer has stopped and Run's goroutine publishes again:
-		// continue from what was published (unconfirmed transactions are
-		// dropped; the next session's snapshot brings them back).
+		workers.Wait()
+		// The confirmer and the ahead waiter have stopped and Run's
+		// goroutine publishes again: continue from what was published
+		// (unconfirmed transactions are dropped; the next session's
+		// snapshot brings them back).
 		p := w.pub.load()
-		if !p.Executed.Contains(st.tr.set) {
+		if !p.Executed.Equal(st.tr.set) {
 			st.tr.reset(p.Executed.Clone())
 		}
 		st.health, st.reason = p.Health, p.Reason
@@ -427,6 +458,7 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 		return false, fmt.Errorf("start binlog stream: %w", err)
 	}
 	health := HealthCatchingUp
+	var last gtid.GTID
 	for {
 		ev, err := streamer.GetEvent(sctx)
 		if err != nil {
@@ -447,68 +479,203 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 			continue
 		}
 		health = HealthStreaming
-		cand.Store(&candidate{set: st.tr.set.Clone(), commitTime: r.commitTime, lastEvent: now, health: HealthStreaming})
+		if r.added > 0 {
+			last = r.last
+		}
+		cs.cand.Store(&candidate{set: st.tr.set.Clone(), commitTime: r.commitTime, lastEvent: now, health: HealthStreaming, last: last})
+		cs.notify()
+	}
+}
+
+// confirmState is what the session's goroutines share.
+type confirmState struct {
+	uuid      string
+	cand      atomic.Pointer[candidate] // the latest streamed candidate
+	kick      chan struct{}             // wakes the confirmer (capacity 1)
+	kickAhead chan struct{}             // wakes the ahead waiter (capacity 1)
+	mu        sync.Mutex                // serializes publishConfirmed
+}
+
+func (cs *confirmState) notify() {
+	for _, k := range []chan struct{}{cs.kick, cs.kickAhead} {
 		select {
-		case kick <- struct{}{}:
+		case k <- struct{}{}:
 		default:
 		}
 	}
 }
 
+// publishConfirmed publishes the union of the published set and set, which
+// the server has confirmed to be within @@gtid_executed: both are lower
+// bounds of the replica's executed set, so their union is one. meta, when
+// not nil, also updates health and the last event time.
+func (w *Watcher) publishConfirmed(cs *confirmState, set gtid.Set, meta *candidate, stages stageTimes) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cur := w.pub.load()
+	exec := set
+	switch {
+	case set.Contains(cur.Executed):
+	case cur.Executed.Contains(set):
+		exec = cur.Executed
+	default:
+		exec = set.Union(cur.Executed)
+	}
+	health, reason, lastEvent := cur.Health, cur.Reason, cur.LastEvent
+	var commitTime time.Time
+	if meta != nil {
+		health, reason, lastEvent, commitTime = meta.health, meta.reason, meta.lastEvent, meta.commitTime
+	}
+	if meta == nil && exec.Equal(cur.Executed) {
+		return // nothing new
+	}
+	now := time.Now()
+	w.pub.publish(&Snapshot{Replica: w.cfg.Name, ServerUUID: cs.uuid, Executed: exec, Health: health, Reason: reason,
+		LastEvent: lastEvent, Published: now, stages: stages})
+	if w.met != nil {
+		w.met.health.Set(float64(health))
+		if !commitTime.IsZero() {
+			w.met.notifyDelay.Observe(now.Sub(commitTime).Seconds())
+		}
+	}
+}
+
+// waitExecuted runs WAIT_FOR_EXECUTED_GTID_SET(set, wait) on conn and
+// reports whether the set is executed (false: the wait timed out).
+func waitExecuted(conn *client.Conn, set, wait string) (bool, error) {
+	r, err := conn.Execute("SELECT WAIT_FOR_EXECUTED_GTID_SET('" + set + "', " + wait + ")")
+	if err != nil {
+		return false, err
+	}
+	defer r.Close()
+	v, err := r.GetInt(0, 0)
+	if err != nil {
+		return false, err
+	}
+	return v == 0, nil
+}
+
+// aheadLoop keeps a WAIT_FOR_EXECUTED_GTID_SET parked for the GTID
+// predicted to commit next: the last streamed GTID with GNO + 1 (same
+// source and tag). When the server confirms it, it is published at once
+// (the stream delivers it before the commit, so the confirmer's own round
+// trip would come later). A wrong prediction (another source, a gap) costs
+// nothing but the confirmer's usual round trip; the target is re-predicted
+// from the stream when the wait times out.
+func (w *Watcher) aheadLoop(ctx context.Context, conn *client.Conn, cs *confirmState) error {
+	wait := strconv.FormatFloat(w.cfg.ConfirmWait.Seconds(), 'f', 3, 64)
+	var target gtid.GTID // GNO 0: no prediction yet
+	for {
+		if target.GNO == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-cs.kickAhead:
+			}
+			if c := cs.cand.Load(); c != nil && c.last.GNO > 0 && c.last.GNO < maxGNO {
+				target = c.last
+				target.GNO++
+			}
+			continue
+		}
+		if w.pub.load().Executed.ContainsGTID(target) {
+			// Already published by the confirmer: follow the stream.
+			target.GNO++
+			if c := cs.cand.Load(); c != nil && c.last.SID == target.SID && c.last.Tag == target.Tag && c.last.GNO >= target.GNO {
+				target.GNO = c.last.GNO + 1
+			}
+			if target.GNO > maxGNO {
+				target.GNO = 0
+			}
+			continue
+		}
+		var stages stageTimes
+		stages.confirmSent = time.Now()
+		ok, err := waitExecuted(conn, target.String(), wait)
+		stages.confirmed = time.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("wait ahead on @@gtid_executed: %w", err)
+		}
+		if ok {
+			one, err := gtid.Set{}.Add(target)
+			if err != nil {
+				target.GNO = 0
+				continue
+			}
+			w.publishConfirmed(cs, one, nil, stages)
+			if w.met != nil {
+				w.met.aheadHits.Inc()
+			}
+			target.GNO++
+			if target.GNO > maxGNO {
+				target.GNO = 0
+			}
+			continue
+		}
+		// Timed out: the replica is idle or the prediction is wrong.
+		// Re-predict from the stream.
+		if c := cs.cand.Load(); c != nil && c.last.GNO > 0 && c.last.GNO < maxGNO {
+			next := c.last
+			next.GNO++
+			target = next
+		}
+	}
+}
+
+// maxGNO is the largest GNO MySQL accepts (2^63 - 2).
+const maxGNO = 1<<63 - 2
+
 // confirmLoop publishes candidates once the replica's @@gtid_executed
-// contains them. It owns publishing while the session runs.
-func (w *Watcher) confirmLoop(ctx context.Context, conn *client.Conn, uuid string, published gtid.Set, cand *atomic.Pointer[candidate], kick chan struct{}) error {
+// contains them.
+func (w *Watcher) confirmLoop(ctx context.Context, conn *client.Conn, cs *confirmState) error {
 	wait := strconv.FormatFloat(w.cfg.ConfirmWait.Seconds(), 'f', 3, 64)
 	var last *candidate
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-kick:
+		case <-cs.kick:
 		}
-		c := cand.Load()
+		c := cs.cand.Load()
 		if c == nil || c == last {
 			continue
 		}
-		if !published.Contains(c.set) {
-			r, err := conn.Execute("SELECT WAIT_FOR_EXECUTED_GTID_SET('" + c.set.CompactString() + "', " + wait + ")")
+		var stages stageTimes
+		stages.streamed = c.lastEvent
+		if !w.pub.load().Executed.Contains(c.set) {
+			stages.confirmSent = time.Now()
+			ok, err := waitExecuted(conn, c.set.CompactString(), wait)
+			stages.confirmed = time.Now()
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return fmt.Errorf("confirm against @@gtid_executed: %w", err)
 			}
-			v, err := r.GetInt(0, 0)
-			r.Close()
-			if err != nil {
-				return fmt.Errorf("confirm against @@gtid_executed: %w", err)
-			}
-			if v != 0 {
+			if !ok {
 				// Not committed within ConfirmWait: the binlog holds a
 				// transaction the replica has not made visible. Keep the
 				// previous set and say so; try again.
 				if w.met != nil {
 					w.met.confirmTimeouts.Inc()
 				}
-				w.pub.publish(&Snapshot{Replica: w.cfg.Name, ServerUUID: uuid, Executed: published, Health: HealthCatchingUp,
+				cs.mu.Lock()
+				cur := w.pub.load()
+				w.pub.publish(&Snapshot{Replica: w.cfg.Name, ServerUUID: cs.uuid, Executed: cur.Executed, Health: HealthCatchingUp,
 					Reason: "binlog ahead of @@gtid_executed for longer than ConfirmWait", LastEvent: c.lastEvent, Published: time.Now()})
+				cs.mu.Unlock()
 				select {
-				case kick <- struct{}{}: // kick is ours to refill: retry
+				case cs.kick <- struct{}{}: // kick is ours to refill: retry
 				default:
 				}
 				continue
 			}
 		}
 		last = c
-		published = c.set
-		now := time.Now()
-		w.pub.publish(&Snapshot{Replica: w.cfg.Name, ServerUUID: uuid, Executed: c.set, Health: c.health, Reason: c.reason, LastEvent: c.lastEvent, Published: now})
-		if w.met != nil {
-			w.met.health.Set(float64(c.health))
-			if !c.commitTime.IsZero() {
-				w.met.notifyDelay.Observe(now.Sub(c.commitTime).Seconds())
-			}
-		}
+		w.publishConfirmed(cs, c.set, c, stages)
 	}
 }
 
