@@ -90,6 +90,22 @@ func genParts(rng *rand.Rand, uuids []string, tags []string, n int) []string {
 	return parts
 }
 
+// genGTID returns one GTID text from the same pools (some in upper case).
+func genGTID(rng *rand.Rand, uuids []string, tags []string) string {
+	u := uuids[rng.IntN(len(uuids))]
+	if rng.IntN(4) == 0 {
+		u = strings.ToUpper(u)
+	}
+	gno := 1 + rng.Int64N(70)
+	if rng.IntN(10) == 0 {
+		gno = gtid.MaxGNO - rng.Int64N(5)
+	}
+	if tag := tags[rng.IntN(len(tags))]; tag != "" {
+		return fmt.Sprintf("%s:%s:%d", u, tag, gno)
+	}
+	return fmt.Sprintf("%s:%d", u, gno)
+}
+
 // joinParts joins elements with varied separators, in random order.
 func joinParts(rng *rand.Rand, parts []string) string {
 	parts = append([]string(nil), parts...)
@@ -110,6 +126,7 @@ type pairResult struct {
 	aSubB, bSubA         bool   // GTID_SUBSET(a,b), GTID_SUBSET(b,a)
 	aMinusB, bMinusA     string // GTID_SUBTRACT(a,b), GTID_SUBTRACT(b,a)
 	union, canonA, inter string // normalised "a,b", normalised a, a ∩ b
+	gInA                 bool   // GTID_SUBSET(g, a) for the pair's probe GTID g
 }
 
 func sqlString(s string) string {
@@ -118,7 +135,7 @@ func sqlString(s string) string {
 }
 
 // queryBatch asks MySQL about many pairs in one SELECT ... UNION ALL.
-func queryBatch(ctx context.Context, db *sql.DB, pairs [][2]string) ([]pairResult, error) {
+func queryBatch(ctx context.Context, db *sql.DB, pairs [][2]string, probes []string) ([]pairResult, error) {
 	var q strings.Builder
 	for i, p := range pairs {
 		if i > 0 {
@@ -126,8 +143,8 @@ func queryBatch(ctx context.Context, db *sql.DB, pairs [][2]string) ([]pairResul
 		}
 		a, b := sqlString(p[0]), sqlString(p[1])
 		u := sqlString(p[0] + "," + p[1])
-		fmt.Fprintf(&q, "SELECT %d, GTID_SUBSET(%s,%s), GTID_SUBSET(%s,%s), GTID_SUBTRACT(%s,%s), GTID_SUBTRACT(%s,%s), GTID_SUBTRACT(%s,''), GTID_SUBTRACT(%s,''), GTID_SUBTRACT(%s, GTID_SUBTRACT(%s,%s))",
-			i, a, b, b, a, a, b, b, a, u, a, a, a, b)
+		fmt.Fprintf(&q, "SELECT %d, GTID_SUBSET(%s,%s), GTID_SUBSET(%s,%s), GTID_SUBTRACT(%s,%s), GTID_SUBTRACT(%s,%s), GTID_SUBTRACT(%s,''), GTID_SUBTRACT(%s,''), GTID_SUBTRACT(%s, GTID_SUBTRACT(%s,%s)), GTID_SUBSET(%s,%s)",
+			i, a, b, b, a, a, b, b, a, u, a, a, a, b, sqlString(probes[i]), a)
 	}
 	rows, err := db.QueryContext(ctx, q.String())
 	if err != nil {
@@ -138,7 +155,7 @@ func queryBatch(ctx context.Context, db *sql.DB, pairs [][2]string) ([]pairResul
 	for rows.Next() {
 		var i int
 		var r pairResult
-		if err := rows.Scan(&i, &r.aSubB, &r.bSubA, &r.aMinusB, &r.bMinusA, &r.union, &r.canonA, &r.inter); err != nil {
+		if err := rows.Scan(&i, &r.aSubB, &r.bSubA, &r.aMinusB, &r.bMinusA, &r.union, &r.canonA, &r.inter, &r.gInA); err != nil {
 			return nil, err
 		}
 		out[i] = r
@@ -186,19 +203,41 @@ func TestDifferentialMySQL(t *testing.T) {
 
 	const batch = 250
 	start := time.Now()
-	checked, subsets, overlapping, tagged := 0, 0, 0, 0
+	checked, subsets, overlapping, tagged, probeHits := 0, 0, 0, 0, 0
 	for checked < pairs {
 		n := min(batch, pairs-checked)
 		ps := make([][2]string, n)
+		probes := make([]string, n)
 		for i := range ps {
 			ps[i] = genPair(rng, uuids, tags)
+			probes[i] = genGTID(rng, uuids, tags)
+			if rng.IntN(2) == 0 {
+				// Half the probes come from a's own intervals, perturbed by
+				// at most one, so hits and near misses both come up.
+				for k, ivs := range gtid.MustParse(ps[i][0]).Sources() {
+					iv := ivs[rng.IntN(len(ivs))]
+					gno := min(max(iv.Start+rng.Int64N(iv.End-iv.Start+1)+rng.Int64N(3)-1, 1), gtid.MaxGNO)
+					g := gtid.GTID{SID: k.SID, Tag: k.Tag, GNO: gno}
+					probes[i] = g.String()
+					if rng.IntN(2) == 0 {
+						break
+					}
+				}
+			}
 		}
-		res, err := queryBatch(ctx, db, ps)
+		res, err := queryBatch(ctx, db, ps, probes)
 		if err != nil {
 			t.Fatalf("MySQL: %v", err)
 		}
 		for i, p := range ps {
 			comparePair(t, p[0], p[1], res[i])
+			g := gtid.MustParseGTID(probes[i])
+			if got := gtid.MustParse(p[0]).ContainsGTID(g); got != res[i].gInA {
+				t.Errorf("ContainsGTID(%s) = %v, GTID_SUBSET = %v\n a=%q", probes[i], got, res[i].gInA, p[0])
+			}
+			if res[i].gInA {
+				probeHits++
+			}
 			if (res[i].aSubB && p[0] != "") || (res[i].bSubA && p[1] != "") {
 				subsets++
 			}
@@ -217,11 +256,11 @@ func TestDifferentialMySQL(t *testing.T) {
 		}
 		checked += n
 	}
-	t.Logf("%d pairs agreed with MySQL in %v (a non-empty subset either way: %d, a ∩ b non-empty: %d, tagged: %d)",
-		checked, time.Since(start).Round(time.Millisecond), subsets, overlapping, tagged)
+	t.Logf("%d pairs agreed with MySQL in %v (a non-empty subset either way: %d, a ∩ b non-empty: %d, tagged: %d, probe GTID in a: %d)",
+		checked, time.Since(start).Round(time.Millisecond), subsets, overlapping, tagged, probeHits)
 	// The comparison means little unless every kind of answer came up.
-	if pairs >= 1000 && (subsets < pairs/20 || overlapping < pairs/10 || tagged < pairs/10) {
-		t.Errorf("generator coverage too low: subsets %d, overlapping %d, tagged %d of %d", subsets, overlapping, tagged, pairs)
+	if pairs >= 1000 && (subsets < pairs/20 || overlapping < pairs/10 || tagged < pairs/10 || probeHits < pairs/20) {
+		t.Errorf("generator coverage too low: subsets %d, overlapping %d, tagged %d, probe hits %d of %d", subsets, overlapping, tagged, probeHits, pairs)
 	}
 }
 
