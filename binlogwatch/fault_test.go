@@ -3,6 +3,8 @@ package binlogwatch
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/gtid"
 )
@@ -313,4 +316,77 @@ func streamFrom(t *testing.T, host string, port uint16, user, pw string, set gti
 			return err
 		}
 	}
+}
+
+// TestServerUUIDChanged: replica2 is killed, its auto.cnf removed and the
+// server started again, so it comes back with a new @@server_uuid (as a
+// replica re-created from a clone would). The watcher must take a fresh
+// snapshot, count a server_uuid_changed resync and report the new UUID.
+func TestServerUUIDChanged(t *testing.T) {
+	composetest.Need(t, shared)
+	if shared.Backend() != compose.BackendLocal {
+		t.Skipf("needs the local backend to reach the data directory (backend %s)", shared.Backend())
+	}
+	n := node(t, "replica2")
+	rdb := openDB(t, n)
+	var datadir, oldUUID string
+	if err := rdb.QueryRow("SELECT @@datadir, @@server_uuid").Scan(&datadir, &oldUUID); err != nil {
+		t.Fatal(err)
+	}
+	// The local backend runs mysqld chrooted into the root filesystem (or,
+	// with HostMysqld, on the host): find auto.cnf in either view.
+	var autoCnf string
+	for _, p := range []string{filepath.Join(compose.DefaultRootFS(), datadir, "auto.cnf"), filepath.Join(datadir, "auto.cnf")} {
+		if _, err := os.Stat(p); err == nil {
+			autoCnf = p
+			break
+		}
+	}
+	if autoCnf == "" {
+		t.Skipf("auto.cnf of %s (datadir %s) not found from this process", n.Name, datadir)
+	}
+	w, met := startWatcher(t, n, nil)
+	chk := checkSubset(t, w, n)
+	waitHealth(t, w, HealthStreaming, 10*time.Second)
+	if got := w.Snapshot().ServerUUID; got != oldUUID {
+		t.Fatalf("watcher reports server_uuid %q, replica %q", got, oldUUID)
+	}
+	wr := startWriter(t, "uuid")
+	time.Sleep(300 * time.Millisecond)
+	ctx := testCtx(t, 2*time.Minute)
+	if err := shared.Kill(ctx, n.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(autoCnf); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.Restart(ctx, n.Name); err != nil {
+		t.Fatal(err)
+	}
+	var newUUID string
+	if err := rdb.QueryRowContext(ctx, "SELECT @@server_uuid").Scan(&newUUID); err != nil {
+		t.Fatal(err)
+	}
+	if newUUID == oldUUID {
+		t.Fatalf("server_uuid did not change (%s): the scenario did not happen", newUUID)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for w.Snapshot().ServerUUID != newUUID {
+		if time.Now().After(deadline) {
+			s := w.Snapshot()
+			t.Fatalf("watcher still reports server_uuid %s (health %s, %q), replica has %s", s.ServerUUID, s.Health, s.Reason, newUUID)
+		}
+		select {
+		case <-w.Snapshot().Changed():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	waitHealth(t, w, HealthStreaming, 20*time.Second)
+	wr.halt()
+	converge(t, w, n, 20*time.Second)
+	chk.finish(t)
+	if got := testutil.ToFloat64(met.resyncs.WithLabelValues(n.Name, resyncUUIDChanged)); got != 1 {
+		t.Fatalf("resyncs_total{reason=%q} = %v, want 1", resyncUUIDChanged, got)
+	}
+	t.Logf("server_uuid %s -> %s; watcher resynced and converged", oldUUID, newUUID)
 }
