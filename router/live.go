@@ -20,21 +20,32 @@ import (
 type WaitMethod uint8
 
 const (
-	// WaitGTIDFunction (the default) runs SELECT
-	// WAIT_FOR_EXECUTED_GTID_SET(token, s) on a connection to the replica.
-	// Measured (docs/benchmarks-router.md): write + wait 0.80 ms against
-	// 3.9 ms (1 ms poller) and 8.6 ms (5 ms poller) through the watcher.
-	WaitGTIDFunction WaitMethod = iota
+	// WaitAuto (the zero value) picks from the position source, by the
+	// measurements in docs/benchmarks-router.md: WaitWatcher when Positions
+	// is a *WatchSource (binlogwatch: mean wait 0.72 ms, p99 2.7 ms, and no
+	// statement or connection held on the replica per waiting read),
+	// WaitGTIDFunction otherwise (a poller's notification trails by its
+	// interval: p50 1.2 ms at 1 ms, 4.5 ms at 5 ms).
+	WaitAuto WaitMethod = iota
+	// WaitGTIDFunction runs SELECT WAIT_FOR_EXECUTED_GTID_SET(token, s) on a
+	// connection to the replica (p50 0.54 ms, but mean 1.26 ms and p99
+	// 21 ms under load: one blocked server thread per waiting read).
+	WaitGTIDFunction
 	// WaitWatcher waits for the PositionSource's notification (binlogwatch
 	// stream or poller): no statement runs on the replica.
 	WaitWatcher
 )
 
 func (w WaitMethod) String() string {
-	if w == WaitGTIDFunction {
+	switch w {
+	case WaitAuto:
+		return "auto"
+	case WaitGTIDFunction:
 		return "wait-for-executed-gtid-set"
+	case WaitWatcher:
+		return "watcher"
 	}
-	return "watcher"
+	return fmt.Sprintf("WaitMethod(%d)", uint8(w))
 }
 
 // WatermarkMode is how a read raises the session's monotonic-reads
@@ -67,9 +78,11 @@ type Config struct {
 	// Cap limits freshness fallbacks (zero value: no cap).
 	Cap Cap
 	// Positions supplies replica (and optionally primary) positions and
-	// health. Required.
+	// health. Required. Recommended: a *WatchSource over binlogwatch
+	// watchers; a *Poller is the polling baseline.
 	Positions PositionSource
-	// Wait selects the wait method for PolicyTokenWait and CapWaitLonger.
+	// Wait selects the wait method for PolicyTokenWait and CapWaitLonger;
+	// the zero value WaitAuto picks from Positions (see WaitAuto).
 	Wait WaitMethod
 	// Watermark selects how reads raise the monotonic-reads watermark.
 	Watermark WatermarkMode
@@ -120,6 +133,12 @@ func (c *Config) validate() error {
 	}
 	if c.Wait > WaitWatcher {
 		return fmt.Errorf("router: config: unknown wait method %d", c.Wait)
+	}
+	if c.Wait == WaitAuto {
+		c.Wait = WaitGTIDFunction
+		if _, ok := c.Positions.(*WatchSource); ok {
+			c.Wait = WaitWatcher
+		}
 	}
 	if c.Watermark > WatermarkViewAtDecision {
 		return fmt.Errorf("router: config: unknown watermark mode %d", c.Watermark)

@@ -251,3 +251,38 @@ func executedOf(t *testing.T, ctx context.Context, n compose.Node) gtid.Set {
 	}
 	return set
 }
+
+// TestWaitAuto: the zero wait method resolves from the position source.
+func TestWaitAuto(t *testing.T) {
+	ws, err := NewWatchSource(WatchSourceConfig{Watchers: map[string]Watcher{"r1": &fakeWatcher{snap: &binlogwatch.Snapshot{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := NewPoller(PollerConfig{Nodes: []Node{{Name: "r1", Addr: "x:1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		src  PositionSource
+		set  WaitMethod
+		want WaitMethod
+	}{
+		{ws, WaitAuto, WaitWatcher},
+		{pl, WaitAuto, WaitGTIDFunction},
+		{&staticSource{}, WaitAuto, WaitGTIDFunction},
+		{ws, WaitGTIDFunction, WaitGTIDFunction},
+		{pl, WaitWatcher, WaitWatcher},
+	} {
+		cfg := Config{Primary: Node{Name: "p", Addr: "x:0"}, Replicas: []Node{{Name: "r1", Addr: "x:1"}}, Positions: c.src, Wait: c.set}
+		if err := cfg.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Wait != c.want {
+			t.Errorf("%T with %v: resolved to %v, want %v", c.src, c.set, cfg.Wait, c.want)
+		}
+	}
+	bad := Config{Primary: Node{Name: "p", Addr: "x:0"}, Positions: ws, Wait: WaitWatcher + 1}
+	if err := bad.validate(); err == nil {
+		t.Error("unknown wait method accepted")
+	}
+}
