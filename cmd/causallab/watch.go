@@ -155,7 +155,11 @@ func runWatch(ctx context.Context, out io.Writer, f *watchFlags) error {
 	defer func() { cancel(); <-done }()
 
 	if f.format == "json" {
-		return watchJSON(ctx, out, group, errc)
+		sources := group.Replicas()
+		if primary != nil {
+			sources = append([]*binlogwatch.Watcher{primary}, sources...)
+		}
+		return watchJSON(ctx, out, group, sources, errc)
 	}
 	return watchTable(ctx, out, group, f.interval, errc)
 }
@@ -178,12 +182,27 @@ func lineOf(st binlogwatch.ReplicaStatus) watchLine {
 		Health: st.Health.String(), Reason: st.Reason, LastEvent: st.LastEvent, Seq: st.Seq, Behind: st.Behind}
 }
 
-func watchJSON(ctx context.Context, out io.Writer, g *binlogwatch.Group, errc <-chan error) error {
+// lineKey is what makes a JSON line news: a heartbeat moves last_event
+// and seq but is not a change.
+type lineKey struct {
+	uuid, executed, health, reason string
+	behind                         int64
+}
+
+func keyOf(l watchLine) lineKey {
+	return lineKey{uuid: l.ServerUUID, executed: l.Executed, health: l.Health, reason: l.Reason, behind: l.Behind}
+}
+
+// watchJSON prints one JSON line per replica whenever its server_uuid,
+// executed set, health, reason or distance to the primary changes. sources
+// are the watchers whose publishes can change a line (the replicas and the
+// primary).
+func watchJSON(ctx context.Context, out io.Writer, g *binlogwatch.Group, sources []*binlogwatch.Watcher, errc <-chan error) error {
 	enc := json.NewEncoder(out)
-	changed := make(chan string, 64)
-	for _, w := range g.Replicas() {
+	kick := make(chan struct{}, 1)
+	for _, w := range sources {
+		s := w.Snapshot() // taken before the first emit: no publish is missed
 		go func() {
-			s := w.Snapshot()
 			for {
 				select {
 				case <-s.Changed():
@@ -192,27 +211,29 @@ func watchJSON(ctx context.Context, out io.Writer, g *binlogwatch.Group, errc <-
 				}
 				s = w.Snapshot()
 				select {
-				case changed <- w.Name():
-				case <-ctx.Done():
-					return
+				case kick <- struct{}{}:
+				default: // a signal is pending: it covers this publish too
 				}
 			}
 		}()
 	}
-	last := map[string]uint64{}
-	emit := func(name string) error {
+	last := map[string]lineKey{}
+	emit := func() error {
 		for _, st := range g.Status() {
-			if st.Replica == name && st.Seq != last[name] {
-				last[name] = st.Seq
-				return enc.Encode(lineOf(st))
+			l := lineOf(st)
+			k := keyOf(l)
+			if prev, ok := last[l.Replica]; ok && prev == k {
+				continue
+			}
+			last[l.Replica] = k
+			if err := enc.Encode(l); err != nil {
+				return err
 			}
 		}
 		return nil
 	}
-	for _, w := range g.Replicas() {
-		if err := emit(w.Name()); err != nil {
-			return err
-		}
+	if err := emit(); err != nil {
+		return err
 	}
 	for {
 		select {
@@ -220,8 +241,8 @@ func watchJSON(ctx context.Context, out io.Writer, g *binlogwatch.Group, errc <-
 			return nil
 		case err := <-errc:
 			return err
-		case name := <-changed:
-			if err := emit(name); err != nil {
+		case <-kick:
+			if err := emit(); err != nil {
 				return err
 			}
 		}
