@@ -15,10 +15,10 @@ import (
 )
 
 // TestWatchJSONRealTopology runs `causallab watch --format json` against a
-// truth primary and replica for a bounded time while the primary takes
+// real primary and replica for a bounded time while the primary takes
 // writes, and checks that it prints one JSON line per change, that every
-// line's set is within the replica's truth @@gtid_executed, and that it
-// reaches exactly that set with the replica's truth server_uuid.
+// line's set is within the replica's real @@gtid_executed, and that it
+// reaches exactly that set with the replica's real server_uuid.
 func TestWatchJSONRealTopology(t *testing.T) {
 	topo := composetest.Start(t, compose.Config{Replicas: 1})
 	p, r := topo.Primary(), topo.Replicas()[0]
