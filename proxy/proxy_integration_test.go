@@ -178,6 +178,12 @@ func TestQueriesTransactionsAndErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A prepared execution's server error keeps its code and SQLSTATE
+	// (go-mysql's server would turn it into 1105: see HandleStmtExecute).
+	_, err = ins.Exec(2, "dup")
+	if !errors.As(err, &me) || me.Number != 1062 || string(me.SQLState[:]) != "23000" {
+		t.Fatalf("prepared duplicate key: %#v", err)
+	}
 	ins.Close()
 	// Many rows through the relay, with the session's own token.
 	var tok string

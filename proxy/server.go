@@ -26,16 +26,16 @@ import (
 
 // Server is a running proxy.
 type Server struct {
-	cfg       Config
-	log       *slog.Logger
-	m         *metrics
-	mysqlSrv  *server.Server
-	auth      *server.InMemoryAuthenticationHandler
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics
+	mysqlSrv *server.Server
+	auth     *server.InMemoryAuthenticationHandler
 	// src is the position source (Config.Positions or polls, below);
 	// prim the lower bound of the primary's executed set.
-	src   router.PositionSource
-	polls *pollers
-	prim  primaryBound
+	src       router.PositionSource
+	polls     *pollers
+	prim      primaryBound
 	policy    router.Policy
 	capCfg    router.Cap
 	monotonic bool
@@ -280,6 +280,15 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	if cc.Conn.Compression == mysql.MYSQL_COMPRESS_NONE {
+		cc.Conn.Conn = newExecFixConn(cc.Conn.Conn, sess.params, func(reason string) {
+			s.m.clientErrors.WithLabelValues("stmt_execute_unfixable_" + reason).Inc()
+		})
+	} else {
+		// Compressed clients bypass the COM_STMT_EXECUTE workaround: a
+		// re-execution without parameter types then sees NULLs. Counted.
+		s.m.connections.WithLabelValues("compressed_no_execute_fix").Inc()
+	}
 	if ctx.Err() != nil {
 		_ = c.SetReadDeadline(time.Now())
 	}

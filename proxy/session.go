@@ -64,6 +64,11 @@ type session struct {
 	proven map[int]gtid.Set
 
 	stmts map[*stmt.PreparedStmt]*pstmt
+	// prepares mirrors go-mysql's statement id counter (incremented before
+	// every COM_STMT_PREPARE is handled, failed or not); params maps those
+	// ids to parameter counts for execFixConn.
+	prepares uint32
+	params   map[uint32]*stmtParams
 }
 
 // pstmt is a client's prepared statement, prepared on each backend that
@@ -71,6 +76,8 @@ type session struct {
 type pstmt struct {
 	query string
 	class Stmt
+	// id is go-mysql's statement id (execFixConn's key).
+	id uint32
 	// onPrimary is prepared at COM_STMT_PREPARE; onReplica lazily.
 	onPrimary *client.Stmt
 	onReplica map[int]*client.Stmt
@@ -86,6 +93,7 @@ func newSession(ctx context.Context, srv *Server) *session {
 		replicas: make([]*backendConn, n),
 		proven:   map[int]gtid.Set{},
 		stmts:    map[*stmt.PreparedStmt]*pstmt{},
+		params:   map[uint32]*stmtParams{},
 	}
 	s.view.Replicas = make([]router.Replica[gtid.Set], n)
 	return s
@@ -686,6 +694,8 @@ func (s *session) HandleFieldList(table string, wildcard string) ([]*mysql.Field
 // HandleStmtPrepare prepares on the primary (always open); replicas prepare
 // lazily at the first execution routed to them.
 func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
+	s.prepares++
+	id := s.prepares
 	if len(query) > s.srv.cfg.MaxAllowedPacket {
 		return 0, 0, nil, s.proxyErr("packet_too_large", mysql.ER_NET_PACKET_TOO_LARGE, "statement exceeds max_allowed_packet")
 	}
@@ -707,14 +717,33 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	if err != nil {
 		return 0, 0, nil, s.backendFailure(s.primary, err)
 	}
-	p := &pstmt{query: q, class: st, onPrimary: cs, onReplica: map[int]*client.Stmt{}}
+	p := &pstmt{query: q, class: st, id: id, onPrimary: cs, onReplica: map[int]*client.Stmt{}}
+	s.params[id] = &stmtParams{n: cs.Params}
 	ctx := &cs.PreparedStmt
 	s.stmts[ctx] = p
 	return cs.Params, cs.Columns, ctx, nil
 }
 
 // HandleStmtExecute routes an execution like a query with the same text.
-func (s *session) HandleStmtExecute(ctx any, _ string, args []any) (*mysql.Result, error) {
+// Errors are written to the client here: go-mysql v1.16.0 wraps an error
+// returned from this handler (errors.Trace), which turns every server error
+// into 1105 and loses its code and SQLSTATE.
+func (s *session) HandleStmtExecute(ctx any, q string, args []any) (*mysql.Result, error) {
+	r, err := s.stmtExecute(ctx, q, args)
+	if err == nil {
+		return r, nil
+	}
+	var me *mysql.MyError
+	if !errors.As(err, &me) {
+		me = mysql.NewError(mysql.ER_UNKNOWN_ERROR, err.Error())
+	}
+	if werr := s.cc.WriteValue(me); werr != nil {
+		return nil, werr
+	}
+	return done(), nil
+}
+
+func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, error) {
 	key, _ := ctx.(*stmt.PreparedStmt)
 	p := s.stmts[key]
 	if p == nil {
@@ -804,6 +833,7 @@ func (s *session) HandleStmtClose(ctx any) error {
 		return nil
 	}
 	delete(s.stmts, key)
+	delete(s.params, p.id)
 	if p.onPrimary != nil && s.primary != nil && !s.primary.broken {
 		_ = p.onPrimary.Close()
 	}

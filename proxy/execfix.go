@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"io"
+	"net"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// execFixConn works around go-mysql v1.16.0's server, which drops the
+// parameter values of a COM_STMT_EXECUTE whose new-params-bound flag is 0
+// (the protocol lets a client send the parameter types only on the first
+// execution; libmysqlclient and MariaDB's client, so sysbench, do): every
+// parameter then arrives as NULL. It sits between the client's (possibly
+// TLS) connection and go-mysql's packet reader, remembers the types of each
+// statement's last execution that carried them, and rewrites a flag-0
+// execution into a flag-1 one with those types. Installed after the
+// handshake, read by the connection's goroutine only (no locks).
+//
+// Packets it cannot rewrite pass unchanged and are counted: a flag-0
+// execution of a statement whose types it never saw, or one of 16 MiB or
+// more (split packets).
+type execFixConn struct {
+	net.Conn
+	r *bufio.Reader
+	// params maps go-mysql's statement id to the statement's parameter
+	// count and remembered types; the session fills counts at prepare.
+	params map[uint32]*stmtParams
+	// out is the rest of the packet being returned; remaining counts
+	// payload bytes of a passed-through packet still to be read from r.
+	out       []byte
+	remaining int
+	// continued: the previous packet was 0xffffff bytes long, so the next
+	// one continues it (not a command).
+	continued bool
+	buf, alt  []byte
+	// unfixable counts flag-0 executions passed through unchanged.
+	unfixable func(reason string)
+}
+
+// stmtParams is one prepared statement's parameter count and the types
+// (2 bytes each) of its last execution that sent them.
+type stmtParams struct {
+	n     int
+	types []byte
+}
+
+// maxFixPacket bounds the COM_STMT_EXECUTE packets buffered for rewriting.
+const maxFixPacket = 0xffffff - 1
+
+func newExecFixConn(c net.Conn, params map[uint32]*stmtParams, unfixable func(string)) *execFixConn {
+	return &execFixConn{Conn: c, r: bufio.NewReaderSize(c, 16<<10), params: params, unfixable: unfixable}
+}
+
+func (c *execFixConn) Read(p []byte) (int, error) {
+	if len(c.out) > 0 {
+		n := copy(p, c.out)
+		c.out = c.out[n:]
+		return n, nil
+	}
+	if c.remaining > 0 {
+		n, err := c.r.Read(p[:min(len(p), c.remaining)])
+		c.remaining -= n
+		return n, err
+	}
+	var hdr [4]byte
+	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+		return 0, err
+	}
+	length := int(hdr[0]) | int(hdr[1])<<8 | int(hdr[2])<<16
+	continuation := c.continued
+	c.continued = length == 0xffffff
+	if !continuation && length > 0 && length <= maxFixPacket {
+		if first, err := c.r.Peek(1); err == nil && first[0] == mysql.COM_STMT_EXECUTE {
+			c.buf = append(c.buf[:0], hdr[:]...)
+			c.buf = append(c.buf, make([]byte, length)...)
+			if _, err := io.ReadFull(c.r, c.buf[4:]); err != nil {
+				return 0, err
+			}
+			c.buf = c.fix(c.buf)
+			c.out = c.buf
+			return c.Read(p)
+		}
+	} else if !continuation && length > maxFixPacket {
+		if first, err := c.r.Peek(1); err == nil && first[0] == mysql.COM_STMT_EXECUTE {
+			c.unfixable("split_packet")
+		}
+	}
+	c.out = append(c.buf[:0], hdr[:]...)
+	c.buf = c.out
+	c.remaining = length
+	return c.Read(p)
+}
+
+// fix rewrites one buffered COM_STMT_EXECUTE packet (header included) when
+// it omits the parameter types, and remembers the types when it carries
+// them. It returns the packet to pass on.
+func (c *execFixConn) fix(pkt []byte) []byte {
+	payload := pkt[4:]
+	// cmd(1) stmt_id(4) flags(1) iteration_count(4) null_bitmap new_params_bound(1) [types] values
+	if len(payload) < 10 {
+		return pkt
+	}
+	id := binary.LittleEndian.Uint32(payload[1:5])
+	sp := c.params[id]
+	if sp == nil || sp.n == 0 {
+		return pkt
+	}
+	nb := (sp.n + 7) >> 3
+	flagAt := 10 + nb
+	if len(payload) <= flagAt {
+		return pkt
+	}
+	switch payload[flagAt] {
+	case 1:
+		if len(payload) >= flagAt+1+2*sp.n {
+			sp.types = append(sp.types[:0], payload[flagAt+1:flagAt+1+2*sp.n]...)
+		}
+		return pkt
+	case 0:
+		if len(sp.types) != 2*sp.n {
+			c.unfixable("types_never_sent")
+			return pkt
+		}
+		newLen := len(payload) + len(sp.types)
+		if newLen > maxFixPacket {
+			c.unfixable("split_packet")
+			return pkt
+		}
+		out := c.alt[:0]
+		c.alt = pkt // swap buffers: no allocation once both are big enough
+		out = append(out, byte(newLen), byte(newLen>>8), byte(newLen>>16), pkt[3])
+		out = append(out, payload[:flagAt]...)
+		out = append(out, 1)
+		out = append(out, sp.types...)
+		out = append(out, payload[flagAt+1:]...)
+		return out
+	}
+	return pkt
+}

@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// execPacket builds a COM_STMT_EXECUTE packet for a statement with n
+// parameters: with types when bound, values as given.
+func execPacket(seq byte, id uint32, n int, bound bool, types, values []byte) []byte {
+	p := []byte{mysql.COM_STMT_EXECUTE}
+	p = binary.LittleEndian.AppendUint32(p, id)
+	p = append(p, 0, 1, 0, 0, 0)
+	p = append(p, make([]byte, (n+7)/8)...)
+	if bound {
+		p = append(p, 1)
+		p = append(p, types...)
+	} else {
+		p = append(p, 0)
+	}
+	p = append(p, values...)
+	return append([]byte{byte(len(p)), byte(len(p) >> 8), byte(len(p) >> 16), seq}, p...)
+}
+
+// readAllFrom reads what execFixConn passes on for input.
+func readAllFrom(t *testing.T, params map[uint32]*stmtParams, input []byte, counted *[]string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	go func() {
+		_, _ = a.Write(input)
+		a.Close()
+	}()
+	c := newExecFixConn(b, params, func(r string) { *counted = append(*counted, r) })
+	var out bytes.Buffer
+	buf := make([]byte, 7) // small reads exercise the partial-copy paths
+	for {
+		n, err := c.Read(buf)
+		out.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out.Bytes()
+}
+
+func TestExecFixRewritesUnboundExecute(t *testing.T) {
+	types := []byte{mysql.MYSQL_TYPE_LONG, 0, mysql.MYSQL_TYPE_VAR_STRING, 0}
+	v1 := []byte{42, 0, 0, 0, 3, 'a', 'b', 'c'}
+	v2 := []byte{7, 0, 0, 0, 1, 'z'}
+	query := []byte{5, 0, 0, 0, mysql.COM_QUERY, 'S', 'E', 'L', ' '}
+	var in []byte
+	in = append(in, execPacket(0, 3, 2, true, types, v1)...)
+	in = append(in, query...)
+	in = append(in, execPacket(0, 3, 2, false, nil, v2)...)
+	params := map[uint32]*stmtParams{3: {n: 2}}
+	var counted []string
+	got := readAllFrom(t, params, in, &counted)
+	var want []byte
+	want = append(want, execPacket(0, 3, 2, true, types, v1)...)
+	want = append(want, query...)
+	want = append(want, execPacket(0, 3, 2, true, types, v2)...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("rewritten stream\n got %x\nwant %x", got, want)
+	}
+	if len(counted) != 0 {
+		t.Fatalf("counted %v", counted)
+	}
+}
+
+func TestExecFixPassesAndCountsWhatItCannotFix(t *testing.T) {
+	v := []byte{1, 0, 0, 0}
+	// Statement 9 never sent its types; statement 4 is unknown (no params
+	// recorded): both pass unchanged, only the first is counted.
+	in := append(execPacket(1, 9, 1, false, nil, v), execPacket(2, 4, 1, false, nil, v)...)
+	params := map[uint32]*stmtParams{9: {n: 1}}
+	var counted []string
+	got := readAllFrom(t, params, in, &counted)
+	if !bytes.Equal(got, in) {
+		t.Fatalf("stream changed\n got %x\nwant %x", got, in)
+	}
+	if len(counted) != 1 || counted[0] != "types_never_sent" {
+		t.Fatalf("counted %v, want [types_never_sent]", counted)
+	}
+}
+
+func TestExecFixLeavesContinuationPacketsAlone(t *testing.T) {
+	// A 0xffffff-byte packet is continued by the next one, whose first byte
+	// is data, not a command, even when it equals COM_STMT_EXECUTE.
+	big := make([]byte, 4+0xffffff)
+	big[0], big[1], big[2], big[3] = 0xff, 0xff, 0xff, 0
+	big[4] = mysql.COM_QUERY
+	cont := execPacket(1, 3, 1, false, nil, []byte{1, 0, 0, 0})
+	in := append(big, cont...)
+	params := map[uint32]*stmtParams{3: {n: 1, types: []byte{mysql.MYSQL_TYPE_LONG, 0}}}
+	var counted []string
+	got := readAllFrom(t, params, in, &counted)
+	if !bytes.Equal(got, in) {
+		t.Fatalf("continuation rewritten (len %d vs %d)", len(got), len(in))
+	}
+}
