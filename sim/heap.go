@@ -1,5 +1,10 @@
 package sim
 
+import (
+	"cmp"
+	"slices"
+)
+
 // usec is simulated time in integer microseconds since the trial started.
 type usec = int64
 
@@ -23,15 +28,20 @@ const (
 // event is a value in the queue: no pointers, so the heap is one slice the
 // garbage collector never scans.
 type event struct {
+	key  uint64 // t<<seqBits | push sequence: one compare orders (t, seq)
 	t    usec   // when it fires
-	seq  uint64 // push order: the tie-break that makes equal times deterministic
 	id   int32  // write or session index (see evKind)
 	kind evKind
 }
 
-// eventHeap is a 4-ary min-heap of events ordered by (t, seq): shallower
-// than a binary heap, and a node's children share a cache line or two. It is
-// reused across trials: reset keeps the backing array.
+// seqBits is the width of the push sequence in an event's key; t keeps the
+// other 40 bits (12 days in microseconds, far beyond any trial). When the
+// sequence would overflow, the queued events are renumbered in order.
+const seqBits = 24
+
+// eventHeap is a 4-ary min-heap of events ordered by (t, push order):
+// shallower than a binary heap, and a node's children share a cache line. It
+// is reused across trials: reset keeps the backing array.
 type eventHeap struct {
 	ev  []event
 	seq uint64
@@ -41,32 +51,45 @@ func (h *eventHeap) reset() { h.ev = h.ev[:0]; h.seq = 0 }
 
 func (h *eventHeap) len() int { return len(h.ev) }
 
-func less(a, b *event) bool {
-	if a.t != b.t {
-		return a.t < b.t
-	}
-	return a.seq < b.seq
-}
-
 func (h *eventHeap) push(t usec, kind evKind, id int32) {
+	if h.seq == 1<<seqBits {
+		h.renumber()
+	}
+	e := event{key: uint64(t)<<seqBits | h.seq, t: t, id: id, kind: kind}
 	h.seq++
-	h.ev = append(h.ev, event{t: t, seq: h.seq, id: id, kind: kind})
+	h.ev = append(h.ev, e)
 	i := len(h.ev) - 1
 	for i > 0 {
 		p := (i - 1) / 4
-		if !less(&h.ev[i], &h.ev[p]) {
+		if h.ev[p].key <= e.key {
 			break
 		}
-		h.ev[i], h.ev[p] = h.ev[p], h.ev[i]
+		h.ev[i] = h.ev[p]
 		i = p
 	}
+	h.ev[i] = e
+}
+
+// renumber gives the queued events sequence numbers 0..n-1 in their current
+// order, so later pushes sort after them: order is unchanged.
+func (h *eventHeap) renumber() {
+	slices.SortFunc(h.ev, func(a, b event) int { return cmp.Compare(a.key, b.key) })
+	const mask = 1<<seqBits - 1
+	for i := range h.ev {
+		h.ev[i].key = h.ev[i].key&^mask | uint64(i)
+	}
+	h.seq = uint64(len(h.ev)) // a sorted slice is a valid heap
 }
 
 func (h *eventHeap) pop() event {
 	top := h.ev[0]
 	n := len(h.ev) - 1
-	h.ev[0] = h.ev[n]
+	last := h.ev[n]
 	h.ev = h.ev[:n]
+	if n == 0 {
+		return top
+	}
+	// Sift the hole at the root down, then drop last into it.
 	i := 0
 	for {
 		c := 4*i + 1
@@ -74,17 +97,19 @@ func (h *eventHeap) pop() event {
 			break
 		}
 		m := c
+		mk := h.ev[c].key
 		end := min(c+4, n)
 		for k := c + 1; k < end; k++ {
-			if less(&h.ev[k], &h.ev[m]) {
-				m = k
+			if kk := h.ev[k].key; kk < mk {
+				m, mk = k, kk
 			}
 		}
-		if !less(&h.ev[m], &h.ev[i]) {
+		if last.key <= mk {
 			break
 		}
-		h.ev[i], h.ev[m] = h.ev[m], h.ev[i]
+		h.ev[i] = h.ev[m]
 		i = m
 	}
+	h.ev[i] = last
 	return top
 }

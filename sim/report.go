@@ -3,20 +3,47 @@ package sim
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 )
 
-// All runs every experiment with o, in Experiments order.
+// All runs every experiment with o and returns their reports in Experiments
+// order. The experiments run concurrently (each also spreads its trials over
+// GOMAXPROCS workers), so one experiment's serial tail (its last trials, a
+// traced trial, the single-threaded workorder stream) overlaps the others'
+// work and both cores stay busy. Every trial still lands in its own slot, so
+// the output does not depend on scheduling. o.Progress, when set, is told
+// how many experiments have finished.
 func All(ctx context.Context, o Options) ([]*Report, error) {
-	var reps []*Report
-	for _, e := range Experiments() {
-		rep, err := e.Run(ctx, o)
-		if err != nil {
-			return nil, fmt.Errorf("sim %s: %w", e.Name, err)
-		}
-		reps = append(reps, rep)
+	exps := Experiments()
+	reps := make([]*Report, len(exps))
+	errs := make([]error, len(exps))
+	progress := o.Progress
+	o.Progress = nil
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for i, e := range exps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := e.Run(ctx, o)
+			if err != nil {
+				errs[i] = fmt.Errorf("sim %s: %w", e.Name, err)
+				return
+			}
+			reps[i] = rep
+			if progress != nil {
+				progress(int(done.Add(1)), len(exps))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return reps, nil
 }

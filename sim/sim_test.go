@@ -461,3 +461,32 @@ func TestFailoverTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestHeapRenumberKeepsOrder(t *testing.T) {
+	// Near the sequence limit the queue renumbers itself; order must hold
+	// across the renumbering, equal times still in push order.
+	var h eventHeap
+	h.seq = 1<<seqBits - 3
+	ts := []usec{5, 3, 9, 3, 1, 5, 0, 7, 3}
+	for i, x := range ts {
+		h.push(x, evReadIssue, int32(i))
+	}
+	if h.seq >= 1<<seqBits {
+		t.Fatalf("sequence %d not renumbered", h.seq)
+	}
+	type p struct {
+		t  usec
+		id int32
+	}
+	want := make([]p, len(ts))
+	for i, x := range ts {
+		want[i] = p{x, int32(i)}
+	}
+	sort.SliceStable(want, func(i, j int) bool { return want[i].t < want[j].t })
+	for i := range want {
+		e := h.pop()
+		if (p{e.t, e.id}) != want[i] {
+			t.Fatalf("pop %d = %v, want %v", i, p{e.t, e.id}, want[i])
+		}
+	}
+}
