@@ -216,6 +216,8 @@ func TestReplicaKill(t *testing.T) {
 	waitHealth(t, w, HealthDown, 10*time.Second)
 	if s := w.Snapshot(); s.Reason == "" {
 		t.Fatal("down without a reason")
+	} else if s.LastEvent.IsZero() {
+		t.Fatal("the down snapshot lost the last event time")
 	}
 	if err := shared.Restart(ctx, n.Name); err != nil {
 		t.Fatal(err)

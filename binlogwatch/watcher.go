@@ -427,7 +427,7 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 		if !p.Executed.Equal(st.tr.set) {
 			st.tr.reset(p.Executed.Clone())
 		}
-		st.health, st.reason = p.Health, p.Reason
+		st.health, st.reason, st.lastEvent = p.Health, p.Reason, p.LastEvent
 	}()
 
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{

@@ -111,7 +111,7 @@ func TestWatchJSONRealTopology(t *testing.T) {
 		got = append(got, l)
 		return l
 	}
-	// Read until a line shows the replica's truth set, streaming, 0 behind.
+	// Read until a line shows the replica's real set, streaming, 0 behind.
 	deadline := time.After(30 * time.Second)
 	for done := false; !done; {
 		select {
