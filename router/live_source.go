@@ -15,8 +15,9 @@ import (
 )
 
 // PositionSource tells the live router what each node has executed.
-// Package binlogwatch (a stream per replica) and Poller (SELECT
-// @@gtid_executed every interval) implement it.
+// WatchSource (binlogwatch: a binlog stream per node, the recommended
+// source) and Poller (SELECT @@gtid_executed every interval, the baseline)
+// implement it.
 type PositionSource interface {
 	// Position returns a lower bound of the named node's executed GTID set
 	// (never ahead of the node) and whether the source considers the node
