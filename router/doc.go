@@ -9,9 +9,12 @@
 //     type, so the simulator (package sim, plain log positions) and the live
 //     router (gtid.Set positions) call exactly the same code.
 //   - The live router (files named live*.go): connections, token capture from
-//     OK packets, WAIT_FOR_EXECUTED_GTID_SET waits, binlogwatch positions,
-//     metrics. It builds an Input from what it knows, calls Decide, and carries
-//     the Decision out.
+//     OK packets, waits, positions (WatchSource over binlogwatch, the
+//     recommended source; Poller, the baseline), metrics. Its decision path
+//     is DecideLive, also pure: it builds the View from the router's
+//     LiveState and the PositionSource, calls Decide, and the router
+//     carries the Decision out. A test replays the simulator's recorded
+//     decisions through DecideLive and gets the same answers.
 //
 // Positions are partially ordered. The core asks one question of them,
 // Contains ("does the receiver hold every transaction of other?"), and, to
