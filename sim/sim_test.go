@@ -490,3 +490,36 @@ func TestHeapRenumberKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestCapExperimentCountsEachBehaviour(t *testing.T) {
+	rep, err := CapExp(context.Background(), Options{Base: Config{Seed: 3, Trials: 2, Duration: 10 * time.Second, Sessions: 2000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, c := range rep.Tables[0].Columns {
+		col[c.Key] = i
+	}
+	for _, row := range rep.Tables[0].Rows {
+		b, stale, failed, waited := row[1].Label, row[col["cap_stale_pct"]].Num, row[col["cap_failed_pct"]].Num, row[col["cap_waited_pct"]].Num
+		ryw := row[col["ryw_pct"]].Num
+		switch b {
+		case "(no cap)":
+			if stale != 0 || failed != 0 || waited != 0 {
+				t.Errorf("no cap: cap counts %v %v %v", stale, failed, waited)
+			}
+		case "serve-stale":
+			if stale <= 0 || failed != 0 || ryw <= 0 {
+				t.Errorf("serve-stale C=%v: stale %v failed %v RYW %v", row[0].Num, stale, failed, ryw)
+			}
+		case "fail-fast":
+			if failed <= 0 || stale != 0 || waited != 0 || ryw != 0 {
+				t.Errorf("fail-fast C=%v: failed %v stale %v waited %v RYW %v", row[0].Num, failed, stale, waited, ryw)
+			}
+		case "wait-longer":
+			if waited <= 0 || stale != 0 || ryw != 0 {
+				t.Errorf("wait-longer C=%v: waited %v stale %v RYW %v", row[0].Num, waited, stale, ryw)
+			}
+		}
+	}
+}
