@@ -35,7 +35,7 @@ func readAllFrom(t *testing.T, params map[uint32]*stmtParams, input []byte, coun
 		_, _ = a.Write(input)
 		a.Close()
 	}()
-	c := newExecFixConn(b, params, func(r string) { *counted = append(*counted, r) })
+	c := newExecFixConn(b, true, params, func(r string) { *counted = append(*counted, r) })
 	var out bytes.Buffer
 	buf := make([]byte, 7) // small reads exercise the partial-copy paths
 	for {

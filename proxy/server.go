@@ -280,22 +280,23 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	if cc.Conn.Compression == mysql.MYSQL_COMPRESS_NONE {
-		cc.Conn.Conn = newExecFixConn(cc.Conn.Conn, sess.params, func(reason string) {
-			s.m.clientErrors.WithLabelValues("stmt_execute_unfixable_" + reason).Inc()
-		})
-	} else {
+	fixExec := cc.Conn.Compression == mysql.MYSQL_COMPRESS_NONE
+	if !fixExec {
 		// Compressed clients bypass the COM_STMT_EXECUTE workaround: a
 		// re-execution without parameter types then sees NULLs. Counted.
 		s.m.connections.WithLabelValues("compressed_no_execute_fix").Inc()
 	}
+	fc := newExecFixConn(cc.Conn.Conn, fixExec, sess.params, func(reason string) {
+		s.m.clientErrors.WithLabelValues("stmt_execute_unfixable_" + reason).Inc()
+	})
+	cc.Conn.Conn = fc
 	if ctx.Err() != nil {
 		_ = c.SetReadDeadline(time.Now())
 	}
 	if err := sess.start(cc); err != nil {
 		s.m.connections.WithLabelValues("backend_failed").Inc()
 		_ = cc.WriteValue(mysql.NewError(codeBackendLost, "causallab proxy: "+err.Error()))
-		cc.Close()
+		cc.Close() // flushes the error first
 		return
 	}
 	s.m.connections.WithLabelValues("accepted").Inc()
@@ -307,5 +308,6 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			break
 		}
 	}
+	_ = fc.Flush() // the last response (e.g. the error before closeAfter)
 	s.m.connections.WithLabelValues("closed").Inc()
 }

@@ -40,7 +40,7 @@ type sysbenchResult struct {
 	reads, writes                int64
 	ignoredErrors, reconnects    int64
 	tps, qps                     float64
-	latAvgMS, latP95MS, latMaxMS float64
+	latAvgMS, latPctMS, latMaxMS float64
 }
 
 var (
@@ -79,7 +79,7 @@ func parseSysbench(out string) (sysbenchResult, error) {
 		case "max":
 			r.latMaxMS = v
 		case "95th percentile", "99th percentile":
-			r.latP95MS = v
+			r.latPctMS = v
 		}
 	}
 	if found < 2 {
@@ -239,7 +239,7 @@ func TestSysbench(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Logf("%s: %d transactions (%.0f/s), %d queries (%d reads, %d writes), %d ignored errors, %d reconnects, avg %.2f ms, p95 %.2f ms",
-					test, r.transactions, r.tps, r.queries, r.reads, r.writes, r.ignoredErrors, r.reconnects, r.latAvgMS, r.latP95MS)
+					test, r.transactions, r.tps, r.queries, r.reads, r.writes, r.ignoredErrors, r.reconnects, r.latAvgMS, r.latPctMS)
 				if r.transactions == 0 || r.reads == 0 {
 					t.Fatalf("%s did no work:\n%s", test, r.out)
 				}

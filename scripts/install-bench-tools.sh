@@ -1,16 +1,50 @@
 #!/usr/bin/env bash
-# Installs the benchmark clients the proxy's integration tests and speed runs
-# use: sysbench (Debian package; its Lua OLTP scripts ship with it). Uses the
-# machine's own apt configuration. Idempotent.
+# install-bench-tools.sh: install the benchmark clients the proxy's tests and
+# speed runs use. Idempotent; uses the machine's own apt configuration.
+#
+#   scripts/install-bench-tools.sh                 sysbench (Debian package)
+#   scripts/install-bench-tools.sh --mysql-router  also MySQL Router, in its own
+#       Debian sid root filesystem under $CAUSALLAB_CACHE (default
+#       ~/.cache/causallab/mysqlrouter-rootfs), never in the MySQL one others
+#       use; prints its path. Run it there with chroot.
 set -euo pipefail
-if command -v sysbench >/dev/null 2>&1; then
-	exit 0
-fi
+
+log() { echo "install-bench-tools: $*" >&2; }
+
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
 	SUDO="sudo"
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends sysbench
-sysbench --version
+updated=""
+apt_install() {
+	if [ -z "$updated" ]; then
+		$SUDO apt-get update -qq >/dev/null
+		updated=1
+	fi
+	$SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if ! command -v sysbench >/dev/null 2>&1; then
+	log "installing sysbench"
+	apt_install sysbench
+fi
+sysbench --version >&2
+
+if [ "${1:-}" = "--mysql-router" ]; then
+	CACHE=${CAUSALLAB_CACHE:-$HOME/.cache/causallab}
+	ROOTFS=${CAUSALLAB_ROUTER_ROOTFS:-$CACHE/mysqlrouter-rootfs}
+	mkdir -p "$CACHE"
+	command -v mmdebstrap >/dev/null 2>&1 || apt_install mmdebstrap
+	if [ ! -x "$ROOTFS/usr/bin/mysqlrouter" ]; then
+		log "building the MySQL Router root filesystem in $ROOTFS"
+		tmp="$ROOTFS.tmp.$$"
+		rm -rf "$tmp"
+		mmdebstrap --quiet --variant=essential --include=mysql-router \
+			--aptopt='Acquire::Check-Valid-Until "false"' sid "$tmp" >&2
+		rm -rf "$ROOTFS"
+		mv "$tmp" "$ROOTFS"
+	fi
+	chroot "$ROOTFS" mysqlrouter --version >&2
+	echo "$ROOTFS"
+fi

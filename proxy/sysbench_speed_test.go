@@ -1,0 +1,251 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSysbenchSpeed measures sysbench oltp_point_select (prepared
+// statements) side by side in one run: directly against the replicas
+// (sysbench spreads its connections over both), through the proxy, and
+// through MySQL Router in plain routing mode (round-robin over the same
+// replicas) when CAUSALLAB_MYSQLROUTER_ROOTFS names a root filesystem
+// holding it (scripts/install-bench-tools.sh --mysql-router). Targets take
+// turns, round after round, so a change of the machine's load hits them
+// alike. Not a correctness test: it runs only with CAUSALLAB_PROXY_BENCH=1.
+//
+//	CAUSALLAB_PROXY_BENCH=1 go test -count=1 -run TestSysbenchSpeed -v ./proxy/
+//
+// Knobs: CAUSALLAB_PROXY_BENCH_TIME (seconds per run, default 10),
+// CAUSALLAB_PROXY_BENCH_ROUNDS (default 3), CAUSALLAB_PROXY_BENCH_THREADS
+// (comma list, default "1,4,16"), CAUSALLAB_PROXY_PROFILE (write a CPU
+// profile of the proxy's runs to this file).
+func TestSysbenchSpeed(t *testing.T) {
+	if os.Getenv("CAUSALLAB_PROXY_BENCH") != "1" {
+		t.Skip("speed run: set CAUSALLAB_PROXY_BENCH=1")
+	}
+	bin := needSysbench(t)
+	secs := envInt(t, "CAUSALLAB_PROXY_BENCH_TIME", 10)
+	rounds := envInt(t, "CAUSALLAB_PROXY_BENCH_ROUNDS", 3)
+	threads := []int{1, 4, 16}
+	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_THREADS"); v != "" {
+		threads = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				t.Fatalf("CAUSALLAB_PROXY_BENCH_THREADS: %q", v)
+			}
+			threads = append(threads, n)
+		}
+	}
+	ctx := context.Background()
+	s := startProxy(t, func(c *Config) { c.AuthMethod = "mysql_native_password" })
+	direct := primaryDB(t, topo)
+	const db, tableSize = "sb_speed", 10000
+	mustExec(t, direct, "DROP DATABASE IF EXISTS "+db)
+	mustExec(t, direct, "CREATE DATABASE "+db)
+	t.Cleanup(func() { _, _ = direct.Exec("DROP DATABASE IF EXISTS " + db) })
+	p := topo.Primary()
+	ph, pp, _ := strings.Cut(p.Addr(), ":")
+	prim := sysbenchTarget{host: ph, port: pp, user: p.User, password: p.Password}
+	common := []string{"--tables=1", fmt.Sprintf("--table-size=%d", tableSize), "--db-ps-mode=auto"}
+	if _, err := runSysbench(ctx, t, bin, "", append(append([]string{"oltp_point_select"}, prim.args(db)...), append(common, "prepare")...)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.WaitReplicated(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var hosts, ports []string
+	for _, r := range topo.Replicas() {
+		h, pt, _ := strings.Cut(r.Addr(), ":")
+		hosts, ports = append(hosts, h), append(ports, pt)
+	}
+	r0 := topo.Replicas()[0]
+	targets := []struct {
+		name string
+		tg   sysbenchTarget
+	}{
+		{"direct", sysbenchTarget{host: strings.Join(hosts, ","), port: strings.Join(ports, ","), user: r0.User, password: r0.Password}},
+		{"causallab-proxy", proxyTarget(t, s, false)},
+	}
+	if rootfs := os.Getenv("CAUSALLAB_MYSQLROUTER_ROOTFS"); rootfs != "" {
+		port := startMySQLRouter(t, rootfs, hosts, ports)
+		targets = append(targets, struct {
+			name string
+			tg   sysbenchTarget
+		}{"mysql-router", sysbenchTarget{host: "127.0.0.1", port: strconv.Itoa(port), user: r0.User, password: r0.Password}})
+	} else {
+		t.Log("MySQL Router not measured: CAUSALLAB_MYSQLROUTER_ROOTFS unset")
+	}
+	var prof *os.File
+	if path := os.Getenv("CAUSALLAB_PROXY_PROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		prof = f
+	}
+	type key struct {
+		target  string
+		threads int
+	}
+	results := map[key][]sysbenchResult{}
+	profiling := false
+	for round := 0; round < rounds; round++ {
+		for _, th := range threads {
+			for _, tg := range targets {
+				if prof != nil && tg.name == "causallab-proxy" && !profiling {
+					if err := pprof.StartCPUProfile(prof); err != nil {
+						t.Fatal(err)
+					}
+					profiling = true
+				}
+				args := append(append([]string{"oltp_point_select"}, tg.tg.args(db)...), common...)
+				args = append(args, fmt.Sprintf("--threads=%d", th), fmt.Sprintf("--time=%d", secs),
+					"--percentile=99", "--report-interval=0", "--histogram=off", "run")
+				r, err := runSysbench(ctx, t, bin, "", args...)
+				if tg.name == "causallab-proxy" && profiling {
+					pprof.StopCPUProfile()
+					profiling, prof = false, nil // one profiled run is enough
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.ignoredErrors != 0 || r.reconnects != 0 {
+					t.Fatalf("%s: %d ignored errors, %d reconnects:\n%s", tg.name, r.ignoredErrors, r.reconnects, r.out)
+				}
+				results[key{tg.name, th}] = append(results[key{tg.name, th}], r)
+				t.Logf("round %d threads %d %-16s %8.0f qps  avg %.3f ms  p99 %.3f ms", round+1, th, tg.name, r.qps, r.latAvgMS, r.latPctMS)
+			}
+		}
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%d rounds x %d s per run, GOMAXPROCS %d, load average after: %s", rounds, secs, runtime.GOMAXPROCS(0), strings.TrimSpace(string(load)))
+	fmt.Fprintf(&b, "\n| threads | target | qps (median) | ratio to direct | avg ms | p99 ms (median) | added p99 µs |\n|---|---|---|---|---|---|---|")
+	for _, th := range threads {
+		d := medians(results[key{"direct", th}])
+		for _, tg := range targets {
+			m := medians(results[key{tg.name, th}])
+			fmt.Fprintf(&b, "\n| %d | %s | %.0f | %.0f%% | %.3f | %.3f | %+.0f |", th, tg.name, m.qps, 100*m.qps/d.qps, m.latAvgMS, m.latPctMS, 1000*(m.latPctMS-d.latPctMS))
+		}
+	}
+	t.Log(b.String())
+}
+
+// medians returns the per-field medians of several runs.
+func medians(rs []sysbenchResult) sysbenchResult {
+	med := func(f func(sysbenchResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return sysbenchResult{
+		qps:      med(func(r sysbenchResult) float64 { return r.qps }),
+		latAvgMS: med(func(r sysbenchResult) float64 { return r.latAvgMS }),
+		latPctMS: med(func(r sysbenchResult) float64 { return r.latPctMS }),
+	}
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// startMySQLRouter runs MySQL Router from rootfs (chroot) in plain routing
+// mode: a static round-robin route over the replicas, classic protocol, TLS
+// passed through (no bootstrap, no metadata cache). It returns the port.
+func startMySQLRouter(t *testing.T, rootfs string, hosts, ports []string) int {
+	t.Helper()
+	port := freePort(t)
+	var dests []string
+	for i := range hosts {
+		dests = append(dests, hosts[i]+":"+ports[i])
+	}
+	dir, err := os.MkdirTemp(filepath.Join(rootfs, "tmp"), "causallab-router-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	inside := strings.TrimPrefix(dir, rootfs)
+	conf := fmt.Sprintf(`[DEFAULT]
+logging_folder=%[1]s
+runtime_folder=%[1]s
+data_folder=%[1]s
+
+[logger]
+level=WARNING
+
+[routing:replicas]
+bind_address=127.0.0.1
+bind_port=%[2]d
+destinations=%[3]s
+routing_strategy=round-robin
+protocol=classic
+max_connections=1024
+`, inside, port, strings.Join(dests, ","))
+	if err := os.WriteFile(filepath.Join(dir, "router.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "chroot", rootfs, "mysqlrouter", "--user=root", "-c", inside+"/router.conf")
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start mysqlrouter: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cancel(); <-exited })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
+			c.Close()
+			return port
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "mysqlrouter.log"))
+			t.Fatalf("mysqlrouter exited: %s\n%s", out, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mysqlrouter did not listen on %d: %s", port, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freePort returns a TCP port free on 127.0.0.1 a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
