@@ -3,7 +3,7 @@
 GO ?= go
 export TESTCONTAINERS_RYUK_DISABLED := true
 
-.PHONY: all build deps test test-short vet bench fmt
+.PHONY: all build deps test test-docker test-short vet bench fmt
 
 all: build
 
@@ -19,6 +19,14 @@ deps:
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 45m ./...
+	$(MAKE) test-docker
+
+# test-docker: compose's integration tests again on the docker backend, when
+# a Docker engine answers (the local backend ran in `test`).
+test-docker:
+	@if docker info >/dev/null 2>&1; then \
+		CAUSALLAB_TEST_BACKEND=docker $(GO) test -count=1 -timeout 15m ./compose/...; \
+	else echo "test-docker: no Docker engine answers: docker backend tests NOT run"; fi
 
 # test-short: unit tests only (no MySQL needed).
 test-short:

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -48,7 +49,8 @@ type dockerBackend struct {
 	networkID string
 	network   string
 	servers   []*dockerServer
-	closeCli  bool
+	// hostOverride, when set, is the only Docker host tried (tests).
+	hostOverride string
 }
 
 var _ backend = (*dockerBackend)(nil)
@@ -64,7 +66,11 @@ func (b *dockerBackend) client(ctx context.Context) (*testcontainers.DockerClien
 		// compose removes what it creates itself.
 		os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
 	}
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	var opts []client.Opt
+	if b.hostOverride != "" {
+		opts = append(opts, client.WithHost(b.hostOverride))
+	}
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("compose: %w (%v); use --backend local (Config.Backend = local) instead", ErrNoDocker, err)
 	}
@@ -171,10 +177,14 @@ func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwor
 			s.hostPort = port
 			// Health is checked by SQL with the account, from this process
 			// (testcontainers' wait.ForSQL did not see the server here).
-			return waitSQL(ctx, b.cfg.Logger, s.name, b.cfg.User, b.cfg.Password, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), b.cfg.StartTimeout, func() bool {
+			werr := waitSQL(ctx, b.cfg.Logger, s.name, b.cfg.User, b.cfg.Password, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), b.cfg.StartTimeout, func() bool {
 				st, err := b.containerState(ctx, s)
 				return err == nil && !st.Running
 			})
+			if werr != nil {
+				werr = fmt.Errorf("%w; container log: %s", werr, containerErrors(ctx, c))
+			}
+			return werr
 		}
 		lastErr = fmt.Errorf("compose: start container for %s: %w", s.name, err)
 		if !strings.Contains(err.Error(), "already allocated") && !strings.Contains(err.Error(), "address already in use") {
@@ -406,4 +416,28 @@ func (b *dockerBackend) state() backendState {
 		st.Servers = append(st.Servers, dockerServerState{Name: s.name, ServerID: s.serverID, HostPort: s.hostPort, ID: s.id})
 	}
 	return backendState{Docker: st}
+}
+
+// containerErrors returns the last [ERROR] lines of a container's log
+// (mysqld logs to stderr there).
+func containerErrors(ctx context.Context, c *testcontainers.DockerContainer) string {
+	rc, err := c.Logs(ctx)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	defer rc.Close()
+	data, _ := io.ReadAll(io.LimitReader(rc, 1<<20))
+	var keep []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, "[ERROR]") {
+			keep = append(keep, strings.TrimSpace(l))
+		}
+	}
+	if len(keep) == 0 {
+		return "(no [ERROR] line)"
+	}
+	if len(keep) > 4 {
+		keep = keep[len(keep)-4:]
+	}
+	return strings.Join(keep, " | ")
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -142,6 +144,7 @@ func needMySQL(t *testing.T) {
 
 func TestDownLeavesNothing(t *testing.T) {
 	needMySQL(t)
+	localOnly(t)
 	ctx := context.Background()
 	topo, err := Start(ctx, Config{Replicas: 1})
 	if err != nil {
@@ -167,6 +170,7 @@ func TestDownLeavesNothing(t *testing.T) {
 
 func TestFailedStartLeavesNothing(t *testing.T) {
 	needMySQL(t)
+	localOnly(t)
 	cases := map[string]Config{
 		// mysqld refuses to initialize.
 		"bad setting": {Replicas: 1, MyCnf: map[string]string{"no_such_variable_xyz": "1"}},
@@ -219,6 +223,7 @@ func ppid(pid int) int {
 // processes die with it and that the next Start sweeps its directory.
 func TestOwnerDeathKillsServers(t *testing.T) {
 	needMySQL(t)
+	localOnly(t)
 	if os.Getenv("COMPOSE_HELPER") == "1" {
 		t.Skip("helper")
 	}
@@ -287,4 +292,69 @@ func TestHelperStartAndHang(t *testing.T) {
 	lb := topo.be.(*localBackend)
 	os.Stdout.WriteString("TOPOLOGY " + lb.hostDir + " " + lb.inDir + "\n")
 	time.Sleep(5 * time.Minute)
+}
+
+// localOnly skips local clean-up tests in the docker run of the suite
+// (make test-docker), where they would only repeat the local run.
+func localOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv("CAUSALLAB_TEST_BACKEND") == string(BackendDocker) {
+		t.Skip("local backend test; the docker run of the suite covers docker")
+	}
+}
+
+func TestDockerDownLeavesNothing(t *testing.T) {
+	if testing.Short() || os.Getenv("CAUSALLAB_TEST_BACKEND") != string(BackendDocker) {
+		t.Skip("runs with CAUSALLAB_TEST_BACKEND=docker")
+	}
+	ctx := context.Background()
+	topo, err := Start(ctx, Config{Backend: BackendDocker, Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := topo.be.(*dockerBackend)
+	cli := db.cli
+	ids := []string{db.servers[0].id, db.servers[1].id}
+	if err := topo.Down(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil {
+			t.Fatalf("container %s left after Down", id)
+		}
+	}
+	if _, err := cli.NetworkInspect(ctx, db.networkID, client.NetworkInspectOptions{}); err == nil {
+		t.Fatalf("network %s left after Down", db.network)
+	}
+	// A failed start (mysqld refuses a setting) removes what it created.
+	_, err = Start(ctx, Config{Backend: BackendDocker, Replicas: 1, StartTimeout: 20 * time.Second, MyCnf: map[string]string{"no_such_variable_xyz": "1"}})
+	if err == nil {
+		t.Fatal("Start with a bad setting succeeded")
+	}
+	t.Logf("error: %v", err)
+	res, lerr := cli.ContainerList(ctx, client.ContainerListOptions{All: true})
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	for _, c := range res.Items {
+		// Other topologies may run on this engine; a container our failed
+		// Start left would be labelled, recent, and exited.
+		if _, ok := c.Labels["causallab.node"]; ok && c.Created > time.Now().Add(-time.Minute).Unix() && c.State == "exited" {
+			t.Fatalf("failed Start left container %s (%s)", c.ID, c.State)
+		}
+	}
+}
+
+func TestNoDockerEngine(t *testing.T) {
+	cfg := Config{Backend: BackendDocker, Replicas: 1}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	b := newDockerBackend(&cfg)
+	b.hostOverride = "unix:///nonexistent/docker.sock"
+	_, err := b.start(context.Background())
+	t.Logf("error: %v", err)
+	if !errors.Is(err, ErrNoDocker) || !strings.Contains(err.Error(), "--backend local") {
+		t.Fatalf("err = %v, want ErrNoDocker suggesting --backend local", err)
+	}
 }
