@@ -403,7 +403,7 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 			cancel(err)
 		}
 	}()
-	stop := context.AfterFunc(sctx, func() { conn.Close() }) // unblock a confirmation in flight
+	stop := context.AfterFunc(sctx, func() { closeRaw(conn) }) // unblock a confirmation in flight
 	defer stop()
 	if aheadConn != nil {
 		workers.Add(1)
@@ -413,7 +413,7 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 				cancel(err)
 			}
 		}()
-		stopAhead := context.AfterFunc(sctx, func() { aheadConn.Close() })
+		stopAhead := context.AfterFunc(sctx, func() { closeRaw(aheadConn) })
 		defer stopAhead()
 	}
 	defer func() {
@@ -676,6 +676,16 @@ func (w *Watcher) confirmLoop(ctx context.Context, conn *client.Conn, cs *confir
 		}
 		last = c
 		w.publishConfirmed(cs, c.set, c, stages)
+	}
+}
+
+// closeRaw closes c's network connection, failing a query in flight on
+// another goroutine. go-mysql's Conn.Close also resets the packet sequence,
+// which races with that query: the owner calls it once the query's
+// goroutine has returned.
+func closeRaw(c *client.Conn) {
+	if c.Conn != nil && c.Conn.Conn != nil {
+		_ = c.Conn.Conn.Close()
 	}
 }
 
