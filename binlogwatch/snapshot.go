@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,9 +96,10 @@ func (s *Snapshot) Contains(want gtid.Set) bool { return s.Executed.Contains(wan
 // replica was known to contain the awaited set.
 var ErrStopped = errors.New("binlogwatch: watcher stopped")
 
-// publisher holds the current snapshot. publish is called by one goroutine;
-// load and wait by any number, without locks.
+// publisher holds the current snapshot. load and wait take no lock;
+// publish is serialized by mu.
 type publisher struct {
+	mu  sync.Mutex
 	cur atomic.Pointer[Snapshot]
 }
 
@@ -109,10 +111,14 @@ func newPublisher(first *Snapshot) *publisher {
 }
 
 // publish replaces the snapshot and wakes every waiter of the old one.
+// s is complete before it is stored: readers never see it change.
 func (p *publisher) publish(s *Snapshot) {
 	s.changed = make(chan struct{})
-	old := p.cur.Swap(s)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.cur.Load()
 	s.Seq = old.Seq + 1
+	p.cur.Store(s)
 	close(old.changed)
 }
 
