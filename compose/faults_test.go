@@ -119,7 +119,18 @@ func TestSetApplyDelay(t *testing.T) {
 	if hasMarker(t, ctx, r2, id) {
 		t.Fatal("replica2 applied a write before its 2 s delay")
 	}
-	eventually(t, "replica2 to apply after its delay", func() bool { return hasMarker(t, ctx, r2, id) })
+	// While the write waits out the delay, replica2 is lagging: at least a
+	// second behind, with a received transaction not applied.
+	sawLagging := false
+	eventually(t, "replica2 to apply after its delay", func() bool {
+		if status(t, ctx, shared, "replica2").Health == compose.HealthLagging {
+			sawLagging = true
+		}
+		return hasMarker(t, ctx, r2, id)
+	})
+	if !sawLagging {
+		t.Fatal("replica2 never reported lagging while delayed")
+	}
 	if err := shared.SetApplyDelay(ctx, "replica2", 0); err != nil {
 		t.Fatal(err)
 	}

@@ -132,8 +132,7 @@ func (b *localBackend) start(ctx context.Context) (nodes []Node, err error) {
 	if err := b.writeCnf(first); err != nil {
 		return nil, err
 	}
-	init := fmt.Sprintf("SET sql_log_bin=0;\nCREATE USER '%[1]s'@'%%' IDENTIFIED BY '%[2]s';\nGRANT ALL PRIVILEGES ON *.* TO '%[1]s'@'%%' WITH GRANT OPTION;\n", b.cfg.User, b.cfg.Password)
-	if err := os.WriteFile(filepath.Join(dir, "init.sql"), []byte(init), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "init.sql"), []byte(initSQL(b.cfg)), 0o600); err != nil {
 		return nil, err
 	}
 	began := time.Now()
@@ -573,4 +572,9 @@ func copyDir(src, dst, skip string) error {
 		}
 		return out.Close()
 	})
+}
+
+// initSQL creates the account, outside the binary log, at --initialize.
+func initSQL(cfg *Config) string {
+	return fmt.Sprintf("SET sql_log_bin=0;\nCREATE USER '%[1]s'@'%%' IDENTIFIED BY '%[2]s';\nGRANT ALL PRIVILEGES ON *.* TO '%[1]s'@'%%' WITH GRANT OPTION;\n", cfg.User, cfg.Password)
 }

@@ -16,8 +16,9 @@ const (
 	// HealthOK: the server answers; a replica's threads run without errors
 	// and it is less than LagThreshold behind.
 	HealthOK Health = "ok"
-	// HealthLagging: a replica whose threads run but which is LagThreshold
-	// or more behind its source.
+	// HealthLagging: a replica whose threads run, which is LagThreshold or
+	// more behind its source and has received transactions it has not
+	// applied yet.
 	HealthLagging Health = "lagging"
 	// HealthStopped: a replica with a replication thread stopped and no
 	// error (StopApplier, Partition on the local backend, ...).
@@ -186,7 +187,15 @@ func (t *Topology) nodeStatus(ctx context.Context, n Node) NodeStatus {
 	case st.IORunning != "Yes" || st.SQLRunning != "Yes":
 		ns.Health = HealthStopped
 	case st.Behind >= LagThreshold:
-		ns.Health = HealthLagging
+		// Seconds_Behind_Source reads 1 for a moment after a replica has
+		// applied everything; lagging means there is also something
+		// received but not applied.
+		var applied int
+		db, _ := t.db(n)
+		err := db.QueryRowContext(ctx, "SELECT GTID_SUBSET(?, ?)", st.Retrieved, st.Executed).Scan(&applied)
+		if err != nil || applied == 0 {
+			ns.Health = HealthLagging
+		}
 	}
 	return ns
 }
