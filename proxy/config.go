@@ -72,14 +72,18 @@ type Config struct {
 	// failover); tokens of an older epoch are honoured only if the primary
 	// holds their transactions. Default 1.
 	Epoch uint64 `yaml:"epoch"`
-	// PollInterval is how often each server's gtid_executed is polled by
-	// the router's Poller when Positions is nil. Default 5ms, at least 1ms.
+	// Positions selects how the proxy learns what each backend executed,
+	// when Source is nil: "poll" (default: a router.Poller per backend,
+	// SELECT @@GLOBAL.gtid_executed every PollInterval) or "binlog" (a
+	// binlogwatch stream per backend behind router.WatchSource; the backend
+	// accounts then need REPLICATION SLAVE).
+	Positions string `yaml:"positions"`
+	// PollInterval is how often each server's gtid_executed is polled in
+	// "poll" mode. Default 5ms, at least 1ms.
 	PollInterval time.Duration `yaml:"poll_interval"`
-	// Positions, when set, is the position source for every backend (by
-	// Backend.Name), e.g. the binlogwatch-backed one; the proxy then runs
-	// no poller of its own and does not run or stop the source. nil: one
-	// router.Poller per backend every PollInterval.
-	Positions router.PositionSource `yaml:"-"`
+	// Source, when set, is the position source for every backend (by
+	// Backend.Name), run by the caller; Positions is then ignored.
+	Source router.PositionSource `yaml:"-"`
 	// MaxAllowedPacket bounds a client's packet; larger ones are refused
 	// and the connection closed. Default 64 MiB (MySQL's default).
 	MaxAllowedPacket int `yaml:"max_allowed_packet"`
@@ -182,6 +186,13 @@ func (c *Config) validate() error {
 	}
 	if c.Epoch == 0 {
 		c.Epoch = 1
+	}
+	switch c.Positions {
+	case "":
+		c.Positions = "poll"
+	case "poll", "binlog":
+	default:
+		return fmt.Errorf("proxy: positions %q (want poll or binlog)", c.Positions)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 5 * time.Millisecond

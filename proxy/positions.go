@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"sync"
+
+	"github.com/causallab/causallab/binlogwatch"
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/router"
@@ -66,6 +70,46 @@ func (p *pollers) WaitFor(ctx context.Context, node string, want gtid.Set) error
 		return fmt.Errorf("proxy: no position source for node %q", node)
 	}
 	return pl.WaitFor(ctx, node, want)
+}
+
+// newBinlogSource builds a binlogwatch stream per backend and the router's
+// WatchSource over them; run is the group's Run.
+func newBinlogSource(cfg *Config, log *slog.Logger) (router.PositionSource, func(context.Context), error) {
+	mk := func(b Backend) (*binlogwatch.Watcher, error) {
+		host, port, err := net.SplitHostPort(b.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: backend %s: %w", b.Name, err)
+		}
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: backend %s: port %q: %w", b.Name, port, err)
+		}
+		return binlogwatch.New(binlogwatch.Config{Name: b.Name, Host: host, Port: uint16(p), User: b.User,
+			Password: b.Password, ConnectTimeout: cfg.ConnectTimeout, Logger: log})
+	}
+	prim, err := mk(cfg.Primary)
+	if err != nil {
+		return nil, nil, err
+	}
+	names := []string{cfg.Primary.Name}
+	var reps []*binlogwatch.Watcher
+	for _, b := range cfg.Replicas {
+		w, err := mk(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		reps = append(reps, w)
+		names = append(names, b.Name)
+	}
+	g, err := binlogwatch.NewGroup(prim, reps...)
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err := router.NewGroupSource(g, 0, names...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return src, func(ctx context.Context) { _ = g.Run(ctx) }, nil
 }
 
 // primaryBound is the proxy's lower bound of the primary's executed set: the

@@ -255,7 +255,15 @@ func TestSessionStateReplayed(t *testing.T) {
 // through any other with the token in a comment, while one replica stands
 // still (applier stopped): zero stale reads.
 func TestReadYourWritesPool(t *testing.T) {
-	s := startProxy(t, nil)
+	// Both position sources: the router's Poller and binlogwatch streams
+	// (router.WatchSource).
+	for _, positions := range []string{"poll", "binlog"} {
+		t.Run(positions, func(t *testing.T) { testReadYourWritesPool(t, positions) })
+	}
+}
+
+func testReadYourWritesPool(t *testing.T, positions string) {
+	s := startProxy(t, func(c *Config) { c.Positions = positions })
 	ctx := context.Background()
 	db := openDB(t, s, "tls=skip-verify")
 	db.SetMaxOpenConns(16)
@@ -293,13 +301,13 @@ func TestReadYourWritesPool(t *testing.T) {
 				}
 				if _, err := conn.ExecContext(ctx, "INSERT INTO ptest.ryw VALUES (?, ?)", id, i); err != nil {
 					conn.Close()
-					errc <- err
+					errc <- fmt.Errorf("insert: %w", err)
 					return
 				}
 				var tok string
 				if err := conn.QueryRowContext(ctx, "SELECT @causal_token").Scan(&tok); err != nil {
 					conn.Close()
-					errc <- err
+					errc <- fmt.Errorf("SELECT @causal_token: %w", err)
 					return
 				}
 				conn.Close()
@@ -310,7 +318,7 @@ func TestReadYourWritesPool(t *testing.T) {
 				if errors.Is(err, sql.ErrNoRows) || (err == nil && n != i) {
 					violations.Add(1)
 				} else if err != nil {
-					errc <- err
+					errc <- fmt.Errorf("read with token %q: %w", tok, err)
 					return
 				}
 			}
@@ -325,11 +333,14 @@ func TestReadYourWritesPool(t *testing.T) {
 		t.Fatalf("%d read-your-writes violations in %d reads", v, reads.Load())
 	}
 	stats := metricText(t, s)
-	t.Logf("reads %d, violations 0\n%s", reads.Load(), grepLines(stats, "route_decisions_total", "statements_total", "fallbacks_total", "waits_total"))
+	t.Logf("reads %d, violations 0\n%s", reads.Load(), grepLines(stats, "route_decisions_total", "statements_total", "router_reads_total", "wait_seconds_count"))
 	// The stopped replica must not have served a token read: check that
 	// some reads reached replicas at all.
 	if !strings.Contains(stats, `role="replica"`) {
 		t.Fatalf("no read reached a replica")
+	}
+	if !strings.Contains(stats, `causallab_router_reads_total{outcome="replica"`) {
+		t.Fatalf("no read counted with the router's outcome replica:\n%s", grepLines(stats, "router_reads_total"))
 	}
 }
 

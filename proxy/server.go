@@ -31,10 +31,11 @@ type Server struct {
 	m        *metrics
 	mysqlSrv *server.Server
 	auth     *server.InMemoryAuthenticationHandler
-	// src is the position source (Config.Positions or polls, below);
-	// prim the lower bound of the primary's executed set.
+	// src is the position source (Config.Source, pollers or binlog
+	// streams); runSrc runs it when the proxy owns it. prim is the lower
+	// bound of the primary's executed set.
 	src       router.PositionSource
-	polls     *pollers
+	runSrc    func(context.Context)
 	prim      primaryBound
 	policy    router.Policy
 	capCfg    router.Cap
@@ -73,13 +74,21 @@ func New(cfg Config) (*Server, error) {
 		capCfg:    router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
 		monotonic: kind == router.PolicyTokenRYWMR,
 	}
-	s.src = cfg.Positions
-	if s.src == nil {
+	switch {
+	case cfg.Source != nil:
+		s.src = cfg.Source
+	case cfg.Positions == "binlog":
+		src, run, err := newBinlogSource(&s.cfg, s.log)
+		if err != nil {
+			return nil, err
+		}
+		s.src, s.runSrc = src, run
+	default:
 		p, err := newPollers(&s.cfg, s.log)
 		if err != nil {
 			return nil, err
 		}
-		s.polls, s.src = p, p
+		s.src, s.runSrc = p, p.Run
 	}
 	tlsConf, key, err := loadTLS(&cfg)
 	if err != nil {
@@ -185,8 +194,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	pctx, stopPolls := context.WithCancel(ctx)
 	defer stopPolls()
 	var pollWG sync.WaitGroup
-	if s.polls != nil {
-		pollWG.Go(func() { s.polls.Run(pctx) })
+	if s.runSrc != nil {
+		pollWG.Go(func() { s.runSrc(pctx) })
 	}
 	var hs *http.Server
 	if s.httpLn != nil {

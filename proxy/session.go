@@ -240,6 +240,23 @@ func done() *mysql.Result {
 	return mysql.NewResult(rs)
 }
 
+// oneValueResultset is a one-row, one-column text result (NULL when v is
+// nil). It is built by hand, not with mysql.BuildSimpleTextResultset:
+// go-mysql v1.16.0's pooled Resultset.Reset keeps stale *Field pointers, so
+// a Resultset another package returned to the pool (binlogwatch does) made
+// BuildSimpleTextResultset fail with "row types aren't consistent".
+func oneValueResultset(name string, v *string) *mysql.Resultset {
+	f := &mysql.Field{Name: []byte(name), Charset: 33, Type: mysql.MYSQL_TYPE_VAR_STRING}
+	var row []byte
+	if v == nil {
+		f.Type = mysql.MYSQL_TYPE_NULL
+		row = []byte{0xfb}
+	} else {
+		row = mysql.PutLengthEncodedString([]byte(*v))
+	}
+	return &mysql.Resultset{Fields: []*mysql.Field{f}, FieldNames: map[string]int{name: 0}, RowDatas: []mysql.RowData{row}}
+}
+
 // HandleQuery handles COM_QUERY.
 func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	if len(query) > s.srv.cfg.MaxAllowedPacket {
@@ -267,14 +284,12 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		return nil, nil
 	case KindGetToken:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
-		var v any
+		var v *string
 		if s.rs.HasToken {
-			v = gtid.Token{Epoch: s.rs.Epoch, GTIDs: s.rs.Token}.String()
+			tok := gtid.Token{Epoch: s.rs.Epoch, GTIDs: s.rs.Token}.String()
+			v = &tok
 		}
-		rs, err := mysql.BuildSimpleTextResultset([]string{"@causal_token"}, [][]any{{v}})
-		if err != nil {
-			return nil, err
-		}
+		rs := oneValueResultset("@causal_token", v)
 		return mysql.NewResult(rs), nil
 	case KindTrackGTIDs:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()

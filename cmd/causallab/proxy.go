@@ -19,6 +19,7 @@ func newProxyCmd() *cobra.Command {
 	var (
 		configPath, topologyPath   string
 		listen, httpListen, policy string
+		positions                  string
 		user, password             string
 		epoch                      uint64
 	)
@@ -67,6 +68,9 @@ prints them) with --user/--password for the clients.`,
 			if epoch != 0 {
 				cfg.Epoch = epoch
 			}
+			if positions != "" {
+				cfg.Positions = positions
+			}
 			cfg.Logger = slog.Default()
 			s, err := proxy.New(cfg)
 			if err != nil {
@@ -88,6 +92,7 @@ prints them) with --user/--password for the clients.`,
 	f.StringVar(&user, "user", "app", "client user name (with --topology)")
 	f.StringVar(&password, "password", "app", "client password (with --topology)")
 	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default 1)")
+	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	return cmd
 }
 
