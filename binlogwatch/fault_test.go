@@ -392,3 +392,50 @@ func TestServerUUIDChanged(t *testing.T) {
 	}
 	t.Logf("server_uuid %s -> %s; watcher resynced and converged", oldUUID, newUUID)
 }
+
+// TestAheadMispredicted: transactions alternate between a tag and no tag,
+// so the transaction after each prediction (the last GTID's source and tag,
+// GNO + 1) is never the predicted one: the parked wait is satisfied only a
+// transaction later (tags count separately). The wrongly parked wait must
+// not hold back publishing: the confirmer publishes the transaction in
+// between.
+func TestAheadMispredicted(t *testing.T) {
+	composetest.Need(t, shared)
+	n := node(t, "replica1")
+	w, met := startWatcher(t, n, nil)
+	chk := checkSubset(t, w, n)
+	waitHealth(t, w, HealthStreaming, 10*time.Second)
+	ctx := testCtx(t, time.Minute)
+	pdb := openDB(t, shared.Primary())
+	conn, err := pdb.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, s := range []string{"CREATE DATABASE IF NOT EXISTS bw", "CREATE TABLE IF NOT EXISTS bw.alt (a INT)"} {
+		if _, err := conn.ExecContext(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := testutil.ToFloat64(met.aheadHits.WithLabelValues(n.Name))
+	const writes = 20
+	for i := range writes {
+		next := "AUTOMATIC"
+		if i%2 == 0 {
+			next = "AUTOMATIC:bw_alt"
+		}
+		for _, s := range []string{"SET gtid_next='" + next + "'", "INSERT INTO bw.alt VALUES (1)"} {
+			if _, err := conn.ExecContext(ctx, s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "SET gtid_next='AUTOMATIC'"); err != nil {
+		t.Fatal(err)
+	}
+	// Well within one ConfirmWait per transaction (20 s): the confirmer
+	// did not wait for the ahead waiter.
+	converge(t, w, n, 5*time.Second)
+	chk.finish(t)
+	t.Logf("ahead waiter published %v of %d alternating transactions", testutil.ToFloat64(met.aheadHits.WithLabelValues(n.Name))-before, writes)
+}
