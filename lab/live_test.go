@@ -81,8 +81,15 @@ func TestLabRouters(t *testing.T) {
 			t.Errorf("%s: %d RYW, %d MR violations", n, r.RYW, r.MR)
 		}
 	}
+	// affinity(full-list) keeps a session on one replica only while that
+	// replica looks up: a failed position poll (an overloaded machine) makes
+	// the router reselect, which may legitimately go backwards.
 	if r := row(t, res, "affinity(full-list)"); r.MR != 0 {
-		t.Errorf("affinity(full-list): %d MR violations with every replica up", r.MR)
+		if res.PollErrors == 0 {
+			t.Errorf("affinity(full-list): %d MR violations with every replica up", r.MR)
+		} else {
+			t.Logf("affinity(full-list): %d MR violations after %d failed polls (replicas looked down)", r.MR, res.PollErrors)
+		}
 	}
 	if r := row(t, res, "any"); r.RYW == 0 {
 		t.Errorf("any: no RYW violation under lag %+v", res.Lag)
