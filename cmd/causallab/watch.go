@@ -33,6 +33,7 @@ type watchFlags struct {
 	heartbeat time.Duration
 	proxysql  []string
 	metrics   string
+	noAhead   bool
 }
 
 func newWatchCmd() *cobra.Command {
@@ -56,11 +57,12 @@ lacks. --proxysql serves a replica's set with ProxySQL's binlog-reader protocol.
 	cmd.Flags().DurationVar(&f.heartbeat, "heartbeat", time.Second, "binlog heartbeat period (read timeout is 3x)")
 	cmd.Flags().StringArrayVar(&f.proxysql, "proxysql", nil, "serve a replica's set with the ProxySQL binlog-reader protocol, name=listen-address; repeatable")
 	cmd.Flags().StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this address (/metrics)")
+	cmd.Flags().BoolVar(&f.noAhead, "no-ahead", false, "do not keep a wait parked on each replica's predicted next GTID (saves one connection per replica; publishes one round trip later)")
 	_ = cmd.MarkFlagRequired("replica")
 	return cmd
 }
 
-func watcherConfig(name, dsn string, hb time.Duration, met *binlogwatch.Metrics) (binlogwatch.Config, error) {
+func watcherConfig(name, dsn string, hb time.Duration, noAhead bool, met *binlogwatch.Metrics) (binlogwatch.Config, error) {
 	c, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return binlogwatch.Config{}, fmt.Errorf("DSN of %q: %w", name, err)
@@ -74,7 +76,7 @@ func watcherConfig(name, dsn string, hb time.Duration, met *binlogwatch.Metrics)
 		return binlogwatch.Config{}, fmt.Errorf("DSN of %q: port %q: %w", name, port, err)
 	}
 	return binlogwatch.Config{Name: name, Host: host, Port: uint16(p), User: c.User, Password: c.Passwd,
-		HeartbeatPeriod: hb, Metrics: met, Logger: slog.Default()}, nil
+		HeartbeatPeriod: hb, DisableAhead: noAhead, Metrics: met, Logger: slog.Default()}, nil
 }
 
 func runWatch(ctx context.Context, out io.Writer, f *watchFlags) error {
@@ -95,7 +97,7 @@ func runWatch(ctx context.Context, out io.Writer, f *watchFlags) error {
 		if !ok || name == "" {
 			return withExitCode(2, fmt.Errorf("--replica %q: want name=DSN", spec))
 		}
-		cfg, err := watcherConfig(name, dsn, f.heartbeat, met)
+		cfg, err := watcherConfig(name, dsn, f.heartbeat, f.noAhead, met)
 		if err != nil {
 			return withExitCode(2, err)
 		}
@@ -107,7 +109,7 @@ func runWatch(ctx context.Context, out io.Writer, f *watchFlags) error {
 	}
 	var primary *binlogwatch.Watcher
 	if f.primary != "" {
-		cfg, err := watcherConfig("primary", f.primary, f.heartbeat, met)
+		cfg, err := watcherConfig("primary", f.primary, f.heartbeat, f.noAhead, met)
 		if err != nil {
 			return withExitCode(2, err)
 		}
