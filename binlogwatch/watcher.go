@@ -387,7 +387,9 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 	var aheadConn *client.Conn
 	if !w.cfg.DisableAhead {
 		if aheadConn, err = w.connect(ctx); err != nil {
-			return false, fmt.Errorf("ahead connection: %w", err)
+			// Explicit, not a silent fallback: the session fails with a
+			// reason that says how to run without this connection.
+			return false, fmt.Errorf("ahead connection (Config.DisableAhead, watch --no-ahead, runs without it): %w", err)
 		}
 		defer aheadConn.Close()
 	}
