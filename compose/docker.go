@@ -3,6 +3,7 @@ package compose
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"database/sql"
 	"errors"
@@ -118,12 +119,16 @@ func (b *dockerBackend) start(ctx context.Context) (nodes []Node, err error) {
 	for i := 1; i <= b.cfg.Replicas; i++ {
 		names = append(names, fmt.Sprintf("replica%d", i))
 	}
-	began := time.Now()
-	tpl, err := b.template(ctx)
-	if err != nil {
-		return nil, err
-	}
-	b.cfg.Logger.Debug("compose: docker data template", "bytes", len(tpl), "elapsed", time.Since(began))
+	// The data template is made while the containers are created; each
+	// container's pre-start hook waits for it.
+	tpl := &dataTemplate{done: make(chan struct{})}
+	go func() {
+		defer close(tpl.done)
+		began := time.Now()
+		tpl.tar, tpl.err = b.template(ctx)
+		b.cfg.Logger.Debug("compose: docker data template", "bytes", len(tpl.tar), "elapsed", time.Since(began), "err", tpl.err)
+	}()
+	defer func() { <-tpl.done }()
 	var mu sync.Mutex
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
@@ -151,21 +156,33 @@ func (b *dockerBackend) start(ctx context.Context) (nodes []Node, err error) {
 
 // run creates and starts the container of s, retrying with another host
 // port when the one picked is taken meanwhile.
-func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwork, s *dockerServer, mu *sync.Mutex, tpl []byte) error {
-	var hooks []testcontainers.ContainerLifecycleHooks
-	if tpl != nil {
-		// Copy the initialized data directory in before mysqld starts: the
-		// command then skips --initialize.
-		hooks = append(hooks, testcontainers.ContainerLifecycleHooks{PreStarts: []testcontainers.ContainerHook{
-			func(ctx context.Context, c testcontainers.Container) error {
-				_, err := b.cli.CopyToContainer(ctx, c.GetContainerID(), client.CopyToContainerOptions{DestinationPath: "/var/lib", Content: bytes.NewReader(tpl)})
-				if err != nil {
-					return fmt.Errorf("copy data directory into %s: %w", s.name, err)
-				}
-				return nil
-			},
-		}})
-	}
+// dataTemplate is an initialized data directory being made (see template).
+type dataTemplate struct {
+	done chan struct{} // closed when tar and err are set
+	tar  []byte        // nil: containers initialize themselves
+	err  error
+}
+
+func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwork, s *dockerServer, mu *sync.Mutex, tpl *dataTemplate) error {
+	// Copy the initialized data directory in before mysqld starts: the
+	// command then skips --initialize.
+	hooks := []testcontainers.ContainerLifecycleHooks{{PreStarts: []testcontainers.ContainerHook{
+		func(ctx context.Context, c testcontainers.Container) error {
+			select {
+			case <-tpl.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if tpl.err != nil || tpl.tar == nil {
+				return tpl.err
+			}
+			_, err := b.cli.CopyToContainer(ctx, c.GetContainerID(), client.CopyToContainerOptions{DestinationPath: "/var/lib", Content: bytes.NewReader(tpl.tar)})
+			if err != nil {
+				return fmt.Errorf("copy data directory into %s: %w", s.name, err)
+			}
+			return nil
+		},
+	}}}
 	init := initSQL(b.cfg)
 	// mysqld logs to stderr, so the container log holds the error log.
 	cnf := strings.Replace(b.cfg.myCnf(s.serverID, 3306, dockerDir, "0.0.0.0"), "log-error="+dockerDir+"/error.log\n", "", 1)
@@ -507,15 +524,21 @@ func (b *dockerBackend) template(ctx context.Context) ([]byte, error) {
 	if err := lb.initialize(ctx, srv); err != nil {
 		return nil, err
 	}
+	// gzip: the files are mostly zeros (preallocated redo, undo, system
+	// tablespace), and the Docker engine unpacks gzip archives itself.
 	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	tw := tar.NewWriter(zw)
 	root := srv.hostDir
 	err = filepath.WalkDir(filepath.Join(root, "data"), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.Name() == "auto.cnf" || !(d.IsDir() || d.Type().IsRegular()) {
-			return nil
+		if d.Name() == "auto.cnf" || d.Name() == "ibtmp1" || !(d.IsDir() || d.Type().IsRegular()) {
+			return nil // server_uuid must be new; the temporary tablespace is recreated
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -544,6 +567,9 @@ func (b *dockerBackend) template(ctx context.Context) ([]byte, error) {
 	})
 	if err == nil {
 		err = tw.Close()
+	}
+	if err == nil {
+		err = zw.Close()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("compose: tar the data template: %w", err)
