@@ -116,7 +116,7 @@ type stmtParams struct {
 const maxFixPacket = 0xffffff - 1
 
 func newExecFixConn(c net.Conn, fixExec bool, params map[uint32]*stmtParams, unfixable func(string)) *execFixConn {
-	return &execFixConn{Conn: c, r: bufio.NewReaderSize(c, 16<<10), params: params, unfixable: unfixable,
+	return &execFixConn{Conn: c, r: bufio.NewReaderSize(c, 4<<10), params: params, unfixable: unfixable,
 		fixExec: fixExec, wbuf: make([]byte, 0, 4096)}
 }
 

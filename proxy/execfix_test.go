@@ -30,11 +30,22 @@ func execPacket(seq byte, id uint32, n int, bound bool, types, values []byte) []
 // readAllFrom reads what execFixConn passes on for input.
 func readAllFrom(t *testing.T, params map[uint32]*stmtParams, input []byte, counted *[]string) []byte {
 	t.Helper()
+	out, err := readAll(params, input, counted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// readAll is readAllFrom returning the error that ended the stream (nil for
+// a clean EOF).
+func readAll(params map[uint32]*stmtParams, input []byte, counted *[]string) ([]byte, error) {
 	a, b := net.Pipe()
 	go func() {
 		_, _ = a.Write(input)
 		a.Close()
 	}()
+	defer b.Close() // unblocks the writer when reading stopped early
 	c := newExecFixConn(b, true, params, func(r string) { *counted = append(*counted, r) })
 	var out bytes.Buffer
 	buf := make([]byte, 7) // small reads exercise the partial-copy paths
@@ -42,13 +53,12 @@ func readAllFrom(t *testing.T, params map[uint32]*stmtParams, input []byte, coun
 		n, err := c.Read(buf)
 		out.Write(buf[:n])
 		if err == io.EOF {
-			break
+			return out.Bytes(), nil
 		}
 		if err != nil {
-			t.Fatal(err)
+			return out.Bytes(), err
 		}
 	}
-	return out.Bytes()
 }
 
 func TestExecFixRewritesUnboundExecute(t *testing.T) {
@@ -105,4 +115,36 @@ func TestExecFixLeavesContinuationPacketsAlone(t *testing.T) {
 	if !bytes.Equal(got, in) {
 		t.Fatalf("continuation rewritten (len %d vs %d)", len(got), len(in))
 	}
+}
+
+// FuzzExecFix feeds arbitrary client byte streams through execFixConn: it
+// must never panic or lose bytes; with no statement known it must pass the
+// stream unchanged, and with one known statement it may only grow it (the
+// inserted types).
+func FuzzExecFix(f *testing.F) {
+	types := []byte{mysql.MYSQL_TYPE_LONG, 0}
+	f.Add(execPacket(0, 1, 1, false, nil, []byte{1, 0, 0, 0}), uint8(1))
+	f.Add(append(execPacket(0, 1, 1, true, types, []byte{1, 0, 0, 0}), execPacket(0, 1, 1, false, nil, []byte{2, 0, 0, 0})...), uint8(1))
+	f.Add([]byte{1, 0, 0, 0, mysql.COM_QUIT}, uint8(0))
+	f.Add([]byte{3, 0, 0, 0, mysql.COM_STMT_EXECUTE, 1}, uint8(3))
+	f.Fuzz(func(t *testing.T, in []byte, n uint8) {
+		// A stream cut inside a packet ends with io.ErrUnexpectedEOF (as
+		// go-mysql's own reader would), having passed a prefix of it.
+		var counted []string
+		plain, err := readAll(map[uint32]*stmtParams{}, in, &counted)
+		if err != nil && err != io.ErrUnexpectedEOF {
+			t.Fatal(err)
+		}
+		if err == nil && !bytes.Equal(plain, in) || err != nil && !bytes.HasPrefix(in, plain) {
+			t.Fatalf("stream changed with no statement known (err %v):\n in %x\nout %x", err, in, plain)
+		}
+		params := map[uint32]*stmtParams{1: {n: int(n%9) + 1}}
+		got, err2 := readAll(params, in, &counted)
+		if (err2 == nil) != (err == nil) {
+			t.Fatalf("errors differ: %v vs %v", err, err2)
+		}
+		if err == nil && len(got) < len(in) {
+			t.Fatalf("stream shrank: %d -> %d bytes", len(in), len(got))
+		}
+	})
 }

@@ -29,8 +29,9 @@ import (
 //
 // Knobs: CAUSALLAB_PROXY_BENCH_TIME (seconds per run, default 10),
 // CAUSALLAB_PROXY_BENCH_ROUNDS (default 3), CAUSALLAB_PROXY_BENCH_THREADS
-// (comma list, default "1,4,16"), CAUSALLAB_PROXY_PROFILE (write a CPU
-// profile of the proxy's runs to this file).
+// (comma list, default "1,4,16"), CAUSALLAB_PROXY_BENCH_POSITIONS (poll or
+// binlog), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
+// first run to this file).
 func TestSysbenchSpeed(t *testing.T) {
 	if os.Getenv("CAUSALLAB_PROXY_BENCH") != "1" {
 		t.Skip("speed run: set CAUSALLAB_PROXY_BENCH=1")
@@ -50,7 +51,9 @@ func TestSysbenchSpeed(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	s := startProxy(t, func(c *Config) { c.AuthMethod = "mysql_native_password" })
+	positions := os.Getenv("CAUSALLAB_PROXY_BENCH_POSITIONS") // poll (default) or binlog
+	s := startProxy(t, func(c *Config) { c.AuthMethod, c.Positions = "mysql_native_password", positions })
+	t.Logf("proxy positions: %q (empty: poll)", positions)
 	direct := primaryDB(t, topo)
 	const db, tableSize = "sb_speed", 10000
 	mustExec(t, direct, "DROP DATABASE IF EXISTS "+db)
