@@ -80,6 +80,8 @@ type Config struct {
 	// ReadTimeout bounds one read (a paused or dead node); default 2s. A read
 	// that hits it is counted as an error outcome.
 	ReadTimeout time.Duration
+	// Via is the routing path: ViaLab (default) or ViaRouter.
+	Via Via
 	// Workload is the schema and read/write paths; default DefaultWorkload.
 	Workload Workload
 	// SkipSetup keeps the existing schema (the caller set it up).
@@ -138,6 +140,9 @@ func (c *Config) validate() error {
 	if c.ReadTimeout == 0 {
 		c.ReadTimeout = 2 * time.Second
 	}
+	if c.Via == "" {
+		c.Via = ViaLab
+	}
 	if c.Workload == nil {
 		c.Workload = &DefaultWorkload{}
 	}
@@ -174,6 +179,9 @@ func (c *Config) validate() error {
 	}
 	if c.ReadTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("read timeout %v below 10ms", c.ReadTimeout))
+	}
+	if c.Via != ViaLab && c.Via != ViaRouter {
+		errs = append(errs, fmt.Errorf("unknown path %q (want lab or router)", c.Via))
 	}
 	if len(c.Routers) == 0 {
 		errs = append(errs, errors.New("no routers"))

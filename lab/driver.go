@@ -9,6 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/router"
 )
 
 // sessionSync is the part of a session's state that workers share: guarded
@@ -313,7 +316,7 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 	if topo == nil {
 		return nil, errors.New("lab: Run needs a topology")
 	}
-	res := &Result{Condition: cfg.Condition.String(), Mode: string(cfg.Mode), Config: summarize(&cfg)}
+	res := &Result{Condition: cfg.Condition.String(), Mode: string(cfg.Mode), Via: string(cfg.Via), Config: summarize(&cfg)}
 	began := time.Now()
 	sched := writeSchedule(cfg.Seed, cfg.WriteRate, cfg.Duration, cfg.Sessions, cfg.HotRows)
 	res.OfferedWrites = len(sched)
@@ -403,8 +406,36 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 	}()
 	e := &engine{cfg: cfg, nodes: topo, poll: p, lag: lag, sess: make([]sessionSync, cfg.Sessions),
 		inFlight: make([]atomic.Int64, len(topo.Replicas()))}
-	for _, sp := range specs {
-		e.routers = append(e.routers, newLiveRouter(sp, e))
+	var vias []*viaRouter
+	defer func() {
+		for _, v := range vias {
+			v.close()
+		}
+	}()
+	if cfg.Via == ViaRouter {
+		src, err := startRouterPoller(rctx, topo, cfg, &bg)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		for _, sp := range specs {
+			v, err := newViaRouter(rctx, sp, e, src)
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			vias = append(vias, v)
+			e.routers = append(e.routers, v)
+		}
+	} else {
+		for _, sp := range specs {
+			e.routers = append(e.routers, newLiveRouter(sp, e))
+		}
+	}
+	onFailover := func(ctx context.Context, fr compose.FailoverResult) error {
+		var errs []error
+		for _, v := range vias {
+			errs = append(errs, v.failover(ctx, fr))
+		}
+		return errors.Join(errs...)
 	}
 	var cst conditionStats
 	var evlog eventLog
@@ -425,7 +456,7 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 		evwg.Add(1)
 		go func() {
 			defer evwg.Done()
-			runEvents(cctx, d, cfg.Condition.Events, e.start, &evlog, e.drift, cfg.Logger)
+			runEvents(cctx, d, cfg.Condition.Events, e.start, &evlog, e.drift, onFailover, cfg.Logger)
 		}()
 	}
 	accs, _, err := e.runOnce(rctx, sched, progress)
@@ -448,6 +479,29 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 	}
 	lags, unseen := lag.samples()
 	return res, lags, unseen, nil
+}
+
+// startRouterPoller runs router.Poller over every node (the router's own
+// PositionSource) until ctx ends.
+func startRouterPoller(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup) (router.PositionSource, error) {
+	var nodes []router.Node
+	for _, n := range allNodes(topo) {
+		nodes = append(nodes, routerNode(n))
+	}
+	p := topo.Primary()
+	rp, err := router.NewPoller(router.PollerConfig{Nodes: nodes, User: p.User, Password: p.Password,
+		Interval: cfg.PollInterval, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := rp.Run(ctx); err != nil && ctx.Err() == nil {
+			cfg.Logger.Warn("lab: router poller stopped", "err", err)
+		}
+	}()
+	return rp, nil
 }
 
 // waitCaughtUp waits until every up replica's polled set contains the

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -94,7 +95,7 @@ func (l *eventLog) add(format string, args ...any) {
 // runEvents plays events (sorted by At) against d until ctx ends; each
 // event runs on its own goroutine so a long one does not delay the next.
 // drift receives EvDrift's load changes (replica name, delta).
-func runEvents(ctx context.Context, d Disrupter, events []Event, start time.Time, log *eventLog, drift func(string, int), lg *slog.Logger) {
+func runEvents(ctx context.Context, d Disrupter, events []Event, start time.Time, log *eventLog, drift func(string, int), onFailover func(context.Context, compose.FailoverResult) error, lg *slog.Logger) {
 	evs := append([]Event(nil), events...)
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At < evs[j].At })
 	var wg sync.WaitGroup
@@ -106,7 +107,7 @@ func runEvents(ctx context.Context, d Disrupter, events []Event, start time.Time
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := playEvent(ctx, d, ev, log, drift); err != nil {
+			if err := playEvent(ctx, d, ev, log, drift, onFailover); err != nil {
 				log.mu.Lock()
 				log.errs++
 				log.mu.Unlock()
@@ -119,7 +120,7 @@ func runEvents(ctx context.Context, d Disrupter, events []Event, start time.Time
 
 // playEvent carries one event out, undoing it after For (with a context
 // that outlives the run's, so the topology is left healthy).
-func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift func(string, int)) error {
+func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift func(string, int), onFailover func(context.Context, compose.FailoverResult) error) error {
 	undo := context.WithoutCancel(ctx)
 	hold := func() { sleepCtx(ctx, ev.For) }
 	switch ev.Kind {
@@ -182,6 +183,11 @@ func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift 
 		}
 		log.add("%s: %s killed, %s promoted, epoch %d, lost GTIDs %s (old primary reachable: %v)",
 			ev, old, fr.NewPrimary, fr.Epoch, strings.ReplaceAll(lost, "\n", ""), fr.OldPrimaryReachable)
+		if fr.NewPrimary != "" && onFailover != nil {
+			if herr := onFailover(undo, fr); herr != nil {
+				err = errors.Join(err, herr)
+			}
+		}
 		return err
 	case EvDrift:
 		drift(ev.Node, ev.Load)

@@ -40,7 +40,7 @@ func predCell(p *Prediction, f func(*Prediction) float64) sim.Cell {
 func Table(res *Result) *sim.Table {
 	t := &sim.Table{
 		Name:  "lab-" + res.Experiment,
-		Title: fmt.Sprintf("lab %s: real MySQL (%s, %s) beside the simulator", res.Experiment, res.Condition, res.Mode),
+		Title: fmt.Sprintf("lab %s: real MySQL (%s, %s, via %s) beside the simulator", res.Experiment, res.Condition, res.Mode, res.Via),
 		Columns: []sim.Column{
 			{Key: "router", Header: "router", Prec: 0},
 			{Key: "reads", Header: "reads", Prec: 0},

@@ -16,6 +16,9 @@ type Result struct {
 	Condition string `json:"condition"`
 	// Mode is concurrent or sequential.
 	Mode string `json:"mode"`
+	// Via is the routing path: lab (the lab's adapter over router.Decide)
+	// or router (package router's live layer).
+	Via string `json:"via"`
 	// Config echoes the workload parameters.
 	Config ConfigSummary `json:"config"`
 	// OfferedWrites is the number of writes in the seeded schedule.

@@ -39,6 +39,7 @@ type labFlags struct {
 	noSim       bool
 	simTrials   int
 	noProgress  bool
+	via         string
 }
 
 func (f *labFlags) register(cmd *cobra.Command, cond string, rate float64, dur time.Duration) {
@@ -63,6 +64,7 @@ func (f *labFlags) register(cmd *cobra.Command, cond string, rate float64, dur t
 	fl.BoolVar(&f.noSim, "no-sim", false, "skip the simulator's prediction")
 	fl.IntVar(&f.simTrials, "sim-trials", 4, "simulator trials averaged for the prediction")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
+	fl.StringVar(&f.via, "via", "lab", "routing path: lab (the lab's adapter over router.Decide; also scalar tokens) or router (package router's live layer: router.Router sessions)")
 }
 
 // config builds the driver config from the flags.
@@ -82,7 +84,7 @@ func (f *labFlags) config() (lab.Config, []lab.FailRule, lab.Format, error) {
 	}
 	cfg = lab.Config{Sessions: f.sessions, HotRows: f.hotRows, WriteRate: f.writeRate, Duration: f.duration,
 		ReadsPerWrite: f.readsPerW, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
-		Mode: lab.Mode(f.mode), Condition: cond}
+		Mode: lab.Mode(f.mode), Condition: cond, Via: lab.Via(f.via)}
 	if f.routers != "" {
 		if cfg.Routers, err = lab.ParseRouters(f.routers); err != nil {
 			return cfg, nil, "", err
