@@ -50,6 +50,8 @@ type localBackend struct {
 	hostDir string // topology directory, host view
 	inDir   string // topology directory, mysqld view
 	servers []*localServer
+	// pickPort picks a port to try; nil means freePort (tests replace it).
+	pickPort func() (int, error)
 }
 
 var _ backend = (*localBackend)(nil)
@@ -209,10 +211,22 @@ func (b *localBackend) initialize(ctx context.Context, s *localServer) error {
 // when another program takes the port first.
 func (b *localBackend) startFresh(ctx context.Context, s *localServer) error {
 	var err error
+	pick := b.pickPort
+	if pick == nil {
+		pick = freePort
+	}
 	for attempt := 0; attempt < 3; attempt++ {
-		s.port, err = freePort()
+		s.port, err = pick()
 		if err != nil {
 			return err
+		}
+		// A port taken already fails here at once; one taken between this
+		// check and mysqld's bind is found in the error log below.
+		if l, lerr := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))); lerr != nil {
+			err = fmt.Errorf("compose: %s: %w: 127.0.0.1:%d", s.name, ErrPortInUse, s.port)
+			continue
+		} else {
+			l.Close()
 		}
 		if err = b.writeCnf(s); err != nil {
 			return err

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -357,4 +359,92 @@ func TestNoDockerEngine(t *testing.T) {
 	if !errors.Is(err, ErrNoDocker) || !strings.Contains(err.Error(), "--backend local") {
 		t.Fatalf("err = %v, want ErrNoDocker suggesting --backend local", err)
 	}
+}
+
+// TestDockerImageInitializesItself runs an image that is not the local root
+// filesystem's (here a second tag of it, which compose cannot know is the
+// same build): each container initializes its own data directory, the path
+// a user's image such as mysql:9.7 takes.
+func TestDockerImageInitializesItself(t *testing.T) {
+	if testing.Short() || os.Getenv("CAUSALLAB_TEST_BACKEND") != string(BackendDocker) {
+		t.Skip("runs with CAUSALLAB_TEST_BACKEND=docker")
+	}
+	ctx := context.Background()
+	probe := &dockerBackend{cfg: &Config{}}
+	cli, err := probe.client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := "causallab-selfinit/mysql:test"
+	if _, err := cli.ImageTag(ctx, client.ImageTagOptions{Source: DefaultImage(DefaultRootFS()), Target: tag}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{}) })
+	topo, err := Start(ctx, Config{Backend: BackendDocker, Replicas: 1, Image: tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer topo.Down(ctx)
+	p := topo.Primary()
+	if err := topo.exec(ctx, p, "CREATE DATABASE selfinit"); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := topo.Node("replica1")
+	uuidP, _ := topo.queryString(ctx, p, "SELECT @@server_uuid")
+	uuidR, _ := topo.queryString(ctx, r, "SELECT @@server_uuid")
+	if uuidP == "" || uuidP == uuidR {
+		t.Fatalf("server_uuids %q %q", uuidP, uuidR)
+	}
+}
+
+// TestPortTakenIsRetried hands the first server a port another program
+// holds: mysqld fails to bind, compose sees it in the error log and starts
+// the server on another port.
+func TestPortTakenIsRetried(t *testing.T) {
+	needMySQL(t)
+	localOnly(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	cfg := Config{PrimaryOnly: true}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	b := newLocalBackend(&cfg)
+	var mu sync.Mutex
+	calls := 0
+	b.pickPort = func() (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			return taken, nil
+		}
+		return freePort()
+	}
+	began := time.Now()
+	nodes, err := b.start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.down(context.Background())
+	t.Logf("start with one taken port: %v", time.Since(began))
+	began = time.Now()
+	if nodes[0].Port == taken || calls != 2 {
+		t.Fatalf("primary on port %d (taken %d) after %d picks", nodes[0].Port, taken, calls)
+	}
+	// With every pick taken, the error names the port in use.
+	b2 := newLocalBackend(&cfg)
+	b2.pickPort = func() (int, error) { return taken, nil }
+	_, err = b2.start(context.Background())
+	if !errors.Is(err, ErrPortInUse) || !strings.Contains(err.Error(), strconv.Itoa(taken)) {
+		t.Fatalf("err = %v, want ErrPortInUse naming %d", err, taken)
+	}
+	t.Logf("start with every port taken: %v", time.Since(began))
 }
