@@ -407,6 +407,7 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 	e := &engine{cfg: cfg, nodes: topo, poll: p, lag: lag, sess: make([]sessionSync, cfg.Sessions),
 		inFlight: make([]atomic.Int64, len(topo.Replicas()))}
 	var vias []*viaRouter
+	var viaNotes []string
 	defer func() {
 		for _, v := range vias {
 			v.close()
@@ -418,6 +419,13 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 			return nil, nil, 0, err
 		}
 		for _, sp := range specs {
+			if sp.Token == TokenLSN {
+				// router's live layer carries GTID tokens only: the scalar
+				// token runs through the lab adapter (noted in the result).
+				e.routers = append(e.routers, newLiveRouter(sp, e))
+				viaNotes = append(viaNotes, fmt.Sprintf("%s ran via the lab adapter: package router's live layer has GTID tokens only.", sp.Name))
+				continue
+			}
 			v, err := newViaRouter(rctx, sp, e, src)
 			if err != nil {
 				return nil, nil, 0, err
@@ -466,7 +474,7 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 		return nil, nil, 0, err
 	}
 	evwg.Wait() // events undone (restarts, resumes) before the report
-	res := &Result{MeasureSeconds: measured.Seconds(), Notes: evlog.lines, FaultErrors: int64(evlog.errs), Polls: p.polls.Load(), PollErrors: p.pollErrors.Load(),
+	res := &Result{MeasureSeconds: measured.Seconds(), Notes: append(viaNotes, evlog.lines...), FaultErrors: int64(evlog.errs), Polls: p.polls.Load(), PollErrors: p.pollErrors.Load(),
 		Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load()}
 	res.FaultErrors += cst.FaultErrors.Load()
 	res.Failovers = evlog.failovers

@@ -96,6 +96,42 @@ func TestLabRouters(t *testing.T) {
 	}
 }
 
+// TestLabRoutersViaRouter: the same structural zeros through package
+// router's live layer (router.Router sessions) instead of the lab adapter.
+func TestLabRoutersViaRouter(t *testing.T) {
+	composetest.Need(t, topo)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cond, err := ParseCondition("straggler+heavy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	routers, err := ParseRouters("any,token-ryw,token-ryw-mr,token-wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(ctx, topo, Config{Sessions: 400, WriteRate: 100, Duration: 8 * time.Second, Condition: cond, Routers: routers, Via: ViaRouter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Experiment = "routers"
+	logResult(t, res)
+	for i := range res.Routers {
+		accounted(t, &res.Routers[i])
+	}
+	if r := row(t, res, "token-ryw"); r.RYW != 0 {
+		t.Errorf("token-ryw via router: %d RYW violations", r.RYW)
+	}
+	for _, n := range []string{"token-ryw-mr", "token-wait"} {
+		if r := row(t, res, n); r.RYW != 0 || r.MR != 0 {
+			t.Errorf("%s via router: %d RYW, %d MR violations", n, r.RYW, r.MR)
+		}
+	}
+	if r := row(t, res, "any"); r.RYW == 0 {
+		t.Errorf("any via router: no RYW violation under lag %+v", res.Lag)
+	}
+}
+
 // TestLabGated: naive reads are stale under a standing lag, gated never.
 func TestLabGated(t *testing.T) {
 	composetest.Need(t, topo)

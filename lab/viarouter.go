@@ -25,7 +25,8 @@ const (
 	ViaLab Via = "lab"
 	// ViaRouter: package router's live layer (router.Router, one
 	// LiveSession per lab session, router.Poller positions): the code an
-	// application embeds. GTID tokens only.
+	// application embeds. GTID tokens only: a scalar-token router still
+	// runs through the lab adapter, and the result says so.
 	ViaRouter Via = "router"
 )
 
