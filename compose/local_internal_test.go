@@ -148,11 +148,15 @@ func TestDownLeavesNothing(t *testing.T) {
 	needMySQL(t)
 	localOnly(t)
 	ctx := context.Background()
-	topo, err := Start(ctx, Config{Replicas: 1})
+	topo, err := Start(ctx, Config{Replicas: 1, ReplicaOptions: []ReplicaOptions{{ApplyDelay: 2 * time.Second}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lb := topo.be.(*localBackend)
+	// The start-up apply delay is in place.
+	if st, err := topo.NodeStatus(ctx, "replica1"); err != nil || st.SourceDelay != 2 {
+		t.Fatalf("replica1 SOURCE_DELAY: %+v %v", st, err)
+	}
 	if pids := mysqldUnder(t, lb.inDir); len(pids) != 2 {
 		t.Fatalf("%d mysqld processes under %s, want 2", len(pids), lb.inDir)
 	}
