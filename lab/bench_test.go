@@ -37,13 +37,17 @@ func BenchmarkDriverThroughput(b *testing.B) {
 	if topo == nil {
 		b.Skip("needs MySQL (skipped under -short)")
 	}
-	for _, pol := range []router.PolicyKind{router.PolicyAny, router.PolicyTokenRYWMR} {
-		b.Run(pol.String(), func(b *testing.B) {
+	for _, c := range []struct {
+		pol router.PolicyKind
+		via Via
+	}{{router.PolicyAny, ViaLab}, {router.PolicyTokenRYWMR, ViaLab}, {router.PolicyAny, ViaRouter}, {router.PolicyTokenRYWMR, ViaRouter}} {
+		pol := c.pol
+		b.Run(pol.String()+"/via-"+string(c.via), func(b *testing.B) {
 			for b.Loop() {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				res, err := Run(ctx, topo, Config{Sessions: 2000, WriteRate: 400, Duration: 8 * time.Second,
 					ReadsPerWrite: 40, GapMin: time.Millisecond, GapMax: 3 * time.Millisecond,
-					Routers: []RouterSpec{{Policy: router.Policy{Kind: pol}}}, Workers: 32})
+					Routers: []RouterSpec{{Policy: router.Policy{Kind: pol}}}, Workers: 32, Via: c.via})
 				cancel()
 				if err != nil {
 					b.Fatal(err)
