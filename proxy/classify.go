@@ -187,6 +187,10 @@ type annotations struct {
 	token string
 	form  TokenForm
 	err   error
+	// readIDKey: a plain block comment has a consistent_read_id field in
+	// this pass's whitespace-separated reading (checked against Extract's).
+	readIDKey bool
+	block     bool // the comment being read is a plain block comment
 }
 
 func (a *annotations) setErr(err error) {
@@ -199,7 +203,8 @@ func (a *annotations) setErr(err error) {
 // ';', each either causal_token:<v> or min_gtid=<v> (':' and '=' both
 // accepted, keys case-insensitive). Other fields (consistent_read_id among
 // them: hashroute.Extract reads it) are ignored: comments are free text.
-func (a *annotations) comment(body string) {
+func (a *annotations) comment(body string, block bool) {
+	a.block = block && (body == "" || body[0] != '+')
 	i := 0
 	for i < len(body) {
 		for i < len(body) && (isSpace(body[i]) || body[i] == ';' || body[i] == ',' || body[i] == '+') {
@@ -232,6 +237,8 @@ func (a *annotations) field(f string) {
 		a.setToken(val, TokenComment)
 	case equalFoldASCII(key, "MIN_GTID"):
 		a.setToken(val, TokenMinGTID)
+	case a.block && key == hashroute.Key:
+		a.readIDKey = true
 	}
 }
 
@@ -282,6 +289,12 @@ func Classify(query string) (Stmt, error) {
 		return Stmt{}, fmt.Errorf("%w: consistent_read_id: %w", ErrEmptyAnnotation, ex.Err())
 	case ex.Status.IsError():
 		return Stmt{}, fmt.Errorf("%w: %w", ErrBadReadID, ex.Err())
+	}
+	if ex.Status == hashroute.NoID && a.readIDKey {
+		// e.g. /* causal_token:<t> consistent_read_id:u1 */: Extract reads
+		// one item "causal_token:..." and no id. Refuse rather than route
+		// without the affinity the client asked for.
+		return Stmt{}, fmt.Errorf("%w: %s given but not read (separate annotations in one comment with ',')", ErrBadReadID, hashroute.Key)
 	}
 	if ex.Status == hashroute.Found && strings.ContainsAny(ex.ID, " \t\r\n\f\v") {
 		// Extract reads comma-separated items, so a space-separated second

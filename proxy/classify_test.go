@@ -191,6 +191,7 @@ func TestAnnotationErrors(t *testing.T) {
 		{"/* consistent_read_id:" + strings.Repeat("x", 257) + " */ SELECT 1", ErrBadReadID},
 		{"SELECT 1 /* consistent_read_id:u1", ErrBadReadID},
 		{"/* consistent_read_id:user42 causal_token:tok */ SELECT 1", ErrBadReadID},
+		{"/* causal_token:tok consistent_read_id:user42 */ SELECT 1", ErrBadReadID},
 		{"/*+ ;min_gtid= */ SELECT 1", ErrEmptyAnnotation},
 	}
 	for _, c := range cases {
@@ -275,7 +276,10 @@ func BenchmarkClassifyPointSelect(b *testing.B) {
 }
 
 func BenchmarkClassifyWithToken(b *testing.B) {
-	q := "/* causal_token:3e11fa47-71ca-11e1-9e33-c80aa9429562:1-23 consistent_read_id:user42 */ SELECT c FROM sbtest1 WHERE id=5012"
+	q := "/* causal_token:3e11fa47-71ca-11e1-9e33-c80aa9429562:1-23, consistent_read_id:user42 */ SELECT c FROM sbtest1 WHERE id=5012"
+	if st, err := Classify(q); err != nil || st.ReadID != "user42" || st.TokenForm != TokenComment {
+		b.Fatalf("Classify = %+v, %v", st, err)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Classify(q); err != nil {

@@ -40,7 +40,7 @@ type token struct {
 type lexer struct {
 	s            string
 	i            int
-	comment      func(body string)
+	comment      func(body string, block bool) // block: /* */ (hints too), else -- or #
 	unterminated bool
 	// inExec is true inside an executable comment /*! ... */: its closing
 	// "*/" is skipped as whitespace.
@@ -84,13 +84,13 @@ func (l *lexer) skip() {
 			if end < 0 {
 				l.unterminated = true
 				if l.comment != nil {
-					l.comment(l.s[start:])
+					l.comment(l.s[start:], true)
 				}
 				l.i = len(l.s)
 				return
 			}
 			if l.comment != nil {
-				l.comment(l.s[start:end])
+				l.comment(l.s[start:end], true)
 			}
 			l.i = end + 2
 		default:
@@ -105,7 +105,7 @@ func (l *lexer) lineComment(start int) {
 		end++
 	}
 	if l.comment != nil {
-		l.comment(l.s[start:end])
+		l.comment(l.s[start:end], false)
 	}
 	l.i = end
 }
