@@ -34,6 +34,8 @@ func TestConfigValidate(t *testing.T) {
 		"tls half":     func(c *Config) { c.TLSCert = "x" },
 		"dup name":     func(c *Config) { c.Replicas[0].Name = "primary" },
 		"poll":         func(c *Config) { c.PollInterval = -1 },
+		"poll 500us":   func(c *Config) { c.PollInterval = 500 * time.Microsecond },
+		"positions":    func(c *Config) { c.Positions = "gossip" },
 	}
 	for name, mod := range bad {
 		c := good()
