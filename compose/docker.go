@@ -193,8 +193,9 @@ func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwor
 			return err
 		}
 		c, err := testcontainers.Run(ctx, b.cfg.Image,
-			testcontainers.WithCmd(dockerCommand()...),
-			testcontainers.WithEntrypoint(),
+			// The entrypoint itself is our command, so an image's own
+			// entrypoint (mysql:9.7's docker-entrypoint.sh) never runs.
+			testcontainers.WithEntrypoint(dockerCommand()...),
 			testcontainers.WithExposedPorts("3306/tcp"),
 			testcontainers.WithLabels(map[string]string{"causallab.node": s.name}),
 			testcontainers.WithLogger(TestcontainersLogger(b.cfg.Logger)),
