@@ -78,6 +78,12 @@ type Config struct {
 	// binlogwatch stream per backend behind router.WatchSource; the backend
 	// accounts then need REPLICATION SLAVE).
 	Positions string `yaml:"positions"`
+	// Wait is how a read waits for a replica to catch up (policy
+	// token-wait): "wait-for-executed-gtid-set" (default: the function on
+	// the session's replica connection, router.WaitGTIDFunction) or
+	// "watcher" (the position source's WaitFor, router.WaitWatcher: no
+	// statement on the replica; best with positions: binlog).
+	Wait string `yaml:"wait"`
 	// PollInterval is how often each server's gtid_executed is polled in
 	// "poll" mode. Default 5ms, at least 1ms.
 	PollInterval time.Duration `yaml:"poll_interval"`
@@ -193,6 +199,13 @@ func (c *Config) validate() error {
 	case "poll", "binlog":
 	default:
 		return fmt.Errorf("proxy: positions %q (want poll or binlog)", c.Positions)
+	}
+	switch c.Wait {
+	case "":
+		c.Wait = router.WaitGTIDFunction.String()
+	case router.WaitGTIDFunction.String(), router.WaitWatcher.String():
+	default:
+		return fmt.Errorf("proxy: wait %q (want %s or %s)", c.Wait, router.WaitGTIDFunction, router.WaitWatcher)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 5 * time.Millisecond

@@ -36,6 +36,7 @@ func TestConfigValidate(t *testing.T) {
 		"poll":         func(c *Config) { c.PollInterval = -1 },
 		"poll 500us":   func(c *Config) { c.PollInterval = 500 * time.Microsecond },
 		"positions":    func(c *Config) { c.Positions = "gossip" },
+		"wait method":  func(c *Config) { c.Wait = "sleep" },
 	}
 	for name, mod := range bad {
 		c := good()

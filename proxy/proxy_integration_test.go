@@ -257,13 +257,20 @@ func TestSessionStateReplayed(t *testing.T) {
 func TestReadYourWritesPool(t *testing.T) {
 	// Both position sources: the router's Poller and binlogwatch streams
 	// (router.WatchSource).
-	for _, positions := range []string{"poll", "binlog"} {
-		t.Run(positions, func(t *testing.T) { testReadYourWritesPool(t, positions) })
+	// (router.WatchSource), and waits through the binlog watcher.
+	for _, c := range []struct{ positions, wait string }{
+		{"poll", ""}, {"binlog", ""}, {"binlog", "watcher"},
+	} {
+		name := c.positions + "+" + c.wait
+		if c.wait == "" {
+			name = c.positions + "+function"
+		}
+		t.Run(name, func(t *testing.T) { testReadYourWritesPool(t, c.positions, c.wait) })
 	}
 }
 
-func testReadYourWritesPool(t *testing.T, positions string) {
-	s := startProxy(t, func(c *Config) { c.Positions = positions })
+func testReadYourWritesPool(t *testing.T, positions, wait string) {
+	s := startProxy(t, func(c *Config) { c.Positions, c.Wait = positions, wait })
 	ctx := context.Background()
 	db := openDB(t, s, "tls=skip-verify")
 	db.SetMaxOpenConns(16)

@@ -655,14 +655,27 @@ func (s *session) fillView() {
 	}
 }
 
-// wait runs WAIT_FOR_EXECUTED_GTID_SET on replica i for at most d; a
-// success is fed back into this read's view (s.proven).
+// wait waits at most d for replica i to contain need, by the configured
+// method: WAIT_FOR_EXECUTED_GTID_SET on the session's replica connection,
+// or the position source's WaitFor. A success proven by the function is fed
+// back into this read's view (s.proven); the watcher's view already has it.
 func (s *session) wait(i int, need gtid.Set, d time.Duration) {
 	t0 := time.Now()
+	method := s.srv.cfg.Wait
 	result := "timeout"
 	defer func() {
-		s.srv.m.waitSecs.WithLabelValues(router.WaitGTIDFunction.String(), result).Observe(time.Since(t0).Seconds())
+		s.srv.m.waitSecs.WithLabelValues(method, result).Observe(time.Since(t0).Seconds())
 	}()
+	if method == router.WaitWatcher.String() {
+		ctx, cancel := context.WithTimeout(s.ctx, max(d, time.Millisecond))
+		defer cancel()
+		if err := s.srv.src.WaitFor(ctx, s.srv.cfg.Replicas[i].Name, need); err == nil {
+			result = "caught-up"
+		} else if ctx.Err() == nil {
+			result = "error"
+		}
+		return
+	}
 	bc, err := s.replica(i)
 	if err != nil {
 		result = "error"

@@ -19,7 +19,7 @@ func newProxyCmd() *cobra.Command {
 	var (
 		configPath, topologyPath   string
 		listen, httpListen, policy string
-		positions                  string
+		positions, wait            string
 		user, password             string
 		epoch                      uint64
 	)
@@ -71,6 +71,9 @@ prints them) with --user/--password for the clients.`,
 			if positions != "" {
 				cfg.Positions = positions
 			}
+			if wait != "" {
+				cfg.Wait = wait
+			}
 			cfg.Logger = slog.Default()
 			s, err := proxy.New(cfg)
 			if err != nil {
@@ -93,6 +96,7 @@ prints them) with --user/--password for the clients.`,
 	f.StringVar(&password, "password", "app", "client password (with --topology)")
 	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default 1)")
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
+	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
 	return cmd
 }
 
