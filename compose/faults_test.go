@@ -114,9 +114,8 @@ func TestSetApplyDelay(t *testing.T) {
 		t.Fatalf("status after SetApplyDelay: %+v", st)
 	}
 	id := writeMarker(t, ctx, shared)
-	r1, _ := shared.Node("replica1")
-	eventually(t, "replica1 (no delay) to apply", func() bool { return hasMarker(t, ctx, r1, id) })
-	if hasMarker(t, ctx, r2, id) {
+	began := time.Now()
+	if hasMarker(t, ctx, r2, id) && time.Since(began) < 2*time.Second {
 		t.Fatal("replica2 applied a write before its 2 s delay")
 	}
 	// While the write waits out the delay, replica2 is lagging: at least a
@@ -128,9 +127,14 @@ func TestSetApplyDelay(t *testing.T) {
 		}
 		return hasMarker(t, ctx, r2, id)
 	})
+	if time.Since(began) < time.Second {
+		t.Fatalf("replica2 applied after %v, inside its 2 s delay", time.Since(began))
+	}
 	if !sawLagging {
 		t.Fatal("replica2 never reported lagging while delayed")
 	}
+	r1, _ := shared.Node("replica1")
+	eventually(t, "replica1 (no delay) to apply", func() bool { return hasMarker(t, ctx, r1, id) })
 	if err := shared.SetApplyDelay(ctx, "replica2", 0); err != nil {
 		t.Fatal(err)
 	}
