@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/causallab/causallab/router"
@@ -38,15 +37,16 @@ func (r *DecisionRecord) Input() router.Input[LogPos] {
 }
 
 // RecordDecisions runs trial trial of cfg under spec and calls fn with
-// every routing decision, in order. It drives the engine's own event
-// handlers (the same route, fillView and router.Decide call as Run), with
-// a recording step around each routing event: the input is copied after
-// the engine built it, the decision is recomputed from the copy and a copy
-// of the bucket, and checked against what the engine did (the reason it
-// counted, the node it chose, fallback, failure and stale counters, the
-// bucket after the call). A mismatch is an error, so every record is a
-// decision the simulator made. The Result is the trial's result; it equals
-// Run's for the same trial (sim's tests check this).
+// every routing decision, in order. It is the engine's own run (the same
+// event loop as Run) with a recorder hooked into engine.route: just before
+// router.Decide the recorder copies the input and the bucket; after the
+// engine carried the decision out it recomputes the decision from the copy
+// and checks it against what the engine did (the decision, the bucket
+// after the call, the reason, fallback, failure and stale counters, the
+// node it chose). A mismatch stops the run with an error, so every record
+// is a decision the simulator made and a complete copy of its input. The
+// Result is the trial's result; it equals Run's for the same trial (sim's
+// tests check this).
 //
 // The record passed to fn is reused after fn returns: copy what you keep.
 func RecordDecisions(ctx context.Context, cfg Config, spec RouterSpec, trial int, fn func(*DecisionRecord)) (Result, error) {
@@ -56,64 +56,60 @@ func RecordDecisions(ctx context.Context, cfg Config, spec RouterSpec, trial int
 	if trial < 0 {
 		return Result{}, fmt.Errorf("sim: trial %d is negative", trial)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	e := newEngine()
 	var wl workload
 	var m trialMetrics
 	wl.draw(&cfg, trial)
 	e.reset(&cfg, &wl, &spec, trial, &m)
-	rec := &DecisionRecord{}
-	if e.nw > 0 {
-		e.h.push(e.wl.send[0]+e.rtt2, evWriteArrive, 0)
+	e.rec = &decisionRecorder{fn: fn, stop: cancel}
+	err := e.run(ctx)
+	if e.rec.err != nil {
+		return Result{}, e.rec.err
 	}
-	n := 0
-	for e.h.len() > 0 {
-		ev := e.h.pop()
-		var err error
-		switch ev.kind {
-		case evWriteArrive:
-			e.writeArrive(ev.t, ev.id)
-		case evWriteAck:
-			e.writeAck(ev.t, ev.id)
-		case evReadIssue:
-			e.ss[ev.id].waited = false
-			err = e.recordRoute(ev.t, ev.id, 0, rec, fn)
-		case evWaitWake:
-			err = e.recordRoute(ev.t, ev.id, ev.t-e.ss[ev.id].waitStart, rec, fn)
-		case evReadReach:
-			e.readReach(ev.t, ev.id)
-		case evReadDone:
-			e.readDone(ev.t, ev.id)
-		default:
-			err = fmt.Errorf("sim: RecordDecisions: unknown event kind %d (engine.run changed: update the recorder)", ev.kind)
-		}
-		if err != nil {
-			return Result{}, err
-		}
-		n++
-		if n&0xffff == 0 && ctx.Err() != nil {
-			return Result{}, ctx.Err()
-		}
+	if err != nil {
+		return Result{}, err
 	}
-	e.m.events += int64(n)
 	return m.result(), nil
 }
 
-// recordRoute runs e.route and records its decision (see RecordDecisions).
-func (e *engine) recordRoute(t usec, s int32, waited usec, rec *DecisionRecord, fn func(*DecisionRecord)) error {
-	m := e.m
-	sess := e.sess[s]
-	bucket := e.bucket
-	reasons, fb, failed, stale := m.reasons, m.fallbacks, m.failed, m.staleServed
-	e.route(t, s, waited)
+// decisionRecorder is engine.route's optional hook (engine.rec, nil in
+// normal runs). before copies the input the engine built; after checks the
+// engine's decision against one recomputed from the copy and hands the
+// record to fn.
+type decisionRecorder struct {
+	fn   func(*DecisionRecord)
+	stop context.CancelFunc // stops the run at the first mismatch
+	err  error
+	rec  DecisionRecord
 
-	rec.Policy, rec.Cap, rec.Session, rec.Bucket = e.pol, e.cfg.Cap, sess, bucket
-	rec.View = router.View[LogPos]{Replicas: append(rec.View.Replicas[:0], e.view.Replicas...),
-		Primary: e.view.Primary, PrimaryKnown: e.view.PrimaryKnown, Epoch: e.view.Epoch, Hash: e.view.Hash}
-	rec.Now, rec.Rand, rec.Waited = e.in.Now, e.in.Rand, e.in.Waited
-	in := rec.Input()
-	after := bucket
-	d := router.Decide(&in, &after)
-	rec.Decision = d
+	// counters before the call
+	reasons                   [len(trialMetrics{}.reasons)]int64
+	fallbacks, failed, staled int64
+}
+
+func (dr *decisionRecorder) before(e *engine) {
+	r := &dr.rec
+	in := &e.in
+	r.Policy, r.Cap, r.Session, r.Bucket = *in.Policy, *in.Cap, *in.Session, e.bucket
+	v := in.View
+	r.View = router.View[LogPos]{Replicas: append(r.View.Replicas[:0], v.Replicas...),
+		Primary: v.Primary, PrimaryKnown: v.PrimaryKnown, Epoch: v.Epoch, Hash: v.Hash}
+	r.Now, r.Rand, r.Waited = in.Now, in.Rand, in.Waited
+	m := e.m
+	dr.reasons, dr.fallbacks, dr.failed, dr.staled = m.reasons, m.fallbacks, m.failed, m.staleServed
+}
+
+func (dr *decisionRecorder) after(e *engine, t usec, s int32, got router.Decision) {
+	if dr.err != nil {
+		return
+	}
+	r := &dr.rec
+	in := r.Input()
+	bucket := r.Bucket
+	d := router.Decide(&in, &bucket)
+	r.Decision = d
 
 	b2i := func(b bool) int64 {
 		if b {
@@ -121,22 +117,26 @@ func (e *engine) recordRoute(t usec, s int32, waited usec, rec *DecisionRecord, 
 		}
 		return 0
 	}
-	want := reasons
-	want[d.Reason]++
+	m := e.m
 	var bad []string
+	if d != got {
+		bad = append(bad, fmt.Sprintf("engine decided %+v", got))
+	}
+	if bucket != e.bucket {
+		bad = append(bad, "bucket differs")
+	}
+	want := dr.reasons
+	want[d.Reason]++
 	if m.reasons != want {
 		bad = append(bad, fmt.Sprintf("reason counters %v, want %v", m.reasons, want))
 	}
-	if after != e.bucket {
-		bad = append(bad, "bucket differs")
-	}
-	if m.fallbacks-fb != b2i(d.Action == router.ActPrimary && d.Fallback) {
+	if m.fallbacks-dr.fallbacks != b2i(d.Action == router.ActPrimary && d.Fallback) {
 		bad = append(bad, "fallback counter")
 	}
-	if m.failed-failed != b2i(d.Action == router.ActFail) {
+	if m.failed-dr.failed != b2i(d.Action == router.ActFail) {
 		bad = append(bad, "failure counter")
 	}
-	if m.staleServed-stale != b2i(d.Action == router.ActStale) {
+	if m.staleServed-dr.staled != b2i(d.Action == router.ActStale) {
 		bad = append(bad, "stale counter")
 	}
 	switch d.Action {
@@ -150,9 +150,10 @@ func (e *engine) recordRoute(t usec, s int32, waited usec, rec *DecisionRecord, 
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("sim: RecordDecisions at t=%dus session %d: recomputed %+v disagrees with the engine: %v",
-			t, s, d, slices.Clip(bad))
+		dr.err = fmt.Errorf("sim: RecordDecisions at t=%dus session %d: recomputed %+v disagrees with the engine: %v",
+			t, s, d, bad)
+		dr.stop()
+		return
 	}
-	fn(rec)
-	return nil
+	dr.fn(r)
 }

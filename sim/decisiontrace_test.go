@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,12 +13,25 @@ import (
 // trial's result is identical), records every decision (one per reason
 // counted), and its records replay through router.Decide to the same
 // decisions.
+//
+// It runs under each cap behaviour: CapWaitLonger makes reads wait on the
+// cap, which exercises the per-read wait flags the engine resets when a
+// read is issued (an earlier copy of the event loop missed one reset, and
+// its cap-wait count drifted from Run's).
 func TestRecordDecisions(t *testing.T) {
-	cfg := Config{Seed: 3, Trials: 1, Duration: 1500 * time.Millisecond, Sessions: 300, World: WorldStraggler,
-		Poll: 5 * time.Millisecond, Cap: router.Cap{PerSecond: 50, Behavior: router.CapServeStale}}
+	for _, beh := range []router.CapBehavior{router.CapServeStale, router.CapWaitLonger, router.CapFailFast} {
+		cfg := Config{Seed: 3, Trials: 1, Duration: 1500 * time.Millisecond, Sessions: 300, World: WorldStraggler,
+			Poll: 5 * time.Millisecond, Cap: router.Cap{PerSecond: 5, Burst: 1, Behavior: beh, ExtraWait: 50 * time.Millisecond}}
+		t.Run(fmt.Sprint("cap-behaviour-", beh), func(t *testing.T) { testRecordDecisions(t, cfg) })
+	}
+}
+
+func testRecordDecisions(t *testing.T, cfg Config) {
 	specs := six()
 	res := run(t, cfg, specs)
+	var capWaited int64
 	for k, sp := range specs {
+		capWaited += res[k][0].CapWaited
 		t.Run(sp.Name, func(t *testing.T) {
 			var recs []DecisionRecord
 			got, err := RecordDecisions(context.Background(), cfg, sp, 0, func(r *DecisionRecord) {
@@ -46,6 +60,9 @@ func TestRecordDecisions(t *testing.T) {
 				}
 			}
 		})
+	}
+	if cfg.Cap.Behavior == router.CapWaitLonger && capWaited == 0 {
+		t.Error("no read waited on the cap: the test does not exercise cap waits")
 	}
 	if _, err := RecordDecisions(context.Background(), cfg, specs[0], -1, func(*DecisionRecord) {}); err == nil {
 		t.Error("negative trial accepted")

@@ -40,8 +40,8 @@ type engine struct {
 	wl    *workload
 
 	heavyCost usec // a heavy record's replay time at this trial's load
-	pol   router.Policy
-	table *hashroute.Table // affinity hashing over the configured replicas
+	pol       router.Policy
+	table     *hashroute.Table // affinity hashing over the configured replicas
 
 	h   eventHeap
 	rr  *rand.Rand // router draws
@@ -77,6 +77,7 @@ type engine struct {
 
 	m     *trialMetrics
 	trace *Trace
+	rec   *decisionRecorder // RecordDecisions' hook in route; nil in normal runs
 }
 
 func newEngine() *engine {
@@ -379,6 +380,9 @@ func (e *engine) route(t usec, s int32, waited usec) {
 	e.in.Now = time.Duration(t) * time.Microsecond
 	e.in.Rand = e.rr.Uint64()
 	e.in.Waited = time.Duration(waited) * time.Microsecond
+	if e.rec != nil {
+		e.rec.before(e)
+	}
 	d := router.Decide(&e.in, &e.bucket)
 	if d.Reanchor {
 		ses.Reanchor(e.view.Epoch)
@@ -434,6 +438,9 @@ func (e *engine) route(t usec, s int32, waited usec) {
 		st.failed = true
 		st.node = -1
 		e.h.push(t, evReadDone, s)
+	}
+	if e.rec != nil {
+		e.rec.after(e, t, s, d)
 	}
 }
 
