@@ -40,7 +40,7 @@ func BenchmarkDriverThroughput(b *testing.B) {
 	for _, c := range []struct {
 		pol router.PolicyKind
 		via Via
-	}{{router.PolicyAny, ViaLab}, {router.PolicyTokenRYWMR, ViaLab}, {router.PolicyAny, ViaRouter}, {router.PolicyTokenRYWMR, ViaRouter}} {
+	}{{router.PolicyAny, ViaRouter}, {router.PolicyTokenRYWMR, ViaRouter}, {router.PolicyAny, ViaProxy}, {router.PolicyTokenRYWMR, ViaProxy}} {
 		pol := c.pol
 		b.Run(pol.String()+"/via-"+string(c.via), func(b *testing.B) {
 			for b.Loop() {

@@ -74,13 +74,15 @@ type Config struct {
 	// Workers is the number of goroutines executing operations, each with
 	// its own connection per node; default 24.
 	Workers int
-	// PollInterval is how often each node's executed set is polled; default
-	// 5ms.
+	// PollInterval is how often the lab's measurement poller reads each
+	// node's executed set (replication lag, and the LSN adapter's view);
+	// default 5ms. Routing through package router uses binlog streams.
 	PollInterval time.Duration
 	// ReadTimeout bounds one read (a paused or dead node); default 2s. A read
 	// that hits it is counted as an error outcome.
 	ReadTimeout time.Duration
-	// Via is the routing path: ViaLab (default) or ViaRouter.
+	// Via is the routing path: ViaRouter (default) or ViaProxy. Scalar
+	// (TokenLSN) routers always run through the LSN adapter.
 	Via Via
 	// Workload is the schema and read/write paths; default DefaultWorkload.
 	Workload Workload
@@ -141,7 +143,7 @@ func (c *Config) validate() error {
 		c.ReadTimeout = 2 * time.Second
 	}
 	if c.Via == "" {
-		c.Via = ViaLab
+		c.Via = ViaRouter
 	}
 	if c.Workload == nil {
 		c.Workload = &DefaultWorkload{}
@@ -180,8 +182,16 @@ func (c *Config) validate() error {
 	if c.ReadTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("read timeout %v below 10ms", c.ReadTimeout))
 	}
-	if c.Via != ViaLab && c.Via != ViaRouter {
-		errs = append(errs, fmt.Errorf("unknown path %q (want lab or router)", c.Via))
+	if c.Via != ViaRouter && c.Via != ViaProxy {
+		errs = append(errs, fmt.Errorf("unknown path %q (want router or proxy)", c.Via))
+	}
+	if c.Via == ViaProxy {
+		for _, ev := range c.Condition.Events {
+			if ev.Kind == EvFailover {
+				errs = append(errs, errors.New("--via proxy cannot run a failover (the in-process proxy has a fixed primary)"))
+				break
+			}
+		}
 	}
 	if len(c.Routers) == 0 {
 		errs = append(errs, errors.New("no routers"))

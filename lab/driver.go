@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose"
-	"github.com/causallab/causallab/router"
 )
 
 // sessionSync is the part of a session's state that workers share: guarded
@@ -42,17 +41,23 @@ type engine struct {
 	start    time.Time
 	routers  []routerRuntime
 	sess     []sessionSync
-	inFlight []atomic.Int64 // reads in flight per replica index
+	inFlight []atomic.Int64 // reads in flight per replica index (LSN adapter)
+	vias     []*viaRouter   // the routers run through package router
 }
 
 func (e *engine) since() time.Duration { return time.Since(e.start) }
 
-// drift adds outside in-flight reads on the named replica.
+// drift adds (d > 0) or removes (d < 0) d outside reads in flight on the
+// named replica: real slow reads through each package-router router, and
+// the same count in the LSN adapter's in-flight view.
 func (e *engine) drift(name string, d int) {
 	for i, r := range e.nodes.Replicas() {
 		if r.Name == name {
 			e.inFlightAdd(i, int64(d))
 		}
+	}
+	for _, v := range e.vias {
+		v.drift(name, d)
 	}
 }
 
@@ -413,17 +418,36 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 			v.close()
 		}
 	}()
-	if cfg.Via == ViaRouter {
-		src, err := startRouterPoller(rctx, topo, cfg, &bg)
+	var gtidSpecs []RouterSpec
+	for _, sp := range specs {
+		if sp.Token == TokenLSN {
+			// package router's live layer carries GTID-set tokens only: the
+			// scalar token runs through the LSN adapter (noted in the result).
+			e.routers = append(e.routers, newLSNAdapter(sp, e))
+			viaNotes = append(viaNotes, fmt.Sprintf("%s ran via the LSN adapter (lab/lsnadapter.go): package router's live layer has GTID-set tokens only.", sp.Name))
+			continue
+		}
+		gtidSpecs = append(gtidSpecs, sp)
+	}
+	var proxies []*viaProxy
+	defer func() {
+		for _, pr := range proxies {
+			pr.close()
+		}
+	}()
+	if len(gtidSpecs) > 0 {
+		src, err := startWatchSource(rctx, topo, cfg, &bg, 10*time.Second)
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		for _, sp := range specs {
-			if sp.Token == TokenLSN {
-				// router's live layer carries GTID tokens only: the scalar
-				// token runs through the lab adapter (noted in the result).
-				e.routers = append(e.routers, newLiveRouter(sp, e))
-				viaNotes = append(viaNotes, fmt.Sprintf("%s ran via the lab adapter: package router's live layer has GTID tokens only.", sp.Name))
+		for _, sp := range gtidSpecs {
+			if cfg.Via == ViaProxy {
+				pr, err := newViaProxy(rctx, sp, e, src)
+				if err != nil {
+					return nil, nil, 0, err
+				}
+				proxies = append(proxies, pr)
+				e.routers = append(e.routers, pr)
 				continue
 			}
 			v, err := newViaRouter(rctx, sp, e, src)
@@ -433,11 +457,8 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 			vias = append(vias, v)
 			e.routers = append(e.routers, v)
 		}
-	} else {
-		for _, sp := range specs {
-			e.routers = append(e.routers, newLiveRouter(sp, e))
-		}
 	}
+	e.vias = vias
 	onFailover := func(ctx context.Context, fr compose.FailoverResult) error {
 		var errs []error
 		for _, v := range vias {
@@ -487,29 +508,6 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 	}
 	lags, unseen := lag.samples()
 	return res, lags, unseen, nil
-}
-
-// startRouterPoller runs router.Poller over every node (the router's own
-// PositionSource) until ctx ends.
-func startRouterPoller(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup) (router.PositionSource, error) {
-	var nodes []router.Node
-	for _, n := range allNodes(topo) {
-		nodes = append(nodes, routerNode(n))
-	}
-	p := topo.Primary()
-	rp, err := router.NewPoller(router.PollerConfig{Nodes: nodes, User: p.User, Password: p.Password,
-		Interval: cfg.PollInterval, Logger: cfg.Logger})
-	if err != nil {
-		return nil, err
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := rp.Run(ctx); err != nil && ctx.Err() == nil {
-			cfg.Logger.Warn("lab: router poller stopped", "err", err)
-		}
-	}()
-	return rp, nil
 }
 
 // waitCaughtUp waits until every up replica's polled set contains the

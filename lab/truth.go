@@ -25,6 +25,10 @@ const (
 	// OutStale: served by a replica the router knew did not qualify
 	// (labelled stale by the fallback cap).
 	OutStale
+	// OutProxied: served through `causallab proxy` (--via proxy), which
+	// does not tell its client which node answered (the proxy's own metrics
+	// do).
+	OutProxied
 	// OutTimedOut: not served, the router's wait budget ran out.
 	OutTimedOut
 	// OutFailed: not served, failed fast with a typed error (write lost in a
@@ -35,7 +39,7 @@ const (
 	numOutcomes
 )
 
-var outcomeNames = [...]string{"replica", "primary", "stale", "timed_out", "failed_fast", "error"}
+var outcomeNames = [...]string{"replica", "primary", "stale", "proxied", "timed_out", "failed_fast", "error"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -45,7 +49,7 @@ func (o Outcome) String() string {
 }
 
 // Served reports whether the read returned rows (and so is checked).
-func (o Outcome) Served() bool { return o <= OutStale }
+func (o Outcome) Served() bool { return o <= OutProxied }
 
 // Read is one read as the driver saw it: what the session had been
 // acknowledged when it issued the read, and what the database returned.
@@ -220,7 +224,7 @@ func (t *Tally) Merge(o *Tally) {
 
 // Served is the number of reads that returned rows.
 func (t *Tally) Served() int64 {
-	return t.ByOutcome[OutReplica] + t.ByOutcome[OutPrimary] + t.ByOutcome[OutStale]
+	return t.ByOutcome[OutReplica] + t.ByOutcome[OutPrimary] + t.ByOutcome[OutStale] + t.ByOutcome[OutProxied]
 }
 
 // Accounted reports whether every read has exactly one outcome.

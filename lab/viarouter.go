@@ -11,8 +11,10 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/causallab/causallab/binlogwatch"
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 )
 
@@ -20,15 +22,19 @@ import (
 type Via string
 
 const (
-	// ViaLab: the lab's thin adapter over router.Decide (lab/live.go), with
-	// the lab's poller; it also supports scalar (LSN) tokens.
-	ViaLab Via = "lab"
-	// ViaRouter: package router's live layer (router.Router, one
-	// LiveSession per lab session, router.Poller positions): the code an
-	// application embeds. GTID tokens only: a scalar-token router still
-	// runs through the lab adapter, and the result says so.
+	// ViaRouter (the default): package router's live layer (router.Router,
+	// one LiveSession per lab session, positions from binlogwatch streams
+	// behind router.WatchSource): the code an application embeds.
 	ViaRouter Via = "router"
+	// ViaProxy: the lab's sessions talk MySQL to `causallab proxy`
+	// (package proxy, started in-process on a loopback port, one proxy per
+	// router), carrying their tokens in /* causal_token:... */ comments.
+	ViaProxy Via = "proxy"
 )
+
+// The one path that bypasses both: a scalar-token (TokenLSN) router runs
+// through the LSN adapter (lsnadapter.go), because package router's live
+// layer carries GTID-set tokens only. The result says so in a note.
 
 // viaRouter runs one RouterSpec through router.Router.
 type viaRouter struct {
@@ -39,11 +45,21 @@ type viaRouter struct {
 	sess []*router.LiveSession
 	// noGTID counts writes the router refused to token (ErrMissingGTID).
 	noGTID atomic.Int64
+
+	// ctx bounds the drift readers; table is the hashing table over the
+	// configured replicas (to pick read ids that hash to a node).
+	ctx   context.Context
+	table *hashroute.Table
+	// driftMu guards drifts: per node, the cancel funcs of running drift
+	// readers. driftWG tracks them; driftErrs counts their failed reads.
+	driftMu   sync.Mutex
+	drifts    map[string][]context.CancelFunc
+	driftWG   sync.WaitGroup
+	driftErrs atomic.Int64
 }
 
 var (
 	_ routerRuntime = (*viaRouter)(nil)
-	_ routerRuntime = (*liveRouter[gtid.Set])(nil)
 	_ routerRuntime = (*liveRouter[lsnPos])(nil)
 )
 
@@ -65,7 +81,123 @@ func newViaRouter(ctx context.Context, sp RouterSpec, e *engine, src router.Posi
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
 	}
-	return &viaRouter{sp: sp, e: e, rt: rt, mu: make([]sync.Mutex, e.cfg.Sessions), sess: make([]*router.LiveSession, e.cfg.Sessions)}, nil
+	srv := make([]hashroute.Server, len(reps))
+	for i, r := range reps {
+		srv[i] = hashroute.Server{Name: r.Name, Weight: 1}
+	}
+	var table *hashroute.Table
+	if len(srv) > 0 {
+		if table, err = hashroute.New(hashroute.Config{Servers: srv}); err != nil {
+			rt.Close()
+			return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
+		}
+	}
+	return &viaRouter{sp: sp, e: e, rt: rt, mu: make([]sync.Mutex, e.cfg.Sessions), sess: make([]*router.LiveSession, e.cfg.Sessions),
+		ctx: ctx, table: table, drifts: map[string][]context.CancelFunc{}}, nil
+}
+
+// startWatchSource streams every node's binlog (package binlogwatch) and
+// returns the router's recommended PositionSource over the streams
+// (router.NewGroupSource), run on wg until ctx ends. It waits until every
+// node's watcher is healthy (or limit passes: a node that is down stays
+// unhealthy in the source, which the router handles).
+func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup, limit time.Duration) (router.PositionSource, error) {
+	var prim *binlogwatch.Watcher
+	var reps []*binlogwatch.Watcher
+	var names []string
+	for i, n := range allNodes(topo) {
+		w, err := binlogwatch.New(binlogwatch.Config{Name: n.Name, Host: n.Host, Port: uint16(n.Port), User: n.User,
+			Password: n.Password, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("lab: binlog watcher for %s: %w", n.Name, err)
+		}
+		if i == 0 {
+			prim = w
+		} else {
+			reps = append(reps, w)
+		}
+		names = append(names, n.Name)
+	}
+	g, err := binlogwatch.NewGroup(prim, reps...)
+	if err != nil {
+		return nil, err
+	}
+	src, err := router.NewGroupSource(g, 0, names...)
+	if err != nil {
+		return nil, err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = g.Run(ctx) // returns once ctx ends; health is in the snapshots
+	}()
+	deadline := time.Now().Add(limit)
+	for {
+		ok := true
+		for _, n := range names {
+			if _, up := src.Position(n); !up {
+				ok = false
+			}
+		}
+		if ok || time.Now().After(deadline) {
+			return src, nil
+		}
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// drift starts (d > 0) or stops (d < 0) d outside readers on the named
+// replica: real reads through this router (SELECT SLEEP(0.2) in a loop,
+// with read ids that hash to the node under full-list), so the router's
+// own in-flight count for the node rises as a load balancer would see it.
+// This is what rebalance-override reacts to.
+func (v *viaRouter) drift(name string, d int) {
+	v.driftMu.Lock()
+	defer v.driftMu.Unlock()
+	if d < 0 {
+		for _, c := range v.drifts[name] {
+			c()
+		}
+		delete(v.drifts, name)
+		return
+	}
+	idx := -1
+	for i, r := range v.e.nodes.Replicas() {
+		if r.Name == name {
+			idx = i
+		}
+	}
+	if idx < 0 || v.table == nil {
+		v.driftErrs.Add(1)
+		return
+	}
+	ids := make([]string, 0, d)
+	for k := 0; len(ids) < d && k < 1_000_000; k++ {
+		id := "drift-" + strconv.Itoa(k)
+		if v.table.First(hashroute.Hash(id)) == idx {
+			ids = append(ids, id)
+		}
+	}
+	ctx, cancel := context.WithCancel(v.ctx)
+	v.drifts[name] = append(v.drifts[name], cancel)
+	pol := router.Policy{Kind: router.PolicyAffinity, HashMode: hashroute.FullList}
+	for _, id := range ids {
+		v.driftWG.Add(1)
+		go func() {
+			defer v.driftWG.Done()
+			s := v.rt.NewSession()
+			s.SetConsistentReadID(id)
+			defer s.Close()
+			for ctx.Err() == nil {
+				if _, err := s.QueryWith(ctx, pol, "SELECT SLEEP(0.2)"); err != nil && ctx.Err() == nil {
+					v.driftErrs.Add(1)
+					sleepCtx(ctx, 50*time.Millisecond)
+				}
+			}
+		}()
+	}
 }
 
 func (v *viaRouter) spec() *RouterSpec { return &v.sp }
@@ -191,4 +323,15 @@ func (v *viaRouter) failover(ctx context.Context, fr compose.FailoverResult) err
 	return v.rt.Failover(ctx, routerNode(v.e.nodes.Primary()), reps, uint64(fr.Epoch))
 }
 
-func (v *viaRouter) close() { v.rt.Close() }
+func (v *viaRouter) close() {
+	v.driftMu.Lock()
+	for _, cs := range v.drifts {
+		for _, c := range cs {
+			c()
+		}
+	}
+	v.drifts = map[string][]context.CancelFunc{}
+	v.driftMu.Unlock()
+	v.driftWG.Wait()
+	v.rt.Close()
+}

@@ -64,7 +64,7 @@ func (f *labFlags) register(cmd *cobra.Command, cond string, rate float64, dur t
 	fl.BoolVar(&f.noSim, "no-sim", false, "skip the simulator's prediction")
 	fl.IntVar(&f.simTrials, "sim-trials", 4, "simulator trials averaged for the prediction")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
-	fl.StringVar(&f.via, "via", "lab", "routing path: lab (the lab's adapter over router.Decide; also scalar tokens) or router (package router's live layer: router.Router sessions)")
+	fl.StringVar(&f.via, "via", "router", "routing path: router (package router's live layer over binlogwatch positions) or proxy (causallab proxy in-process, tokens in comments); scalar-token routers always run through the LSN adapter")
 }
 
 // config builds the driver config from the flags.

@@ -14,11 +14,16 @@ import (
 	"github.com/causallab/causallab/router"
 )
 
-// The lab's live routing layer: it builds router.Input from the poller's
-// snapshot and the session's state, calls router.Decide (the same pure core
-// the simulator calls), and carries the Decision out on real connections.
-// It is a thin adapter standing in for router's live layer; it adds no
-// routing rule of its own.
+// The LSN adapter: the one routing path that does not go through package
+// router's live layer, because that layer carries GTID-set tokens only and
+// the failover comparison needs a scalar position token (an LSN's
+// semantics: compared by value whatever the timeline). It builds
+// router.Input from the lab poller's snapshot and the session's state,
+// calls router.Decide (the same pure core the simulator and router.Router
+// call), and carries the Decision out on the worker's own connections. It
+// adds no routing rule of its own. Every TokenLSN router runs here, and
+// the result says so in a note; every other router runs through
+// package router (or the proxy).
 
 // worker is one executing goroutine's private state: a connection per
 // node and a random source.
@@ -58,17 +63,6 @@ type posKind[P router.Position[P]] interface {
 	waitSet(p P) (string, bool)
 }
 
-// gtidKind: positions are GTID sets.
-type gtidKind struct{}
-
-func (gtidKind) executed(s gtid.Set) gtid.Set { return s }
-func (gtidKind) written(g gtid.GTID, _ gtid.Set) gtid.Set {
-	var s gtid.Set
-	_ = s.AddInPlace(g) // g came from gtid.ParseGTID: valid
-	return s
-}
-func (gtidKind) waitSet(p gtid.Set) (string, bool) { return p.String(), true }
-
 // lsnPos is a scalar position compared by value (lsnPos's semantics) with
 // the Union the router core needs (lsnPos has Contains only).
 type lsnPos uint64
@@ -101,10 +95,7 @@ func tagPart(t string) string {
 	return ":" + t
 }
 
-var (
-	_ posKind[gtid.Set] = gtidKind{}
-	_ posKind[lsnPos]   = lsnKind{}
-)
+var _ posKind[lsnPos] = lsnKind{}
 
 // routerRuntime is one router under test, whatever its position type.
 type routerRuntime interface {
@@ -139,11 +130,9 @@ type liveRouter[P router.Position[P]] struct {
 	noGTID atomic.Int64
 }
 
-func newLiveRouter(sp RouterSpec, e *engine) routerRuntime {
-	if sp.Token == TokenLSN {
-		return &liveRouter[lsnPos]{sp: sp, kind: lsnKind{}, e: e, state: make([]router.Session[lsnPos], e.cfg.Sessions)}
-	}
-	return &liveRouter[gtid.Set]{sp: sp, kind: gtidKind{}, e: e, state: make([]router.Session[gtid.Set], e.cfg.Sessions)}
+// newLSNAdapter runs a TokenLSN router through the adapter.
+func newLSNAdapter(sp RouterSpec, e *engine) routerRuntime {
+	return &liveRouter[lsnPos]{sp: sp, kind: lsnKind{}, e: e, state: make([]router.Session[lsnPos], e.cfg.Sessions)}
 }
 
 func (r *liveRouter[P]) spec() *RouterSpec { return &r.sp }
@@ -353,8 +342,8 @@ func (r *liveRouter[P]) need(rs *router.Session[P]) P {
 }
 
 // wait carries out ActWait: WAIT_FOR_EXECUTED_GTID_SET on the replica for
-// GTID positions, a poll-interval sleep for kinds that cannot wait on the
-// server. It returns how long it waited and whether the server confirmed.
+// kinds that can wait on the server, a poll-interval sleep for the others
+// (the scalar kind). It returns how long it waited and whether the server confirmed.
 func (r *liveRouter[P]) wait(ctx context.Context, w *worker, snap *snapshot, d router.Decision, rs *router.Session[P]) (time.Duration, bool) {
 	began := time.Now()
 	set, can := r.kind.waitSet(r.need(rs))

@@ -1,0 +1,225 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/proxy"
+	"github.com/causallab/causallab/router"
+)
+
+// viaProxy runs one RouterSpec through `causallab proxy`: a proxy.Server
+// started in-process on a loopback port against the same topology (its
+// positions: the run's binlogwatch WatchSource), and a pool of MySQL
+// client connections to it. Lab session i always uses connection
+// i % len(conns), so the proxy's per-connection monotonic-reads watermark
+// covers every read that session made before (it also covers the other
+// sessions sharing the connection: more cautious, never less).
+//
+// Tokens travel as a client without session tracking would carry them:
+// after each write the lab reads the connection's token (SELECT
+// @causal_token), clears it (SET @causal_token = ''), keeps it in the lab
+// session, and sends it with each later read of that session in a
+// /* consistent_read_id:session-<i>, causal_token:<token> */ comment.
+type viaProxy struct {
+	sp     RouterSpec
+	e      *engine
+	srv    *proxy.Server
+	cancel context.CancelFunc
+	done   chan error
+
+	conns []proxyConn
+	tokMu []sync.Mutex // per session, guards tokens[i]
+	toks  []gtid.Token
+	// noToken counts writes after which the proxy returned no token.
+	noToken atomic.Int64
+}
+
+type proxyConn struct {
+	mu sync.Mutex
+	c  *nodeConn
+}
+
+var _ routerRuntime = (*viaProxy)(nil)
+
+// proxyPolicyName is the proxy's policy name for p, or an error when the
+// proxy cannot express p (it takes a policy kind, a wait budget, the
+// default window, full-list hashing, and always checks epochs).
+func proxyPolicyName(p router.Policy) (string, error) {
+	switch {
+	case p.Kind == router.PolicyAffinity && p.HashMode != hashroute.FullList:
+		return "", fmt.Errorf("the proxy hashes full-list only, not %s", p.HashMode)
+	case p.Kind == router.PolicyWindow && p.Window != 0 && p.Window != router.DefaultWindow:
+		return "", fmt.Errorf("the proxy's window is fixed at %v", router.DefaultWindow)
+	}
+	return p.Kind.String(), nil
+}
+
+func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src router.PositionSource) (*viaProxy, error) {
+	name, err := proxyPolicyName(sp.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
+	}
+	if sp.Cap.PerSecond > 0 && sp.Cap.Behavior != router.CapFailFast {
+		return nil, fmt.Errorf("lab: router %s via proxy: the proxy's fallback cap fails fast only", sp.Name)
+	}
+	p := e.nodes.Primary()
+	backend := func(n string, addr string) proxy.Backend {
+		return proxy.Backend{Name: n, Addr: addr, User: p.User, Password: p.Password}
+	}
+	cfg := proxy.Config{Listen: "127.0.0.1:0", Users: []proxy.User{{Name: p.User, Password: p.Password}},
+		AuthMethod: mysql.AUTH_NATIVE_PASSWORD, Primary: backend(p.Name, p.Addr()), Policy: name,
+		WaitBudget: sp.Policy.WaitBudget, FallbackPerSecond: sp.Cap.PerSecond, Epoch: uint64(max(e.nodes.Epoch(), 1)),
+		Source: src, Logger: e.cfg.Logger}
+	for _, r := range e.nodes.Replicas() {
+		cfg.Replicas = append(cfg.Replicas, backend(r.Name, r.Addr()))
+	}
+	srv, err := proxy.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
+	}
+	if err := srv.Listen(ctx); err != nil {
+		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	v := &viaProxy{sp: sp, e: e, srv: srv, cancel: cancel, done: make(chan error, 1),
+		conns: make([]proxyConn, e.cfg.Workers), tokMu: make([]sync.Mutex, e.cfg.Sessions), toks: make([]gtid.Token, e.cfg.Sessions)}
+	go func() { v.done <- srv.Serve(pctx) }()
+	return v, nil
+}
+
+func (v *viaProxy) spec() *RouterSpec { return &v.sp }
+
+// conn returns session sess's proxy connection, locked; call unlock after.
+func (v *viaProxy) conn(ctx context.Context, sess int) (*nodeConn, func(), error) {
+	pc := &v.conns[sess%len(v.conns)]
+	pc.mu.Lock()
+	if pc.c == nil {
+		p := v.e.nodes.Primary()
+		c, err := dialNode(ctx, v.srv.Addr(), p.User, p.Password)
+		if err != nil {
+			pc.mu.Unlock()
+			return nil, nil, err
+		}
+		pc.c = c
+	}
+	return pc.c, pc.mu.Unlock, nil
+}
+
+func (v *viaProxy) write(ctx context.Context, _ *worker, sess int, seq int64, hot int) error {
+	wctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
+	defer cancel()
+	c, unlock, err := v.conn(wctx, sess)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	g, err := v.e.cfg.Workload.Write(wctx, c, sess, seq, hot)
+	if err != nil {
+		return err
+	}
+	r, err := c.Execute(wctx, "SELECT @causal_token")
+	var text string
+	if err == nil {
+		text, err = r.GetString(0, 0)
+		text = strings.Clone(text)
+	}
+	if err != nil {
+		return fmt.Errorf("lab: reading the proxy's token: %w", err)
+	}
+	if _, err := c.Execute(wctx, "SET @causal_token = ''"); err != nil {
+		return fmt.Errorf("lab: clearing the proxy connection's token: %w", err)
+	}
+	ss := &v.e.sess[sess]
+	ss.mu.Lock()
+	ss.acked = seq
+	ss.mu.Unlock()
+	if text == "" {
+		// The write stands (the ground truth judges later reads against
+		// it) but no token protects it: counted, and reported.
+		v.noToken.Add(1)
+		return nil
+	}
+	tok, err := gtid.ParseToken(text)
+	if err != nil {
+		return fmt.Errorf("lab: the proxy's token %q: %w", text, err)
+	}
+	v.tokMu[sess].Lock()
+	v.toks[sess] = v.toks[sess].Merge(tok)
+	v.tokMu[sess].Unlock()
+	if gt, perr := gtid.ParseGTID(g); g != "" && perr == nil {
+		v.e.lag.ack(gt, time.Now()) // lag measurement only
+	}
+	return nil
+}
+
+// annotated prefixes every statement with the session's annotations.
+type annotated struct {
+	c      *nodeConn
+	prefix string
+}
+
+func (a annotated) Execute(ctx context.Context, q string) (*mysql.Result, error) {
+	return a.c.Execute(ctx, a.prefix+q)
+}
+
+func (v *viaProxy) read(ctx context.Context, _ *worker, sess int, out *Read) {
+	ss := &v.e.sess[sess]
+	ss.mu.Lock()
+	out.AckedSeq = ss.acked
+	ss.mu.Unlock()
+	v.tokMu[sess].Lock()
+	tok := v.toks[sess]
+	v.tokMu[sess].Unlock()
+	prefix := "/* consistent_read_id:session-" + strconv.Itoa(sess)
+	if !tok.IsZero() {
+		prefix += ", causal_token:" + tok.String()
+	}
+	prefix += " */ "
+	rctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
+	defer cancel()
+	c, unlock, err := v.conn(rctx, sess)
+	if err != nil {
+		out.Outcome, out.Done = OutError, v.e.since()
+		return
+	}
+	own, err := v.e.cfg.Workload.Read(rctx, annotated{c: c, prefix: prefix}, sess, out.Hot)
+	unlock()
+	out.Done = v.e.since()
+	var me *mysql.MyError
+	switch {
+	case err == nil:
+		out.Own, out.Outcome = own, OutProxied
+	case errors.As(err, &me) && strings.Contains(me.Message, "timed out"):
+		out.Outcome, out.Reason = OutTimedOut, me.Message
+	case errors.As(err, &me) && strings.Contains(me.Message, "causallab"):
+		out.Outcome, out.Reason = OutFailed, me.Message
+	default:
+		out.Outcome = OutError
+	}
+}
+
+// close stops the proxy and closes the lab's connections to it.
+func (v *viaProxy) close() {
+	for i := range v.conns {
+		pc := &v.conns[i]
+		pc.mu.Lock()
+		if pc.c != nil {
+			pc.c.Close()
+			pc.c = nil
+		}
+		pc.mu.Unlock()
+	}
+	v.cancel()
+	<-v.done
+}
