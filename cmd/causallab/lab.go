@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -40,11 +42,13 @@ type labFlags struct {
 	simTrials   int
 	noProgress  bool
 	via         string
+	fresh       bool
 }
 
 func (f *labFlags) register(cmd *cobra.Command, cond string, rate float64, dur time.Duration) {
 	fl := cmd.Flags()
-	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run")
+	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run (when `causallab up` runs none)")
+	fl.BoolVar(&f.fresh, "fresh", false, "start a topology for the run even when `causallab up` runs one")
 	fl.StringVar(&f.backend, "backend", "local", "how to run MySQL: local (chrooted mysqld processes) or docker")
 	fl.StringVar(&f.primaryDSN, "primary-dsn", "", "attach to your own primary (user:pw@tcp(host:port)/) instead of starting a topology")
 	fl.StringSliceVar(&f.replicaDSNs, "replica-dsn", nil, "your own replicas' DSNs (with --primary-dsn; repeat or comma-separate)")
@@ -93,10 +97,33 @@ func (f *labFlags) config() (lab.Config, []lab.FailRule, lab.Format, error) {
 	return cfg, rules, format, nil
 }
 
-// topology starts (or attaches to) the topology the flags describe. The
-// returned stop removes what was started.
+// topology attaches to the topology the flags describe: --primary-dsn, or
+// the one `causallab up` is running (its state file), or else one started
+// for the run. The returned stop removes only what was started here (and
+// writes an attached topology's state back, since faults change roles and
+// epochs).
 func (f *labFlags) topology(ctx context.Context, errw io.Writer) (*compose.Topology, func(), error) {
 	cfg := compose.Config{Replicas: f.replicas, Backend: compose.Backend(f.backend)}
+	if f.primaryDSN == "" && !f.fresh {
+		path := defaultStatePath()
+		st, err := compose.ReadStateFile(path)
+		switch {
+		case err == nil:
+			topo, aerr := compose.Attach(ctx, st, nil)
+			if aerr != nil {
+				return nil, nil, fmt.Errorf("the topology recorded in %s: %w (run `causallab down`, or pass --fresh)", path, aerr)
+			}
+			fmt.Fprintf(errw, "causallab lab: using the running %s topology (state %s: primary %s, %d replicas)\n",
+				st.Backend, path, topo.Primary().Addr(), len(topo.Replicas()))
+			return topo, func() {
+				if err := compose.WriteStateFile(path, topo.State()); err != nil {
+					fmt.Fprintln(errw, "causallab lab: updating the state file:", err)
+				}
+			}, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, nil, fmt.Errorf("state file %s: %w (run `causallab down`, or pass --fresh)", path, err)
+		}
+	}
 	if f.primaryDSN != "" {
 		cfg = compose.Config{Backend: compose.BackendExternal,
 			External: compose.ExternalConfig{PrimaryDSN: f.primaryDSN, ReplicaDSNs: f.replicaDSNs}}
@@ -178,7 +205,8 @@ func newLabCmd() *cobra.Command {
 		Long: `lab measures on a real MySQL primary and replicas what the simulator predicts:
 how often each router showed a session a world without its own write (RYW) or
 one older than it had seen (MR), counted from the rows the database returned.
-Without --primary-dsn it starts a local topology for the run and removes it after.`,
+Without --primary-dsn it uses the topology ` + "`causallab up`" + ` is running (its state
+file) or, when none runs, starts a local topology for the run and removes it after.`,
 	}
 	cmd.AddCommand(newLabRoutersCmd(), newLabGatedCmd(), newLabFailoverCmd(), newLabHashCmd(), newLabChaosCmd())
 	return cmd
