@@ -81,10 +81,42 @@ func BenchmarkContainsGTID(b *testing.B) {
 	})
 }
 
+// holey is an executed set of n UUIDs, each 1..hi with every 1000th pair
+// of transactions missing (hi/1000 gaps per UUID), as router's
+// BenchmarkDecide builds its fragmented replicas.
+func holey(n int, hi int64) string {
+	var parts []string
+	for u := range n {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%08x-0000-4000-8000-%012x", 0x3e11fa47+u, u)
+		for start := int64(1); start <= hi; start += 1000 {
+			fmt.Fprintf(&b, ":%d-%d", start, min(start+997, hi))
+		}
+		parts = append(parts, b.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+// tip is the one-GTID-per-UUID token at GNO gno of holey's n UUIDs.
+func tip(n int, gno int64) string {
+	var parts []string
+	for u := range n {
+		parts = append(parts, fmt.Sprintf("%08x-0000-4000-8000-%012x:%d", 0x3e11fa47+u, u, gno))
+	}
+	return strings.Join(parts, ",")
+}
+
 func BenchmarkContainsSet(b *testing.B) {
 	cases := []struct{ name, sup, sub string }{
 		{"5uuids", fiveUUIDs(1000000), fiveUUIDs(900000)},
 		{"100intervals", fragmented(100, false), fragmented(100, true)},
+		// Router's fragmented stress case: 10 UUIDs with 50 gaps each,
+		// against the session's token (one GTID per UUID near the top)
+		// and against its watermark (a set as fragmented as the replica).
+		{"10uuids-50gaps-token", holey(10, 50020), tip(10, 50018)},
+		{"10uuids-50gaps-watermark", holey(10, 50020), holey(10, 50017)},
+		// One UUID with 1000 gaps against one GTID near the top.
+		{"1uuid-1000gaps-token", holey(1, 1000020), tip(1, 1000018)},
 	}
 	for _, c := range cases {
 		sup, sub := MustParse(c.sup), MustParse(c.sub)

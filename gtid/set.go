@@ -265,6 +265,14 @@ func (s Set) Contains(o Set) bool {
 func (s Set) AtLeast(o Set) bool { return s.Contains(o) }
 
 // containsIvs reports whether every interval of sub lies in sup.
+//
+// For each interval of sub it finds the first interval of sup that ends at
+// or after the sub interval's start (the only one that can hold it: sup is
+// sorted and merged), starting from where the previous search stopped.
+// The search gallops (1, 2, 4, ... ahead, then binary search), so a sub
+// interval next to the previous one costs one comparison, and one far
+// ahead (a token near the top of a fragmented executed set) costs
+// O(log gap) instead of a walk over every interval in between.
 func containsIvs(sup, sub []Interval) bool {
 	if len(sub) == 0 {
 		return true
@@ -272,16 +280,46 @@ func containsIvs(sup, sub []Interval) bool {
 	if len(sup) == 0 || sub[0].Start < sup[0].Start || sub[len(sub)-1].End > sup[len(sup)-1].End {
 		return false
 	}
+	j := 0
 	for _, x := range sub {
-		for sup[0].End < x.Start {
-			// sup is not exhausted here: its last End >= sub's last End.
-			sup = sup[1:]
+		if sup[j].End < x.Start {
+			// Some later interval ends at or after x.Start: sup's last End
+			// >= sub's last End >= x.Start.
+			j = gallopEnd(sup, j+1, x.Start)
 		}
-		if sup[0].Start > x.Start || sup[0].End < x.End {
+		if sup[j].Start > x.Start || sup[j].End < x.End {
 			return false
 		}
 	}
 	return true
+}
+
+// gallopEnd returns the first index i >= lo with ivs[i].End >= v; such an
+// index must exist (ivs[len(ivs)-1].End >= v).
+func gallopEnd(ivs []Interval, lo int, v int64) int {
+	if ivs[lo].End >= v {
+		return lo
+	}
+	// ivs[lo].End < v: gallop until ivs[hi].End >= v (or hi is the last).
+	step := 1
+	hi := lo + step
+	for hi < len(ivs)-1 && ivs[hi].End < v {
+		lo = hi
+		step <<= 1
+		hi = lo + step
+	}
+	hi = min(hi, len(ivs)-1)
+	// ivs[lo].End < v <= ivs[hi].End: binary search (lo, hi].
+	lo++
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ivs[m].End < v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // Equal reports whether s and o hold the same transactions.

@@ -3,6 +3,7 @@ package gtid
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -365,5 +366,96 @@ func TestTextMarshal(t *testing.T) {
 	}
 	if err := back.UnmarshalText([]byte("nope")); err == nil {
 		t.Fatal("bad text accepted")
+	}
+}
+
+// containsIvsWalk is containsIvs before galloping: one interval of sup at a
+// time. TestContainsIvsGallop checks the two agree.
+func containsIvsWalk(sup, sub []Interval) bool {
+	if len(sub) == 0 {
+		return true
+	}
+	if len(sup) == 0 || sub[0].Start < sup[0].Start || sub[len(sub)-1].End > sup[len(sup)-1].End {
+		return false
+	}
+	for _, x := range sub {
+		for sup[0].End < x.Start {
+			sup = sup[1:]
+		}
+		if sup[0].Start > x.Start || sup[0].End < x.End {
+			return false
+		}
+	}
+	return true
+}
+
+// TestContainsIvsGallop: the galloping containsIvs agrees with the
+// one-by-one walk on large fragmented interval lists, where sub is mostly a
+// subset of sup (pieces of sup's intervals, some far apart, some adjacent)
+// with now and then one GNO moved into a gap or past the end; and
+// gallopEnd finds the first interval ending at or after v for every start
+// and value on small lists.
+func TestContainsIvsGallop(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	answers := map[bool]int{}
+	for range 3000 {
+		n := 1 + rng.IntN(1<<rng.IntN(11))
+		sup := make([]Interval, 0, n)
+		next := int64(1 + rng.IntN(3))
+		for range n {
+			l := int64(1 + rng.IntN(5))
+			sup = append(sup, Interval{next, next + l - 1})
+			next += l + 1 + int64(rng.IntN(4)) // at least one missing GNO
+		}
+		var sub []Interval
+		p := []float64{0.02, 0.2, 0.9}[rng.IntN(3)] // how often an interval of sup is used
+		for _, iv := range sup {
+			if rng.Float64() >= p {
+				continue
+			}
+			a := iv.Start + rng.Int64N(iv.End-iv.Start+1)
+			b := a + rng.Int64N(iv.End-a+1)
+			sub = append(sub, Interval{a, b})
+		}
+		if len(sub) > 0 && rng.IntN(3) == 0 {
+			// Break containment: stretch one interval into the gap after it
+			// (or, for sup's last, past its end), or before its start.
+			k := rng.IntN(len(sub))
+			if rng.IntN(2) == 0 && (k+1 == len(sub) || sub[k].End+1 < sub[k+1].Start) {
+				sub[k].End++
+			} else if k == 0 || sub[k-1].End+1 < sub[k].Start-1 {
+				if sub[k].Start > 1 {
+					sub[k].Start--
+				}
+			}
+		}
+		want := containsIvsWalk(sup, sub)
+		if got := containsIvs(sup, sub); got != want {
+			t.Fatalf("containsIvs(%v, %v) = %v, walk says %v", sup, sub, got, want)
+		}
+		answers[want]++
+	}
+	if answers[true] < 1000 || answers[false] < 300 {
+		t.Fatalf("answers %v: the cases do not exercise both outcomes", answers)
+	}
+	for n := 1; n <= 12; n++ {
+		ivs := make([]Interval, n)
+		for i := range ivs {
+			ivs[i] = Interval{int64(10*i + 1), int64(10*i + 5)}
+		}
+		for lo := range n {
+			for v := int64(0); v <= ivs[n-1].End; v++ {
+				if lo > 0 && ivs[lo-1].End >= v {
+					continue // gallopEnd's callers only start past what is below v
+				}
+				want := lo
+				for ivs[want].End < v {
+					want++
+				}
+				if got := gallopEnd(ivs, lo, v); got != want {
+					t.Fatalf("n=%d gallopEnd(lo=%d, v=%d) = %d, want %d", n, lo, v, got, want)
+				}
+			}
+		}
 	}
 }
