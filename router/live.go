@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/causallab/causallab/gtid"
@@ -95,6 +94,11 @@ type Config struct {
 	DialTimeout time.Duration
 	// MaxIdle is the number of idle read connections kept per node. Default 8.
 	MaxIdle int
+	// PrimaryPool bounds the shared pool of primary connections that
+	// LiveSession.Exec borrows for writes (session tracking on; a session
+	// keeps its connection only while a transaction is open, autocommit is
+	// off or it changed session state). Default 16.
+	PrimaryPool int
 	// Trace records, in every Read, the decisions that routed it.
 	Trace bool
 	// Registerer receives the metrics (nil: not registered).
@@ -152,8 +156,11 @@ func (c *Config) validate() error {
 	if c.MaxIdle == 0 {
 		c.MaxIdle = 8
 	}
-	if c.DownHold < 0 || c.DialTimeout < 0 || c.MaxIdle < 0 {
-		return errors.New("router: config: negative DownHold, DialTimeout or MaxIdle")
+	if c.PrimaryPool == 0 {
+		c.PrimaryPool = 16
+	}
+	if c.DownHold < 0 || c.DialTimeout < 0 || c.MaxIdle < 0 || c.PrimaryPool < 0 {
+		return errors.New("router: config: negative DownHold, DialTimeout, MaxIdle or PrimaryPool")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -165,7 +172,8 @@ func (c *Config) validate() error {
 // concurrent use; each Session is used by one goroutine at a time.
 type Router struct {
 	cfg   Config
-	pool  *pool
+	pool  *pool        // idle read connections per node
+	prim  *primaryPool // the shared, bounded write pool
 	dial  *dialer
 	m     *liveMetrics
 	start time.Time
@@ -177,8 +185,27 @@ type Router struct {
 }
 
 // New validates cfg and builds a Router. It dials the primary once to prove
-// that session GTIDs are reported (ErrNoSessionTracking otherwise).
+// that session GTIDs are reported (ErrNoSessionTracking otherwise); that
+// connection becomes the first of the shared primary pool.
 func New(ctx context.Context, cfg Config) (*Router, error) {
+	r, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := r.prim.get(ctx, r.cfg.Primary)
+	if err != nil {
+		return nil, err
+	}
+	if r.st.PrimaryPos, err = readExecuted(ctx, pc.c); err != nil {
+		r.prim.put(pc, false)
+		return nil, fmt.Errorf("router: read the primary's gtid_executed: %w", err)
+	}
+	r.prim.put(pc, true)
+	return r, nil
+}
+
+// build validates cfg and assembles a Router without I/O.
+func build(cfg Config) (*Router, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -191,7 +218,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	r := &Router{cfg: cfg, pool: newPool(d, cfg.MaxIdle), dial: d, m: m, start: time.Now(),
+	r := &Router{cfg: cfg, pool: newPool(d, cfg.MaxIdle), prim: newPrimaryPool(d, m, cfg.PrimaryPool), dial: d, m: m, start: time.Now(),
 		st: LiveState{Primary: cfg.Primary, Replicas: append([]Node(nil), cfg.Replicas...), Epoch: cfg.Epoch,
 			DownUntil: map[string]time.Time{}, InFlight: map[string]int{}}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	if len(cfg.Replicas) > 0 {
@@ -203,19 +230,14 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 			return nil, err
 		}
 	}
-	c, err := d.dialTracking(ctx, cfg.Primary.Addr)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	if r.st.PrimaryPos, err = readExecuted(ctx, c); err != nil {
-		return nil, fmt.Errorf("router: read the primary's gtid_executed: %w", err)
-	}
 	return r, nil
 }
 
-// Close releases idle connections.
-func (r *Router) Close() { r.pool.close() }
+// Close releases idle connections (read pool and primary pool).
+func (r *Router) Close() {
+	r.pool.close()
+	r.prim.close()
+}
 
 // Epoch returns the current topology epoch.
 func (r *Router) Epoch() uint64 {
@@ -263,25 +285,36 @@ func (r *Router) Failover(ctx context.Context, primary Node, replicas []Node, ep
 // now is the router's monotonic clock for Decide.
 func (r *Router) now() time.Duration { return time.Since(r.start) }
 
-// markDown skips a node for DownHold after an error.
-func (r *Router) markDown(n Node, err error) {
+// markDown skips a node for DownHold after an error. One WARN line when
+// the node goes down; errors while it is already held down are DEBUG
+// (every error is counted either way).
+func (r *Router) markDown(ctx context.Context, n Node, err error) {
 	r.m.nodeDown.WithLabelValues(n.Name).Inc()
+	now := time.Now()
 	r.mu.Lock()
-	r.st.DownUntil[n.Name] = time.Now().Add(r.cfg.DownHold)
+	wasDown := now.Before(r.st.DownUntil[n.Name])
+	r.st.DownUntil[n.Name] = now.Add(r.cfg.DownHold)
 	r.mu.Unlock()
-	r.cfg.Logger.Warn("router: node marked down", "node", n.Name, "hold", r.cfg.DownHold, "err", err)
+	lvl := slog.LevelWarn
+	if wasDown {
+		lvl = slog.LevelDebug
+	}
+	r.cfg.Logger.LogAttrs(ctx, lvl, "router: node marked down", slog.String("node", n.Name),
+		slog.Duration("hold", r.cfg.DownHold), errAttr(err))
 }
 
 // LiveSession is one client's causal state on a live Router. Use it from
 // one goroutine at a time.
 type LiveSession struct {
-	r       *Router
-	policy  Policy
-	st      Session[gtid.Set]
-	prim    *client.Conn // the session's primary connection (writes, transactions)
-	primAt  Node         // the node prim is connected to
-	inTx    bool         // an explicit transaction is open on prim
-	txDirty bool         // it changed rows
+	r      *Router
+	policy Policy
+	st     Session[gtid.Set]
+	// prim is the primary connection borrowed from the router's shared
+	// pool while pinned (nil between autocommit writes).
+	prim    *primConn
+	inTx    bool // an explicit transaction is open on prim
+	txDirty bool // it changed rows
+	sticky  bool // prim carries session state (SET, temporary table, user variable, autocommit off)
 }
 
 // hashAffinity hashes a consistent_read_id like hashroute (xxhash64).

@@ -88,7 +88,7 @@ func BenchmarkLiveWait(b *testing.B) {
 					continue
 				}
 				t0 := time.Now()
-				ok, err := r.wait(ctx, reps[0], s.State().Token, 2*time.Second)
+				ok, err := r.wait(ctx, Target{Node: reps[0], Replica: 0}, s.State().Token, 2*time.Second, nil)
 				waits = append(waits, time.Since(t0))
 				if err != nil || !ok {
 					b.Fatalf("wait: ok=%v err=%v", ok, err)

@@ -69,6 +69,13 @@ func (d *dialer) dialTracking(ctx context.Context, addr string) (*client.Conn, e
 		c.Close()
 		return nil, fmt.Errorf("%w: %s: %s", ErrNoSessionTracking, addr, fmt.Sprintf(format, args...))
 	}
+	// session_track_state_change reports any change of session state
+	// (variables, schema, temporary tables, user variables) in the OK
+	// packet: the shared primary pool keeps such a connection with its
+	// session instead of handing it to another.
+	if _, err := execCtx(ctx, c, "SET SESSION session_track_state_change = ON"); err != nil {
+		return fail("enable state-change tracking: %v", err)
+	}
 	if _, err := execCtx(ctx, c, "SET SESSION session_track_system_variables = 'session_track_gtids'"); err != nil {
 		return fail("enable variable tracking: %v", err)
 	}

@@ -49,6 +49,19 @@ type liveMetrics struct {
 	waitSecs  *prometheus.HistogramVec // method
 	nodeDown  *prometheus.CounterVec   // node: connection errors that marked it down
 	writes    prometheus.Counter
+	// decisions counts every Decide call of a read (waits included).
+	decisions *prometheus.CounterVec // action, reason
+	// refreshes counts re-reads of the primary's executed set before
+	// refusing a read (a token from elsewhere may be newer than the view).
+	refreshes prometheus.Counter
+	// The shared primary pool: connections borrowed now, dials, borrows
+	// that had to wait for a free connection and how long, and borrowed
+	// connections kept by a session (pinned) by reason.
+	poolInUse    prometheus.Gauge
+	poolDials    prometheus.Counter
+	poolWaits    prometheus.Counter
+	poolWaitSecs prometheus.Histogram
+	pins         *prometheus.CounterVec // reason
 }
 
 func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
@@ -78,11 +91,41 @@ func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
 			Namespace: "causallab", Subsystem: "router", Name: "writes_total",
 			Help: "Writes acknowledged by the primary with a captured GTID.",
 		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "decisions_total",
+			Help: "Routing decisions (every Decide call of a read, waits included) by action and reason.",
+		}, []string{"action", "reason"}),
+		refreshes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_refreshes_total",
+			Help: "Re-reads of the primary's gtid_executed before refusing a read as timed out or write-lost.",
+		}),
+		poolInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pool_in_use",
+			Help: "Primary connections of the shared write pool borrowed now (pinned ones included).",
+		}),
+		poolDials: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pool_dials_total",
+			Help: "Connections the shared primary pool opened.",
+		}),
+		poolWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pool_waits_total",
+			Help: "Borrows of a primary connection that waited because the pool was exhausted.",
+		}),
+		poolWaitSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pool_wait_seconds",
+			Help:    "Time to borrow a primary connection from the shared pool.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
+		}),
+		pins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pins_total",
+			Help: "Statements after which a session kept its primary connection (transaction, autocommit-off, session-state).",
+		}, []string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.reads, m.fallbacks, m.waited, m.waitSecs, m.nodeDown, m.writes} {
+	for _, c := range []prometheus.Collector{m.reads, m.fallbacks, m.waited, m.waitSecs, m.nodeDown, m.writes,
+		m.decisions, m.refreshes, m.poolInUse, m.poolDials, m.poolWaits, m.poolWaitSecs, m.pins} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

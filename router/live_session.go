@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/gtid"
@@ -84,7 +82,8 @@ func (t TraceStep) String() string {
 
 // Read is a served read.
 type Read struct {
-	// Result is the statement's result.
+	// Result is the statement's result (nil from QueryFunc: the caller
+	// ran the statement).
 	Result *mysql.Result
 	// Node is the node that served it.
 	Node string
@@ -93,8 +92,12 @@ type Read struct {
 	// writes).
 	Outcome Outcome
 	Stale   bool
-	// Reason is the final decision's reason.
+	// Reason is the final decision's reason (zero for a pinned read).
 	Reason Reason
+	// Pin is the session reason a pinned read stayed on the primary
+	// (ReadOptions.Pin, or in-transaction/autocommit-off/session-state for
+	// Query), "" for a routed read.
+	Pin string
 	// Waited is the total time spent waiting for replicas.
 	Waited time.Duration
 	// Watermark is the position the session's watermark was raised with.
@@ -103,7 +106,10 @@ type Read struct {
 	Trace []TraceStep
 }
 
-// NewSession starts a session with the router's default policy.
+// NewSession starts a session with the router's default policy. A session
+// holds no connection: writes borrow one from the router's shared primary
+// pool, reads one from the per-node read pool (or the caller's own, with
+// QueryFunc).
 func (r *Router) NewSession() *LiveSession {
 	return &LiveSession{r: r, policy: r.cfg.Policy}
 }
@@ -117,8 +123,14 @@ func (s *LiveSession) SetPolicy(p Policy) error {
 	return nil
 }
 
+// Policy returns the session's policy.
+func (s *LiveSession) Policy() Policy { return s.policy }
+
 // SetConsistentReadID sets the session's affinity key from an id.
 func (s *LiveSession) SetConsistentReadID(id string) { s.st.AffinityKey = hashAffinity(id) }
+
+// SetAffinityKey sets the session's affinity key (hashroute.Hash of an id).
+func (s *LiveSession) SetAffinityKey(k uint64) { s.st.AffinityKey = k }
 
 // State returns a copy of the session's causal state.
 func (s *LiveSession) State() Session[gtid.Set] { return s.st }
@@ -140,50 +152,112 @@ func (s *LiveSession) AddToken(t gtid.Token) {
 	RecordWrite(&s.st, t.GTIDs.Clone(), t.Epoch, s.st.LastWriteAt)
 }
 
-// Close closes the session's primary connection.
-func (s *LiveSession) Close() {
-	if s.prim != nil {
-		s.prim.Close()
-		s.prim = nil
-	}
+// SetToken replaces the session's token with t (an empty t clears it),
+// e.g. for a proxy's SET @causal_token. The watermark is kept.
+func (s *LiveSession) SetToken(t gtid.Token) {
+	s.st.Token, s.st.HasToken, s.st.Epoch = gtid.Set{}, false, 0
+	s.AddToken(t)
 }
 
-// Exec runs a statement on the primary on the session's own connection
-// (writes, transactions) and captures the GTID the primary reports for a
-// committed write into the session's token. A write acknowledged without a
-// GTID returns ErrMissingGTID (with the result): the token would be wrong.
+// RecordAck records a GTID set the primary acknowledged to this session on
+// a connection the router does not own (a proxy's own primary
+// connection): it joins the session's token (current epoch) and the
+// router's lower bound of the primary's position, as Exec does.
+func (s *LiveSession) RecordAck(set gtid.Set) {
+	if set.IsEmpty() {
+		return
+	}
+	r := s.r
+	r.mu.Lock()
+	epoch := r.st.Epoch
+	if !r.st.PrimaryPos.Contains(set) {
+		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
+	}
+	r.mu.Unlock()
+	RecordWrite(&s.st, set, epoch, r.now())
+	r.m.writes.Inc()
+}
+
+// Close returns the session's pinned primary connection, if any. A
+// connection inside a transaction or carrying session state is closed
+// (the server rolls the transaction back), never handed to another
+// session.
+func (s *LiveSession) Close() { s.release(false) }
+
+// release gives the pinned primary connection back: to the pool when
+// reusable (and nothing pins it), closed otherwise.
+func (s *LiveSession) release(reusable bool) {
+	if s.prim == nil {
+		return
+	}
+	s.r.prim.put(s.prim, reusable && !s.inTx && !s.sticky)
+	s.prim, s.inTx, s.txDirty, s.sticky = nil, false, false, false
+}
+
+// pinReason says why the session keeps its primary connection, or "".
+func (s *LiveSession) pinReason() string {
+	switch {
+	case s.prim == nil:
+		return ""
+	case s.inTx:
+		return "in-transaction"
+	case s.sticky:
+		return "session-state"
+	case !s.prim.c.IsAutoCommit():
+		return "autocommit-off"
+	}
+	return ""
+}
+
+// Exec runs a statement on the primary (writes, transactions) and captures
+// the GTID the primary reports for a committed write into the session's
+// token. The connection is borrowed from the router's shared, bounded
+// primary pool (Config.PrimaryPool; Exec waits for a free one until ctx
+// ends) and returned after the statement, unless a transaction is open,
+// autocommit is off or the statement changed session state (SET, USE,
+// temporary tables, user variables: reported by session_track_state_change):
+// then the session keeps it until the transaction ends (or, for session
+// state, until Close), and reads go to it too. A write acknowledged without
+// a GTID returns ErrMissingGTID (with the result): the token would be
+// wrong.
 func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mysql.Result, error) {
 	r := s.r
 	r.mu.Lock()
 	primary, epoch := r.st.Primary, r.st.Epoch
 	r.mu.Unlock()
-	if s.prim != nil && s.primAt != primary {
-		s.prim.Close()
-		s.prim, s.inTx, s.txDirty = nil, false, false
+	if s.prim != nil && s.prim.node != primary {
+		// Failover: the pinned connection is to the old primary; what it
+		// held (an open transaction) is gone.
+		s.release(false)
 	}
 	if s.prim == nil {
-		c, err := r.dial.dialTracking(ctx, primary.Addr)
+		pc, err := r.prim.get(ctx, primary)
 		if err != nil {
 			return nil, err
 		}
-		s.prim, s.primAt = c, primary
+		s.prim = pc
 	}
-	res, err := execCtx(ctx, s.prim, query, args...)
+	wasPinned := s.pinReason()
+	res, err := execCtx(ctx, s.prim.c, query, args...)
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
-			s.prim.Close()
-			s.prim, s.inTx, s.txDirty = nil, false, false
+			s.release(false) // broken connection: a transaction on it is rolled back
+			return nil, err
 		}
+		s.settle(wasPinned)
 		return nil, err
 	}
-	nowInTx := s.prim.IsInTransaction()
+	nowInTx := s.prim.c.IsInTransaction()
 	if nowInTx && res.AffectedRows > 0 {
 		s.txDirty = true
 	}
 	var g string
 	if res.SessionTracking != nil {
 		g = strings.Clone(res.SessionTracking.GTID)
+		if res.SessionTracking.State == "1" {
+			s.sticky = true
+		}
 	}
 	ended := s.inTx && !nowInTx
 	wrote := (!nowInTx && !s.inTx && res.AffectedRows > 0) || (ended && s.txDirty)
@@ -191,6 +265,7 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 	if ended {
 		s.txDirty = false
 	}
+	s.settle(wasPinned)
 	if g == "" {
 		if wrote {
 			return res, fmt.Errorf("%w: %q affected rows", ErrMissingGTID, truncate(query))
@@ -203,12 +278,25 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 	}
 	RecordWrite(&s.st, set, epoch, r.now())
 	r.mu.Lock()
-	if r.st.Epoch == epoch {
+	if r.st.Epoch == epoch && !r.st.PrimaryPos.Contains(set) {
 		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
 	}
 	r.mu.Unlock()
 	r.m.writes.Inc()
 	return res, nil
+}
+
+// settle returns the connection to the pool after a statement unless
+// something pins it; a new pin is counted by reason.
+func (s *LiveSession) settle(wasPinned string) {
+	why := s.pinReason()
+	if why == "" {
+		s.release(true)
+		return
+	}
+	if why != wasPinned {
+		s.r.m.pins.WithLabelValues(why).Inc()
+	}
 }
 
 func truncate(q string) string {
@@ -223,245 +311,36 @@ func (s *LiveSession) Query(ctx context.Context, query string, args ...any) (*Re
 	return s.QueryWith(ctx, s.policy, query, args...)
 }
 
-// maxNodeErrors bounds the node errors one read retries past.
-const maxNodeErrors = 3
-
-// QueryWith routes one read with policy pol (a per-statement override).
-// Reads inside an explicit transaction run on the session's primary
-// connection. Refused reads return a *ReadError.
+// QueryWith routes one read with policy pol (a per-statement override) and
+// runs it on the router's read pool. While the session holds a primary
+// connection (open transaction, autocommit off, session state) the read
+// runs there, pinned. Refused reads return a *ReadError. It is QueryFunc
+// with the router's own connections.
 func (s *LiveSession) QueryWith(ctx context.Context, pol Policy, query string, args ...any) (*Read, error) {
 	r := s.r
-	if s.inTx && s.prim != nil {
-		res, err := execCtx(ctx, s.prim, query, args...)
-		if err != nil {
-			r.m.reads.WithLabelValues(pol.Kind.String(), OutError.String(), "in-transaction").Inc()
-			return nil, err
-		}
-		r.m.reads.WithLabelValues(pol.Kind.String(), OutPrimary.String(), "in-transaction").Inc()
-		return &Read{Result: res, Node: s.primAt.Name, Outcome: OutPrimary}, nil
-	}
-	var (
-		waited   time.Duration
-		trace    []TraceStep
-		nodeErrs int
-		known    map[string]gtid.Set // positions proven by WAIT_FOR_EXECUTED_GTID_SET
-	)
-	needWM := pol.Kind == PolicyTokenRYWMR || pol.Kind == PolicyTokenWait
-	fail := func(reason Reason, out Outcome) (*Read, error) {
-		r.m.reads.WithLabelValues(pol.Kind.String(), out.String(), reason.String()).Inc()
-		if waited > 0 {
-			r.m.waited.WithLabelValues(pol.Kind.String()).Inc()
-		}
-		return nil, &ReadError{Reason: reason, Waited: waited, Trace: trace}
-	}
-	for {
-		d, v, nodes, primary, epoch := r.decide(&s.st, &pol, waited, known)
-		node := ""
-		if d.Replica >= 0 && d.Replica < len(nodes) {
-			node = nodes[d.Replica].Name
-		} else if d.Action == ActPrimary {
-			node = primary.Name
-		}
-		step := TraceStep{At: r.now(), Decision: d, Node: node, Epoch: epoch, Waited: waited}
-		if d.Reanchor {
-			s.st.Reanchor(epoch)
-		}
-		switch d.Action {
-		case ActFail:
-			if r.cfg.Trace {
-				trace = append(trace, step)
-			}
-			out := OutFailedFast
-			if d.Reason == ReasonTimedOut || (d.Reason == ReasonCapExceeded && waited > 0 && r.cfg.Cap.Behavior == CapWaitLonger) {
-				out = OutTimedOut
-			}
-			if d.Reason == ReasonSeenLost {
-				s.st.DropSeen()
-			}
-			return fail(d.Reason, out)
-		case ActWait:
-			need := s.need(&pol)
-			t0 := time.Now()
-			ok, werr := r.wait(ctx, nodes[d.Replica], need, d.WaitFor)
-			el := time.Since(t0)
-			waited += el
-			step.Note = fmt.Sprintf("waited %v ok=%v", el.Round(time.Microsecond), ok)
-			if r.cfg.Trace {
-				trace = append(trace, step)
-			}
-			if ctx.Err() != nil {
-				r.m.reads.WithLabelValues(pol.Kind.String(), OutError.String(), "context").Inc()
-				return nil, ctx.Err()
-			}
-			if werr != nil {
-				r.markDown(nodes[d.Replica], werr)
-			}
-			if ok && r.cfg.Wait == WaitGTIDFunction {
-				if known == nil {
-					known = map[string]gtid.Set{}
+	var o ReadOptions
+	o.Pin = s.pinReason()
+	var res *mysql.Result
+	rd, err := s.QueryFunc(ctx, pol, o, func(ctx context.Context, t Target) (gtid.Set, error) {
+		if t.Pin != "" {
+			var err error
+			if res, err = execCtx(ctx, s.prim.c, query, args...); err != nil {
+				var me *mysql.MyError
+				if !errors.As(err, &me) {
+					s.release(false)
 				}
-				known[nodes[d.Replica].Name] = need
+				return gtid.Set{}, err
 			}
-			continue
+			return gtid.Set{}, nil
 		}
-		// Serve: replica, stale replica or primary.
-		target := primary
-		var viewPos gtid.Set
-		if d.Action == ActReplica || d.Action == ActStale {
-			target = nodes[d.Replica]
-			viewPos = v.Replicas[d.Replica].Applied
-		} else {
-			viewPos = v.Primary
-		}
-		res, wm, err := r.run(ctx, target, needWM && r.cfg.Watermark == WatermarkAfterRead, query, args...)
-		if err != nil {
-			var me *mysql.MyError
-			if errors.As(err, &me) || ctx.Err() != nil {
-				r.m.reads.WithLabelValues(pol.Kind.String(), OutError.String(), "statement").Inc()
-				return nil, err
-			}
-			step.Note = "node error: " + err.Error()
-			if r.cfg.Trace {
-				trace = append(trace, step)
-			}
-			r.markDown(target, err)
-			if nodeErrs++; nodeErrs > maxNodeErrors {
-				r.m.reads.WithLabelValues(pol.Kind.String(), OutError.String(), "node").Inc()
-				return nil, err
-			}
-			continue
-		}
-		if r.cfg.Trace {
-			trace = append(trace, step)
-		}
-		if needWM {
-			if r.cfg.Watermark == WatermarkViewAtDecision {
-				wm = viewPos
-			}
-			Observe(&s.st, wm, epoch)
-		}
-		out := OutReplica
-		switch {
-		case d.Action == ActStale:
-			out = OutStale
-		case d.Action == ActPrimary && d.Fallback:
-			out = OutFallback
-			r.m.fallbacks.WithLabelValues(d.Reason.String()).Inc()
-		case d.Action == ActPrimary:
-			out = OutPrimary
-		}
-		r.m.reads.WithLabelValues(pol.Kind.String(), out.String(), d.Reason.String()).Inc()
-		if waited > 0 {
-			r.m.waited.WithLabelValues(pol.Kind.String()).Inc()
-		}
-		return &Read{Result: res, Node: target.Name, Outcome: out, Stale: out == OutStale, Reason: d.Reason,
-			Waited: waited, Watermark: wm, Trace: trace}, nil
-	}
-}
-
-// need is what a replica must contain for the session under pol.
-func (s *LiveSession) need(pol *Policy) gtid.Set {
-	var n gtid.Set
-	if s.st.HasToken {
-		n = s.st.Token
-	}
-	if s.st.HasSeen && pol.Kind != PolicyTokenRYW {
-		n = n.Union(s.st.Seen)
-	}
-	return n
-}
-
-// decide calls DecideLive under the router's lock with the router's state
-// and stores the primary position it raised.
-func (r *Router) decide(st *Session[gtid.Set], pol *Policy, waited time.Duration, known map[string]gtid.Set) (Decision, *View[gtid.Set], []Node, Node, uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	req := LiveRequest{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: time.Now(), Now: r.now(),
-		Rand: r.rng.Uint64(), Waited: waited, Known: known}
-	d, v, prim := DecideLive(&r.st, r.cfg.Positions, &req, &r.bucket)
-	r.st.PrimaryPos = prim
-	return d, v, r.st.Replicas, r.st.Primary, r.st.Epoch
-}
-
-// wait waits up to d for node to contain need, by the configured method.
-// ok reports that the node is known to contain need; err a node failure.
-func (r *Router) wait(ctx context.Context, n Node, need gtid.Set, d time.Duration) (ok bool, err error) {
-	t0 := time.Now()
-	defer func() {
-		res := "caught-up"
-		if !ok {
-			res = "timeout"
-		}
-		r.m.waitSecs.WithLabelValues(r.cfg.Wait.String(), res).Observe(time.Since(t0).Seconds())
-	}()
-	if r.cfg.Wait == WaitWatcher {
-		wctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		werr := r.cfg.Positions.WaitFor(wctx, n.Name, need)
-		return werr == nil, nil
-	}
-	c, err := r.pool.get(ctx, n.Addr)
+		var wm gtid.Set
+		var err error
+		res, wm, err = r.run(ctx, t.Node, t.Watermark, query, args...)
+		return wm, err
+	})
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	secs := strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
-	// The statement itself is bounded by its timeout; give the connection a
-	// little slack beyond it.
-	wctx, cancel := context.WithTimeout(ctx, d+time.Second)
-	defer cancel()
-	res, err := execCtx(wctx, c, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, "+secs+")", need.String())
-	if err != nil {
-		c.Close()
-		return false, err
-	}
-	r.pool.put(n.Addr, c)
-	v, err := res.GetInt(0, 0)
-	if err != nil {
-		return false, err
-	}
-	return v == 0, nil
-}
-
-// run executes a read on n and, when wantWM, reads n's @@gtid_executed on
-// the same connection right after it: everything the statement could
-// observe was committed before that read, so the set contains it.
-func (r *Router) run(ctx context.Context, n Node, wantWM bool, query string, args ...any) (*mysql.Result, gtid.Set, error) {
-	r.mu.Lock()
-	r.st.InFlight[n.Name]++
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		if r.st.InFlight[n.Name]--; r.st.InFlight[n.Name] <= 0 {
-			delete(r.st.InFlight, n.Name)
-		}
-		r.mu.Unlock()
-	}()
-	c, err := r.pool.get(ctx, n.Addr)
-	if err != nil {
-		return nil, gtid.Set{}, err
-	}
-	res, err := execCtx(ctx, c, query, args...)
-	if err != nil {
-		r.release(n, c, err)
-		return nil, gtid.Set{}, err
-	}
-	var wm gtid.Set
-	if wantWM {
-		if wm, err = readExecuted(ctx, c); err != nil {
-			r.release(n, c, err)
-			return nil, gtid.Set{}, err
-		}
-	}
-	r.pool.put(n.Addr, c)
-	return res, wm, nil
-}
-
-// release returns c after a server error or closes it after a broken one.
-func (r *Router) release(n Node, c *client.Conn, err error) {
-	var me *mysql.MyError
-	if errors.As(err, &me) {
-		r.pool.put(n.Addr, c)
-		return
-	}
-	c.Close()
+	rd.Result = res
+	return rd, nil
 }

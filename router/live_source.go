@@ -168,7 +168,7 @@ func (p *Poller) pollNode(ctx context.Context, n Node) {
 		if err != nil && ctx.Err() == nil {
 			p.errs.Add(1)
 			if !failing {
-				p.cfg.Logger.Warn("poller: poll failed", "node", n.Name, "err", err)
+				p.cfg.Logger.Warn("poller: poll failed", "node", n.Name, errAttr(err))
 			}
 			failing = true
 		}
