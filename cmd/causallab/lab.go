@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -208,7 +209,7 @@ one older than it had seen (MR), counted from the rows the database returned.
 Without --primary-dsn it uses the topology ` + "`causallab up`" + ` is running (its state
 file) or, when none runs, starts a local topology for the run and removes it after.`,
 	}
-	cmd.AddCommand(newLabRoutersCmd(), newLabGatedCmd(), newLabFailoverCmd(), newLabHashCmd(), newLabChaosCmd())
+	cmd.AddCommand(newLabRoutersCmd(), newLabGatedCmd(), newLabFailoverCmd(), newLabHashCmd(), newLabChaosCmd(), newLabScenarioCmd())
 	return cmd
 }
 
@@ -351,4 +352,97 @@ func newLabChaosCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&every, "every", 3*time.Second, "mean time between faults")
 	cmd.Flags().StringVar(&f.routers, "routers", "", "routers (default token-ryw-mr+epoch)")
 	return cmd
+}
+
+func newLabScenarioCmd() *cobra.Command {
+	var f labFlags
+	var root string
+	cmd := &cobra.Command{
+		Use:   "scenario <name|dir>...",
+		Short: "Run scenario folders (scenario.yaml: condition, events, routers, expected results); exit 3 when an expectation fails",
+		Long: `scenario runs data-folder scenarios: a directory holding scenario.yaml, or the
+name of a folder under --scenarios (default lab/scenarios). "all" runs every
+folder there. A failed expectation sets exit code 3, like --fail-on.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var dirs []string
+			for _, a := range args {
+				switch {
+				case a == "all":
+					ds, err := lab.ScenarioDirs(root)
+					if err != nil {
+						return err
+					}
+					dirs = append(dirs, ds...)
+				case fileExists(filepath.Join(a, lab.ScenarioFile)):
+					dirs = append(dirs, a)
+				default:
+					dirs = append(dirs, filepath.Join(root, a))
+				}
+			}
+			var scs []*lab.Scenario
+			for _, d := range dirs {
+				sc, err := lab.LoadScenario(d)
+				if err != nil {
+					return err
+				}
+				scs = append(scs, sc)
+			}
+			cfg, rules, format, err := f.config()
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("duration") {
+				cfg.Duration = 0 // the scenario's own
+			}
+			if !cmd.Flags().Changed("sessions") {
+				cfg.Sessions = 0
+			}
+			if !cmd.Flags().Changed("write-rate") {
+				cfg.WriteRate = 0
+			}
+			if !cmd.Flags().Changed("reads-per-write") {
+				cfg.ReadsPerWrite = 0
+			}
+			topo, stop, err := f.topology(cmd.Context(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer stop()
+			var results []*lab.Result
+			var failed []string
+			for _, sc := range scs {
+				prog, finish := f.progress("lab scenario " + sc.Name)
+				cfg.Progress = prog
+				res, fails, err := lab.RunScenario(cmd.Context(), topo, sc, lab.ScenarioOptions{Config: cfg})
+				finish()
+				if err != nil {
+					return err
+				}
+				for _, x := range fails {
+					failed = append(failed, sc.Name+": "+x)
+				}
+				if len(fails) == 0 {
+					res.Notes = append(res.Notes, "scenario "+sc.Name+": every expectation held")
+				}
+				res.Notes = append(res.Notes, fails...)
+				results = append(results, res)
+			}
+			if err := f.emit(cmd, results, format, rules); err != nil {
+				return err
+			}
+			if len(failed) > 0 {
+				return withExitCode(3, fmt.Errorf("%d expectation(s) failed:\n  %s", len(failed), strings.Join(failed, "\n  ")))
+			}
+			return nil
+		},
+	}
+	f.register(cmd, "identical", 200, 20*time.Second)
+	cmd.Flags().StringVar(&root, "scenarios", "lab/scenarios", "folder of scenario folders")
+	return cmd
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
