@@ -399,6 +399,24 @@ func (b *dockerBackend) resume(ctx context.Context, name string) error {
 	return nil
 }
 
+func (b *dockerBackend) condition(ctx context.Context, name string) (condition, error) {
+	s, err := b.server(name)
+	if err != nil {
+		return "", err
+	}
+	st, err := b.containerState(ctx, s)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case st.Paused:
+		return condPaused, nil
+	case !st.Running:
+		return condDown, nil
+	}
+	return condRunning, nil
+}
+
 func (b *dockerBackend) partition(ctx context.Context, name string) error {
 	s, err := b.running(ctx, name)
 	if err != nil {
@@ -576,4 +594,46 @@ func (b *dockerBackend) template(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("compose: tar the data template: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// DockerProbe is what ProbeDocker found.
+type DockerProbe struct {
+	// Engine is true when a Docker engine answered.
+	Engine bool
+	// Image is true when the image is present in that engine.
+	Image bool
+	// Buildable is true when the image is missing but is compose's own
+	// (causallab/*), which `causallab image` builds from the root filesystem.
+	Buildable bool
+	// Reason says, in a few words, why Docker is not usable ("" when it is).
+	Reason string
+}
+
+// Usable reports whether the docker backend can run: an engine answers and
+// the image exists or can be built.
+func (p DockerProbe) Usable() bool { return p.Engine && (p.Image || p.Buildable) }
+
+// ProbeDocker asks the Docker engine (within ctx) whether it answers and
+// holds image ("" means the default image of the default root filesystem).
+// It changes nothing.
+func ProbeDocker(ctx context.Context, image string) DockerProbe {
+	if image == "" {
+		image = DefaultImage(DefaultRootFS())
+	}
+	b := &dockerBackend{cfg: &Config{}}
+	cli, err := b.client(ctx)
+	if err != nil {
+		return DockerProbe{Reason: "no Docker engine answers"}
+	}
+	defer cli.Close()
+	p := DockerProbe{Engine: true}
+	if _, err := cli.ImageInspect(ctx, image); err == nil {
+		p.Image = true
+		return p
+	}
+	p.Buildable = strings.HasPrefix(image, "causallab/")
+	if !p.Buildable {
+		p.Reason = "image " + image + " is not in the Docker engine"
+	}
+	return p
 }

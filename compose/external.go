@@ -93,3 +93,9 @@ func (b *externalBackend) partition(context.Context, string) error { return ErrN
 func (b *externalBackend) heal(context.Context, string) error      { return ErrNotSupported }
 func (b *externalBackend) down(context.Context) error              { return nil }
 func (b *externalBackend) state() backendState                     { return backendState{} }
+
+// condition: the external backend cannot see processes; it reports
+// running and lets SQL find out.
+func (b *externalBackend) condition(context.Context, string) (condition, error) {
+	return condRunning, nil
+}

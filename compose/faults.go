@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -47,14 +48,29 @@ func (t *Topology) Kill(ctx context.Context, name string) error {
 
 // Restart starts a node again with its data kept (stopping it cleanly
 // first if it runs) and waits until it answers SQL. A replica resumes
-// replication by itself (its source is stored in its data directory).
+// replication by itself (its source is stored in its data directory); if
+// a failover happened while it was down (it still replicates from a former
+// primary), Restart repoints it to the current primary. A retired former
+// primary is fenced (super_read_only) again.
 func (t *Topology) Restart(ctx context.Context, name string) error {
 	t.faultMu.Lock()
 	defer t.faultMu.Unlock()
-	if _, err := t.begin(name); err != nil {
+	n, err := t.begin(name)
+	if err != nil {
 		return err
 	}
-	return t.be.restart(ctx, name)
+	if err := t.be.restart(ctx, name); err != nil {
+		return err
+	}
+	switch n.Role {
+	case RoleRetired:
+		// A former primary that was dead at its failover was never fenced:
+		// fence it now, or it would come back writable.
+		return t.exec(ctx, n, "SET PERSIST super_read_only=ON")
+	case RoleReplica:
+		return t.follow(ctx, n)
+	}
+	return nil
 }
 
 // Pause freezes a node's process (SIGSTOP, docker pause): it keeps its
@@ -68,14 +84,81 @@ func (t *Topology) Pause(ctx context.Context, name string) error {
 	return t.be.pause(ctx, name)
 }
 
-// Resume thaws a paused node.
+// Resume thaws a paused node. A replica that a failover could not repoint
+// while it was paused (it still replicates from a former primary) is then
+// repointed to the current primary.
 func (t *Topology) Resume(ctx context.Context, name string) error {
 	t.faultMu.Lock()
 	defer t.faultMu.Unlock()
-	if _, err := t.begin(name); err != nil {
+	n, err := t.begin(name)
+	if err != nil {
 		return err
 	}
-	return t.be.resume(ctx, name)
+	if err := t.be.resume(ctx, name); err != nil {
+		return err
+	}
+	if n.Role == RoleReplica {
+		return t.follow(ctx, n)
+	}
+	return nil
+}
+
+// follow makes replica n replicate from the current primary if it is
+// marked pending (a failover could not repoint it) or replicates from
+// anything else, and clears its mark. Called by Resume, Restart and Heal.
+func (t *Topology) follow(ctx context.Context, n Node) error {
+	p := t.Primary()
+	t.mu.Lock()
+	why, pending := t.pending[n.Name]
+	t.mu.Unlock()
+	fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	st, err := t.replicaStatus(fctx, n)
+	if err != nil {
+		return fmt.Errorf("compose: %s is back but its replication source could not be read: %w", n.Name, err)
+	}
+	if !pending && st.configured && st.SourceHost == p.PeerHost && st.SourcePort == p.PeerPort {
+		return nil
+	}
+	t.log.Debug("compose: repointing a returning replica", "node", n.Name, "primary", p.Name, "pending", why,
+		"source", fmt.Sprintf("%s:%d", st.SourceHost, st.SourcePort))
+	if _, err := t.repoint(fctx, n, p); err != nil {
+		return fmt.Errorf("compose: %s is back but could not be repointed to the primary %s (still pending): %w", n.Name, p.Name, err)
+	}
+	t.mu.Lock()
+	delete(t.pending, n.Name)
+	t.mu.Unlock()
+	return nil
+}
+
+// repoint points replica r at primary p with auto-position, keeping its
+// SOURCE_DELAY, and returns the GTIDs r has executed that p lacks (errant
+// transactions: part of a failover's loss), counting a non-empty result in
+// Stats().ErrantOnRepoint.
+func (t *Topology) repoint(ctx context.Context, r, p Node) (string, error) {
+	delay := time.Duration(0)
+	if st, err := t.replicaStatus(ctx, r); err == nil {
+		delay = time.Duration(st.Delay) * time.Second
+	}
+	if err := t.pointAt(ctx, r, p, delay); err != nil {
+		return "", err
+	}
+	pExec, err := t.queryString(ctx, p, "SELECT @@gtid_executed")
+	if err != nil {
+		return "", err
+	}
+	errant, err := t.queryString(ctx, r, "SELECT GTID_SUBTRACT(@@gtid_executed, ?)", pExec)
+	if err != nil {
+		return "", err
+	}
+	errant = strings.ReplaceAll(errant, "\n", "")
+	if errant != "" {
+		t.mu.Lock()
+		t.stats.ErrantOnRepoint++
+		t.mu.Unlock()
+		t.log.Warn("compose: repointed replica has transactions the primary lacks (lost at failover)", "node", r.Name, "primary", p.Name, "gtids", errant)
+	}
+	return errant, nil
 }
 
 func (t *Topology) replica(name string) (Node, error) {
@@ -162,7 +245,8 @@ func (t *Topology) Partition(ctx context.Context, name string) (PartitionMode, e
 	return PartitionIOThread, t.ioThreads(ctx, n, "STOP REPLICA IO_THREAD")
 }
 
-// Heal undoes Partition.
+// Heal undoes Partition. A replica that a failover could not repoint while
+// it was cut off is then repointed to the current primary.
 func (t *Topology) Heal(ctx context.Context, name string) error {
 	t.faultMu.Lock()
 	defer t.faultMu.Unlock()
@@ -171,10 +255,13 @@ func (t *Topology) Heal(ctx context.Context, name string) error {
 		return err
 	}
 	err = t.be.heal(ctx, name)
-	if !errors.Is(err, ErrNotSupported) {
+	if errors.Is(err, ErrNotSupported) {
+		err = t.ioThreads(ctx, n, "START REPLICA IO_THREAD")
+	}
+	if err != nil || n.Role != RoleReplica {
 		return err
 	}
-	return t.ioThreads(ctx, n, "START REPLICA IO_THREAD")
+	return t.follow(ctx, n)
 }
 
 func (t *Topology) ioThreads(ctx context.Context, n Node, stmt string) error {
@@ -266,17 +353,32 @@ type FailoverResult struct {
 	OldPrimaryReachable bool
 	// Repointed are the replicas now replicating from NewPrimary.
 	Repointed []string
-	// NotRepointed maps replicas that could not be repointed to why.
+	// NotRepointed maps running replicas that could not be repointed to
+	// why (the returned error says so too). They are pending, like
+	// Deferred ones.
 	NotRepointed map[string]string
+	// Deferred maps replicas that were paused or down at the failover to
+	// their condition ("paused", "down"). Failover does not undo those
+	// faults: the replicas are marked pending (Status shows it) and
+	// Resume, Restart or Heal repoints them to the then-current primary.
+	Deferred map[string]string
+	// Errant maps repointed replicas that had executed transactions the
+	// new primary lacks to those GTIDs (they are within LostGTIDs when the
+	// old primary answered; Stats().ErrantOnRepoint counts them).
+	Errant map[string]string
 }
 
 // Failover promotes a replica: the old primary, if it answers, is fenced
 // (super_read_only) and retired; the new primary drains its relay log
 // (only if its applier runs without SOURCE_DELAY, for at most 10 s), stops
 // replicating and becomes writable; every other reachable replica is
-// repointed to it with auto-position. Replicas that cannot be repointed are
-// listed in NotRepointed and make the returned error non-nil while the
-// failover itself stands (the result is valid).
+// repointed to it with auto-position. A replica that is paused or down is
+// left as it is (the fault stands) and listed in Deferred: it is marked
+// pending, and Resume or Restart repoints it when it comes back. Running
+// replicas that cannot be repointed are listed in NotRepointed (and marked
+// pending too) and make the returned error non-nil while the failover
+// itself stands (the result is valid). A paused or dead candidate is
+// refused with ErrNodeDown.
 func (t *Topology) Failover(ctx context.Context, name string) (FailoverResult, error) {
 	t.faultMu.Lock()
 	defer t.faultMu.Unlock()
@@ -284,8 +386,18 @@ func (t *Topology) Failover(ctx context.Context, name string) (FailoverResult, e
 	if err != nil {
 		return FailoverResult{}, err
 	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cond, err := t.be.condition(cctx, cand.Name)
+	cancel()
+	if err != nil {
+		return FailoverResult{}, err
+	}
+	if cond != condRunning {
+		return FailoverResult{}, fmt.Errorf("compose: cannot promote %s: it is %s: %w", cand.Name, cond, ErrNodeDown)
+	}
 	old := t.Primary()
-	res := FailoverResult{OldPrimary: old.Name, NewPrimary: cand.Name, NotRepointed: map[string]string{}}
+	res := FailoverResult{OldPrimary: old.Name, NewPrimary: cand.Name, NotRepointed: map[string]string{},
+		Deferred: map[string]string{}, Errant: map[string]string{}}
 
 	// Fence the old primary, then read what it executed.
 	var oldExec string
@@ -296,9 +408,22 @@ func (t *Topology) Failover(ctx context.Context, name string) (FailoverResult, e
 	}
 	cancel()
 	res.OldPrimaryReachable = err == nil
+	// The other replicas: running ones are repointed, paused or dead ones
+	// deferred (asking a paused server anything would hang).
 	others := make([]Node, 0)
 	for _, r := range t.Replicas() {
-		if r.Name != cand.Name {
+		if r.Name == cand.Name {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cond, err := t.be.condition(cctx, r.Name)
+		cancel()
+		switch {
+		case err != nil:
+			res.NotRepointed[r.Name] = err.Error()
+		case cond != condRunning:
+			res.Deferred[r.Name] = string(cond)
+		default:
 			others = append(others, r)
 		}
 	}
@@ -375,21 +500,33 @@ func (t *Topology) Failover(ctx context.Context, name string) (FailoverResult, e
 		wg.Go(func() {
 			rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 			defer cancel()
-			delay := time.Duration(0)
-			if st, err := t.replicaStatus(rctx, r); err == nil {
-				delay = time.Duration(st.Delay) * time.Second
-			}
-			err := t.pointAt(rctx, r, cand, delay)
+			errant, err := t.repoint(rctx, r, cand)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				res.NotRepointed[r.Name] = err.Error()
 			} else {
 				res.Repointed = append(res.Repointed, r.Name)
+				if errant != "" {
+					res.Errant[r.Name] = errant
+				}
 			}
 		})
 	}
 	wg.Wait()
+	sort.Strings(res.Repointed)
+	t.mu.Lock()
+	delete(t.pending, cand.Name)
+	for _, n := range res.Repointed {
+		delete(t.pending, n)
+	}
+	for n, why := range res.Deferred {
+		t.pending[n] = why
+	}
+	for n, why := range res.NotRepointed {
+		t.pending[n] = why
+	}
+	t.mu.Unlock()
 	if len(res.NotRepointed) > 0 {
 		var errs []error
 		for n, e := range res.NotRepointed {

@@ -462,6 +462,27 @@ func (b *localBackend) resume(_ context.Context, name string) error {
 	return b.signal(name, syscall.SIGCONT)
 }
 
+func (b *localBackend) condition(_ context.Context, name string) (condition, error) {
+	s, err := b.server(name)
+	if err != nil {
+		return "", err
+	}
+	pid, _ := s.alive()
+	if pid == 0 {
+		return condDown, nil
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return condDown, nil
+	}
+	// The state letter follows the command name's closing parenthesis;
+	// T (and t, traced) is a stopped process: SIGSTOP.
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'T' || stat[i+2] == 't') {
+		return condPaused, nil
+	}
+	return condRunning, nil
+}
+
 func (b *localBackend) partition(context.Context, string) error { return ErrNotSupported }
 func (b *localBackend) heal(context.Context, string) error      { return ErrNotSupported }
 

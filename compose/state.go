@@ -77,6 +77,9 @@ type State struct {
 	Epoch int64 `json:"epoch"`
 	// Stats are the fallback counts so far.
 	Stats Stats `json:"stats"`
+	// PendingRepoint maps replicas a failover could not repoint (paused,
+	// down, unreachable) to why; Resume, Restart or Heal repoints them.
+	PendingRepoint map[string]string `json:"pending_repoint,omitempty"`
 	// Image and RootFS are what the servers run from.
 	Image  string `json:"image,omitempty"`
 	RootFS string `json:"rootfs,omitempty"`
@@ -88,8 +91,15 @@ type State struct {
 func (t *Topology) State() State {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var pending map[string]string
+	if len(t.pending) > 0 {
+		pending = make(map[string]string, len(t.pending))
+		for k, v := range t.pending {
+			pending[k] = v
+		}
+	}
 	return State{Version: StateVersion, Backend: t.cfg.Backend, Nodes: append([]Node(nil), t.nodes...),
-		Epoch: t.epoch, Stats: t.stats, Image: t.cfg.Image, RootFS: t.cfg.RootFS, Internal: t.be.state()}
+		Epoch: t.epoch, Stats: t.stats, PendingRepoint: pending, Image: t.cfg.Image, RootFS: t.cfg.RootFS, Internal: t.be.state()}
 }
 
 // Attach finds a topology again from its State (written by another
@@ -146,8 +156,12 @@ func Attach(ctx context.Context, st State, logger *slog.Logger) (*Topology, erro
 	case BackendExternal:
 		be = newExternalBackend(&cfg)
 	}
+	pending := map[string]string{}
+	for k, v := range st.PendingRepoint {
+		pending[k] = v
+	}
 	return &Topology{cfg: cfg, be: be, log: cfg.Logger, dbs: map[string]*sql.DB{},
-		nodes: append([]Node(nil), st.Nodes...), epoch: st.Epoch, stats: st.Stats}, nil
+		nodes: append([]Node(nil), st.Nodes...), epoch: st.Epoch, stats: st.Stats, pending: pending}, nil
 }
 
 // WriteStateFile writes st to path atomically.
@@ -216,6 +230,15 @@ func ParseState(b []byte) (State, error) {
 	}
 	if primaries != 1 {
 		return State{}, fmt.Errorf("compose: bad state file: %d primaries", primaries)
+	}
+	for name := range st.PendingRepoint {
+		ok := false
+		for _, n := range st.Nodes {
+			ok = ok || (n.Name == name && n.Role == RoleReplica)
+		}
+		if !ok {
+			return State{}, fmt.Errorf("compose: bad state file: pending repoint of %q, which is not a replica", name)
+		}
 	}
 	if st.Backend == BackendLocal && (st.Internal.Local == nil || len(st.Internal.Local.Servers) != len(st.Nodes)) {
 		return State{}, errors.New("compose: bad state file: local process table does not match the nodes")

@@ -59,6 +59,10 @@ type NodeStatus struct {
 	SourceDelay int `json:"source_delay,omitempty"`
 	// RetrievedGTIDs is Retrieved_Gtid_Set (replicas).
 	RetrievedGTIDs string `json:"retrieved_gtids,omitempty"`
+	// PendingRepoint says why a failover could not repoint this replica
+	// ("paused", "down", or an error); Resume, Restart or Heal repoints
+	// it. Empty when nothing is pending.
+	PendingRepoint string `json:"pending_repoint,omitempty"`
 	// Health is the verdict.
 	Health Health `json:"health"`
 }
@@ -149,6 +153,9 @@ func (t *Topology) nodeStatus(ctx context.Context, n Node) NodeStatus {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	ns := NodeStatus{Node: n, SecondsBehind: -1}
+	t.mu.Lock()
+	ns.PendingRepoint = t.pending[n.Name]
+	t.mu.Unlock()
 	db, err := t.db(n)
 	if err == nil {
 		var ro int

@@ -88,7 +88,19 @@ type backend interface {
 	down(ctx context.Context) error
 	// state returns what another process needs to find the servers again.
 	state() backendState
+	// condition says whether a server's process runs, is frozen or is
+	// gone, without talking SQL to it (a paused server would not answer).
+	condition(ctx context.Context, name string) (condition, error)
 }
+
+// condition is a server's process state as its backend sees it.
+type condition string
+
+const (
+	condRunning condition = "running"
+	condPaused  condition = "paused"
+	condDown    condition = "down"
+)
 
 // Topology is a running primary with its replicas. Its methods are safe for
 // concurrent use; faults on one topology are serialized.
@@ -102,6 +114,9 @@ type Topology struct {
 	epoch int64
 	dbs   map[string]*sql.DB
 	stats Stats
+	// pending maps replicas that a failover could not repoint (paused,
+	// down, unreachable) to why; Resume, Restart and Heal repoint them.
+	pending map[string]string
 
 	faultMu sync.Mutex // serializes faults and Down
 	closed  bool
@@ -116,6 +131,11 @@ type Stats struct {
 	// not answer: lost GTIDs were then computed against what the surviving
 	// replicas had received instead of the old primary's gtid_executed.
 	FailoverUnreachableOldPrimary int64 `json:"failover_unreachable_old_primary"`
+	// ErrantOnRepoint counts replicas that, repointed after a failover
+	// (at the failover, or later by Resume, Restart or Heal), had executed
+	// transactions the new primary lacks: they diverge from it by those
+	// GTIDs, which are part of the failover's loss.
+	ErrantOnRepoint int64 `json:"errant_on_repoint,omitempty"`
 }
 
 // Start starts (or, for the external backend, attaches to) a topology and
@@ -134,7 +154,7 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 	case BackendExternal:
 		be = newExternalBackend(&cfg)
 	}
-	t := &Topology{cfg: cfg, be: be, log: cfg.Logger, dbs: map[string]*sql.DB{}}
+	t := &Topology{cfg: cfg, be: be, log: cfg.Logger, dbs: map[string]*sql.DB{}, pending: map[string]string{}}
 	began := time.Now()
 	nodes, err := be.start(ctx)
 	if err != nil {
