@@ -352,6 +352,17 @@ func TestFailover(t *testing.T) {
 	if id := writeMarker(t, ctx, topo); !hasMarker(t, ctx, r2, id) {
 		t.Fatal("replica2 as primary lost a write")
 	}
+	// replica1 died as primary (writable, persisted) and was never fenced:
+	// Restart brings it back retired and read-only.
+	if err := topo.Restart(ctx, "replica1"); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(t, ctx, topo, "replica1"); !st.ReadOnly || st.Node.Role != compose.RoleRetired {
+		t.Fatalf("restarted former primary: %+v", st)
+	}
+	if _, err := open(t, r1).ExecContext(ctx, "INSERT INTO faults.t (note) VALUES ('fenced?')"); err == nil {
+		t.Fatal("restarted former primary accepts writes")
+	}
 }
 
 // TestFailoverDeferredReplicas: a replica paused and a replica dead during

@@ -52,6 +52,25 @@ type localBackend struct {
 	servers []*localServer
 	// pickPort picks a port to try; nil means freePort (tests replace it).
 	pickPort func() (int, error)
+
+	portsMu sync.Mutex
+	ports   map[int]bool // ports picked for this topology's servers
+}
+
+// reserve records port as picked by this topology; false when another of
+// its servers picked it already (the kernel may hand a just-closed port
+// out again to a parallel pick).
+func (b *localBackend) reserve(port int) bool {
+	b.portsMu.Lock()
+	defer b.portsMu.Unlock()
+	if b.ports == nil {
+		b.ports = map[int]bool{}
+	}
+	if b.ports[port] {
+		return false
+	}
+	b.ports[port] = true
+	return true
 }
 
 var _ backend = (*localBackend)(nil)
@@ -220,6 +239,10 @@ func (b *localBackend) startFresh(ctx context.Context, s *localServer) error {
 		if err != nil {
 			return err
 		}
+		if !b.reserve(s.port) {
+			err = fmt.Errorf("compose: %s: %w: 127.0.0.1:%d (picked twice)", s.name, ErrPortInUse, s.port)
+			continue
+		}
 		// A port taken already fails here at once; one taken between this
 		// check and mysqld's bind is found in the error log below.
 		if l, lerr := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))); lerr != nil {
@@ -297,10 +320,29 @@ func (b *localBackend) waitReady(ctx context.Context, s *localServer, done chan 
 		default:
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		lastErr = db.PingContext(pctx)
+		var datadir string
+		lastErr = db.QueryRowContext(pctx, "SELECT @@datadir").Scan(&datadir)
 		cancel()
 		if lastErr == nil {
-			return nil
+			// The port was free when picked, but another program's mysqld
+			// (same account: another causallab topology) may have bound it
+			// before ours: only our data directory proves it is ours.
+			if strings.Contains(datadir, "/"+filepath.Base(filepath.Dir(s.hostDir))+"/"+s.name+"/") {
+				return nil
+			}
+			b.cfg.Logger.Debug("compose: another server answers on our port", "node", s.name, "port", s.port, "datadir", datadir)
+			s.mu.Lock()
+			pid := s.pid
+			s.mu.Unlock()
+			if pid != 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			select {
+			case <-done:
+			case <-ctx.Done():
+				return fmt.Errorf("compose: waiting for %s: %w", s.name, ctx.Err())
+			}
+			return fmt.Errorf("compose: %s: %w: 127.0.0.1:%d (another server answers there)", s.name, ErrPortInUse, s.port)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("compose: %s did not answer SQL within %v: %v", s.name, b.cfg.StartTimeout, lastErr)

@@ -452,3 +452,36 @@ func TestPortTakenIsRetried(t *testing.T) {
 	}
 	t.Logf("start with every port taken: %v", time.Since(began))
 }
+
+// TestWaitReadyRejectsAnotherServer: a server of another topology (same
+// account) answering on the port picked for ours is not taken for ours
+// (it was: a replica then "replicated" from the primary's own port and
+// MySQL refused equal server ids).
+func TestWaitReadyRejectsAnotherServer(t *testing.T) {
+	needMySQL(t)
+	localOnly(t)
+	cfg := Config{PrimaryOnly: true}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	other := newLocalBackend(&cfg)
+	nodes, err := other.start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.down(context.Background())
+	b := newLocalBackend(&cfg)
+	b.hostDir = t.TempDir()
+	s := &localServer{name: "primary", port: nodes[0].Port, hostDir: filepath.Join(b.hostDir, "primary")}
+	done := make(chan struct{})
+	go func() { time.Sleep(200 * time.Millisecond); close(done) }()
+	err = b.waitReady(context.Background(), s, done)
+	if !errors.Is(err, ErrPortInUse) || !strings.Contains(err.Error(), strconv.Itoa(nodes[0].Port)) {
+		t.Fatalf("waitReady with another server on the port = %v, want ErrPortInUse naming %d", err, nodes[0].Port)
+	}
+	// Its own server is accepted.
+	own := other.servers[0]
+	if err := other.waitReady(context.Background(), own, make(chan struct{})); err != nil {
+		t.Fatalf("waitReady of the server itself: %v", err)
+	}
+}
