@@ -617,10 +617,15 @@ func (p DockerProbe) Usable() bool { return p.Engine && (p.Image || p.Buildable)
 // holds image ("" means the default image of the default root filesystem).
 // It changes nothing.
 func ProbeDocker(ctx context.Context, image string) DockerProbe {
+	return probeDocker(ctx, image, "")
+}
+
+// probeDocker is ProbeDocker against host ("" means the environment's).
+func probeDocker(ctx context.Context, image, host string) DockerProbe {
 	if image == "" {
 		image = DefaultImage(DefaultRootFS())
 	}
-	b := &dockerBackend{cfg: &Config{}}
+	b := &dockerBackend{cfg: &Config{}, hostOverride: host}
 	cli, err := b.client(ctx)
 	if err != nil {
 		return DockerProbe{Reason: "no Docker engine answers"}

@@ -485,3 +485,29 @@ func TestWaitReadyRejectsAnotherServer(t *testing.T) {
 		t.Fatalf("waitReady of the server itself: %v", err)
 	}
 }
+
+// TestProbeDocker: the probe behind the CLI's `up --backend auto`.
+func TestProbeDocker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := probeDocker(ctx, "", "unix:///nonexistent/docker.sock")
+	if p.Engine || p.Usable() || !strings.Contains(p.Reason, "no Docker engine") {
+		t.Fatalf("probe of a missing engine: %+v", p)
+	}
+	real := probeDocker(ctx, "causallab/nosuch:0", "")
+	if !real.Engine {
+		t.Skipf("no Docker engine here (%s): the rest needs one", real.Reason)
+	}
+	if real.Image || !real.Buildable || !real.Usable() {
+		t.Fatalf("probe of a missing causallab image: %+v", real)
+	}
+	if p := probeDocker(ctx, "someone/nosuch:0", ""); p.Usable() || !strings.Contains(p.Reason, "someone/nosuch:0") {
+		t.Fatalf("probe of a missing foreign image: %+v", p)
+	}
+	img := DefaultImage(DefaultRootFS())
+	if p := probeDocker(ctx, img, ""); !p.Image {
+		t.Logf("default image %s not built here: %+v", img, p)
+	} else if !p.Usable() || p.Reason != "" {
+		t.Fatalf("probe of the present image %s: %+v", img, p)
+	}
+}
