@@ -502,6 +502,9 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 	if n := cst.HeavyTxns.Load(); n > 0 {
 		res.HeavyMeanMs = ms(time.Duration(cst.HeavyNanos.Load() / n))
 	}
+	for _, pr := range proxies {
+		res.Notes = append(res.Notes, pr.note(rctx))
+	}
 	for i, a := range accs {
 		rr := summarizeRouter(e.routers[i], a)
 		res.Routers = append(res.Routers, rr)

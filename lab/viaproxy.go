@@ -1,9 +1,13 @@
 package lab
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,7 +81,7 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src router.Posit
 	backend := func(n string, addr string) proxy.Backend {
 		return proxy.Backend{Name: n, Addr: addr, User: p.User, Password: p.Password}
 	}
-	cfg := proxy.Config{Listen: "127.0.0.1:0", Users: []proxy.User{{Name: p.User, Password: p.Password}},
+	cfg := proxy.Config{Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Users: []proxy.User{{Name: p.User, Password: p.Password}},
 		AuthMethod: mysql.AUTH_NATIVE_PASSWORD, Primary: backend(p.Name, p.Addr()), Policy: name,
 		WaitBudget: sp.Policy.WaitBudget, FallbackPerSecond: sp.Cap.PerSecond, Epoch: uint64(max(e.nodes.Epoch(), 1)),
 		Source: src, Logger: e.cfg.Logger}
@@ -207,6 +211,60 @@ func (v *viaProxy) read(ctx context.Context, _ *worker, sess int, out *Read) {
 	default:
 		out.Outcome = OutError
 	}
+}
+
+// outcomes reads the proxy's own count of reads by outcome
+// (causallab_router_reads_total on its /metrics), which the proxy's clients
+// cannot see per read.
+func (v *viaProxy) outcomes(ctx context.Context) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+v.srv.HTTPAddr()+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("lab: the proxy's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, "causallab_router_reads_total{")
+		if !ok {
+			continue
+		}
+		labels, val, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return nil, fmt.Errorf("lab: the proxy's metrics: %q: %w", line, err)
+		}
+		for _, l := range strings.Split(labels, ",") {
+			if o, ok := strings.CutPrefix(l, `outcome="`); ok {
+				out[strings.TrimSuffix(o, `"`)] += n
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+// note is the result line with the proxy's own outcome counts.
+func (v *viaProxy) note(ctx context.Context) string {
+	m, err := v.outcomes(ctx)
+	if err != nil {
+		return fmt.Sprintf("%s via proxy: the proxy's outcome counts could not be read: %v", v.sp.Name, err)
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.0f", k, m[k])
+	}
+	return fmt.Sprintf("%s via proxy: the proxy counted its reads as %s (writes without a token: %d).", v.sp.Name, strings.Join(parts, ", "), v.noToken.Load())
 }
 
 // close stops the proxy and closes the lab's connections to it.

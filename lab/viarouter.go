@@ -76,7 +76,7 @@ func newViaRouter(ctx context.Context, sp RouterSpec, e *engine, src router.Posi
 		reps = append(reps, routerNode(r))
 	}
 	rt, err := router.New(ctx, router.Config{Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
-		Policy: sp.Policy, Cap: sp.Cap, Positions: src, Epoch: uint64(e.nodes.Epoch()), MaxIdle: e.cfg.Workers,
+		Policy: sp.Policy, Cap: sp.Cap, Positions: src, Epoch: uint64(e.nodes.Epoch()), MaxIdle: e.cfg.Workers, PrimaryPool: e.cfg.Workers,
 		Logger: e.cfg.Logger, Seed: e.cfg.Seed})
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
@@ -244,11 +244,9 @@ func (v *viaRouter) write(ctx context.Context, _ *worker, sess int, seq int64, h
 	s := v.session(sess)
 	wctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
 	defer cancel()
+	// Exec borrows a connection of the router's shared, bounded primary
+	// pool (Config.PrimaryPool) for the autocommit write and gives it back.
 	g, err := v.e.cfg.Workload.Write(wctx, primaryExec{s}, sess, seq, hot)
-	// A LiveSession keeps its own primary connection; S sessions would hold
-	// S connections (max_connections is 300), so give it back after each
-	// write: the next Exec dials again. The token stays in the session.
-	s.Close()
 	if errors.Is(err, router.ErrMissingGTID) {
 		// The write committed but the router could not token it: the ground
 		// truth still judges later reads against it.
