@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -86,6 +87,16 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 				}
 				return withExitCode(2, fmt.Errorf("a %s topology is already running (primary %s, state file %s); run `causallab down` first", st.Backend, primaryOf(st).Addr(), *statePath))
 			}
+			switch backend {
+			case backendAuto, string(compose.BackendDocker), string(compose.BackendLocal):
+			default:
+				return withExitCode(2, fmt.Errorf("unknown --backend %q (want auto, docker or local)", backend))
+			}
+			if backend == backendAuto {
+				b, why := chooseBackend(ctx, image)
+				fmt.Fprintf(cmd.ErrOrStderr(), "causallab: backend %s (auto: %s)\n", b, why)
+				backend = string(b)
+			}
 			cfg := compose.Config{Replicas: replicas, PrimaryOnly: replicas == 0, Backend: compose.Backend(backend),
 				Image: image, RootFS: rootfs, HostMysqld: hostMysqld, Detach: true, Logger: slog.Default()}
 			if replicas < 0 || replicas > compose.MaxReplicas {
@@ -124,7 +135,7 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 		},
 	}
 	cmd.Flags().IntVar(&replicas, "replicas", compose.DefaultReplicas, fmt.Sprintf("number of replicas (0..%d)", compose.MaxReplicas))
-	cmd.Flags().StringVar(&backend, "backend", string(compose.BackendDocker), "docker or local (mysqld processes chrooted into the root filesystem)")
+	cmd.Flags().StringVar(&backend, "backend", backendAuto, "auto, docker or local (mysqld processes chrooted into the root filesystem); auto: docker when an engine answers and the image exists or can be built, else local")
 	cmd.Flags().StringVar(&image, "image", "", "Docker image holding mysqld (default causallab/mysql:<version>; e.g. mysql:9.7)")
 	cmd.Flags().StringVar(&rootfs, "rootfs", "", "MySQL root filesystem for --backend local (default ~/.cache/causallab/mysql-rootfs)")
 	cmd.Flags().BoolVar(&hostMysqld, "host-mysqld", false, "with --backend local, run the mysqld on PATH instead of the root filesystem")
@@ -132,6 +143,25 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the status as JSON")
 	addStateFlag(cmd, statePath)
 	return cmd
+}
+
+// backendAuto is up's default --backend: pick docker or local.
+const backendAuto = "auto"
+
+// chooseBackend picks docker when a Docker engine answers (within 5 s) and
+// the image exists or is compose's own (built by `causallab image`), else
+// local; it says why.
+func chooseBackend(ctx context.Context, image string) (compose.Backend, string) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p := compose.ProbeDocker(pctx, image)
+	switch {
+	case p.Usable() && p.Image:
+		return compose.BackendDocker, "a Docker engine answers and holds the image"
+	case p.Usable():
+		return compose.BackendDocker, "a Docker engine answers; the image will be built"
+	}
+	return compose.BackendLocal, p.Reason
 }
 
 func primaryOf(st compose.State) compose.Node {
@@ -184,8 +214,12 @@ func printStatus(w io.Writer, topo *compose.Topology, sts []compose.NodeStatus, 
 			}
 			return v
 		}
+		lastErr := strings.ReplaceAll(s.LastError, "\n", " ")
+		if s.PendingRepoint != "" {
+			lastErr = strings.TrimSpace("repoint pending (" + strings.ReplaceAll(s.PendingRepoint, "\n", " ") + ") " + lastErr)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Node.Name, s.Node.Role, s.Health, dash(s.IORunning), dash(s.SQLRunning),
-			behind, s.Node.DSN(), dash(strings.ReplaceAll(s.GTIDExecuted, "\n", "")), dash(strings.ReplaceAll(s.LastError, "\n", " ")))
+			behind, s.Node.DSN(), dash(strings.ReplaceAll(s.GTIDExecuted, "\n", "")), dash(lastErr))
 	}
 	return tw.Flush()
 }
@@ -348,10 +382,25 @@ func runFault(ctx context.Context, out io.Writer, topo *compose.Topology, kind, 
 			if !res.OldPrimaryReachable {
 				fmt.Fprintln(out, "note: the old primary did not answer; lost GTIDs are computed against what the replicas had received (a lower bound)")
 			}
+			for _, n := range sortedKeys(res.Deferred) {
+				fmt.Fprintf(out, "deferred %s (%s): still replicating from %s; `fault resume` or `fault restart` repoints it to %s\n", n, res.Deferred[n], res.OldPrimary, res.NewPrimary)
+			}
+			for _, n := range sortedKeys(res.Errant) {
+				fmt.Fprintf(out, "errant %s: holds %s, which the new primary lacks (lost at failover)\n", n, res.Errant[n])
+			}
 		}
 		return err
 	}
 	return fmt.Errorf("unknown fault kind %q: %w", kind, errBadArg)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func newImageCmd() *cobra.Command {
