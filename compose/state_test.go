@@ -40,17 +40,19 @@ func TestParseStateRejects(t *testing.T) {
 		raw  string
 		want string
 	}{
-		"not json":       {raw: "{", want: "bad state file"},
-		"unknown field":  {raw: strings.Replace(string(good), `"epoch"`, `"bogus":1,"epoch"`, 1), want: "unknown field"},
-		"version":        {edit: func(s *State) { s.Version = 99 }, want: "version 99"},
-		"backend":        {edit: func(s *State) { s.Backend = "vm" }, want: `backend "vm"`},
-		"no nodes":       {edit: func(s *State) { s.Nodes = nil }, want: "0 nodes"},
-		"two primaries":  {edit: func(s *State) { s.Nodes[0].Role = RolePrimary }, want: "2 primaries"},
-		"repeated name":  {edit: func(s *State) { s.Nodes[1].Name = "primary" }, want: "repeated"},
-		"bad port":       {edit: func(s *State) { s.Nodes[1].Port = 70000 }, want: "port 70000"},
-		"bad role":       {edit: func(s *State) { s.Nodes[1].Role = "boss" }, want: `role "boss"`},
-		"process table":  {edit: func(s *State) { s.Internal.Local.Servers = s.Internal.Local.Servers[:1] }, want: "process table"},
-		"docker missing": {edit: func(s *State) { s.Backend = BackendDocker }, want: "container table"},
+		"not json":        {raw: "{", want: "bad state file"},
+		"unknown field":   {raw: strings.Replace(string(good), `"epoch"`, `"bogus":1,"epoch"`, 1), want: "unknown field"},
+		"version":         {edit: func(s *State) { s.Version = 99 }, want: "version 99"},
+		"backend":         {edit: func(s *State) { s.Backend = "vm" }, want: `backend "vm"`},
+		"no nodes":        {edit: func(s *State) { s.Nodes = nil }, want: "0 nodes"},
+		"two primaries":   {edit: func(s *State) { s.Nodes[0].Role = RolePrimary }, want: "2 primaries"},
+		"repeated name":   {edit: func(s *State) { s.Nodes[1].Name = "primary" }, want: "repeated"},
+		"bad port":        {edit: func(s *State) { s.Nodes[1].Port = 70000 }, want: "port 70000"},
+		"bad role":        {edit: func(s *State) { s.Nodes[1].Role = "boss" }, want: `role "boss"`},
+		"process table":   {edit: func(s *State) { s.Internal.Local.Servers = s.Internal.Local.Servers[:1] }, want: "process table"},
+		"docker missing":  {edit: func(s *State) { s.Backend = BackendDocker }, want: "container table"},
+		"pending primary": {edit: func(s *State) { s.PendingRepoint = map[string]string{"replica1": "paused"} }, want: `pending repoint of "replica1"`},
+		"pending unknown": {edit: func(s *State) { s.PendingRepoint = map[string]string{"replica7": "down"} }, want: `pending repoint of "replica7"`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -112,4 +114,22 @@ func FuzzParseNodeDSN(f *testing.F) {
 			t.Fatalf("accepted %+v from %q", n, dsn)
 		}
 	})
+}
+
+func TestStatePendingRepointRoundTrip(t *testing.T) {
+	st := sampleState()
+	st.Nodes = append(st.Nodes, Node{Name: "replica2", Role: RoleReplica, Host: "127.0.0.1", Port: 4002, User: "u", Password: "p", PeerHost: "127.0.0.1", PeerPort: 4002})
+	st.Internal.Local.Servers = append(st.Internal.Local.Servers, localServerState{Name: "replica2", ServerID: 3, Port: 4002, Pid: 12})
+	st.PendingRepoint = map[string]string{"replica2": "paused"}
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PendingRepoint["replica2"] != "paused" || len(got.PendingRepoint) != 1 {
+		t.Fatalf("pending repoints after round trip: %v", got.PendingRepoint)
+	}
 }
