@@ -79,14 +79,17 @@ func (d *dialer) dialTracking(ctx context.Context, addr string) (*client.Conn, e
 	if _, err := execCtx(ctx, c, "SET SESSION session_track_system_variables = 'session_track_gtids'"); err != nil {
 		return fail("enable variable tracking: %v", err)
 	}
-	r, err := execCtx(ctx, c, "SET SESSION session_track_gtids = OWN_GTID")
+	rec := recorder(c)
+	rec.start()
+	_, err = execCtx(ctx, c, "SET SESSION session_track_gtids = OWN_GTID")
+	raw := rec.stop()
 	if err != nil {
 		return fail("set session_track_gtids: %v", err)
 	}
-	if r.SessionTracking == nil || !strings.EqualFold(r.SessionTracking.Variables["session_track_gtids"], "OWN_GTID") {
+	if tr, err := parseLastOK(raw); err != nil || !strings.EqualFold(tr.vars["session_track_gtids"], "OWN_GTID") {
 		return fail("the OK packet carried no session-tracking data (is CLIENT_SESSION_TRACK negotiated?)")
 	}
-	r, err = execCtx(ctx, c, "SELECT @@GLOBAL.gtid_mode")
+	r, err := execCtx(ctx, c, "SELECT @@GLOBAL.gtid_mode")
 	if err != nil {
 		return fail("read gtid_mode: %v", err)
 	}

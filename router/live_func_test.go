@@ -179,8 +179,8 @@ func TestQueryFunc(t *testing.T) {
 				}
 			}},
 		{name: "cap fail-fast: run not called", policy: PolicyTokenRYW, token: uA + ":8",
-			cfg: func(c *Config) { c.Cap = Cap{PerSecond: 1, Burst: 1, Behavior: CapFailFast} },
-			src: func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
+			cfg:  func(c *Config) { c.Cap = Cap{PerSecond: 1, Burst: 1, Behavior: CapFailFast} },
+			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
 			opts: func(*testing.T) ReadOptions { return ReadOptions{} },
 			check: func(t *testing.T, r *Router, s *LiveSession, _ *Read) {
 				// The first read took the bucket's token; the second is refused.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -238,7 +237,10 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 		s.prim = pc
 	}
 	wasPinned := s.pinReason()
+	rec := recorder(s.prim.c)
+	rec.start()
 	res, err := execCtx(ctx, s.prim.c, query, args...)
+	raw := rec.stop()
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
@@ -252,12 +254,17 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 	if nowInTx && res.AffectedRows > 0 {
 		s.txDirty = true
 	}
+	// The GTID and state change come from the router's own copy of the
+	// response (recConn), never from res.SessionTracking (see recConn).
 	var g string
-	if res.SessionTracking != nil {
-		g = strings.Clone(res.SessionTracking.GTID)
-		if res.SessionTracking.State == "1" {
+	if tr, err := parseLastOK(raw); err == nil {
+		g = tr.gtid
+		if tr.stateChanged {
 			s.sticky = true
 		}
+	} else if !errors.Is(err, errNoOK) {
+		s.release(false)
+		return res, fmt.Errorf("%w: %v", ErrMissingGTID, err)
 	}
 	ended := s.inTx && !nowInTx
 	wrote := (!nowInTx && !s.inTx && res.AffectedRows > 0) || (ended && s.txDirty)

@@ -133,6 +133,7 @@ func TestLive(t *testing.T) {
 	t.Run("watermark", func(t *testing.T) { testWatermark(t, ctx) })
 	t.Run("cap", func(t *testing.T) { testCap(t, ctx, pl) })
 	t.Run("replica-down", func(t *testing.T) { testReplicaDown(t, ctx, pl) })
+	t.Run("shared-pool", func(t *testing.T) { testSharedPool(t, ctx, pl) })
 	t.Run("failover", func(t *testing.T) { testFailover(t, ctx, pl) })
 }
 
