@@ -20,17 +20,10 @@ type metrics struct {
 	// (classifier reasons plus session pins: in_transaction, autocommit_off,
 	// temp_table_session, locked_tables, user_variables).
 	primaryReasons *prometheus.CounterVec
-	// decisions counts router decisions by action and reason (every call
-	// of Decide, waits included).
-	decisions *prometheus.CounterVec
-	// reads, fallbacks, waited and waitSecs carry the live router's metric
-	// names and labels (router/live_metrics.go), so dashboards read the
-	// proxy and an in-process router alike: every routed or pinned read
-	// ends as one router.Outcome.
-	reads     *prometheus.CounterVec   // policy, outcome, reason
-	fallbacks *prometheus.CounterVec   // reason: freshness fallbacks only
-	waited    *prometheus.CounterVec   // policy: reads that waited
-	waitSecs  *prometheus.HistogramVec // method, result
+	// The router's series (causallab_router_reads_total,
+	// freshness_fallbacks_total, reads_waited_total, wait_seconds,
+	// decisions_total, ...) are registered on reg by router.New: the proxy's
+	// reads are counted by the router's own code.
 	// clientErrors counts errors the proxy itself returned, by kind
 	// (bad_token, route_failed, backend_lost, packet_too_large, ...).
 	clientErrors *prometheus.CounterVec
@@ -51,20 +44,6 @@ func newMetrics() *metrics {
 			Name: "causallab_proxy_statements_total", Help: "Statements by kind and the role that ran them."}, []string{"kind", "role"}),
 		primaryReasons: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_primary_statements_total", Help: "Statements kept on the primary, by reason."}, []string{"reason"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_route_decisions_total", Help: "Router decisions by action and reason."}, []string{"action", "reason"}),
-		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_router_reads_total", Help: "Reads by policy, typed outcome and decision reason."},
-			[]string{"policy", "outcome", "reason"}),
-		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_router_freshness_fallbacks_total", Help: "Reads sent to the primary for freshness (limited by the cap), by reason."},
-			[]string{"reason"}),
-		waited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_router_reads_waited_total", Help: "Reads that waited for a replica to catch up before being served or failing."},
-			[]string{"policy"}),
-		waitSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "causallab_router_wait_seconds", Help: "Duration of one wait on a replica, by wait method and result.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"method", "result"}),
 		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_client_errors_total", Help: "Errors the proxy returned to clients, by kind."}, []string{"kind"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -72,8 +51,8 @@ func newMetrics() *metrics {
 		replayFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_replay_failures_total", Help: "Session replays that failed, by backend."}, []string{"backend"}),
 	}
-	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons, m.decisions,
-		m.reads, m.fallbacks, m.waited, m.waitSecs, m.clientErrors, m.backendErrors, m.replayFailures,
+	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
+		m.clientErrors, m.backendErrors, m.replayFailures,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

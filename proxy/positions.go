@@ -111,32 +111,3 @@ func newBinlogSource(cfg *Config, log *slog.Logger) (router.PositionSource, func
 	}
 	return src, func(ctx context.Context) { _ = g.Run(ctx) }, nil
 }
-
-// primaryBound is the proxy's lower bound of the primary's executed set: the
-// position source's view of the primary raised by every GTID the primary
-// acknowledged to a session (a fresh token is never judged "not on the
-// primary" because the source trails), as router.Router keeps it.
-type primaryBound struct {
-	mu  sync.Mutex
-	set gtid.Set
-}
-
-// raise merges s into the bound.
-func (b *primaryBound) raise(s gtid.Set) {
-	b.mu.Lock()
-	if !b.set.Contains(s) {
-		b.set = b.set.Union(s)
-	}
-	b.mu.Unlock()
-}
-
-// get merges the source's view (src, healthy) and returns the bound and
-// whether it is known (healthy source or something acknowledged).
-func (b *primaryBound) get(src gtid.Set, healthy bool) (gtid.Set, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.set.Contains(src) {
-		b.set = b.set.Union(src)
-	}
-	return b.set, healthy || !b.set.IsEmpty()
-}

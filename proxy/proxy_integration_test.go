@@ -340,7 +340,7 @@ func testReadYourWritesPool(t *testing.T, positions, wait string) {
 		t.Fatalf("%d read-your-writes violations in %d reads", v, reads.Load())
 	}
 	stats := metricText(t, s)
-	t.Logf("reads %d, violations 0\n%s", reads.Load(), grepLines(stats, "route_decisions_total", "statements_total", "router_reads_total", "wait_seconds_count"))
+	t.Logf("reads %d, violations 0\n%s", reads.Load(), grepLines(stats, "router_decisions_total", "statements_total", "router_reads_total", "wait_seconds_count"))
 	// The stopped replica must not have served a token read: check that
 	// some reads reached replicas at all.
 	if !strings.Contains(stats, `role="replica"`) {

@@ -20,7 +20,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/server"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/router"
 )
 
@@ -32,18 +31,16 @@ type Server struct {
 	mysqlSrv *server.Server
 	auth     *server.InMemoryAuthenticationHandler
 	// src is the position source (Config.Source, pollers or binlog
-	// streams); runSrc runs it when the proxy owns it. prim is the lower
-	// bound of the primary's executed set.
-	src       router.PositionSource
-	runSrc    func(context.Context)
-	prim      primaryBound
-	policy    router.Policy
-	capCfg    router.Cap
-	monotonic bool
-	start     time.Time
-
-	bucketMu sync.Mutex
-	bucket   router.Bucket
+	// streams); runSrc runs it when the proxy owns it.
+	src    router.PositionSource
+	runSrc func(context.Context)
+	// rt is the live router (built by Listen): every read's decision,
+	// wait, cap, epoch check, outcome metric and trace is its
+	// LiveSession.QueryFunc; the proxy runs the read on the session's own
+	// backend connection. Its metrics are registered on m.reg.
+	rt     *router.Router
+	policy router.Policy
+	capCfg router.Cap
 
 	ln     net.Listener
 	httpLn net.Listener
@@ -63,7 +60,6 @@ func New(cfg Config) (*Server, error) {
 		cfg:   cfg,
 		log:   cfg.Logger,
 		m:     newMetrics(),
-		start: time.Now(),
 		conns: map[net.Conn]struct{}{},
 		policy: router.Policy{
 			Kind:       kind,
@@ -71,8 +67,7 @@ func New(cfg Config) (*Server, error) {
 			WaitBudget: cfg.WaitBudget,
 			CheckEpoch: true,
 		},
-		capCfg:    router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
-		monotonic: kind == router.PolicyTokenRYWMR,
+		capCfg: router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
 	}
 	switch {
 	case cfg.Source != nil:
@@ -142,18 +137,51 @@ func loadTLS(cfg *Config) (*tls.Config, *rsa.PrivateKey, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, key, nil
 }
 
-func (s *Server) now() time.Duration { return time.Since(s.start) }
-
-// decide calls the router's decision core under the shared bucket's lock.
-func (s *Server) decide(in *router.Input[gtid.Set]) router.Decision {
-	s.bucketMu.Lock()
-	d := router.Decide(in, &s.bucket)
-	s.bucketMu.Unlock()
-	return d
+// newRouter builds the live router the sessions route through. It runs
+// no statement of its own on the replicas (waits run on the session's
+// connections, ReadOptions.Wait); on the primary it proves session
+// tracking at start and re-reads gtid_executed before refusing a read,
+// with the primary backend's account, from a pool of at most
+// PrimaryPool connections.
+func (s *Server) newRouter(ctx context.Context) error {
+	wait := router.WaitGTIDFunction
+	if s.cfg.Wait == router.WaitWatcher.String() {
+		wait = router.WaitWatcher
+	}
+	reps := make([]router.Node, len(s.cfg.Replicas))
+	for i, b := range s.cfg.Replicas {
+		reps[i] = router.Node{Name: b.Name, Addr: b.Addr}
+	}
+	rt, err := router.New(ctx, router.Config{
+		Primary:     router.Node{Name: s.cfg.Primary.Name, Addr: s.cfg.Primary.Addr},
+		Replicas:    reps,
+		User:        s.cfg.Primary.User,
+		Password:    s.cfg.Primary.Password,
+		Policy:      s.policy,
+		Cap:         s.capCfg,
+		Positions:   s.src,
+		Wait:        wait,
+		Epoch:       s.cfg.Epoch,
+		DialTimeout: s.cfg.ConnectTimeout,
+		PrimaryPool: 4,
+		Registerer:  s.m.reg,
+		Logger:      s.log,
+	})
+	if err != nil {
+		return backendErr(&s.cfg.Primary, "router", err)
+	}
+	s.rt = rt
+	return nil
 }
 
-// Listen opens the listeners (so Addr is known before Serve).
+// Listen builds the router and opens the listeners (so Addr is known
+// before Serve).
 func (s *Server) Listen(ctx context.Context) error {
+	if s.rt == nil {
+		if err := s.newRouter(ctx); err != nil {
+			return err
+		}
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
 	if err != nil {
@@ -247,6 +275,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	stopPolls()
 	pollWG.Wait()
+	s.rt.Close()
 	if hs != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = hs.Shutdown(sctx)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -57,11 +56,9 @@ type session struct {
 	// (SET session_track_gtids = OWN_GTID through the proxy).
 	wantGTIDs bool
 
-	rs router.Session[gtid.Set]
-	// view is reused per decision; proven holds, per replica index, what a
-	// successful wait of the current read proved the replica holds.
-	view   router.View[gtid.Set]
-	proven map[int]gtid.Set
+	// ls is the session's causal state in the router (token, watermark,
+	// affinity key); reads go through ls.QueryFunc.
+	ls *router.LiveSession
 
 	stmts map[*stmt.PreparedStmt]*pstmt
 	// prepares mirrors go-mysql's statement id counter (incremented before
@@ -91,11 +88,10 @@ func newSession(ctx context.Context, srv *Server) *session {
 		srv:      srv,
 		ctx:      ctx,
 		replicas: make([]*backendConn, n),
-		proven:   map[int]gtid.Set{},
+		ls:       srv.rt.NewSession(),
 		stmts:    map[*stmt.PreparedStmt]*pstmt{},
 		params:   map[uint32]*stmtParams{},
 	}
-	s.view.Replicas = make([]router.Replica[gtid.Set], n)
 	return s
 }
 
@@ -104,7 +100,7 @@ func newSession(ctx context.Context, srv *Server) *session {
 func (s *session) start(cc *server.Conn) error {
 	s.cc = cc
 	s.id = cc.ConnectionID()
-	s.rs.AffinityKey = hashroute.Hash(strconv.FormatUint(uint64(s.id), 10))
+	s.ls.SetAffinityKey(hashroute.Hash(strconv.FormatUint(uint64(s.id), 10)))
 	if col, err := charset.GetCollationByID(int(cc.Charset())); err == nil {
 		s.collation = col.Name
 	}
@@ -272,22 +268,21 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	case KindSetToken:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
 		if st.Token == "" {
-			s.rs.HasToken = false
-			s.rs.Token = gtid.Set{}
+			s.ls.SetToken(gtid.Token{})
 			return nil, nil
 		}
 		tok, err := s.parseToken(st.Token, st.TokenForm)
 		if err != nil {
 			return nil, err
 		}
-		s.rs.Token, s.rs.HasToken, s.rs.Epoch = tok.GTIDs, true, tok.Epoch
+		s.ls.SetToken(tok)
 		return nil, nil
 	case KindGetToken:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
 		var v *string
-		if s.rs.HasToken {
-			tok := gtid.Token{Epoch: s.rs.Epoch, GTIDs: s.rs.Token}.String()
-			v = &tok
+		if tok := s.ls.Token(); !tok.GTIDs.IsEmpty() {
+			txt := tok.String()
+			v = &txt
 		}
 		rs := oneValueResultset("@causal_token", v)
 		return mysql.NewResult(rs), nil
@@ -299,59 +294,168 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	if err := s.ensurePrimary(); err != nil {
 		return nil, err
 	}
-	var target *backendConn
-	replicaIdx := -1
-	isRead := st.Kind == KindRead
-	var rt routed
-	switch {
-	case isRead:
-		if pin := s.pin(st); pin != "" {
-			s.srv.m.primaryReasons.WithLabelValues(pin).Inc()
-			rt = pinned(pin)
-			target = s.primary
-			break
-		}
-		if rt, err = s.route(st); err != nil {
-			return nil, err
-		}
-		if rt.replica < 0 {
-			target = s.primary
-		} else if target, err = s.replica(rt.replica); err != nil {
-			// Availability, not freshness: the replica could not be
-			// reached on this session. Served by the primary, counted.
-			rt = routed{replica: -1, out: router.OutPrimary, reason: "replica-connect-failed", waited: rt.waited}
-			target = s.primary
-		} else {
-			replicaIdx = rt.replica
-		}
-	default:
-		if st.Kind == KindPrimary {
-			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
-		}
-		target = s.primary
+	if st.Kind == KindRead {
+		return s.readQuery(query, st)
 	}
-	role := "primary"
-	if replicaIdx >= 0 {
-		role = "replica"
+	if st.Kind == KindPrimary {
+		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
-	s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
-
-	out, err := relay(s.cc, target, query, s.wantGTIDs)
-	if isRead {
-		s.countRead(rt, err == nil, out.serverErr)
-	}
+	s.srv.m.statements.WithLabelValues(st.Kind.String(), "primary").Inc()
+	out, err := relay(s.cc, s.primary, query, s.wantGTIDs)
 	if err != nil {
-		return s.relayFailed(target, err)
+		return s.relayFailed(s.primary, err)
 	}
-	if target == s.primary {
-		s.afterPrimary(st, out)
-	} else if s.srv.monotonic && !out.serverErr {
-		s.observe(target)
-	}
+	s.afterPrimary(st, out)
 	if st.Kind == KindSession && !out.serverErr {
 		s.replayEverywhere(query)
 	}
 	return done(), nil
+}
+
+// errRelayedServerErr is run's answer when the server's ERR packet was
+// already relayed to the client: a statement error for the router's count
+// (it wraps a *mysql.MyError), nothing more to write.
+type relayedServerErr struct{ me *mysql.MyError }
+
+func (e *relayedServerErr) Error() string { return e.me.Error() }
+func (e *relayedServerErr) Unwrap() error { return e.me }
+
+// readOptions builds the router's per-read options from the statement:
+// its own token (this read only), its consistent_read_id, a session pin,
+// and the wait run on the session's replica connection.
+func (s *session) readOptions(st Stmt) (router.ReadOptions, error) {
+	o := router.ReadOptions{Wait: s.waitOn}
+	if pin := s.pin(st); pin != "" {
+		s.srv.m.primaryReasons.WithLabelValues(pin).Inc()
+		o.Pin = pin
+		return o, nil
+	}
+	if st.Token != "" {
+		tok, err := s.parseToken(st.Token, st.TokenForm)
+		if err != nil {
+			return o, err
+		}
+		o.Token = tok
+	}
+	if st.ReadID != "" {
+		o.AffinityKey = hashroute.Hash(st.ReadID)
+	}
+	return o, nil
+}
+
+// conn returns the session's connection for a router target: the primary
+// (reconnected outside transactions) or replica i (opened lazily). A
+// connection that cannot be opened is a node failure the router may route
+// around (marked down, decided again).
+func (s *session) conn(t router.Target) (*backendConn, error) {
+	if t.Replica < 0 {
+		if err := s.ensurePrimary(); err != nil {
+			return nil, &router.RunError{Err: err, NodeFailed: true}
+		}
+		return s.primary, nil
+	}
+	bc, err := s.replica(t.Replica)
+	if err != nil {
+		return nil, &router.RunError{Err: err, NodeFailed: true, Retry: true}
+	}
+	return bc, nil
+}
+
+// readQuery routes a COM_QUERY read through the router (ls.QueryFunc) and
+// relays it raw from the chosen node on the session's own connection.
+func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
+	o, err := s.readOptions(st)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		served  *backendConn
+		out     relayOut
+		relayed bool // the response reached the client
+	)
+	_, err = s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(ctx context.Context, t router.Target) (gtid.Set, error) {
+		bc, err := s.conn(t)
+		if err != nil {
+			return gtid.Set{}, err
+		}
+		served = bc
+		role := "primary"
+		if t.Replica >= 0 {
+			role = "replica"
+		}
+		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
+		out, err = relay(s.cc, bc, query, s.wantGTIDs)
+		if err != nil {
+			var re *relayError
+			// Never retried: the client may have part of the response, or
+			// (client gone) nobody is left to answer.
+			return gtid.Set{}, &router.RunError{Err: err, NodeFailed: errors.As(err, &re)}
+		}
+		relayed = true
+		if out.serverErr {
+			return gtid.Set{}, &relayedServerErr{me: mysql.NewError(out.code, "relayed")}
+		}
+		if t.Watermark {
+			wm, err := s.executed(bc)
+			if err != nil {
+				return gtid.Set{}, &router.RunError{Err: err, NodeFailed: true}
+			}
+			return wm, nil
+		}
+		return gtid.Set{}, nil
+	})
+	if relayed && served == s.primary {
+		s.afterPrimary(st, out)
+	}
+	if err == nil {
+		return done(), nil
+	}
+	return s.readFailed(err, served, relayed)
+}
+
+// readFailed turns a read the router did not serve into the client's
+// answer.
+func (s *session) readFailed(err error, served *backendConn, relayed bool) (*mysql.Result, error) {
+	var (
+		rse *relayedServerErr
+		rde *router.ReadError
+	)
+	switch {
+	case errors.As(err, &rse):
+		return done(), nil // the server's error is already with the client
+	case errors.As(err, &rde):
+		return nil, s.refused(rde)
+	case relayed:
+		// The result reached the client but the watermark could not be
+		// read: the session's monotonic-reads state is unknown. Closing
+		// the client is the explicit, counted way out.
+		s.srv.m.clientErrors.WithLabelValues("watermark_read_failed").Inc()
+		s.cc.Close()
+		return done(), nil
+	case served != nil && (errors.Is(err, errClientGone) || isRelayError(err)):
+		return s.relayFailed(served, err)
+	}
+	var be *BackendError
+	if errors.As(err, &be) {
+		return nil, s.proxyErr("backend_lost", codeBackendLost, "%v", be)
+	}
+	var me *mysql.MyError
+	if errors.As(err, &me) {
+		return nil, me
+	}
+	return nil, s.proxyErr("backend_lost", codeBackendLost, "%v", err)
+}
+
+func isRelayError(err error) bool {
+	var re *relayError
+	return errors.As(err, &re)
+}
+
+// refused is the client's error for a read the router refused.
+func (s *session) refused(e *router.ReadError) error {
+	tok := s.ls.Token()
+	return s.proxyErr("route_"+e.Reason.String(), codeProxy,
+		"cannot serve this read consistently: %s (token epoch %d, topology epoch %d)", e.Reason, tok.Epoch, s.srv.rt.Epoch())
 }
 
 // relayFailed handles a relay error: the client connection is closed when
@@ -435,8 +539,7 @@ func (s *session) recordWrite(g string) {
 		s.srv.log.Error("unparsable session-tracking GTID from the primary", "session", s.id, "err", err)
 		return
 	}
-	router.RecordWrite(&s.rs, set, s.srv.cfg.Epoch, s.srv.now())
-	s.srv.prim.raise(set)
+	s.ls.RecordAck(set)
 }
 
 // replayEverywhere runs a session statement (already run on the primary)
@@ -491,220 +594,43 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 	return gtid.Token{Epoch: s.srv.cfg.Epoch, GTIDs: set}, nil
 }
 
-// routed is where one read goes and how the router's outcome is labelled.
-type routed struct {
-	// replica is the replica index, or -1 for the primary.
-	replica int
-	// out and reason label causallab_router_reads_total once the read is
-	// served (countRead); a failure to serve it becomes OutError.
-	out    router.Outcome
-	reason string
-	// fallback marks a freshness fallback (counted in
-	// causallab_router_freshness_fallbacks_total when served).
-	fallback bool
-	// waited: the read waited for a replica.
-	waited bool
-}
-
-// pinned is a read kept on the primary for a session reason (no decision).
-func pinned(reason string) routed { return routed{replica: -1, out: router.OutPrimary, reason: reason} }
-
-// countRead counts a read that reached a backend, like the live router:
-// served with the decision's outcome, or OutError (statement: the server
-// refused it; node: the backend failed).
-func (s *session) countRead(r routed, served bool, serverErr bool) {
-	m, pol := s.srv.m, s.srv.policy.Kind.String()
-	switch {
-	case !served:
-		m.reads.WithLabelValues(pol, router.OutError.String(), "node").Inc()
-	case serverErr:
-		m.reads.WithLabelValues(pol, router.OutError.String(), "statement").Inc()
-	default:
-		m.reads.WithLabelValues(pol, r.out.String(), r.reason).Inc()
-		if r.fallback {
-			m.fallbacks.WithLabelValues(r.reason).Inc()
-		}
-	}
-	if r.waited {
-		m.waited.WithLabelValues(pol).Inc()
-	}
-}
-
-// route decides where a read goes, calling the router's decision core
-// (router.Decide, the code the live router and the simulator run) with the
-// position source's view. A refused read is counted here with the router's
-// outcome (failed-fast or timed-out) and returns the client's error.
-func (s *session) route(st Stmt) (routed, error) {
-	// The statement's own token counts for this read only (a pooled
-	// connection must not keep another request's token).
-	rs := s.rs
-	if st.Token != "" {
-		tok, err := s.parseToken(st.Token, st.TokenForm)
-		if err != nil {
-			return routed{}, err
-		}
-		if rs.HasToken {
-			rs.Token = rs.Token.Union(tok.GTIDs)
-			rs.Epoch = min(rs.Epoch, tok.Epoch)
-		} else {
-			rs.Token, rs.HasToken, rs.Epoch = tok.GTIDs, true, tok.Epoch
-		}
-	}
-	if st.ReadID != "" {
-		rs.AffinityKey = hashroute.Hash(st.ReadID)
-	}
-	in := router.Input[gtid.Set]{
-		Policy:  &s.srv.policy,
-		Cap:     &s.srv.capCfg,
-		Session: &rs,
-		View:    &s.view,
-	}
-	clear(s.proven)
-	refreshed := false
-	pol := s.srv.policy.Kind.String()
-	for {
-		s.fillView()
-		in.Now = s.srv.now()
-		in.Rand = rand.Uint64()
-		d := s.srv.decide(&in)
-		s.srv.m.decisions.WithLabelValues(d.Action.String(), d.Reason.String()).Inc()
-		if d.Reanchor {
-			rs.Reanchor(s.view.Epoch)
-			if s.rs.HasToken && s.rs.Epoch < s.view.Epoch && rs.Token.Contains(s.rs.Token) {
-				s.rs.Reanchor(s.view.Epoch)
-			}
-		}
-		waited := in.Waited > 0
-		switch d.Action {
-		case router.ActReplica:
-			return routed{replica: d.Replica, out: router.OutReplica, reason: d.Reason.String(), waited: waited}, nil
-		case router.ActStale:
-			return routed{replica: d.Replica, out: router.OutStale, reason: d.Reason.String(), waited: waited}, nil
-		case router.ActPrimary:
-			out := router.OutPrimary
-			if d.Fallback {
-				out = router.OutFallback
-			}
-			return routed{replica: -1, out: out, reason: d.Reason.String(), fallback: d.Fallback, waited: waited}, nil
-		case router.ActWait:
-			start := time.Now()
-			s.wait(d.Replica, s.need(&rs), d.WaitFor)
-			in.Waited += max(time.Since(start), time.Millisecond)
-			continue
-		case router.ActFail:
-			if !refreshed && (d.Reason == router.ReasonTimedOut || d.Reason == router.ReasonWriteLost) {
-				// The primary's position may trail a token issued through
-				// another proxy: read it now, decide again.
-				refreshed = true
-				if r, err := s.primary.exec("SELECT @@GLOBAL.gtid_executed"); err == nil {
-					txt, _ := r.GetString(0, 0)
-					if set, err := gtid.Parse(strings.Clone(txt)); err == nil {
-						s.srv.prim.raise(set)
-					}
-				}
-				continue
-			}
-			out := router.OutFailedFast
-			if d.Reason == router.ReasonTimedOut {
-				out = router.OutTimedOut
-			}
-			if d.Reason == router.ReasonSeenLost {
-				s.rs.DropSeen()
-			}
-			s.srv.m.reads.WithLabelValues(pol, out.String(), d.Reason.String()).Inc()
-			if waited {
-				s.srv.m.waited.WithLabelValues(pol).Inc()
-			}
-			return routed{}, s.proxyErr("route_"+d.Reason.String(), codeProxy,
-				"cannot serve this read consistently: %s (token epoch %d, topology epoch %d)", d.Reason, rs.Epoch, s.srv.cfg.Epoch)
-		}
-		return routed{}, s.proxyErr("route_unknown", codeProxy, "router returned action %v", d.Action)
-	}
-}
-
-// need is what a replica must contain for the read under the policy (as
-// router.LiveSession.need).
-func (s *session) need(rs *router.Session[gtid.Set]) gtid.Set {
-	var n gtid.Set
-	if rs.HasToken {
-		n = rs.Token
-	}
-	if rs.HasSeen && s.srv.policy.Kind != router.PolicyTokenRYW {
-		n = n.Union(rs.Seen)
-	}
-	return n
-}
-
-// fillView loads the position source's view into the session's View:
-// replica positions raised by what this read's waits proved, the primary's
-// lower bound raised by acknowledged GTIDs.
-func (s *session) fillView() {
-	src := s.srv.src
-	ps, healthy := src.Position(s.srv.cfg.Primary.Name)
-	s.view.Primary, s.view.PrimaryKnown = s.srv.prim.get(ps, healthy)
-	s.view.Epoch = s.srv.cfg.Epoch
-	pc := int64(s.view.Primary.Count())
-	for i := range s.view.Replicas {
-		r := &s.view.Replicas[i]
-		set, up := src.Position(s.srv.cfg.Replicas[i].Name)
-		if k, ok := s.proven[i]; ok && !set.Contains(k) {
-			set = set.Union(k)
-		}
-		r.Applied, r.Up = set, up
-		r.Behind = max(pc-int64(set.Count()), 0)
-	}
-}
-
-// wait waits at most d for replica i to contain need, by the configured
-// method: WAIT_FOR_EXECUTED_GTID_SET on the session's replica connection,
-// or the position source's WaitFor. A success proven by the function is fed
-// back into this read's view (s.proven); the watcher's view already has it.
-func (s *session) wait(i int, need gtid.Set, d time.Duration) {
-	t0 := time.Now()
-	method := s.srv.cfg.Wait
-	result := "timeout"
-	defer func() {
-		s.srv.m.waitSecs.WithLabelValues(method, result).Observe(time.Since(t0).Seconds())
-	}()
-	if method == router.WaitWatcher.String() {
-		ctx, cancel := context.WithTimeout(s.ctx, max(d, time.Millisecond))
-		defer cancel()
-		if err := s.srv.src.WaitFor(ctx, s.srv.cfg.Replicas[i].Name, need); err == nil {
-			result = "caught-up"
-		} else if ctx.Err() == nil {
-			result = "error"
-		}
-		return
-	}
-	bc, err := s.replica(i)
+// waitOn is the router's WaitFunc: WAIT_FOR_EXECUTED_GTID_SET on the
+// session's own connection to the replica (router.WaitGTIDFunction; with
+// router.WaitWatcher the router waits on the position source instead).
+func (s *session) waitOn(_ context.Context, t router.Target, need gtid.Set, d time.Duration) (bool, error) {
+	bc, err := s.conn(t)
 	if err != nil {
-		result = "error"
-		return
+		return false, err
 	}
 	secs := max(d.Seconds(), 0.001)
 	q := "SELECT WAIT_FOR_EXECUTED_GTID_SET('" + need.CompactString() + "', " + strconv.FormatFloat(secs, 'f', 3, 64) + ")"
 	r, err := bc.exec(q)
 	if err != nil {
-		result = "error"
-		return
+		return false, backendErr(bc.b, "wait", err)
 	}
-	if v, _ := r.GetInt(0, 0); v == 0 {
-		result = "caught-up"
-		s.proven[i] = need
+	v, err := r.GetInt(0, 0)
+	if err != nil {
+		return false, backendErr(bc.b, "wait", err)
 	}
+	return v == 0, nil
 }
 
-// observe raises the monotonic-reads watermark after a replica read with
-// the replica's executed set read on the same connection.
-func (s *session) observe(bc *backendConn) {
+// executed reads the node's @@GLOBAL.gtid_executed on the session's
+// connection right after a read (the router's sound watermark).
+func (s *session) executed(bc *backendConn) (gtid.Set, error) {
 	r, err := bc.exec("SELECT @@GLOBAL.gtid_executed")
 	if err != nil {
-		return
+		return gtid.Set{}, backendErr(bc.b, "watermark", err)
 	}
-	txt, _ := r.GetString(0, 0)
-	if set, err := gtid.Parse(strings.Clone(txt)); err == nil {
-		router.Observe(&s.rs, set, s.srv.cfg.Epoch)
+	txt, err := r.GetString(0, 0)
+	if err != nil {
+		return gtid.Set{}, backendErr(bc.b, "watermark", err)
 	}
+	set, err := gtid.Parse(strings.Clone(txt))
+	if err != nil {
+		return gtid.Set{}, backendErr(bc.b, "watermark", err)
+	}
+	return set, nil
 }
 
 // HandleFieldList handles COM_FIELD_LIST on the primary.
@@ -781,65 +707,99 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		return nil, err
 	}
 	st := p.class
-	var bc *backendConn
-	var cs *client.Stmt
-	idx := -1
-	isRead := st.Kind == KindRead
-	var rt routed
-	switch {
-	case isRead && s.pin(st) != "":
-		pin := s.pin(st)
-		s.srv.m.primaryReasons.WithLabelValues(pin).Inc()
-		rt = pinned(pin)
-	case isRead:
+	if st.Kind != KindRead {
+		if st.Kind == KindPrimary {
+			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
+		}
+		r, err := s.executeOn(p, -1, s.primary, args)
+		if err != nil {
+			return nil, s.backendFailure(s.primary, err)
+		}
+		return s.finishExecute(st, r, true), nil
+	}
+	o, err := s.readOptions(st)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		res    *mysql.Result
+		onPrim bool
+		failed *backendConn // the connection a node error came from
+	)
+	_, err = s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t router.Target) (gtid.Set, error) {
+		bc, err := s.conn(t)
+		if err != nil {
+			return gtid.Set{}, err
+		}
+		r, err := s.executeOn(p, t.Replica, bc, args)
+		if err != nil {
+			var me *mysql.MyError
+			if errors.As(err, &me) {
+				return gtid.Set{}, err
+			}
+			// Nothing reached the client yet: the router may route around
+			// the node (a pinned read is never retried).
+			bc.broken, failed = true, bc
+			s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "execute").Inc()
+			return gtid.Set{}, &router.RunError{Err: backendErr(bc.b, "execute", err), NodeFailed: true, Retry: true}
+		}
+		res, onPrim = r, bc == s.primary
+		if t.Watermark {
+			wm, err := s.executed(bc)
+			if err != nil {
+				bc.broken, failed = true, bc
+				return gtid.Set{}, &router.RunError{Err: err, NodeFailed: true, Retry: true}
+			}
+			return wm, nil
+		}
+		return gtid.Set{}, nil
+	})
+	if err != nil {
+		var (
+			rde *router.ReadError
+			me  *mysql.MyError
+		)
+		switch {
+		case errors.As(err, &rde):
+			return nil, s.refused(rde)
+		case errors.As(err, &me):
+			return nil, me
+		case failed != nil:
+			return nil, s.lostErr(failed)
+		}
+		return nil, s.proxyErr("backend_lost", codeBackendLost, "%v", err)
+	}
+	return s.finishExecute(st, res, onPrim), nil
+}
+
+// executeOn runs prepared statement p on bc (replica index i, -1 for the
+// primary), preparing it there first if needed. Errors are the backend's,
+// unchanged (the caller decides what the client sees).
+func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysql.Result, error) {
+	role := "primary"
+	cs := p.onPrimary
+	if i >= 0 {
+		role, cs = "replica", p.onReplica[i]
+	}
+	if cs == nil {
 		var err error
-		if rt, err = s.route(st); err != nil {
+		if cs, err = bc.conn.Prepare(p.query); err != nil {
 			return nil, err
 		}
-		if i := rt.replica; i >= 0 {
-			if rbc, err := s.replica(i); err == nil {
-				if cs = p.onReplica[i]; cs == nil {
-					if cs, err = rbc.conn.Prepare(p.query); err != nil {
-						s.countRead(rt, true, true)
-						return nil, s.backendFailure(rbc, err)
-					}
-					p.onReplica[i] = cs
-				}
-				bc, idx = rbc, i
-			} else {
-				rt = routed{replica: -1, out: router.OutPrimary, reason: "replica-connect-failed", waited: rt.waited}
-			}
+		if i >= 0 {
+			p.onReplica[i] = cs
+		} else {
+			p.onPrimary = cs
 		}
-	case st.Kind == KindPrimary:
-		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
-	if bc == nil {
-		bc = s.primary
-		if p.onPrimary == nil {
-			var err error
-			if p.onPrimary, err = bc.conn.Prepare(p.query); err != nil {
-				return nil, s.backendFailure(bc, err)
-			}
-		}
-		cs = p.onPrimary
-	}
-	role := "primary"
-	if idx >= 0 {
-		role = "replica"
-	}
-	s.srv.m.statements.WithLabelValues("execute_"+st.Kind.String(), role).Inc()
-	r, err := cs.Execute(args...)
-	if isRead {
-		var me *mysql.MyError
-		s.countRead(rt, err == nil || errors.As(err, &me), err != nil)
-	}
-	if err != nil {
-		return nil, s.backendFailure(bc, err)
-	}
-	if bc != s.primary && s.srv.monotonic {
-		s.observe(bc)
-	}
-	if bc == s.primary {
+	s.srv.m.statements.WithLabelValues("execute_"+p.class.Kind.String(), role).Inc()
+	return cs.Execute(args...)
+}
+
+// finishExecute mirrors the primary's state after a prepared statement
+// ran there and strips session tracking the client did not ask for.
+func (s *session) finishExecute(st Stmt, r *mysql.Result, onPrimary bool) *mysql.Result {
+	if onPrimary {
 		out := relayOut{status: r.Status}
 		if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
 			out.gtid = strings.Clone(r.SessionTracking.GTID)
@@ -850,7 +810,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		r.SessionTracking = nil
 		r.Status &^= mysql.SERVER_SESSION_STATE_CHANGED
 	}
-	return r, nil
+	return r
 }
 
 // HandleStmtClose closes the statement on every backend that prepared it.
@@ -887,7 +847,9 @@ func (s *session) HandleOtherCommand(cmd byte, _ []byte) error {
 		s.inTx, s.autocommitOff, s.tempTables, s.lockedTables, s.userVarsOnPrimary = false, false, false, false, false
 		s.cc.ClearInTransaction()
 		s.wantGTIDs = false
-		s.rs = router.Session[gtid.Set]{AffinityKey: s.rs.AffinityKey}
+		key := s.ls.State().AffinityKey
+		s.ls = s.srv.rt.NewSession()
+		s.ls.SetAffinityKey(key)
 		s.primary.close()
 		s.primary = nil
 		return s.ensurePrimary()
