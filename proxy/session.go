@@ -711,11 +711,11 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		if st.Kind == KindPrimary {
 			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 		}
-		r, err := s.executeOn(p, -1, s.primary, args)
+		r, g, err := s.executeOn(p, -1, s.primary, args)
 		if err != nil {
 			return nil, s.backendFailure(s.primary, err)
 		}
-		return s.finishExecute(st, r, true), nil
+		return s.finishExecute(st, r, g, true), nil
 	}
 	o, err := s.readOptions(st)
 	if err != nil {
@@ -723,6 +723,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 	}
 	var (
 		res    *mysql.Result
+		resG   string // the GTID of a pinned read-classified statement on the primary
 		onPrim bool
 		failed *backendConn // the connection a node error came from
 	)
@@ -731,7 +732,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		if err != nil {
 			return gtid.Set{}, err
 		}
-		r, err := s.executeOn(p, t.Replica, bc, args)
+		r, g, err := s.executeOn(p, t.Replica, bc, args)
 		if err != nil {
 			var me *mysql.MyError
 			if errors.As(err, &me) {
@@ -743,7 +744,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 			s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "execute").Inc()
 			return gtid.Set{}, &router.RunError{Err: backendErr(bc.b, "execute", err), NodeFailed: true, Retry: true}
 		}
-		res, onPrim = r, bc == s.primary
+		res, resG, onPrim = r, g, bc == s.primary
 		if t.Watermark {
 			wm, err := s.executed(bc)
 			if err != nil {
@@ -769,13 +770,18 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		}
 		return nil, s.proxyErr("backend_lost", codeBackendLost, "%v", err)
 	}
-	return s.finishExecute(st, res, onPrim), nil
+	return s.finishExecute(st, res, resG, onPrim), nil
 }
 
 // executeOn runs prepared statement p on bc (replica index i, -1 for the
 // primary), preparing it there first if needed. Errors are the backend's,
-// unchanged (the caller decides what the client sees).
-func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysql.Result, error) {
+// unchanged (the caller decides what the client sees). On the primary it
+// returns the write's session-tracking GTID read from the router's
+// private copy of the OK packet: go-mysql's Result.SessionTracking aliases
+// a buffer it has already returned to a process-wide pool, so under
+// concurrency it can hold another connection's bytes (see
+// router.ResponseRecorder).
+func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysql.Result, string, error) {
 	role := "primary"
 	cs := p.onPrimary
 	if i >= 0 {
@@ -784,7 +790,7 @@ func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysq
 	if cs == nil {
 		var err error
 		if cs, err = bc.conn.Prepare(p.query); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if i >= 0 {
 			p.onReplica[i] = cs
@@ -793,22 +799,39 @@ func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysq
 		}
 	}
 	s.srv.m.statements.WithLabelValues("execute_"+p.class.Kind.String(), role).Inc()
-	return cs.Execute(args...)
+	if i >= 0 {
+		r, err := cs.Execute(args...)
+		return r, "", err
+	}
+	rec := router.RecordResponses(bc.conn)
+	rec.Start()
+	r, err := cs.Execute(args...)
+	g, _, perr := rec.LastOK()
+	if err != nil {
+		return nil, "", err
+	}
+	if perr != nil {
+		// The write is acknowledged but its GTID unreadable: the session's
+		// token would be wrong. Loud, counted, never silent.
+		s.srv.m.clientErrors.WithLabelValues("unparsable_session_gtid").Inc()
+		return nil, "", mysql.NewError(codeProxy, "causallab proxy: the primary's OK packet could not be read for the write's GTID: "+perr.Error())
+	}
+	return r, g, nil
 }
 
 // finishExecute mirrors the primary's state after a prepared statement
 // ran there and strips session tracking the client did not ask for.
-func (s *session) finishExecute(st Stmt, r *mysql.Result, onPrimary bool) *mysql.Result {
+func (s *session) finishExecute(st Stmt, r *mysql.Result, g string, onPrimary bool) *mysql.Result {
 	if onPrimary {
-		out := relayOut{status: r.Status}
-		if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
-			out.gtid = strings.Clone(r.SessionTracking.GTID)
-		}
-		s.afterPrimary(st, out)
+		s.afterPrimary(st, relayOut{status: r.Status, gtid: g})
 	}
-	if !s.wantGTIDs || !s.cc.HasCapability(mysql.CLIENT_SESSION_TRACK) {
-		r.SessionTracking = nil
-		r.Status &^= mysql.SERVER_SESSION_STATE_CHANGED
+	// go-mysql's SessionTracking strings alias a pooled buffer: never
+	// forward them; the client gets the GTID from the private copy only.
+	r.SessionTracking = nil
+	r.Status &^= mysql.SERVER_SESSION_STATE_CHANGED
+	if g != "" && s.wantGTIDs && s.cc.HasCapability(mysql.CLIENT_SESSION_TRACK) {
+		r.SessionTracking = &mysql.SessionTrackingInfo{GTID: g}
+		r.Status |= mysql.SERVER_SESSION_STATE_CHANGED
 	}
 	return r
 }

@@ -205,3 +205,28 @@ func lenencStr(b []byte) (s []byte, n int, ok bool) {
 	}
 	return b[n : n+int(l)], n + int(l), true
 }
+
+// ResponseRecorder records a go-mysql client connection's responses so
+// the GTID of a write is read from a private copy of the OK packet rather
+// than from Result.SessionTracking (which aliases a buffer go-mysql has
+// already returned to a process-wide pool: see recConn). For callers that
+// run writes on their own connections and report them with RecordAck.
+type ResponseRecorder struct{ rc *recConn }
+
+// RecordResponses installs a recorder under c (idempotent). Call it before
+// the statement whose response is needed.
+func RecordResponses(c *client.Conn) *ResponseRecorder { return &ResponseRecorder{rc: recorder(c)} }
+
+// Start begins recording one statement's response.
+func (r *ResponseRecorder) Start() { r.rc.start() }
+
+// LastOK stops recording and returns the session-tracking GTID of the
+// response's last OK packet ("" when it carried none or ended otherwise,
+// e.g. a result set), and whether it reported a session state change.
+func (r *ResponseRecorder) LastOK() (gtid string, stateChanged bool, err error) {
+	tr, err := parseLastOK(r.rc.stop())
+	if errors.Is(err, errNoOK) {
+		return "", false, nil
+	}
+	return tr.gtid, tr.stateChanged, err
+}
