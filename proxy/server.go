@@ -314,7 +314,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	cc, err := s.mysqlSrv.NewCustomizedConn(c, s.auth, sess)
 	if err != nil {
 		s.m.connections.WithLabelValues("auth_failed").Inc()
-		s.log.Debug("client handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+		s.log.Debug("client handshake failed", "remote", c.RemoteAddr().String(), "err", err.Error())
 		return
 	}
 	_ = c.SetDeadline(time.Time{})

@@ -536,7 +536,7 @@ func (s *session) recordWrite(g string) {
 		// The server's own text: a parse failure is a bug, never silently
 		// ignored: count it and drop the session's token guarantee loudly.
 		s.srv.m.clientErrors.WithLabelValues("unparsable_session_gtid").Inc()
-		s.srv.log.Error("unparsable session-tracking GTID from the primary", "session", s.id, "err", err)
+		s.srv.log.Error("unparsable session-tracking GTID from the primary", "session", s.id, "err", err.Error())
 		return
 	}
 	s.ls.RecordAck(set)
