@@ -269,10 +269,11 @@ func (s Set) AtLeast(o Set) bool { return s.Contains(o) }
 // For each interval of sub it finds the first interval of sup that ends at
 // or after the sub interval's start (the only one that can hold it: sup is
 // sorted and merged), starting from where the previous search stopped.
-// The search gallops (1, 2, 4, ... ahead, then binary search), so a sub
-// interval next to the previous one costs one comparison, and one far
-// ahead (a token near the top of a fragmented executed set) costs
-// O(log gap) instead of a walk over every interval in between.
+// The search tries the next interval, then gallops (1, 2, 4, ... ahead,
+// then binary search), so a sub interval in the next interval of sup
+// costs a comparison or two, and one far ahead (a token near the top of a
+// fragmented executed set) costs O(log gap) instead of a walk over every
+// interval in between.
 func containsIvs(sup, sub []Interval) bool {
 	if len(sub) == 0 {
 		return true
@@ -280,46 +281,44 @@ func containsIvs(sup, sub []Interval) bool {
 	if len(sup) == 0 || sub[0].Start < sup[0].Start || sub[len(sub)-1].End > sup[len(sup)-1].End {
 		return false
 	}
-	j := 0
+	if len(sup) == 1 {
+		// One run (the common executed set): sub lies between its ends.
+		return true
+	}
 	for _, x := range sub {
-		if sup[j].End < x.Start {
-			// Some later interval ends at or after x.Start: sup's last End
-			// >= sub's last End >= x.Start.
-			j = gallopEnd(sup, j+1, x.Start)
+		// Some interval of sup ends at or after x.Start (sup's last End >=
+		// sub's last End >= x.Start), so sup never runs out here.
+		if sup[0].End < x.Start {
+			// Step to the next interval (the common case), then gallop
+			// from there. Written out rather than calling gallopEnd: a
+			// call makes this a non-leaf function and costs every
+			// containment test a frame, nearly doubling the 5-UUID case.
+			sup = sup[1:]
+			if sup[0].End < x.Start {
+				// sup[lo].End < x.Start <= sup[hi].End after the gallop.
+				lo, hi, step := 0, 1, 1
+				for hi < len(sup)-1 && sup[hi].End < x.Start {
+					lo = hi
+					step <<= 1
+					hi = lo + step
+				}
+				hi = min(hi, len(sup)-1)
+				for lo++; lo < hi; {
+					m := int(uint(lo+hi) >> 1)
+					if sup[m].End < x.Start {
+						lo = m + 1
+					} else {
+						hi = m
+					}
+				}
+				sup = sup[lo:]
+			}
 		}
-		if sup[j].Start > x.Start || sup[j].End < x.End {
+		if sup[0].Start > x.Start || sup[0].End < x.End {
 			return false
 		}
 	}
 	return true
-}
-
-// gallopEnd returns the first index i >= lo with ivs[i].End >= v; such an
-// index must exist (ivs[len(ivs)-1].End >= v).
-func gallopEnd(ivs []Interval, lo int, v int64) int {
-	if ivs[lo].End >= v {
-		return lo
-	}
-	// ivs[lo].End < v: gallop until ivs[hi].End >= v (or hi is the last).
-	step := 1
-	hi := lo + step
-	for hi < len(ivs)-1 && ivs[hi].End < v {
-		lo = hi
-		step <<= 1
-		hi = lo + step
-	}
-	hi = min(hi, len(ivs)-1)
-	// ivs[lo].End < v <= ivs[hi].End: binary search (lo, hi].
-	lo++
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if ivs[m].End < v {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
 }
 
 // Equal reports whether s and o hold the same transactions.

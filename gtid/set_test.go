@@ -392,9 +392,8 @@ func containsIvsWalk(sup, sub []Interval) bool {
 // TestContainsIvsGallop: the galloping containsIvs agrees with the
 // one-by-one walk on large fragmented interval lists, where sub is mostly a
 // subset of sup (pieces of sup's intervals, some far apart, some adjacent)
-// with now and then one GNO moved into a gap or past the end; and
-// gallopEnd finds the first interval ending at or after v for every start
-// and value on small lists.
+// with now and then one GNO moved into a gap or past the end; and on
+// every one- and two-interval sub of small lists.
 func TestContainsIvsGallop(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	answers := map[bool]int{}
@@ -438,22 +437,23 @@ func TestContainsIvsGallop(t *testing.T) {
 	if answers[true] < 1000 || answers[false] < 300 {
 		t.Fatalf("answers %v: the cases do not exercise both outcomes", answers)
 	}
+	// Exhaustively on small lists: one interval anywhere, alone or after
+	// one GNO of sup's first interval (so the search starts past it).
 	for n := 1; n <= 12; n++ {
-		ivs := make([]Interval, n)
-		for i := range ivs {
-			ivs[i] = Interval{int64(10*i + 1), int64(10*i + 5)}
+		sup := make([]Interval, n)
+		for i := range sup {
+			sup[i] = Interval{int64(10*i + 1), int64(10*i + 5)}
 		}
-		for lo := range n {
-			for v := int64(0); v <= ivs[n-1].End; v++ {
-				if lo > 0 && ivs[lo-1].End >= v {
-					continue // gallopEnd's callers only start past what is below v
-				}
-				want := lo
-				for ivs[want].End < v {
-					want++
-				}
-				if got := gallopEnd(ivs, lo, v); got != want {
-					t.Fatalf("n=%d gallopEnd(lo=%d, v=%d) = %d, want %d", n, lo, v, got, want)
+		top := sup[n-1].End + 1
+		for a := int64(1); a <= top; a++ {
+			for b := a; b <= top; b++ {
+				for _, sub := range [][]Interval{{{a, b}}, {{1, 1}, {a, b}}} {
+					if len(sub) == 2 && a <= 2 {
+						continue
+					}
+					if got, want := containsIvs(sup, sub), containsIvsWalk(sup, sub); got != want {
+						t.Fatalf("containsIvs(%v, %v) = %v, walk says %v", sup, sub, got, want)
+					}
 				}
 			}
 		}
