@@ -16,8 +16,9 @@ type Result struct {
 	Condition string `json:"condition"`
 	// Mode is concurrent or sequential.
 	Mode string `json:"mode"`
-	// Via is the routing path: lab (the lab's adapter over router.Decide)
-	// or router (package router's live layer).
+	// Via is the routing path: router (package router's live layer, the
+	// default) or proxy (causallab proxy in-process). Scalar-token routers
+	// run through the LSN adapter whatever the path (a note says so).
 	Via string `json:"via"`
 	// Config echoes the workload parameters.
 	Config ConfigSummary `json:"config"`
