@@ -505,6 +505,11 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 	for _, pr := range proxies {
 		res.Notes = append(res.Notes, pr.note(rctx))
 	}
+	for _, v := range vias {
+		if n := v.driftErrs.Load(); n > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d drift reads failed (the outside load was that much lighter).", v.sp.Name, n))
+		}
+	}
 	for i, a := range accs {
 		rr := summarizeRouter(e.routers[i], a)
 		res.Routers = append(res.Routers, rr)

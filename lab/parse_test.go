@@ -1,10 +1,14 @@
 package lab
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/router"
 )
 
 func TestParseCondition(t *testing.T) {
@@ -94,4 +98,22 @@ func FuzzParseReadRows(f *testing.F) {
 		}
 		_ = own
 	})
+}
+
+func TestProxyRefusal(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		reason string
+		ok     bool
+	}{
+		{mysql.NewError(mysql.ER_UNKNOWN_ERROR, "causallab proxy: cannot serve this read consistently: "+router.ReasonTimedOut.String()+" (token epoch 1, topology epoch 1)"), router.ReasonTimedOut.String(), true},
+		{fmt.Errorf("lab: x: %w", mysql.NewError(mysql.ER_UNKNOWN_ERROR, "causallab proxy: cannot serve this read consistently: write-lost-in-failover (token epoch 1, topology epoch 2)")), "write-lost-in-failover", true},
+		{mysql.NewError(mysql.ER_UNKNOWN_ERROR, "causallab proxy: backend lost"), "", false},
+		{errors.New("causallab proxy: cannot serve this read consistently: timed-out"), "", false},
+	} {
+		r, ok := proxyRefusal(c.err)
+		if r != c.reason || ok != c.ok {
+			t.Errorf("%v: (%q, %v), want (%q, %v)", c.err, r, ok, c.reason, c.ok)
+		}
+	}
 }

@@ -102,3 +102,29 @@ func TestScenarios(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseScenario: any input gives a scenario or an error, never a panic;
+// an accepted scenario has routers and parseable expectations.
+func FuzzParseScenario(f *testing.F) {
+	for _, s := range []string{
+		"routers: [any]\n",
+		"condition: straggler+heavy\nrouters: [any, token-ryw-mr]\nexpect: {token-ryw-mr: {ryw: 0, mr: 0}, any: {ryw: \">0\"}}\n",
+		"routers: [\"lsn:token-wait\"]\nevents: [{at: 1s, kind: failover, node: replica1}]\n",
+		"routers: [any]\nexpect: {any: {ryw: \"<=\"}}\n",
+		"- 1\n- 2\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sc, err := ParseScenario(b)
+		if err != nil {
+			return
+		}
+		if len(sc.Routers) == 0 {
+			t.Fatalf("accepted a scenario without routers: %q", b)
+		}
+		if _, err := sc.Expectations(); err != nil {
+			t.Fatalf("accepted, then expectations fail: %v", err)
+		}
+	})
+}

@@ -200,17 +200,35 @@ func (v *viaProxy) read(ctx context.Context, _ *worker, sess int, out *Read) {
 	own, err := v.e.cfg.Workload.Read(rctx, annotated{c: c, prefix: prefix}, sess, out.Hot)
 	unlock()
 	out.Done = v.e.since()
-	var me *mysql.MyError
-	switch {
-	case err == nil:
+	if err == nil {
 		out.Own, out.Outcome = own, OutProxied
-	case errors.As(err, &me) && strings.Contains(me.Message, "timed out"):
-		out.Outcome, out.Reason = OutTimedOut, me.Message
-	case errors.As(err, &me) && strings.Contains(me.Message, "causallab"):
-		out.Outcome, out.Reason = OutFailed, me.Message
-	default:
-		out.Outcome = OutError
+		return
 	}
+	out.Outcome = OutError
+	if reason, ok := proxyRefusal(err); ok {
+		out.Reason = reason
+		if reason == router.ReasonTimedOut.String() {
+			out.Outcome = OutTimedOut
+		} else {
+			out.Outcome = OutFailed
+		}
+	}
+}
+
+// proxyRefusal recognises the proxy's answer to a read the router refused
+// ("causallab proxy: cannot serve this read consistently: <reason> (...)")
+// and returns the router's reason.
+func proxyRefusal(err error) (string, bool) {
+	var me *mysql.MyError
+	if !errors.As(err, &me) {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(me.Message, "causallab proxy: cannot serve this read consistently: ")
+	if !ok {
+		return "", false
+	}
+	reason, _, _ := strings.Cut(rest, " ")
+	return reason, reason != ""
 }
 
 // outcomes reads the proxy's own count of reads by outcome
