@@ -54,10 +54,11 @@ type nodeSlot struct {
 // poller keeps a live snapshot of every node's @@GLOBAL.gtid_executed by
 // polling each node on its own goroutine.
 //
-// It is the lab's thin adapter standing in for binlogwatch (streamed
-// executed sets) until the router's live layer exposes them: a polled set
-// is a lower bound of what the node has applied, so a stale view can only
-// make a token router more cautious, never serve a stale read.
+// It is the lab's measuring instrument (the achieved lag, the catch-up
+// wait before a run) and the LSN adapter's view; package router's live
+// layer reads binlogwatch streams instead. A polled set is a lower bound of
+// what the node has applied, so a stale view can only make the LSN adapter
+// more cautious, never serve a stale read.
 type poller struct {
 	nodes    Nodes
 	interval time.Duration
