@@ -52,8 +52,13 @@ func TestSysbenchSpeed(t *testing.T) {
 	}
 	ctx := context.Background()
 	positions := os.Getenv("CAUSALLAB_PROXY_BENCH_POSITIONS") // poll (default) or binlog
-	s := startProxy(t, func(c *Config) { c.AuthMethod, c.Positions = "mysql_native_password", positions })
-	t.Logf("proxy positions: %q (empty: poll)", positions)
+	// CAUSALLAB_PROXY_BENCH_POLICIES: comma-separated proxy policies, one
+	// proxy target each (default: the config's default, token-wait).
+	policies := []string{""}
+	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_POLICIES"); v != "" {
+		policies = strings.Split(v, ",")
+	}
+	t.Logf("proxy positions: %q (empty: poll), policies %q", positions, policies)
 	direct := primaryDB(t, topo)
 	const db, tableSize = "sb_speed", 10000
 	mustExec(t, direct, "DROP DATABASE IF EXISTS "+db)
@@ -80,7 +85,17 @@ func TestSysbenchSpeed(t *testing.T) {
 		tg   sysbenchTarget
 	}{
 		{"direct", sysbenchTarget{host: strings.Join(hosts, ","), port: strings.Join(ports, ","), user: r0.User, password: r0.Password}},
-		{"causallab-proxy", proxyTarget(t, s, false)},
+	}
+	for _, pol := range policies {
+		s := startProxy(t, func(c *Config) { c.AuthMethod, c.Positions, c.Policy = "mysql_native_password", positions, pol })
+		name := "causallab-proxy"
+		if pol != "" {
+			name += "(" + pol + ")"
+		}
+		targets = append(targets, struct {
+			name string
+			tg   sysbenchTarget
+		}{name, proxyTarget(t, s, false)})
 	}
 	if rootfs := os.Getenv("CAUSALLAB_MYSQLROUTER_ROOTFS"); rootfs != "" {
 		port := startMySQLRouter(t, rootfs, hosts, ports)
