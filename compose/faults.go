@@ -104,8 +104,11 @@ func (t *Topology) Resume(ctx context.Context, name string) error {
 }
 
 // follow makes replica n replicate from the current primary if it is
-// marked pending (a failover could not repoint it) or replicates from
-// anything else, and clears its mark. Called by Resume, Restart and Heal.
+// marked pending (a failover could not repoint it) or replicates from a
+// retired former primary, and clears its mark. A source that is no node's
+// peer address is left alone: an external topology knows its servers by
+// their client addresses, which need not be how they reach each other.
+// Called by Resume, Restart and Heal.
 func (t *Topology) follow(ctx context.Context, n Node) error {
 	p := t.Primary()
 	t.mu.Lock()
@@ -117,7 +120,7 @@ func (t *Topology) follow(ctx context.Context, n Node) error {
 	if err != nil {
 		return fmt.Errorf("compose: %s is back but its replication source could not be read: %w", n.Name, err)
 	}
-	if !pending && st.configured && st.SourceHost == p.PeerHost && st.SourcePort == p.PeerPort {
+	if !pending && !t.fromRetired(st) {
 		return nil
 	}
 	t.log.Debug("compose: repointing a returning replica", "node", n.Name, "primary", p.Name, "pending", why,
@@ -129,6 +132,19 @@ func (t *Topology) follow(ctx context.Context, n Node) error {
 	delete(t.pending, n.Name)
 	t.mu.Unlock()
 	return nil
+}
+
+// fromRetired reports whether a replica's source is a retired node.
+func (t *Topology) fromRetired(st replicaStatus) bool {
+	if !st.configured {
+		return false
+	}
+	for _, n := range t.Nodes() {
+		if n.Role == RoleRetired && st.SourceHost == n.PeerHost && st.SourcePort == n.PeerPort {
+			return true
+		}
+	}
+	return false
 }
 
 // repoint points replica r at primary p with auto-position, keeping its
