@@ -104,7 +104,7 @@ func TraceTrial(ctx context.Context, cfg Config, spec RouterSpec, trial int) (*T
 	if err := cfg.validate(); err != nil {
 		return nil, Result{}, err
 	}
-	tr := &Trace{}
+	tr := &Trace{DurationMs: float64(cfg.Duration) / 1e6, Straggler: cfg.model().Straggler}
 	j := &job{cfg: &cfg, trial: trial, specs: []RouterSpec{spec}, out: make([]Result, 1), trace: tr}
 	if err := runJobs(ctx, []*job{j}, nil); err != nil {
 		return nil, Result{}, err

@@ -13,6 +13,11 @@ type TraceRead struct {
 // Trace records one trial in detail for the strip picture: every read, and
 // the replica lag over time.
 type Trace struct {
+	// DurationMs is the span of the offered writes (Config.Duration); reads
+	// that follow it are in Reads too.
+	DurationMs float64
+	// Straggler is true when replica 0 is the world's straggler.
+	Straggler bool
 	// Reads in the order they reached their nodes.
 	Reads []TraceRead
 	// LagMs[b] is the largest commit-to-apply lag (ms) over every replica of
