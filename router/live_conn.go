@@ -34,6 +34,12 @@ var ErrNoSessionTracking = errors.New("router: primary does not report session G
 // packet carried no GTID: the session's token cannot be trusted.
 var ErrMissingGTID = errors.New("router: write acknowledged without a GTID")
 
+// ErrTxLost is returned by Session.Exec when the session's open
+// transaction was on a primary the router has since failed over from: the
+// transaction is rolled back (its connection closed) and the statement was
+// not run. The session can start a new transaction.
+var ErrTxLost = errors.New("router: the session's open transaction was lost in a failover; the statement was not run")
+
 // dialer opens go-mysql connections with the router's credentials.
 type dialer struct {
 	user, password, db string

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -191,6 +192,39 @@ func testSharedPool(t *testing.T, ctx context.Context, pl *Poller) {
 	mustExec(t, ctx, s, "COMMIT")
 	if n := testutil.ToFloat64(r.m.poolInUse); n != 0 || s.Token().GTIDs.IsEmpty() {
 		t.Errorf("after COMMIT: borrowed %v, token %v", n, s.Token())
+	}
+	s.Close()
+
+	// A transaction open when the router switches primaries (here: the
+	// same server under a new node name, as Failover would install) is
+	// refused with ErrTxLost, rolled back, and the statement is not run.
+	s = r.NewSession()
+	mustExec(t, ctx, s, "BEGIN")
+	mustExec(t, ctx, s, "INSERT INTO rt.pool VALUES (?, 2)", sessions+2)
+	r.mu.Lock()
+	old := r.st.Primary
+	r.st.Primary = Node{Name: old.Name + "-new", Addr: old.Addr}
+	r.mu.Unlock()
+	_, err = s.Exec(ctx, "INSERT INTO rt.pool VALUES (?, 3)", sessions+3)
+	r.mu.Lock()
+	r.st.Primary = old
+	r.mu.Unlock()
+	if !errors.Is(err, ErrTxLost) {
+		t.Fatalf("statement after the primary changed under an open transaction: %v, want ErrTxLost", err)
+	}
+	chk := r.NewSession()
+	defer chk.Close()
+	mustExec(t, ctx, chk, "BEGIN") // read on the primary, pinned
+	rd, err = chk.Query(ctx, "SELECT COUNT(*) FROM rt.pool WHERE sess IN (?, ?)", sessions+2, sessions+3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := readInt(t, rd); n != 0 {
+		t.Errorf("%d rows of the lost transaction or of the refused statement are in the table", n)
+	}
+	mustExec(t, ctx, chk, "COMMIT")
+	if n := testutil.ToFloat64(r.m.poolInUse); n != 0 {
+		t.Errorf("%v borrowed after the lost transaction", n)
 	}
 	s.Close()
 }

@@ -226,8 +226,14 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 	r.mu.Unlock()
 	if s.prim != nil && s.prim.node != primary {
 		// Failover: the pinned connection is to the old primary; what it
-		// held (an open transaction) is gone.
+		// held (an open transaction, session state) is gone. Running the
+		// statement in autocommit on the new primary would silently split
+		// the transaction: refuse it.
+		lost := s.inTx
 		s.release(false)
+		if lost {
+			return nil, ErrTxLost
+		}
 	}
 	if s.prim == nil {
 		pc, err := r.prim.get(ctx, primary)
