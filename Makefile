@@ -10,10 +10,12 @@ all: build
 build:
 	$(GO) build -o bin/causallab ./cmd/causallab
 
-# deps installs what a fresh machine lacks (Debian packages, the MySQL 9.7 root
-# filesystem and Docker image), cached outside the repository.
+# deps installs what a fresh machine lacks (Debian packages: mmdebstrap and
+# sysbench; the MySQL 9.7 root filesystem and Docker image, cached outside the
+# repository).
 deps:
 	./scripts/ensure-mysql.sh
+	./scripts/install-bench-tools.sh
 
 # test: every package, integration tests against real MySQL included.
 test: deps

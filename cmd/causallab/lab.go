@@ -48,8 +48,8 @@ type labFlags struct {
 
 func (f *labFlags) register(cmd *cobra.Command, cond string, rate float64, dur time.Duration) {
 	fl := cmd.Flags()
-	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run (when `causallab up` runs none)")
-	fl.BoolVar(&f.fresh, "fresh", false, "start a topology for the run even when `causallab up` runs one")
+	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run (when causallab up runs none)")
+	fl.BoolVar(&f.fresh, "fresh", false, "start a topology for the run even when causallab up runs one")
 	fl.StringVar(&f.backend, "backend", "local", "how to run MySQL: local (chrooted mysqld processes) or docker")
 	fl.StringVar(&f.primaryDSN, "primary-dsn", "", "attach to your own primary (user:pw@tcp(host:port)/) instead of starting a topology")
 	fl.StringSliceVar(&f.replicaDSNs, "replica-dsn", nil, "your own replicas' DSNs (with --primary-dsn; repeat or comma-separate)")
@@ -133,10 +133,16 @@ func (f *labFlags) topology(ctx context.Context, errw io.Writer) (*compose.Topol
 	}
 	began := time.Now()
 	topo, err := compose.Start(ctx, cfg)
-	if err != nil {
-		if f.primaryDSN == "" {
-			err = fmt.Errorf("%w (a fresh machine needs `make deps` first: it builds the MySQL root filesystem)", err)
+	if f.primaryDSN == "" && (errors.Is(err, compose.ErrNoRootFS) || errors.Is(err, compose.ErrNoImage)) {
+		// A fresh machine: build the MySQL root filesystem (and the image for
+		// the docker backend) once, as `causallab up` does, then start again.
+		fmt.Fprintln(errw, "causallab lab: building the MySQL root filesystem first (causallab image; cached, once)")
+		if _, ierr := compose.EnsureImage(ctx, compose.ImageOptions{Progress: errw, SkipImage: cfg.Backend != compose.BackendDocker}); ierr != nil {
+			return nil, nil, ierr
 		}
+		topo, err = compose.Start(ctx, cfg)
+	}
+	if err != nil {
 		return nil, nil, err
 	}
 	if f.primaryDSN == "" {
