@@ -8,10 +8,15 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/router"
 )
 
 // nodeConn is one go-mysql client connection to one node, tracking the
-// GTID of each committed transaction (session_track_gtids=OWN_GTID).
+// GTID of each committed transaction (session_track_gtids=OWN_GTID). The
+// GTID is parsed from the connection's own copy of the response
+// (router.RecordResponses), never from Result.SessionTracking (which
+// aliases a buffer go-mysql has already returned to a shared pool).
 //
 // It is a thin adapter: go-mysql's client takes no context, so a context
 // that ends during a statement closes the connection (the statement then
@@ -19,6 +24,7 @@ import (
 type nodeConn struct {
 	addr, user, password string
 	c                    *client.Conn
+	rec                  *router.ResponseRecorder // records c's responses for ExecuteWrite
 	broken               bool
 }
 
@@ -45,6 +51,7 @@ func (n *nodeConn) connect(ctx context.Context) error {
 		return fmt.Errorf("lab: enabling GTID tracking on %s: %w", n.addr, err)
 	}
 	n.c = c
+	n.rec = router.RecordResponses(c)
 	n.broken = false
 	return nil
 }
@@ -52,36 +59,62 @@ func (n *nodeConn) connect(ctx context.Context) error {
 // Execute implements Execer. After a network error the connection is
 // re-dialled on the next call.
 func (n *nodeConn) Execute(ctx context.Context, query string) (*mysql.Result, error) {
+	r, _, err := n.exec(ctx, query, false)
+	return r, err
+}
+
+// ExecuteWrite implements Execer: the GTID comes from the recorder's copy
+// of the response's last OK packet.
+func (n *nodeConn) ExecuteWrite(ctx context.Context, query string) (*mysql.Result, string, error) {
+	return n.exec(ctx, query, true)
+}
+
+// exec runs query, (re)connecting first if needed; with record it returns
+// the GTID of the response's last OK packet.
+func (n *nodeConn) exec(ctx context.Context, query string, record bool) (*mysql.Result, string, error) {
 	if n.c == nil || n.broken {
 		if n.c != nil {
 			n.c.Close()
 			n.c = nil
 		}
 		if err := n.connect(ctx); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	c := n.c
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	if record {
+		n.rec.Start()
+	}
 	r, err := c.Execute(query)
+	var g string
+	var gerr error
+	if record {
+		g, _, gerr = n.rec.LastOK() // stops recording on every path
+	}
 	if !stop() {
 		n.broken = true
 		if err == nil {
 			err = ctx.Err()
 		}
-		return nil, fmt.Errorf("lab: %s: %w", n.addr, errors.Join(ctx.Err(), err))
+		return nil, "", fmt.Errorf("lab: %s: %w", n.addr, errors.Join(ctx.Err(), err))
 	}
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
 			n.broken = true // network or protocol error: the connection is unusable
 		}
-		return nil, fmt.Errorf("lab: %s: %w", n.addr, err)
+		return nil, "", fmt.Errorf("lab: %s: %w", n.addr, err)
 	}
-	return r, nil
+	if gerr != nil {
+		// The statement succeeded but its OK packet could not be parsed:
+		// the write's GTID is unknown, so it is an error, not "".
+		return r, "", fmt.Errorf("lab: %s: reading the GTID from the OK packet: %w", n.addr, gerr)
+	}
+	return r, g, nil
 }
 
 // Close closes the connection.

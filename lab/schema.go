@@ -9,12 +9,25 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
-// Execer runs one SQL statement on one node. The lab's own connections
-// (nodeConn) implement it; a user's test may wrap its own client.
-// A committing statement's Result carries the transaction's GTID in
-// Result.SessionTracking.GTID when the connection tracks OWN_GTID.
+// Execer runs SQL statements on one node. The lab's own connections
+// (nodeConn, the router's sessions, the proxy's connections) implement it;
+// a user's test may wrap its own client.
+//
+// A write's GTID is never read from the Result: go-mysql v1.16.0 returns
+// the buffer holding an OK packet to a process-wide pool before Execute
+// returns, and Result.SessionTracking's strings alias it, so under
+// concurrency they may already hold another connection's bytes.
+// ExecuteWrite returns the GTID parsed from a private copy of the response
+// (router.RecordResponses for a go-mysql client.Conn).
 type Execer interface {
+	// Execute runs one statement.
 	Execute(ctx context.Context, query string) (*mysql.Result, error)
+	// ExecuteWrite runs one statement (a transaction's committing one: an
+	// autocommit write or COMMIT) and returns the GTID the server reported
+	// for it (session_track_gtids=OWN_GTID), taken from a private copy of
+	// the response's last OK packet; gtid is "" when it carried none. The
+	// Result's SessionTracking must not be used.
+	ExecuteWrite(ctx context.Context, query string) (res *mysql.Result, gtid string, err error)
 }
 
 // Workload is the schema and the read and write paths the ground truth is
@@ -24,7 +37,8 @@ type Execer interface {
 //
 //   - Write commits, in ONE transaction, the session's own row at version
 //     seq (never lowering it) and an increment of hot row hot; it returns
-//     the transaction's GTID (empty when the connection did not report one).
+//     the transaction's GTID (empty when the connection did not report one)
+//     as Execer.ExecuteWrite of the committing statement returned it.
 //   - Read answers from ONE read view (one statement, or one consistent
 //     snapshot transaction) the session's own row version and every hot
 //     row's version into hot (len(hot) == the hot row count).
@@ -124,17 +138,14 @@ func (w *DefaultWorkload) ReadQuery(session int) string {
 
 // Write implements Workload.
 func (w *DefaultWorkload) Write(ctx context.Context, primary Execer, session int, seq int64, hot int) (string, error) {
-	r, err := primary.Execute(ctx, w.WriteQuery(session, seq, hot))
+	r, g, err := primary.ExecuteWrite(ctx, w.WriteQuery(session, seq, hot))
 	if err != nil {
 		return "", err
 	}
 	if r.AffectedRows == 0 {
 		return "", fmt.Errorf("lab: write of session %d seq %d changed no row (schema not set up?)", session, seq)
 	}
-	if r.SessionTracking == nil {
-		return "", nil
-	}
-	return strings.Clone(r.SessionTracking.GTID), nil
+	return g, nil
 }
 
 // Read implements Workload.

@@ -173,8 +173,14 @@ type annotated struct {
 	prefix string
 }
 
+var _ Execer = annotated{}
+
 func (a annotated) Execute(ctx context.Context, q string) (*mysql.Result, error) {
 	return a.c.Execute(ctx, a.prefix+q)
+}
+
+func (a annotated) ExecuteWrite(ctx context.Context, q string) (*mysql.Result, string, error) {
+	return a.c.ExecuteWrite(ctx, a.prefix+q)
 }
 
 func (v *viaProxy) read(ctx context.Context, _ *worker, sess int, out *Read) {

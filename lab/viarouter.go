@@ -218,8 +218,33 @@ func (v *viaRouter) session(i int) *router.LiveSession {
 // captured by the router) to Execer.
 type primaryExec struct{ s *router.LiveSession }
 
+var (
+	_ Execer = primaryExec{}
+	_ Execer = (*routedQuery)(nil)
+)
+
 func (p primaryExec) Execute(ctx context.Context, q string) (*mysql.Result, error) {
 	return p.s.Exec(ctx, q)
+}
+
+// ExecuteWrite implements Execer. LiveSession.Exec parses the write's GTID
+// from the router's own copy of the OK packet and adds it to the session's
+// token; the GTID returned is what the statement added to the token (a
+// fresh GTID is never in it before), not Result.SessionTracking (which
+// aliases a buffer go-mysql has already returned to its pool). Exec's
+// errors (ErrMissingGTID with its result) pass through.
+func (p primaryExec) ExecuteWrite(ctx context.Context, q string) (*mysql.Result, string, error) {
+	before := p.s.State()
+	r, err := p.s.Exec(ctx, q)
+	after := p.s.State()
+	if !after.HasToken {
+		return r, "", err
+	}
+	added := after.Token
+	if before.HasToken {
+		added = after.Token.Subtract(before.Token)
+	}
+	return r, added.CompactString(), err
 }
 
 // routedQuery adapts LiveSession.Query (routed read) to Execer and keeps
@@ -227,6 +252,14 @@ func (p primaryExec) Execute(ctx context.Context, q string) (*mysql.Result, erro
 type routedQuery struct {
 	s    *router.LiveSession
 	read *router.Read
+}
+
+// errRoutedWrite: a routed read path was asked to run a write.
+var errRoutedWrite = errors.New("lab: a routed read cannot run a write (Workload.Read must not write)")
+
+// ExecuteWrite implements Execer; reads are routed, writes refused.
+func (r *routedQuery) ExecuteWrite(context.Context, string) (*mysql.Result, string, error) {
+	return nil, "", errRoutedWrite
 }
 
 func (r *routedQuery) Execute(ctx context.Context, q string) (*mysql.Result, error) {
