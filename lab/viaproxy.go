@@ -32,7 +32,7 @@ import (
 //
 // Tokens travel as a client without session tracking would carry them:
 // after each write the lab reads the connection's token (SELECT
-// @causal_token), clears it (SET @causal_token = ''), keeps it in the lab
+// @causal_token), clears it (SET @causal_token to the empty string), keeps it in the lab
 // session, and sends it with each later read of that session in a
 // /* consistent_read_id:session-<i>, causal_token:<token> */ comment.
 type viaProxy struct {
