@@ -18,6 +18,11 @@ type PredictOptions struct {
 	RTT time.Duration
 	// ReadService is a read's service time; default 500µs.
 	ReadService time.Duration
+	// NoFit predicts from the condition's inputs (SimModel) as they are,
+	// without fitting the simulator's lag to the measured one.
+	NoFit bool
+	// Fit bounds the fit of the replica model to the measured lag.
+	Fit FitOptions
 }
 
 // SimModel builds the simulator's replica model for a lab run: the SAME
@@ -64,6 +69,17 @@ func meanLogUniform(lo, hi time.Duration) time.Duration {
 
 // Predict runs the simulator on the lab run's workload parameters and
 // condition and attaches each router's prediction to res.Routers.
+//
+// The lab's lag is an input of the question, not an output: unless
+// o.NoFit, the replica model built from the condition's inputs (SimModel)
+// is first fitted so the simulator's lag (mean and p99) comes near the lag
+// the lab measured (FitLag: the heavy record's replay cost and the
+// straggler's stall length are the only knobs), and the routers are then
+// simulated on the fitted model with the same workload parameters. The
+// violation rates, primary shares and latencies are never fitted. The
+// notes say what was measured, what the fitted simulator achieved, the
+// knobs' values, and the lag of the unfitted inputs; a fit that fell short
+// of its tolerance says so there.
 func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int, routers []RouterSpec, o PredictOptions) error {
 	if o.Trials == 0 {
 		o.Trials = 4
@@ -78,20 +94,37 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 		return fmt.Errorf("lab: predict: %d routers for %d result rows", len(routers), len(res.Routers))
 	}
 	model := SimModel(res, cond)
-	c := res.Config
-	cfg := sim.Config{
-		Seed: c.Seed, Trials: o.Trials, Replicas: replicas, WritesPerSec: c.WriteRate,
-		Sessions: c.Sessions, Duration: time.Duration(c.DurationSec * float64(time.Second)),
-		ReadsPerWrite: c.ReadsPerWrite,
-		GapMin:        time.Duration(c.GapMinMs * float64(time.Millisecond)),
-		GapMax:        time.Duration(c.GapMaxMs * float64(time.Millisecond)),
-		RTT:           o.RTT, ReadService: o.ReadService, Model: &model,
-		Poll: time.Duration(c.PollMs * float64(time.Millisecond)),
+	cfg := simConfig(res, replicas, o)
+	cfg.Model = &model
+	desc := "same inputs, not fitted: "
+	if !o.NoFit {
+		fit, err := FitLag(ctx, cfg, res.Lag.MeanMs, res.Lag.P99Ms, o.Fit)
+		if err != nil {
+			return fmt.Errorf("lab: predict: %w", err)
+		}
+		if len(fit.Knobs) == 0 {
+			status := "within the fit's tolerance"
+			if !fit.Reached {
+				status = "NOT within the fit's tolerance (" + fit.Reason + ")"
+			}
+			res.Notes = append(res.Notes, fmt.Sprintf("Simulator lag not fitted (the condition has no heavy records and no straggler, the fit's only knobs): measured mean %.1f ms / p99 %.1f ms, simulator with the condition's inputs mean %.1f ms / p99 %.1f ms, %s.",
+				fit.TargetMeanMs, fit.TargetP99Ms, fit.BaseMeanMs, fit.BaseP99Ms, status))
+		} else {
+			res.Notes = append(res.Notes,
+				"Simulator lag fitted to the lab's: "+fit.String()+".",
+				fmt.Sprintf("Simulator lag with the condition's inputs unfitted (%s): mean %.1f ms, p99 %.1f ms.", describeModel(&model), fit.BaseMeanMs, fit.BaseP99Ms))
+			model = fit.Model
+			desc = "fitted to the measured lag: "
+			if !fit.Reached {
+				desc = "fit NOT reached, closest probe: "
+			}
+		}
 	}
 	specs := make([]sim.RouterSpec, len(routers))
 	for i, r := range routers {
 		specs[i] = sim.RouterSpec{Name: r.Name, Policy: r.Policy}
 	}
+	cfg.Model = &model
 	out, err := sim.Run(ctx, cfg, specs, nil)
 	if err != nil {
 		return fmt.Errorf("lab: simulator prediction: %w", err)
@@ -115,7 +148,28 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 		p.LagP99Ms /= n
 		res.Routers[i].Prediction = &p
 	}
-	res.SimModel = fmt.Sprintf("ship %v±%v, apply %v/txn, straggler=%v (stall every %v, mean %v), heavy p=%.2g cost %v",
-		model.ShipDelay, model.ShipJitter, model.ApplyCost, model.Straggler, model.StallEvery, model.StallMean, model.HeavyProb, model.HeavyCost)
+	res.SimModel = desc + describeModel(&model)
 	return nil
+}
+
+// describeModel is a replica model in one line.
+func describeModel(m *sim.ReplicaModel) string {
+	return fmt.Sprintf("ship %v±%v, apply %v/txn, straggler=%v (stall every %v, mean %v), heavy p=%.2g cost %v",
+		m.ShipDelay.Round(10*time.Microsecond), m.ShipJitter.Round(10*time.Microsecond), m.ApplyCost, m.Straggler,
+		m.StallEvery, m.StallMean.Round(time.Millisecond), m.HeavyProb, m.HeavyCost.Round(time.Millisecond))
+}
+
+// simConfig is the simulator's setup for a lab run: the same workload
+// parameters; the replica model is the caller's.
+func simConfig(res *Result, replicas int, o PredictOptions) sim.Config {
+	c := res.Config
+	return sim.Config{
+		Seed: c.Seed, Trials: o.Trials, Replicas: replicas, WritesPerSec: c.WriteRate,
+		Sessions: c.Sessions, Duration: time.Duration(c.DurationSec * float64(time.Second)),
+		ReadsPerWrite: c.ReadsPerWrite,
+		GapMin:        time.Duration(c.GapMinMs * float64(time.Millisecond)),
+		GapMax:        time.Duration(c.GapMaxMs * float64(time.Millisecond)),
+		RTT:           o.RTT, ReadService: o.ReadService,
+		Poll: time.Duration(c.PollMs * float64(time.Millisecond)),
+	}
 }
