@@ -2,11 +2,8 @@ package binlogwatch
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/okpacket"
 )
 
 func connectNode(b testing.TB, host string, port int, user, pw string, track bool) *client.Conn {
@@ -72,20 +70,19 @@ func BenchmarkFreshness(b *testing.B) {
 	// from Result.SessionTracking: go-mysql v1.16.0 returns the OK packet's
 	// buffer to a process-wide pool before Execute returns, and the poller
 	// below runs go-mysql queries concurrently with the write.
-	rec := &okRecorder{Conn: pc.Conn.Conn}
-	pc.Conn.Conn = rec
+	rec := okpacket.Install(pc)
 	write := func() gtid.GTID {
-		rec.start()
+		rec.Start()
 		r, err := pc.Execute("INSERT INTO bw.fresh (v) VALUES (1)")
-		raw := rec.stop()
+		tr, perr := rec.LastOK() // stops recording
 		if err != nil {
 			b.Fatal(err)
 		}
 		r.Close()
-		text, err := okGTID(raw)
-		if err != nil {
-			b.Fatal(err)
+		if perr != nil {
+			b.Fatal(perr)
 		}
+		text := tr.GTID
 		if text == "" {
 			b.Fatal("no GTID in the OK packet: session tracking is off")
 		}
@@ -173,133 +170,6 @@ func BenchmarkFreshness(b *testing.B) {
 	logStages(b, its)
 	b.Log("watcher without it (confirmation after the stream only):")
 	logStages(b, itsConfirm)
-}
-
-// okRecorder records what a go-mysql client connection reads while on, so
-// a test parses the OK packet from its own copy. It is the benchmark's
-// copy of router.RecordResponses (package router imports binlogwatch, so
-// this package's tests cannot import it). One goroutine at a time uses
-// the connection, so it needs no lock.
-type okRecorder struct {
-	net.Conn
-	on  bool
-	buf []byte
-}
-
-func (r *okRecorder) Read(p []byte) (int, error) {
-	n, err := r.Conn.Read(p)
-	if r.on && n > 0 {
-		r.buf = append(r.buf, p[:n]...)
-	}
-	return n, err
-}
-
-func (r *okRecorder) start() { r.on, r.buf = true, r.buf[:0] }
-
-// stop ends recording and returns the bytes read since start (valid until
-// the next start).
-func (r *okRecorder) stop() []byte { r.on = false; return r.buf }
-
-// okGTID returns the session-tracking GTID of the last packet of a
-// recorded response, which must be an OK packet (CLIENT_PROTOCOL_41 and
-// CLIENT_SESSION_TRACK negotiated); "" when it reported none. The string
-// is a copy.
-func okGTID(resp []byte) (string, error) {
-	var last []byte
-	for len(resp) >= 4 {
-		n := int(resp[0]) | int(resp[1])<<8 | int(resp[2])<<16
-		if len(resp) < 4+n {
-			return "", errors.New("truncated packet in the recorded response")
-		}
-		last, resp = resp[4:4+n], resp[4+n:]
-	}
-	if len(resp) != 0 || len(last) < 7 || last[0] != mysql.OK_HEADER {
-		return "", errors.New("the response does not end with an OK packet")
-	}
-	p := last[1:]
-	for range 2 { // affected rows, last insert id
-		_, n, ok := benchLenencInt(p)
-		if !ok {
-			return "", errors.New("malformed OK packet: lengths")
-		}
-		p = p[n:]
-	}
-	if len(p) < 4 {
-		return "", errors.New("malformed OK packet: status")
-	}
-	status := binary.LittleEndian.Uint16(p)
-	p = p[4:] // status, warnings
-	if len(p) == 0 {
-		return "", nil
-	}
-	_, n, ok := benchLenencStr(p) // info
-	if !ok {
-		return "", errors.New("malformed OK packet: info")
-	}
-	p = p[n:]
-	if status&mysql.SERVER_SESSION_STATE_CHANGED == 0 || len(p) == 0 {
-		return "", nil
-	}
-	block, _, ok := benchLenencStr(p)
-	if !ok {
-		return "", errors.New("malformed OK packet: session-tracking block")
-	}
-	for p = block; len(p) > 0; {
-		typ := p[0]
-		data, n, ok := benchLenencStr(p[1:])
-		if !ok {
-			return "", errors.New("malformed OK packet: session-tracking entry")
-		}
-		p = p[1+n:]
-		if typ != mysql.SESSION_TRACK_GTIDS {
-			continue
-		}
-		if len(data) < 1 || data[0] != 0 {
-			return "", errors.New("unknown session-tracking GTID format")
-		}
-		g, _, ok := benchLenencStr(data[1:])
-		if !ok {
-			return "", errors.New("malformed OK packet: GTID")
-		}
-		return string(g), nil
-	}
-	return "", nil
-}
-
-// benchLenencInt reads a length-encoded integer (ok false when b is too
-// short or starts with a NULL/ERR marker).
-func benchLenencInt(b []byte) (v uint64, n int, ok bool) {
-	if len(b) == 0 {
-		return 0, 0, false
-	}
-	switch b[0] {
-	case 0xfc:
-		n = 3
-	case 0xfd:
-		n = 4
-	case 0xfe:
-		n = 9
-	case 0xfb, 0xff:
-		return 0, 0, false
-	default:
-		return uint64(b[0]), 1, true
-	}
-	if len(b) < n {
-		return 0, 0, false
-	}
-	for i := n - 1; i >= 1; i-- {
-		v = v<<8 | uint64(b[i])
-	}
-	return v, n, true
-}
-
-// benchLenencStr reads a length-encoded string; n is the bytes consumed.
-func benchLenencStr(b []byte) (s []byte, n int, ok bool) {
-	l, n, ok := benchLenencInt(b)
-	if !ok || uint64(len(b)-n) < l {
-		return nil, 0, false
-	}
-	return b[n : n+int(l)], n + int(l), true
 }
 
 // watchSeen is when a reader of a watcher first saw a set published.
@@ -446,39 +316,4 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 	b.ReportMetric(float64(commits)/b.Elapsed().Seconds(), "trx/s")
 	b.ReportMetric(float64(events)/float64(commits), "events/trx")
-}
-
-// TestOKGTID: the benchmark's OK-packet parser finds the GTID, reports
-// none without session tracking, and rejects what is not a whole OK packet
-// (no panic on short input).
-func TestOKGTID(t *testing.T) {
-	const g = "3e11fa47-71ca-11e1-9e33-c80aa9429562:23"
-	entry := append([]byte{0, byte(len(g))}, g...) // spec 0, GTID
-	block := append([]byte{mysql.SESSION_TRACK_GTIDS, byte(len(entry))}, entry...)
-	st := uint16(mysql.SERVER_STATUS_AUTOCOMMIT | mysql.SERVER_SESSION_STATE_CHANGED)
-	ok := []byte{mysql.OK_HEADER, 1, 0, byte(st), byte(st >> 8), 0, 0, 0} // rows 1, id 0, status, warnings, info ""
-	ok = append(ok, byte(len(block)))
-	ok = append(ok, block...)
-	pkt := func(seq byte, body []byte) []byte {
-		return append([]byte{byte(len(body)), byte(len(body) >> 8), byte(len(body) >> 16), seq}, body...)
-	}
-	got, err := okGTID(pkt(1, ok))
-	if err != nil || got != g {
-		t.Fatalf("okGTID = %q, %v; want %q", got, err, g)
-	}
-	plain := []byte{mysql.OK_HEADER, 1, 0, 2, 0, 0, 0} // no state change, no info
-	if got, err := okGTID(pkt(1, plain)); err != nil || got != "" {
-		t.Fatalf("okGTID without tracking = %q, %v; want \"\", nil", got, err)
-	}
-	errPkt := []byte{0xff, 0x15, 0x04, '#'}
-	for name, resp := range map[string][]byte{
-		"empty":       nil,
-		"error":       pkt(1, errPkt),
-		"truncated":   pkt(1, ok)[:10],
-		"short block": pkt(1, ok[:len(ok)-5]),
-	} {
-		if got, err := okGTID(resp); err == nil {
-			t.Errorf("%s: okGTID = %q, nil; want an error", name, got)
-		}
-	}
 }

@@ -227,24 +227,17 @@ func (p primaryExec) Execute(ctx context.Context, q string) (*mysql.Result, erro
 	return p.s.Exec(ctx, q)
 }
 
-// ExecuteWrite implements Execer. LiveSession.Exec parses the write's GTID
-// from the router's own copy of the OK packet and adds it to the session's
-// token; the GTID returned is what the statement added to the token (a
-// fresh GTID is never in it before), not Result.SessionTracking (which
-// aliases a buffer go-mysql has already returned to its pool). Exec's
-// errors (ErrMissingGTID with its result) pass through.
+// ExecuteWrite implements Execer. LiveSession.ExecGTID parses the write's
+// GTID from the router's own copy of the OK packet (never
+// Result.SessionTracking, which aliases a buffer go-mysql has already
+// returned to its pool), adds it to the session's token and returns it.
+// Its errors (ErrMissingGTID with its result) pass through.
 func (p primaryExec) ExecuteWrite(ctx context.Context, q string) (*mysql.Result, string, error) {
-	before := p.s.State()
-	r, err := p.s.Exec(ctx, q)
-	after := p.s.State()
-	if !after.HasToken {
+	r, set, err := p.s.ExecGTID(ctx, q)
+	if set.IsEmpty() {
 		return r, "", err
 	}
-	added := after.Token
-	if before.HasToken {
-		added = after.Token.Subtract(before.Token)
-	}
-	return r, added.CompactString(), err
+	return r, set.CompactString(), err
 }
 
 // routedQuery adapts LiveSession.Query (routed read) to Execer and keeps

@@ -220,6 +220,15 @@ func (s *LiveSession) pinReason() string {
 // a GTID returns ErrMissingGTID (with the result): the token would be
 // wrong.
 func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mysql.Result, error) {
+	res, _, err := s.ExecGTID(ctx, query, args...)
+	return res, err
+}
+
+// ExecGTID is Exec that also returns the GTID set the primary reported for
+// the statement (parsed from the router's own copy of the OK packet, the
+// set Exec added to the session's token): empty when the statement
+// committed nothing (or its transaction is still open) and on every error.
+func (s *LiveSession) ExecGTID(ctx context.Context, query string, args ...any) (*mysql.Result, gtid.Set, error) {
 	r := s.r
 	r.mu.Lock()
 	primary, epoch := r.st.Primary, r.st.Epoch
@@ -232,13 +241,13 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 		lost := s.inTx
 		s.release(false)
 		if lost {
-			return nil, ErrTxLost
+			return nil, gtid.Set{}, ErrTxLost
 		}
 	}
 	if s.prim == nil {
 		pc, err := r.prim.get(ctx, primary)
 		if err != nil {
-			return nil, err
+			return nil, gtid.Set{}, err
 		}
 		s.prim = pc
 	}
@@ -251,10 +260,10 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
 			s.release(false) // broken connection: a transaction on it is rolled back
-			return nil, err
+			return nil, gtid.Set{}, err
 		}
 		s.settle(wasPinned)
-		return nil, err
+		return nil, gtid.Set{}, err
 	}
 	nowInTx := s.prim.c.IsInTransaction()
 	if nowInTx && res.AffectedRows > 0 {
@@ -270,7 +279,7 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 		}
 	} else if !errors.Is(err, errNoOK) {
 		s.release(false)
-		return res, fmt.Errorf("%w: %v", ErrMissingGTID, err)
+		return res, gtid.Set{}, fmt.Errorf("%w: %v", ErrMissingGTID, err)
 	}
 	ended := s.inTx && !nowInTx
 	wrote := (!nowInTx && !s.inTx && res.AffectedRows > 0) || (ended && s.txDirty)
@@ -281,13 +290,13 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 	s.settle(wasPinned)
 	if g == "" {
 		if wrote {
-			return res, fmt.Errorf("%w: %q affected rows", ErrMissingGTID, truncate(query))
+			return res, gtid.Set{}, fmt.Errorf("%w: %q affected rows", ErrMissingGTID, truncate(query))
 		}
-		return res, nil
+		return res, gtid.Set{}, nil
 	}
 	set, err := gtid.Parse(g)
 	if err != nil {
-		return res, fmt.Errorf("%w: unparsable GTID %q: %v", ErrMissingGTID, g, err)
+		return res, gtid.Set{}, fmt.Errorf("%w: unparsable GTID %q: %v", ErrMissingGTID, g, err)
 	}
 	RecordWrite(&s.st, set, epoch, r.now())
 	r.mu.Lock()
@@ -296,7 +305,7 @@ func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mys
 	}
 	r.mu.Unlock()
 	r.m.writes.Inc()
-	return res, nil
+	return res, set, nil
 }
 
 // settle returns the connection to the pool after a statement unless
