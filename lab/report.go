@@ -90,7 +90,7 @@ func Notes(res *Result) []string {
 	}
 	if len(res.Routers) > 0 && res.Routers[0].Prediction != nil {
 		p := res.Routers[0].Prediction
-		n = append(n, fmt.Sprintf("Simulator lag for the same inputs: mean %.1f ms, p99 %.1f ms (model: %s). Violation %% columns are per served read (lab) and per read (sim).",
+		n = append(n, fmt.Sprintf("Simulator lag (its model fitted to the measured lag unless a note says otherwise): mean %.1f ms, p99 %.1f ms (model: %s). Violation %% columns are per served read (lab) and per read (sim).",
 			p.LagMeanMs, p.LagP99Ms, res.SimModel))
 	}
 	n = append(n, fmt.Sprintf("Driver: %.0f reads/s over %.1f s measured (%.1f s with setup); condition did %d stalls, %d heavy transactions, %d fault errors; %d position polls, %d failed.",
