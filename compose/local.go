@@ -496,12 +496,76 @@ func (b *localBackend) signal(name string, sig syscall.Signal) error {
 	return nil
 }
 
-func (b *localBackend) pause(_ context.Context, name string) error {
-	return b.signal(name, syscall.SIGSTOP)
+// pause stops the node's process and returns once the kernel reports it
+// stopped: signal delivery is asynchronous, and a multi-threaded mysqld can
+// still answer a query for a moment after SIGSTOP is sent.
+func (b *localBackend) pause(ctx context.Context, name string) error {
+	if err := b.signal(name, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return b.awaitCondition(ctx, name, func(c condition) bool {
+		return c == condDown || (c == condPaused && b.allThreadsStopped(name))
+	})
 }
 
-func (b *localBackend) resume(_ context.Context, name string) error {
-	return b.signal(name, syscall.SIGCONT)
+// allThreadsStopped reports whether every thread of the node's process is
+// stopped (the main thread can stop before the others have).
+func (b *localBackend) allThreadsStopped(name string) bool {
+	s, err := b.server(name)
+	if err != nil {
+		return false
+	}
+	pid, _ := s.alive()
+	if pid == 0 {
+		return false
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
+			return false
+		}
+	}
+	return true
+}
+
+// resume continues the node's process and returns once it is no longer
+// reported stopped.
+func (b *localBackend) resume(ctx context.Context, name string) error {
+	if err := b.signal(name, syscall.SIGCONT); err != nil {
+		return err
+	}
+	return b.awaitCondition(ctx, name, func(c condition) bool { return c != condPaused })
+}
+
+// awaitCondition polls the node's process state until done holds, for at
+// most 5 s.
+func (b *localBackend) awaitCondition(ctx context.Context, name string, done func(condition) bool) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := b.condition(ctx, name)
+		if err != nil {
+			return err
+		}
+		if done(c) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("compose: %s: process state still %q after 5s", name, c)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 func (b *localBackend) condition(_ context.Context, name string) (condition, error) {
