@@ -343,12 +343,7 @@ func newLabChaosCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return labRun(cmd, &f, "lab chaos", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
-				if f.routers != "" {
-					var err error
-					if cfg.Routers, err = lab.ParseRouters(f.routers); err != nil {
-						return nil, err
-					}
-				}
+				// --routers was already parsed into cfg.Routers by labFlags.parse.
 				r, err := lab.Chaos(ctx, topo, lab.ChaosOptions{Config: cfg, Every: every})
 				return []*lab.Result{r}, err
 			})
