@@ -17,8 +17,8 @@ type backendConn struct {
 	conn *client.Conn
 	// broken is set after an I/O error: the connection is unusable.
 	broken bool
-	// buf is reused for relayed packets.
-	buf []byte
+	// buf is reused for relayed packets; cmd for the command sent.
+	buf, cmd []byte
 }
 
 // BackendError is a failure to reach or talk to a backend. It never holds

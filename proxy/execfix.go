@@ -7,6 +7,8 @@ import (
 	"net"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/internal/okpacket"
 )
 
 // execFixConn is the client connection as go-mysql's server sees it after
@@ -54,6 +56,19 @@ type execFixConn struct {
 	// wbuf holds coalesced writes; werr is the first write error.
 	wbuf []byte
 	werr error
+	// exec is the last packet read (header included, after the rewrite)
+	// when it was a COM_STMT_EXECUTE, else nil; valid until the next
+	// packet is read, so during the handler's call: the session relays it
+	// raw to the backend.
+	exec []byte
+	// longData holds the COM_STMT_SEND_LONG_DATA chunks of each statement
+	// id by parameter, swallowed here (the command has no response) and
+	// put into the next COM_STMT_EXECUTE of the statement as ordinary
+	// values: go-mysql's server cannot bind an execution whose values were
+	// sent as long data (it reports a malformed packet), and the backend
+	// that will run the statement is chosen only at execution. Cleared at
+	// execution, COM_STMT_RESET and (by the session) COM_STMT_CLOSE.
+	longData map[uint32]map[uint16][]byte
 }
 
 // wbufMax is the largest write buffer: bigger results stream in chunks.
@@ -146,8 +161,10 @@ func (c *execFixConn) Read(p []byte) (int, error) {
 	length := int(hdr[0]) | int(hdr[1])<<8 | int(hdr[2])<<16
 	continuation := c.continued
 	c.continued = length == 0xffffff
+	c.exec = nil
 	if !continuation && length > 0 && length <= maxFixPacket {
-		if first, err := c.r.Peek(1); err == nil && first[0] == mysql.COM_STMT_EXECUTE {
+		first, err := c.r.Peek(1)
+		if err == nil && first[0] == mysql.COM_STMT_EXECUTE {
 			c.buf = append(c.buf[:0], hdr[:]...)
 			c.buf = append(c.buf, make([]byte, length)...)
 			if _, err := io.ReadFull(c.r, c.buf[4:]); err != nil {
@@ -155,7 +172,27 @@ func (c *execFixConn) Read(p []byte) (int, error) {
 			}
 			c.buf = c.fix(c.buf)
 			c.out = c.buf
+			c.exec = c.buf
 			return c.Read(p)
+		}
+		if err == nil && first[0] == mysql.COM_STMT_SEND_LONG_DATA && length >= 7 {
+			if b, err := c.r.Peek(7); err == nil {
+				id, param := binary.LittleEndian.Uint32(b[1:5]), binary.LittleEndian.Uint16(b[5:7])
+				if sp := c.params[id]; sp != nil && int(param) < sp.n {
+					if _, err := c.r.Discard(7); err != nil {
+						return 0, err
+					}
+					if err := c.keepLongData(id, param, length-7); err != nil {
+						return 0, err
+					}
+					return c.Read(p) // no response: go on with the next packet
+				}
+			}
+		}
+		if err == nil && first[0] == mysql.COM_STMT_RESET && length >= 5 {
+			if b, err := c.r.Peek(5); err == nil {
+				delete(c.longData, binary.LittleEndian.Uint32(b[1:5]))
+			}
 		}
 	} else if !continuation && length > maxFixPacket {
 		if first, err := c.r.Peek(1); err == nil && first[0] == mysql.COM_STMT_EXECUTE {
@@ -168,10 +205,134 @@ func (c *execFixConn) Read(p []byte) (int, error) {
 	return c.Read(p)
 }
 
-// fix rewrites one buffered COM_STMT_EXECUTE packet (header included) when
-// it omits the parameter types, and remembers the types when it carries
-// them. It returns the packet to pass on.
+// keepLongData reads n bytes of a COM_STMT_SEND_LONG_DATA chunk for
+// statement id's parameter param. Chunks past maxFixPacket in all are
+// dropped and counted (the execution then fails in go-mysql's server).
+func (c *execFixConn) keepLongData(id uint32, param uint16, n int) error {
+	if c.longData == nil {
+		c.longData = map[uint32]map[uint16][]byte{}
+	}
+	ps := c.longData[id]
+	if ps == nil {
+		ps = map[uint16][]byte{}
+		c.longData[id] = ps
+	}
+	total := n
+	for _, v := range ps {
+		total += len(v)
+	}
+	if total > maxFixPacket-64 {
+		c.unfixable("long_data_too_large")
+		_, err := c.r.Discard(n)
+		return err
+	}
+	v := ps[param]
+	start := len(v)
+	v = append(v, make([]byte, n)...)
+	if _, err := io.ReadFull(c.r, v[start:]); err != nil {
+		return err
+	}
+	ps[param] = v
+	return nil
+}
+
+// fix rewrites one buffered COM_STMT_EXECUTE packet (header included)
+// when it omits the parameter types, and remembers the types when it
+// carries them; values sent before as long data are put in (inline). It
+// returns the packet to pass on.
 func (c *execFixConn) fix(pkt []byte) []byte {
+	out := c.fixTypes(pkt)
+	if len(pkt) < 9 {
+		return out
+	}
+	id := binary.LittleEndian.Uint32(pkt[5:9])
+	if ld := c.longData[id]; ld != nil {
+		delete(c.longData, id) // MySQL forgets long data at execution
+		if sp := c.params[id]; sp != nil {
+			out = c.inline(out, sp.n, ld)
+		}
+	}
+	return out
+}
+
+// inline returns the COM_STMT_EXECUTE packet pkt (header included, with
+// types) with the long-data values of ld written in as ordinary values.
+// A packet it cannot parse passes unchanged and is counted.
+func (c *execFixConn) inline(pkt []byte, n int, ld map[uint16][]byte) []byte {
+	payload := pkt[4:]
+	nb := (n + 7) >> 3
+	flagAt := 10 + nb
+	if n == 0 || len(payload) < flagAt+1+2*n || payload[flagAt] != 1 {
+		c.unfixable("long_data_unbound")
+		return pkt
+	}
+	nulls := payload[10:flagAt]
+	types := payload[flagAt+1 : flagAt+1+2*n]
+	values := payload[flagAt+1+2*n:]
+	out := make([]byte, 4, len(pkt)+64)
+	out = append(out, payload[:flagAt+1+2*n]...)
+	pos := 0
+	for i := range n {
+		if nulls[i>>3]&(1<<(i&7)) != 0 {
+			continue
+		}
+		if v, ok := ld[uint16(i)]; ok {
+			out = append(out, mysql.PutLengthEncodedInt(uint64(len(v)))...)
+			out = append(out, v...)
+			continue
+		}
+		size, ok := binaryValueSize(types[2*i], values[pos:])
+		if !ok {
+			c.unfixable("long_data_unparsable")
+			return pkt
+		}
+		out = append(out, values[pos:pos+size]...)
+		pos += size
+	}
+	l := len(out) - 4
+	if l > maxFixPacket {
+		c.unfixable("split_packet")
+		return pkt
+	}
+	out[0], out[1], out[2], out[3] = byte(l), byte(l>>8), byte(l>>16), pkt[3]
+	return out
+}
+
+// binaryValueSize is the length of the first value in b, a parameter of
+// MySQL type typ in the binary protocol; false if b is too short.
+func binaryValueSize(typ byte, b []byte) (int, bool) {
+	size := 0
+	switch typ {
+	case mysql.MYSQL_TYPE_NULL:
+		size = 0
+	case mysql.MYSQL_TYPE_TINY:
+		size = 1
+	case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
+		size = 2
+	case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_FLOAT:
+		size = 4
+	case mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_DOUBLE:
+		size = 8
+	case mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_TIME:
+		if len(b) < 1 {
+			return 0, false
+		}
+		size = 1 + int(b[0])
+	default: // strings, decimals, blobs, JSON, BIT, ENUM, SET, geometry
+		l, hdr, ok := okpacket.LenencInt(b)
+		if !ok || l > uint64(len(b)) {
+			return 0, false
+		}
+		size = hdr + int(l)
+	}
+	if size > len(b) {
+		return 0, false
+	}
+	return size, true
+}
+
+// fixTypes is fix's type rewrite.
+func (c *execFixConn) fixTypes(pkt []byte) []byte {
 	payload := pkt[4:]
 	// cmd(1) stmt_id(4) flags(1) iteration_count(4) null_bitmap new_params_bound(1) [types] values
 	if len(payload) < 10 {

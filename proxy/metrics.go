@@ -31,6 +31,12 @@ type metrics struct {
 	backendErrors *prometheus.CounterVec
 	// replayFailures counts session replays that failed on a backend.
 	replayFailures *prometheus.CounterVec
+	// executes counts prepared-statement executions by path: raw (the
+	// client's packet and the binary result relayed unchanged) or decoded
+	// (through go-mysql's client), with why it could not be raw.
+	executes *prometheus.CounterVec
+	// executesRaw is executes{path="raw",reason=""}, resolved once.
+	executesRaw prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -50,9 +56,12 @@ func newMetrics() *metrics {
 			Name: "causallab_proxy_backend_errors_total", Help: "Backend failures by backend and operation."}, []string{"backend", "op"}),
 		replayFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_replay_failures_total", Help: "Session replays that failed, by backend."}, []string{"backend"}),
+		executes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_stmt_executes_total", Help: "Prepared-statement executions by path (raw or decoded) and why not raw."}, []string{"path", "reason"}),
 	}
+	m.executesRaw = m.executes.WithLabelValues("raw", "")
 	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
-		m.clientErrors, m.backendErrors, m.replayFailures,
+		m.clientErrors, m.backendErrors, m.replayFailures, m.executes,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

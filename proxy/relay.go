@@ -3,10 +3,13 @@ package proxy
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/server"
+
+	"github.com/causallab/causallab/gtid"
 )
 
 // relayOut is what the proxy learnt from a relayed response.
@@ -20,6 +23,10 @@ type relayOut struct {
 	serverErr bool
 	// code is the ERR packet's error code.
 	code uint16
+	// watermark is the node's executed set read right after the command
+	// (relayReq.watermark), unless wmErr says why it could not be read.
+	watermark gtid.Set
+	wmErr     error
 }
 
 // errClientGone: writing to the client failed; the backend response was
@@ -37,25 +44,187 @@ type relayError struct {
 func (e *relayError) Error() string { return e.err.Error() }
 func (e *relayError) Unwrap() error { return e.err }
 
-// relay sends a COM_QUERY to bc and streams the response packets to the
-// client cc unchanged, except OK packets, which are re-encoded for the
+// watermarkQuery reads a node's executed set: the router's sound
+// monotonic-reads watermark when run right after a read on the same
+// connection.
+const watermarkQuery = "SELECT @@GLOBAL.gtid_executed"
+
+// watermarkCmd is watermarkQuery's COM_QUERY payload (never modified).
+var watermarkCmd = append([]byte{mysql.COM_QUERY}, watermarkQuery...)
+
+// relayReq is one command relayed raw from a backend to the client.
+type relayReq struct {
+	// op names the command in errors ("query", "execute").
+	op string
+	// cmd is the command's payload (command byte onward).
+	cmd []byte
+	// wantGTIDs: forward session-tracking GTIDs to the client.
+	wantGTIDs bool
+	// watermark: pipeline watermarkQuery behind the command (one write,
+	// the server runs it right after the command) and read its answer
+	// after the command's response was relayed and flushed to the client.
+	watermark bool
+	// flush sends the client's buffered response before the watermark's
+	// answer is read (nil: nothing to flush).
+	flush func() error
+}
+
+// relay sends a COM_QUERY to bc and streams the response to the client
+// (see relayCmd).
+func relay(cc *server.Conn, bc *backendConn, query string, wantGTIDs bool) (relayOut, error) {
+	return relayQuery(cc, bc, query, relayReq{op: "query", wantGTIDs: wantGTIDs})
+}
+
+// relayQuery relays the COM_QUERY of query with req's options.
+func relayQuery(cc *server.Conn, bc *backendConn, query string, req relayReq) (relayOut, error) {
+	bc.cmd = append(append(bc.cmd[:0], mysql.COM_QUERY), query...)
+	req.cmd = bc.cmd
+	out, err := relayCmd(cc, bc, req)
+	if cap(bc.cmd) > 1<<20 {
+		bc.cmd = nil
+	}
+	return out, err
+}
+
+// relayCmd sends a command (COM_QUERY, or a COM_STMT_EXECUTE whose binary
+// result has the same framing) to bc and streams the response packets to
+// the client cc unchanged, except OK packets, which are re-encoded for the
 // client's capabilities (the session-tracking block is forwarded only when
 // the client negotiated CLIENT_SESSION_TRACK and asked for GTIDs). Several
-// result sets (CALL) are relayed in turn. Rows are never buffered.
-func relay(cc *server.Conn, bc *backendConn, query string, wantGTIDs bool) (relayOut, error) {
-	var out relayOut
-	data := append(bc.buf[:0], 0, 0, 0, 0, mysql.COM_QUERY)
-	data = append(data, query...)
-	bc.conn.ResetSequence()
-	if err := bc.conn.WritePacket(data); err != nil {
+// result sets (CALL) are relayed in turn. Rows are never buffered. With
+// req.watermark, the node's executed set read right after the command is
+// in relayOut.watermark (or the reason it is not, in relayOut.wmErr).
+func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
+	if err := bc.send(req.cmd, req.watermark); err != nil {
 		bc.broken = true
-		return out, &relayError{err: backendErr(bc.b, "query", err)}
+		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
 	}
-	if cap(data) > 1<<20 {
-		data = make([]byte, 0, 4096)
+	out, err := relayResponse(cc, bc, req.op, req.wantGTIDs)
+	if !req.watermark || bc.broken {
+		return out, err
 	}
-	bc.buf = data[:0]
+	// The command's response is complete: let the client have it while
+	// the watermark's answer (already computed by the server) is read.
+	if req.flush != nil && err == nil {
+		_ = req.flush() // a failure surfaces at the client's next read
+	}
+	out.watermark, out.wmErr = bc.readWatermark()
+	return out, err
+}
 
+// send writes cmd as one packet (sequence 0) and, with watermark,
+// watermarkQuery as a second command behind it, in one write when both
+// fit in single packets.
+func (bc *backendConn) send(cmd []byte, watermark bool) error {
+	c := bc.conn
+	if len(cmd) >= mysql.MaxPayloadLen || c.Compression != mysql.MYSQL_COMPRESS_NONE {
+		c.ResetSequence()
+		data := append(append(bc.buf[:0], 0, 0, 0, 0), cmd...)
+		err := c.WritePacket(data)
+		bc.keepBuf(data)
+		if err != nil || !watermark {
+			return err
+		}
+		c.ResetSequence()
+		data = append(append(bc.buf[:0], 0, 0, 0, 0), watermarkCmd...)
+		err = c.WritePacket(data)
+		c.Sequence = 1
+		return err
+	}
+	data := appendPacket(bc.buf[:0], cmd)
+	if watermark {
+		data = appendPacket(data, watermarkCmd)
+	}
+	_, err := c.Conn.Write(data)
+	bc.keepBuf(data)
+	c.Sequence = 1 // the response's first packet
+	return err
+}
+
+// appendPacket appends payload as one packet with sequence number 0.
+func appendPacket(dst, payload []byte) []byte {
+	n := len(payload)
+	dst = append(dst, byte(n), byte(n>>8), byte(n>>16), 0)
+	return append(dst, payload...)
+}
+
+// keepBuf keeps data's array as the connection's packet buffer unless it
+// grew too big to keep.
+func (bc *backendConn) keepBuf(data []byte) {
+	if cap(data) <= 1<<20 {
+		bc.buf = data[:0]
+	} else {
+		bc.buf = make([]byte, 0, 4096)
+	}
+}
+
+// readWatermark reads the answer to the pipelined watermarkQuery: a
+// one-row, one-column result set, or the server's ERR packet.
+func (bc *backendConn) readWatermark() (gtid.Set, error) {
+	c := bc.conn
+	c.Sequence = 1
+	fail := func(err error) (gtid.Set, error) {
+		bc.broken = true
+		return gtid.Set{}, backendErr(bc.b, "watermark", err)
+	}
+	pkt, err := c.ReadPacketReuseMem(bc.buf[:0])
+	if err != nil {
+		return fail(err)
+	}
+	if len(pkt) == 0 {
+		return fail(errors.New("empty packet"))
+	}
+	if pkt[0] == mysql.ERR_HEADER {
+		// A statement error: the connection is still in sync.
+		return gtid.Set{}, backendErr(bc.b, "watermark", c.HandleErrorPacket(pkt))
+	}
+	n, _, _ := mysql.LengthEncodedInt(pkt)
+	for i := uint64(0); i < n; i++ { // column definitions
+		if _, err := c.ReadPacketReuseMem(bc.buf[:0]); err != nil {
+			return fail(err)
+		}
+	}
+	if _, err := c.ReadPacketReuseMem(bc.buf[:0]); err != nil { // EOF after the columns
+		return fail(err)
+	}
+	var (
+		text  string
+		found bool
+	)
+	for {
+		pkt, err = c.ReadPacketReuseMem(bc.buf[:0])
+		if err != nil {
+			return fail(err)
+		}
+		if len(pkt) > 0 && pkt[0] == mysql.EOF_HEADER && len(pkt) < 9 {
+			break
+		}
+		if len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER {
+			return gtid.Set{}, backendErr(bc.b, "watermark", c.HandleErrorPacket(pkt))
+		}
+		if !found {
+			v, isNull, _, err := mysql.LengthEncodedString(pkt)
+			if err != nil || isNull {
+				bc.keepBuf(pkt)
+				return fail(fmt.Errorf("unreadable @@GLOBAL.gtid_executed row"))
+			}
+			text, found = string(v), true // copied: pkt is reused
+		}
+		bc.keepBuf(pkt)
+	}
+	if !found {
+		return fail(errors.New("@@GLOBAL.gtid_executed returned no row"))
+	}
+	set, err := gtid.Parse(text)
+	if err != nil {
+		return gtid.Set{}, backendErr(bc.b, "watermark", err)
+	}
+	return set, nil
+}
+
+// relayResponse streams one command's response from bc to the client.
+func relayResponse(cc *server.Conn, bc *backendConn, op string, wantGTIDs bool) (relayOut, error) {
+	var out relayOut
 	written := false
 	clientOK := true
 	// write forwards one packet (with its 4-byte header room) to the client.
@@ -73,11 +242,11 @@ func relay(cc *server.Conn, bc *backendConn, query string, wantGTIDs bool) (rela
 		pkt, err := bc.conn.ReadPacketReuseMem(bc.buf[:4])
 		if err != nil {
 			bc.broken = true
-			return nil, &relayError{err: backendErr(bc.b, "query", err), partial: written}
+			return nil, &relayError{err: backendErr(bc.b, op, err), partial: written}
 		}
 		if len(pkt) == 4 {
 			bc.broken = true
-			return nil, &relayError{err: &BackendError{Backend: bc.b.Name, Op: "query", Msg: "empty packet"}, partial: written}
+			return nil, &relayError{err: &BackendError{Backend: bc.b.Name, Op: op, Msg: "empty packet"}, partial: written}
 		}
 		if cap(pkt) <= 1<<20 {
 			bc.buf = pkt[:0]
@@ -111,7 +280,7 @@ func relay(cc *server.Conn, bc *backendConn, query string, wantGTIDs bool) (rela
 			bc.conn.Sequence = pkt[3] + 1
 			if err := bc.conn.WritePacket([]byte{0, 0, 0, 0}); err != nil {
 				bc.broken = true
-				return out, &relayError{err: backendErr(bc.b, "query", err), partial: written}
+				return out, &relayError{err: backendErr(bc.b, op, err), partial: written}
 			}
 			continue
 		}

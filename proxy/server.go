@@ -328,6 +328,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		s.m.clientErrors.WithLabelValues("stmt_execute_unfixable_" + reason).Inc()
 	})
 	cc.Conn.Conn = fc
+	sess.fc = fc
 	if ctx.Err() != nil {
 		_ = c.SetReadDeadline(time.Now())
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -35,6 +36,9 @@ type session struct {
 	ctx context.Context
 	id  uint32
 	cc  *server.Conn
+	// fc is cc's connection below go-mysql's packet layer (nil in tests
+	// without a listener): buffered writes, the raw COM_STMT_EXECUTE.
+	fc *execFixConn
 
 	// db is the current default schema (handshake or COM_INIT_DB).
 	db string
@@ -75,6 +79,8 @@ type pstmt struct {
 	class Stmt
 	// id is go-mysql's statement id (execFixConn's key).
 	id uint32
+	// params is the statement's parameter count.
+	params int
 	// onPrimary is prepared at COM_STMT_PREPARE; onReplica lazily.
 	onPrimary *client.Stmt
 	onReplica map[int]*client.Stmt
@@ -384,7 +390,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
-		out, err = relay(s.cc, bc, query, s.wantGTIDs)
+		out, err = relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush})
 		if err != nil {
 			var re *relayError
 			// Never retried: the client may have part of the response, or
@@ -396,11 +402,10 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			return gtid.Set{}, &relayedServerErr{me: mysql.NewError(out.code, "relayed")}
 		}
 		if t.Watermark {
-			wm, err := s.executed(bc)
-			if err != nil {
-				return gtid.Set{}, &router.RunError{Err: err, NodeFailed: true}
+			if out.wmErr != nil {
+				return gtid.Set{}, &router.RunError{Err: out.wmErr, NodeFailed: true}
 			}
-			return wm, nil
+			return out.watermark, nil
 		}
 		return gtid.Set{}, nil
 	})
@@ -615,6 +620,14 @@ func (s *session) waitOn(_ context.Context, t router.Target, need gtid.Set, d ti
 	return v == 0, nil
 }
 
+// flush sends the client's buffered response now.
+func (s *session) flush() error {
+	if s.fc == nil {
+		return nil
+	}
+	return s.fc.Flush()
+}
+
 // executed reads the node's @@GLOBAL.gtid_executed on the session's
 // connection right after a read (the router's sound watermark).
 func (s *session) executed(bc *backendConn) (gtid.Set, error) {
@@ -671,7 +684,7 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	if err != nil {
 		return 0, 0, nil, s.backendFailure(s.primary, err)
 	}
-	p := &pstmt{query: q, class: st, id: id, onPrimary: cs, onReplica: map[int]*client.Stmt{}}
+	p := &pstmt{query: q, class: st, id: id, params: cs.Params, onPrimary: cs, onReplica: map[int]*client.Stmt{}}
 	s.params[id] = &stmtParams{n: cs.Params}
 	ctx := &cs.PreparedStmt
 	s.stmts[ctx] = p
@@ -707,6 +720,11 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		return nil, err
 	}
 	st := p.class
+	raw, why := s.rawExecute(p)
+	if raw != nil {
+		return s.relayExecute(p, raw)
+	}
+	s.srv.m.executes.WithLabelValues("decoded", why).Inc()
 	if st.Kind != KindRead {
 		if st.Kind == KindPrimary {
 			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
@@ -771,6 +789,157 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		return nil, s.proxyErr("backend_lost", codeBackendLost, "%v", err)
 	}
 	return s.finishExecute(st, res, resG, onPrim), nil
+}
+
+// rawExecute returns the client's COM_STMT_EXECUTE payload for p when it
+// can be relayed raw (the same bytes, with the backend's statement id):
+// the packet was read by execFixConn (not compressed), belongs to p,
+// carries its parameter types (execFixConn adds them to re-executions,
+// and puts in values sent as COM_STMT_SEND_LONG_DATA) and asks for no
+// cursor and no query attributes (flags 0: the backends negotiate no
+// query attributes, and go-mysql's server refuses cursors before this).
+// Otherwise nil and the reason: the statement runs through go-mysql's
+// client (decoded and re-encoded).
+func (s *session) rawExecute(p *pstmt) ([]byte, string) {
+	switch {
+	case s.fc == nil || !s.fc.fixExec:
+		return nil, "compressed"
+	case s.fc.exec == nil:
+		return nil, "split_packet"
+	}
+	payload := s.fc.exec[4:]
+	// cmd(1) stmt_id(4) flags(1) iteration_count(4) [null_bitmap new_params_bound(1) types values]
+	if len(payload) < 10 || payload[0] != mysql.COM_STMT_EXECUTE || binary.LittleEndian.Uint32(payload[1:5]) != p.id {
+		return nil, "packet_mismatch"
+	}
+	if payload[5] != 0 { // a cursor, or query attributes (never offered)
+		return nil, "flags"
+	}
+	if n := p.params; n > 0 {
+		flagAt := 10 + (n+7)>>3
+		if len(payload) <= flagAt || payload[flagAt] != 1 {
+			return nil, "types_never_sent"
+		}
+	}
+	return payload, ""
+}
+
+// relayExecute routes a prepared statement's execution like
+// readQuery/HandleQuery route a query, relaying the client's own packet
+// (statement id replaced) and the binary result raw.
+func (s *session) relayExecute(p *pstmt, payload []byte) (*mysql.Result, error) {
+	st := p.class
+	s.srv.m.executesRaw.Inc()
+	send := func(bc *backendConn, i int, watermark bool) (relayOut, error) {
+		cs, err := s.prepareOn(p, i, bc)
+		if err != nil {
+			return relayOut{}, err
+		}
+		bc.cmd = append(bc.cmd[:0], payload...)
+		binary.LittleEndian.PutUint32(bc.cmd[1:5], cs.ID)
+		role := "primary"
+		if i >= 0 {
+			role = "replica"
+		}
+		s.srv.m.statements.WithLabelValues("execute_"+st.Kind.String(), role).Inc()
+		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.cmd, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush})
+		if cap(bc.cmd) > 1<<20 {
+			bc.cmd = nil
+		}
+		return out, err
+	}
+	if st.Kind != KindRead {
+		if st.Kind == KindPrimary {
+			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
+		}
+		out, err := send(s.primary, -1, false)
+		if err != nil {
+			var me *mysql.MyError
+			if errors.As(err, &me) { // the prepare on a reconnected primary failed
+				return nil, me
+			}
+			if isRelayError(err) || errors.Is(err, errClientGone) {
+				return s.relayFailed(s.primary, err)
+			}
+			return nil, s.backendFailure(s.primary, err)
+		}
+		s.afterPrimary(st, out)
+		return done(), nil
+	}
+	o, err := s.readOptions(st)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		served  *backendConn
+		out     relayOut
+		relayed bool
+	)
+	_, err = s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t router.Target) (gtid.Set, error) {
+		bc, err := s.conn(t)
+		if err != nil {
+			return gtid.Set{}, err
+		}
+		served = bc
+		out, err = send(bc, t.Replica, t.Watermark)
+		if err != nil {
+			var me *mysql.MyError
+			if errors.As(err, &me) {
+				// The statement could not be prepared there: nothing
+				// reached the client, the server's error is the answer.
+				return gtid.Set{}, err
+			}
+			if !isRelayError(err) && !errors.Is(err, errClientGone) {
+				// The prepare failed on I/O: nothing reached the client,
+				// the router may route around the node.
+				bc.broken = true
+				s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "prepare").Inc()
+				return gtid.Set{}, &router.RunError{Err: backendErr(bc.b, "prepare", err), NodeFailed: true, Retry: true}
+			}
+			var re *relayError
+			return gtid.Set{}, &router.RunError{Err: err, NodeFailed: errors.As(err, &re)}
+		}
+		relayed = true
+		if out.serverErr {
+			return gtid.Set{}, &relayedServerErr{me: mysql.NewError(out.code, "relayed")}
+		}
+		if t.Watermark {
+			if out.wmErr != nil {
+				return gtid.Set{}, &router.RunError{Err: out.wmErr, NodeFailed: true}
+			}
+			return out.watermark, nil
+		}
+		return gtid.Set{}, nil
+	})
+	if relayed && served == s.primary {
+		s.afterPrimary(st, out)
+	}
+	if err == nil {
+		return done(), nil
+	}
+	return s.readFailed(err, served, relayed)
+}
+
+// prepareOn returns p prepared on bc (replica index i, -1 for the
+// primary), preparing it there first if needed.
+func (s *session) prepareOn(p *pstmt, i int, bc *backendConn) (*client.Stmt, error) {
+	cs := p.onPrimary
+	if i >= 0 {
+		cs = p.onReplica[i]
+	}
+	if cs != nil {
+		return cs, nil
+	}
+	cs, err := bc.conn.Prepare(p.query)
+	if err != nil {
+		return nil, err
+	}
+	if i >= 0 {
+		p.onReplica[i] = cs
+	} else {
+		p.onPrimary = cs
+	}
+	return cs, nil
 }
 
 // executeOn runs prepared statement p on bc (replica index i, -1 for the
@@ -845,6 +1014,9 @@ func (s *session) HandleStmtClose(ctx any) error {
 	}
 	delete(s.stmts, key)
 	delete(s.params, p.id)
+	if s.fc != nil {
+		delete(s.fc.longData, p.id)
+	}
 	if p.onPrimary != nil && s.primary != nil && !s.primary.broken {
 		_ = p.onPrimary.Close()
 	}
