@@ -124,7 +124,7 @@ func TestSysbenchSpeed(t *testing.T) {
 	for round := 0; round < rounds; round++ {
 		for _, th := range threads {
 			for _, tg := range targets {
-				if prof != nil && tg.name == "causallab-proxy" && !profiling {
+				if prof != nil && strings.HasPrefix(tg.name, "causallab-proxy") && !profiling {
 					if err := pprof.StartCPUProfile(prof); err != nil {
 						t.Fatal(err)
 					}
@@ -134,7 +134,7 @@ func TestSysbenchSpeed(t *testing.T) {
 				args = append(args, fmt.Sprintf("--threads=%d", th), fmt.Sprintf("--time=%d", secs),
 					"--percentile=99", "--report-interval=0", "--histogram=off", "run")
 				r, err := runSysbench(ctx, t, bin, "", args...)
-				if tg.name == "causallab-proxy" && profiling {
+				if strings.HasPrefix(tg.name, "causallab-proxy") && profiling {
 					pprof.StopCPUProfile()
 					profiling, prof = false, nil // one profiled run is enough
 				}
