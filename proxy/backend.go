@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/router"
 )
 
 // backendConn is one connection from a client session to one server.
@@ -76,6 +78,11 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, c
 	})
 	if err != nil {
 		return nil, backendErr(b, "connect", err)
+	}
+	if caps := router.CapsOf(c); caps != (router.Caps{}) {
+		// The raw relay and the pipelined watermark read classic framing.
+		c.Close()
+		return nil, backendErr(b, "connect", fmt.Errorf("server forced capabilities the relay cannot frame: %+v", caps))
 	}
 	if _, err := c.Execute("SET SESSION session_track_gtids = OWN_GTID"); err != nil {
 		c.Close()

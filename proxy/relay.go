@@ -3,13 +3,13 @@ package proxy
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/server"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/router"
 )
 
 // relayOut is what the proxy learnt from a relayed response.
@@ -47,7 +47,7 @@ func (e *relayError) Unwrap() error { return e.err }
 // watermarkQuery reads a node's executed set: the router's sound
 // monotonic-reads watermark when run right after a read on the same
 // connection.
-const watermarkQuery = "SELECT @@GLOBAL.gtid_executed"
+const watermarkQuery = router.ExecutedQuery
 
 // watermarkCmd is watermarkQuery's COM_QUERY payload (never modified).
 var watermarkCmd = append([]byte{mysql.COM_QUERY}, watermarkQuery...)
@@ -158,65 +158,18 @@ func (bc *backendConn) keepBuf(data []byte) {
 	}
 }
 
-// readWatermark reads the answer to the pipelined watermarkQuery: a
-// one-row, one-column result set, or the server's ERR packet.
+// readWatermark reads the answer to the pipelined watermarkQuery
+// (router.ReadExecutedAnswer; backend connections negotiate neither
+// CLIENT_DEPRECATE_EOF nor query attributes, see dialBackend); after
+// anything but the server's refusal the connection is out of step and
+// marked broken.
 func (bc *backendConn) readWatermark() (gtid.Set, error) {
-	c := bc.conn
-	c.Sequence = 1
-	fail := func(err error) (gtid.Set, error) {
-		bc.broken = true
-		return gtid.Set{}, backendErr(bc.b, "watermark", err)
-	}
-	pkt, err := c.ReadPacketReuseMem(bc.buf[:0])
+	set, err := router.ReadExecutedAnswer(bc.conn, router.Caps{})
 	if err != nil {
-		return fail(err)
-	}
-	if len(pkt) == 0 {
-		return fail(errors.New("empty packet"))
-	}
-	if pkt[0] == mysql.ERR_HEADER {
-		// A statement error: the connection is still in sync.
-		return gtid.Set{}, backendErr(bc.b, "watermark", c.HandleErrorPacket(pkt))
-	}
-	n, _, _ := mysql.LengthEncodedInt(pkt)
-	for i := uint64(0); i < n; i++ { // column definitions
-		if _, err := c.ReadPacketReuseMem(bc.buf[:0]); err != nil {
-			return fail(err)
+		var me *mysql.MyError
+		if !errors.As(err, &me) {
+			bc.broken = true
 		}
-	}
-	if _, err := c.ReadPacketReuseMem(bc.buf[:0]); err != nil { // EOF after the columns
-		return fail(err)
-	}
-	var (
-		text  string
-		found bool
-	)
-	for {
-		pkt, err = c.ReadPacketReuseMem(bc.buf[:0])
-		if err != nil {
-			return fail(err)
-		}
-		if len(pkt) > 0 && pkt[0] == mysql.EOF_HEADER && len(pkt) < 9 {
-			break
-		}
-		if len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER {
-			return gtid.Set{}, backendErr(bc.b, "watermark", c.HandleErrorPacket(pkt))
-		}
-		if !found {
-			v, isNull, _, err := mysql.LengthEncodedString(pkt)
-			if err != nil || isNull {
-				bc.keepBuf(pkt)
-				return fail(fmt.Errorf("unreadable @@GLOBAL.gtid_executed row"))
-			}
-			text, found = string(v), true // copied: pkt is reused
-		}
-		bc.keepBuf(pkt)
-	}
-	if !found {
-		return fail(errors.New("@@GLOBAL.gtid_executed returned no row"))
-	}
-	set, err := gtid.Parse(text)
-	if err != nil {
 		return gtid.Set{}, backendErr(bc.b, "watermark", err)
 	}
 	return set, nil

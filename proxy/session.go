@@ -374,28 +374,42 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var (
-		served  *backendConn
-		out     relayOut
-		relayed bool // the response reached the client
-	)
-	_, err = s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(ctx context.Context, t router.Target) (gtid.Set, error) {
-		bc, err := s.conn(t)
-		if err != nil {
-			return gtid.Set{}, err
-		}
-		served = bc
+	return s.routeRelay(st, o, func(bc *backendConn, t router.Target) (relayOut, error) {
 		role := "primary"
 		if t.Replica >= 0 {
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
-		out, err = relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush})
+		return relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush})
+	})
+}
+
+// routeRelay routes one read through the router (ls.QueryFunc: decision,
+// wait, cap, counting) and runs relayOne on the session's connection to
+// the chosen node. relayOne's relay errors are never retried (the client
+// may have part of the response, or nobody is left to answer); any other
+// error it returns means nothing reached the client and goes to the
+// router as is. The server's ERR packet, already relayed, counts as a
+// statement error; the watermark read behind the read is the router's.
+func (s *session) routeRelay(st Stmt, o router.ReadOptions, relayOne func(bc *backendConn, t router.Target) (relayOut, error)) (*mysql.Result, error) {
+	var (
+		served  *backendConn
+		out     relayOut
+		relayed bool // the response reached the client
+	)
+	_, err := s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t router.Target) (gtid.Set, error) {
+		bc, err := s.conn(t)
+		if err != nil {
+			return gtid.Set{}, err
+		}
+		served = bc
+		out, err = relayOne(bc, t)
 		if err != nil {
 			var re *relayError
-			// Never retried: the client may have part of the response, or
-			// (client gone) nobody is left to answer.
-			return gtid.Set{}, &router.RunError{Err: err, NodeFailed: errors.As(err, &re)}
+			if !errors.As(err, &re) && !errors.Is(err, errClientGone) {
+				return gtid.Set{}, err
+			}
+			return gtid.Set{}, &router.RunError{Err: err, NodeFailed: re != nil}
 		}
 		relayed = true
 		if out.serverErr {
@@ -631,7 +645,7 @@ func (s *session) flush() error {
 // executed reads the node's @@GLOBAL.gtid_executed on the session's
 // connection right after a read (the router's sound watermark).
 func (s *session) executed(bc *backendConn) (gtid.Set, error) {
-	r, err := bc.exec("SELECT @@GLOBAL.gtid_executed")
+	r, err := bc.exec(watermarkQuery)
 	if err != nil {
 		return gtid.Set{}, backendErr(bc.b, "watermark", err)
 	}
@@ -870,54 +884,20 @@ func (s *session) relayExecute(p *pstmt, payload []byte) (*mysql.Result, error) 
 	if err != nil {
 		return nil, err
 	}
-	var (
-		served  *backendConn
-		out     relayOut
-		relayed bool
-	)
-	_, err = s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t router.Target) (gtid.Set, error) {
-		bc, err := s.conn(t)
-		if err != nil {
-			return gtid.Set{}, err
+	return s.routeRelay(st, o, func(bc *backendConn, t router.Target) (relayOut, error) {
+		out, err := send(bc, t.Replica, t.Watermark)
+		var me *mysql.MyError
+		if err == nil || errors.As(err, &me) || isRelayError(err) || errors.Is(err, errClientGone) {
+			// A MyError: the statement could not be prepared there;
+			// nothing reached the client, the server's error is the answer.
+			return out, err
 		}
-		served = bc
-		out, err = send(bc, t.Replica, t.Watermark)
-		if err != nil {
-			var me *mysql.MyError
-			if errors.As(err, &me) {
-				// The statement could not be prepared there: nothing
-				// reached the client, the server's error is the answer.
-				return gtid.Set{}, err
-			}
-			if !isRelayError(err) && !errors.Is(err, errClientGone) {
-				// The prepare failed on I/O: nothing reached the client,
-				// the router may route around the node.
-				bc.broken = true
-				s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "prepare").Inc()
-				return gtid.Set{}, &router.RunError{Err: backendErr(bc.b, "prepare", err), NodeFailed: true, Retry: true}
-			}
-			var re *relayError
-			return gtid.Set{}, &router.RunError{Err: err, NodeFailed: errors.As(err, &re)}
-		}
-		relayed = true
-		if out.serverErr {
-			return gtid.Set{}, &relayedServerErr{me: mysql.NewError(out.code, "relayed")}
-		}
-		if t.Watermark {
-			if out.wmErr != nil {
-				return gtid.Set{}, &router.RunError{Err: out.wmErr, NodeFailed: true}
-			}
-			return out.watermark, nil
-		}
-		return gtid.Set{}, nil
+		// The prepare failed on I/O: nothing reached the client, the
+		// router may route around the node.
+		bc.broken = true
+		s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "prepare").Inc()
+		return out, &router.RunError{Err: backendErr(bc.b, "prepare", err), NodeFailed: true, Retry: true}
 	})
-	if relayed && served == s.primary {
-		s.afterPrimary(st, out)
-	}
-	if err == nil {
-		return done(), nil
-	}
-	return s.readFailed(err, served, relayed)
 }
 
 // prepareOn returns p prepared on bc (replica index i, -1 for the
@@ -1039,6 +1019,9 @@ func (s *session) HandleOtherCommand(cmd byte, _ []byte) error {
 		}
 		s.replay = nil
 		s.stmts = map[*stmt.PreparedStmt]*pstmt{}
+		if s.fc != nil {
+			clear(s.fc.longData)
+		}
 		s.inTx, s.autocommitOff, s.tempTables, s.lockedTables, s.userVarsOnPrimary = false, false, false, false, false
 		s.cc.ClearInTransaction()
 		s.wantGTIDs = false

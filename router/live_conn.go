@@ -127,7 +127,7 @@ func execCtx(ctx context.Context, c *client.Conn, q string, args ...any) (*mysql
 
 // readExecuted runs SELECT @@GLOBAL.gtid_executed on c.
 func readExecuted(ctx context.Context, c *client.Conn) (gtid.Set, error) {
-	r, err := execCtx(ctx, c, "SELECT @@GLOBAL.gtid_executed")
+	r, err := execCtx(ctx, c, ExecutedQuery)
 	if err != nil {
 		return gtid.Set{}, err
 	}
@@ -163,7 +163,12 @@ func (p *pool) get(ctx context.Context, addr string) (*client.Conn, error) {
 		return c, nil
 	}
 	p.mu.Unlock()
-	return p.d.dial(ctx, addr, false)
+	c, err := p.d.dial(ctx, addr, false)
+	if err != nil {
+		return nil, err
+	}
+	installPipe(c)
+	return c, nil
 }
 
 // put returns a healthy connection; broken ones must be closed instead.

@@ -1,0 +1,227 @@
+package router
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/okpacket"
+)
+
+// ExecutedQuery reads a server's executed GTID set. Run right after a read
+// on the same connection, its answer contains everything the read could
+// observe: the sound monotonic-reads watermark.
+const ExecutedQuery = "SELECT @@GLOBAL.gtid_executed"
+
+// pipeConn is a read-pool connection's socket that can append one more
+// command to the next write: the watermark query then leaves in the same
+// system call as the read, and the server runs it right after the read,
+// with no round trip of its own. Only the goroutine holding the pooled
+// connection touches it.
+type pipeConn struct {
+	net.Conn
+	// next is the packet (header included) appended to the next Write.
+	next []byte
+	buf  []byte
+	// caps are the connection's negotiated capabilities.
+	caps Caps
+}
+
+func (p *pipeConn) Write(b []byte) (int, error) {
+	if len(p.next) == 0 {
+		return p.Conn.Write(b)
+	}
+	p.buf = append(append(p.buf[:0], b...), p.next...)
+	p.next = nil
+	n, err := p.Conn.Write(p.buf)
+	if cap(p.buf) > 64<<10 {
+		p.buf = nil
+	}
+	return min(n, len(b)), err
+}
+
+// installPipe puts a pipeConn under c's packet connection.
+func installPipe(c *client.Conn) {
+	if _, ok := c.Conn.Conn.(*pipeConn); !ok {
+		c.Conn.Conn = &pipeConn{Conn: c.Conn.Conn, caps: CapsOf(c)}
+	}
+}
+
+// Caps are the capabilities a connection negotiated that change the
+// framing of a pipelined command and its answer.
+type Caps struct {
+	// DeprecateEOF: result sets end with an OK packet, with no EOF after
+	// the column definitions.
+	DeprecateEOF bool
+	// QueryAttributes: COM_QUERY carries query attributes before the text.
+	QueryAttributes bool
+}
+
+// CapsOf reads c's negotiated capabilities. go-mysql v1.16.0 exports them
+// only as CapabilityString (HasCapability reports what the client asked
+// for, not what the server granted).
+func CapsOf(c *client.Conn) Caps {
+	var caps Caps
+	for _, name := range strings.Split(c.CapabilityString(), "|") {
+		switch name {
+		case "CLIENT_DEPRECATE_EOF":
+			caps.DeprecateEOF = true
+		case "CLIENT_QUERY_ATTRIBUTES":
+			caps.QueryAttributes = true
+		}
+	}
+	return caps
+}
+
+// executedPacket is ExecutedQuery as a COM_QUERY packet for c, sequence
+// 0: with CLIENT_QUERY_ATTRIBUTES negotiated, COM_QUERY carries a
+// parameter count (0) and a parameter set count (1) before the text.
+func executedPacket(caps Caps) []byte {
+	p := []byte{0, 0, 0, 0, mysql.COM_QUERY}
+	if caps.QueryAttributes {
+		p = append(p, 0, 1)
+	}
+	p = append(p, ExecutedQuery...)
+	n := len(p) - 4
+	p[0], p[1], p[2] = byte(n), byte(n>>8), byte(n>>16)
+	return p
+}
+
+// execWithWatermark runs a text query on c with ExecutedQuery pipelined
+// behind it and returns the query's result and the node's executed set
+// read right after it. A server error of the query is returned with the
+// watermark's answer consumed, so c stays usable.
+func execWithWatermark(ctx context.Context, c *client.Conn, pc *pipeConn, query string) (*mysql.Result, gtid.Set, error) {
+	pc.next = executedPacket(pc.caps)
+	res, err := execCtx(ctx, c, query)
+	if pc.next != nil { // nothing was written
+		pc.next = nil
+		return nil, gtid.Set{}, err
+	}
+	var me *mysql.MyError
+	if err != nil && !errors.As(err, &me) {
+		return nil, gtid.Set{}, err // broken: the caller closes c
+	}
+	wm, werr := readExecutedAnswerCtx(ctx, c, pc.caps)
+	if err != nil {
+		if werr != nil && !isServerErr(werr) {
+			return nil, gtid.Set{}, werr
+		}
+		return nil, gtid.Set{}, err
+	}
+	return res, wm, werr
+}
+
+func isServerErr(err error) bool {
+	var me *mysql.MyError
+	return errors.As(err, &me)
+}
+
+func readExecutedAnswerCtx(ctx context.Context, c *client.Conn, caps Caps) (gtid.Set, error) {
+	if err := ctx.Err(); err != nil {
+		return gtid.Set{}, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	set, err := ReadExecutedAnswer(c, caps)
+	if !stop() {
+		if err == nil {
+			err = ctx.Err()
+		} else {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return gtid.Set{}, err
+	}
+	return set, err
+}
+
+// ReadExecutedAnswer reads, on c, the answer to an ExecutedQuery that was
+// written behind another command (pipelined) after that command's
+// response was read: a one-row, one-column result set, in classic or
+// CLIENT_DEPRECATE_EOF framing as caps say. A *mysql.MyError is the server's
+// refusal, after which c is still in step; any other error leaves c
+// unusable.
+func ReadExecutedAnswer(c *client.Conn, caps Caps) (gtid.Set, error) {
+	c.Sequence = 1 // a response's first packet
+	pkt, err := c.ReadPacket()
+	if err != nil {
+		return gtid.Set{}, err
+	}
+	if len(pkt) == 0 {
+		return gtid.Set{}, errors.New("watermark: empty packet")
+	}
+	if pkt[0] == mysql.ERR_HEADER {
+		return gtid.Set{}, serverError(pkt)
+	}
+	n, _, ok := okpacket.LenencInt(pkt)
+	if !ok {
+		return gtid.Set{}, errors.New("watermark: bad column count")
+	}
+	for i := uint64(0); i < n; i++ { // column definitions
+		if _, err := c.ReadPacket(); err != nil {
+			return gtid.Set{}, err
+		}
+	}
+	deprecateEOF := caps.DeprecateEOF
+	if !deprecateEOF {
+		if _, err := c.ReadPacket(); err != nil { // EOF after the columns
+			return gtid.Set{}, err
+		}
+	}
+	var (
+		text  string
+		found bool
+	)
+	for {
+		if pkt, err = c.ReadPacket(); err != nil {
+			return gtid.Set{}, err
+		}
+		if len(pkt) == 0 {
+			return gtid.Set{}, errors.New("watermark: empty packet")
+		}
+		if pkt[0] == mysql.EOF_HEADER && (len(pkt) < 9 || deprecateEOF && len(pkt) < mysql.MaxPayloadLen) {
+			break
+		}
+		if pkt[0] == mysql.ERR_HEADER {
+			return gtid.Set{}, serverError(pkt)
+		}
+		if !found {
+			v, _, ok := okpacket.LenencStr(pkt)
+			if !ok {
+				return gtid.Set{}, errors.New("watermark: unreadable @@GLOBAL.gtid_executed row")
+			}
+			text, found = strings.Clone(string(v)), true
+		}
+	}
+	if !found {
+		return gtid.Set{}, errors.New("watermark: @@GLOBAL.gtid_executed returned no row")
+	}
+	set, err := gtid.Parse(text)
+	if err != nil {
+		return gtid.Set{}, fmt.Errorf("watermark: %w", err)
+	}
+	return set, nil
+}
+
+// serverError parses an ERR packet (go-mysql's HandleErrorPacket indexes
+// past the end of a short one). A packet too short to hold a code is not
+// the server's refusal but a broken stream.
+func serverError(pkt []byte) error {
+	if len(pkt) < 3 {
+		return errors.New("watermark: short ERR packet")
+	}
+	e := &mysql.MyError{Code: binary.LittleEndian.Uint16(pkt[1:3])}
+	rest := pkt[3:]
+	if len(rest) >= 6 && rest[0] == '#' {
+		e.State, rest = string(rest[1:6]), rest[6:]
+	}
+	e.Message = string(rest)
+	return e
+}
