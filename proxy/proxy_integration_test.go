@@ -202,27 +202,48 @@ func TestMultipleResultSets(t *testing.T) {
 	mustExec(t, db, "CREATE DATABASE IF NOT EXISTS ptest")
 	mustExec(t, db, "DROP PROCEDURE IF EXISTS ptest.two")
 	mustExec(t, db, "CREATE PROCEDURE ptest.two() BEGIN SELECT 1 AS a; SELECT 'b' AS b, 2 AS c; END")
-	rows, err := db.Query("CALL ptest.two()")
+	check := func(rows *sql.Rows, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var sets [][]string
+		var vals []string
+		for {
+			cols, _ := rows.Columns()
+			sets = append(sets, cols)
+			for rows.Next() {
+				v := make([]any, len(cols))
+				for i := range v {
+					v[i] = new(string)
+				}
+				if err := rows.Scan(v...); err != nil {
+					t.Fatal(err)
+				}
+				vals = append(vals, *v[0].(*string))
+			}
+			if !rows.NextResultSet() {
+				break
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(sets) != 2 || sets[0][0] != "a" || sets[1][1] != "c" || strings.Join(vals, ",") != "1,b" {
+			t.Fatalf("result sets: %v, first values %v", sets, vals)
+		}
+	}
+	check(db.Query("CALL ptest.two()"))
+	// The same as a prepared statement: the binary result sets of a CALL
+	// go through the raw execute relay.
+	st, err := db.Prepare("CALL ptest.two()")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	var sets [][]string
-	for {
-		cols, _ := rows.Columns()
-		sets = append(sets, cols)
-		for rows.Next() {
-		}
-		if !rows.NextResultSet() {
-			break
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(sets) != 2 || sets[0][0] != "a" || sets[1][1] != "c" {
-		t.Fatalf("result sets: %v", sets)
-	}
+	defer st.Close()
+	check(st.Query())
+	check(st.Query()) // and the connection is still in step
 }
 
 func TestSessionStateReplayed(t *testing.T) {
