@@ -131,9 +131,7 @@ func TestQueriesTransactionsAndErrors(t *testing.T) {
 	db := openDB(t, s, "tls=skip-verify")
 	db.SetMaxOpenConns(1)
 	ctx := context.Background()
-	mustExec(t, db, "CREATE DATABASE IF NOT EXISTS ptest")
-	mustExec(t, db, "CREATE TABLE IF NOT EXISTS ptest.kv (k INT PRIMARY KEY, v VARCHAR(64))")
-	mustExec(t, db, "DELETE FROM ptest.kv")
+	emptyTable(t, db, "ptest", "kv", "k INT PRIMARY KEY, v VARCHAR(64)")
 	// Transaction: the inserted row is visible inside it (primary), and
 	// after commit through any connection carrying the token.
 	tx, err := db.BeginTx(ctx, nil)
@@ -296,9 +294,7 @@ func testReadYourWritesPool(t *testing.T, positions, wait string) {
 	db := openDB(t, s, "tls=skip-verify")
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
-	mustExec(t, db, "CREATE DATABASE IF NOT EXISTS ptest")
-	mustExec(t, db, "CREATE TABLE IF NOT EXISTS ptest.ryw (id INT PRIMARY KEY, n INT)")
-	mustExec(t, db, "DELETE FROM ptest.ryw")
+	emptyTable(t, db, "ptest", "ryw", "id INT PRIMARY KEY, n INT")
 	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -456,9 +452,7 @@ func TestPrimaryLostMidTransaction(t *testing.T) {
 	s := startProxy(t, nil)
 	ctx := context.Background()
 	db := openDB(t, s, "tls=skip-verify")
-	mustExec(t, db, "CREATE DATABASE IF NOT EXISTS ptest")
-	mustExec(t, db, "CREATE TABLE IF NOT EXISTS ptest.lost (id INT PRIMARY KEY)")
-	mustExec(t, db, "DELETE FROM ptest.lost")
+	emptyTable(t, db, "ptest", "lost", "id INT PRIMARY KEY")
 	direct, err := topo.DB("primary")
 	if err != nil {
 		t.Fatal(err)
@@ -532,6 +526,15 @@ func TestHealthzAndMetrics(t *testing.T) {
 	if !strings.Contains(metricText(t, s), "causallab_proxy_sessions") {
 		t.Fatal("metrics lack the sessions gauge")
 	}
+}
+
+// emptyTable creates schema.table with the given columns if needed and
+// empties it.
+func emptyTable(t *testing.T, db *sql.DB, schema, table, columns string) {
+	t.Helper()
+	mustExec(t, db, "CREATE DATABASE IF NOT EXISTS "+schema)
+	mustExec(t, db, "CREATE TABLE IF NOT EXISTS "+schema+"."+table+" ("+columns+")")
+	mustExec(t, db, "DELETE FROM "+schema+"."+table)
 }
 
 func metricText(t *testing.T, s *Server) string {

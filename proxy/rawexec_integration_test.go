@@ -25,9 +25,7 @@ func TestPreparedExecutePaths(t *testing.T) {
 	s := startProxy(t, nil)
 	ctx := context.Background()
 	setup := openDB(t, s, "")
-	mustExec(t, setup, "CREATE DATABASE IF NOT EXISTS rawexec")
-	mustExec(t, setup, "CREATE TABLE IF NOT EXISTS rawexec.t (k INT PRIMARY KEY, s VARCHAR(4000), f DOUBLE, d DATETIME(6), b BLOB)")
-	mustExec(t, setup, "DELETE FROM rawexec.t")
+	emptyTable(t, setup, "rawexec", "t", "k INT PRIMARY KEY, s VARCHAR(4000), f DOUBLE, d DATETIME(6), b BLOB")
 
 	type row struct {
 		k int
@@ -127,9 +125,7 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 	s0 := startProxy(t, nil)
 	ctx := context.Background()
 	setup := openDB(t, s0, "")
-	mustExec(t, setup, "CREATE DATABASE IF NOT EXISTS mrwm")
-	mustExec(t, setup, "CREATE TABLE IF NOT EXISTS mrwm.t (k INT PRIMARY KEY)")
-	mustExec(t, setup, "DELETE FROM mrwm.t")
+	emptyTable(t, setup, "mrwm", "t", "k INT PRIMARY KEY")
 	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
