@@ -405,15 +405,16 @@ func (r *Router) wait(ctx context.Context, t Target, need gtid.Set, d time.Durat
 // run executes a read on n from the router's read pool and, when wantWM,
 // reads n's @@gtid_executed on the same connection right after it:
 // everything the statement could observe was committed before that read,
-// so the set contains it. A text read (no args) sends both in one write
-// (pipelined: execWithWatermark).
+// so the set contains it. Both leave in one write (pipelined:
+// execWithWatermark); a read with args runs the connection's cached
+// prepared statement.
 func (r *Router) run(ctx context.Context, n Node, wantWM bool, query string, args ...any) (*mysql.Result, gtid.Set, error) {
 	c, err := r.pool.get(ctx, n.Addr)
 	if err != nil {
 		return nil, gtid.Set{}, err
 	}
-	if pc, ok := c.Conn.Conn.(*pipeConn); ok && wantWM && len(args) == 0 {
-		res, wm, err := execWithWatermark(ctx, c, pc, query)
+	if pc, ok := c.Conn.Conn.(*pipeConn); ok && (wantWM || len(args) > 0) {
+		res, wm, err := execWithWatermark(ctx, c, pc, wantWM, query, args...)
 		if err != nil {
 			r.release(n, c, err)
 			return nil, gtid.Set{}, err

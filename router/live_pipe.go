@@ -33,6 +33,58 @@ type pipeConn struct {
 	buf  []byte
 	// caps are the connection's negotiated capabilities.
 	caps Caps
+	// stmts caches the statements prepared on this connection for reads
+	// with arguments, by text (at most maxCachedStmts): such a read is
+	// then one COM_STMT_EXECUTE instead of go-mysql's prepare, execute
+	// and close, and its watermark can be pipelined like a text read's.
+	stmts map[string]*client.Stmt
+}
+
+// maxCachedStmts bounds each read-pool connection's statement cache (the
+// server's max_prepared_stmt_count, 16382 by default, is shared by every
+// connection).
+const maxCachedStmts = 64
+
+// stmt returns query prepared on c, from the cache or prepared now. A full
+// cache is emptied first (its statements closed on the server).
+func (p *pipeConn) stmt(ctx context.Context, c *client.Conn, query string) (*client.Stmt, error) {
+	if st, ok := p.stmts[query]; ok {
+		return st, nil
+	}
+	if len(p.stmts) >= maxCachedStmts {
+		for q, st := range p.stmts {
+			_ = st.Close() // no response: a broken connection shows at the next read
+			delete(p.stmts, q)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	st, err := c.Prepare(query)
+	if !stop() {
+		if err == nil {
+			_ = st.Close()
+		}
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.stmts == nil {
+		p.stmts = map[string]*client.Stmt{}
+	}
+	p.stmts[query] = st
+	return st, nil
+}
+
+// forget drops query's cached statement (after an error on it) and closes
+// it on the server.
+func (p *pipeConn) forget(query string) {
+	if st, ok := p.stmts[query]; ok {
+		_ = st.Close()
+		delete(p.stmts, query)
+	}
 }
 
 func (p *pipeConn) Write(b []byte) (int, error) {
@@ -95,13 +147,37 @@ func executedPacket(caps Caps) []byte {
 	return p
 }
 
-// execWithWatermark runs a text query on c with ExecutedQuery pipelined
-// behind it and returns the query's result and the node's executed set
-// read right after it. A server error of the query is returned with the
-// watermark's answer consumed, so c stays usable.
-func execWithWatermark(ctx context.Context, c *client.Conn, pc *pipeConn, query string) (*mysql.Result, gtid.Set, error) {
-	pc.next = executedPacket(pc.caps)
-	res, err := execCtx(ctx, c, query)
+// execWithWatermark runs a read on c (a text query, or with args the
+// connection's cached prepared statement) with, when wantWM,
+// ExecutedQuery pipelined behind it, and returns the read's result and the
+// node's executed set read right after it. A server error of the read is
+// returned with the watermark's answer consumed, so c stays usable.
+func execWithWatermark(ctx context.Context, c *client.Conn, pc *pipeConn, wantWM bool, query string, args ...any) (*mysql.Result, gtid.Set, error) {
+	var st *client.Stmt
+	if len(args) > 0 {
+		var err error
+		if st, err = pc.stmt(ctx, c, query); err != nil {
+			return nil, gtid.Set{}, err
+		}
+	}
+	if wantWM {
+		pc.next = executedPacket(pc.caps)
+	}
+	var (
+		res *mysql.Result
+		err error
+	)
+	if st != nil {
+		res, err = stmtExecCtx(ctx, c, st, args...)
+		if err != nil {
+			pc.forget(query) // re-prepared next time (e.g. after ER_NEED_REPREPARE)
+		}
+	} else {
+		res, err = execCtx(ctx, c, query)
+	}
+	if !wantWM {
+		return res, gtid.Set{}, err
+	}
 	if pc.next != nil { // nothing was written
 		pc.next = nil
 		return nil, gtid.Set{}, err
@@ -118,6 +194,24 @@ func execWithWatermark(ctx context.Context, c *client.Conn, pc *pipeConn, query 
 		return nil, gtid.Set{}, err
 	}
 	return res, wm, werr
+}
+
+// stmtExecCtx is execCtx for a prepared statement.
+func stmtExecCtx(ctx context.Context, c *client.Conn, st *client.Stmt, args ...any) (*mysql.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	r, err := st.Execute(args...)
+	if !stop() {
+		if err == nil {
+			err = ctx.Err()
+		} else {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return nil, err
+	}
+	return r, err
 }
 
 func isServerErr(err error) bool {

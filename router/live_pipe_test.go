@@ -1,13 +1,18 @@
 package router
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/packet"
+
+	"github.com/causallab/causallab/compose/composetest"
 )
 
 // answer frames payloads as the packets of a response (sequence 1 on).
@@ -101,4 +106,60 @@ func FuzzReadExecutedAnswer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, deprecateEOF bool) {
 		_, _ = readAnswer(in, Caps{DeprecateEOF: deprecateEOF})
 	})
+}
+
+// TestReadStatementCache runs reads with arguments through one router
+// (policy token-ryw-mr: every read also pipelines its watermark) with more
+// distinct statements than a connection caches, each several times, and
+// checks every answer: cache hits, the emptying of a full cache, and an
+// argument-count error that leaves the connection usable.
+func TestReadStatementCache(t *testing.T) {
+	composetest.Need(t, topo)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pl := startPoller(t, ctx, 5*time.Millisecond)
+	r := newLiveRouter(t, ctx, Config{Positions: pl, Policy: Policy{Kind: PolicyTokenRYWMR}, MaxIdle: 1})
+	s := r.NewSession()
+	defer s.Close()
+	// A write first: on a fresh topology gtid_executed is empty, and so
+	// would be every watermark.
+	if _, err := s.Exec(ctx, "CREATE DATABASE IF NOT EXISTS rt"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Exec(ctx, "CREATE TABLE IF NOT EXISTS rt.stmtcache (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Exec(ctx, "REPLACE INTO rt.stmtcache VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	replicaReads := 0
+	for round := range 3 {
+		for i := range maxCachedStmts + 6 {
+			// Distinct texts (the alias differs), the same shape.
+			q := fmt.Sprintf("SELECT ? + %d AS v%d", i, i)
+			rd, err := s.Query(ctx, q, round)
+			if err != nil {
+				t.Fatalf("round %d query %d: %v", round, i, err)
+			}
+			if got := readInt(t, rd); got != int64(round+i) {
+				t.Fatalf("round %d query %d on %s: %d, want %d", round, i, rd.Node, got, round+i)
+			}
+			if rd.Outcome == OutReplica {
+				replicaReads++
+				if rd.Watermark.IsEmpty() {
+					t.Fatalf("round %d query %d on %s: no watermark", round, i, rd.Node)
+				}
+			}
+		}
+	}
+	if replicaReads < maxCachedStmts {
+		t.Fatalf("only %d reads served by replicas", replicaReads)
+	}
+	if _, err := s.Query(ctx, "SELECT ? + ?", 1); err == nil {
+		t.Fatal("a read with too few arguments succeeded")
+	}
+	rd, err := s.Query(ctx, "SELECT ? * 2", 21)
+	if err != nil || readInt(t, rd) != 42 {
+		t.Fatalf("after the refused read: %v", err)
+	}
 }

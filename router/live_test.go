@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -319,65 +320,81 @@ func (s *staticSource) set(n string, up bool) {
 // so replica2 does not qualify and the read falls back to the primary; the
 // unsound one (the view, X) lets replica2 serve a world without W: an MR
 // violation seen in the data.
+//
+// Run for a text read and for a read with arguments (the read pool's
+// cached prepared statement), both with the watermark pipelined.
 func testWatermark(t *testing.T, ctx context.Context) {
 	defer resetFaults(t, ctx)
-	for _, mode := range []WatermarkMode{WatermarkAfterRead, WatermarkViewAtDecision} {
-		if err := topo.StopApplier(ctx, "replica2"); err != nil {
-			t.Fatal(err)
+	for _, withArgs := range []bool{false, true} {
+		for _, mode := range []WatermarkMode{WatermarkAfterRead, WatermarkViewAtDecision} {
+			testWatermarkOnce(t, ctx, mode, withArgs)
 		}
-		_, reps := liveNodes()
-		d := &dialer{user: topo.Primary().User, password: topo.Primary().Password, timeout: 2 * time.Second}
-		c, err := d.dial(ctx, topo.Primary().Addr(), false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x, err := readExecuted(ctx, c)
-		c.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		src := &staticSource{pos: map[string]gtid.Set{reps[0].Name: x, reps[1].Name: x}, up: map[string]bool{reps[0].Name: true, reps[1].Name: false}}
-		r := newLiveRouter(t, ctx, Config{Positions: src, Policy: Policy{Kind: PolicyTokenRYWMR}, Watermark: mode})
-		writer := r.NewSession()
-		mustExec(t, ctx, writer, "INSERT INTO rt.w VALUES (900, ?)", 1+int(mode))
-		writer.Close()
-		// Wait until replica1 really has W.
-		tok := writer.Token()
-		c, err = d.dial(ctx, reps[0].Addr, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := execCtx(ctx, c, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, 10)", tok.GTIDs.String()); err != nil {
-			t.Fatal(err)
-		}
-		c.Close()
-		reader := r.NewSession()
-		q := "SELECT COUNT(*) FROM rt.w WHERE sess = 900"
-		rd1, err := reader.Query(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rd1.Node != reps[0].Name || readInt(t, rd1) != int64(1+int(mode)) {
-			t.Fatalf("first read: node %s count %d, want %s with the write", rd1.Node, readInt(t, rd1), reps[0].Name)
-		}
-		src.set(reps[0].Name, false)
-		src.set(reps[1].Name, true)
-		rd2, err := reader.Query(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mr := readInt(t, rd2) < readInt(t, rd1)
-		t.Logf("watermark mode %d: second read on %s (%v), count %d after %d, MR violation=%v",
-			mode, rd2.Node, rd2.Outcome, readInt(t, rd2), readInt(t, rd1), mr)
-		if mode == WatermarkAfterRead && (mr || rd2.Outcome != OutFallback) {
-			t.Errorf("sound watermark: second read %v on %s, violation=%v", rd2.Outcome, rd2.Node, mr)
-		}
-		if mode == WatermarkViewAtDecision && !mr {
-			t.Errorf("the unsound watermark produced no violation: the test would not catch an unsound choice")
-		}
-		reader.Close()
-		resetFaults(t, ctx)
 	}
+}
+
+func testWatermarkOnce(t *testing.T, ctx context.Context, mode WatermarkMode, withArgs bool) {
+	sess := 900
+	if withArgs {
+		sess = 910
+	}
+	if err := topo.StopApplier(ctx, "replica2"); err != nil {
+		t.Fatal(err)
+	}
+	_, reps := liveNodes()
+	d := &dialer{user: topo.Primary().User, password: topo.Primary().Password, timeout: 2 * time.Second}
+	c, err := d.dial(ctx, topo.Primary().Addr(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := readExecuted(ctx, c)
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &staticSource{pos: map[string]gtid.Set{reps[0].Name: x, reps[1].Name: x}, up: map[string]bool{reps[0].Name: true, reps[1].Name: false}}
+	r := newLiveRouter(t, ctx, Config{Positions: src, Policy: Policy{Kind: PolicyTokenRYWMR}, Watermark: mode})
+	writer := r.NewSession()
+	mustExec(t, ctx, writer, "INSERT INTO rt.w VALUES (?, ?)", sess, 1+int(mode))
+	writer.Close()
+	// Wait until replica1 really has W.
+	tok := writer.Token()
+	c, err = d.dial(ctx, reps[0].Addr, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execCtx(ctx, c, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, 10)", tok.GTIDs.String()); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	reader := r.NewSession()
+	q, args := fmt.Sprintf("SELECT COUNT(*) FROM rt.w WHERE sess = %d", sess), []any(nil)
+	if withArgs {
+		q, args = "SELECT COUNT(*) FROM rt.w WHERE sess = ?", []any{sess}
+	}
+	rd1, err := reader.Query(ctx, q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd1.Node != reps[0].Name || readInt(t, rd1) != int64(1+int(mode)) {
+		t.Fatalf("first read: node %s count %d, want %s with the write", rd1.Node, readInt(t, rd1), reps[0].Name)
+	}
+	src.set(reps[0].Name, false)
+	src.set(reps[1].Name, true)
+	rd2, err := reader.Query(ctx, q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := readInt(t, rd2) < readInt(t, rd1)
+	t.Logf("watermark mode %d (args %v): second read on %s (%v), count %d after %d, MR violation=%v",
+		mode, withArgs, rd2.Node, rd2.Outcome, readInt(t, rd2), readInt(t, rd1), mr)
+	if mode == WatermarkAfterRead && (mr || rd2.Outcome != OutFallback) {
+		t.Errorf("sound watermark: second read %v on %s, violation=%v", rd2.Outcome, rd2.Node, mr)
+	}
+	if mode == WatermarkViewAtDecision && !mr {
+		t.Errorf("the unsound watermark produced no violation: the test would not catch an unsound choice")
+	}
+	reader.Close()
+	resetFaults(t, ctx)
 }
 
 // testCap: a lag spike (both appliers stopped) makes every token read need
