@@ -87,8 +87,11 @@ func (p *pipeConn) forget(query string) {
 	}
 }
 
+// Write writes b, one packet (go-mysql writes a packet per call), with the
+// pending command behind it when b is a command's last packet: a packet of
+// 0xffffff payload bytes is continued by the next one.
 func (p *pipeConn) Write(b []byte) (int, error) {
-	if len(p.next) == 0 {
+	if len(p.next) == 0 || len(b) < 4 || b[0] == 0xff && b[1] == 0xff && b[2] == 0xff {
 		return p.Conn.Write(b)
 	}
 	p.buf = append(append(p.buf[:0], b...), p.next...)

@@ -163,3 +163,36 @@ func TestReadStatementCache(t *testing.T) {
 		t.Fatalf("after the refused read: %v", err)
 	}
 }
+
+// recordConn records writes.
+type recordConn struct {
+	net.Conn
+	writes [][]byte
+}
+
+func (r *recordConn) Write(b []byte) (int, error) {
+	r.writes = append(r.writes, append([]byte(nil), b...))
+	return len(b), nil
+}
+
+func TestPipeConnAppendsAfterTheLastPacket(t *testing.T) {
+	rec := &recordConn{}
+	p := &pipeConn{Conn: rec}
+	wm := executedPacket(Caps{})
+	p.next = wm
+	full := make([]byte, 4+0xffffff)
+	full[0], full[1], full[2] = 0xff, 0xff, 0xff
+	last := []byte{1, 0, 0, 1, 'x'}
+	for _, b := range [][]byte{full, last} {
+		if n, err := p.Write(b); n != len(b) || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	if len(rec.writes) != 2 || len(rec.writes[0]) != len(full) || string(rec.writes[1]) != string(append(last, wm...)) || p.next != nil {
+		t.Fatalf("writes %d, second %q, next %q", len(rec.writes), rec.writes[len(rec.writes)-1], p.next)
+	}
+	// Nothing pending: writes pass unchanged.
+	if _, err := p.Write(last); err != nil || string(rec.writes[2]) != string(last) {
+		t.Fatalf("plain write %q, %v", rec.writes[2], err)
+	}
+}
