@@ -270,3 +270,23 @@ func TestPreparedExecuteDecodedPath(t *testing.T) {
 		t.Errorf("metrics lack %s:\n%s", want, grepLines(m, "causallab_proxy_stmt_executes_total"))
 	}
 }
+
+// TestLargeReadWithWatermark sends a read of more than 16 MiB (split into
+// several packets) under token-wait, so the watermark query follows a
+// multi-packet command: the response must still be read in step.
+func TestLargeReadWithWatermark(t *testing.T) {
+	s := startProxy(t, nil)
+	db := openDB(t, s, "")
+	db.SetMaxOpenConns(1)
+	big := strings.Repeat("x", 17<<20)
+	for i := range 2 { // twice: the connection is still in step after it
+		var n int
+		if err := db.QueryRow("SELECT LENGTH('" + big + "')").Scan(&n); err != nil || n != len(big) {
+			t.Fatalf("read %d: %d, %v", i, n, err)
+		}
+	}
+	m := metricText(t, s)
+	if !strings.Contains(m, `causallab_proxy_statements_total{kind="read",role="replica"}`) {
+		t.Fatalf("the large read was not served by a replica:\n%s", grepLines(m, "causallab_proxy_statements_total"))
+	}
+}

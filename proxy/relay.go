@@ -125,10 +125,13 @@ func (bc *backendConn) send(cmd []byte, watermark bool) error {
 		if err != nil || !watermark {
 			return err
 		}
+		// The response continues the command's sequence (past its split
+		// packets); the watermark is a command of its own.
+		seq := c.Sequence
 		c.ResetSequence()
 		data = append(append(bc.buf[:0], 0, 0, 0, 0), watermarkCmd...)
 		err = c.WritePacket(data)
-		c.Sequence = 1
+		c.Sequence = seq
 		return err
 	}
 	data := appendPacket(bc.buf[:0], cmd)
