@@ -178,82 +178,78 @@ func TestPartitionAndHeal(t *testing.T) {
 	}
 }
 
-// TestReplicaRestart, TestReplicaKill, TestReplicaPause: process faults on
-// replica2.
-func TestReplicaRestart(t *testing.T) {
+// processFault runs a process fault on replica2 under a stream of writes:
+// a watcher (mod adjusts its config) streams, fault breaks the server and
+// brings it back; then the watcher must stream again, converge on the
+// replica's executed set, and never have published a set the replica
+// lacked.
+func processFault(t *testing.T, table string, mod func(*Config), fault func(ctx context.Context, n compose.Node, w *Watcher)) *Metrics {
+	t.Helper()
 	composetest.Need(t, shared)
 	n := node(t, "replica2")
-	w, met := startWatcher(t, n, nil)
+	w, met := startWatcher(t, n, mod)
 	chk := checkSubset(t, w, n)
 	waitHealth(t, w, HealthStreaming, 10*time.Second)
-	wr := startWriter(t, "restart")
-	time.Sleep(300 * time.Millisecond)
-	if err := shared.Restart(testCtx(t, 2*time.Minute), n.Name); err != nil {
-		t.Fatal(err)
-	}
+	wr := startWriter(t, table)
+	fault(testCtx(t, 2*time.Minute), n, w)
 	waitHealth(t, w, HealthStreaming, 20*time.Second)
-	time.Sleep(300 * time.Millisecond)
 	wr.halt()
 	converge(t, w, n, 20*time.Second)
 	chk.finish(t)
-	if got := testutil.ToFloat64(met.reconnects.WithLabelValues(n.Name)); got < 1 {
+	return met
+}
+
+// TestReplicaRestart, TestReplicaKill, TestReplicaPause: process faults on
+// replica2.
+func TestReplicaRestart(t *testing.T) {
+	met := processFault(t, "restart", nil, func(ctx context.Context, n compose.Node, w *Watcher) {
+		time.Sleep(300 * time.Millisecond)
+		if err := shared.Restart(ctx, n.Name); err != nil {
+			t.Fatal(err)
+		}
+		waitHealth(t, w, HealthStreaming, 20*time.Second)
+		time.Sleep(300 * time.Millisecond)
+	})
+	if got := testutil.ToFloat64(met.reconnects.WithLabelValues("replica2")); got < 1 {
 		t.Fatalf("reconnects_total %v after a restart", got)
 	}
 }
 
 func TestReplicaKill(t *testing.T) {
-	composetest.Need(t, shared)
-	n := node(t, "replica2")
-	w, _ := startWatcher(t, n, nil)
-	chk := checkSubset(t, w, n)
-	waitHealth(t, w, HealthStreaming, 10*time.Second)
-	wr := startWriter(t, "kill")
-	time.Sleep(300 * time.Millisecond)
-	ctx := testCtx(t, 2*time.Minute)
-	if err := shared.Kill(ctx, n.Name); err != nil {
-		t.Fatal(err)
-	}
-	waitHealth(t, w, HealthDown, 10*time.Second)
-	if s := w.Snapshot(); s.Reason == "" {
-		t.Fatal("down without a reason")
-	} else if s.LastEvent.IsZero() {
-		t.Fatal("the down snapshot lost the last event time")
-	}
-	if err := shared.Restart(ctx, n.Name); err != nil {
-		t.Fatal(err)
-	}
-	waitHealth(t, w, HealthStreaming, 20*time.Second)
-	wr.halt()
-	converge(t, w, n, 20*time.Second)
-	chk.finish(t)
+	processFault(t, "kill", nil, func(ctx context.Context, n compose.Node, w *Watcher) {
+		time.Sleep(300 * time.Millisecond)
+		if err := shared.Kill(ctx, n.Name); err != nil {
+			t.Fatal(err)
+		}
+		waitHealth(t, w, HealthDown, 10*time.Second)
+		if s := w.Snapshot(); s.Reason == "" {
+			t.Fatal("down without a reason")
+		} else if s.LastEvent.IsZero() {
+			t.Fatal("the down snapshot lost the last event time")
+		}
+		if err := shared.Restart(ctx, n.Name); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestReplicaPause(t *testing.T) {
-	composetest.Need(t, shared)
-	n := node(t, "replica2")
-	w, _ := startWatcher(t, n, func(c *Config) { c.ConnectTimeout = time.Second })
-	chk := checkSubset(t, w, n)
-	waitHealth(t, w, HealthStreaming, 10*time.Second)
-	wr := startWriter(t, "pause")
-	ctx := testCtx(t, 2*time.Minute)
-	if err := shared.Pause(ctx, n.Name); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	t.Cleanup(func() {
-		if !resumed {
-			_ = shared.Resume(context.Background(), n.Name)
+	processFault(t, "pause", func(c *Config) { c.ConnectTimeout = time.Second }, func(ctx context.Context, n compose.Node, w *Watcher) {
+		if err := shared.Pause(ctx, n.Name); err != nil {
+			t.Fatal(err)
 		}
+		resumed := false
+		t.Cleanup(func() {
+			if !resumed {
+				_ = shared.Resume(context.Background(), n.Name)
+			}
+		})
+		waitHealth(t, w, HealthDown, 15*time.Second)
+		if err := shared.Resume(ctx, n.Name); err != nil {
+			t.Fatal(err)
+		}
+		resumed = true
 	})
-	waitHealth(t, w, HealthDown, 15*time.Second)
-	if err := shared.Resume(ctx, n.Name); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
-	waitHealth(t, w, HealthStreaming, 20*time.Second)
-	wr.halt()
-	converge(t, w, n, 20*time.Second)
-	chk.finish(t)
 }
 
 // TestPurgePastPosition: while the watcher is cut off, the replica rotates
