@@ -378,23 +378,28 @@ func (b *dockerBackend) running(ctx context.Context, name string) (*dockerServer
 }
 
 func (b *dockerBackend) pause(ctx context.Context, name string) error {
-	s, err := b.running(ctx, name)
-	if err != nil {
+	return b.onRunning(ctx, name, "pause", func(id string) error {
+		_, err := b.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
 		return err
-	}
-	if _, err := b.cli.ContainerPause(ctx, s.id, client.ContainerPauseOptions{}); err != nil {
-		return fmt.Errorf("compose: pause %s: %w", name, err)
-	}
-	return nil
+	})
 }
 
 func (b *dockerBackend) resume(ctx context.Context, name string) error {
+	return b.onRunning(ctx, name, "resume", func(id string) error {
+		_, err := b.cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
+		return err
+	})
+}
+
+// onRunning runs op on the running container of node name; op's error is
+// returned as "compose: <verb> <name>: ...".
+func (b *dockerBackend) onRunning(ctx context.Context, name, verb string, op func(id string) error) error {
 	s, err := b.running(ctx, name)
 	if err != nil {
 		return err
 	}
-	if _, err := b.cli.ContainerUnpause(ctx, s.id, client.ContainerUnpauseOptions{}); err != nil {
-		return fmt.Errorf("compose: resume %s: %w", name, err)
+	if err := op(s.id); err != nil {
+		return fmt.Errorf("compose: %s %s: %w", verb, name, err)
 	}
 	return nil
 }
