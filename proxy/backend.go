@@ -10,6 +10,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/causallab/causallab/internal/rawnet"
 	"github.com/causallab/causallab/router"
 )
 
@@ -62,7 +63,11 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, c
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
-	c, err := client.ConnectWithDialer(dctx, "", b.Addr, b.User, b.Password, db, d.DialContext, func(c *client.Conn) error {
+	dial := d.DialContext
+	if cfg.SocketIO == "raw" {
+		dial = rawnet.WrapDial(dial)
+	}
+	c, err := client.ConnectWithDialer(dctx, "", b.Addr, b.User, b.Password, db, dial, func(c *client.Conn) error {
 		c.UnsetCapability(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
 		if collation != "" {
 			if err := c.SetCollation(collation); err != nil {

@@ -101,6 +101,11 @@ type Config struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// ConnectTimeout bounds one backend connection attempt. Default 5s.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// SocketIO is how client and backend sockets are read and written:
+	// "raw" (default: raw system calls, internal/rawnet; on Linux, where
+	// it spares the Go runtime a monitor-thread wake-up per system call
+	// after idling) or "go" (Go's ordinary net.Conn calls).
+	SocketIO string `yaml:"socket_io"`
 	// Logger receives the proxy's logs. Default slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -233,6 +238,13 @@ func (c *Config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 || c.ConnectTimeout < 0 {
 		return errors.New("proxy: negative timeout")
+	}
+	switch c.SocketIO {
+	case "":
+		c.SocketIO = "raw"
+	case "raw", "go":
+	default:
+		return fmt.Errorf("proxy: socket_io %q (want raw or go)", c.SocketIO)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -18,7 +18,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Listen == "" || c.AuthMethod != "caching_sha2_password" || c.Policy != "token-wait" || c.Epoch != 1 ||
-		c.Replicas[0].Name != "replica1" || c.MaxAllowedPacket != 64<<20 || c.PollInterval != 5*time.Millisecond {
+		c.Replicas[0].Name != "replica1" || c.MaxAllowedPacket != 64<<20 || c.PollInterval != 5*time.Millisecond || c.SocketIO != "raw" {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
 	bad := map[string]func(*Config){
@@ -37,6 +37,7 @@ func TestConfigValidate(t *testing.T) {
 		"poll 500us":   func(c *Config) { c.PollInterval = 500 * time.Microsecond },
 		"positions":    func(c *Config) { c.Positions = "gossip" },
 		"wait method":  func(c *Config) { c.Wait = "sleep" },
+		"socket io":    func(c *Config) { c.SocketIO = "uring" },
 	}
 	for name, mod := range bad {
 		c := good()

@@ -126,8 +126,16 @@ func TestNativePassword(t *testing.T) {
 	}
 }
 
+// TestQueriesTransactionsAndErrors runs over TLS with both ways of socket
+// I/O (Config.SocketIO): raw system calls, the default, and Go's own.
 func TestQueriesTransactionsAndErrors(t *testing.T) {
-	s := startProxy(t, nil)
+	for _, sio := range []string{"raw", "go"} {
+		t.Run(sio, func(t *testing.T) { testQueriesTransactionsAndErrors(t, sio) })
+	}
+}
+
+func testQueriesTransactionsAndErrors(t *testing.T, socketIO string) {
+	s := startProxy(t, func(c *Config) { c.SocketIO = socketIO })
 	db := openDB(t, s, "tls=skip-verify")
 	db.SetMaxOpenConns(1)
 	ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/server"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/causallab/causallab/internal/rawnet"
 	"github.com/causallab/causallab/router"
 )
 
@@ -153,19 +154,20 @@ func (s *Server) newRouter(ctx context.Context) error {
 		reps[i] = router.Node{Name: b.Name, Addr: b.Addr}
 	}
 	rt, err := router.New(ctx, router.Config{
-		Primary:     router.Node{Name: s.cfg.Primary.Name, Addr: s.cfg.Primary.Addr},
-		Replicas:    reps,
-		User:        s.cfg.Primary.User,
-		Password:    s.cfg.Primary.Password,
-		Policy:      s.policy,
-		Cap:         s.capCfg,
-		Positions:   s.src,
-		Wait:        wait,
-		Epoch:       s.cfg.Epoch,
-		DialTimeout: s.cfg.ConnectTimeout,
-		PrimaryPool: 4,
-		Registerer:  s.m.reg,
-		Logger:      s.log,
+		Primary:       router.Node{Name: s.cfg.Primary.Name, Addr: s.cfg.Primary.Addr},
+		Replicas:      reps,
+		User:          s.cfg.Primary.User,
+		Password:      s.cfg.Primary.Password,
+		Policy:        s.policy,
+		Cap:           s.capCfg,
+		Positions:     s.src,
+		Wait:          wait,
+		Epoch:         s.cfg.Epoch,
+		DialTimeout:   s.cfg.ConnectTimeout,
+		PrimaryPool:   4,
+		PlainSocketIO: s.cfg.SocketIO == "go",
+		Registerer:    s.m.reg,
+		Logger:        s.log,
 	})
 	if err != nil {
 		return backendErr(&s.cfg.Primary, "router", err)
@@ -245,6 +247,9 @@ func (s *Server) Serve(ctx context.Context) error {
 				acceptErr = fmt.Errorf("proxy: accept: %w", err)
 			}
 			break
+		}
+		if s.cfg.SocketIO == "raw" {
+			c = rawnet.Wrap(c)
 		}
 		s.mu.Lock()
 		s.conns[c] = struct{}{}

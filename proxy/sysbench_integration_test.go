@@ -41,6 +41,8 @@ type sysbenchResult struct {
 	ignoredErrors, reconnects    int64
 	tps, qps                     float64
 	latAvgMS, latPctMS, latMaxMS float64
+	// Filled by TestSysbenchSpeed for targets whose process it can see.
+	cpuPerQueryUS, switchesPerQuery float64
 }
 
 var (

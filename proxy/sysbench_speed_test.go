@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/causallab/causallab/internal/rawnet"
 )
 
 // TestSysbenchSpeed measures sysbench oltp_point_select (prepared
@@ -80,31 +82,66 @@ func TestSysbenchSpeed(t *testing.T) {
 		hosts, ports = append(hosts, h), append(ports, pt)
 	}
 	r0 := topo.Replicas()[0]
+	// pid: the process whose CPU time and context switches count against
+	// the target (0: none; the proxy and the Go forwarder run in this one).
+	self := os.Getpid()
 	targets := []struct {
 		name string
 		tg   sysbenchTarget
+		pid  int
 	}{
-		{"direct", sysbenchTarget{host: strings.Join(hosts, ","), port: strings.Join(ports, ","), user: r0.User, password: r0.Password}},
+		{"direct", sysbenchTarget{host: strings.Join(hosts, ","), port: strings.Join(ports, ","), user: r0.User, password: r0.Password}, 0},
+	}
+	// CAUSALLAB_PROXY_BENCH_SOCKETIO: comma-separated Config.SocketIO
+	// values, one proxy target each per policy (default: the default, raw).
+	socketIOs := []string{""}
+	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_SOCKETIO"); v != "" {
+		socketIOs = strings.Split(v, ",")
 	}
 	for _, pol := range policies {
-		s := startProxy(t, func(c *Config) { c.AuthMethod, c.Positions, c.Policy = "mysql_native_password", positions, pol })
-		name := "causallab-proxy"
-		if pol != "" {
-			name += "(" + pol + ")"
+		for _, sio := range socketIOs {
+			s := startProxy(t, func(c *Config) {
+				c.AuthMethod, c.Positions, c.Policy, c.SocketIO = "mysql_native_password", positions, pol, sio
+			})
+			var tags []string
+			for _, tag := range []string{pol, sio} {
+				if tag != "" {
+					tags = append(tags, tag)
+				}
+			}
+			name := "causallab-proxy"
+			if len(tags) > 0 {
+				name += "(" + strings.Join(tags, ",") + ")"
+			}
+			targets = append(targets, struct {
+				name string
+				tg   sysbenchTarget
+				pid  int
+			}{name, proxyTarget(t, s, false), self})
 		}
-		targets = append(targets, struct {
-			name string
-			tg   sysbenchTarget
-		}{name, proxyTarget(t, s, false)})
 	}
 	if rootfs := os.Getenv("CAUSALLAB_MYSQLROUTER_ROOTFS"); rootfs != "" {
-		port := startMySQLRouter(t, rootfs, hosts, ports)
+		port, pid := startMySQLRouter(t, rootfs, hosts, ports)
 		targets = append(targets, struct {
 			name string
 			tg   sysbenchTarget
-		}{"mysql-router", sysbenchTarget{host: "127.0.0.1", port: strconv.Itoa(port), user: r0.User, password: r0.Password}})
+			pid  int
+		}{"mysql-router", sysbenchTarget{host: "127.0.0.1", port: strconv.Itoa(port), user: r0.User, password: r0.Password}, pid})
 	} else {
 		t.Log("MySQL Router not measured: CAUSALLAB_MYSQLROUTER_ROOTFS unset")
+	}
+	if os.Getenv("CAUSALLAB_PROXY_BENCH_FORWARDER") == "1" {
+		for _, raw := range []bool{false, true} {
+			port, name := startGoForwarder(t, hosts, ports, raw), "go-forwarder"
+			if raw {
+				name += "(raw)"
+			}
+			targets = append(targets, struct {
+				name string
+				tg   sysbenchTarget
+				pid  int
+			}{name, sysbenchTarget{host: "127.0.0.1", port: strconv.Itoa(port), user: r0.User, password: r0.Password}, self})
+		}
 	}
 	var prof *os.File
 	if path := os.Getenv("CAUSALLAB_PROXY_PROFILE"); path != "" {
@@ -121,10 +158,16 @@ func TestSysbenchSpeed(t *testing.T) {
 	}
 	results := map[key][]sysbenchResult{}
 	profiling := false
+	// CAUSALLAB_PROXY_PROFILE_TARGET: which in-process target the profile
+	// covers (a name prefix; default causallab-proxy, or go-forwarder).
+	profTarget := "causallab-proxy"
+	if v := os.Getenv("CAUSALLAB_PROXY_PROFILE_TARGET"); v != "" {
+		profTarget = v
+	}
 	for round := 0; round < rounds; round++ {
 		for _, th := range threads {
 			for _, tg := range targets {
-				if prof != nil && strings.HasPrefix(tg.name, "causallab-proxy") && !profiling {
+				if prof != nil && strings.HasPrefix(tg.name, profTarget) && !profiling {
 					if err := pprof.StartCPUProfile(prof); err != nil {
 						t.Fatal(err)
 					}
@@ -133,8 +176,10 @@ func TestSysbenchSpeed(t *testing.T) {
 				args := append(append([]string{"oltp_point_select"}, tg.tg.args(db)...), common...)
 				args = append(args, fmt.Sprintf("--threads=%d", th), fmt.Sprintf("--time=%d", secs),
 					"--percentile=99", "--report-interval=0", "--histogram=off", "run")
+				before := readProcStats(tg.pid)
 				r, err := runSysbench(ctx, t, bin, "", args...)
-				if strings.HasPrefix(tg.name, "causallab-proxy") && profiling {
+				after := readProcStats(tg.pid)
+				if strings.HasPrefix(tg.name, profTarget) && profiling {
 					pprof.StopCPUProfile()
 					profiling, prof = false, nil // one profiled run is enough
 				}
@@ -144,20 +189,28 @@ func TestSysbenchSpeed(t *testing.T) {
 				if r.ignoredErrors != 0 || r.reconnects != 0 {
 					t.Fatalf("%s: %d ignored errors, %d reconnects:\n%s", tg.name, r.ignoredErrors, r.reconnects, r.out)
 				}
+				if tg.pid != 0 && r.queries > 0 {
+					r.cpuPerQueryUS = float64(after.cpuTicks-before.cpuTicks) * 1e6 / float64(clockTicks) / float64(r.queries)
+					r.switchesPerQuery = float64(after.switches-before.switches) / float64(r.queries)
+				}
 				results[key{tg.name, th}] = append(results[key{tg.name, th}], r)
-				t.Logf("round %d threads %d %-16s %8.0f qps  avg %.3f ms  p99 %.3f ms", round+1, th, tg.name, r.qps, r.latAvgMS, r.latPctMS)
+				t.Logf("round %d threads %d %-16s %8.0f qps  avg %.3f ms  p99 %.3f ms  cpu %.1f µs/q  switches %.2f/q", round+1, th, tg.name, r.qps, r.latAvgMS, r.latPctMS, r.cpuPerQueryUS, r.switchesPerQuery)
 			}
 		}
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%d rounds x %d s per run, GOMAXPROCS %d, load average after: %s", rounds, secs, runtime.GOMAXPROCS(0), strings.TrimSpace(string(load)))
-	fmt.Fprintf(&b, "\n| threads | target | qps (median) | ratio to direct | avg ms | p99 ms (median) | added p99 µs |\n|---|---|---|---|---|---|---|")
+	fmt.Fprintf(&b, "\n| threads | target | qps (median) | ratio to direct | avg ms | p99 ms (median) | added p99 µs | hop CPU µs/query | hop switches/query |\n|---|---|---|---|---|---|---|---|---|")
 	for _, th := range threads {
 		d := medians(results[key{"direct", th}])
 		for _, tg := range targets {
 			m := medians(results[key{tg.name, th}])
-			fmt.Fprintf(&b, "\n| %d | %s | %.0f | %.0f%% | %.3f | %.3f | %+.0f |", th, tg.name, m.qps, 100*m.qps/d.qps, m.latAvgMS, m.latPctMS, 1000*(m.latPctMS-d.latPctMS))
+			cpu, sw := "-", "-"
+			if tg.pid != 0 {
+				cpu, sw = fmt.Sprintf("%.1f", m.cpuPerQueryUS), fmt.Sprintf("%.2f", m.switchesPerQuery)
+			}
+			fmt.Fprintf(&b, "\n| %d | %s | %.0f | %.0f%% | %.3f | %.3f | %+.0f | %s | %s |", th, tg.name, m.qps, 100*m.qps/d.qps, m.latAvgMS, m.latPctMS, 1000*(m.latPctMS-d.latPctMS), cpu, sw)
 		}
 	}
 	t.Log(b.String())
@@ -174,9 +227,11 @@ func medians(rs []sysbenchResult) sysbenchResult {
 		return v[len(v)/2]
 	}
 	return sysbenchResult{
-		qps:      med(func(r sysbenchResult) float64 { return r.qps }),
-		latAvgMS: med(func(r sysbenchResult) float64 { return r.latAvgMS }),
-		latPctMS: med(func(r sysbenchResult) float64 { return r.latPctMS }),
+		qps:              med(func(r sysbenchResult) float64 { return r.qps }),
+		latAvgMS:         med(func(r sysbenchResult) float64 { return r.latAvgMS }),
+		latPctMS:         med(func(r sysbenchResult) float64 { return r.latPctMS }),
+		cpuPerQueryUS:    med(func(r sysbenchResult) float64 { return r.cpuPerQueryUS }),
+		switchesPerQuery: med(func(r sysbenchResult) float64 { return r.switchesPerQuery }),
 	}
 }
 
@@ -194,8 +249,9 @@ func envInt(t *testing.T, name string, def int) int {
 
 // startMySQLRouter runs MySQL Router from rootfs (chroot) in plain routing
 // mode: a static round-robin route over the replicas, classic protocol, TLS
-// passed through (no bootstrap, no metadata cache). It returns the port.
-func startMySQLRouter(t *testing.T, rootfs string, hosts, ports []string) int {
+// passed through (no bootstrap, no metadata cache). It returns the port and
+// the process id.
+func startMySQLRouter(t *testing.T, rootfs string, hosts, ports []string) (int, int) {
 	t.Helper()
 	port := freePort(t)
 	var dests []string
@@ -242,7 +298,7 @@ max_connections=1024
 	for {
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
 			c.Close()
-			return port
+			return port, cmd.Process.Pid // chroot execs mysqlrouter: same pid
 		}
 		select {
 		case <-exited:
@@ -266,4 +322,102 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startGoForwarder runs the floor any Go proxy hop has on this machine: a
+// byte forwarder with no protocol logic (one goroutine per direction, a
+// plain read/write loop, each client connection dialed to the next replica
+// round-robin), the Go counterpart of MySQL Router's plain routing. It
+// returns the port. Measured beside the proxy so its overhead splits into
+// what any Go hop costs and what the proxy's own work adds.
+func startGoForwarder(t *testing.T, hosts, ports []string, raw bool) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	pump := func(dst, src net.Conn) {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		dst.Close()
+		src.Close()
+	}
+	go func() {
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", hosts[i%len(hosts)]+":"+ports[i%len(ports)])
+			if err != nil {
+				c.Close()
+				continue
+			}
+			if raw {
+				rc, rb := rawnet.Wrap(c), rawnet.Wrap(b)
+				go pump(rb, rc)
+				go pump(rc, rb)
+				continue
+			}
+			go pump(b, c)
+			go pump(c, b)
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc (100 on
+// every Linux architecture Go supports).
+const clockTicks = 100
+
+// procStats is what a process has used so far: CPU time (user + system,
+// in clock ticks) and context switches (voluntary + involuntary), summed
+// over its live threads.
+type procStats struct {
+	cpuTicks, switches int64
+}
+
+// readProcStats reads /proc/<pid>/task/*/{stat,status}; pid 0 gives zeros.
+// Threads that exited between two readings are lost (neither Go nor MySQL
+// Router ends threads while serving).
+func readProcStats(pid int) procStats {
+	var ps procStats
+	if pid == 0 {
+		return ps
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	for _, task := range tasks {
+		if b, err := os.ReadFile(task + "/stat"); err == nil {
+			// Fields after the parenthesised command: state is field 3,
+			// utime 14 and stime 15.
+			if i := strings.LastIndexByte(string(b), ')'); i >= 0 {
+				f := strings.Fields(string(b[i+1:]))
+				if len(f) > 12 {
+					u, _ := strconv.ParseInt(f[11], 10, 64)
+					s, _ := strconv.ParseInt(f[12], 10, 64)
+					ps.cpuTicks += u + s
+				}
+			}
+		}
+		if b, err := os.ReadFile(task + "/status"); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(line, ":"); ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+					n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					ps.switches += n
+				}
+			}
+		}
+	}
+	return ps
 }

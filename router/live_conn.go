@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/rawnet"
 )
 
 // Node is one MySQL server the live router talks to.
@@ -44,6 +46,9 @@ var ErrTxLost = errors.New("router: the session's open transaction was lost in a
 type dialer struct {
 	user, password, db string
 	timeout            time.Duration
+	// plainIO keeps Go's ordinary socket calls (Config.PlainSocketIO);
+	// by default connections are wrapped by rawnet.
+	plainIO bool
 }
 
 func (d *dialer) dial(ctx context.Context, addr string, track bool) (*client.Conn, error) {
@@ -55,7 +60,11 @@ func (d *dialer) dial(ctx context.Context, addr string, track bool) (*client.Con
 		}
 		return nil
 	}
-	c, err := client.ConnectWithContext(dctx, addr, d.user, d.password, d.db, d.timeout, opt)
+	dial := (&net.Dialer{Timeout: d.timeout}).DialContext
+	if !d.plainIO {
+		dial = rawnet.WrapDial(dial)
+	}
+	c, err := client.ConnectWithDialer(dctx, "", addr, d.user, d.password, d.db, dial, opt)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", addr, err)
 	}

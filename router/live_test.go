@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -130,6 +131,7 @@ func TestLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("connect-check", func(t *testing.T) { testConnectCheck(t, ctx, pl) })
+	t.Run("socket-io", func(t *testing.T) { testSocketIO(t, ctx, pl) })
 	t.Run("standing-lag", func(t *testing.T) { testStandingLag(t, ctx, pl) })
 	t.Run("watermark", func(t *testing.T) { testWatermark(t, ctx) })
 	t.Run("cap", func(t *testing.T) { testCap(t, ctx, pl) })
@@ -169,6 +171,37 @@ func testConnectCheck(t *testing.T, ctx context.Context, pl *Poller) {
 	}
 	if res.SessionTracking != nil && res.SessionTracking.Variables["session_track_gtids"] != "" {
 		t.Fatal("session tracking data arrived without CLIENT_SESSION_TRACK: the connect check would not detect a misconfiguration")
+	}
+}
+
+// testSocketIO: connections use raw system calls (internal/rawnet) by
+// default and Go's own net.Conn with PlainSocketIO; a write and a
+// read-your-writes read (token-ryw, with an argument, so the prepared
+// path too) work either way.
+func testSocketIO(t *testing.T, ctx context.Context, pl *Poller) {
+	for _, plain := range []bool{false, true} {
+		d := &dialer{user: topo.Primary().User, password: topo.Primary().Password, timeout: 2 * time.Second, plainIO: plain}
+		c, err := d.dial(ctx, topo.Primary().Addr(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, isTCP := c.Conn.Conn.(*net.TCPConn)
+		c.Close()
+		if isTCP != plain {
+			t.Fatalf("plainIO %v: connection is %T", plain, c.Conn.Conn)
+		}
+		r := newLiveRouter(t, ctx, Config{Positions: pl, PlainSocketIO: plain, Policy: Policy{Kind: PolicyTokenRYW}})
+		s := r.NewSession()
+		mustExec(t, ctx, s, "INSERT INTO rt.w VALUES (?, ?) ON DUPLICATE KEY UPDATE seq = seq", 900, 1)
+		rd, err := s.Query(ctx, "SELECT COUNT(*) FROM rt.w WHERE sess = ?", 900)
+		if err != nil {
+			t.Fatalf("plainIO %v: read: %v", plain, err)
+		}
+		if n := readInt(t, rd); n != 1 {
+			t.Fatalf("plainIO %v: read %d rows of the session's own write, want 1", plain, n)
+		}
+		mustExec(t, ctx, s, "DELETE FROM rt.w WHERE sess = 900")
+		s.Close()
 	}
 }
 

@@ -1,0 +1,26 @@
+// Package rawnet makes a TCP connection's reads and writes raw system
+// calls, for the proxy's and the router's hot paths.
+//
+// Why: Go enters every ordinary system call through the scheduler's
+// entersyscall, and entersyscall wakes the runtime's monitor thread
+// (sysmon) when the whole process was idle. A proxy serving one client at a
+// time is idle between every request and every backend response, so each
+// query paid for a futex wake-up of sysmon, its 20 µs nanosleep and its
+// going back to sleep: measured with sysbench oltp_point_select at one
+// thread, a Go byte forwarder made 5.6 context switches per query against
+// MySQL Router's 2.0, and used twice its CPU per query
+// (docs/benchmarks-proxy.md, session 3).
+//
+// A read or write on a non-blocking socket never blocks, so it needs none
+// of what entersyscall provides (handing the P to another thread while the
+// call blocks). Wrap issues them with syscall.RawSyscall inside
+// syscall.RawConn's Read and Write callbacks; when the socket is not ready
+// (EAGAIN) the callback says so and the goroutine parks on the netpoller
+// exactly as net.Conn's own Read and Write do. Deadlines, Close and the
+// netpoller behave as for the wrapped connection.
+//
+// The cost: while only raw calls run, sysmon sleeps on, so it does not
+// preempt a goroutine that computes for more than 10 ms. Any ordinary
+// system call or timer anywhere in the process wakes it again; the proxy's
+// sessions never compute for long.
+package rawnet
