@@ -286,6 +286,7 @@ func TestConcurrentUse(t *testing.T) {
 // RAWNET_ECHO_LISTEN set, the test binary echoes 64-byte messages on that
 // address instead of running tests, so the benchmark's process really goes
 // idle while it waits (as a proxy does for its client and its backend).
+// RAWNET_ECHO_RAW=1 makes the echo peer use wrapped connections too.
 func TestMain(m *testing.M) {
 	if addr := os.Getenv("RAWNET_ECHO_LISTEN"); addr != "" {
 		echoServer(addr)
@@ -303,6 +304,9 @@ func echoServer(addr string) {
 		c, err := ln.Accept()
 		if err != nil {
 			return
+		}
+		if os.Getenv("RAWNET_ECHO_RAW") == "1" {
+			c = Wrap(c)
 		}
 		go func() {
 			defer c.Close()
