@@ -55,7 +55,9 @@ func TestSoak(t *testing.T) {
 		mustExec(t, db, "SET GLOBAL max_connections = "+strconv.Itoa(conns+200))
 		t.Cleanup(func() { _, _ = db.Exec("SET GLOBAL max_connections = " + strconv.Itoa(old)) })
 	}
-	s := startProxy(t, func(c *Config) { c.AuthMethod = "mysql_native_password" })
+	// CAUSALLAB_PROXY_SOAK_SOCKETIO: the proxy's socket_io (default raw).
+	socketIO := os.Getenv("CAUSALLAB_PROXY_SOAK_SOCKETIO")
+	s := startProxy(t, func(c *Config) { c.AuthMethod, c.SocketIO = "mysql_native_password", socketIO })
 	mustExec(t, nodes[0], "CREATE DATABASE IF NOT EXISTS soak")
 	mustExec(t, nodes[0], "DROP TABLE IF EXISTS soak.t")
 	mustExec(t, nodes[0], "CREATE TABLE soak.t (id INT PRIMARY KEY, n INT NOT NULL)")
