@@ -97,20 +97,54 @@ var ErrNoOK = errors.New("okpacket: response does not end with an OK packet")
 // packet returns ErrNoOK; a truncated packet or a malformed OK packet
 // returns an error naming the part that was wrong. resp is not modified.
 func ParseLastOK(resp []byte) (Tracking, error) {
-	var last []byte
-	for len(resp) >= 4 {
-		n := int(resp[0]) | int(resp[1])<<8 | int(resp[2])<<16
-		if len(resp) < 4+n {
-			return Tracking{}, errors.New("okpacket: truncated packet in a recorded response")
-		}
-		last, resp = resp[4:4+n], resp[4+n:]
-	}
-	if len(resp) != 0 {
-		return Tracking{}, errors.New("okpacket: truncated packet header in a recorded response")
+	last, err := lastPacket(resp)
+	if err != nil {
+		return Tracking{}, err
 	}
 	if len(last) < 7 || last[0] != mysql.OK_HEADER {
 		return Tracking{}, ErrNoOK
 	}
+	return parseOK(last)
+}
+
+// ParseLastOKDeprecateEOF is ParseLastOK for a connection that negotiated
+// CLIENT_DEPRECATE_EOF, where a result set ends with an OK packet whose
+// header byte is 0xFE instead of an EOF packet: the last packet is parsed
+// as an OK packet when its header is 0x00, or 0xFE with at least the 7
+// bytes of an OK packet (a classic 5-byte EOF packet gives ErrNoOK). So
+// the session tracking that ends a result set (with session_track_gtids
+// set to ALL_GTIDS: the server's gtid_executed as the statement ended) can
+// be read. resp is not modified.
+func ParseLastOKDeprecateEOF(resp []byte) (Tracking, error) {
+	last, err := lastPacket(resp)
+	if err != nil {
+		return Tracking{}, err
+	}
+	if len(last) < 7 || (last[0] != mysql.OK_HEADER && last[0] != mysql.EOF_HEADER) {
+		return Tracking{}, ErrNoOK
+	}
+	return parseOK(last)
+}
+
+// lastPacket returns the payload of the last packet of a recorded
+// response.
+func lastPacket(resp []byte) ([]byte, error) {
+	var last []byte
+	for len(resp) >= 4 {
+		n := int(resp[0]) | int(resp[1])<<8 | int(resp[2])<<16
+		if len(resp) < 4+n {
+			return nil, errors.New("okpacket: truncated packet in a recorded response")
+		}
+		last, resp = resp[4:4+n], resp[4+n:]
+	}
+	if len(resp) != 0 {
+		return nil, errors.New("okpacket: truncated packet header in a recorded response")
+	}
+	return last, nil
+}
+
+// parseOK parses an OK packet's payload (header byte first).
+func parseOK(last []byte) (Tracking, error) {
 	var out Tracking
 	bad := func(what string) (Tracking, error) {
 		return Tracking{}, errors.New("okpacket: malformed OK packet: " + what)

@@ -37,6 +37,57 @@ func gtidEntry(g string) []byte {
 	return trackEntry(mysql.SESSION_TRACK_GTIDS, append([]byte{0}, mysql.PutLengthEncodedString([]byte(g))...))
 }
 
+// resultEndOK is okPacket with the 0xFE header that ends a result set
+// under CLIENT_DEPRECATE_EOF.
+func resultEndOK(status uint16, track []byte) []byte {
+	b := okPacket(status, track)
+	b[4] = mysql.EOF_HEADER
+	return b
+}
+
+// TestParseLastOKDeprecateEOF: the OK that ends a result set under
+// CLIENT_DEPRECATE_EOF (header 0xFE) is parsed, an ordinary OK too, and a
+// classic EOF packet is not an OK; ParseLastOK keeps refusing the 0xFE form.
+func TestParseLastOKDeprecateEOF(t *testing.T) {
+	g := "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-23,b3c0ce6a-ecca-11f1-86a3-02fc00000001:1-7"
+	changed := uint16(mysql.SERVER_STATUS_AUTOCOMMIT | mysql.SERVER_SESSION_STATE_CHANGED)
+	rows := append(frame([]byte{1}), frame([]byte{1, '5'})...) // column count, a row (shape only)
+	cases := []struct {
+		name string
+		resp []byte
+		gtid string
+		err  error
+	}{
+		{"result end with gtids", append(slices.Clone(rows), resultEndOK(changed, gtidEntry(g))...), g, nil},
+		{"result end without tracking", append(slices.Clone(rows), resultEndOK(mysql.SERVER_STATUS_AUTOCOMMIT, nil)...), "", nil},
+		{"plain ok", okPacket(changed, gtidEntry(g)), g, nil},
+		{"classic eof", append(slices.Clone(rows), frame([]byte{mysql.EOF_HEADER, 0, 0, 2, 0})...), "", ErrNoOK},
+		{"error packet", frame([]byte{0xff, 0x7a, 0x04, '#', 'H', 'Y', '0', '0', '0', 'x'}), "", ErrNoOK},
+	}
+	for _, c := range cases {
+		in := slices.Clone(c.resp)
+		tr, err := ParseLastOKDeprecateEOF(c.resp)
+		if !bytes.Equal(in, c.resp) {
+			t.Fatalf("%s: input modified", c.name)
+		}
+		if !errors.Is(err, c.err) || (c.err == nil && err != nil) {
+			t.Fatalf("%s: err %v, want %v", c.name, err, c.err)
+		}
+		if tr.GTID != c.gtid {
+			t.Fatalf("%s: GTID %q, want %q", c.name, tr.GTID, c.gtid)
+		}
+	}
+	if _, err := ParseLastOK(resultEndOK(changed, gtidEntry(g))); !errors.Is(err, ErrNoOK) {
+		t.Fatalf("ParseLastOK took a 0xFE packet: %v", err)
+	}
+	// A truncated 0xFE OK names what is wrong.
+	short := resultEndOK(changed, gtidEntry(g))
+	short = frame(short[4 : len(short)-5])
+	if _, err := ParseLastOKDeprecateEOF(short); err == nil || errors.Is(err, ErrNoOK) {
+		t.Fatalf("truncated session-tracking block: %v, want a malformed-packet error", err)
+	}
+}
+
 func TestParseLastOK(t *testing.T) {
 	g := "3e11fa47-71ca-11e1-9e33-c80aa9429562:23"
 	state := trackEntry(mysql.SESSION_TRACK_STATE_CHANGE, mysql.PutLengthEncodedString([]byte("1")))
@@ -199,9 +250,12 @@ func FuzzParseLastOK(f *testing.F) {
 	f.Add(okPacket(0, nil))
 	f.Add([]byte{1, 0, 0, 0, 0})
 	f.Add([]byte{})
+	f.Add(resultEndOK(changed, gtidEntry("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9")))
+	f.Add(frame([]byte{mysql.EOF_HEADER, 0, 0, 2, 0}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		in := append([]byte(nil), b...)
 		_, _ = ParseLastOK(b) // must not panic
+		_, _ = ParseLastOKDeprecateEOF(b)
 		if !bytes.Equal(in, b) {
 			t.Fatal("input modified")
 		}
