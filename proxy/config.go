@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -198,19 +200,11 @@ func (c *Config) validate() error {
 	if c.Epoch == 0 {
 		c.Epoch = 1
 	}
-	switch c.Positions {
-	case "":
-		c.Positions = "poll"
-	case "poll", "binlog":
-	default:
-		return fmt.Errorf("proxy: positions %q (want poll or binlog)", c.Positions)
+	if err := oneOf("positions", &c.Positions, "poll", "binlog"); err != nil {
+		return err
 	}
-	switch c.Wait {
-	case "":
-		c.Wait = router.WaitGTIDFunction.String()
-	case router.WaitGTIDFunction.String(), router.WaitWatcher.String():
-	default:
-		return fmt.Errorf("proxy: wait %q (want %s or %s)", c.Wait, router.WaitGTIDFunction, router.WaitWatcher)
+	if err := oneOf("wait", &c.Wait, router.WaitGTIDFunction.String(), router.WaitWatcher.String()); err != nil {
+		return err
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 5 * time.Millisecond
@@ -239,17 +233,26 @@ func (c *Config) validate() error {
 	if c.ShutdownTimeout < 0 || c.ConnectTimeout < 0 {
 		return errors.New("proxy: negative timeout")
 	}
-	switch c.SocketIO {
-	case "":
-		c.SocketIO = "raw"
-	case "raw", "go":
-	default:
-		return fmt.Errorf("proxy: socket_io %q (want raw or go)", c.SocketIO)
+	if err := oneOf("socket_io", &c.SocketIO, "raw", "go"); err != nil {
+		return err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return nil
+}
+
+// oneOf fills an empty *v with the first allowed value (the default) and
+// rejects a value that is none of them, naming the config key.
+func oneOf(key string, v *string, allowed ...string) error {
+	if *v == "" {
+		*v = allowed[0]
+		return nil
+	}
+	if slices.Contains(allowed, *v) {
+		return nil
+	}
+	return fmt.Errorf("proxy: %s %q (want %s)", key, *v, strings.Join(allowed, " or "))
 }
 
 func policyKind(name string) (router.PolicyKind, error) {

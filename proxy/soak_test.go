@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -143,6 +144,18 @@ func TestSoak(t *testing.T) {
 		samples = append(samples, sm)
 		t.Logf("t=%v goroutines=%d heap_inuse=%.1f MiB queries=%d failures=%d %s",
 			sm.at, sm.goroutines, float64(sm.heap)/(1<<20), queries.Load(), failures.Load(), sm.sessions)
+		// CAUSALLAB_PROXY_SOAK_HEAPPROFILE=prefix writes a heap profile per
+		// sample (prefix-<seconds>.pb.gz), for go tool pprof -base.
+		if prefix := os.Getenv("CAUSALLAB_PROXY_SOAK_HEAPPROFILE"); prefix != "" {
+			f, err := os.Create(fmt.Sprintf("%s-%d.pb.gz", prefix, int(sm.at.Seconds())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
 	}
 	stop()
 	wg.Wait()

@@ -88,17 +88,29 @@ func (o *op) write(fd uintptr) bool {
 	return true
 }
 
+// run performs one Read (write false) or Write: o's callback under the
+// socket's read or write side, o's mutex held. It returns the bytes done,
+// the system call's errno and RawConn's own error (closed, deadline).
+func (o *op) run(rc syscall.RawConn, write bool, b []byte) (int, syscall.Errno, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buf, o.n, o.errno = b, 0, 0
+	var err error
+	if write {
+		err = rc.Write(o.fn)
+	} else {
+		err = rc.Read(o.fn)
+	}
+	n, errno := o.n, o.errno
+	o.buf = nil
+	return n, errno, err
+}
+
 func (c *conn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	o := &c.r
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.buf, o.n, o.errno = b, 0, 0
-	err := c.rc.Read(o.fn)
-	n, errno := o.n, o.errno
-	o.buf = nil
+	n, errno, err := c.r.run(c.rc, false, b)
 	switch {
 	case err != nil: // closed, or the deadline passed
 		return 0, err
@@ -114,13 +126,7 @@ func (c *conn) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	o := &c.w
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.buf, o.n, o.errno = b, 0, 0
-	err := c.rc.Write(o.fn)
-	n, errno := o.n, o.errno
-	o.buf = nil
+	n, errno, err := c.w.run(c.rc, true, b)
 	switch {
 	case err != nil:
 		return n, err
