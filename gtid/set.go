@@ -112,6 +112,25 @@ func (s Set) Clone() Set {
 	return Set{srcs: out}
 }
 
+// Prefixes returns, for each source of s, the one interval from GNO 1 to
+// the source's last GNO: the smallest superset of s in which no source has
+// a gap. A replica that applies each source's transactions in order (MySQL
+// replicas with replica_preserve_commit_order=ON, the default since
+// 8.0.27) holds a source's GNO n only with 1..n-1, so for such replicas s
+// and s.Prefixes() are contained in the same sets. s is not modified.
+func (s Set) Prefixes() Set {
+	if len(s.srcs) == 0 {
+		return Set{}
+	}
+	buf := make([]Interval, len(s.srcs))
+	out := make([]source, len(s.srcs))
+	for i, src := range s.srcs {
+		buf[i] = Interval{Start: 1, End: src.ivs[len(src.ivs)-1].End}
+		out[i] = source{key: src.key, ivs: buf[i : i+1 : i+1]}
+	}
+	return Set{srcs: out}
+}
+
 // String returns the canonical text MySQL prints: lower-case UUIDs, sources
 // separated by ",\n", the untagged intervals of a UUID before its tags.
 func (s Set) String() string {

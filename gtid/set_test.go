@@ -203,12 +203,38 @@ func TestOperations(t *testing.T) {
 
 // TestResultsShareNoMemory mutates every result in place and checks that the
 // inputs are unchanged.
+func TestPrefixes(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"", ""},
+		{u1 + ":7", u1 + ":1-7"},
+		{u1 + ":1-5:10-20:31", u1 + ":1-31"},
+		{u1 + ":1-3:8," + u1 + ":tag:4:9," + u2 + ":100-200", u1 + ":1-8:tag:1-9,\n" + u2 + ":1-200"},
+	}
+	for _, c := range cases {
+		in := MustParse(c.in)
+		text := in.String()
+		got := in.Prefixes()
+		if got.String() != c.want {
+			t.Errorf("Prefixes(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if in.String() != text {
+			t.Errorf("Prefixes modified its input: %q became %q", text, in)
+		}
+		if !got.Contains(in) {
+			t.Errorf("Prefixes(%q) = %q is not a superset", c.in, got)
+		}
+		if !got.Prefixes().Equal(got) {
+			t.Errorf("Prefixes is not idempotent on %q", got)
+		}
+	}
+}
+
 func TestResultsShareNoMemory(t *testing.T) {
 	a := MustParse(u1 + ":1-5:10-20," + u2 + ":t:3")
 	b := MustParse(u1 + ":7," + u3 + ":1-2")
 	aText, bText := a.String(), b.String()
 	g := GTID{SID: a.srcs[0].key.SID, GNO: 6}
-	for _, r := range []Set{a.Union(b), a.Subtract(b), a.Intersect(b), a.Clone(), b.Clone(), b.Union(a)} {
+	for _, r := range []Set{a.Union(b), a.Subtract(b), a.Intersect(b), a.Clone(), b.Clone(), b.Union(a), a.Prefixes(), b.Prefixes()} {
 		_ = r.AddInPlace(g)
 		_ = r.AddInPlace(GTID{SID: a.srcs[0].key.SID, GNO: 21})
 		_ = r.AddInPlace(GTID{SID: b.srcs[1].key.SID, GNO: 3})

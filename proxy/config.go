@@ -103,6 +103,12 @@ type Config struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// ConnectTimeout bounds one backend connection attempt. Default 5s.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// CompactTokens widens each session's token to every source's prefix
+	// 1-max after each write (router.Config.CompactTokens): long-lived
+	// client connections then carry one interval per source instead of one
+	// per write. Sound for read-your-writes; free on replicas that apply in
+	// commit order (replica_preserve_commit_order=ON). Default off.
+	CompactTokens bool `yaml:"compact_tokens"`
 	// SocketIO is how client and backend sockets are read and written:
 	// "raw" (default: raw system calls, internal/rawnet; on Linux, where
 	// it spares the Go runtime a monitor-thread wake-up per system call

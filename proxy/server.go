@@ -166,6 +166,7 @@ func (s *Server) newRouter(ctx context.Context) error {
 		DialTimeout:   s.cfg.ConnectTimeout,
 		PrimaryPool:   4,
 		PlainSocketIO: s.cfg.SocketIO == "go",
+		CompactTokens: s.cfg.CompactTokens,
 		Registerer:    s.m.reg,
 		Logger:        s.log,
 	})

@@ -39,6 +39,9 @@ func TestAllGTIDsTrackerBoundsTheRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err) // the table must exist on the replica before it is read
+	}
 	// A writer commits on the primary for the whole test.
 	wctx, stopWriter := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -105,6 +105,16 @@ type Config struct {
 	// wake-up after every idle spell: about half the CPU per read at one
 	// client (docs/benchmarks-proxy.md).
 	PlainSocketIO bool
+	// CompactTokens widens a session's token after every write to each
+	// source's prefix 1-max (gtid.Set.Prefixes). Without it the token is
+	// the exact union of the session's writes, which gains one interval per
+	// write while other sessions write in between, so a long-lived session
+	// carries a growing token. The widened token is sound for
+	// read-your-writes (a superset) and demands nothing more of replicas
+	// that apply in commit order (replica_preserve_commit_order=ON); on one
+	// that does not, reads may wait or go elsewhere. Off by default: the
+	// simulator and the lab measure exact tokens.
+	CompactTokens bool
 	// Trace records, in every Read, the decisions that routed it.
 	Trace bool
 	// Registerer receives the metrics (nil: not registered).

@@ -93,7 +93,7 @@ func (s *LiveSession) QueryFunc(ctx context.Context, pol Policy, o ReadOptions, 
 	}
 	st := s.st // this read's state: the session's plus the read's own token and key
 	if !o.Token.GTIDs.IsEmpty() {
-		RecordWrite(&st, o.Token.GTIDs, o.Token.Epoch, st.LastWriteAt)
+		r.recordWrite(&st, o.Token.GTIDs, o.Token.Epoch, st.LastWriteAt)
 	}
 	if o.AffinityKey != 0 {
 		st.AffinityKey = o.AffinityKey
@@ -323,6 +323,15 @@ func (r *Router) inFlight(node string, d int) {
 
 // decide calls DecideLive under the router's lock with the router's state
 // and stores the primary position it raised.
+// recordWrite is RecordWrite, with the token widened to each source's
+// prefix when Config.CompactTokens is set.
+func (r *Router) recordWrite(st *Session[gtid.Set], set gtid.Set, epoch uint64, at time.Duration) {
+	RecordWrite(st, set, epoch, at)
+	if r.cfg.CompactTokens {
+		st.Token = st.Token.Prefixes()
+	}
+}
+
 func (r *Router) decide(st *Session[gtid.Set], pol *Policy, waited time.Duration, known map[string]gtid.Set) (Decision, *View[gtid.Set], []Node, Node, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

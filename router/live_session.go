@@ -148,7 +148,7 @@ func (s *LiveSession) AddToken(t gtid.Token) {
 	if t.GTIDs.IsEmpty() {
 		return
 	}
-	RecordWrite(&s.st, t.GTIDs.Clone(), t.Epoch, s.st.LastWriteAt)
+	s.r.recordWrite(&s.st, t.GTIDs.Clone(), t.Epoch, s.st.LastWriteAt)
 }
 
 // SetToken replaces the session's token with t (an empty t clears it),
@@ -173,7 +173,7 @@ func (s *LiveSession) RecordAck(set gtid.Set) {
 		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
 	}
 	r.mu.Unlock()
-	RecordWrite(&s.st, set, epoch, r.now())
+	r.recordWrite(&s.st, set, epoch, r.now())
 	r.m.writes.Inc()
 }
 
@@ -298,7 +298,7 @@ func (s *LiveSession) ExecGTID(ctx context.Context, query string, args ...any) (
 	if err != nil {
 		return res, gtid.Set{}, fmt.Errorf("%w: unparsable GTID %q: %v", ErrMissingGTID, g, err)
 	}
-	RecordWrite(&s.st, set, epoch, r.now())
+	r.recordWrite(&s.st, set, epoch, r.now())
 	r.mu.Lock()
 	if r.st.Epoch == epoch && !r.st.PrimaryPos.Contains(set) {
 		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)

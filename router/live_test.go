@@ -126,12 +126,17 @@ func TestLive(t *testing.T) {
 	s := setup.NewSession()
 	mustExec(t, ctx, s, "CREATE DATABASE IF NOT EXISTS rt")
 	mustExec(t, ctx, s, "CREATE TABLE IF NOT EXISTS rt.w (sess INT NOT NULL, seq INT NOT NULL, PRIMARY KEY (sess, seq))")
+	// rt.aux takes the writes and deletes of the small subtests, so that
+	// rt.w only grows: standing-lag counts its rows as its
+	// monotonic-reads ground truth.
+	mustExec(t, ctx, s, "CREATE TABLE IF NOT EXISTS rt.aux (sess INT NOT NULL, seq INT NOT NULL, PRIMARY KEY (sess, seq))")
 	s.Close()
 	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("connect-check", func(t *testing.T) { testConnectCheck(t, ctx, pl) })
 	t.Run("socket-io", func(t *testing.T) { testSocketIO(t, ctx, pl) })
+	t.Run("compact-tokens", func(t *testing.T) { testCompactTokens(t, ctx, pl) })
 	t.Run("standing-lag", func(t *testing.T) { testStandingLag(t, ctx, pl) })
 	t.Run("watermark", func(t *testing.T) { testWatermark(t, ctx) })
 	t.Run("cap", func(t *testing.T) { testCap(t, ctx, pl) })
@@ -149,8 +154,8 @@ func testConnectCheck(t *testing.T, ctx context.Context, pl *Poller) {
 	r := newLiveRouter(t, ctx, Config{Positions: pl})
 	s := r.NewSession()
 	defer s.Close()
-	mustExec(t, ctx, s, "INSERT INTO rt.w VALUES (0, 1) ON DUPLICATE KEY UPDATE seq = seq")
-	mustExec(t, ctx, s, "DELETE FROM rt.w WHERE sess = 0")
+	mustExec(t, ctx, s, "INSERT INTO rt.aux VALUES (0, 1) ON DUPLICATE KEY UPDATE seq = seq")
+	mustExec(t, ctx, s, "DELETE FROM rt.aux WHERE sess = 0")
 	if !s.State().HasToken {
 		t.Fatal("write captured no GTID token")
 	}
@@ -192,16 +197,66 @@ func testSocketIO(t *testing.T, ctx context.Context, pl *Poller) {
 		}
 		r := newLiveRouter(t, ctx, Config{Positions: pl, PlainSocketIO: plain, Policy: Policy{Kind: PolicyTokenRYW}})
 		s := r.NewSession()
-		mustExec(t, ctx, s, "INSERT INTO rt.w VALUES (?, ?) ON DUPLICATE KEY UPDATE seq = seq", 900, 1)
-		rd, err := s.Query(ctx, "SELECT COUNT(*) FROM rt.w WHERE sess = ?", 900)
+		mustExec(t, ctx, s, "INSERT INTO rt.aux VALUES (?, ?) ON DUPLICATE KEY UPDATE seq = seq", 900, 1)
+		rd, err := s.Query(ctx, "SELECT COUNT(*) FROM rt.aux WHERE sess = ?", 900)
 		if err != nil {
 			t.Fatalf("plainIO %v: read: %v", plain, err)
 		}
 		if n := readInt(t, rd); n != 1 {
 			t.Fatalf("plainIO %v: read %d rows of the session's own write, want 1", plain, n)
 		}
-		mustExec(t, ctx, s, "DELETE FROM rt.w WHERE sess = 900")
+		mustExec(t, ctx, s, "DELETE FROM rt.aux WHERE sess = 900")
 		s.Close()
+	}
+}
+
+// testCompactTokens: two sessions write in turns, so each one's writes
+// leave gaps for the other's. With exact tokens a session's token holds one
+// interval per write; with CompactTokens one per source, a superset of the
+// exact token; either way the session reads its own last write back
+// (token-ryw) every time.
+func testCompactTokens(t *testing.T, ctx context.Context, pl *Poller) {
+	const writes = 20
+	for _, compact := range []bool{false, true} {
+		r := newLiveRouter(t, ctx, Config{Positions: pl, CompactTokens: compact, Policy: Policy{Kind: PolicyTokenRYW}})
+		a, b := r.NewSession(), r.NewSession()
+		var exact gtid.Set // a's writes, from the GTIDs the server reported
+		for i := range writes {
+			for j, s := range []*LiveSession{a, b} {
+				sess := 910 + j
+				_, g, err := s.ExecGTID(ctx, "INSERT INTO rt.aux VALUES (?, ?)", sess, i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if j == 0 {
+					exact.UnionInPlace(g)
+				}
+			}
+			rd, err := a.Query(ctx, "SELECT COALESCE(MAX(seq), -1) FROM rt.aux WHERE sess = 910")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readInt(t, rd); got != int64(i) {
+				t.Fatalf("compact %v: session read %d after writing %d", compact, got, i)
+			}
+		}
+		tok := a.Token().GTIDs
+		n := 0
+		for _, ivs := range tok.Sources() {
+			n += len(ivs)
+		}
+		if !tok.Contains(exact) {
+			t.Fatalf("compact %v: token %s lacks the session's writes %s", compact, tok, exact)
+		}
+		if compact && n != tok.Len() {
+			t.Fatalf("compacted token %s has %d intervals over %d sources", tok, n, tok.Len())
+		}
+		if !compact && (n != writes || !tok.Equal(exact)) {
+			t.Fatalf("exact token %s: %d intervals, want %d equal to the writes %s", tok, n, writes, exact)
+		}
+		mustExec(t, ctx, a, "DELETE FROM rt.aux WHERE sess IN (910, 911)")
+		a.Close()
+		b.Close()
 	}
 }
 
