@@ -36,6 +36,11 @@ var ErrNoSessionTracking = errors.New("router: primary does not report session G
 // packet carried no GTID: the session's token cannot be trusted.
 var ErrMissingGTID = errors.New("router: write acknowledged without a GTID")
 
+// ErrArgCount is returned by a read whose arguments do not match the
+// statement's placeholders. It is the caller's error: no node is held down
+// for it and the read is not retried elsewhere.
+var ErrArgCount = errors.New("router: wrong number of arguments for the statement's placeholders")
+
 // ErrTxLost is returned by Session.Exec when the session's open
 // transaction was on a primary the router has since failed over from: the
 // transaction is rolled back (its connection closed) and the statement was

@@ -447,10 +447,11 @@ func (r *Router) run(ctx context.Context, n Node, wantWM bool, query string, arg
 	return res, wm, nil
 }
 
-// release returns c after a server error or closes it after a broken one.
+// release returns c after a server error or a caller's (ErrArgCount),
+// and closes it after a broken one.
 func (r *Router) release(n Node, c *client.Conn, err error) {
 	var me *mysql.MyError
-	if errors.As(err, &me) {
+	if errors.As(err, &me) || errors.Is(err, ErrArgCount) {
 		r.pool.put(n.Addr, c)
 		return
 	}

@@ -162,6 +162,12 @@ func execWithWatermark(ctx context.Context, c *client.Conn, pc *pipeConn, wantWM
 		if st, err = pc.stmt(ctx, c, query); err != nil {
 			return nil, gtid.Set{}, err
 		}
+		if n := st.ParamNum(); n != len(args) {
+			// The caller's mistake, caught before anything is sent: not a
+			// node fault (no hold-down, no retry elsewhere), and the
+			// connection stays usable.
+			return nil, gtid.Set{}, &RunError{Err: fmt.Errorf("%w: %q takes %d, got %d", ErrArgCount, truncate(query), n, len(args))}
+		}
 	}
 	if wantWM {
 		pc.next = executedPacket(pc.caps)

@@ -155,8 +155,27 @@ func TestReadStatementCache(t *testing.T) {
 	if replicaReads < maxCachedStmts {
 		t.Fatalf("only %d reads served by replicas", replicaReads)
 	}
-	if _, err := s.Query(ctx, "SELECT ? + ?", 1); err == nil {
-		t.Fatal("a read with too few arguments succeeded")
+	heldDown := func() []string {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		var down []string
+		for name, until := range r.st.DownUntil {
+			if time.Now().Before(until) {
+				down = append(down, name)
+			}
+		}
+		return down
+	}
+	if down := heldDown(); len(down) != 0 {
+		t.Fatalf("nodes %v held down before the refused read", down)
+	}
+	if _, err := s.Query(ctx, "SELECT ? + ?", 1); !errors.Is(err, ErrArgCount) {
+		t.Fatalf("a read with too few arguments: %v, want ErrArgCount", err)
+	}
+	// The caller's mistake holds no node down (before the fix it held down
+	// every node it was retried on).
+	if down := heldDown(); len(down) != 0 {
+		t.Fatalf("nodes %v held down after a caller's argument error", down)
 	}
 	rd, err := s.Query(ctx, "SELECT ? * 2", 21)
 	if err != nil || readInt(t, rd) != 42 {
