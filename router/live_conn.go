@@ -122,11 +122,17 @@ func (d *dialer) dialTracking(ctx context.Context, addr string) (*client.Conn, e
 // execCtx runs one statement, honouring ctx by expiring the connection's
 // deadline when ctx ends (the connection is then unusable: close it).
 func execCtx(ctx context.Context, c *client.Conn, q string, args ...any) (*mysql.Result, error) {
+	return withCtx(ctx, c, func() (*mysql.Result, error) { return c.Execute(q, args...) })
+}
+
+// withCtx runs one statement on c (run), honouring ctx by expiring c's
+// deadline when ctx ends (c is then unusable: close it).
+func withCtx(ctx context.Context, c *client.Conn, run func() (*mysql.Result, error)) (*mysql.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
-	r, err := c.Execute(q, args...)
+	r, err := run()
 	if !stop() {
 		// ctx ended while the statement ran: report the context's error.
 		if err == nil {

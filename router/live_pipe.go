@@ -207,20 +207,7 @@ func execWithWatermark(ctx context.Context, c *client.Conn, pc *pipeConn, wantWM
 
 // stmtExecCtx is execCtx for a prepared statement.
 func stmtExecCtx(ctx context.Context, c *client.Conn, st *client.Stmt, args ...any) (*mysql.Result, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
-	r, err := st.Execute(args...)
-	if !stop() {
-		if err == nil {
-			err = ctx.Err()
-		} else {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
-		}
-		return nil, err
-	}
-	return r, err
+	return withCtx(ctx, c, func() (*mysql.Result, error) { return st.Execute(args...) })
 }
 
 func isServerErr(err error) bool {
