@@ -30,6 +30,10 @@ if ! command -v sysbench >/dev/null 2>&1; then
 	apt_install sysbench
 fi
 sysbench --version >&2
+if ! command -v jq >/dev/null 2>&1; then
+	log "installing jq (scripts/driver-suite.sh reads the topology's state file with it)"
+	apt_install jq
+fi
 
 if [ "${1:-}" = "--mysql-router" ]; then
 	CACHE=${CAUSALLAB_CACHE:-$HOME/.cache/causallab}
