@@ -32,8 +32,14 @@ type watchFlags struct {
 	interval  time.Duration
 	heartbeat time.Duration
 	proxysql  []string
-	metrics   string
-	noAhead   bool
+	// proxysqlBatch > 0: I3/I4 range lines at most once per period (the
+	// reader's -t; ProxySQL 3.0.8+). 0: an I1/I2 line per transaction.
+	proxysqlBatch time.Duration
+	// proxysqlOnShrink: fence (ProxySQL keeps what it learned: 3.x) or
+	// rebootstrap (ProxySQL forgets on disconnect: 2.x).
+	proxysqlOnShrink string
+	metrics          string
+	noAhead          bool
 }
 
 func newWatchCmd() *cobra.Command {
@@ -45,7 +51,13 @@ func newWatchCmd() *cobra.Command {
 from the replica's own binary log and confirmed against @@gtid_executed, and shows
 it live: a refreshing table on a terminal, or one JSON line per change with
 --format json. With --primary it also shows how many transactions each replica
-lacks. --proxysql serves a replica's set with ProxySQL's binlog-reader protocol.`,
+lacks. --proxysql serves a replica's set with ProxySQL's binlog-reader protocol
+(what proxysql_mysqlbinlog speaks): ST= on connect, then an I1/I2 line per
+transaction, or with --proxysql-batch I3/I4 ranges (ProxySQL 3.0.8 or later).
+When the replica loses GTIDs ProxySQL was sent (reset, restore), ProxySQL 3.x
+keeps them: --proxysql-on-shrink fence (the default) then serves no client
+until the replica has them again; rebootstrap (for 2.x, which forgets on
+disconnect) reconnects clients to a fresh ST=. See docs/binlogwatch.md.`,
 		Example: `  causallab watch --replica r1=causallab:causallab@tcp(127.0.0.1:3307)/ --format json
   causallab watch --primary 'u:p@tcp(db0:3306)/' --replica 'r1=u:p@tcp(db1:3306)/' --proxysql r1=:6020`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runWatch(cmd.Context(), cmd.OutOrStdout(), &f) },
@@ -56,6 +68,8 @@ lacks. --proxysql serves a replica's set with ProxySQL's binlog-reader protocol.
 	cmd.Flags().DurationVar(&f.interval, "interval", 500*time.Millisecond, "table refresh interval")
 	cmd.Flags().DurationVar(&f.heartbeat, "heartbeat", time.Second, "binlog heartbeat period (read timeout is 3x)")
 	cmd.Flags().StringArrayVar(&f.proxysql, "proxysql", nil, "serve a replica's set with the ProxySQL binlog-reader protocol, name=listen-address; repeatable")
+	cmd.Flags().DurationVar(&f.proxysqlBatch, "proxysql-batch", 0, "send --proxysql updates as I3/I4 ranges at most once per period, e.g. 100ms (ProxySQL 3.0.8+); 0: one I1/I2 line per transaction")
+	cmd.Flags().StringVar(&f.proxysqlOnShrink, "proxysql-on-shrink", "fence", "when the replica loses GTIDs ProxySQL was sent: fence (serve no client until it has them again; ProxySQL 3.x) or rebootstrap (reconnect clients to a fresh ST=; only for ProxySQL 2.x, which forgets on disconnect)")
 	cmd.Flags().StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on this address (/metrics)")
 	cmd.Flags().BoolVar(&f.noAhead, "no-ahead", false, "do not keep a wait parked on each replica's predicted next GTID (saves one connection per replica; publishes one round trip later)")
 	_ = cmd.MarkFlagRequired("replica")
@@ -123,18 +137,32 @@ func runWatch(ctx context.Context, out io.Writer, f *watchFlags) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	onShrink, err := binlogwatch.ParseShrinkPolicy(f.proxysqlOnShrink)
+	if err != nil {
+		return withExitCode(2, fmt.Errorf("--proxysql-on-shrink: %w", err))
+	}
+	pcfg := binlogwatch.ProxySQLConfig{Batch: f.proxysqlBatch, OnShrink: onShrink, Logger: slog.Default()}
 	errc := make(chan error, 1+len(f.proxysql))
+	var servers []*binlogwatch.ProxySQLServer
 	for _, spec := range f.proxysql {
-		name, addr, ok := strings.Cut(spec, "=")
+		name, _, ok := strings.Cut(spec, "=")
 		w := group.Watcher(name)
 		if !ok || w == nil {
 			return withExitCode(2, fmt.Errorf("--proxysql %q: want name=address with a --replica name", spec))
 		}
+		srv, err := binlogwatch.NewProxySQLServer(w, pcfg)
+		if err != nil {
+			return withExitCode(2, fmt.Errorf("--proxysql %q: %w", spec, err))
+		}
+		servers = append(servers, srv)
+	}
+	for i, spec := range f.proxysql {
+		_, addr, _ := strings.Cut(spec, "=")
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return err
 		}
-		srv := binlogwatch.NewProxySQLServer(w, slog.Default())
+		srv := servers[i]
 		go func() { errc <- srv.Serve(ctx, ln) }()
 	}
 	if f.metrics != "" {
