@@ -49,6 +49,7 @@ type ProxySQLServer struct {
 	// forgets (3.x) can believe this replica holds, because of us.
 	taught gtid.Set
 	fenced bool
+	seq    uint64 // the newest snapshot admit has judged
 
 	clients       atomic.Int64
 	skippedTagged atomic.Uint64
@@ -251,7 +252,7 @@ func (s *ProxySQLServer) watchFence(ctx context.Context) {
 	for {
 		snap := s.w.Snapshot()
 		if cur, _, err := untagged(snap.Executed); err == nil {
-			s.admit(cur, gtid.Set{})
+			s.admit(snap, cur, gtid.Set{})
 		}
 		if snap.Stopped {
 			return
@@ -264,13 +265,18 @@ func (s *ProxySQLServer) watchFence(ctx context.Context) {
 	}
 }
 
-// admit decides, under one lock, whether add (a part of cur, the watcher's
-// untagged set) may be sent: with ShrinkFence only while cur contains
+// admit decides, under one lock, whether add (a part of cur, the untagged
+// set of snap) may be sent: with ShrinkFence only while cur contains
 // everything ever sent. An admitted add is recorded as taught before its
-// bytes leave.
-func (s *ProxySQLServer) admit(cur, add gtid.Set) bool {
+// bytes leave. A snapshot older than one already judged is stale (another
+// client may have taught from the newer one): the caller must reload.
+func (s *ProxySQLServer) admit(snap *Snapshot, cur, add gtid.Set) (ok, stale bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if snap.Seq < s.seq {
+		return false, true
+	}
+	s.seq = snap.Seq
 	if s.cfg.OnShrink == ShrinkFence {
 		up := !cur.Contains(s.taught)
 		switch {
@@ -286,11 +292,11 @@ func (s *ProxySQLServer) admit(cur, add gtid.Set) bool {
 		}
 		s.fenced = up
 		if up {
-			return false
+			return false, false
 		}
 	}
 	s.taught.UnionInPlace(add)
-	return true
+	return true, false
 }
 
 var (
@@ -334,28 +340,34 @@ func isTimeout(err error) bool {
 // the first snapshot to serve, its untagged set and the number of tagged
 // transactions left out, or errFenced.
 func (s *ProxySQLServer) bootstrap(ctx context.Context) (*Snapshot, gtid.Set, uint64, error) {
-	snap := s.w.Snapshot()
-	for snap.Health == HealthStarting && !snap.Stopped {
-		select {
-		case <-snap.Changed():
-		case <-ctx.Done():
-			return nil, gtid.Set{}, 0, ctx.Err()
+	for {
+		snap := s.w.Snapshot()
+		if snap.Health == HealthStarting && !snap.Stopped {
+			select {
+			case <-snap.Changed():
+				continue
+			case <-ctx.Done():
+				return nil, gtid.Set{}, 0, ctx.Err()
+			}
 		}
-		snap = s.w.Snapshot()
+		if snap.Stopped {
+			return nil, gtid.Set{}, 0, errStopped
+		}
+		st, skipped, err := untagged(snap.Executed)
+		if err != nil {
+			return nil, gtid.Set{}, 0, err
+		}
+		ok, stale := s.admit(snap, st, st)
+		if stale {
+			continue
+		}
+		if !ok {
+			s.refused.Add(1)
+			return nil, gtid.Set{}, 0, errFenced
+		}
+		s.skippedTagged.Add(skipped)
+		return snap, st, skipped, nil
 	}
-	if snap.Stopped {
-		return nil, gtid.Set{}, 0, errStopped
-	}
-	st, skipped, err := untagged(snap.Executed)
-	if err != nil {
-		return nil, gtid.Set{}, 0, err
-	}
-	if !s.admit(st, st) {
-		s.refused.Add(1)
-		return nil, gtid.Set{}, 0, errFenced
-	}
-	s.skippedTagged.Add(skipped)
-	return snap, st, skipped, nil
 }
 
 func (s *ProxySQLServer) stream(ctx context.Context, lc *lineConn) error {
@@ -399,7 +411,11 @@ func (s *ProxySQLServer) stream(ctx context.Context, lc *lineConn) error {
 			return errShrunk
 		}
 		diff := cur.Subtract(sent)
-		if !s.admit(cur, diff) {
+		ok, stale := s.admit(snap, cur, diff)
+		if stale {
+			continue // a newer snapshot is out: its Changed is closed
+		}
+		if !ok {
 			return errFenced
 		}
 		if skipped > skippedSent {

@@ -88,7 +88,8 @@ type psqlReader struct {
 	set        map[string][]trxIv
 	eventsRead uint64
 	active     bool
-	lines      int
+	lines      int // lines read
+	st         int // ST= lines read
 }
 
 const (
@@ -361,6 +362,7 @@ func (r *psqlReader) readNext() (bool, error) {
 	if bytes.HasPrefix(r.data[r.pos:r.pos+l+1], []byte("ST=")) {
 		bs := cstr(slices.Clone(line[3:])) // malloc, memcpy, strtok stops at a NUL
 		r.pos += l + 1
+		r.st++
 		if r.ver == psql2 {
 			return true, r.bootstrap2(bs)
 		}

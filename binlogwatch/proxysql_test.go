@@ -73,6 +73,8 @@ type portClient struct {
 	conn net.Conn
 	err  error // the parser's error on this connection (disconnect, UB)
 	eof  bool  // the server closed this connection
+	// stBase is r.st when this connection opened: ST= lines read before it.
+	stBase int
 	got  chan struct{}
 	done chan struct{}
 }
@@ -88,14 +90,21 @@ func dialPort(t testing.TB, addr string, v psqlVersion) *portClient {
 // connect opens a connection (ProxySQL's reconnect: state per version).
 func (pc *portClient) connect() {
 	pc.t.Helper()
-	c, err := net.Dial("tcp", pc.addr)
-	if err != nil {
+	if err := pc.tryConnect(); err != nil {
 		pc.t.Fatal(err)
+	}
+}
+
+func (pc *portClient) tryConnect() error {
+	c, err := net.DialTimeout("tcp", pc.addr, 5*time.Second)
+	if err != nil {
+		return err
 	}
 	pc.mu.Lock()
 	if pc.conn != nil {
 		pc.r.reconnect()
 	}
+	pc.stBase = pc.r.st
 	pc.conn, pc.err, pc.eof = c, nil, false
 	pc.got, pc.done = make(chan struct{}, 1), make(chan struct{})
 	got, done := pc.got, pc.done
@@ -128,6 +137,7 @@ func (pc *portClient) connect() {
 			}
 		}
 	}()
+	return nil
 }
 
 func (pc *portClient) close() {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -159,4 +160,30 @@ func testWatchJSON(t *testing.T, topo *compose.Topology, extra []string) {
 		check(s)
 	}
 	t.Logf("%d JSON lines; last: %s (replica's @@gtid_executed %s)", len(got), got[len(got)-1].Executed, truth)
+}
+
+// TestWatchProxySQLFlagsBadInput: the --proxysql flags are checked before
+// anything connects; a bad value is exit code 2 naming the flag.
+func TestWatchProxySQLFlagsBadInput(t *testing.T) {
+	base := []string{"--replica", "r1=u:p@tcp(127.0.0.1:1)/", "--proxysql", "r1=127.0.0.1:0"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--proxysql-on-shrink", "forget"}, `--proxysql-on-shrink: binlogwatch: shrink policy "forget"`},
+		{[]string{"--proxysql-batch", "-1s"}, "Batch -1s is negative"},
+		{[]string{"--proxysql-batch", "10us"}, "under 1ms"},
+	} {
+		cmd := newWatchCmd()
+		cmd.SetArgs(append(append([]string{}, base...), tc.args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("watch %q: err %v, want exit code 2 and %q", tc.args, err, tc.want)
+		}
+	}
 }
