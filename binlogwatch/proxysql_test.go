@@ -75,8 +75,8 @@ type portClient struct {
 	eof  bool  // the server closed this connection
 	// stBase is r.st when this connection opened: ST= lines read before it.
 	stBase int
-	got  chan struct{}
-	done chan struct{}
+	got    chan struct{}
+	done   chan struct{}
 }
 
 func dialPort(t testing.TB, addr string, v psqlVersion) *portClient {
