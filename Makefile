@@ -11,13 +11,16 @@ build:
 	$(GO) build -o bin/causallab ./cmd/causallab
 
 # deps installs what a fresh machine lacks (Debian packages: mmdebstrap and
-# sysbench; the MySQL 9.7 root filesystem and Docker image, cached outside the
-# repository).
+# sysbench; the MySQL 9.7, MariaDB 11.8 and PostgreSQL 18 root filesystems
+# and Docker images, cached outside the repository).
 deps:
-	./scripts/ensure-mysql.sh
+	./scripts/ensure-engine.sh mysql
+	./scripts/ensure-engine.sh mariadb
+	./scripts/ensure-engine.sh postgres
 	./scripts/install-bench-tools.sh
 
-# test: every package, integration tests against real MySQL included.
+# test: every package, integration tests against real MySQL, MariaDB and
+# PostgreSQL included.
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 45m ./...

@@ -40,8 +40,10 @@ const (
 
 // ReplicaOptions are settings of one replica.
 type ReplicaOptions struct {
-	// ApplyDelay is the replica's SOURCE_DELAY from start-up on. MySQL takes
-	// whole seconds: a delay that is not a whole number of seconds is rejected.
+	// ApplyDelay is the replica's apply delay from start-up on: MySQL's
+	// SOURCE_DELAY and MariaDB's MASTER_DELAY take whole seconds,
+	// PostgreSQL's recovery_min_apply_delay whole milliseconds; other
+	// values are rejected.
 	ApplyDelay time.Duration
 }
 
@@ -57,6 +59,9 @@ type ExternalConfig struct {
 // Config describes a topology to start. The zero value plus validate() is a
 // local topology of one primary and DefaultReplicas replicas.
 type Config struct {
+	// Engine is the database engine: EngineMySQL (the default),
+	// EngineMariaDB or EnginePostgres. The external backend is MySQL only.
+	Engine Engine
 	// Replicas is the number of replicas, 0..MaxReplicas. Zero means
 	// DefaultReplicas unless PrimaryOnly is set.
 	Replicas int
@@ -64,20 +69,24 @@ type Config struct {
 	PrimaryOnly bool
 	// Backend selects how servers run. Default: BackendLocal.
 	Backend Backend
-	// RootFS is the root filesystem holding /usr/sbin/mysqld for the local
-	// backend. Default: $CAUSALLAB_ROOTFS, else ~/.cache/causallab/mysql-rootfs
-	// (built by `causallab image`).
+	// RootFS is the root filesystem holding the engine's server for the
+	// local backend. Default: DefaultEngineRootFS(Engine): for MySQL
+	// $CAUSALLAB_ROOTFS, else ~/.cache/causallab/mysql-rootfs (built by
+	// `causallab image`); mariadb-rootfs and postgres-rootfs beside it.
 	RootFS string
 	// HostMysqld makes the local backend run the mysqld found on PATH instead
 	// of chrooting into RootFS.
 	HostMysqld bool
 	// Image is the Docker image for the docker backend. Any image holding
 	// mysqld works (the command is explicit, no entrypoint is used).
-	// Default: causallab/mysql:<version recorded in RootFS>, else
-	// causallab/mysql:9.7.4.
+	// Default: causallab/<engine>:<version recorded in RootFS>, else
+	// causallab/mysql:9.7.4, causallab/mariadb:11.8.9,
+	// causallab/postgres:18.6.
 	Image string
-	// MyCnf holds extra [mysqld] settings (name -> value) applied to every
-	// server; they override compose's defaults of the same name.
+	// MyCnf holds extra server settings (name -> value) applied to every
+	// server; they override compose's defaults of the same name: [mysqld]
+	// lines for MySQL and MariaDB, postgresql.conf lines for PostgreSQL
+	// (values written as given: quote strings yourself).
 	MyCnf map[string]string
 	// ReplicaOptions holds per-replica settings: ReplicaOptions[i] is for
 	// replica i+1. It may be shorter than Replicas.
@@ -137,6 +146,19 @@ func DefaultImage(rootfs string) string {
 
 // validate fills defaults and rejects nonsense.
 func (c *Config) validate() error {
+	if c.Engine == "" {
+		c.Engine = EngineMySQL
+	}
+	eng, err := engineFor(c.Engine)
+	if err != nil {
+		return err
+	}
+	if c.Engine != EngineMySQL && c.Backend == BackendExternal {
+		return fmt.Errorf("compose: the external backend attaches to MySQL only, not %s", c.Engine)
+	}
+	if c.Engine != EngineMySQL && c.HostMysqld {
+		return fmt.Errorf("compose: HostMysqld runs MySQL, not %s", c.Engine)
+	}
 	switch c.Backend {
 	case "":
 		c.Backend = BackendLocal
@@ -169,8 +191,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("compose: %d ReplicaOptions for %d replicas", len(c.ReplicaOptions), c.Replicas)
 	}
 	for i, o := range c.ReplicaOptions {
-		if o.ApplyDelay < 0 || o.ApplyDelay%time.Second != 0 {
-			return fmt.Errorf("compose: replica%d apply delay %v is not a whole, non-negative number of seconds", i+1, o.ApplyDelay)
+		if err := eng.checkApplyDelay(o.ApplyDelay); err != nil {
+			return fmt.Errorf("compose: replica%d %w", i+1, err)
 		}
 	}
 	for k, v := range c.MyCnf {
@@ -197,10 +219,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("compose: negative StartTimeout %v", c.StartTimeout)
 	}
 	if c.RootFS == "" {
-		c.RootFS = DefaultRootFS()
+		c.RootFS = DefaultEngineRootFS(c.Engine)
 	}
 	if c.Image == "" {
-		c.Image = DefaultImage(c.RootFS)
+		c.Image = DefaultEngineImage(c.Engine, c.RootFS)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -15,12 +14,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/moby/moby/api/types/container"
 	mnetwork "github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
@@ -32,11 +32,8 @@ import (
 // ErrNoDocker is returned (wrapped) when no Docker engine answers.
 var ErrNoDocker = errors.New("no Docker engine answers")
 
-// ErrNoImage is returned (wrapped) when the MySQL image is missing.
-var ErrNoImage = errors.New("MySQL image not found")
-
-// dockerDir is the server's directory inside its container.
-const dockerDir = "/var/lib/causallab"
+// ErrNoImage is returned (wrapped) when the engine's image is missing.
+var ErrNoImage = errors.New("image not found")
 
 // dockerServer is one container.
 type dockerServer struct {
@@ -50,6 +47,7 @@ type dockerServer struct {
 // user-defined network; each container has its node name as network alias.
 type dockerBackend struct {
 	cfg       *Config
+	spec      *serverSpec
 	cli       *testcontainers.DockerClient
 	networkID string
 	network   string
@@ -60,7 +58,9 @@ type dockerBackend struct {
 
 var _ backend = (*dockerBackend)(nil)
 
-func newDockerBackend(cfg *Config) *dockerBackend { return &dockerBackend{cfg: cfg} }
+func newDockerBackend(cfg *Config) *dockerBackend {
+	return &dockerBackend{cfg: cfg, spec: serverOf(cfg.Engine)}
+}
 
 func (b *dockerBackend) client(ctx context.Context) (*testcontainers.DockerClient, error) {
 	if b.cli != nil {
@@ -86,14 +86,26 @@ func (b *dockerBackend) client(ctx context.Context) (*testcontainers.DockerClien
 	return cli, nil
 }
 
-// dockerCommand is the container command: initialize the data directory
-// on first start, then run mysqld. It relies on no entrypoint, so any
-// image holding mysqld and sh works (causallab/mysql, mysql:9.7).
-func dockerCommand() []string {
-	cnf := "--defaults-file=" + dockerDir + "/my.cnf --user=root"
-	script := "set -e; mkdir -p " + dockerDir + "; cp /tmp/causallab-my.cnf " + dockerDir + "/my.cnf; " +
-		"if [ ! -d " + dockerDir + "/data/mysql ]; then mysqld " + cnf + " --initialize-insecure --init-file=/tmp/causallab-init.sql; fi; " +
-		"exec mysqld " + cnf
+// dockerCommand is the container command of replica i (0: the primary):
+// copy the configuration in, run a pending offline script (pg_rewind,
+// written by offline), initialize the data directory on first start (or,
+// for a cloned replica, clone it from the primary), then run the server.
+// It relies on no entrypoint, so any image holding the server and sh
+// works (causallab/mysql, mysql:9.7).
+func (b *dockerBackend) dockerCommand(i int) []string {
+	sp := b.spec
+	d := sp.dockerDir
+	init := sp.dockerInit(b.cfg)
+	if sp.cloned && i > 0 {
+		init = sp.dockerClone(b.cfg, i)
+	}
+	args := sp.args(d)
+	if sp == mysqlSpec {
+		args[0] = "mysqld"
+	}
+	script := "set -e; mkdir -p " + d + "; cp /tmp/causallab-" + sp.configName + " " + d + "/" + sp.configName + "; " +
+		"if [ -f " + d + "/offline.sh ]; then sh " + d + "/offline.sh; rm -f " + d + "/offline.sh; fi; " +
+		init + "; exec " + strings.Join(args, " ")
 	return []string{"sh", "-c", script}
 }
 
@@ -103,7 +115,7 @@ func (b *dockerBackend) start(ctx context.Context) (nodes []Node, err error) {
 		return nil, err
 	}
 	if _, ierr := cli.ImageInspect(ctx, b.cfg.Image); ierr != nil && strings.HasPrefix(b.cfg.Image, "causallab/") {
-		return nil, fmt.Errorf("compose: %w: %s (build it with `causallab image`)", ErrNoImage, b.cfg.Image)
+		return nil, fmt.Errorf("compose: %w: %s (build it with `causallab image --engine %s`)", ErrNoImage, b.cfg.Image, b.cfg.Engine)
 	}
 	defer func() {
 		if err != nil {
@@ -133,8 +145,17 @@ func (b *dockerBackend) start(ctx context.Context) (nodes []Node, err error) {
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
-		s := &dockerServer{name: name, serverID: i + 1}
-		b.servers = append(b.servers, s)
+		b.servers = append(b.servers, &dockerServer{name: name, serverID: i + 1})
+	}
+	starting := b.servers
+	if b.spec.cloned {
+		// Replicas clone the running primary (pg_basebackup).
+		if err := b.run(ctx, nw, b.servers[0], &mu, tpl); err != nil {
+			return nil, err
+		}
+		starting = b.servers[1:]
+	}
+	for i, s := range starting {
 		wg.Go(func() {
 			errs[i] = b.run(ctx, nw, s, &mu, tpl)
 		})
@@ -149,7 +170,7 @@ func (b *dockerBackend) start(ctx context.Context) (nodes []Node, err error) {
 			role = RolePrimary
 		}
 		nodes = append(nodes, Node{Name: s.name, Role: role, Host: "127.0.0.1", Port: s.hostPort,
-			User: b.cfg.User, Password: b.cfg.Password, PeerHost: s.name, PeerPort: 3306})
+			User: b.cfg.User, Password: b.cfg.Password, PeerHost: s.name, PeerPort: b.spec.peerPort})
 	}
 	return nodes, nil
 }
@@ -176,16 +197,30 @@ func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwor
 			if tpl.err != nil || tpl.tar == nil {
 				return tpl.err
 			}
-			_, err := b.cli.CopyToContainer(ctx, c.GetContainerID(), client.CopyToContainerOptions{DestinationPath: "/var/lib", Content: bytes.NewReader(tpl.tar)})
+			if b.spec.cloned && s.serverID > 1 {
+				return nil // cloned from the primary instead
+			}
+			_, err := b.cli.CopyToContainer(ctx, c.GetContainerID(), client.CopyToContainerOptions{DestinationPath: filepath.Dir(b.spec.dockerDir), Content: bytes.NewReader(tpl.tar)})
 			if err != nil {
 				return fmt.Errorf("copy data directory into %s: %w", s.name, err)
 			}
 			return nil
 		},
 	}}}
-	init := initSQL(b.cfg)
-	// mysqld logs to stderr, so the container log holds the error log.
-	cnf := strings.Replace(b.cfg.myCnf(s.serverID, 3306, dockerDir, "0.0.0.0"), "log-error="+dockerDir+"/error.log\n", "", 1)
+	sp := b.spec
+	initFiles, _ := sp.initialize(b.cfg, "/tmp", sp.dockerDir)
+	// The server logs to stderr, so the container log holds the error log.
+	cnf := strings.Replace(sp.config(b.cfg, s.serverID, s.serverID-1, sp.peerPort, sp.dockerDir, "0.0.0.0"), "log-error="+sp.dockerDir+"/error.log\n", "", 1)
+	files := []testcontainers.ContainerFile{{Reader: strings.NewReader(cnf), ContainerFilePath: "/tmp/causallab-" + sp.configName, FileMode: 0o644}}
+	if init, ok := initFiles["init.sql"]; ok {
+		files = append(files, testcontainers.ContainerFile{Reader: strings.NewReader(init), ContainerFilePath: "/tmp/causallab-init.sql", FileMode: 0o644})
+	}
+	exposed := fmt.Sprintf("%d/tcp", sp.peerPort)
+	env := map[string]string{"CAUSALLAB_DIR": sp.dockerDir}
+	if sp != mysqlSpec {
+		env["CAUSALLAB_PASSWORD"] = b.cfg.Password
+		env["PRIMARY_HOST"], env["PRIMARY_PORT"] = "primary", strconv.Itoa(sp.peerPort)
+	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := freePort()
@@ -195,18 +230,24 @@ func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwor
 		c, err := testcontainers.Run(ctx, b.cfg.Image,
 			// The entrypoint itself is our command, so an image's own
 			// entrypoint (mysql:9.7's docker-entrypoint.sh) never runs.
-			testcontainers.WithEntrypoint(dockerCommand()...),
-			testcontainers.WithExposedPorts("3306/tcp"),
+			testcontainers.WithEntrypoint(b.dockerCommand(s.serverID-1)...),
+			testcontainers.WithExposedPorts(exposed),
 			testcontainers.WithLabels(map[string]string{"causallab.node": s.name}),
 			testcontainers.WithLogger(TestcontainersLogger(b.cfg.Logger)),
 			testcontainers.WithAdditionalLifecycleHooks(hooks...),
-			testcontainers.WithFiles(
-				testcontainers.ContainerFile{Reader: strings.NewReader(cnf), ContainerFilePath: "/tmp/causallab-my.cnf", FileMode: 0o644},
-				testcontainers.ContainerFile{Reader: strings.NewReader(init), ContainerFilePath: "/tmp/causallab-init.sql", FileMode: 0o644},
-			),
+			testcontainers.WithFiles(files...),
+			testcontainers.WithEnv(env),
+			testcontainers.WithConfigModifier(func(cc *container.Config) {
+				if sp.user != "" {
+					cc.User = sp.user
+				}
+				if sp.stopSignal != syscall.SIGTERM {
+					cc.StopSignal = "SIGINT"
+				}
+			}),
 			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 				hc.PortBindings = mnetwork.PortMap{
-					mnetwork.MustParsePort("3306/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}},
+					mnetwork.MustParsePort(exposed): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}},
 				}
 			}),
 			network.WithNetwork([]string{s.name}, nw),
@@ -220,12 +261,9 @@ func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwor
 			s.hostPort = port
 			// Health is checked by SQL with the account, from this process
 			// (testcontainers' wait.ForSQL did not see the server here).
-			werr := waitSQL(ctx, b.cfg.Logger, s.name, b.cfg.User, b.cfg.Password, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), b.cfg.StartTimeout, func() bool {
-				st, err := b.containerState(ctx, s)
-				return err == nil && !st.Running
-			})
+			werr := b.waitSQL(ctx, s, port)
 			if werr != nil {
-				werr = fmt.Errorf("%w; container log: %s", werr, containerErrors(ctx, c))
+				werr = fmt.Errorf("%w; container log: %s", werr, b.containerErrors(ctx, s.id))
 			}
 			return werr
 		}
@@ -321,29 +359,64 @@ func (b *dockerBackend) restart(ctx context.Context, name string) error {
 	if _, err := b.cli.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("compose: start %s: %w", name, err)
 	}
-	return waitSQL(ctx, b.cfg.Logger, name, b.cfg.User, b.cfg.Password, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.hostPort)), b.cfg.StartTimeout, func() bool {
-		st, err := b.containerState(ctx, s)
-		return err == nil && !st.Running
-	})
+	if err := b.waitSQL(ctx, s, s.hostPort); err != nil {
+		return fmt.Errorf("%w; container log: %s", err, b.containerErrors(ctx, s.id))
+	}
+	return nil
 }
 
-// waitSQL waits until addr answers SQL with the account, or exited says
-// the server is gone.
-func waitSQL(ctx context.Context, log *slog.Logger, name, user, password, addr string, limit time.Duration, exited func() bool) error {
-	mc := mysql.NewConfig()
-	mc.User, mc.Passwd, mc.Net, mc.Addr = user, password, "tcp", addr
-	mc.Timeout = time.Second
-	mc.Logger = driverLogger{log}
-	conn, err := mysql.NewConnector(mc)
+// offline writes script into the container as offline.sh, which the
+// container command runs before the server starts, and restarts the
+// container.
+func (b *dockerBackend) offline(ctx context.Context, name, script string) error {
+	s, err := b.server(name)
 	if err != nil {
 		return err
 	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	uid, gid := b.uidGid()
+	if err := tw.WriteHeader(&tar.Header{Name: filepath.Base(b.spec.dockerDir) + "/offline.sh", Mode: 0o755, Size: int64(len(script)), Uid: uid, Gid: gid}); err != nil {
+		return err
+	}
+	if _, err := tw.Write([]byte(script)); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if _, err := b.cli.CopyToContainer(ctx, s.id, client.CopyToContainerOptions{DestinationPath: filepath.Dir(b.spec.dockerDir), Content: &buf}); err != nil {
+		return fmt.Errorf("compose: offline script into %s: %w", name, err)
+	}
+	return b.restart(ctx, name)
+}
+
+// uidGid is the server account's ids in the local root filesystem (the
+// image's), 0 for root.
+func (b *dockerBackend) uidGid() (int, int) {
+	if b.spec.user == "" {
+		return 0, 0
+	}
+	uid, gid, err := lookupUser(filepath.Join(b.cfg.RootFS, "etc/passwd"), b.spec.user)
+	if err != nil {
+		return 0, 0
+	}
+	return uid, gid
+}
+
+// waitSQL waits until the server of s (host port port) answers SQL with
+// the account, or its container stops.
+func (b *dockerBackend) waitSQL(ctx context.Context, s *dockerServer, port int) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	name, limit := s.name, b.cfg.StartTimeout
+	exited := func() bool {
+		st, err := b.containerState(ctx, s)
+		return err == nil && !st.Running
+	}
 	deadline := time.Now().Add(limit)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := db.PingContext(pctx)
+		_, err := b.spec.ready(pctx, b.cfg, addr)
 		cancel()
 		if err == nil {
 			return nil
@@ -484,26 +557,21 @@ func (b *dockerBackend) state() backendState {
 	return backendState{Docker: st}
 }
 
-// containerErrors returns the last [ERROR] lines of a container's log
-// (mysqld logs to stderr there).
-func containerErrors(ctx context.Context, c *testcontainers.DockerContainer) string {
-	rc, err := c.Logs(ctx)
+// containerErrors returns the last error lines of a container's log (the
+// server logs to stderr there).
+func (b *dockerBackend) containerErrors(ctx context.Context, id string) string {
+	if b.cli == nil || id == "" {
+		return "(no container)"
+	}
+	rc, err := b.cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "200"})
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}
 	defer rc.Close()
 	data, _ := io.ReadAll(io.LimitReader(rc, 1<<20))
-	var keep []string
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.Contains(l, "[ERROR]") {
-			keep = append(keep, strings.TrimSpace(l))
-		}
-	}
+	keep := b.spec.errorLines(string(data), 4)
 	if len(keep) == 0 {
-		return "(no [ERROR] line)"
-	}
-	if len(keep) > 4 {
-		keep = keep[len(keep)-4:]
+		return "(no error line)"
 	}
 	return strings.Join(keep, " | ")
 }
@@ -515,7 +583,7 @@ func containerErrors(ctx context.Context, c *testcontainers.DockerContainer) str
 // initializing in every container. For any other image it returns nil and
 // each container initializes itself (slower, same result).
 func (b *dockerBackend) template(ctx context.Context) ([]byte, error) {
-	if b.cfg.Image != DefaultImage(b.cfg.RootFS) {
+	if b.cfg.Image != DefaultEngineImage(b.cfg.Engine, b.cfg.RootFS) {
 		b.cfg.Logger.Debug("compose: image not built from the local root filesystem; containers initialize themselves", "image", b.cfg.Image)
 		return nil, nil
 	}
@@ -534,15 +602,15 @@ func (b *dockerBackend) template(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	lb.hostDir, lb.inDir = dir, lb.inside(dir)
-	srv := &localServer{name: "causallab", serverID: 1, hostDir: filepath.Join(dir, "causallab")}
-	srv.inDir = lb.inside(srv.hostDir)
+	base := filepath.Base(b.spec.dockerDir)
+	srv := lb.newServer(base, 1, filepath.Join(dir, base))
 	if err := os.MkdirAll(srv.hostDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := lb.writeCnf(srv); err != nil {
+	if err := lb.chown(dir); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "init.sql"), []byte(initSQL(b.cfg)), 0o600); err != nil {
+	if err := lb.writeCnf(srv); err != nil {
 		return nil, err
 	}
 	if err := lb.initialize(ctx, srv); err != nil {
@@ -557,11 +625,17 @@ func (b *dockerBackend) template(ctx context.Context) ([]byte, error) {
 	}
 	tw := tar.NewWriter(zw)
 	root := srv.hostDir
+	if lb.uid != 0 || lb.gid != 0 {
+		// The server's own account must own its directory too.
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: base + "/", Mode: 0o755, Uid: lb.uid, Gid: lb.gid}); err != nil {
+			return nil, err
+		}
+	}
 	err = filepath.WalkDir(filepath.Join(root, "data"), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.Name() == "auto.cnf" || d.Name() == "ibtmp1" || !(d.IsDir() || d.Type().IsRegular()) {
+		if slices.Contains(b.spec.skip, d.Name()) || d.Name() == "ibtmp1" || d.Name() == "postmaster.pid" || !(d.IsDir() || d.Type().IsRegular()) {
 			return nil // server_uuid must be new; the temporary tablespace is recreated
 		}
 		info, err := d.Info()
@@ -574,7 +648,10 @@ func (b *dockerBackend) template(ctx context.Context) ([]byte, error) {
 			return err
 		}
 		hdr.Name = filepath.ToSlash(rel)
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "root", "root"
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = lb.uid, lb.gid, "", ""
+		if lb.uid == 0 && lb.gid == 0 {
+			hdr.Uname, hdr.Gname = "root", "root"
+		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}

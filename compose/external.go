@@ -89,6 +89,9 @@ func (b *externalBackend) pause(_ context.Context, name string) error {
 func (b *externalBackend) resume(_ context.Context, name string) error {
 	return b.unsupported("resume", name)
 }
+func (b *externalBackend) offline(_ context.Context, name, _ string) error {
+	return b.unsupported("offline", name)
+}
 func (b *externalBackend) partition(context.Context, string) error { return ErrNotSupported }
 func (b *externalBackend) heal(context.Context, string) error      { return ErrNotSupported }
 func (b *externalBackend) down(context.Context) error              { return nil }

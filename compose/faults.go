@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 )
@@ -62,11 +61,14 @@ func (t *Topology) Restart(ctx context.Context, name string) error {
 	if err := t.be.restart(ctx, name); err != nil {
 		return err
 	}
+	if err := t.eng.restarted(ctx, t, n); err != nil {
+		return err
+	}
 	switch n.Role {
 	case RoleRetired:
 		// A former primary that was dead at its failover was never fenced:
 		// fence it now, or it would come back writable.
-		return t.exec(ctx, n, "SET PERSIST super_read_only=ON")
+		return t.eng.fence(ctx, t, n)
 	case RoleReplica:
 		return t.follow(ctx, n)
 	}
@@ -116,7 +118,7 @@ func (t *Topology) follow(ctx context.Context, n Node) error {
 	t.mu.Unlock()
 	fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	st, err := t.replicaStatus(fctx, n)
+	st, err := t.eng.source(fctx, t, n)
 	if err != nil {
 		return fmt.Errorf("compose: %s is back but its replication source could not be read: %w", n.Name, err)
 	}
@@ -124,7 +126,7 @@ func (t *Topology) follow(ctx context.Context, n Node) error {
 		return nil
 	}
 	t.log.Debug("compose: repointing a returning replica", "node", n.Name, "primary", p.Name, "pending", why,
-		"source", fmt.Sprintf("%s:%d", st.SourceHost, st.SourcePort))
+		"source", fmt.Sprintf("%s:%d", st.host, st.port))
 	if _, err := t.repoint(fctx, n, p); err != nil {
 		return fmt.Errorf("compose: %s is back but could not be repointed to the primary %s (still pending): %w", n.Name, p.Name, err)
 	}
@@ -135,44 +137,32 @@ func (t *Topology) follow(ctx context.Context, n Node) error {
 }
 
 // fromRetired reports whether a replica's source is a retired node.
-func (t *Topology) fromRetired(st replicaStatus) bool {
+func (t *Topology) fromRetired(st replSource) bool {
 	if !st.configured {
 		return false
 	}
 	for _, n := range t.Nodes() {
-		if n.Role == RoleRetired && st.SourceHost == n.PeerHost && st.SourcePort == n.PeerPort {
+		if n.Role == RoleRetired && st.host == n.PeerHost && st.port == n.PeerPort {
 			return true
 		}
 	}
 	return false
 }
 
-// repoint points replica r at primary p with auto-position, keeping its
-// SOURCE_DELAY, and returns the GTIDs r has executed that p lacks (errant
-// transactions: part of a failover's loss), counting a non-empty result in
+// repoint points replica r at primary p (the engine's way, keeping its
+// apply delay) and returns what r has that p lacks (errant transactions or
+// WAL: part of a failover's loss), counting a non-empty result in
 // Stats().ErrantOnRepoint.
 func (t *Topology) repoint(ctx context.Context, r, p Node) (string, error) {
-	delay := time.Duration(0)
-	if st, err := t.replicaStatus(ctx, r); err == nil {
-		delay = time.Duration(st.Delay) * time.Second
-	}
-	if err := t.pointAt(ctx, r, p, delay); err != nil {
-		return "", err
-	}
-	pExec, err := t.queryString(ctx, p, "SELECT @@gtid_executed")
+	errant, err := t.eng.repoint(ctx, t, r, p)
 	if err != nil {
 		return "", err
 	}
-	errant, err := t.queryString(ctx, r, "SELECT GTID_SUBTRACT(@@gtid_executed, ?)", pExec)
-	if err != nil {
-		return "", err
-	}
-	errant = strings.ReplaceAll(errant, "\n", "")
 	if errant != "" {
 		t.mu.Lock()
 		t.stats.ErrantOnRepoint++
 		t.mu.Unlock()
-		t.log.Warn("compose: repointed replica has transactions the primary lacks (lost at failover)", "node", r.Name, "primary", p.Name, "gtids", errant)
+		t.log.Warn("compose: repointed replica has transactions the primary lacks (lost at failover)", "node", r.Name, "primary", p.Name, "lost", errant)
 	}
 	return errant, nil
 }
@@ -188,8 +178,9 @@ func (t *Topology) replica(name string) (Node, error) {
 	return n, nil
 }
 
-// StopApplier stops a replica's SQL (applier) thread; its IO thread keeps
-// receiving, so its relay log grows and its lag stands.
+// StopApplier stops a replica's applier (MySQL, MariaDB: the SQL thread;
+// PostgreSQL: pg_wal_replay_pause()); it keeps receiving, so its relay log
+// or received WAL grows and its lag stands.
 func (t *Topology) StopApplier(ctx context.Context, name string) error {
 	t.faultMu.Lock()
 	defer t.faultMu.Unlock()
@@ -197,10 +188,11 @@ func (t *Topology) StopApplier(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return t.exec(ctx, n, "STOP REPLICA SQL_THREAD")
+	return t.eng.setApplier(ctx, t, n, false)
 }
 
-// StartApplier starts a replica's SQL thread again.
+// StartApplier starts a replica's applier again (PostgreSQL:
+// pg_wal_replay_resume()).
 func (t *Topology) StartApplier(ctx context.Context, name string) error {
 	t.faultMu.Lock()
 	defer t.faultMu.Unlock()
@@ -208,30 +200,25 @@ func (t *Topology) StartApplier(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return t.exec(ctx, n, "START REPLICA SQL_THREAD")
+	return t.eng.setApplier(ctx, t, n, true)
 }
 
-// SetApplyDelay sets a replica's SOURCE_DELAY (whole seconds; 0 removes
-// it). The applier's running state is kept.
+// SetApplyDelay sets a replica's apply delay; 0 removes it. MySQL
+// (SOURCE_DELAY) and MariaDB (MASTER_DELAY) take whole seconds,
+// PostgreSQL (recovery_min_apply_delay, reloaded without a restart) whole
+// milliseconds; other values are rejected. The applier's running state is
+// kept.
 func (t *Topology) SetApplyDelay(ctx context.Context, name string, d time.Duration) error {
 	t.faultMu.Lock()
 	defer t.faultMu.Unlock()
-	if d < 0 || d%time.Second != 0 {
-		return fmt.Errorf("compose: apply delay %v is not a whole, non-negative number of seconds", d)
+	if err := t.eng.checkApplyDelay(d); err != nil {
+		return fmt.Errorf("compose: %w", err)
 	}
 	n, err := t.replica(name)
 	if err != nil {
 		return err
 	}
-	st, err := t.replicaStatus(ctx, n)
-	if err != nil {
-		return err
-	}
-	stmts := []string{"STOP REPLICA SQL_THREAD", fmt.Sprintf("CHANGE REPLICATION SOURCE TO SOURCE_DELAY=%d", int(d/time.Second))}
-	if st.SQLRunning == "Yes" {
-		stmts = append(stmts, "START REPLICA SQL_THREAD")
-	}
-	return t.exec(ctx, n, stmts...)
+	return t.eng.setApplyDelay(ctx, t, n, d)
 }
 
 // Partition cuts a node off. The docker backend disconnects it from the
@@ -258,7 +245,7 @@ func (t *Topology) Partition(ctx context.Context, name string) (PartitionMode, e
 	t.stats.WeakPartitions++
 	t.mu.Unlock()
 	t.log.Debug("compose: partition falls back to stopping IO threads", "node", name)
-	return PartitionIOThread, t.ioThreads(ctx, n, "STOP REPLICA IO_THREAD")
+	return PartitionIOThread, t.receivers(ctx, n, false)
 }
 
 // Heal undoes Partition. A replica that a failover could not repoint while
@@ -272,7 +259,7 @@ func (t *Topology) Heal(ctx context.Context, name string) error {
 	}
 	err = t.be.heal(ctx, name)
 	if errors.Is(err, ErrNotSupported) {
-		err = t.ioThreads(ctx, n, "START REPLICA IO_THREAD")
+		err = t.receivers(ctx, n, true)
 	}
 	if err != nil || n.Role != RoleReplica {
 		return err
@@ -280,7 +267,9 @@ func (t *Topology) Heal(ctx context.Context, name string) error {
 	return t.follow(ctx, n)
 }
 
-func (t *Topology) ioThreads(ctx context.Context, n Node, stmt string) error {
+// receivers stops or starts the receiving of changes (IO threads, WAL
+// receivers) of n, or of every replica when n is the primary.
+func (t *Topology) receivers(ctx context.Context, n Node, run bool) error {
 	targets := []Node{n}
 	switch n.Role {
 	case RolePrimary:
@@ -290,7 +279,7 @@ func (t *Topology) ioThreads(ctx context.Context, n Node, stmt string) error {
 	}
 	var errs []error
 	for _, r := range targets {
-		errs = append(errs, t.exec(ctx, r, stmt))
+		errs = append(errs, t.eng.setReceiver(ctx, t, r, run))
 	}
 	return errors.Join(errs...)
 }
@@ -299,14 +288,17 @@ func (t *Topology) ioThreads(ctx context.Context, n Node, stmt string) error {
 type HeavyResult struct {
 	// Rows is the number of rows the statement inserted.
 	Rows int64
-	// GTIDs is what the primary's gtid_executed gained while the statement
-	// ran (the heavy transaction, plus any concurrent writes).
+	// GTIDs is what the primary's position gained while the statement ran
+	// (the heavy transaction, plus any concurrent writes): MySQL's GTID
+	// set; MariaDB's domain-server-from..to ranges; PostgreSQL's WAL range
+	// "<timeline>:<from>..<to>".
 	GTIDs string
 	// Elapsed is how long the statement took on the primary.
 	Elapsed time.Duration
 }
 
-// HeavyTable is the table HeavyTransaction fills.
+// HeavyTable is the table HeavyTransaction fills (PostgreSQL: schema
+// causallab_fault of database postgres).
 const HeavyTable = "causallab_fault.heavy"
 
 // HeavyTransaction runs one INSERT ... SELECT of rows rows on the primary:
@@ -317,40 +309,7 @@ func (t *Topology) HeavyTransaction(ctx context.Context, rows int) (HeavyResult,
 	if rows < 1 || rows > 50_000_000 {
 		return HeavyResult{}, fmt.Errorf("compose: heavy transaction of %d rows (want 1..50000000)", rows)
 	}
-	p := t.Primary()
-	if err := t.exec(ctx, p,
-		"CREATE DATABASE IF NOT EXISTS causallab_fault",
-		"CREATE TABLE IF NOT EXISTS "+HeavyTable+" (id BIGINT AUTO_INCREMENT PRIMARY KEY, pad CHAR(100) NOT NULL)"); err != nil {
-		return HeavyResult{}, err
-	}
-	db, err := t.db(p)
-	if err != nil {
-		return HeavyResult{}, err
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return HeavyResult{}, err
-	}
-	defer conn.Close()
-	var before string
-	if err := conn.QueryRowContext(ctx, "SELECT @@gtid_executed").Scan(&before); err != nil {
-		return HeavyResult{}, fmt.Errorf("compose: heavy transaction: %w", err)
-	}
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION cte_max_recursion_depth=%d", rows+1)); err != nil {
-		return HeavyResult{}, fmt.Errorf("compose: heavy transaction: %w", err)
-	}
-	began := time.Now()
-	res, err := conn.ExecContext(ctx, fmt.Sprintf(
-		"INSERT INTO %s (pad) WITH RECURSIVE seq(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM seq WHERE n < %d) SELECT REPEAT('x', 100) FROM seq", HeavyTable, rows))
-	if err != nil {
-		return HeavyResult{}, fmt.Errorf("compose: heavy transaction on %s: %w", p.Name, err)
-	}
-	out := HeavyResult{Elapsed: time.Since(began)}
-	out.Rows, _ = res.RowsAffected()
-	if err := conn.QueryRowContext(ctx, "SELECT GTID_SUBTRACT(@@gtid_executed, ?)", before).Scan(&out.GTIDs); err != nil {
-		return out, fmt.Errorf("compose: heavy transaction GTIDs: %w", err)
-	}
-	return out, nil
+	return t.eng.heavy(ctx, t, t.Primary(), rows)
 }
 
 // FailoverResult describes a completed failover.
@@ -359,13 +318,27 @@ type FailoverResult struct {
 	OldPrimary, NewPrimary string
 	// Epoch is the topology epoch after the failover.
 	Epoch int64
-	// LostGTIDs is GTID_SUBTRACT(old primary's gtid_executed, new primary's
-	// gtid_executed) in MySQL's GTID-set text form; "" when nothing was lost.
+	// LostGTIDs is what the old primary had that the new one lacks; ""
+	// when nothing was lost. MySQL: GTID_SUBTRACT(old primary's
+	// gtid_executed, new primary's) in MySQL's GTID-set text form.
+	// MariaDB: per domain, the sequence numbers the new primary lacks,
+	// "domain-server-from..to" joined by ',' (gtid.MariaDBPosition.Ahead).
+	// PostgreSQL: empty (see LostWAL).
 	LostGTIDs string
+	// LostWAL is PostgreSQL's loss: the old timeline's WAL past the new
+	// timeline's switch point, "<old timeline>:<switch point>..<old end>"
+	// (gtid.PGRange); "" when nothing was lost. LostWALBytes is its length.
+	LostWAL      string `json:",omitempty"`
+	LostWALBytes uint64 `json:",omitempty"`
+	// NewTimeline is the PostgreSQL timeline the promotion started and
+	// SwitchPoint the LSN where it forked off the old one.
+	NewTimeline uint32 `json:",omitempty"`
+	SwitchPoint string `json:",omitempty"`
 	// OldPrimaryReachable is false when the old primary did not answer; then
-	// LostGTIDs is computed against the union of what the surviving
-	// replicas had executed or received (a lower bound of the real loss),
-	// and Stats().FailoverUnreachableOldPrimary counts it.
+	// LostGTIDs (LostWAL) is computed against the union (the furthest) of
+	// what the surviving replicas had executed or received (a lower bound
+	// of the real loss), and Stats().FailoverUnreachableOldPrimary counts
+	// it.
 	OldPrimaryReachable bool
 	// Repointed are the replicas now replicating from NewPrimary.
 	Repointed []string
@@ -379,8 +352,10 @@ type FailoverResult struct {
 	// Resume, Restart or Heal repoints them to the then-current primary.
 	Deferred map[string]string
 	// Errant maps repointed replicas that had executed transactions the
-	// new primary lacks to those GTIDs (they are within LostGTIDs when the
-	// old primary answered; Stats().ErrantOnRepoint counts them).
+	// new primary lacks to those GTIDs (PostgreSQL: the WAL range past the
+	// switch point they held, removed by pg_rewind). They are within the
+	// loss when the old primary answered; Stats().ErrantOnRepoint counts
+	// them.
 	Errant map[string]string
 }
 
@@ -415,15 +390,6 @@ func (t *Topology) Failover(ctx context.Context, name string) (FailoverResult, e
 	res := FailoverResult{OldPrimary: old.Name, NewPrimary: cand.Name, NotRepointed: map[string]string{},
 		Deferred: map[string]string{}, Errant: map[string]string{}}
 
-	// Fence the old primary, then read what it executed.
-	var oldExec string
-	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	err = t.exec(fctx, old, "SET PERSIST super_read_only=ON")
-	if err == nil {
-		oldExec, err = t.queryString(fctx, old, "SELECT @@gtid_executed")
-	}
-	cancel()
-	res.OldPrimaryReachable = err == nil
 	// The other replicas: running ones are repointed, paused or dead ones
 	// deferred (asking a paused server anything would hang).
 	others := make([]Node, 0)
@@ -443,57 +409,17 @@ func (t *Topology) Failover(ctx context.Context, name string) (FailoverResult, e
 			others = append(others, r)
 		}
 	}
-	if !res.OldPrimaryReachable {
+	// Fence the old primary, read its position, promote the candidate and
+	// compute the loss: the engine's part.
+	plan := &failoverPlan{old: old, cand: cand, others: others, res: &res, unreachable: func(err error) {
 		t.mu.Lock()
 		t.stats.FailoverUnreachableOldPrimary++
 		t.mu.Unlock()
-		t.log.Debug("compose: old primary unreachable; lost GTIDs from replicas' sets", "old", old.Name, "err", err)
-		var parts []string
-		for _, r := range append([]Node{cand}, others...) {
-			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			st, err := t.replicaStatus(sctx, r)
-			cancel()
-			if err != nil {
-				continue
-			}
-			for _, s := range []string{st.Executed, st.Retrieved} {
-				if s = strings.TrimSpace(s); s != "" {
-					parts = append(parts, s)
-				}
-			}
-		}
-		oldExec = strings.Join(parts, ",")
-	}
-
-	// Promote.
-	st, err := t.replicaStatus(ctx, cand)
-	if err != nil {
+		t.log.Debug("compose: old primary unreachable; loss computed from the replicas' positions", "old", old.Name, "err", err)
+	}}
+	if err := t.eng.promote(ctx, t, plan); err != nil {
 		return FailoverResult{}, err
 	}
-	if err := t.exec(ctx, cand, "STOP REPLICA IO_THREAD"); err != nil {
-		return FailoverResult{}, err
-	}
-	if st.SQLRunning == "Yes" && st.Delay == 0 {
-		st2, err := t.replicaStatus(ctx, cand)
-		if err == nil && st2.Retrieved != "" {
-			_, err = t.queryString(ctx, cand, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, 10)", st2.Retrieved)
-		}
-		if err != nil {
-			return FailoverResult{}, fmt.Errorf("compose: draining %s: %w", cand.Name, err)
-		}
-	}
-	if err := t.exec(ctx, cand, "STOP REPLICA", "RESET REPLICA ALL", "SET PERSIST super_read_only=OFF", "SET PERSIST read_only=OFF"); err != nil {
-		return FailoverResult{}, err
-	}
-	newExec, err := t.queryString(ctx, cand, "SELECT @@gtid_executed")
-	if err != nil {
-		return FailoverResult{}, err
-	}
-	res.LostGTIDs, err = t.queryString(ctx, cand, "SELECT GTID_SUBTRACT(?, ?)", oldExec, newExec)
-	if err != nil {
-		return FailoverResult{}, err
-	}
-	res.LostGTIDs = strings.ReplaceAll(res.LostGTIDs, "\n", "")
 
 	t.mu.Lock()
 	for i := range t.nodes {
@@ -553,22 +479,10 @@ func (t *Topology) Failover(ctx context.Context, name string) (FailoverResult, e
 	return res, nil
 }
 
-// WaitReplicated waits until every current replica has executed what the
-// primary has executed now (WAIT_FOR_EXECUTED_GTID_SET), up to timeout.
+// WaitReplicated waits until every current replica has applied what the
+// primary has now (MySQL: WAIT_FOR_EXECUTED_GTID_SET; MariaDB:
+// MASTER_GTID_WAIT; PostgreSQL: polling pg_last_wal_replay_lsn()), up to
+// timeout.
 func (t *Topology) WaitReplicated(ctx context.Context, timeout time.Duration) error {
-	p := t.Primary()
-	set, err := t.queryString(ctx, p, "SELECT @@gtid_executed")
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, r := range t.Replicas() {
-		v, err := t.queryString(ctx, r, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)", set, timeout.Seconds())
-		if err != nil {
-			errs = append(errs, err)
-		} else if v != "0" {
-			errs = append(errs, fmt.Errorf("compose: %s did not reach %s within %v", r.Name, set, timeout))
-		}
-	}
-	return errors.Join(errs...)
+	return t.eng.waitReplicated(ctx, t, timeout)
 }

@@ -14,18 +14,22 @@ import (
 	"github.com/causallab/causallab/scripts"
 )
 
-// ImageInfo is what `causallab image` (scripts/ensure-mysql.sh) reports.
+// ImageInfo is what `causallab image` (scripts/ensure-engine.sh) reports.
 type ImageInfo struct {
 	// RootFS is the MySQL root filesystem for the local backend.
 	RootFS string
 	// Image is the Docker image tag; "" when no Docker engine answered.
 	Image string
-	// Version is the MySQL server version, e.g. 9.7.4.
+	// Version is the server version, e.g. 9.7.4 (MySQL), 11.8.9 (MariaDB),
+	// 18.6 (PostgreSQL).
 	Version string
 }
 
 // ImageOptions tune EnsureImage.
 type ImageOptions struct {
+	// Engine is the engine whose root filesystem and image to build.
+	// Default: EngineMySQL.
+	Engine Engine
 	// CacheDir overrides $CAUSALLAB_CACHE (default ~/.cache/causallab).
 	CacheDir string
 	// SkipImage builds only the root filesystem, not the Docker image.
@@ -34,23 +38,31 @@ type ImageOptions struct {
 	Progress io.Writer
 }
 
-// EnsureImage builds, once and cached, the MySQL root filesystem and (when
-// a Docker engine answers) the Docker image, by running the embedded
-// scripts/ensure-mysql.sh: the same script make and CI run.
+// EnsureImage builds, once and cached, an engine's root filesystem (MySQL
+// by default) and (when a Docker engine answers) its Docker image, by
+// running the embedded scripts/ensure-engine.sh: the same script make and
+// CI run.
 func EnsureImage(ctx context.Context, opts ImageOptions) (ImageInfo, error) {
-	f, err := os.CreateTemp("", "causallab-ensure-mysql-*.sh")
+	engine := opts.Engine
+	if engine == "" {
+		engine = EngineMySQL
+	}
+	if _, err := engineFor(engine); err != nil {
+		return ImageInfo{}, err
+	}
+	f, err := os.CreateTemp("", "causallab-ensure-engine-*.sh")
 	if err != nil {
 		return ImageInfo{}, fmt.Errorf("compose: image: %w", err)
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.WriteString(scripts.EnsureMySQL()); err != nil {
+	if _, err := f.WriteString(scripts.EnsureEngine()); err != nil {
 		f.Close()
 		return ImageInfo{}, fmt.Errorf("compose: image: %w", err)
 	}
 	if err := f.Close(); err != nil {
 		return ImageInfo{}, fmt.Errorf("compose: image: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, "bash", f.Name())
+	cmd := exec.CommandContext(ctx, "bash", f.Name(), string(engine))
 	cmd.Env = os.Environ()
 	if opts.CacheDir != "" {
 		abs, err := filepath.Abs(opts.CacheDir)
@@ -69,7 +81,7 @@ func EnsureImage(ctx context.Context, opts ImageOptions) (ImageInfo, error) {
 		cmd.Stderr = io.MultiWriter(&stderr, opts.Progress)
 	}
 	if err := cmd.Run(); err != nil {
-		return ImageInfo{}, fmt.Errorf("compose: ensure-mysql.sh failed (%v): %s", err, lastLine(stderr.String()))
+		return ImageInfo{}, fmt.Errorf("compose: ensure-engine.sh failed (%v): %s", err, lastLine(stderr.String()))
 	}
 	return parseImageOutput(stdout.String())
 }
@@ -82,7 +94,7 @@ func lastLine(s string) string {
 	return s
 }
 
-// parseImageOutput reads the key=value lines ensure-mysql.sh prints.
+// parseImageOutput reads the key=value lines ensure-engine.sh prints.
 func parseImageOutput(out string) (ImageInfo, error) {
 	var info ImageInfo
 	seen := map[string]bool{}
@@ -94,10 +106,10 @@ func parseImageOutput(out string) (ImageInfo, error) {
 		}
 		k, v, ok := strings.Cut(line, "=")
 		if !ok {
-			return ImageInfo{}, fmt.Errorf("compose: ensure-mysql.sh printed %q, want key=value", line)
+			return ImageInfo{}, fmt.Errorf("compose: ensure-engine.sh printed %q, want key=value", line)
 		}
 		if seen[k] {
-			return ImageInfo{}, fmt.Errorf("compose: ensure-mysql.sh printed %s twice", k)
+			return ImageInfo{}, fmt.Errorf("compose: ensure-engine.sh printed %s twice", k)
 		}
 		seen[k] = true
 		switch k {
@@ -108,11 +120,11 @@ func parseImageOutput(out string) (ImageInfo, error) {
 		case "version":
 			info.Version = v
 		default:
-			return ImageInfo{}, fmt.Errorf("compose: ensure-mysql.sh printed unknown key %q", k)
+			return ImageInfo{}, fmt.Errorf("compose: ensure-engine.sh printed unknown key %q", k)
 		}
 	}
 	if info.RootFS == "" || info.Version == "" {
-		return ImageInfo{}, fmt.Errorf("compose: ensure-mysql.sh printed no rootfs or version (got %q)", out)
+		return ImageInfo{}, fmt.Errorf("compose: ensure-engine.sh printed no rootfs or version (got %q)", out)
 	}
 	return info, nil
 }

@@ -3,7 +3,6 @@ package compose
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -12,17 +11,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
-// ErrNoRootFS is returned (wrapped) when the local backend finds no mysqld.
-var ErrNoRootFS = errors.New("no MySQL root filesystem")
+// ErrNoRootFS is returned (wrapped) when the local backend finds no
+// server program (mysqld, mariadbd, postgres) in the root filesystem.
+var ErrNoRootFS = errors.New("no root filesystem for the engine")
 
 // ErrPortInUse is returned (wrapped) when a server could not bind its port.
 var ErrPortInUse = errors.New("port in use")
@@ -30,13 +29,16 @@ var ErrPortInUse = errors.New("port in use")
 // ErrNodeDown is returned (wrapped) by faults that need a running server.
 var ErrNodeDown = errors.New("node is not running")
 
-// localServer is one mysqld process of the local backend.
+// localServer is one server process (mysqld, mariadbd, postgres) of the
+// local backend.
 type localServer struct {
 	name     string
 	serverID int
 	port     int
 	hostDir  string // the server's directory as this process sees it
 	inDir    string // the same directory as mysqld sees it (inside the chroot)
+	marker   string // in the server's command line: proves a pid is ours ("" = MySQL's)
+	group    bool   // signal the whole process group (PostgreSQL)
 
 	mu   sync.Mutex
 	pid  int           // 0: not running
@@ -44,12 +46,14 @@ type localServer struct {
 }
 
 type localBackend struct {
-	cfg     *Config
-	chroot  string // "" when running the host's mysqld
-	mysqld  string // path of mysqld (inside the chroot when chrooted)
-	hostDir string // topology directory, host view
-	inDir   string // topology directory, mysqld view
-	servers []*localServer
+	cfg      *Config
+	spec     *serverSpec
+	uid, gid int    // the server's account inside the chroot (0: root)
+	chroot   string // "" when running the host's mysqld
+	mysqld   string // path of mysqld (inside the chroot when chrooted)
+	hostDir  string // topology directory, host view
+	inDir    string // topology directory, mysqld view
+	servers  []*localServer
 	// pickPort picks a port to try; nil means freePort (tests replace it).
 	pickPort func() (int, error)
 
@@ -75,9 +79,32 @@ func (b *localBackend) reserve(port int) bool {
 
 var _ backend = (*localBackend)(nil)
 
-func newLocalBackend(cfg *Config) *localBackend { return &localBackend{cfg: cfg} }
+func newLocalBackend(cfg *Config) *localBackend {
+	return &localBackend{cfg: cfg, spec: serverOf(cfg.Engine)}
+}
 
-// locate finds mysqld: in the root filesystem, or on PATH.
+// serverOf is the process half of engine e (MySQL's for unknown names:
+// Config.validate rejects those first).
+func serverOf(e Engine) *serverSpec {
+	eng, err := engineFor(e)
+	if err != nil {
+		return mysqlSpec
+	}
+	return eng.server()
+}
+
+// newServer makes the localServer named name.
+func (b *localBackend) newServer(name string, serverID int, hostDir string) *localServer {
+	s := &localServer{name: name, serverID: serverID, hostDir: hostDir, group: b.spec.group}
+	s.inDir = b.inside(hostDir)
+	if b.spec != mysqlSpec {
+		s.marker = b.spec.marker(s.inDir)
+	}
+	return s
+}
+
+// locate finds the server program: in the root filesystem, or (MySQL
+// with HostMysqld) on PATH.
 func (b *localBackend) locate() error {
 	if b.cfg.HostMysqld {
 		p, err := exec.LookPath("mysqld")
@@ -87,12 +114,52 @@ func (b *localBackend) locate() error {
 		b.mysqld = p
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(b.cfg.RootFS, "usr/sbin/mysqld")); err != nil {
-		return fmt.Errorf("compose: %w at %s (build it with `causallab image`)", ErrNoRootFS, b.cfg.RootFS)
+	if _, err := os.Stat(filepath.Join(b.cfg.RootFS, b.spec.program)); err != nil {
+		return fmt.Errorf("compose: %w at %s: %s missing (build it with `causallab image --engine %s`)", ErrNoRootFS, b.cfg.RootFS, b.spec.program, b.cfg.Engine)
 	}
 	b.chroot = b.cfg.RootFS
-	b.mysqld = "/usr/sbin/mysqld"
+	b.mysqld = b.spec.program
+	if b.spec.user != "" {
+		uid, gid, err := lookupUser(filepath.Join(b.chroot, "etc/passwd"), b.spec.user)
+		if err != nil {
+			return fmt.Errorf("compose: %w", err)
+		}
+		b.uid, b.gid = uid, gid
+	}
 	return nil
+}
+
+// lookupUser finds name's uid and gid in a passwd file.
+func lookupUser(passwd, name string) (int, int, error) {
+	data, err := os.ReadFile(passwd)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Split(l, ":")
+		if len(f) >= 4 && f[0] == name {
+			uid, err1 := strconv.Atoi(f[2])
+			gid, err2 := strconv.Atoi(f[3])
+			if err1 != nil || err2 != nil {
+				return 0, 0, fmt.Errorf("bad passwd line for %s in %s", name, passwd)
+			}
+			return uid, gid, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("no user %s in %s", name, passwd)
+}
+
+// chown gives the server's account a directory tree (no-op for root).
+func (b *localBackend) chown(dir string) error {
+	if b.uid == 0 && b.gid == 0 {
+		return nil
+	}
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, b.uid, b.gid)
+	})
 }
 
 // tmpBase is where topology directories live, host view.
@@ -139,21 +206,22 @@ func (b *localBackend) start(ctx context.Context) (nodes []Node, err error) {
 		names = append(names, fmt.Sprintf("replica%d", i))
 	}
 	for i, name := range names {
-		s := &localServer{name: name, serverID: i + 1, hostDir: filepath.Join(dir, name)}
-		s.inDir = b.inside(s.hostDir)
+		s := b.newServer(name, i+1, filepath.Join(dir, name))
 		if err := os.MkdirAll(s.hostDir, 0o755); err != nil {
 			return nil, err
 		}
 		b.servers = append(b.servers, s)
 	}
+	if err := b.chown(dir); err != nil {
+		return nil, err
+	}
 	// Initialize one data directory and copy it: the copies get a fresh
 	// server_uuid because auto.cnf is left out. The account is created by
 	// the init file with sql_log_bin=0, so no server starts with GTIDs.
+	// (PostgreSQL: the primary's is made by initdb, its standbys are
+	// cloned from the running primary with pg_basebackup.)
 	first := b.servers[0]
 	if err := b.writeCnf(first); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "init.sql"), []byte(initSQL(b.cfg)), 0o600); err != nil {
 		return nil, err
 	}
 	began := time.Now()
@@ -161,15 +229,30 @@ func (b *localBackend) start(ctx context.Context) (nodes []Node, err error) {
 		return nil, err
 	}
 	b.cfg.Logger.Debug("compose: initialized data directory", "elapsed", time.Since(began))
-	for _, s := range b.servers[1:] {
-		if err := copyDir(filepath.Join(first.hostDir, "data"), filepath.Join(s.hostDir, "data"), "auto.cnf"); err != nil {
-			return nil, fmt.Errorf("compose: copy data directory for %s: %w", s.name, err)
+	if !b.spec.cloned {
+		for _, s := range b.servers[1:] {
+			if err := copyDir(filepath.Join(first.hostDir, "data"), filepath.Join(s.hostDir, "data"), b.spec.skip...); err != nil {
+				return nil, fmt.Errorf("compose: copy data directory for %s: %w", s.name, err)
+			}
 		}
 	}
-	errs := make([]error, len(b.servers))
+	starting := b.servers
+	if b.spec.cloned {
+		if err := b.startFresh(ctx, first, nil); err != nil {
+			return nil, err
+		}
+		starting = b.servers[1:]
+	}
+	errs := make([]error, len(starting))
 	var wg sync.WaitGroup
-	for i, s := range b.servers {
-		wg.Go(func() { errs[i] = b.startFresh(ctx, s) })
+	for i, s := range starting {
+		wg.Go(func() {
+			var clone func() error
+			if b.spec.cloned {
+				clone = func() error { return b.clone(ctx, s, first) }
+			}
+			errs[i] = b.startFresh(ctx, s, clone)
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -187,13 +270,33 @@ func (b *localBackend) start(ctx context.Context) (nodes []Node, err error) {
 }
 
 func (b *localBackend) writeCnf(s *localServer) error {
-	return os.WriteFile(filepath.Join(s.hostDir, "my.cnf"), []byte(b.cfg.myCnf(s.serverID, s.port, s.inDir, "127.0.0.1")), 0o644)
+	path := filepath.Join(s.hostDir, b.spec.configName)
+	if err := os.WriteFile(path, []byte(b.spec.config(b.cfg, s.serverID, s.serverID-1, s.port, s.inDir, "127.0.0.1")), 0o644); err != nil {
+		return err
+	}
+	return os.Lchown(path, b.uid, b.gid)
 }
 
+// command is the server process of s (the engine's command line, extra
+// appended), chrooted and run as the engine's account.
 func (b *localBackend) command(s *localServer, extra ...string) *exec.Cmd {
-	args := append([]string{"mysqld", "--defaults-file=" + s.inDir + "/my.cnf", "--user=root"}, extra...)
-	cmd := &exec.Cmd{Path: b.mysqld, Args: args, Dir: "/"}
+	return b.process(append(b.spec.args(s.inDir), extra...))
+}
+
+// process is argv (argv[0] absolute inside the chroot, or the server
+// program's name) as a process of this backend: chrooted, run as the
+// engine's account, in its own process group (killed with us unless
+// detached).
+func (b *localBackend) process(argv []string) *exec.Cmd {
+	path := argv[0]
+	if !filepath.IsAbs(path) {
+		path = b.mysqld
+	}
+	cmd := &exec.Cmd{Path: path, Args: argv, Dir: "/"}
 	attr := &syscall.SysProcAttr{Chroot: b.chroot}
+	if b.uid != 0 || b.gid != 0 {
+		attr.Credential = &syscall.Credential{Uid: uint32(b.uid), Gid: uint32(b.gid), NoSetGroups: true}
+	}
 	if b.cfg.Detach {
 		attr.Setsid = true
 	} else {
@@ -204,31 +307,83 @@ func (b *localBackend) command(s *localServer, extra ...string) *exec.Cmd {
 	return cmd
 }
 
+// initialize makes the template data directory in s: the engine's files
+// and commands (mysqld --initialize-insecure; mariadb-install-db; initdb).
 func (b *localBackend) initialize(ctx context.Context, s *localServer) error {
-	cmd := b.command(s, "--initialize-insecure", "--init-file="+b.inDir+"/init.sql")
+	files, cmds := b.spec.initialize(b.cfg, b.inDir, s.inDir)
+	for name, text := range files {
+		path := filepath.Join(b.hostDir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			return err
+		}
+		if err := os.Lchown(path, b.uid, b.gid); err != nil {
+			return err
+		}
+	}
+	for _, argv := range cmds {
+		if err := b.runOnce(ctx, s, argv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runOnce runs argv to its end (bounded by ctx) with the engine's
+// environment, failing with its output's (or the error log's) last lines.
+func (b *localBackend) runOnce(ctx context.Context, s *localServer, argv []string) error {
+	cmd := b.process(argv)
+	if b.spec.env != nil {
+		cmd.Env = b.spec.env(b.cfg)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	name := filepath.Base(argv[0])
+	if len(argv) > 1 && name == filepath.Base(b.mysqld) {
+		name += " " + argv[len(argv)-1]
+	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("compose: start mysqld --initialize: %w", err)
+		return fmt.Errorf("compose: start %s: %w", name, err)
 	}
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- cmd.Wait() }()
 	select {
 	case err := <-waitErr:
 		if err != nil {
-			return fmt.Errorf("compose: mysqld --initialize failed (%v): %s", err, errorLogTail(s.hostDir, 5))
+			tail := b.errorLogTail(s.hostDir, 5)
+			if lines := b.spec.errorLines(out.String(), 5); len(lines) > 0 {
+				tail = strings.Join(lines, " | ")
+			} else if o := strings.TrimSpace(out.String()); o != "" && b.spec != mysqlSpec {
+				tail = lastLines(o, 3)
+			}
+			return fmt.Errorf("compose: %s failed (%v): %s", name, err, tail)
 		}
 		return nil
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
 		<-waitErr
-		return fmt.Errorf("compose: mysqld --initialize: %w", ctx.Err())
+		return fmt.Errorf("compose: %s: %w", name, ctx.Err())
 	}
 }
 
+// lastLines returns the last n lines of s joined by " | ".
+func lastLines(s string, n int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, " | ")
+}
+
+// clone makes replica s's data directory from the running primary
+// (pg_basebackup).
+func (b *localBackend) clone(ctx context.Context, s, primary *localServer) error {
+	return b.runOnce(ctx, s, b.spec.clone(b.cfg, s.serverID-1, s.inDir, "127.0.0.1", primary.port))
+}
+
 // startFresh picks a free port and starts s, retrying with another port
-// when another program takes the port first.
-func (b *localBackend) startFresh(ctx context.Context, s *localServer) error {
+// when another program takes the port first. clone, when not nil, makes
+// the server's data directory once its configuration is written.
+func (b *localBackend) startFresh(ctx context.Context, s *localServer, clone func() error) error {
 	var err error
 	pick := b.pickPort
 	if pick == nil {
@@ -254,6 +409,12 @@ func (b *localBackend) startFresh(ctx context.Context, s *localServer) error {
 		if err = b.writeCnf(s); err != nil {
 			return err
 		}
+		if clone != nil {
+			if err = clone(); err != nil {
+				return err
+			}
+			clone = nil
+		}
 		err = b.run(ctx, s)
 		if !errors.Is(err, ErrPortInUse) {
 			return err
@@ -272,11 +433,19 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// run starts mysqld for s and waits until it answers SQL.
+// run starts the server s and waits until it answers SQL.
 func (b *localBackend) run(ctx context.Context, s *localServer) error {
 	cmd := b.command(s)
+	if b.spec.logToStderr {
+		f, err := os.OpenFile(filepath.Join(s.hostDir, "error.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close() // the server has its own descriptor once started
+		cmd.Stdout, cmd.Stderr = f, f
+	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("compose: start mysqld for %s: %w", s.name, err)
+		return fmt.Errorf("compose: start %s for %s: %w", filepath.Base(b.mysqld), s.name, err)
 	}
 	done := make(chan struct{})
 	s.mu.Lock()
@@ -295,33 +464,24 @@ func (b *localBackend) run(ctx context.Context, s *localServer) error {
 }
 
 func (b *localBackend) waitReady(ctx context.Context, s *localServer, done chan struct{}) error {
-	mc := mysql.NewConfig()
-	mc.User, mc.Passwd, mc.Net, mc.Addr = b.cfg.User, b.cfg.Password, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-	mc.Timeout = time.Second
-	mc.Logger = driverLogger{b.cfg.Logger}
-	conn, err := mysql.NewConnector(mc)
-	if err != nil {
-		return err
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	deadline := time.Now().Add(b.cfg.StartTimeout)
 	var lastErr error
 	for {
 		select {
 		case <-done:
-			tail := errorLogTail(s.hostDir, 6)
+			tail := b.errorLogTail(s.hostDir, 6)
 			if strings.Contains(tail, "Address already in use") || strings.Contains(tail, "Do you already have another mysqld server running on port") {
 				return fmt.Errorf("compose: %s: %w: 127.0.0.1:%d", s.name, ErrPortInUse, s.port)
 			}
-			return fmt.Errorf("compose: mysqld for %s exited during start-up: %s", s.name, tail)
+			return fmt.Errorf("compose: %s for %s exited during start-up: %s", filepath.Base(b.mysqld), s.name, tail)
 		case <-ctx.Done():
 			return fmt.Errorf("compose: waiting for %s: %w", s.name, ctx.Err())
 		default:
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		var datadir string
-		lastErr = db.QueryRowContext(pctx, "SELECT @@datadir").Scan(&datadir)
+		datadir, lastErr = b.spec.ready(pctx, b.cfg, addr)
 		cancel()
 		if lastErr == nil {
 			// The port was free when picked, but another program's mysqld
@@ -335,7 +495,7 @@ func (b *localBackend) waitReady(ctx context.Context, s *localServer, done chan 
 			pid := s.pid
 			s.mu.Unlock()
 			if pid != 0 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				_ = s.signal(pid, syscall.SIGKILL)
 			}
 			select {
 			case <-done:
@@ -356,24 +516,35 @@ func (b *localBackend) waitReady(ctx context.Context, s *localServer, done chan 
 }
 
 // errorLogTail returns the last n error lines of a server's error log.
-func errorLogTail(dir string, n int) string {
+func (b *localBackend) errorLogTail(dir string, n int) string {
 	data, err := os.ReadFile(filepath.Join(dir, "error.log"))
 	if err != nil {
 		return "(no error log: " + err.Error() + ")"
 	}
-	var keep []string
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		if strings.Contains(l, "[ERROR]") {
-			keep = append(keep, l)
-		}
-	}
+	keep := b.spec.errorLines(string(data), n)
 	if len(keep) == 0 {
-		return "(no [ERROR] line in error.log)"
-	}
-	if len(keep) > n {
-		keep = keep[len(keep)-n:]
+		return "(no error line in error.log)"
 	}
 	return strings.Join(keep, " | ")
+}
+
+// signal sends sig to the server's process, or to its process group when
+// the server is one (PostgreSQL).
+func (s *localServer) signal(pid int, sig syscall.Signal) error {
+	if s.group {
+		if err := syscall.Kill(-pid, sig); err == nil || !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// ours reports whether pid is this server's live process.
+func (s *localServer) ours(pid int) bool {
+	if s.marker == "" {
+		return pidIsOurs(pid, s.inDir)
+	}
+	return pidMatches(pid, s.marker)
 }
 
 func (b *localBackend) server(name string) (*localServer, error) {
@@ -392,7 +563,7 @@ func (s *localServer) alive() (int, chan struct{}) {
 	if s.pid == 0 {
 		return 0, nil
 	}
-	if s.done == nil && !pidIsOurs(s.pid, s.inDir) {
+	if s.done == nil && !s.ours(s.pid) {
 		s.pid = 0
 		return 0, nil
 	}
@@ -401,7 +572,11 @@ func (s *localServer) alive() (int, chan struct{}) {
 
 // pidIsOurs reports whether pid is a live mysqld started with a defaults
 // file under dir (guards adopted pids against reuse).
-func pidIsOurs(pid int, dir string) bool {
+func pidIsOurs(pid int, dir string) bool { return pidMatches(pid, "--defaults-file="+dir+"/") }
+
+// pidMatches reports whether pid is a live process whose command line
+// holds marker.
+func pidMatches(pid int, marker string) bool {
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return false
@@ -413,7 +588,7 @@ func pidIsOurs(pid int, dir string) bool {
 			return false
 		}
 	}
-	return bytes.Contains(cmdline, []byte("--defaults-file="+dir+"/"))
+	return bytes.Contains(cmdline, []byte(marker))
 }
 
 // waitExit waits until the process of s is gone.
@@ -430,7 +605,15 @@ func (s *localServer) waitExit(ctx context.Context, pid int, done chan struct{},
 				return fmt.Errorf("compose: %s (pid %d) still running after %v", s.name, pid, limit)
 			}
 		}
-		if !pidIsOurs(pid, s.inDir) {
+		if !s.ours(pid) {
+			if s.group {
+				// The postmaster is gone; its children follow it within
+				// moments, and a new postmaster refuses to start while
+				// they hold its shared memory.
+				if err := waitGroupGone(ctx, pid, timeout); err != nil {
+					return fmt.Errorf("compose: %s (process group %d): %w", s.name, pid, err)
+				}
+			}
 			s.mu.Lock()
 			if s.pid == pid {
 				s.pid = 0
@@ -457,7 +640,7 @@ func (b *localBackend) kill(ctx context.Context, name string) error {
 	if pid == 0 {
 		return nil // killing a dead node is a no-op
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := s.signal(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("compose: kill %s: %w", name, err)
 	}
 	return s.waitExit(ctx, pid, done, 10*time.Second)
@@ -468,15 +651,39 @@ func (b *localBackend) restart(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if err := b.stop(ctx, s); err != nil {
+		return err
+	}
+	return b.run(ctx, s)
+}
+
+// stop shuts s down cleanly (the engine's stop signal; SIGKILL after 30 s).
+func (b *localBackend) stop(ctx context.Context, s *localServer) error {
 	if pid, done := s.alive(); pid != 0 {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		_ = syscall.Kill(pid, syscall.SIGCONT) // a paused server must wake to shut down
+		_ = s.signal(pid, b.spec.stopSignal)
+		_ = s.signal(pid, syscall.SIGCONT) // a paused server must wake to shut down
 		if err := s.waitExit(ctx, pid, done, 30*time.Second); err != nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = s.signal(pid, syscall.SIGKILL)
 			if err := s.waitExit(ctx, pid, done, 10*time.Second); err != nil {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// offline stops the server cleanly, runs script (sh -c, as the server's
+// account, with the engine's environment) and starts the server again.
+func (b *localBackend) offline(ctx context.Context, name, script string) error {
+	s, err := b.server(name)
+	if err != nil {
+		return err
+	}
+	if err := b.stop(ctx, s); err != nil {
+		return err
+	}
+	if err := b.runOnce(ctx, s, []string{"/bin/sh", "-c", script}); err != nil {
+		return err
 	}
 	return b.run(ctx, s)
 }
@@ -490,7 +697,7 @@ func (b *localBackend) signal(name string, sig syscall.Signal) error {
 	if pid == 0 {
 		return fmt.Errorf("compose: %s: %w", name, ErrNodeDown)
 	}
-	if err := syscall.Kill(pid, sig); err != nil {
+	if err := s.signal(pid, sig); err != nil {
 		return fmt.Errorf("compose: signal %v to %s: %w", sig, name, err)
 	}
 	return nil
@@ -519,21 +726,81 @@ func (b *localBackend) allThreadsStopped(name string) bool {
 	if pid == 0 {
 		return false
 	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return false
+	pids := []int{pid}
+	if s.group {
+		pids = groupMembers(pid)
 	}
-	for _, t := range tasks {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+	for _, p := range pids {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
 		if err != nil {
-			continue // the thread exited
+			if p == pid {
+				return false
+			}
+			continue // the process exited
 		}
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
-			return false
+		for _, t := range tasks {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", p, t.Name()))
+			if err != nil {
+				continue // the thread exited
+			}
+			i := bytes.LastIndexByte(stat, ')')
+			if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// groupMembers lists the live processes of process group pgid.
+func groupMembers(pgid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return []int{pgid}
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, ok := procGroup(pid); ok && g == pgid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// procGroup returns the process group of a live (non-zombie) pid.
+func procGroup(pid int) (int, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
+		return 0, false
+	}
+	f := strings.Fields(string(stat[i+2:]))
+	if len(f) < 3 {
+		return 0, false
+	}
+	g, err := strconv.Atoi(f[2])
+	return g, err == nil
+}
+
+// waitGroupGone waits until process group pgid has no live member.
+func waitGroupGone(ctx context.Context, pgid int, limit <-chan time.Time) error {
+	for len(groupMembers(pgid)) > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-limit:
+			return errors.New("children still running")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // resume continues the node's process and returns once it is no longer
@@ -650,7 +917,7 @@ func liveMysqldUnder(dir string) bool {
 		if err != nil || found {
 			return filepath.SkipDir
 		}
-		if d.Name() == "mysqld.pid" {
+		if d.Name() == "mysqld.pid" || d.Name() == "server.pid" {
 			if b, err := os.ReadFile(p); err == nil {
 				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && processAlive(pid) {
 					found = true
@@ -676,8 +943,9 @@ func processAlive(pid int) bool {
 	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z'
 }
 
-// copyDir copies a directory tree of regular files, leaving out files named skip.
-func copyDir(src, dst, skip string) error {
+// copyDir copies a directory tree of regular files, leaving out files named
+// in skip.
+func copyDir(src, dst string, skip ...string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -691,7 +959,7 @@ func copyDir(src, dst, skip string) error {
 			}
 			return os.MkdirAll(target, info.Mode().Perm())
 		}
-		if d.Name() == skip || !d.Type().IsRegular() {
+		if slices.Contains(skip, d.Name()) || !d.Type().IsRegular() {
 			return nil
 		}
 		info, err := d.Info()

@@ -71,6 +71,8 @@ type State struct {
 	Version int `json:"version"`
 	// Backend is the backend the topology runs on.
 	Backend Backend `json:"backend"`
+	// Engine is the database engine ("" is MySQL).
+	Engine Engine `json:"engine,omitempty"`
 	// Nodes are every node with its current role.
 	Nodes []Node `json:"nodes"`
 	// Epoch is the topology epoch.
@@ -98,7 +100,11 @@ func (t *Topology) State() State {
 			pending[k] = v
 		}
 	}
-	return State{Version: StateVersion, Backend: t.cfg.Backend, Nodes: append([]Node(nil), t.nodes...),
+	eng := t.eng.kind()
+	if eng == EngineMySQL {
+		eng = ""
+	}
+	return State{Version: StateVersion, Backend: t.cfg.Backend, Engine: eng, Nodes: append([]Node(nil), t.nodes...),
 		Epoch: t.epoch, Stats: t.stats, PendingRepoint: pending, Image: t.cfg.Image, RootFS: t.cfg.RootFS, Internal: t.be.state()}
 }
 
@@ -112,7 +118,7 @@ func Attach(ctx context.Context, st State, logger *slog.Logger) (*Topology, erro
 	if len(st.Nodes) == 0 {
 		return nil, errors.New("compose: state has no nodes")
 	}
-	cfg := Config{Backend: st.Backend, Image: st.Image, RootFS: st.RootFS, Detach: true, Logger: logger,
+	cfg := Config{Backend: st.Backend, Engine: st.Engine, Image: st.Image, RootFS: st.RootFS, Detach: true, Logger: logger,
 		User: st.Nodes[0].User, Password: st.Nodes[0].Password}
 	if st.Backend == BackendExternal {
 		cfg.External.PrimaryDSN = st.Nodes[0].DSN() // validated only; nodes come from st
@@ -133,10 +139,21 @@ func Attach(ctx context.Context, st State, logger *slog.Logger) (*Topology, erro
 		if ls == nil {
 			return nil, errors.New("compose: local state lacks its process table")
 		}
-		lb := &localBackend{cfg: &cfg, chroot: ls.Chroot, mysqld: ls.Mysqld, hostDir: ls.HostDir, inDir: ls.InDir}
+		lb := newLocalBackend(&cfg)
+		lb.chroot, lb.mysqld, lb.hostDir, lb.inDir = ls.Chroot, ls.Mysqld, ls.HostDir, ls.InDir
+		if lb.spec.user != "" && lb.chroot != "" {
+			uid, gid, err := lookupUser(filepath.Join(lb.chroot, "etc/passwd"), lb.spec.user)
+			if err != nil {
+				return nil, fmt.Errorf("compose: %w", err)
+			}
+			lb.uid, lb.gid = uid, gid
+		}
 		for _, s := range ls.Servers {
 			srv := &localServer{name: s.Name, serverID: s.ServerID, port: s.Port, pid: s.Pid,
-				hostDir: filepath.Join(ls.HostDir, s.Name), inDir: ls.InDir + "/" + s.Name}
+				hostDir: filepath.Join(ls.HostDir, s.Name), inDir: ls.InDir + "/" + s.Name, group: lb.spec.group}
+			if lb.spec != mysqlSpec {
+				srv.marker = lb.spec.marker(srv.inDir)
+			}
 			lb.servers = append(lb.servers, srv)
 		}
 		be = lb
@@ -145,7 +162,8 @@ func Attach(ctx context.Context, st State, logger *slog.Logger) (*Topology, erro
 		if ds == nil {
 			return nil, errors.New("compose: docker state lacks its containers")
 		}
-		db := &dockerBackend{cfg: &cfg, networkID: ds.NetworkID, network: ds.Network}
+		db := newDockerBackend(&cfg)
+		db.networkID, db.network = ds.NetworkID, ds.Network
 		for _, s := range ds.Servers {
 			db.servers = append(db.servers, &dockerServer{name: s.Name, serverID: s.ServerID, hostPort: s.HostPort, id: s.ID})
 		}
@@ -160,7 +178,11 @@ func Attach(ctx context.Context, st State, logger *slog.Logger) (*Topology, erro
 	for k, v := range st.PendingRepoint {
 		pending[k] = v
 	}
-	return &Topology{cfg: cfg, be: be, log: cfg.Logger, dbs: map[string]*sql.DB{},
+	eng, err := engineFor(cfg.Engine)
+	if err != nil {
+		return nil, err
+	}
+	return &Topology{cfg: cfg, be: be, eng: eng, log: cfg.Logger, dbs: map[string]*sql.DB{},
 		nodes: append([]Node(nil), st.Nodes...), epoch: st.Epoch, stats: st.Stats, pending: pending}, nil
 }
 
@@ -206,6 +228,9 @@ func ParseState(b []byte) (State, error) {
 	case BackendLocal, BackendDocker, BackendExternal:
 	default:
 		return State{}, fmt.Errorf("compose: bad state file: backend %q", st.Backend)
+	}
+	if _, err := engineFor(st.Engine); err != nil {
+		return State{}, fmt.Errorf("compose: bad state file: %w", err)
 	}
 	if len(st.Nodes) == 0 || len(st.Nodes) > MaxReplicas+1 {
 		return State{}, fmt.Errorf("compose: bad state file: %d nodes", len(st.Nodes))

@@ -37,11 +37,19 @@ const LagThreshold = 1
 // NodeStatus is what Status reports about one node.
 type NodeStatus struct {
 	Node Node `json:"node"`
-	// ServerUUID is @@server_uuid ("" when unreachable).
+	// ServerUUID is @@server_uuid ("" when unreachable; MariaDB and
+	// PostgreSQL have none).
 	ServerUUID string `json:"server_uuid"`
-	// GTIDExecuted is @@gtid_executed in MySQL's GTID-set text form.
+	// GTIDExecuted is @@gtid_executed in MySQL's GTID-set text form
+	// (MariaDB: @@gtid_current_pos; PostgreSQL: empty).
 	GTIDExecuted string `json:"gtid_executed"`
-	// ReadOnly is @@super_read_only.
+	// Position is what the node has applied, in its engine's text: MySQL
+	// @@gtid_executed, MariaDB @@gtid_current_pos, PostgreSQL
+	// "<timeline>:<LSN>" (a primary's pg_current_wal_lsn(), a standby's
+	// pg_last_wal_replay_lsn()).
+	Position string `json:"position,omitempty"`
+	// ReadOnly is @@super_read_only (MariaDB @@read_only; PostgreSQL: in
+	// recovery, or default_transaction_read_only).
 	ReadOnly bool `json:"read_only"`
 	// IORunning and SQLRunning are Replica_IO_Running and
 	// Replica_SQL_Running ("Yes", "No", "Connecting"); empty for a
@@ -57,8 +65,14 @@ type NodeStatus struct {
 	SecondsBehind int `json:"seconds_behind"`
 	// SourceDelay is the configured SOURCE_DELAY in seconds.
 	SourceDelay int `json:"source_delay,omitempty"`
-	// RetrievedGTIDs is Retrieved_Gtid_Set (replicas).
+	// RetrievedGTIDs is Retrieved_Gtid_Set (replicas; MariaDB:
+	// Gtid_IO_Pos; PostgreSQL: pg_last_wal_receive_lsn()).
 	RetrievedGTIDs string `json:"retrieved_gtids,omitempty"`
+	// SourceDelayMS is the configured apply delay in milliseconds
+	// (PostgreSQL's recovery_min_apply_delay; SourceDelay*1000 elsewhere).
+	SourceDelayMS int64 `json:"source_delay_ms,omitempty"`
+	// LagBytes is a PostgreSQL standby's received-but-not-replayed WAL.
+	LagBytes int64 `json:"lag_bytes,omitempty"`
 	// PendingRepoint says why a failover could not repoint this replica
 	// ("paused", "down", or an error); Resume, Restart or Heal repoints
 	// it. Empty when nothing is pending.
@@ -67,7 +81,9 @@ type NodeStatus struct {
 	Health Health `json:"health"`
 }
 
-// replicaStatus holds the columns of SHOW REPLICA STATUS compose uses.
+// replicaStatus holds the columns of SHOW REPLICA STATUS compose uses
+// (MySQL's names; MariaDB's Slave_*/Master_* columns map to the same
+// fields, its Gtid_IO_Pos to Retrieved).
 type replicaStatus struct {
 	configured   bool
 	IORunning    string
@@ -112,25 +128,25 @@ func (t *Topology) replicaStatus(ctx context.Context, n Node) (replicaStatus, er
 	for i, c := range cols {
 		v := vals[i].String
 		switch c {
-		case "Replica_IO_Running":
+		case "Replica_IO_Running", "Slave_IO_Running":
 			st.IORunning = v
-		case "Replica_SQL_Running":
+		case "Replica_SQL_Running", "Slave_SQL_Running":
 			st.SQLRunning = v
 		case "Last_IO_Error":
 			st.LastIOError = v
 		case "Last_SQL_Error":
 			st.LastSQLError = v
-		case "Source_Host":
+		case "Source_Host", "Master_Host":
 			st.SourceHost = v
-		case "Source_Port":
+		case "Source_Port", "Master_Port":
 			st.SourcePort, _ = strconv.Atoi(v)
-		case "Seconds_Behind_Source":
+		case "Seconds_Behind_Source", "Seconds_Behind_Master":
 			if vals[i].Valid {
 				st.Behind, _ = strconv.Atoi(v)
 			}
 		case "SQL_Delay":
 			st.Delay, _ = strconv.Atoi(v)
-		case "Retrieved_Gtid_Set":
+		case "Retrieved_Gtid_Set", "Gtid_IO_Pos":
 			st.Retrieved = v
 		case "Executed_Gtid_Set":
 			st.Executed = v
@@ -156,37 +172,30 @@ func (t *Topology) nodeStatus(ctx context.Context, n Node) NodeStatus {
 	t.mu.Lock()
 	ns.PendingRepoint = t.pending[n.Name]
 	t.mu.Unlock()
-	db, err := t.db(n)
-	if err == nil {
-		var ro int
-		err = db.QueryRowContext(ctx, "SELECT @@server_uuid, @@gtid_executed, @@super_read_only").Scan(&ns.ServerUUID, &ns.GTIDExecuted, &ro)
-		ns.ReadOnly = ro == 1
-	}
-	if err != nil {
-		ns.Health = HealthUnreachable
-		ns.LastError = err.Error()
-		return ns
-	}
-	st, err := t.replicaStatus(ctx, n)
-	if err != nil {
-		ns.Health = HealthUnreachable
-		ns.LastError = err.Error()
-		return ns
-	}
+	t.eng.status(ctx, t, &ns)
+	return ns
+}
+
+// fromReplicaStatus fills ns from SHOW REPLICA STATUS (MySQL, MariaDB) and
+// gives the verdict: ok, or for a replica broken, stopped or lagging
+// (Seconds_Behind_Source at LagThreshold or more; the engine may clear
+// that when nothing received is left unapplied).
+func (ns *NodeStatus) fromReplicaStatus(st replicaStatus) {
 	ns.Health = HealthOK
 	if st.configured {
 		ns.IORunning, ns.SQLRunning = st.IORunning, st.SQLRunning
 		ns.Source = fmt.Sprintf("%s:%d", st.SourceHost, st.SourcePort)
 		ns.SecondsBehind = st.Behind
 		ns.SourceDelay = st.Delay
+		ns.SourceDelayMS = int64(st.Delay) * 1000
 		ns.RetrievedGTIDs = st.Retrieved
 		ns.LastError = st.LastIOError
 		if st.LastSQLError != "" {
 			ns.LastError = st.LastSQLError
 		}
 	}
-	if n.Role != RoleReplica {
-		return ns
+	if ns.Node.Role != RoleReplica {
+		return
 	}
 	switch {
 	case !st.configured || ns.LastError != "":
@@ -194,17 +203,8 @@ func (t *Topology) nodeStatus(ctx context.Context, n Node) NodeStatus {
 	case st.IORunning != "Yes" || st.SQLRunning != "Yes":
 		ns.Health = HealthStopped
 	case st.Behind >= LagThreshold:
-		// Seconds_Behind_Source reads 1 for a moment after a replica has
-		// applied everything; lagging means there is also something
-		// received but not applied.
-		var applied int
-		db, _ := t.db(n)
-		err := db.QueryRowContext(ctx, "SELECT GTID_SUBSET(?, ?)", st.Retrieved, st.Executed).Scan(&applied)
-		if err != nil || applied == 0 {
-			ns.Health = HealthLagging
-		}
+		ns.Health = HealthLagging
 	}
-	return ns
 }
 
 // Status inspects every node in parallel, in Nodes() order.

@@ -8,10 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // Role is what a node does in the topology.
@@ -46,10 +45,18 @@ type Node struct {
 	// this one (a network alias and 3306 under docker; Host:Port otherwise).
 	PeerHost string `json:"peer_host"`
 	PeerPort int    `json:"peer_port"`
+	// Engine is the node's database engine ("" is MySQL, as in state files
+	// written before engines existed).
+	Engine Engine `json:"engine,omitempty"`
 }
 
-// DSN returns the go-sql-driver DSN of the node: user:password@tcp(host:port)/
+// DSN returns the node's DSN for its engine's usual Go driver: for MySQL
+// and MariaDB the go-sql-driver form user:password@tcp(host:port)/, for
+// PostgreSQL a URL for pgx (postgres://user:password@host:port/postgres?sslmode=disable).
 func (n Node) DSN() string {
+	if n.Engine == EnginePostgres {
+		return fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable", n.User, n.Password, n.Addr())
+	}
 	return fmt.Sprintf("%s:%s@tcp(%s)/", n.User, n.Password, n.Addr())
 }
 
@@ -91,6 +98,10 @@ type backend interface {
 	// condition says whether a server's process runs, is frozen or is
 	// gone, without talking SQL to it (a paused server would not answer).
 	condition(ctx context.Context, name string) (condition, error)
+	// offline stops a server cleanly, runs a shell script in its
+	// environment (its root filesystem, as its account) while it is
+	// down, and starts it again (PostgreSQL's pg_rewind).
+	offline(ctx context.Context, name, script string) error
 }
 
 // condition is a server's process state as its backend sees it.
@@ -107,12 +118,13 @@ const (
 type Topology struct {
 	cfg Config
 	be  backend
+	eng engine
 	log *slog.Logger
 
 	mu    sync.Mutex // guards nodes, epoch, dbs, stats
 	nodes []Node     // primary first at start; names are stable
 	epoch int64
-	dbs   map[string]*sql.DB
+	dbs   map[string]*sql.DB // compose's own pools by node name; users' pools under name+"/user" when the accounts differ
 	stats Stats
 	// pending maps replicas that a failover could not repoint (paused,
 	// down, unreachable) to why; Resume, Restart and Heal repoint them.
@@ -136,6 +148,10 @@ type Stats struct {
 	// transactions the new primary lacks: they diverge from it by those
 	// GTIDs, which are part of the failover's loss.
 	ErrantOnRepoint int64 `json:"errant_on_repoint,omitempty"`
+	// RewindOnRepoint counts PostgreSQL standbys that, repointed after a
+	// failover, held WAL past the new timeline's switch point and were
+	// rewound with pg_rewind (that WAL is part of the failover's loss).
+	RewindOnRepoint int64 `json:"rewind_on_repoint,omitempty"`
 }
 
 // Start starts (or, for the external backend, attaches to) a topology and
@@ -143,6 +159,10 @@ type Stats struct {
 // auto-position. On error nothing is left running.
 func Start(ctx context.Context, cfg Config) (*Topology, error) {
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	eng, err := engineFor(cfg.Engine)
+	if err != nil {
 		return nil, err
 	}
 	var be backend
@@ -154,25 +174,33 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 	case BackendExternal:
 		be = newExternalBackend(&cfg)
 	}
-	t := &Topology{cfg: cfg, be: be, log: cfg.Logger, dbs: map[string]*sql.DB{}, pending: map[string]string{}}
+	t := &Topology{cfg: cfg, be: be, eng: eng, log: cfg.Logger, dbs: map[string]*sql.DB{}, pending: map[string]string{}}
 	began := time.Now()
 	nodes, err := be.start(ctx)
 	if err != nil {
 		return nil, err
 	}
+	for i := range nodes {
+		if eng.kind() != EngineMySQL {
+			nodes[i].Engine = eng.kind()
+		}
+	}
 	t.nodes = nodes
 	if cfg.Backend != BackendExternal {
-		if err := t.wire(ctx); err != nil {
+		if err := eng.wire(ctx, t); err != nil {
 			derr := t.Down(context.WithoutCancel(ctx))
 			return nil, errors.Join(fmt.Errorf("compose: wiring replication: %w", err), derr)
 		}
 	}
-	t.log.Debug("compose: topology up", "backend", cfg.Backend, "replicas", cfg.Replicas, "elapsed", time.Since(began))
+	t.log.Debug("compose: topology up", "engine", eng.kind(), "backend", cfg.Backend, "replicas", cfg.Replicas, "elapsed", time.Since(began))
 	return t, nil
 }
 
 // Backend returns the backend the topology runs on.
 func (t *Topology) Backend() Backend { return t.cfg.Backend }
+
+// Engine returns the topology's database engine.
+func (t *Topology) Engine() Engine { return t.eng.kind() }
 
 // Primary returns the current primary.
 func (t *Topology) Primary() Node {
@@ -236,34 +264,43 @@ func (t *Topology) Stats() Stats {
 	return t.stats
 }
 
-// DB returns a pooled connection to the named node (owned by the topology,
-// closed by Down; do not Close it).
+// DB returns a pooled connection to the named node with the node's
+// account (owned by the topology, closed by Down; do not Close it). For
+// PostgreSQL it is a pgx (database/sql) pool.
 func (t *Topology) DB(name string) (*sql.DB, error) {
 	n, err := t.Node(name)
 	if err != nil {
 		return nil, err
 	}
+	if admin := t.eng.adminUser(&t.cfg); admin != "" {
+		return t.pool(n, n.Name+"/user", n.User)
+	}
 	return t.db(n)
 }
 
+// db returns compose's own pool to n (the admin account where the engine
+// has one).
 func (t *Topology) db(n Node) (*sql.DB, error) {
+	user := t.eng.adminUser(&t.cfg)
+	if user == "" {
+		user = n.User
+	}
+	return t.pool(n, n.Name, user)
+}
+
+func (t *Topology) pool(n Node, key, user string) (*sql.DB, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if db, ok := t.dbs[n.Name]; ok {
+	if db, ok := t.dbs[key]; ok {
 		return db, nil
 	}
-	mc := mysql.NewConfig()
-	mc.User, mc.Passwd, mc.Net, mc.Addr = n.User, n.Password, "tcp", n.Addr()
-	mc.Timeout = 3 * time.Second
-	mc.Logger = driverLogger{t.log}
-	conn, err := mysql.NewConnector(mc)
+	db, err := t.eng.openDB(n, user, n.Password, t.log)
 	if err != nil {
 		return nil, fmt.Errorf("compose: connector for %s: %w", n.Name, err)
 	}
-	db := sql.OpenDB(conn)
 	db.SetMaxIdleConns(2)
 	db.SetConnMaxIdleTime(30 * time.Second)
-	t.dbs[n.Name] = db
+	t.dbs[key] = db
 	return db, nil
 }
 
@@ -310,6 +347,26 @@ func (t *Topology) exec(ctx context.Context, n Node, stmts ...string) error {
 	return nil
 }
 
+// queryRow runs a one-row query on a node and scans it into dest.
+func (t *Topology) queryRow(ctx context.Context, n Node, q string, dest ...any) error {
+	db, err := t.db(n)
+	if err != nil {
+		return err
+	}
+	if err := db.QueryRowContext(ctx, q).Scan(dest...); err != nil {
+		return fmt.Errorf("compose: %s on %s: %w", firstLine(q), n.Name, err)
+	}
+	return nil
+}
+
+// firstLine is q up to its first line break.
+func firstLine(q string) string {
+	if i := strings.IndexByte(q, '\n'); i >= 0 {
+		return q[:i] + " ..."
+	}
+	return q
+}
+
 // queryString runs a one-value query on a node.
 func (t *Topology) queryString(ctx context.Context, n Node, q string, args ...any) (string, error) {
 	db, err := t.db(n)
@@ -321,53 +378,6 @@ func (t *Topology) queryString(ctx context.Context, n Node, q string, args ...an
 		return "", fmt.Errorf("compose: %s on %s: %w", q, n.Name, err)
 	}
 	return s.String, nil
-}
-
-// wire points every replica at the primary and waits for its IO thread.
-func (t *Topology) wire(ctx context.Context) error {
-	p := t.Primary()
-	reps := t.Replicas()
-	errs := make([]error, len(reps))
-	var wg sync.WaitGroup
-	for i, r := range reps {
-		wg.Go(func() {
-			idx, _ := strconv.Atoi(r.Name[len("replica"):])
-			errs[i] = t.pointAt(ctx, r, p, t.cfg.applyDelay(idx))
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// pointAt makes r replicate from src with auto-position and waits until
-// its IO thread runs.
-func (t *Topology) pointAt(ctx context.Context, r, src Node, delay time.Duration) error {
-	change := fmt.Sprintf("CHANGE REPLICATION SOURCE TO SOURCE_HOST='%s', SOURCE_PORT=%d, SOURCE_USER='%s', SOURCE_PASSWORD='%s', SOURCE_AUTO_POSITION=1, GET_SOURCE_PUBLIC_KEY=1, SOURCE_CONNECT_RETRY=1, SOURCE_RETRY_COUNT=86400, SOURCE_DELAY=%d",
-		src.PeerHost, src.PeerPort, src.User, src.Password, int(delay/time.Second))
-	if err := t.exec(ctx, r, "STOP REPLICA", "RESET REPLICA ALL", change, "START REPLICA", "SET PERSIST super_read_only=ON"); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(t.cfg.StartTimeout)
-	for {
-		st, err := t.replicaStatus(ctx, r)
-		if err != nil {
-			return err
-		}
-		if st.IORunning == "Yes" {
-			return nil
-		}
-		if st.IORunning == "No" && st.LastIOError != "" {
-			return fmt.Errorf("compose: %s cannot replicate from %s: %s", r.Name, src.Name, st.LastIOError)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("compose: %s did not connect to %s within %v (IO thread %s, last error %q)", r.Name, src.Name, t.cfg.StartTimeout, st.IORunning, st.LastIOError)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // driverLogger routes go-sql-driver's own log lines (bad idle connections,

@@ -1,12 +1,13 @@
 // Package scripts embeds the shell scripts causallab runs, so that the
-// binary (`causallab image`) and make/CI (`scripts/ensure-mysql.sh`) run
-// one and the same source.
+// binary (`causallab image`) and make/CI (`scripts/ensure-engine.sh`, which
+// `scripts/ensure-mysql.sh` calls) run one and the same source.
 package scripts
 
 import _ "embed"
 
-//go:embed ensure-mysql.sh
-var ensureMySQL string
+//go:embed ensure-engine.sh
+var ensureEngine string
 
-// EnsureMySQL returns the text of ensure-mysql.sh.
-func EnsureMySQL() string { return ensureMySQL }
+// EnsureEngine returns the text of ensure-engine.sh; run it with the
+// engine's name (mysql, mariadb, postgres) as its argument.
+func EnsureEngine() string { return ensureEngine }
