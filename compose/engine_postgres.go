@@ -116,6 +116,7 @@ func pgConf(cfg *Config, _, i, port int, dir, bind string) string {
 		"full_page_writes":             "on",
 		"fsync":                        "off",
 		"shared_buffers":               "'32MB'",
+		"dynamic_shared_memory_type":   "mmap", // a chroot has no usable /dev/shm
 		"max_connections":              "300",
 		"wal_receiver_status_interval": "'1s'",
 		"wal_retrieve_retry_interval":  "'200ms'",

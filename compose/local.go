@@ -38,7 +38,8 @@ type localServer struct {
 	hostDir  string // the server's directory as this process sees it
 	inDir    string // the same directory as mysqld sees it (inside the chroot)
 	marker   string // in the server's command line: proves a pid is ours ("" = MySQL's)
-	group    bool   // signal the whole process group (PostgreSQL)
+	group    bool   // the server is a process family: signal its children too (PostgreSQL)
+	family   []int  // the children last signalled (guarded by mu)
 
 	mu   sync.Mutex
 	pid  int           // 0: not running
@@ -330,11 +331,12 @@ func (b *localBackend) initialize(ctx context.Context, s *localServer) error {
 
 // runOnce runs argv to its end (bounded by ctx) with the engine's
 // environment, failing with its output's (or the error log's) last lines.
-func (b *localBackend) runOnce(ctx context.Context, s *localServer, argv []string) error {
+func (b *localBackend) runOnce(ctx context.Context, s *localServer, argv []string, env ...string) error {
 	cmd := b.process(argv)
 	if b.spec.env != nil {
 		cmd.Env = b.spec.env(b.cfg)
 	}
+	cmd.Env = append(cmd.Env, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	name := filepath.Base(argv[0])
@@ -528,15 +530,67 @@ func (b *localBackend) errorLogTail(dir string, n int) string {
 	return strings.Join(keep, " | ")
 }
 
-// signal sends sig to the server's process, or to its process group when
-// the server is one (PostgreSQL).
+// signal sends sig to the server's process and, for a server that is a
+// process family (PostgreSQL's postmaster, whose children each call
+// setsid(), so no process group holds them), to its children: listed
+// before and after the postmaster is signalled (a stopped postmaster
+// forks no more; a killed one's children are soon reparented), and kept
+// for waitExit.
 func (s *localServer) signal(pid int, sig syscall.Signal) error {
-	if s.group {
-		if err := syscall.Kill(-pid, sig); err == nil || !errors.Is(err, syscall.ESRCH) {
-			return err
+	if !s.group {
+		return syscall.Kill(pid, sig)
+	}
+	kids := childrenOf(pid)
+	err := syscall.Kill(pid, sig)
+	for _, c := range childrenOf(pid) {
+		if !slices.Contains(kids, c) {
+			kids = append(kids, c)
 		}
 	}
-	return syscall.Kill(pid, sig)
+	for _, c := range kids {
+		_ = syscall.Kill(c, sig)
+	}
+	s.mu.Lock()
+	s.family = kids
+	s.mu.Unlock()
+	return err
+}
+
+// childrenOf lists the live processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil || c == pid {
+			continue
+		}
+		if pp, ok := procParent(c); ok && pp == pid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// procParent returns the parent of a live (non-zombie) pid.
+func procParent(pid int) (int, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
+		return 0, false
+	}
+	f := strings.Fields(string(stat[i+2:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(f[1])
+	return pp, err == nil
 }
 
 // ours reports whether pid is this server's live process.
@@ -598,6 +652,9 @@ func (s *localServer) waitExit(ctx context.Context, pid int, done chan struct{},
 		if done != nil {
 			select {
 			case <-done:
+				if err := s.waitFamilyGone(ctx, timeout); err != nil {
+					return fmt.Errorf("compose: %s (pid %d): %w", s.name, pid, err)
+				}
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -606,13 +663,8 @@ func (s *localServer) waitExit(ctx context.Context, pid int, done chan struct{},
 			}
 		}
 		if !s.ours(pid) {
-			if s.group {
-				// The postmaster is gone; its children follow it within
-				// moments, and a new postmaster refuses to start while
-				// they hold its shared memory.
-				if err := waitGroupGone(ctx, pid, timeout); err != nil {
-					return fmt.Errorf("compose: %s (process group %d): %w", s.name, pid, err)
-				}
+			if err := s.waitFamilyGone(ctx, timeout); err != nil {
+				return fmt.Errorf("compose: %s (pid %d): %w", s.name, pid, err)
 			}
 			s.mu.Lock()
 			if s.pid == pid {
@@ -682,7 +734,7 @@ func (b *localBackend) offline(ctx context.Context, name, script string) error {
 	if err := b.stop(ctx, s); err != nil {
 		return err
 	}
-	if err := b.runOnce(ctx, s, []string{"/bin/sh", "-c", script}); err != nil {
+	if err := b.runOnce(ctx, s, []string{"/bin/sh", "-c", script}, "CAUSALLAB_DIR="+s.inDir); err != nil {
 		return err
 	}
 	return b.run(ctx, s)
@@ -728,7 +780,7 @@ func (b *localBackend) allThreadsStopped(name string) bool {
 	}
 	pids := []int{pid}
 	if s.group {
-		pids = groupMembers(pid)
+		pids = append(pids, childrenOf(pid)...)
 	}
 	for _, p := range pids {
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
@@ -752,52 +804,22 @@ func (b *localBackend) allThreadsStopped(name string) bool {
 	return true
 }
 
-// groupMembers lists the live processes of process group pgid.
-func groupMembers(pgid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return []int{pgid}
-	}
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if g, ok := procGroup(pid); ok && g == pgid {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// procGroup returns the process group of a live (non-zombie) pid.
-func procGroup(pid int) (int, bool) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
-		return 0, false
-	}
-	f := strings.Fields(string(stat[i+2:]))
-	if len(f) < 3 {
-		return 0, false
-	}
-	g, err := strconv.Atoi(f[2])
-	return g, err == nil
-}
-
-// waitGroupGone waits until process group pgid has no live member.
-func waitGroupGone(ctx context.Context, pgid int, limit <-chan time.Time) error {
-	for len(groupMembers(pgid)) > 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-limit:
-			return errors.New("children still running")
-		case <-time.After(20 * time.Millisecond):
+// waitFamilyGone waits until the children last signalled are gone: a
+// dead postmaster's children follow it within moments, and a new
+// postmaster refuses to start while they hold its shared memory.
+func (s *localServer) waitFamilyGone(ctx context.Context, limit <-chan time.Time) error {
+	s.mu.Lock()
+	kids := s.family
+	s.mu.Unlock()
+	for _, c := range kids {
+		for processAlive(c) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-limit:
+				return fmt.Errorf("child process %d still running", c)
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}
 	return nil
