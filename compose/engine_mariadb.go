@@ -78,6 +78,7 @@ func mariadbCnf(cfg *Config, serverID, i, port int, dir, bind string) string {
 		"port":                           fmt.Sprint(port),
 		"bind-address":                   bind,
 		"log-bin":                        "binlog",
+		"binlog_format":                  "ROW", // as MySQL: a replica replays rows, not statements under its own settings
 		"relay-log":                      "relay",
 		"log-slave-updates":              "ON",
 		"skip-name-resolve":              "ON",
@@ -145,18 +146,23 @@ func (e mariadbEngine) wire(ctx context.Context, t *Topology) error {
 	errs := make([]error, len(reps))
 	var wg sync.WaitGroup
 	for i, r := range reps {
-		wg.Go(func() { errs[i] = e.pointAt(ctx, t, r, p, t.cfg.applyDelay(replicaIndex(r.Name))) })
+		wg.Go(func() { errs[i] = e.pointAt(ctx, t, r, p, t.cfg.applyDelay(replicaIndex(r.Name)), nil) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
 // pointAt makes r replicate from src with MASTER_USE_GTID=slave_pos and
-// waits until its IO thread runs.
-func (mariadbEngine) pointAt(ctx context.Context, t *Topology, r, src Node, delay time.Duration) error {
+// waits until its IO thread runs. A non-nil startPos is set as
+// gtid_slave_pos first.
+func (mariadbEngine) pointAt(ctx context.Context, t *Topology, r, src Node, delay time.Duration, startPos *string) error {
 	change := fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%d, MASTER_USER='%s', MASTER_PASSWORD='%s', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, MASTER_DELAY=%d",
 		src.PeerHost, src.PeerPort, src.User, src.Password, int(delay/time.Second))
-	if err := t.exec(ctx, r, "STOP SLAVE", "RESET SLAVE ALL", change, "START SLAVE", "SET GLOBAL read_only=ON"); err != nil {
+	stmts := []string{"STOP SLAVE", "RESET SLAVE ALL", change}
+	if startPos != nil {
+		stmts = append(stmts, "SET GLOBAL gtid_slave_pos = '"+*startPos+"'")
+	}
+	if err := t.exec(ctx, r, append(stmts, "START SLAVE", "SET GLOBAL read_only=ON")...); err != nil {
 		return err
 	}
 	return t.awaitIOThread(ctx, r, src)
@@ -180,24 +186,52 @@ func (mariadbEngine) position(ctx context.Context, t *Topology, n Node, variable
 }
 
 // repoint points r at p keeping its MASTER_DELAY and returns, per domain,
-// the sequence numbers r has applied past p's position.
+// the sequence numbers r has applied past p's position. MariaDB's primary
+// refuses a replica whose gtid_slave_pos names a GTID its binary log lacks
+// ("connecting slave requested to start from GTID ..., which is not in the
+// master's binlog"), so such a replica starts from p's position instead:
+// it keeps the errant transactions in its data (as a MySQL replica does),
+// they are returned and counted in Stats().ErrantOnRepoint.
 func (e mariadbEngine) repoint(ctx context.Context, t *Topology, r, p Node) (string, error) {
 	delay := time.Duration(0)
 	if st, err := t.replicaStatus(ctx, r); err == nil {
 		delay = time.Duration(st.Delay) * time.Second
 	}
-	rPos, rerr := e.position(ctx, t, r, "gtid_current_pos")
-	if err := e.pointAt(ctx, t, r, p, delay); err != nil {
+	rPos, err := e.position(ctx, t, r, "gtid_current_pos")
+	if err != nil {
 		return "", err
-	}
-	if rerr != nil {
-		return "", rerr
 	}
 	pPos, err := e.position(ctx, t, p, "gtid_current_pos")
 	if err != nil {
 		return "", err
 	}
-	return gtid.FormatMariaDBRanges(rPos.Ahead(pPos)), nil
+	ahead := rPos.Ahead(pPos)
+	var start *string
+	if len(ahead) > 0 {
+		// r's position, with p's GTID in the domains where r is ahead
+		// (and none where p has none: r starts that domain afresh).
+		var gs []gtid.MariaDBGTID
+		for _, g := range rPos.GTIDs() {
+			pg, ok := pPos.Domain(g.Domain)
+			switch {
+			case !ok:
+				continue
+			case pg.Seq < g.Seq:
+				g = pg
+			}
+			gs = append(gs, g)
+		}
+		pos, err := gtid.NewMariaDBPosition(gs...)
+		if err != nil {
+			return "", err
+		}
+		s := pos.String()
+		start = &s
+	}
+	if err := e.pointAt(ctx, t, r, p, delay, start); err != nil {
+		return "", err
+	}
+	return gtid.FormatMariaDBRanges(ahead), nil
 }
 
 func (mariadbEngine) fence(ctx context.Context, t *Topology, n Node) error {

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 // back by cutting its WAL receiver (Partition on the local backend).
 func TestFaults(t *testing.T) {
 	composetest.Need(t, topo)
-	enginetest.Run(t, topo, 300*time.Millisecond, func(ctx context.Context, topo *compose.Topology) error {
+	enginetest.Run(t, topo, 300*time.Millisecond, 50*time.Millisecond, func(ctx context.Context, topo *compose.Topology) error {
 		mode, err := topo.Partition(ctx, "replica1")
 		if err == nil && mode != compose.PartitionIOThread {
 			t.Skip("the failover test cuts replica1's WAL receiver, which needs the local backend")
