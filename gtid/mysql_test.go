@@ -19,10 +19,16 @@ import (
 // server is the one mysqld the differential test uses (nil under -short).
 var server *compose.Topology
 
+// mariadb is the one MariaDB server the MariaDB differential test uses.
+var mariadb *compose.Topology
+
 func TestMain(m *testing.M) {
 	os.Exit(composetest.Main(m, compose.Config{PrimaryOnly: true}, func(t *compose.Topology) int {
 		server = t
-		return m.Run()
+		return composetest.Main(m, compose.Config{Engine: compose.EngineMariaDB, PrimaryOnly: true}, func(t *compose.Topology) int {
+			mariadb = t
+			return m.Run()
+		})
 	}))
 }
 
