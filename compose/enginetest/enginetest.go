@@ -116,7 +116,7 @@ func Status(t *testing.T, ctx context.Context, topo *compose.Topology, name stri
 // promotes it: for MariaDB its applier is stopped (compose does not drain
 // a stopped applier); PostgreSQL replays all it received when promoted,
 // so its receiver is cut (Partition on the local backend).
-type HoldBack func(ctx context.Context, topo *compose.Topology) error
+type HoldBack func(t *testing.T, ctx context.Context, topo *compose.Topology) error
 
 // Run runs the engine-neutral tests on topo (one primary, two replicas),
 // in order; delay is an apply delay to set (a whole number of the
@@ -312,7 +312,7 @@ func failover(t *testing.T, topo *compose.Topology, hold HoldBack) {
 	if err := topo.WaitReplicated(ctx, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := hold(ctx, topo); err != nil {
+	if err := hold(t, ctx, topo); err != nil {
 		t.Fatal(err)
 	}
 	var ids []int64

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 // by stopping its applier: compose does not drain a stopped applier.
 func TestFaults(t *testing.T) {
 	composetest.Need(t, topo)
-	enginetest.Run(t, topo, 2*time.Second, time.Second, func(ctx context.Context, topo *compose.Topology) error {
+	enginetest.Run(t, topo, 2*time.Second, time.Second, func(_ *testing.T, ctx context.Context, topo *compose.Topology) error {
 		return topo.StopApplier(ctx, "replica1")
 	})
 }
