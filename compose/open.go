@@ -117,15 +117,25 @@ func Up(ctx context.Context, path string, cfg Config, b BuildOptions) (*Topology
 	return realLauncher().up(ctx, path, cfg, b)
 }
 
-func (l launcher) up(ctx context.Context, path string, cfg Config, b BuildOptions) (*Topology, error) {
+// CheckNoneRunning returns nil when no state file exists at path, and
+// otherwise the error Up would refuse with (wrapping ErrRunning, or
+// ErrStateFile when path cannot be looked at).
+func CheckNoneRunning(path string) error {
 	if _, err := os.Stat(path); err == nil {
 		st, rerr := ReadStateFile(path)
 		if rerr != nil {
-			return nil, fmt.Errorf("%w: a state file exists at %s but cannot be read (%v)", ErrRunning, path, rerr)
+			return fmt.Errorf("%w: a state file exists at %s but cannot be read (%v)", ErrRunning, path, rerr)
 		}
-		return nil, fmt.Errorf("%w: %s, primary %s (state file %s)", ErrRunning, st.Backend, primaryAddr(st), path)
+		return fmt.Errorf("%w: %s, primary %s (state file %s)", ErrRunning, st.Backend, primaryAddr(st), path)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w %s: %w", ErrStateFile, path, err)
+		return fmt.Errorf("%w %s: %w", ErrStateFile, path, err)
+	}
+	return nil
+}
+
+func (l launcher) up(ctx context.Context, path string, cfg Config, b BuildOptions) (*Topology, error) {
+	if err := CheckNoneRunning(path); err != nil {
+		return nil, err
 	}
 	topo, err := l.launch(ctx, cfg, b)
 	if err != nil {

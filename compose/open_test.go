@@ -317,3 +317,19 @@ func TestUpRecordsOrRefuses(t *testing.T) {
 		t.Errorf("a failed up left a state file: %v", err)
 	}
 }
+
+// TestChooseBackendFollowsTheProbe: auto picks docker exactly when the
+// probe finds a usable engine, and always says why.
+func TestChooseBackendFollowsTheProbe(t *testing.T) {
+	ctx := context.Background()
+	b, why := ChooseBackend(ctx, "")
+	probe := ProbeDocker(ctx, "")
+	want := BackendLocal
+	if probe.Usable() {
+		want = BackendDocker
+	}
+	if b != want || why == "" {
+		t.Fatalf("ChooseBackend = %s (%q), probe %+v", b, why, probe)
+	}
+	t.Logf("auto picks %s here: %s", b, why)
+}

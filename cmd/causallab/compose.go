@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -80,55 +79,44 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if _, err := os.Stat(*statePath); err == nil {
-				st, rerr := compose.ReadStateFile(*statePath)
-				if rerr != nil {
-					return withExitCode(2, oneLine(fmt.Errorf("a state file exists at %s but cannot be read (%v); remove it or run `causallab down`", *statePath, rerr)))
-				}
-				return withExitCode(2, fmt.Errorf("a %s topology is already running (primary %s, state file %s); run `causallab down` first", st.Backend, primaryOf(st).Addr(), *statePath))
-			}
 			switch backend {
 			case backendAuto, string(compose.BackendDocker), string(compose.BackendLocal):
 			default:
 				return withExitCode(2, fmt.Errorf("unknown --backend %q (want auto, docker or local)", backend))
 			}
-			if backend == backendAuto {
-				b, why := chooseBackend(ctx, image)
-				fmt.Fprintf(cmd.ErrOrStderr(), "causallab: backend %s (auto: %s)\n", b, why)
-				backend = string(b)
-			}
-			cfg := compose.Config{Replicas: replicas, PrimaryOnly: replicas == 0, Backend: compose.Backend(backend),
-				Image: image, RootFS: rootfs, HostMysqld: hostMysqld, Detach: true, Logger: slog.Default()}
 			if replicas < 0 || replicas > compose.MaxReplicas {
 				return withExitCode(2, fmt.Errorf("impossible replica count %d (want 0..%d)", replicas, compose.MaxReplicas))
 			}
+			var myCnf map[string]string
 			for _, s := range settings {
 				k, v, ok := strings.Cut(s, "=")
 				if !ok {
 					return withExitCode(2, fmt.Errorf("--set %q: want name=value", s))
 				}
-				if cfg.MyCnf == nil {
-					cfg.MyCnf = map[string]string{}
+				if myCnf == nil {
+					myCnf = map[string]string{}
 				}
-				cfg.MyCnf[k] = v
+				myCnf[k] = v
 			}
+			if err := compose.CheckNoneRunning(*statePath); err != nil { // before probing Docker
+				return withExitCode(2, oneLine(fmt.Errorf("%w; run `causallab down` first", err)))
+			}
+			if backend == backendAuto {
+				b, why := compose.ChooseBackend(ctx, image)
+				fmt.Fprintf(cmd.ErrOrStderr(), "causallab: backend %s (auto: %s)\n", b, why)
+				backend = string(b)
+			}
+			cfg := compose.Config{Replicas: replicas, PrimaryOnly: replicas == 0, Backend: compose.Backend(backend),
+				Image: image, RootFS: rootfs, HostMysqld: hostMysqld, MyCnf: myCnf, Detach: true, Logger: slog.Default()}
 			began := time.Now()
-			topo, err := compose.Start(ctx, cfg)
-			if (errors.Is(err, compose.ErrNoRootFS) && rootfs == "" && !hostMysqld) || (errors.Is(err, compose.ErrNoImage) && image == "") {
-				fmt.Fprintln(cmd.ErrOrStderr(), "causallab: building the MySQL root filesystem / image first (causallab image)")
-				if _, ierr := compose.EnsureImage(ctx, compose.ImageOptions{Progress: cmd.ErrOrStderr(), SkipImage: cfg.Backend != compose.BackendDocker}); ierr != nil {
-					return oneLine(ierr)
-				}
-				topo, err = compose.Start(ctx, cfg)
+			topo, err := compose.Up(ctx, *statePath, cfg, buildOptions(cmd.ErrOrStderr(), "causallab: "))
+			if errors.Is(err, compose.ErrRunning) {
+				return withExitCode(2, oneLine(fmt.Errorf("%w; run `causallab down` first", err)))
 			}
 			if err != nil {
 				return oneLine(err)
 			}
 			elapsed := time.Since(began)
-			if err := compose.WriteStateFile(*statePath, topo.State()); err != nil {
-				derr := topo.Down(context.WithoutCancel(ctx))
-				return oneLine(errors.Join(fmt.Errorf("write state file: %w", err), derr))
-			}
 			slog.Debug("topology up", "elapsed", elapsed)
 			fmt.Fprintf(cmd.ErrOrStderr(), "causallab: %s topology up in %.1fs (state: %s)\n", cfg.Backend, elapsed.Seconds(), *statePath)
 			return printStatus(cmd.OutOrStdout(), topo, topo.Status(ctx), jsonOut)
@@ -148,45 +136,19 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 // backendAuto is up's default --backend: pick docker or local.
 const backendAuto = "auto"
 
-// chooseBackend picks docker when a Docker engine answers (within 5 s) and
-// the image exists or is compose's own (built by `causallab image`), else
-// local; it says why.
-func chooseBackend(ctx context.Context, image string) (compose.Backend, string) {
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	p := compose.ProbeDocker(pctx, image)
-	switch {
-	case p.Usable() && p.Image:
-		return compose.BackendDocker, "a Docker engine answers and holds the image"
-	case p.Usable():
-		return compose.BackendDocker, "a Docker engine answers; the image will be built"
-	}
-	return compose.BackendLocal, p.Reason
-}
-
-func primaryOf(st compose.State) compose.Node {
-	for _, n := range st.Nodes {
-		if n.Role == compose.RolePrimary {
-			return n
-		}
-	}
-	return compose.Node{}
+// buildOptions reports compose's phases on w, one line each with prefix,
+// and the image build's progress.
+func buildOptions(w io.Writer, prefix string) compose.BuildOptions {
+	return compose.BuildOptions{Progress: w, Notify: func(m string) { fmt.Fprintln(w, prefix+m) }}
 }
 
 // attach opens the topology recorded in the state file.
 func attach(ctx context.Context, statePath string) (*compose.Topology, error) {
-	st, err := compose.ReadStateFile(statePath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, withExitCode(2, fmt.Errorf("no topology is running (no state file at %s); start one with `causallab up`", statePath))
+	topo, err := compose.AttachFile(ctx, statePath, slog.Default())
+	if errors.Is(err, compose.ErrNotRunning) {
+		return nil, withExitCode(2, fmt.Errorf("%w; start one with `causallab up`", err))
 	}
-	if err != nil {
-		return nil, oneLine(err)
-	}
-	topo, err := compose.Attach(ctx, st, slog.Default())
-	if err != nil {
-		return nil, oneLine(err)
-	}
-	return topo, nil
+	return topo, oneLine(err)
 }
 
 func printStatus(w io.Writer, topo *compose.Topology, sts []compose.NodeStatus, jsonOut bool) error {
@@ -268,130 +230,73 @@ func newDownCmd(statePath *string) *cobra.Command {
 	return cmd
 }
 
-// faultKinds documents the fault subcommand's kinds.
-const faultKinds = `Kinds:
-  kill <node>                 stop without a clean shutdown (a dead node: no-op)
-  restart <node>              start again with the data kept
-  pause <node>, resume <node> freeze / thaw the process (SIGSTOP, docker pause)
-  stop-applier <replica>      stop the replica's SQL thread
-  start-applier <replica>     start it again
-  apply-delay <replica> <s>   set SOURCE_DELAY to s whole seconds (0 removes it)
-  partition <node>            cut the node off (docker: network; local: IO threads, weaker)
-  heal <node>                 undo partition
-  heavy <rows>                one INSERT ... SELECT of <rows> rows on the primary
-  failover <replica>          promote the replica; prints lost GTIDs and the new epoch`
-
 func newFaultCmd(statePath *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fault <kind> <node|rows> [args]",
 		Short: "Inject a fault into the running topology",
-		Long:  "fault injects one fault into the topology recorded by `causallab up`.\n\n" + faultKinds,
+		Long:  "fault injects one fault into the topology recorded by `causallab up`.\n\n" + compose.FaultUsage(),
 		Args:  cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, target := args[0], args[1]
-			want := 2
-			if kind == "apply-delay" {
-				want = 3
-			}
-			if len(args) != want {
-				return withExitCode(2, fmt.Errorf("fault %s takes %d argument(s), got %d\n%s", kind, want-1, len(args)-1, faultKinds))
-			}
-			if !validFault(kind) {
-				return withExitCode(2, fmt.Errorf("unknown fault kind %q\n%s", kind, faultKinds))
+			f, err := compose.ParseFault(args)
+			if err != nil {
+				return withExitCode(2, fmt.Errorf("%w\n%s", err, compose.FaultUsage()))
 			}
 			ctx := cmd.Context()
 			topo, err := attach(ctx, *statePath)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if ferr := runFault(ctx, out, topo, kind, target, args[2:]); ferr != nil {
-				// Save what changed (pids, roles, epoch) even on error.
-				_ = compose.WriteStateFile(*statePath, topo.State())
-				if errors.Is(ferr, compose.ErrUnknownNode) || errors.Is(ferr, compose.ErrWrongRole) || errors.Is(ferr, errBadArg) {
+			res, ferr := compose.Inject(ctx, topo, f)
+			printFault(cmd.OutOrStdout(), f, res, ferr)
+			// Save what changed (pids, roles, epoch), even on error.
+			serr := compose.WriteStateFile(*statePath, topo.State())
+			if ferr != nil {
+				if errors.Is(ferr, compose.ErrUnknownNode) || errors.Is(ferr, compose.ErrWrongRole) {
 					return withExitCode(2, oneLine(ferr))
 				}
 				return oneLine(ferr)
 			}
-			return oneLine(compose.WriteStateFile(*statePath, topo.State()))
+			return oneLine(serr)
 		},
 	}
 	addStateFlag(cmd, statePath)
 	return cmd
 }
 
-var errBadArg = errors.New("bad argument")
-
-func validFault(kind string) bool {
-	switch kind {
-	case "kill", "restart", "pause", "resume", "stop-applier", "start-applier", "apply-delay", "partition", "heal", "heavy", "failover":
-		return true
-	}
-	return false
-}
-
-func runFault(ctx context.Context, out io.Writer, topo *compose.Topology, kind, node string, rest []string) error {
-	switch kind {
-	case "kill":
-		return topo.Kill(ctx, node)
-	case "restart":
-		return topo.Restart(ctx, node)
-	case "pause":
-		return topo.Pause(ctx, node)
-	case "resume":
-		return topo.Resume(ctx, node)
-	case "stop-applier":
-		return topo.StopApplier(ctx, node)
-	case "start-applier":
-		return topo.StartApplier(ctx, node)
-	case "apply-delay":
-		secs, err := strconv.Atoi(rest[0])
-		if err != nil || secs < 0 {
-			return fmt.Errorf("apply-delay %q: want whole non-negative seconds: %w", rest[0], errBadArg)
-		}
-		return topo.SetApplyDelay(ctx, node, time.Duration(secs)*time.Second)
-	case "partition":
-		mode, err := topo.Partition(ctx, node)
+// printFault prints what a fault reported.
+func printFault(out io.Writer, f compose.Fault, res compose.FaultResult, err error) {
+	switch f.Kind {
+	case compose.FaultPartition:
 		if err == nil {
-			fmt.Fprintf(out, "partitioned %s (%s)\n", node, mode)
-			if mode == compose.PartitionIOThread {
+			fmt.Fprintf(out, "partitioned %s (%s)\n", f.Node, res.Partition)
+			if res.Partition == compose.PartitionIOThread {
 				fmt.Fprintln(out, "note: local backend: replication IO threads stopped; clients still reach the node (weaker than a network partition)")
 			}
 		}
-		return err
-	case "heal":
-		return topo.Heal(ctx, node)
-	case "heavy":
-		rows, err := strconv.Atoi(node)
-		if err != nil {
-			return fmt.Errorf("heavy %q: want a row count: %w", node, errBadArg)
-		}
-		res, err := topo.HeavyTransaction(ctx, rows)
+	case compose.FaultHeavy:
 		if err == nil {
-			fmt.Fprintf(out, "inserted %d rows in %.2fs on the primary as %s\n", res.Rows, res.Elapsed.Seconds(), res.GTIDs)
+			fmt.Fprintf(out, "inserted %d rows in %.2fs on the primary as %s\n", res.Heavy.Rows, res.Heavy.Elapsed.Seconds(), res.Heavy.GTIDs)
 		}
-		return err
-	case "failover":
-		res, err := topo.Failover(ctx, node)
-		if res.NewPrimary != "" {
-			lost := res.LostGTIDs
-			if lost == "" {
-				lost = "(none)"
-			}
-			fmt.Fprintf(out, "new primary %s (epoch %d), old primary %s retired\nlost GTIDs: %s\n", res.NewPrimary, res.Epoch, res.OldPrimary, lost)
-			if !res.OldPrimaryReachable {
-				fmt.Fprintln(out, "note: the old primary did not answer; lost GTIDs are computed against what the replicas had received (a lower bound)")
-			}
-			for _, n := range sortedKeys(res.Deferred) {
-				fmt.Fprintf(out, "deferred %s (%s): still replicating from %s; `fault resume` or `fault restart` repoints it to %s\n", n, res.Deferred[n], res.OldPrimary, res.NewPrimary)
-			}
-			for _, n := range sortedKeys(res.Errant) {
-				fmt.Fprintf(out, "errant %s: holds %s, which the new primary lacks (lost at failover)\n", n, res.Errant[n])
-			}
+	case compose.FaultFailover:
+		fr := res.Failover
+		if fr.NewPrimary == "" {
+			return
 		}
-		return err
+		lost := fr.LostGTIDs
+		if lost == "" {
+			lost = "(none)"
+		}
+		fmt.Fprintf(out, "new primary %s (epoch %d), old primary %s retired\nlost GTIDs: %s\n", fr.NewPrimary, fr.Epoch, fr.OldPrimary, lost)
+		if !fr.OldPrimaryReachable {
+			fmt.Fprintln(out, "note: the old primary did not answer; lost GTIDs are computed against what the replicas had received (a lower bound)")
+		}
+		for _, n := range sortedKeys(fr.Deferred) {
+			fmt.Fprintf(out, "deferred %s (%s): still replicating from %s; `fault resume` or `fault restart` repoints it to %s\n", n, fr.Deferred[n], fr.OldPrimary, fr.NewPrimary)
+		}
+		for _, n := range sortedKeys(fr.Errant) {
+			fmt.Fprintf(out, "errant %s: holds %s, which the new primary lacks (lost at failover)\n", n, fr.Errant[n])
+		}
 	}
-	return fmt.Errorf("unknown fault kind %q: %w", kind, errBadArg)
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -194,19 +194,6 @@ func TestComposeCLI(t *testing.T) {
 		}
 	})
 
-	t.Run("auto backend choice", func(t *testing.T) {
-		b, why := chooseBackend(ctx, "")
-		probe := compose.ProbeDocker(ctx, "")
-		want := compose.BackendLocal
-		if probe.Usable() {
-			want = compose.BackendDocker
-		}
-		if b != want || why == "" {
-			t.Fatalf("chooseBackend = %s (%q), probe %+v", b, why, probe)
-		}
-		t.Logf("auto picks %s here: %s", b, why)
-	})
-
 	t.Run("bad input exits 2", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"kill", "nosuch"},

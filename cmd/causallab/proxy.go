@@ -1,15 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/proxy"
 )
 
@@ -47,7 +44,7 @@ prints them) with --user/--password for the clients.`,
 				}
 				cfg = c
 			case topologyPath != "":
-				c, err := configFromTopology(topologyPath)
+				c, err := proxy.ConfigFromTopology(topologyPath)
 				if err != nil {
 					return withExitCode(2, err)
 				}
@@ -98,41 +95,4 @@ prints them) with --user/--password for the clients.`,
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
 	return cmd
-}
-
-// configFromTopology builds backends from a JSON list of compose nodes (or
-// an object with a "nodes" list): the node with role primary, the replicas
-// in file order.
-func configFromTopology(path string) (proxy.Config, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return proxy.Config{}, err
-	}
-	var nodes []compose.Node
-	if err := json.Unmarshal(b, &nodes); err != nil {
-		var wrapped struct {
-			Nodes []compose.Node `json:"nodes"`
-		}
-		if err2 := json.Unmarshal(b, &wrapped); err2 != nil {
-			return proxy.Config{}, fmt.Errorf("topology %s: %w", path, err)
-		}
-		nodes = wrapped.Nodes
-	}
-	var cfg proxy.Config
-	for _, n := range nodes {
-		be := proxy.Backend{Name: n.Name, Addr: n.Addr(), User: n.User, Password: n.Password}
-		switch n.Role {
-		case compose.RolePrimary:
-			if cfg.Primary.Addr != "" {
-				return cfg, fmt.Errorf("topology %s: two primaries", path)
-			}
-			cfg.Primary = be
-		case compose.RoleReplica:
-			cfg.Replicas = append(cfg.Replicas, be)
-		}
-	}
-	if cfg.Primary.Addr == "" {
-		return cfg, fmt.Errorf("topology %s: no node with role primary", path)
-	}
-	return cfg, nil
 }

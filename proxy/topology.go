@@ -1,0 +1,72 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+)
+
+// topologyNode is the part of a compose node's JSON form (compose.Node)
+// the proxy reads. The proxy does not import compose (which links the
+// Docker client); TestConfigFromTopologyReadsComposeNodes keeps the two
+// forms in step.
+type topologyNode struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	User     string `json:"user"`
+	Password string `json:"password"`
+}
+
+// ConfigFromTopology reads a compose topology file (see
+// ConfigFromTopologyJSON) into a Config's backends.
+func ConfigFromTopology(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("proxy: topology: %w", err)
+	}
+	cfg, err := ConfigFromTopologyJSON(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("proxy: topology %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ConfigFromTopologyJSON maps a compose topology to the proxy's backends:
+// b is a JSON list of compose nodes, or an object with a "nodes" list (the
+// state file `causallab up` writes). The node with role primary becomes
+// Primary, the nodes with role replica become Replicas in file order, and
+// retired nodes are left out. Only the backends are set; the caller adds
+// users and the rest.
+func ConfigFromTopologyJSON(b []byte) (Config, error) {
+	var nodes []topologyNode
+	if err := json.Unmarshal(b, &nodes); err != nil {
+		var wrapped struct {
+			Nodes []topologyNode `json:"nodes"`
+		}
+		if err2 := json.Unmarshal(b, &wrapped); err2 != nil {
+			return Config{}, err
+		}
+		nodes = wrapped.Nodes
+	}
+	var cfg Config
+	for _, n := range nodes {
+		be := Backend{Name: n.Name, Addr: net.JoinHostPort(n.Host, strconv.Itoa(n.Port)), User: n.User, Password: n.Password}
+		switch n.Role {
+		case "primary":
+			if cfg.Primary.Addr != "" {
+				return Config{}, fmt.Errorf("two primaries (%s, %s)", cfg.Primary.Name, n.Name)
+			}
+			cfg.Primary = be
+		case "replica":
+			cfg.Replicas = append(cfg.Replicas, be)
+		}
+	}
+	if cfg.Primary.Addr == "" {
+		return Config{}, fmt.Errorf("no node with role primary among %d nodes", len(nodes))
+	}
+	return cfg, nil
+}
