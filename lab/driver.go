@@ -332,10 +332,8 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 			groups = append(groups, []RouterSpec{r})
 		}
 	}
-	var lags []time.Duration
-	var unseen int
-	for gi, g := range groups {
-		gr, gl, gu, err := runGroup(ctx, topo, &cfg, g, sched, func(p Progress) {
+	for gi, specs := range groups {
+		gr, err := runGroup(ctx, topo, &cfg, specs, sched, func(p Progress) {
 			if cfg.Progress != nil {
 				p.Total = time.Duration(len(groups)) * cfg.Duration
 				p.Elapsed += time.Duration(gi) * cfg.Duration
@@ -345,177 +343,235 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.Routers = append(res.Routers, gr.Routers...)
-		res.Polls += gr.Polls
-		res.PollErrors += gr.PollErrors
-		res.Stalls += gr.Stalls
-		res.HeavyTxns += gr.HeavyTxns
-		res.HeavyMeanMs = max(res.HeavyMeanMs, gr.HeavyMeanMs)
-		res.FaultErrors += gr.FaultErrors
-		res.Notes = append(res.Notes, gr.Notes...)
-		res.Failovers = append(res.Failovers, gr.Failovers...)
-		res.MeasureSeconds += gr.MeasureSeconds
-		lags = append(lags, gl...)
-		unseen += gu
+		res.Merge(gr)
 	}
-	res.Lag = lagStats(lags, unseen)
 	res.ElapsedSeconds = time.Since(began).Seconds()
-	var reads int64
-	for _, r := range res.Routers {
-		reads += r.Reads
-	}
-	if res.MeasureSeconds > 0 {
-		res.ReadsPerSec = float64(reads) / res.MeasureSeconds
-	}
 	return res, nil
 }
 
-// runGroup sets up, runs the routers of one group at once, and tears down.
-func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec, sched []scheduledWrite, progress func(Progress)) (*Result, []time.Duration, int, error) {
+// group is one group of routers measured at once, through its phases:
+// setUp (schema, poller, catch-up, condition), buildRouters, run (the
+// workload with the condition and events), collect (the Result). close
+// undoes what the phases did, in reverse.
+type group struct {
+	topo    Faults
+	cfg     *Config
+	cancel  context.CancelFunc // ends the background goroutines
+	bg      sync.WaitGroup     // the poller and the position source
+	undo    []func()           // what close runs, last first
+	lag     *lagTracker
+	poll    *poller
+	e       *engine
+	vias    []*viaRouter
+	proxies []*viaProxy
+	notes   []string // the routing path's notes
+}
+
+// measurement is what a group's run phase produced.
+type measurement struct {
+	accs     []*routerAcc
+	measured time.Duration
+	cst      *conditionStats
+	events   *eventLog
+}
+
+// runGroup sets up, runs the routers of one group at once, collects the
+// result, and tears down.
+func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec, sched []scheduledWrite, progress func(Progress)) (*Result, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	g := &group{topo: topo, cfg: cfg, cancel: cancel}
+	defer g.close()
+	if err := g.setUp(rctx, ctx); err != nil {
+		return nil, err
+	}
+	if err := g.buildRouters(rctx, specs); err != nil {
+		return nil, err
+	}
+	m, err := g.run(rctx, sched, progress)
+	if err != nil {
+		return nil, err
+	}
+	return g.collect(rctx, m), nil
+}
+
+// later registers f for close.
+func (g *group) later(f func()) { g.undo = append(g.undo, f) }
+
+// close undoes the phases (last first), then ends and waits for the
+// background goroutines.
+func (g *group) close() {
+	for i := len(g.undo) - 1; i >= 0; i-- {
+		g.undo[i]()
+	}
+	g.cancel()
+	g.bg.Wait()
+}
+
+// setUp creates the schema (unless SkipSetup), starts the measurement
+// poller, waits until the replicas hold the fresh schema, and applies the
+// standing condition (undone by close with a context that outlives
+// parent's).
+func (g *group) setUp(ctx, parent context.Context) error {
+	cfg, topo := g.cfg, g.topo
 	if !cfg.SkipSetup {
-		c, err := dialNode(ctx, topo.Primary().Addr(), topo.Primary().User, topo.Primary().Password)
+		p := topo.Primary()
+		c, err := dialNode(ctx, p.Addr(), p.User, p.Password)
 		if err != nil {
-			return nil, nil, 0, err
+			return err
 		}
 		err = cfg.Workload.Setup(ctx, c, cfg.Sessions, cfg.HotRows)
 		c.Close()
 		if err != nil {
-			return nil, nil, 0, err
+			return err
 		}
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	defer cancel()
-
-	lag := newLagTracker(func() string { return topo.Primary().Name })
-	p := newPoller(topo, cfg.PollInterval, max(cfg.ReadTimeout/4, 50*time.Millisecond), lag, cfg.Logger)
-	if err := p.start(rctx, &bg); err != nil {
-		return nil, nil, 0, err
+	g.lag = newLagTracker(func() string { return topo.Primary().Name })
+	g.poll = newPoller(topo, cfg.PollInterval, max(cfg.ReadTimeout/4, 50*time.Millisecond), g.lag, cfg.Logger)
+	if err := g.poll.start(ctx, &g.bg); err != nil {
+		return err
 	}
 	// Wait until the replicas hold the fresh schema (so no read fails on a
 	// missing table and the lag measured is the workload's).
-	if err := waitCaughtUp(rctx, p, 30*time.Second); err != nil {
-		return nil, nil, 0, err
+	if err := waitCaughtUp(ctx, g.poll, 30*time.Second); err != nil {
+		return err
 	}
-	if err := cfg.Condition.setUp(rctx, topo); err != nil {
-		return nil, nil, 0, err
+	if err := cfg.Condition.setUp(ctx, topo); err != nil {
+		return err
 	}
-	defer func() {
-		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	g.later(func() {
+		tctx, tcancel := context.WithTimeout(context.WithoutCancel(parent), 30*time.Second)
 		defer tcancel()
 		if err := cfg.Condition.tearDown(tctx, topo); err != nil {
 			cfg.Logger.Warn("lab: undoing the condition", "err", err)
 		}
-	}()
-	e := &engine{cfg: cfg, nodes: topo, poll: p, lag: lag, sess: make([]sessionSync, cfg.Sessions),
+	})
+	return nil
+}
+
+// buildRouters builds the engine and one router runtime per spec: scalar
+// tokens through the LSN adapter, GTID-set tokens through package router's
+// live layer or the in-process proxy, over one binlog position source.
+func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
+	cfg, topo := g.cfg, g.topo
+	e := &engine{cfg: cfg, nodes: topo, poll: g.poll, lag: g.lag, sess: make([]sessionSync, cfg.Sessions),
 		inFlight: make([]atomic.Int64, len(topo.Replicas()))}
-	var vias []*viaRouter
-	var viaNotes []string
-	defer func() {
-		for _, v := range vias {
+	g.e = e
+	g.later(func() {
+		for _, pr := range g.proxies {
+			pr.close()
+		}
+		for _, v := range g.vias {
 			v.close()
 		}
-	}()
+	})
 	var gtidSpecs []RouterSpec
 	for _, sp := range specs {
 		if sp.Token == TokenLSN {
 			// package router's live layer carries GTID-set tokens only: the
 			// scalar token runs through the LSN adapter (noted in the result).
 			e.routers = append(e.routers, newLSNAdapter(sp, e))
-			viaNotes = append(viaNotes, fmt.Sprintf("%s ran via the LSN adapter (lab/lsnadapter.go): package router's live layer has GTID-set tokens only.", sp.Name))
+			g.notes = append(g.notes, fmt.Sprintf("%s ran via the LSN adapter (lab/lsnadapter.go): package router's live layer has GTID-set tokens only.", sp.Name))
 			continue
 		}
 		gtidSpecs = append(gtidSpecs, sp)
 	}
-	var proxies []*viaProxy
-	defer func() {
-		for _, pr := range proxies {
-			pr.close()
-		}
-	}()
 	if len(gtidSpecs) > 0 {
-		src, err := startWatchSource(rctx, topo, cfg, &bg, 10*time.Second)
+		src, err := startWatchSource(ctx, topo, cfg, &g.bg, 10*time.Second)
 		if err != nil {
-			return nil, nil, 0, err
+			return err
 		}
 		for _, sp := range gtidSpecs {
 			if cfg.Via == ViaProxy {
-				pr, err := newViaProxy(rctx, sp, e, src)
+				pr, err := newViaProxy(ctx, sp, e, src)
 				if err != nil {
-					return nil, nil, 0, err
+					return err
 				}
-				proxies = append(proxies, pr)
+				g.proxies = append(g.proxies, pr)
 				e.routers = append(e.routers, pr)
 				continue
 			}
-			v, err := newViaRouter(rctx, sp, e, src)
+			v, err := newViaRouter(ctx, sp, e, src)
 			if err != nil {
-				return nil, nil, 0, err
+				return err
 			}
-			vias = append(vias, v)
+			g.vias = append(g.vias, v)
 			e.routers = append(e.routers, v)
 		}
 	}
-	e.vias = vias
-	onFailover := func(ctx context.Context, fr compose.FailoverResult) error {
-		var errs []error
-		for _, v := range vias {
-			errs = append(errs, v.failover(ctx, fr))
-		}
-		return errors.Join(errs...)
+	e.vias = g.vias
+	return nil
+}
+
+// onFailover tells every package-router router of a failover.
+func (g *group) onFailover(ctx context.Context, fr compose.FailoverResult) error {
+	var errs []error
+	for _, v := range g.vias {
+		errs = append(errs, v.failover(ctx, fr))
 	}
-	var cst conditionStats
-	var evlog eventLog
-	cctx, ccancel := context.WithCancel(rctx)
+	return errors.Join(errs...)
+}
+
+// run drives the workload while the condition runs and the events play,
+// and waits until every event is undone (restarts, resumes).
+func (g *group) run(ctx context.Context, sched []scheduledWrite, progress func(Progress)) (*measurement, error) {
+	cfg, topo, e := g.cfg, g.topo, g.e
+	m := &measurement{cst: &conditionStats{}, events: &eventLog{}}
+	cctx, ccancel := context.WithCancel(ctx)
 	var evwg sync.WaitGroup // condition and events (not the poller)
 	defer func() { ccancel(); evwg.Wait() }()
 	evwg.Add(1)
 	go func() {
 		defer evwg.Done()
-		cfg.Condition.run(cctx, topo, cfg.Seed, &cst, cfg.Logger)
+		cfg.Condition.run(cctx, topo, cfg.Seed, m.cst, cfg.Logger)
 	}()
 	e.start = time.Now()
 	if len(cfg.Condition.Events) > 0 {
 		d, ok := topo.(Disrupter)
 		if !ok {
-			return nil, nil, 0, fmt.Errorf("lab: scripted events need a topology that can kill, pause, partition and fail over")
+			return nil, fmt.Errorf("lab: scripted events need a topology that can kill, pause, partition and fail over")
 		}
 		evwg.Add(1)
 		go func() {
 			defer evwg.Done()
-			runEvents(cctx, d, cfg.Condition.Events, e.start, &evlog, e.drift, onFailover, cfg.Logger)
+			runEvents(cctx, d, cfg.Condition.Events, e.start, m.events, e.drift, g.onFailover, cfg.Logger)
 		}()
 	}
-	accs, _, err := e.runOnce(rctx, sched, progress)
+	accs, _, err := e.runOnce(ctx, sched, progress)
 	ccancel()
-	measured := time.Since(e.start)
+	m.measured = time.Since(e.start)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
-	evwg.Wait() // events undone (restarts, resumes) before the report
-	res := &Result{MeasureSeconds: measured.Seconds(), Notes: append(viaNotes, evlog.lines...), FaultErrors: int64(evlog.errs), Polls: p.polls.Load(), PollErrors: p.pollErrors.Load(),
-		Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load()}
+	evwg.Wait()
+	m.accs = accs
+	return m, nil
+}
+
+// collect builds the group's Result from the measurement and what the
+// poller, the condition, the events and the routing path recorded.
+func (g *group) collect(ctx context.Context, m *measurement) *Result {
+	cst, evlog := m.cst, m.events
+	res := &Result{MeasureSeconds: m.measured.Seconds(), Notes: append(g.notes, evlog.lines...), FaultErrors: int64(evlog.errs),
+		Polls: g.poll.polls.Load(), PollErrors: g.poll.pollErrors.Load(), Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load()}
 	res.FaultErrors += cst.FaultErrors.Load()
 	res.Failovers = evlog.failovers
 	if n := cst.HeavyTxns.Load(); n > 0 {
 		res.HeavyMeanMs = ms(time.Duration(cst.HeavyNanos.Load() / n))
 	}
-	for _, pr := range proxies {
-		res.Notes = append(res.Notes, pr.note(rctx))
+	for _, pr := range g.proxies {
+		res.Notes = append(res.Notes, pr.note(ctx))
 	}
-	for _, v := range vias {
+	for _, v := range g.vias {
 		if n := v.driftErrs.Load(); n > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d drift reads failed (the outside load was that much lighter).", v.sp.Name, n))
 		}
 	}
-	for i, a := range accs {
-		rr := summarizeRouter(e.routers[i], a)
-		res.Routers = append(res.Routers, rr)
+	for i, a := range m.accs {
+		res.Routers = append(res.Routers, summarizeRouter(g.e.routers[i], a))
 	}
-	lags, unseen := lag.samples()
-	return res, lags, unseen, nil
+	res.lagSamples, res.lagUnseen = g.lag.samples()
+	res.Lag = lagStats(res.lagSamples, res.lagUnseen)
+	return res
 }
 
 // waitCaughtUp waits until every up replica's polled set contains the

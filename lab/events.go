@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -13,43 +14,55 @@ import (
 	"github.com/causallab/causallab/compose"
 )
 
-// Disrupter is what scripted events need beyond Faults: process and
-// network faults and failover. *compose.Topology has it.
+// Disrupter is what scripted events need beyond Faults: every fault
+// compose can inject (process and network faults, failover).
+// *compose.Topology has it.
 type Disrupter interface {
 	Faults
-	Kill(ctx context.Context, name string) error
-	Restart(ctx context.Context, name string) error
-	Pause(ctx context.Context, name string) error
-	Resume(ctx context.Context, name string) error
-	Partition(ctx context.Context, name string) (compose.PartitionMode, error)
-	Heal(ctx context.Context, name string) error
-	Failover(ctx context.Context, name string) (compose.FailoverResult, error)
+	compose.Injector
 }
 
 var _ Disrupter = (*compose.Topology)(nil)
 
-// EventKind names a scripted fault.
+// EventKind names a scripted event: a fault a run inflicts and undoes after
+// the event's For (the kinds are compose's, spelled as compose.FaultKind
+// spells them), or the lab's own drift, which is load, not a fault.
 type EventKind string
 
 const (
 	// EvKill kills a replica and restarts it after For.
-	EvKill EventKind = "kill"
+	EvKill = EventKind(compose.FaultKill)
 	// EvPause freezes a replica's process for For.
-	EvPause EventKind = "pause"
+	EvPause = EventKind(compose.FaultPause)
 	// EvPartition cuts a replica off its source for For.
-	EvPartition EventKind = "partition"
-	// EvHeavy commits one heavy transaction on the primary.
-	EvHeavy EventKind = "heavy"
+	EvPartition = EventKind(compose.FaultPartition)
+	// EvHeavy commits one heavy transaction (HeavyEventRows rows) on the
+	// primary.
+	EvHeavy = EventKind(compose.FaultHeavy)
 	// EvApplyDelay sets a 1 s SOURCE_DELAY on a replica for For.
-	EvApplyDelay EventKind = "apply-delay"
-	// EvStall stops a replica's applier for For.
-	EvStall EventKind = "stall"
+	EvApplyDelay = EventKind(compose.FaultApplyDelay)
+	// EvStopApplier stops a replica's applier for For.
+	EvStopApplier = EventKind(compose.FaultStopApplier)
 	// EvFailover kills the primary and promotes Node (a replica).
-	EvFailover EventKind = "failover"
+	EvFailover = EventKind(compose.FaultFailover)
 	// EvDrift adds Load outside reads in flight on Node, as the load
 	// balancer sees them, for For (rebalance-override's trigger).
 	EvDrift EventKind = "drift"
 )
+
+// HeavyEventRows is the size of an EvHeavy event's transaction.
+const HeavyEventRows = 100_000
+
+// EventKinds lists every kind an Event may have.
+func EventKinds() []EventKind {
+	return []EventKind{EvKill, EvPause, EvPartition, EvHeavy, EvApplyDelay, EvStopApplier, EvFailover, EvDrift}
+}
+
+// Valid reports whether k is one of EventKinds.
+func (k EventKind) Valid() bool { return slices.Contains(EventKinds(), k) }
+
+// needsNode reports whether an event of kind k targets a node.
+func (k EventKind) needsNode() bool { return k != EvHeavy }
 
 // Event is one scripted fault.
 type Event struct {
@@ -122,81 +135,79 @@ func runEvents(ctx context.Context, d Disrupter, events []Event, start time.Time
 // that outlives the run's, so the topology is left healthy).
 func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift func(string, int), onFailover func(context.Context, compose.FailoverResult) error) error {
 	undo := context.WithoutCancel(ctx)
-	hold := func() { sleepCtx(ctx, ev.For) }
 	switch ev.Kind {
-	case EvKill:
-		if err := d.Kill(ctx, ev.Node); err != nil {
-			return err
-		}
-		log.add("%s: killed", ev)
-		hold()
-		rctx, cancel := context.WithTimeout(undo, 90*time.Second)
-		defer cancel()
-		return d.Restart(rctx, ev.Node)
-	case EvPause:
-		if err := d.Pause(ctx, ev.Node); err != nil {
-			return err
-		}
-		log.add("%s: paused", ev)
-		hold()
-		return d.Resume(undo, ev.Node)
-	case EvPartition:
-		mode, err := d.Partition(ctx, ev.Node)
-		if err != nil {
-			return err
-		}
-		log.add("%s: partitioned (%s)", ev, mode)
-		hold()
-		return d.Heal(undo, ev.Node)
-	case EvHeavy:
-		hr, err := d.HeavyTransaction(ctx, 100_000)
-		if err != nil {
-			return err
-		}
-		log.add("%s: %d rows in %.0f ms", ev, hr.Rows, ms(hr.Elapsed))
-		return nil
-	case EvApplyDelay:
-		if err := d.SetApplyDelay(ctx, ev.Node, time.Second); err != nil {
-			return err
-		}
-		log.add("%s: SOURCE_DELAY=1", ev)
-		hold()
-		return d.SetApplyDelay(undo, ev.Node, 0)
-	case EvStall:
-		if err := d.StopApplier(ctx, ev.Node); err != nil {
-			return err
-		}
-		hold()
-		return d.StartApplier(undo, ev.Node)
-	case EvFailover:
-		old := d.Primary().Name
-		if err := d.Kill(ctx, old); err != nil {
-			return err
-		}
-		fr, err := d.Failover(ctx, ev.Node)
-		log.mu.Lock()
-		log.failovers = append(log.failovers, fr)
-		log.mu.Unlock()
-		lost := fr.LostGTIDs
-		if lost == "" {
-			lost = "none"
-		}
-		log.add("%s: %s killed, %s promoted, epoch %d, lost GTIDs %s (old primary reachable: %v)",
-			ev, old, fr.NewPrimary, fr.Epoch, strings.ReplaceAll(lost, "\n", ""), fr.OldPrimaryReachable)
-		if fr.NewPrimary != "" && onFailover != nil {
-			if herr := onFailover(undo, fr); herr != nil {
-				err = errors.Join(err, herr)
-			}
-		}
-		return err
 	case EvDrift:
 		drift(ev.Node, ev.Load)
 		log.add("%s: +%d in flight", ev, ev.Load)
-		hold()
+		sleepCtx(ctx, ev.For)
 		drift(ev.Node, -ev.Load)
 		return nil
+	case EvFailover:
+		return playFailover(ctx, undo, d, ev, log, onFailover)
 	}
-	return fmt.Errorf("lab: unknown event kind %q", ev.Kind)
+	if !ev.Kind.Valid() {
+		return fmt.Errorf("lab: unknown event kind %q", ev.Kind)
+	}
+	f := compose.Fault{Kind: compose.FaultKind(ev.Kind), Node: ev.Node}
+	switch ev.Kind {
+	case EvHeavy:
+		f.Node, f.Rows = "", HeavyEventRows
+	case EvApplyDelay:
+		f.Delay = time.Second
+	}
+	res, err := compose.Inject(ctx, d, f)
+	if err != nil {
+		return err
+	}
+	switch ev.Kind {
+	case EvKill:
+		log.add("%s: killed", ev)
+	case EvPause:
+		log.add("%s: paused", ev)
+	case EvPartition:
+		log.add("%s: partitioned (%s)", ev, res.Partition)
+	case EvHeavy:
+		log.add("%s: %d rows in %.0f ms", ev, res.Heavy.Rows, ms(res.Heavy.Elapsed))
+	case EvApplyDelay:
+		log.add("%s: SOURCE_DELAY=1", ev)
+	case EvStopApplier:
+		log.add("%s: applier stopped", ev)
+	}
+	u, ok := f.Undo()
+	if !ok {
+		return nil
+	}
+	sleepCtx(ctx, ev.For)
+	uctx, cancel := context.WithTimeout(undo, 90*time.Second) // a restart waits for the server
+	defer cancel()
+	_, err = compose.Inject(uctx, d, u)
+	return err
+}
+
+// playFailover kills the primary and promotes ev.Node, then tells the
+// routers (onFailover).
+func playFailover(ctx, undo context.Context, d Disrupter, ev Event, log *eventLog, onFailover func(context.Context, compose.FailoverResult) error) error {
+	old := d.Primary().Name
+	if _, err := compose.Inject(ctx, d, compose.Fault{Kind: compose.FaultKill, Node: old}); err != nil {
+		return err
+	}
+	res, err := compose.Inject(ctx, d, compose.Fault{Kind: compose.FaultFailover, Node: ev.Node})
+	fr := res.Failover
+	log.mu.Lock()
+	log.failovers = append(log.failovers, fr)
+	log.mu.Unlock()
+	lost := fr.LostGTIDs
+	if lost == "" {
+		lost = "none"
+	}
+	log.add("%s: %s killed, %s promoted, epoch %d, lost GTIDs %s (old primary reachable: %v)",
+		ev, old, fr.NewPrimary, fr.Epoch, strings.ReplaceAll(lost, "\n", ""), fr.OldPrimaryReachable)
+	if fr.NewPrimary != "" && onFailover != nil {
+		if herr := onFailover(undo, fr); herr != nil {
+			err = errors.Join(err, herr)
+		}
+	}
+	return err
 }
 
 // ChaosEvents draws a seeded random fault schedule over dur: one fault
@@ -205,7 +216,7 @@ func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift 
 // overlap on one node.
 func ChaosEvents(seed uint64, dur, every time.Duration, replicas []string) []Event {
 	r := newRNG(seed ^ 0xc4a05)
-	kinds := []EventKind{EvKill, EvPause, EvPartition, EvHeavy, EvApplyDelay, EvStall}
+	kinds := []EventKind{EvKill, EvPause, EvPartition, EvHeavy, EvApplyDelay, EvStopApplier}
 	var out []Event
 	busy := map[string]time.Duration{}
 	mid := dur / 2

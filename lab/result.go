@@ -51,6 +51,81 @@ type Result struct {
 	Failovers []compose.FailoverResult `json:"failovers,omitempty"`
 	// Notes are experiment-specific remarks (e.g. the failover's lost GTIDs).
 	Notes []string `json:"notes,omitempty"`
+
+	// lagSamples and lagUnseen are what Lag was computed from (Merge
+	// recomputes it); a Result read back from JSON has none.
+	lagSamples []time.Duration
+	lagUnseen  int
+}
+
+// Merge adds o, a later part of the same experiment (Run's sequential
+// groups), to r. Routers, notes, failovers and simulator tables append;
+// counts and measured and elapsed seconds add; ReadsPerSec is recomputed
+// over the sum. The lag is recomputed over both parts' samples when both
+// carry them (results of Run in this process); otherwise the mean is
+// weighted by sample count and each quantile is the larger of the two (an
+// upper bound). HeavyMeanMs is weighted by HeavyTxns. r keeps its identity
+// (experiment, condition, mode, via, config, offered writes), taken from o
+// where r has none.
+func (r *Result) Merge(o *Result) {
+	if r.Experiment == "" {
+		r.Experiment = o.Experiment
+	}
+	if r.Condition == "" {
+		r.Condition = o.Condition
+	}
+	if r.Mode == "" {
+		r.Mode = o.Mode
+	}
+	if r.Via == "" {
+		r.Via = o.Via
+	}
+	if r.Config == (ConfigSummary{}) {
+		r.Config = o.Config
+	}
+	if r.OfferedWrites == 0 {
+		r.OfferedWrites = o.OfferedWrites
+	}
+	if r.SimModel == "" {
+		r.SimModel = o.SimModel
+	}
+	exact := (r.Lag.Samples == 0 || len(r.lagSamples) == r.Lag.Samples) && (o.Lag.Samples == 0 || len(o.lagSamples) == o.Lag.Samples)
+	if exact {
+		r.lagSamples = append(r.lagSamples, o.lagSamples...)
+		r.lagUnseen += o.lagUnseen
+		r.Lag = lagStats(r.lagSamples, r.lagUnseen)
+	} else {
+		a, b := r.Lag, o.Lag
+		n := a.Samples + b.Samples
+		m := LagStats{Samples: n, Unseen: a.Unseen + b.Unseen, P10Ms: max(a.P10Ms, b.P10Ms), P50Ms: max(a.P50Ms, b.P50Ms),
+			P99Ms: max(a.P99Ms, b.P99Ms), MaxMs: max(a.MaxMs, b.MaxMs)}
+		if n > 0 {
+			m.MeanMs = (a.MeanMs*float64(a.Samples) + b.MeanMs*float64(b.Samples)) / float64(n)
+		}
+		r.Lag, r.lagSamples, r.lagUnseen = m, nil, 0
+	}
+	if h := r.HeavyTxns + o.HeavyTxns; h > 0 {
+		r.HeavyMeanMs = (r.HeavyMeanMs*float64(r.HeavyTxns) + o.HeavyMeanMs*float64(o.HeavyTxns)) / float64(h)
+	}
+	r.Routers = append(r.Routers, o.Routers...)
+	r.MeasureSeconds += o.MeasureSeconds
+	r.ElapsedSeconds += o.ElapsedSeconds
+	r.Polls += o.Polls
+	r.PollErrors += o.PollErrors
+	r.Stalls += o.Stalls
+	r.HeavyTxns += o.HeavyTxns
+	r.FaultErrors += o.FaultErrors
+	r.SimTables = append(r.SimTables, o.SimTables...)
+	r.Failovers = append(r.Failovers, o.Failovers...)
+	r.Notes = append(r.Notes, o.Notes...)
+	r.ReadsPerSec = 0
+	if r.MeasureSeconds > 0 {
+		var reads int64
+		for _, rr := range r.Routers {
+			reads += rr.Reads
+		}
+		r.ReadsPerSec = float64(reads) / r.MeasureSeconds
+	}
 }
 
 // ConfigSummary is the part of Config a reader needs to reproduce a run.

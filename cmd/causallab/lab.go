@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -46,18 +44,38 @@ type labFlags struct {
 	fresh       bool
 }
 
-func (f *labFlags) register(cmd *cobra.Command, cond string, rate float64, dur time.Duration) {
+// register adds the flags; the workload flags' defaults are sc's (the
+// experiment's own), or Config's when sc is nil.
+func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
+	cond, rate, dur, sessions, rpw := "identical", 200.0, 20*time.Second, 2000, 3
+	if sc != nil {
+		if sc.Condition != "" {
+			cond = sc.Condition
+		}
+		if sc.WriteRate > 0 {
+			rate = sc.WriteRate
+		}
+		if sc.Duration > 0 {
+			dur = sc.Duration
+		}
+		if sc.Sessions > 0 {
+			sessions = sc.Sessions
+		}
+		if sc.ReadsPerWrite > 0 {
+			rpw = sc.ReadsPerWrite
+		}
+	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run (when causallab up runs none)")
 	fl.BoolVar(&f.fresh, "fresh", false, "start a topology for the run even when causallab up runs one")
 	fl.StringVar(&f.backend, "backend", "local", "how to run MySQL: local (chrooted mysqld processes) or docker")
 	fl.StringVar(&f.primaryDSN, "primary-dsn", "", "attach to your own primary (user:pw@tcp(host:port)/) instead of starting a topology")
 	fl.StringSliceVar(&f.replicaDSNs, "replica-dsn", nil, "your own replicas' DSNs (with --primary-dsn; repeat or comma-separate)")
-	fl.IntVar(&f.sessions, "sessions", 2000, "sessions S")
+	fl.IntVar(&f.sessions, "sessions", sessions, "sessions S")
 	fl.IntVar(&f.hotRows, "hot-rows", 8, "shared hot rows (monotonic-reads ground truth)")
 	fl.Float64Var(&f.writeRate, "write-rate", rate, "offered writes/s (Poisson)")
-	fl.DurationVar(&f.duration, "duration", dur, "how long writes are offered (the reads that follow are completed)")
-	fl.IntVar(&f.readsPerW, "reads-per-write", 3, "reads after each write (closed loop, log-uniform gaps 15ms..4s)")
+	fl.DurationVar(&f.duration, "duration", dur, "how long writes are offered (the reads that follow are completed; scripted events scale with it)")
+	fl.IntVar(&f.readsPerW, "reads-per-write", rpw, "reads after each write (closed loop, log-uniform gaps)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the offered workload")
 	fl.IntVar(&f.workers, "workers", 24, "driver goroutines (each with a connection per node)")
 	fl.DurationVar(&f.poll, "poll", 5*time.Millisecond, "replica position poll interval")
@@ -72,90 +90,72 @@ func (f *labFlags) register(cmd *cobra.Command, cond string, rate float64, dur t
 	fl.StringVar(&f.via, "via", "router", "routing path: router (package router's live layer over binlogwatch positions) or proxy (causallab proxy in-process, tokens in comments); scalar-token routers always run through the LSN adapter")
 }
 
-// config builds the driver config from the flags.
-func (f *labFlags) config() (lab.Config, []lab.FailRule, lab.Format, error) {
-	var cfg lab.Config
+// options builds the scenario options from the flags: the workload flags
+// given on the command line override the scenario's own values.
+func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailRule, lab.Format, error) {
+	var o lab.ScenarioOptions
 	rules, err := lab.ParseFailOn(f.failOn)
 	if err != nil {
-		return cfg, nil, "", err
+		return o, nil, "", withExitCode(2, err)
 	}
 	format, err := lab.ParseFormat(f.format)
 	if err != nil {
-		return cfg, nil, "", err
+		return o, nil, "", withExitCode(2, err)
 	}
-	cond, err := lab.ParseCondition(f.condition)
-	if err != nil {
-		return cfg, nil, "", err
+	cfg := lab.Config{HotRows: f.hotRows, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
+		Mode: lab.Mode(f.mode), Via: lab.Via(f.via)}
+	changed := cmd.Flags().Changed
+	if changed("condition") {
+		if cfg.Condition, err = lab.ParseCondition(f.condition); err != nil {
+			return o, nil, "", withExitCode(2, err)
+		}
 	}
-	cfg = lab.Config{Sessions: f.sessions, HotRows: f.hotRows, WriteRate: f.writeRate, Duration: f.duration,
-		ReadsPerWrite: f.readsPerW, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
-		Mode: lab.Mode(f.mode), Condition: cond, Via: lab.Via(f.via)}
+	if changed("sessions") {
+		cfg.Sessions = f.sessions
+	}
+	if changed("write-rate") {
+		cfg.WriteRate = f.writeRate
+	}
+	if changed("duration") {
+		cfg.Duration = f.duration
+	}
+	if changed("reads-per-write") {
+		cfg.ReadsPerWrite = f.readsPerW
+	}
 	if f.routers != "" {
 		if cfg.Routers, err = lab.ParseRouters(f.routers); err != nil {
-			return cfg, nil, "", err
+			return o, nil, "", withExitCode(2, err)
 		}
 	}
-	return cfg, rules, format, nil
+	o = lab.ScenarioOptions{Config: cfg, NoPredict: f.noSim, Predict: lab.PredictOptions{Trials: f.simTrials}}
+	return o, rules, format, nil
 }
 
-// topology attaches to the topology the flags describe: --primary-dsn, or
-// the one `causallab up` is running (its state file), or else one started
-// for the run. The returned stop removes only what was started here (and
-// writes an attached topology's state back, since faults change roles and
-// epochs).
-func (f *labFlags) topology(ctx context.Context, errw io.Writer) (*compose.Topology, func(), error) {
-	cfg := compose.Config{Replicas: f.replicas, Backend: compose.Backend(f.backend)}
-	if f.primaryDSN == "" && !f.fresh {
-		path := defaultStatePath()
-		st, err := compose.ReadStateFile(path)
-		switch {
-		case err == nil:
-			topo, aerr := compose.Attach(ctx, st, nil)
-			if aerr != nil {
-				return nil, nil, fmt.Errorf("the topology recorded in %s: %w (run `causallab down`, or pass --fresh)", path, aerr)
-			}
-			fmt.Fprintf(errw, "causallab lab: using the running %s topology (state %s: primary %s, %d replicas)\n",
-				st.Backend, path, topo.Primary().Addr(), len(topo.Replicas()))
-			return topo, func() {
-				if err := compose.WriteStateFile(path, topo.State()); err != nil {
-					fmt.Fprintln(errw, "causallab lab: updating the state file:", err)
-				}
-			}, nil
-		case !errors.Is(err, fs.ErrNotExist):
-			return nil, nil, fmt.Errorf("state file %s: %w (run `causallab down`, or pass --fresh)", path, err)
-		}
-	}
+// open attaches to the topology the flags describe: --primary-dsn, or the
+// one `causallab up` is running (its state file), or else one started for
+// the run (compose.Open; closing it removes only what was started here).
+func (f *labFlags) open(ctx context.Context, errw io.Writer) (*compose.Opened, error) {
+	o := compose.OpenOptions{StatePath: defaultStatePath(), Fresh: f.fresh,
+		Config: compose.Config{Replicas: f.replicas, Backend: compose.Backend(f.backend)},
+		Build:  buildOptions(errw, "causallab lab: ")}
 	if f.primaryDSN != "" {
-		cfg = compose.Config{Backend: compose.BackendExternal,
+		o.Config = compose.Config{Backend: compose.BackendExternal,
 			External: compose.ExternalConfig{PrimaryDSN: f.primaryDSN, ReplicaDSNs: f.replicaDSNs}}
-	} else {
-		fmt.Fprintf(errw, "causallab lab: starting MySQL (%s backend, 1 primary + %d replicas)...\n", f.backend, f.replicas)
 	}
-	began := time.Now()
-	topo, err := compose.Start(ctx, cfg)
-	if f.primaryDSN == "" && (errors.Is(err, compose.ErrNoRootFS) || errors.Is(err, compose.ErrNoImage)) {
-		// A fresh machine: build the MySQL root filesystem (and the image for
-		// the docker backend) once, as `causallab up` does, then start again.
-		fmt.Fprintln(errw, "causallab lab: building the MySQL root filesystem first (causallab image; cached, once)")
-		if _, ierr := compose.EnsureImage(ctx, compose.ImageOptions{Progress: errw, SkipImage: cfg.Backend != compose.BackendDocker}); ierr != nil {
-			return nil, nil, ierr
-		}
-		topo, err = compose.Start(ctx, cfg)
+	topo, err := compose.Open(ctx, o)
+	if errors.Is(err, compose.ErrStateFile) {
+		return nil, fmt.Errorf("%w (run `causallab down`, or pass --fresh)", err)
 	}
-	if err != nil {
-		return nil, nil, err
+	return topo, err
+}
+
+// close closes what open returned, saying so when it fails.
+func closeTopology(ctx context.Context, topo *compose.Opened, errw io.Writer) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := topo.Close(cctx); err != nil {
+		fmt.Fprintln(errw, "causallab lab:", err)
 	}
-	if f.primaryDSN == "" {
-		fmt.Fprintf(errw, "causallab lab: topology up in %.1fs\n", time.Since(began).Seconds())
-	}
-	stop := func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := topo.Down(dctx); err != nil {
-			fmt.Fprintln(errw, "causallab lab: removing the topology:", err)
-		}
-	}
-	return topo, stop, nil
 }
 
 // progress returns a Progress callback drawing a bar on a terminal, and a
@@ -205,6 +205,15 @@ func (f *labFlags) emit(cmd *cobra.Command, results []*lab.Result, format lab.Fo
 	return nil
 }
 
+// experiments are the built-in scenarios `lab` names, with their help.
+var experiments = []struct{ name, short string }{
+	{"routers", "The six routers under one live workload, with the simulator's prediction beside each"},
+	{"gated", "Naive replica reads against GTID-gated reads under a standing lag"},
+	{"failover", "Kill the primary while replicas lag: scalar vs GTID-set vs epoch tokens"},
+	{"hash", "Hashing edge cases on real servers: a replica goes down; load drift under rebalance-override"},
+	{"chaos", "Random faults and one failover under token-ryw-mr+epoch: expect zero violations, every read accounted for"},
+}
+
 func newLabCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lab",
@@ -212,146 +221,92 @@ func newLabCmd() *cobra.Command {
 		Long: `lab measures on a real MySQL primary and replicas what the simulator predicts:
 how often each router showed a session a world without its own write (RYW) or
 one older than it had seen (MR), counted from the rows the database returned.
+Each experiment is a built-in scenario folder (lab/scenarios, embedded in the
+binary); ` + "`lab scenario`" + ` runs any folder, yours included.
 Without --primary-dsn it uses the topology ` + "`causallab up`" + ` is running (its state
 file) or, when none runs, starts a local topology for the run and removes it after.`,
 	}
-	cmd.AddCommand(newLabRoutersCmd(), newLabGatedCmd(), newLabFailoverCmd(), newLabHashCmd(), newLabChaosCmd(), newLabScenarioCmd())
-	return cmd
-}
-
-func newLabRoutersCmd() *cobra.Command {
-	var f labFlags
-	cmd := &cobra.Command{
-		Use:   "routers",
-		Short: "The six routers under one live workload, with the simulator's prediction beside each",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, rules, format, err := f.config()
-			if err != nil {
-				return err
-			}
-			topo, stop, err := f.topology(cmd.Context(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			defer stop()
-			prog, finish := f.progress("lab routers")
-			cfg.Progress = prog
-			res, err := lab.Routers(cmd.Context(), topo, lab.RoutersOptions{Config: cfg, NoPredict: f.noSim,
-				Predict: lab.PredictOptions{Trials: f.simTrials}})
-			finish()
-			if err != nil {
-				return err
-			}
-			return f.emit(cmd, []*lab.Result{res}, format, rules)
-		},
+	for _, x := range experiments {
+		cmd.AddCommand(newLabExperimentCmd(x.name, x.short))
 	}
-	f.register(cmd, "straggler+heavy", 200, 20*time.Second)
-	cmd.Flags().StringVar(&f.routers, "routers", "", "comma-separated routers (default: the six; e.g. any,token-ryw-mr,token-wait(200ms))")
+	cmd.AddCommand(newLabScenarioCmd())
 	return cmd
 }
 
-// labRun is the common body of the experiment commands.
-func labRun(cmd *cobra.Command, f *labFlags, label string, run func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error)) error {
-	cfg, rules, format, err := f.config()
+// runScenarios runs scs on one topology and prints the results. It returns
+// the expectations that failed.
+func (f *labFlags) runScenarios(cmd *cobra.Command, scs []*lab.Scenario, o lab.ScenarioOptions, format lab.Format, rules []lab.FailRule) ([]string, error) {
+	for _, sc := range scs {
+		if err := sc.Check(o); err != nil {
+			return nil, withExitCode(2, err)
+		}
+	}
+	ctx, errw := cmd.Context(), cmd.ErrOrStderr()
+	topo, err := f.open(ctx, errw)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !cmd.Flags().Changed("condition") {
-		cfg.Condition = lab.ConditionSpec{} // the experiment's own default
+	defer closeTopology(ctx, topo, errw)
+	var results []*lab.Result
+	var failed []string
+	for _, sc := range scs {
+		prog, finish := f.progress("lab " + sc.Name)
+		o.Config.Progress = prog
+		res, fails, err := lab.RunScenario(ctx, topo, sc, o)
+		finish()
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, res...)
+		failed = append(failed, fails...)
 	}
-	topo, stop, err := f.topology(cmd.Context(), cmd.ErrOrStderr())
-	if err != nil {
-		return err
-	}
-	defer stop()
-	prog, finish := f.progress(label)
-	cfg.Progress = prog
-	results, err := run(cmd.Context(), topo, cfg)
-	finish()
-	if err != nil {
-		return err
-	}
-	return f.emit(cmd, results, format, rules)
+	return failed, f.emit(cmd, results, format, rules)
 }
 
-func newLabGatedCmd() *cobra.Command {
+// newLabExperimentCmd is `lab NAME`: the built-in scenario NAME, with the
+// flags its events take. Its expectations are printed in the notes; the
+// exit code follows --fail-on only (`lab scenario NAME` exits 3 when an
+// expectation fails).
+func newLabExperimentCmd(name, short string) *cobra.Command {
 	var f labFlags
-	cmd := &cobra.Command{
-		Use:   "gated",
-		Short: "Naive replica reads against GTID-gated reads under a standing lag",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return labRun(cmd, &f, "lab gated", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
-				if !cmd.Flags().Changed("reads-per-write") {
-					cfg.ReadsPerWrite = 0 // the experiment's default (1)
-				}
-				r, err := lab.Gated(ctx, topo, lab.GatedOptions{Config: cfg, NoPredict: f.noSim, Predict: lab.PredictOptions{Trials: f.simTrials}})
-				return []*lab.Result{r}, err
-			})
-		},
-	}
-	f.register(cmd, "apply-delay", 200, 15*time.Second)
-	return cmd
-}
-
-func newLabFailoverCmd() *cobra.Command {
-	var f labFlags
-	var candidate string
-	cmd := &cobra.Command{
-		Use:   "failover",
-		Short: "Kill the primary while replicas lag: scalar vs GTID-set vs epoch tokens",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return labRun(cmd, &f, "lab failover", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
-				r, err := lab.Failover(ctx, topo, lab.FailoverOptions{Config: cfg, Candidate: candidate, NoPredict: f.noSim, SimTrials: f.simTrials})
-				return []*lab.Result{r}, err
-			})
-		},
-	}
-	f.register(cmd, "apply-delay", 200, 16*time.Second)
-	cmd.Flags().StringVar(&candidate, "promote", "", "replica to promote (default: the first)")
-	return cmd
-}
-
-func newLabHashCmd() *cobra.Command {
-	var f labFlags
-	var down string
-	var load int
-	cmd := &cobra.Command{
-		Use:   "hash",
-		Short: "Hashing edge cases on real servers: a replica goes down; load drift under rebalance-override",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return labRun(cmd, &f, "lab hash", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
-				return lab.Hash(ctx, topo, lab.HashOptions{Config: cfg, Down: down, DriftLoad: load, NoPredict: f.noSim})
-			})
-		},
-	}
-	f.register(cmd, "straggler", 200, 15*time.Second)
-	cmd.Flags().StringVar(&down, "down", "", "replica that goes down (default: the second)")
-	cmd.Flags().IntVar(&load, "drift-load", 40, "outside reads in flight added on the first replica during the drift")
-	return cmd
-}
-
-func newLabChaosCmd() *cobra.Command {
-	var f labFlags
+	var promote, down string
+	var driftLoad int
 	var every time.Duration
+	sc, loadErr := lab.BuiltinScenario(name)
 	cmd := &cobra.Command{
-		Use:   "chaos",
-		Short: "Random faults and one failover under token-ryw-mr+epoch: expect zero violations, every read accounted for",
+		Use:   name,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return labRun(cmd, &f, "lab chaos", func(ctx context.Context, topo *compose.Topology, cfg lab.Config) ([]*lab.Result, error) {
-				// --routers was already parsed into cfg.Routers by labFlags.parse.
-				r, err := lab.Chaos(ctx, topo, lab.ChaosOptions{Config: cfg, Every: every})
-				return []*lab.Result{r}, err
-			})
+			if loadErr != nil {
+				return loadErr
+			}
+			o, rules, format, err := f.options(cmd)
+			if err != nil {
+				return err
+			}
+			o.Nodes = map[lab.EventKind]string{lab.EvFailover: promote, lab.EvKill: down}
+			o.DriftLoad, o.ChaosEvery = driftLoad, every
+			_, err = f.runScenarios(cmd, []*lab.Scenario{sc}, o, format, rules)
+			return err
 		},
 	}
-	f.register(cmd, "identical", 200, 60*time.Second)
-	cmd.Flags().DurationVar(&every, "every", 3*time.Second, "mean time between faults")
-	cmd.Flags().StringVar(&f.routers, "routers", "", "routers (default token-ryw-mr+epoch)")
+	if sc != nil {
+		cmd.Long = strings.TrimSpace(sc.Description) + "\n\nThis is the built-in scenario " + name + "; `causallab lab scenario " + name +
+			"`\nruns the same and exits 3 when one of its expectations fails."
+	}
+	f.register(cmd, sc)
+	fl := cmd.Flags()
+	fl.StringVar(&f.routers, "routers", "", "comma-separated routers instead of the scenario's (e.g. any,token-ryw-mr,token-wait(200ms))")
+	switch name {
+	case "failover":
+		fl.StringVar(&promote, "promote", "", "replica to promote (default: the first)")
+	case "hash":
+		fl.StringVar(&down, "down", "", "replica that goes down (default: the second)")
+		fl.IntVar(&driftLoad, "drift-load", 40, "outside reads in flight added on the first replica during the drift")
+	case "chaos":
+		fl.DurationVar(&every, "every", 3*time.Second, "mean time between faults")
+	}
 	return cmd
 }
 
@@ -360,76 +315,33 @@ func newLabScenarioCmd() *cobra.Command {
 	var root string
 	cmd := &cobra.Command{
 		Use:   "scenario <name|dir>...",
-		Short: "Run scenario folders (scenario.yaml: condition, events, routers, expected results); exit 3 when an expectation fails",
+		Short: "Run scenario folders (scenario.yaml: workload, condition, routers, events, expected results); exit 3 when an expectation fails",
 		Long: `scenario runs data-folder scenarios: a directory holding scenario.yaml, or the
-name of a folder under --scenarios (default lab/scenarios). "all" runs every
-folder there. A failed expectation sets exit code 3, like --fail-on.`,
+name of a folder under --scenarios (default: the built-in scenarios, embedded in
+the binary). "all" runs every folder there. Workload flags given on the command
+line override the scenarios' own values. A failed expectation sets exit code 3,
+like --fail-on.
+
+Built-in: ` + strings.Join(builtinNames(), ", ") + ".",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var dirs []string
-			for _, a := range args {
-				switch {
-				case a == "all":
-					ds, err := lab.ScenarioDirs(root)
-					if err != nil {
-						return err
-					}
-					dirs = append(dirs, ds...)
-				case fileExists(filepath.Join(a, lab.ScenarioFile)):
-					dirs = append(dirs, a)
-				default:
-					dirs = append(dirs, filepath.Join(root, a))
+			catalog := lab.Builtin()
+			if root != "" {
+				if st, err := os.Stat(root); err != nil || !st.IsDir() {
+					return withExitCode(2, fmt.Errorf("--scenarios %s: not a folder of scenario folders", root))
 				}
+				catalog = os.DirFS(root)
 			}
-			var scs []*lab.Scenario
-			for _, d := range dirs {
-				sc, err := lab.LoadScenario(d)
-				if err != nil {
-					return err
-				}
-				scs = append(scs, sc)
+			scs, err := lab.ResolveScenarios(catalog, args...)
+			if err != nil {
+				return withExitCode(2, err)
 			}
-			cfg, rules, format, err := f.config()
+			o, rules, format, err := f.options(cmd)
 			if err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("duration") {
-				cfg.Duration = 0 // the scenario's own
-			}
-			if !cmd.Flags().Changed("sessions") {
-				cfg.Sessions = 0
-			}
-			if !cmd.Flags().Changed("write-rate") {
-				cfg.WriteRate = 0
-			}
-			if !cmd.Flags().Changed("reads-per-write") {
-				cfg.ReadsPerWrite = 0
-			}
-			topo, stop, err := f.topology(cmd.Context(), cmd.ErrOrStderr())
+			failed, err := f.runScenarios(cmd, scs, o, format, rules)
 			if err != nil {
-				return err
-			}
-			defer stop()
-			var results []*lab.Result
-			var failed []string
-			for _, sc := range scs {
-				prog, finish := f.progress("lab scenario " + sc.Name)
-				cfg.Progress = prog
-				res, fails, err := lab.RunScenario(cmd.Context(), topo, sc, lab.ScenarioOptions{Config: cfg})
-				finish()
-				if err != nil {
-					return err
-				}
-				for _, x := range fails {
-					failed = append(failed, sc.Name+": "+x)
-				}
-				if len(fails) == 0 {
-					res.Notes = append(res.Notes, "scenario "+sc.Name+": every expectation held")
-				}
-				res.Notes = append(res.Notes, fails...)
-				results = append(results, res)
-			}
-			if err := f.emit(cmd, results, format, rules); err != nil {
 				return err
 			}
 			if len(failed) > 0 {
@@ -438,12 +350,13 @@ folder there. A failed expectation sets exit code 3, like --fail-on.`,
 			return nil
 		},
 	}
-	f.register(cmd, "identical", 200, 20*time.Second)
-	cmd.Flags().StringVar(&root, "scenarios", "lab/scenarios", "folder of scenario folders")
+	f.register(cmd, nil)
+	cmd.Flags().StringVar(&root, "scenarios", "", "folder of scenario folders (default: the built-in ones)")
+	cmd.Flags().StringVar(&f.routers, "routers", "", "comma-separated routers instead of each scenario's")
 	return cmd
 }
 
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
+func builtinNames() []string {
+	names, _ := lab.ScenarioNames(lab.Builtin())
+	return names
 }
