@@ -146,28 +146,28 @@ func (f Fault) Undo() (Fault, bool) {
 // arguments (FaultUsage). Errors wrap ErrBadFault and name what was wrong.
 func ParseFault(args []string) (Fault, error) {
 	if len(args) == 0 {
-		return Fault{}, fmt.Errorf("no fault kind: %w", ErrBadFault)
+		return Fault{}, fmt.Errorf("%w: no kind", ErrBadFault)
 	}
 	k := FaultKind(args[0])
 	s, ok := specOf(k)
 	if !ok {
-		return Fault{}, fmt.Errorf("unknown fault kind %q: %w", args[0], ErrBadFault)
+		return Fault{}, fmt.Errorf("%w: unknown kind %q", ErrBadFault, args[0])
 	}
 	if got := len(args) - 1; got != s.nargs {
-		return Fault{}, fmt.Errorf("fault %s takes %d argument(s) (%s), got %d: %w", k, s.nargs, s.args, got, ErrBadFault)
+		return Fault{}, fmt.Errorf("%w: %s takes %d argument(s) (%s), got %d", ErrBadFault, k, s.nargs, s.args, got)
 	}
 	f := Fault{Kind: k, Node: args[1]}
 	switch k {
 	case FaultHeavy:
 		rows, err := strconv.Atoi(args[1])
 		if err != nil || rows < 1 {
-			return Fault{}, fmt.Errorf("heavy %q: want a positive row count: %w", args[1], ErrBadFault)
+			return Fault{}, fmt.Errorf("%w: heavy %q: want a positive row count", ErrBadFault, args[1])
 		}
 		f.Node, f.Rows = "", rows
 	case FaultApplyDelay:
 		secs, err := strconv.Atoi(args[2])
 		if err != nil || secs < 0 {
-			return Fault{}, fmt.Errorf("apply-delay %q: want whole non-negative seconds: %w", args[2], ErrBadFault)
+			return Fault{}, fmt.Errorf("%w: apply-delay %q: want whole non-negative seconds", ErrBadFault, args[2])
 		}
 		f.Delay = time.Duration(secs) * time.Second
 	}
@@ -232,7 +232,7 @@ func Inject(ctx context.Context, t Injector, f Fault) (FaultResult, error) {
 	case FaultFailover:
 		r.Failover, err = t.Failover(ctx, f.Node)
 	default:
-		err = fmt.Errorf("unknown fault kind %q: %w", f.Kind, ErrBadFault)
+		err = fmt.Errorf("%w: unknown kind %q", ErrBadFault, f.Kind)
 	}
 	return r, err
 }

@@ -30,9 +30,9 @@ func TestParseFault(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "no fault kind"},
-		{[]string{"bogus", "replica1"}, `unknown fault kind "bogus"`},
-		{[]string{"kill"}, "fault kill takes 1 argument(s) (<node>), got 0"},
+		{nil, "bad fault: no kind"},
+		{[]string{"bogus", "replica1"}, `bad fault: unknown kind "bogus"`},
+		{[]string{"kill"}, "kill takes 1 argument(s) (<node>), got 0"},
 		{[]string{"kill", "a", "b"}, "got 2"},
 		{[]string{"apply-delay", "replica1"}, "takes 2 argument(s)"},
 		{[]string{"apply-delay", "replica1", "1.5"}, "whole non-negative seconds"},

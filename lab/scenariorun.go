@@ -48,11 +48,11 @@ type ScenarioOptions struct {
 func (sc *Scenario) Check(o ScenarioOptions) error {
 	for _, r := range sc.runs() {
 		cfg, err := sc.runConfig(r, o, nil)
-		if err != nil {
-			return fmt.Errorf("lab scenario %s: %w", r.Name, err)
+		if err == nil {
+			err = cfg.validate()
 		}
-		if err := cfg.validate(); err != nil {
-			return fmt.Errorf("lab scenario %s: %w", r.Name, err)
+		if err != nil {
+			return fmt.Errorf("%w (scenario %s)", err, r.Name)
 		}
 	}
 	return nil
