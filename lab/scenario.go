@@ -185,8 +185,11 @@ func (x Expectation) String() string {
 
 // LoadScenario reads dir/scenario.yaml from the file system.
 func LoadScenario(dir string) (*Scenario, error) {
-	clean := filepath.Clean(dir)
-	return loadScenario(os.DirFS(clean), ".", filepath.Base(clean), dir)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lab: scenario %s: %w", dir, err)
+	}
+	return loadScenario(os.DirFS(abs), ".", filepath.Base(abs), dir)
 }
 
 // LoadScenarioFS reads name/scenario.yaml from fsys (Builtin(), or

@@ -261,8 +261,11 @@ func TestScenariosFromADirectory(t *testing.T) {
 		}
 	}
 	// The built-in catalog resolves outside the repository: its names,
-	// and all of them.
-	t.Chdir(root)
+	// and all of them. A folder given as "." is named after itself.
+	t.Chdir(filepath.Join(root, "mine"))
+	if scs, err := ResolveScenarios(Builtin(), "."); err != nil || scs[0].Name != "mine" {
+		t.Errorf(`"." resolved to %v, %v`, scs, err)
+	}
 	scs, err = ResolveScenarios(Builtin(), "routers", "all")
 	if err != nil || scs[0].Name != "routers" || len(scs) < 1+len(experimentNames) {
 		t.Fatalf("built-in from %s: %d scenarios, %v", root, len(scs), err)
