@@ -56,7 +56,8 @@ func realLauncher() launcher { return launcher{start: Start, build: EnsureImage,
 // root filesystem (ErrNoRootFS) or Docker image (ErrNoImage), and cfg names
 // no root filesystem, image or host mysqld of its own, it builds them once
 // with EnsureImage (the image only for the docker backend) and starts
-// again. The external backend never builds anything.
+// again. The external backend never builds anything. The build is the
+// engine's (Config.Engine).
 func Launch(ctx context.Context, cfg Config, b BuildOptions) (*Topology, error) {
 	return realLauncher().launch(ctx, cfg, b)
 }
@@ -76,12 +77,16 @@ func (l launcher) launch(ctx context.Context, cfg Config, b BuildOptions) (*Topo
 		return topo, err
 	}
 	docker := cfg.Backend == BackendDocker
+	engine := cfg.Engine
+	if engine == "" {
+		engine = EngineMySQL
+	}
 	what := "root filesystem"
 	if docker {
 		what += " and image"
 	}
-	b.notify("building the MySQL %s first (causallab image; cached, once)", what)
-	if _, berr := l.build(ctx, ImageOptions{Progress: b.Progress, SkipImage: !docker}); berr != nil {
+	b.notify("building the %s %s first (causallab image; cached, once)", engineName(engine), what)
+	if _, berr := l.build(ctx, ImageOptions{Engine: engine, Progress: b.Progress, SkipImage: !docker}); berr != nil {
 		return nil, fmt.Errorf("%w; building it failed: %w", err, berr)
 	}
 	return l.start(ctx, cfg)
@@ -157,6 +162,19 @@ func primaryAddr(st State) string {
 	return "none"
 }
 
+// engineName is e as people write it (MySQL, MariaDB, PostgreSQL).
+func engineName(e Engine) string {
+	switch e {
+	case "", EngineMySQL:
+		return "MySQL"
+	case EngineMariaDB:
+		return "MariaDB"
+	case EnginePostgres:
+		return "PostgreSQL"
+	}
+	return string(e)
+}
+
 // OpenOptions say how Open finds or starts a topology.
 type OpenOptions struct {
 	// StatePath is the state file of a running topology (`causallab up`'s);
@@ -212,7 +230,7 @@ func (l launcher) open(ctx context.Context, o OpenOptions) (*Opened, error) {
 		if reps == 0 && !cfg.PrimaryOnly {
 			reps = DefaultReplicas
 		}
-		o.Build.notify("starting MySQL (%s backend, 1 primary + %d replicas)...", backend, reps)
+		o.Build.notify("starting %s (%s backend, 1 primary + %d replicas)...", engineName(cfg.Engine), backend, reps)
 	}
 	began := time.Now()
 	topo, err := l.launch(ctx, cfg, o.Build)

@@ -26,11 +26,16 @@ func (b *fakeBackend) heal(context.Context, string) error                   { re
 func (b *fakeBackend) down(context.Context) error                           { b.downs++; return nil }
 func (b *fakeBackend) state() backendState                                  { return sampleState().Internal }
 func (b *fakeBackend) condition(context.Context, string) (condition, error) { return condRunning, nil }
+func (b *fakeBackend) offline(context.Context, string, string) error        { return nil }
 
 // fakeTopology is a Topology over fakeBackend with the nodes of st.
 func fakeTopology(st State) (*Topology, *fakeBackend) {
 	be := &fakeBackend{}
-	return &Topology{cfg: Config{Backend: st.Backend}, be: be, log: slog.Default(), dbs: map[string]*sql.DB{},
+	eng, err := engineFor(EngineMySQL)
+	if err != nil {
+		panic(err)
+	}
+	return &Topology{cfg: Config{Backend: st.Backend}, be: be, eng: eng, log: slog.Default(), dbs: map[string]*sql.DB{},
 		nodes: append([]Node(nil), st.Nodes...), epoch: st.Epoch, pending: map[string]string{}}, be
 }
 
@@ -95,6 +100,10 @@ func TestLaunchBuildsOnceWhatIsMissing(t *testing.T) {
 			errs: []error{ErrNoRootFS}, starts: 2, builds: 1, wantSkipImage: true, wantNotification: true},
 		{name: "image missing: build with the image", cfg: Config{Backend: BackendDocker},
 			errs: []error{ErrNoImage}, starts: 2, builds: 1, wantNotification: true},
+		{name: "MariaDB root filesystem missing: MariaDB's built", cfg: Config{Backend: BackendLocal, Engine: EngineMariaDB},
+			errs: []error{ErrNoRootFS}, starts: 2, builds: 1, wantSkipImage: true, wantNotification: true},
+		{name: "PostgreSQL image missing: PostgreSQL's built", cfg: Config{Backend: BackendDocker, Engine: EnginePostgres},
+			errs: []error{ErrNoImage}, starts: 2, builds: 1, wantNotification: true},
 		{name: "other error: no build", cfg: Config{Backend: BackendLocal},
 			errs: []error{errOther}, starts: 1, wantErr: []error{errOther}},
 		{name: "own root filesystem: no build", cfg: Config{Backend: BackendLocal, RootFS: "/mine"},
@@ -132,11 +141,11 @@ func TestLaunchBuildsOnceWhatIsMissing(t *testing.T) {
 				t.Errorf("a topology with an error")
 			}
 			if c.builds > 0 {
-				if s.built[0].SkipImage != c.wantSkipImage || s.built[0].Progress != &progress {
+				if s.built[0].SkipImage != c.wantSkipImage || s.built[0].Progress != &progress || s.built[0].Engine != c.cfg.Engine.orMySQL() {
 					t.Errorf("build options %+v", s.built[0])
 				}
 			}
-			if got := len(notes) > 0; got != c.wantNotification || (got && !strings.Contains(notes[0], "building the MySQL root filesystem")) {
+			if got := len(notes) > 0; got != c.wantNotification || (got && !strings.Contains(notes[0], "building the "+engineName(c.cfg.Engine)+" root filesystem")) {
 				t.Errorf("notifications %q", notes)
 			}
 		})
@@ -332,4 +341,11 @@ func TestChooseBackendFollowsTheProbe(t *testing.T) {
 		t.Fatalf("ChooseBackend = %s (%q), probe %+v", b, why, probe)
 	}
 	t.Logf("auto picks %s here: %s", b, why)
+}
+
+func (e Engine) orMySQL() Engine {
+	if e == "" {
+		return EngineMySQL
+	}
+	return e
 }
