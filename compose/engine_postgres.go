@@ -353,7 +353,7 @@ printf "primary_slot_name = '%[3]s'\nrecovery_min_apply_delay = '%[4]s'\n" >> "$
 // (default_transaction_read_only, reloaded). This is softer than MySQL's
 // super_read_only: a session may still SET TRANSACTION READ WRITE.
 func (postgresEngine) fence(ctx context.Context, t *Topology, n Node) error {
-	return t.exec(ctx, n, "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()")
+	return reloadAwait(ctx, t, n, "default_transaction_read_only", "on", "ALTER SYSTEM SET default_transaction_read_only = on")
 }
 
 func (postgresEngine) restarted(context.Context, *Topology, Node) error { return nil }
@@ -366,13 +366,42 @@ func (postgresEngine) setApplier(ctx context.Context, t *Topology, n Node, run b
 }
 
 // setReceiver clears primary_conninfo (the WAL receiver stops) or points
-// it at the current primary again.
+// it at the current primary again. pg_reload_conf only signals the
+// server; stopping returns once no WAL receiver runs, so that nothing
+// written after the call reaches n (under load the receiver outlived the
+// reload by more than a write's round trip).
 func (postgresEngine) setReceiver(ctx context.Context, t *Topology, n Node, run bool) error {
 	ci := ""
 	if run {
 		ci = pgConninfo(n, t.Primary())
 	}
-	return t.exec(ctx, n, "ALTER SYSTEM SET primary_conninfo = '"+ci+"'", "SELECT pg_reload_conf()")
+	if err := reloadAwait(ctx, t, n, "primary_conninfo", ci, "ALTER SYSTEM SET primary_conninfo = '"+ci+"'"); err != nil || run {
+		return err
+	}
+	return awaitNoReceiver(ctx, t, n, 30*time.Second)
+}
+
+// awaitNoReceiver waits until standby n runs no WAL receiver.
+func awaitNoReceiver(ctx context.Context, t *Topology, n Node, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		var pid sql.NullInt64
+		err := t.queryRow(ctx, n, "SELECT pid FROM pg_stat_wal_receiver", &pid)
+		switch {
+		case errors.Is(err, sql.ErrNoRows) || (err == nil && !pid.Valid):
+			return nil
+		case err != nil:
+			return fmt.Errorf("compose: %s: waiting for its WAL receiver to stop: %w", n.Name, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("compose: %s: WAL receiver (pid %d) still running %v after primary_conninfo was cleared", n.Name, pid.Int64, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (postgresEngine) checkApplyDelay(d time.Duration) error {
@@ -383,7 +412,37 @@ func (postgresEngine) checkApplyDelay(d time.Duration) error {
 }
 
 func (postgresEngine) setApplyDelay(ctx context.Context, t *Topology, n Node, d time.Duration) error {
-	return t.exec(ctx, n, fmt.Sprintf("ALTER SYSTEM SET recovery_min_apply_delay = '%dms'", d.Milliseconds()), "SELECT pg_reload_conf()")
+	return reloadAwait(ctx, t, n, "recovery_min_apply_delay", strconv.FormatInt(d.Milliseconds(), 10),
+		fmt.Sprintf("ALTER SYSTEM SET recovery_min_apply_delay = '%dms'", d.Milliseconds()))
+}
+
+// reloadAwait runs stmts (ALTER SYSTEM ...) and pg_reload_conf on n, then
+// waits until n's sessions see setting name at want (pg_settings' text, in
+// the setting's base unit). pg_reload_conf only signals the server: a
+// status read or fault right after it could still see the old value.
+func reloadAwait(ctx context.Context, t *Topology, n Node, name, want string, stmts ...string) error {
+	if err := t.exec(ctx, n, append(stmts, "SELECT pg_reload_conf()")...); err != nil {
+		return err
+	}
+	const limit = 30 * time.Second
+	deadline := time.Now().Add(limit)
+	for {
+		got, err := t.queryString(ctx, n, "SELECT setting FROM pg_settings WHERE name = $1", name)
+		if err != nil {
+			return err
+		}
+		if got == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("compose: %s: %s is %q %v after the reload, want %q", n.Name, name, got, limit, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (postgresEngine) heavy(ctx context.Context, t *Topology, p Node, rows int) (HeavyResult, error) {
