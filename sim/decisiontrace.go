@@ -101,7 +101,7 @@ func (dr *decisionRecorder) before(e *engine) {
 	dr.reasons, dr.fallbacks, dr.failed, dr.staled = m.reasons, m.fallbacks, m.failed, m.staleServed
 }
 
-func (dr *decisionRecorder) after(e *engine, t usec, s int32, got router.Decision) {
+func (dr *decisionRecorder) after(e *engine, t usec, c int32, got router.Decision) {
 	if dr.err != nil {
 		return
 	}
@@ -141,17 +141,17 @@ func (dr *decisionRecorder) after(e *engine, t usec, s int32, got router.Decisio
 	}
 	switch d.Action {
 	case router.ActReplica, router.ActStale:
-		if int(e.ss[s].node) != d.Replica {
-			bad = append(bad, fmt.Sprintf("engine routed to node %d", e.ss[s].node))
+		if int(e.cs[c].node) != d.Replica {
+			bad = append(bad, fmt.Sprintf("engine routed to node %d", e.cs[c].node))
 		}
 	case router.ActPrimary:
-		if e.ss[s].node != -1 {
-			bad = append(bad, fmt.Sprintf("engine routed to node %d", e.ss[s].node))
+		if e.cs[c].node != -1 {
+			bad = append(bad, fmt.Sprintf("engine routed to node %d", e.cs[c].node))
 		}
 	}
 	if len(bad) > 0 {
-		dr.err = fmt.Errorf("sim: RecordDecisions at t=%dus session %d: recomputed %+v disagrees with the engine: %v",
-			t, s, d, bad)
+		dr.err = fmt.Errorf("sim: RecordDecisions at t=%dus chain %d (session %d): recomputed %+v disagrees with the engine: %v",
+			t, c, e.wl.session[c], d, bad)
 		dr.stop()
 		return
 	}

@@ -15,21 +15,29 @@ import (
 // interval is a half-open time span [from, to).
 type interval struct{ from, to usec }
 
-// sessState is the simulator's side of a session: where it is in its queue of
-// reads and the read in flight (a session has at most one).
-type sessState struct {
-	head      int32  // write whose reads are being issued; -1: none left
-	k         int32  // reads of head already completed
-	busy      bool   // a read is scheduled or in flight
+// chainState is the read in flight of one write's chain of reads (indexed by
+// write). A chain has at most one read in flight; under WorkloadChains many
+// chains of one session may be in flight at once.
+type chainState struct {
+	k         int32  // reads of the chain already completed
 	node      int32  // serving node of the read in flight; -1 is the primary
 	issue     usec   // when the read in flight was issued
 	waitStart usec   // when it started waiting (if waited)
-	doneAt    usec   // primary FIFO completion (contention posture)
 	token     LogPos // the session's last acknowledged write at issue time
-	shown     LogPos // highest position any read has shown the session (truth)
+	shownAt   LogPos // highest position shown to the session before issue (truth)
+	obs       LogPos // the position the read observed at its node
+	seen      LogPos // what the router records as observed (Observe at the answer)
 	failed    bool   // the read in flight was failed by the router
 	waited    bool   // the read in flight waited at least once
 	capWaited bool   // it waited at least once because the cap was spent
+}
+
+// sessState is the simulator's side of a session: what it has been shown
+// and, under WorkloadQueue, where it is in its queue of chains.
+type sessState struct {
+	head  int32  // WorkloadQueue: write whose chain is current; -1: none left
+	busy  bool   // WorkloadQueue: a chain of the session is under way
+	shown LogPos // highest position any answered read showed the session (truth)
 }
 
 // engine runs trials. It is owned by one goroutine and reused across trials:
@@ -67,8 +75,10 @@ type engine struct {
 	freeAt  usec  // primary FIFO
 	primCur int
 
-	sess []router.Session[LogPos]
-	ss   []sessState
+	sess  []router.Session[LogPos]
+	ss    []sessState
+	cs    []chainState // per write: its chain's read in flight
+	queue bool         // WorkloadQueue: one chain at a time per session
 	keys []uint64 // affinity keys per session (computed once per engine)
 
 	view   router.View[LogPos]
@@ -135,8 +145,13 @@ func (e *engine) reset(cfg *Config, wl *workload, spec *RouterSpec, trial int, m
 	}
 	for i := range ns {
 		e.sess[i] = router.Session[LogPos]{AffinityKey: e.keys[i]}
-		e.ss[i] = sessState{head: wl.first[i], node: -1}
+		e.ss[i] = sessState{head: wl.first[i]}
 	}
+	e.cs = grow(e.cs, e.nw)
+	for i := range e.cs {
+		e.cs[i] = chainState{node: -1}
+	}
+	e.queue = cfg.Workload == WorkloadQueue
 	e.view.Replicas = grow(e.view.Replicas, e.nr)
 	if e.table == nil || e.table.Len() != e.nr {
 		e.table = newHashTable(e.nr)
@@ -214,10 +229,10 @@ func (e *engine) run(ctx context.Context) error {
 		case evWriteAck:
 			e.writeAck(ev.t, ev.id)
 		case evReadIssue:
-			e.ss[ev.id].waited, e.ss[ev.id].capWaited = false, false
+			e.cs[ev.id].waited, e.cs[ev.id].capWaited = false, false
 			e.route(ev.t, ev.id, 0)
 		case evWaitWake:
-			e.route(ev.t, ev.id, ev.t-e.ss[ev.id].waitStart)
+			e.route(ev.t, ev.id, ev.t-e.cs[ev.id].waitStart)
 		case evReadReach:
 			e.readReach(ev.t, ev.id)
 		case evReadDone:
@@ -298,11 +313,19 @@ func (e *engine) writeAck(t usec, w int32) {
 	s := e.wl.session[w]
 	ses := &e.sess[s]
 	router.RecordWrite(ses, LogPos(w+1), e.view.Epoch, time.Duration(t)*time.Microsecond)
-	st := &e.ss[s]
-	if !st.busy && st.head == w && st.k == 0 && e.wl.rpw > 0 {
-		st.busy = true
-		e.h.push(t+e.wl.gaps[int(w)*e.wl.rpw], evReadIssue, s)
+	if e.wl.rpw == 0 {
+		return
 	}
+	if e.queue {
+		// The chain starts now only if it is the session's current one and
+		// the session has no other chain under way.
+		st := &e.ss[s]
+		if st.busy || st.head != w {
+			return
+		}
+		st.busy = true
+	}
+	e.h.push(t+e.wl.gaps[int(w)*e.wl.rpw], evReadIssue, w)
 }
 
 // primaryPos is the primary's committed position at t (t never decreases).
@@ -366,14 +389,16 @@ func (e *engine) fillView(t usec) {
 	e.view.Primary, e.view.PrimaryKnown = prim, true
 }
 
-// route asks the decision core where session s's read goes and carries the
-// decision out.
-func (e *engine) route(t usec, s int32, waited usec) {
-	st := &e.ss[s]
+// route asks the decision core where chain c's next read goes and carries
+// the decision out.
+func (e *engine) route(t usec, c int32, waited usec) {
+	st := &e.cs[c]
+	s := e.wl.session[c]
 	ses := &e.sess[s]
 	if waited == 0 && !st.waited {
 		st.issue = t
 		st.token = ses.Token
+		st.shownAt = e.ss[s].shown
 	}
 	e.fillView(t)
 	e.in.Session = ses
@@ -399,7 +424,7 @@ func (e *engine) route(t usec, s int32, waited usec) {
 		}
 		st.node = int32(d.Replica)
 		e.inMove[d.Replica]++
-		e.h.push(t+e.rtt2, evReadReach, s)
+		e.h.push(t+e.rtt2, evReadReach, c)
 	case router.ActPrimary:
 		st.node = -1
 		if d.Fallback {
@@ -408,7 +433,7 @@ func (e *engine) route(t usec, s int32, waited usec) {
 		if d.Reason == router.ReasonWaitBudgetSpent {
 			m.timeouts++
 		}
-		e.h.push(t+e.rtt2, evReadReach, s)
+		e.h.push(t+e.rtt2, evReadReach, c)
 	case router.ActWait:
 		if !st.waited {
 			st.waited = true
@@ -426,7 +451,7 @@ func (e *engine) route(t usec, s int32, waited usec) {
 		if wake <= t {
 			wake = t + 1
 		}
-		e.h.push(wake, evWaitWake, s)
+		e.h.push(wake, evWaitWake, c)
 	case router.ActFail:
 		m.failed++
 		if d.Reason == router.ReasonCapExceeded {
@@ -437,10 +462,10 @@ func (e *engine) route(t usec, s int32, waited usec) {
 		}
 		st.failed = true
 		st.node = -1
-		e.h.push(t, evReadDone, s)
+		e.h.push(t, evReadDone, c)
 	}
 	if e.rec != nil {
-		e.rec.after(e, t, s, d)
+		e.rec.after(e, t, c, d)
 	}
 }
 
@@ -464,8 +489,8 @@ func (e *engine) qualifyTime(r int, ses *router.Session[LogPos]) usec {
 	return tq
 }
 
-func (e *engine) readReach(t usec, s int32) {
-	st := &e.ss[s]
+func (e *engine) readReach(t usec, c int32) {
+	st := &e.cs[c]
 	m := e.m
 	var obs LogPos
 	done := t + e.svcR
@@ -483,49 +508,58 @@ func (e *engine) readReach(t usec, s int32) {
 	if obs < st.token {
 		m.ryw++
 	}
-	if obs < st.shown {
+	if obs < st.shownAt {
 		m.mr++
 	}
-	st.shown = max(st.shown, obs)
-	// The router raises the session's watermark to an upper bound of what
-	// the read saw: the node's exact position with a perfect view, the
-	// primary's position with a polled one (it never learns more).
-	ses := &e.sess[s]
-	seen := obs
+	st.obs = obs
+	// The router raises the session's watermark (when the answer lands) to
+	// an upper bound of what the read saw: the node's exact position with a
+	// perfect view, the primary's position with a polled one (it never
+	// learns more).
+	st.seen = obs
 	if e.cfg.Poll > 0 {
-		seen = e.primaryPos(t)
+		st.seen = e.primaryPos(t)
 	}
-	router.Observe(ses, seen, e.view.Epoch)
 	m.bin(t, st.node < 0)
 	if e.trace != nil {
 		e.trace.read(t, st.node, obs, st.token)
 	}
-	e.h.push(done+e.rtt2, evReadDone, s)
+	e.h.push(done+e.rtt2, evReadDone, c)
 }
 
-func (e *engine) readDone(t usec, s int32) {
-	st := &e.ss[s]
+func (e *engine) readDone(t usec, c int32) {
+	st := &e.cs[c]
+	s := e.wl.session[c]
 	if st.node >= 0 {
 		e.inMove[st.node]--
 	}
 	if !st.failed {
 		e.m.readLat.add(t - st.issue)
+		// The session has now been shown what the read observed.
+		ss := &e.ss[s]
+		ss.shown = max(ss.shown, st.obs)
+		router.Observe(&e.sess[s], st.seen, e.view.Epoch)
 	}
 	e.m.reads++
 	st.failed, st.waited, st.capWaited, st.node = false, false, false, -1
 	rpw := int32(e.wl.rpw)
 	st.k++
 	if st.k < rpw {
-		e.h.push(t+e.wl.gaps[int(st.head)*int(rpw)+int(st.k)], evReadIssue, s)
+		e.h.push(t+e.wl.gaps[int(c)*int(rpw)+int(st.k)], evReadIssue, c)
 		return
 	}
-	st.k = 0
-	st.head = e.wl.next[st.head]
-	if st.head >= 0 && e.commit[st.head] != math.MaxInt64 && e.commit[st.head]+e.rtt2 <= t {
-		e.h.push(t+e.wl.gaps[int(st.head)*int(rpw)], evReadIssue, s)
+	if !e.queue {
 		return
 	}
-	st.busy = false
+	// WorkloadQueue: the session's next chain starts a gap after this one
+	// ends, or at its write's ack if that comes later.
+	ss := &e.ss[s]
+	ss.head = e.wl.next[c]
+	if h := ss.head; h >= 0 && e.commit[h] != math.MaxInt64 && e.commit[h]+e.rtt2 <= t {
+		e.h.push(t+e.wl.gaps[int(h)*int(rpw)], evReadIssue, h)
+		return
+	}
+	ss.busy = false
 }
 
 // newHashTable is the affinity router's table over n equally weighted

@@ -161,8 +161,8 @@ func setupNote(cfg *Config) string {
 	if cfg.Poll > 0 {
 		v = fmt.Sprintf("router view polled every %v", cfg.Poll)
 	}
-	return fmt.Sprintf("Setup: seed %d, %d trials of %v offered writes, %d sessions, %d reads per write, RTT %v, %s. Cells: trial mean ± sample SD.",
-		cfg.Seed, cfg.Trials, cfg.Duration, cfg.Sessions, cfg.ReadsPerWrite, cfg.RTT, v)
+	return fmt.Sprintf("Setup: seed %d, %d trials of %v offered writes, %d sessions, %d reads per write (%s workload), RTT %v, %s. Cells: trial mean ± sample SD.",
+		cfg.Seed, cfg.Trials, cfg.Duration, cfg.Sessions, cfg.ReadsPerWrite, cfg.Workload, cfg.RTT, v)
 }
 
 var routerColumns = []Column{

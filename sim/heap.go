@@ -19,10 +19,10 @@ type evKind uint8
 const (
 	evWriteArrive evKind = iota // a write reaches the primary (id: write)
 	evWriteAck                  // the client receives the write's ack (id: write)
-	evReadIssue                 // a session issues its next read (id: session)
-	evWaitWake                  // a waiting read re-decides (id: session)
-	evReadReach                 // a read reaches its node (id: session)
-	evReadDone                  // a read's answer lands (id: session)
+	evReadIssue                 // a chain issues its next read (id: write)
+	evWaitWake                  // a waiting read re-decides (id: write)
+	evReadReach                 // a read reaches its node (id: write)
+	evReadDone                  // a read's answer lands (id: write)
 )
 
 // event is a value in the queue: no pointers, so the heap is one slice the

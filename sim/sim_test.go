@@ -170,7 +170,7 @@ func equalWL(a, b *workload) bool {
 
 func routersOutput(t *testing.T, f Format) []byte {
 	t.Helper()
-	cfg := Config{Seed: 5, Trials: 4, Duration: 3 * time.Second, Sessions: 1000}
+	cfg := Config{Seed: 5, Trials: 4, Duration: 3 * time.Second, Sessions: 1000, Workload: WorkloadQueue}
 	tb, _, err := RoutersTable(context.Background(), "routers", "Routers", cfg, six(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -521,5 +521,54 @@ func TestCapExperimentCountsEachBehaviour(t *testing.T) {
 				t.Errorf("wait-longer C=%v: waited %v stale %v RYW %v", row[0].Num, waited, stale, ryw)
 			}
 		}
+	}
+}
+
+// TestWindowDialMatchesTheDemo: the published demo's window dial (reads on
+// the primary by W, 600 writes/s, 5 replicas, 8 trials) depends only on the
+// workload's timing; the default workload must reproduce every point within
+// one percentage point.
+func TestWindowDialMatchesTheDemo(t *testing.T) {
+	want := map[float64]float64{0: 0, 100: 19.43, 250: 36.89, 500: 54.74, 1000: 74.31, 2000: 90.48, 4000: 98.71}
+	rep, err := WindowExp(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := rep.Tables[0].Rows
+	if len(rows) != len(want) {
+		t.Fatalf("%d dial points, want %d", len(rows), len(want))
+	}
+	for _, row := range rows {
+		w, got := row[0].Num, row[1].Num
+		exp, ok := want[w]
+		if !ok {
+			t.Fatalf("unexpected dial point W=%v", w)
+		}
+		if d := got - exp; d > 1 || d < -1 {
+			t.Errorf("W=%v ms: %.2f%% of reads on the primary, demo %.2f%% (off by %+.2f points, want within 1)", w, got, exp, d)
+		} else {
+			t.Logf("W=%v ms: %.2f%% (demo %.2f%%)", w, got, exp)
+		}
+	}
+	// The share is the workload's timing alone: replication that takes no
+	// time sends exactly the same reads to the primary, trial by trial.
+	win := []RouterSpec{spec(router.Policy{Kind: router.PolicyWindow, Window: 500 * time.Millisecond})}
+	slow := run(t, Config{Trials: 4}, win)
+	fast := run(t, Config{Trials: 4, World: WorldInstant}, win)
+	for i := range slow[0] {
+		if slow[0][i].Primary != fast[0][i].Primary {
+			t.Errorf("trial %d: %d primary reads in straggler+heavy, %d in instant", i, slow[0][i].Primary, fast[0][i].Primary)
+		}
+	}
+}
+
+// TestQueueWorkloadIsTheEarlierDefault: the named WorkloadQueue option keeps
+// the earlier default's shape, whose dial sends about a third of the reads
+// to the primary at W = 500 ms (35.6% in the earlier published table).
+func TestQueueWorkloadIsTheEarlierDefault(t *testing.T) {
+	cfg := Config{Seed: 1, Trials: 2, Workload: WorkloadQueue}
+	res := run(t, cfg, []RouterSpec{spec(router.Policy{Kind: router.PolicyWindow, Window: 500 * time.Millisecond})})
+	if got := stat(res[0], fPrim).Mean; got < 34 || got > 37 {
+		t.Fatalf("queue workload, window(500ms): %.2f%% on the primary, want about 35.6%%", got)
 	}
 }

@@ -23,6 +23,7 @@ type simFlags struct {
 	replicas   int
 	wps        float64
 	world      string
+	workload   string
 	sessions   int
 	duration   time.Duration
 	poll       time.Duration
@@ -44,7 +45,8 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.replicas, "replicas", 0, "replicas (0: 5)")
 	fs.Float64Var(&f.wps, "writes-per-sec", 0, "offered writes per second (0: the experiment's default, 600)")
 	fs.StringVar(&f.world, "world", "", "world: instant, identical, straggler, straggler+heavy (default)")
-	fs.IntVar(&f.sessions, "sessions", 0, "sessions (0: 10000)")
+	fs.StringVar(&f.workload, "workload", "", "read pattern: chains (default: each write's reads are their own chain, the published demo's) or queue (one read queue per session, the earlier default)")
+	fs.IntVar(&f.sessions, "sessions", 0, "sessions (0: 800 under chains, 10000 under queue)")
 	fs.DurationVar(&f.duration, "duration", 0, "offered writes per trial (0: 16s)")
 	fs.DurationVar(&f.poll, "poll", 0, "router view polled every this long (0: perfect view)")
 	fs.DurationVar(&f.window, "window", 0, "window router's W (0: 500ms)")
@@ -72,6 +74,11 @@ func (f *simFlags) options(cmd *cobra.Command) (sim.Options, sim.Format, error) 
 		Sessions: f.sessions, Duration: f.duration, Poll: f.poll}
 	if f.world != "" {
 		if o.Base.World, err = sim.ParseWorld(f.world); err != nil {
+			return o, "", err
+		}
+	}
+	if f.workload != "" {
+		if o.Base.Workload, err = sim.ParseWorkload(f.workload); err != nil {
 			return o, "", err
 		}
 	}
