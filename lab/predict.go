@@ -160,12 +160,14 @@ func describeModel(m *sim.ReplicaModel) string {
 }
 
 // simConfig is the simulator's setup for a lab run: the same workload
-// parameters; the replica model is the caller's.
+// parameters; the replica model is the caller's. The lab's driver keeps one
+// read queue per session (a write's reads wait for the session's earlier
+// reads), which is the simulator's WorkloadQueue shape.
 func simConfig(res *Result, replicas int, o PredictOptions) sim.Config {
 	c := res.Config
 	return sim.Config{
 		Seed: c.Seed, Trials: o.Trials, Replicas: replicas, WritesPerSec: c.WriteRate,
-		Sessions: c.Sessions, Duration: time.Duration(c.DurationSec * float64(time.Second)),
+		Workload: sim.WorkloadQueue, Sessions: c.Sessions, Duration: time.Duration(c.DurationSec * float64(time.Second)),
 		ReadsPerWrite: c.ReadsPerWrite,
 		GapMin:        time.Duration(c.GapMinMs * float64(time.Millisecond)),
 		GapMax:        time.Duration(c.GapMaxMs * float64(time.Millisecond)),

@@ -79,7 +79,7 @@ type engine struct {
 	ss    []sessState
 	cs    []chainState // per write: its chain's read in flight
 	queue bool         // WorkloadQueue: one chain at a time per session
-	keys []uint64 // affinity keys per session (computed once per engine)
+	keys  []uint64     // affinity keys per session (computed once per engine)
 
 	view   router.View[LogPos]
 	in     router.Input[LogPos]
