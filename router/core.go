@@ -21,7 +21,9 @@ type Position[P any] interface {
 	Union(other P) P
 }
 
-// PolicyKind names a routing rule. The six kinds are the same in sim and lab.
+// PolicyKind names a routing rule. The first six kinds are the same in sim
+// and lab; PolicyGlobal is in the decision core and the simulator, and not
+// yet in the live router (see PolicyKinds).
 type PolicyKind uint8
 
 const (
@@ -43,6 +45,12 @@ const (
 	// up to Policy.WaitBudget on the replica likely to catch up first, then
 	// fall back to the primary.
 	PolicyTokenWait
+	// PolicyGlobal: read-all-writes. The read's token is the primary's
+	// executed position when the read began (Input.Global), so it sees every
+	// write committed anywhere before it, by any session; the session's own
+	// token and watermark are honoured too. Then the same wait, fallback and
+	// cap rules as PolicyTokenWait, with Policy.WaitBudget.
+	PolicyGlobal
 )
 
 // Action is what the caller must do with the read.
@@ -62,6 +70,13 @@ const (
 	// ActStale: serve from View.Replicas[Decision.Replica] although it does not
 	// qualify, labelled stale (only under CapServeStale).
 	ActStale
+	// ActDefer: do not serve now and do not touch the primary: no replica
+	// holds what the read needs within its budget, and the read may not fall
+	// back to the primary (Policy.Defer, or CapDefer above the cap). Return
+	// a typed deferral telling the client to retry after
+	// Decision.RetryAfter. Reason says why: ReasonNoReplicaQualifies,
+	// ReasonWaitBudgetSpent, ReasonPrimaryUnknown or ReasonCapExceeded.
+	ActDefer
 )
 
 // Reason says why a Decision was made. Every Reason is counted by callers.
@@ -97,9 +112,15 @@ const (
 	// failover, so monotonic reads cannot be kept. The caller returns a typed
 	// error and calls Session.DropSeen so the next read starts afresh.
 	ReasonSeenLost
-	// ReasonInvalidPolicy: Policy.Kind is not one of the six (a caller bug;
+	// ReasonInvalidPolicy: Policy.Kind is not a known kind (a caller bug;
 	// Decide fails rather than guess).
 	ReasonInvalidPolicy
+	// ReasonPrimaryUnknown: PolicyGlobal without the primary's executed
+	// position for this read (Input.GlobalKnown false): no replica can be
+	// shown to hold every write, so the read is a freshness fallback to the
+	// primary (capped), or deferred under Policy.Defer. Never a silent
+	// replica read.
+	ReasonPrimaryUnknown
 )
 
 // CapBehavior is what happens to a freshness fallback above the cap.
@@ -113,7 +134,15 @@ const (
 	CapFailFast
 	// CapServeStale: serve from the best replica, labelled stale (ActStale).
 	CapServeStale
+	// CapDefer: defer the read (ActDefer with ReasonCapExceeded and a retry
+	// estimate); the primary is not touched.
+	CapDefer
 )
+
+// MinRetryAfter is the shortest retry delay an ActDefer carries: the
+// estimate when every up replica reports no time lag (caught up, or a lag
+// the caller does not know) but none holds what the read needs.
+const MinRetryAfter = 10 * time.Millisecond
 
 // Policy configures one routing rule.
 type Policy struct {
@@ -130,6 +159,13 @@ type Policy struct {
 	// epoch is honoured only if the current primary contains it, otherwise the
 	// read fails fast with ReasonWriteLost.
 	CheckEpoch bool
+	// Defer (token policies and PolicyGlobal): a freshness fallback never
+	// goes to the primary. When no replica holds what the read needs within
+	// the budget, Decide answers ActDefer with a retry estimate instead (a
+	// job that would rather wait its turn than load the primary). An
+	// availability fallback (no replica up, ReasonNoReplicaUp) still goes to
+	// the primary.
+	Defer bool
 	// HashMode selects the hashroute mode for PolicyAffinity (FullList, the
 	// correct scheme, is the zero value; AvailableOnly and RebalanceOverride
 	// reproduce Shopify's two bugs).
@@ -191,6 +227,10 @@ type Replica[P Position[P]] struct {
 	Behind int64
 	// InFlight is the number of reads in flight on it (rebalance-override).
 	InFlight int
+	// Lag is how far behind the primary the replica is in time: the age of
+	// the oldest primary transaction it has not applied (0 when caught up or
+	// unknown). Used only for ActDefer's RetryAfter.
+	Lag time.Duration
 }
 
 // View is the router's view of the topology at decision time.
@@ -222,6 +262,15 @@ type Input[P Position[P]] struct {
 	Rand uint64
 	// Waited is how long this read has already waited (0 on the first call).
 	Waited time.Duration
+	// Global is PolicyGlobal's token: the primary's executed position when
+	// this read began, with GlobalKnown true. The caller captures it once
+	// per read (View.Primary at the read's first call, or the primary's
+	// @@gtid_executed) and passes the same value on every call after a
+	// wait, so a waiting read waits for a fixed target, not for the
+	// primary's moving head. A deferred read that is retried is a new read:
+	// it captures a fresh one. Ignored by the other policies.
+	Global      P
+	GlobalKnown bool
 }
 
 // Decision is Decide's answer.
@@ -242,6 +291,11 @@ type Decision struct {
 	// reselected, remapped, rebalanced); zero (hashroute.NoServerUp) for
 	// other policies and when no replica is up.
 	HashReason hashroute.Reason
+	// RetryAfter is ActDefer's estimate of when to try again: the smallest
+	// Lag among the up replicas (by then, if its lag holds steady, that
+	// replica has applied everything the primary holds now, which contains
+	// what the read needs), at least MinRetryAfter.
+	RetryAfter time.Duration
 }
 
 func (a Action) String() string {
@@ -256,6 +310,8 @@ func (a Action) String() string {
 		return "fail"
 	case ActStale:
 		return "stale"
+	case ActDefer:
+		return "defer"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }

@@ -41,10 +41,21 @@ import (
 //   - ActStale: run the read on View.Replicas[Replica], which does NOT
 //     qualify, and label the result stale (CapServeStale). Observe it like
 //     any read (the session was shown that state; the watermark only grows).
+//   - ActDefer: do not run the read, on any node; return a typed deferral
+//     carrying Reason and RetryAfter (how long to wait before trying
+//     again). A retry is a new read: Waited starts at 0 and, for
+//     PolicyGlobal, Input.Global is captured afresh. The bucket is not
+//     debited.
 //
 // Whatever the Action, if Reanchor is true the caller calls
 // Session.Reanchor(View.Epoch): an older-epoch token (and watermark) was
 // found in the new primary and stays valid on the new timeline.
+//
+// What a read needs (the token policies): the session's token; for the MR
+// policies (PolicyTokenRYWMR, PolicyTokenWait, PolicyGlobal) also its
+// watermark; for PolicyGlobal also Input.Global, the primary's executed
+// position when the read began. A replica qualifies when it is up and its
+// Applied contains every part the read needs.
 //
 // Rules, in order:
 //
@@ -61,22 +72,35 @@ import (
 //     PolicyWindow: the primary (ReasonWindow, not a fallback, not capped)
 //     while Now-LastWriteAt < Window after a write; else as PolicyAny.
 //     Token policies: with nothing to honour (no token, and no watermark for
-//     the MR policies), as PolicyAny with ReasonNoToken. Otherwise a
-//     uniformly random up replica whose Applied contains the token (and the
-//     watermark for the MR policies).
-//  3. No replica up: the primary, ReasonNoReplicaUp, not a fallback.
-//  4. Token policy, none qualifies: PolicyTokenWait with Waited < WaitBudget
-//     waits (ActWait) on the up replica with the smallest Behind (lowest
-//     index on ties). Otherwise a freshness fallback to the primary.
+//     the MR policies; PolicyGlobal always has Input.Global to honour), as
+//     PolicyAny with ReasonNoToken. Otherwise a uniformly random qualifying
+//     replica. PolicyGlobal without Input.GlobalKnown: no replica can be
+//     shown to qualify; it goes straight to rule 5 with
+//     ReasonPrimaryUnknown (no wait: there is nothing to wait for).
+//  3. No replica up: the primary, ReasonNoReplicaUp, not a fallback (not
+//     capped, not deferred: an availability fallback).
+//  4. Token policy, none qualifies: PolicyTokenWait and PolicyGlobal with
+//     Waited < WaitBudget wait (ActWait) on the up replica with the
+//     smallest Behind (lowest index on ties). Otherwise a freshness
+//     fallback, with Reason ReasonNoReplicaQualifies (token-ryw,
+//     token-ryw-mr), ReasonWaitBudgetSpent (token-wait, global) or
+//     ReasonPrimaryUnknown.
 //  5. The primary serves a token only if it contains it when PrimaryKnown:
 //     otherwise ActFail/ReasonTimedOut (this is what makes a GTID-set token
 //     of a lost timeline time out instead of reading stale data, while a
-//     scalar position token is contained by any later position).
-//  6. The fallback takes one token from the bucket (Cap.PerSecond > 0). When
+//     scalar position token is contained by any later position). Rule 3
+//     applies the same test.
+//  6. Policy.Defer: the fallback is deferred instead (ActDefer, the
+//     fallback's Reason, RetryAfter); the bucket is not touched.
+//  7. The fallback takes one token from the bucket (Cap.PerSecond > 0). When
 //     it is empty: CapFailFast fails (ReasonCapExceeded); CapServeStale
 //     serves the best replica labelled stale (ActStale); CapWaitLonger waits
 //     on the best replica until Waited reaches the policy's budget plus
-//     Cap.ExtraWait, then fails (ReasonCapExceeded).
+//     Cap.ExtraWait, then fails (ReasonCapExceeded); CapDefer defers
+//     (ActDefer, ReasonCapExceeded, RetryAfter).
+//
+// RetryAfter is the smallest Lag among the up replicas, at least
+// MinRetryAfter.
 func Decide[P Position[P]](in *Input[P], b *Bucket) Decision {
 	pol, s, v := in.Policy, in.Session, in.View
 	switch pol.Kind {
@@ -89,16 +113,30 @@ func Decide[P Position[P]](in *Input[P], b *Bucket) Decision {
 			return Decision{Action: ActPrimary, Reason: ReasonWindow, Replica: -1}
 		}
 		return pickAny(v, in.Rand, ReasonRouted)
-	case PolicyTokenRYW, PolicyTokenRYWMR, PolicyTokenWait:
+	case PolicyTokenRYW, PolicyTokenRYWMR, PolicyTokenWait, PolicyGlobal:
 		return decideToken(in, b)
 	}
 	// An unknown kind is a caller bug; fail rather than guess.
 	return Decision{Action: ActFail, Reason: ReasonInvalidPolicy, Replica: -1}
 }
 
-// decideToken handles the three token policies.
+// need is what a token-policy read needs of a replica (rule 2): each flag
+// says whether that part is tested.
+type need[P Position[P]] struct {
+	global, tok, seen bool
+}
+
+// holds reports whether position a contains every part of the need.
+func (n need[P]) holds(in *Input[P], a P) bool {
+	s := in.Session
+	return (!n.global || a.Contains(in.Global)) && (!n.tok || a.Contains(s.Token)) && (!n.seen || a.Contains(s.Seen))
+}
+
+// decideToken handles the token policies (token-ryw, token-ryw-mr,
+// token-wait, global).
 func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 	pol, s, v := in.Policy, in.Session, in.View
+	global := pol.Kind == PolicyGlobal
 	needSeen := s.HasSeen && pol.Kind != PolicyTokenRYW
 	var reanchor bool
 
@@ -118,7 +156,7 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 		}
 	}
 
-	if !s.HasToken && !needSeen {
+	if !s.HasToken && !needSeen && !global {
 		d := pickAny(v, in.Rand, ReasonNoToken)
 		d.Reanchor = reanchor
 		return d
@@ -126,13 +164,24 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 
 	// Rule 2: qualifying replicas. One pass; qualifying indexes go into a
 	// bitmask (first 64 replicas) so the random pick needs no second pass of
-	// Contains calls. When the watermark already holds the token (the usual
-	// case once a session has read its own write), testing the watermark
-	// alone is enough: one Contains per replica instead of two.
-	needTok := s.HasToken
-	if needTok && needSeen && len(v.Replicas) > 1 && s.Seen.Contains(s.Token) {
-		needTok = false
+	// Contains calls. A part already contained in another part is not
+	// tested again: when the watermark holds the token (the usual case once
+	// a session has read its own write), or the global target holds both
+	// (it usually does: the primary has every acknowledged write), one
+	// Contains per replica instead of two or three.
+	nd := need[P]{global: global && in.GlobalKnown, tok: s.HasToken, seen: needSeen}
+	if nd.global {
+		if nd.tok && in.Global.Contains(s.Token) {
+			nd.tok = false
+		}
+		if nd.seen && in.Global.Contains(s.Seen) {
+			nd.seen = false
+		}
 	}
+	if nd.tok && nd.seen && len(v.Replicas) > 1 && s.Seen.Contains(s.Token) {
+		nd.tok = false
+	}
+	unknown := global && !in.GlobalKnown
 	var mask uint64
 	nq, nUp := 0, 0
 	best, bestBehind := -1, int64(0)
@@ -142,7 +191,7 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 			continue
 		}
 		nUp++
-		if (!needTok || r.Applied.Contains(s.Token)) && (!needSeen || r.Applied.Contains(s.Seen)) {
+		if !unknown && nd.holds(in, r.Applied) {
 			if i < 64 {
 				mask |= 1 << uint(i)
 			}
@@ -155,7 +204,7 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 	}
 	if nq > 0 {
 		k := int(in.Rand % uint64(nq))
-		idx := nthQualifying(in, mask, k, needTok, needSeen)
+		idx := nthQualifying(in, mask, k, nd)
 		return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: idx, Reanchor: reanchor}
 	}
 
@@ -173,7 +222,10 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 	// Rule 4: budget wait.
 	var budget time.Duration
 	reason := ReasonNoReplicaQualifies
-	if pol.Kind == PolicyTokenWait {
+	switch {
+	case unknown:
+		reason = ReasonPrimaryUnknown
+	case pol.Kind == PolicyTokenWait || global:
 		budget = pol.WaitBudget
 		if in.Waited < budget {
 			return Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: best,
@@ -187,7 +239,12 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 		return Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1, Reanchor: reanchor}
 	}
 
-	// Rule 6: the cap.
+	// Rule 6: never the primary for freshness.
+	if pol.Defer {
+		return Decision{Action: ActDefer, Reason: reason, Replica: -1, RetryAfter: retryAfter(v), Reanchor: reanchor}
+	}
+
+	// Rule 7: the cap.
 	if b.take(in.Cap, in.Now) {
 		return Decision{Action: ActPrimary, Reason: reason, Replica: -1, Fallback: true, Reanchor: reanchor}
 	}
@@ -199,13 +256,27 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 			return Decision{Action: ActWait, Reason: ReasonCapExceeded, Replica: best,
 				WaitFor: limit - in.Waited, Reanchor: reanchor}
 		}
+	case CapDefer:
+		return Decision{Action: ActDefer, Reason: ReasonCapExceeded, Replica: -1, RetryAfter: retryAfter(v), Reanchor: reanchor}
 	}
 	return Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1, Reanchor: reanchor}
 }
 
+// retryAfter is ActDefer's estimate: the smallest Lag of an up replica, at
+// least MinRetryAfter. Off the hot path (only when a read is deferred).
+func retryAfter[P Position[P]](v *View[P]) time.Duration {
+	d := time.Duration(-1)
+	for i := range v.Replicas {
+		if r := &v.Replicas[i]; r.Up && (d < 0 || r.Lag < d) {
+			d = r.Lag
+		}
+	}
+	return max(d, MinRetryAfter)
+}
+
 // nthQualifying returns the index of the k-th (0-based) qualifying replica.
 // For the first 64 replicas it reads the bitmask; beyond, it re-tests.
-func nthQualifying[P Position[P]](in *Input[P], mask uint64, k int, needTok, needSeen bool) int {
+func nthQualifying[P Position[P]](in *Input[P], mask uint64, k int, nd need[P]) int {
 	if c := bits.OnesCount64(mask); k < c {
 		for ; k > 0; k-- {
 			mask &= mask - 1
@@ -214,10 +285,10 @@ func nthQualifying[P Position[P]](in *Input[P], mask uint64, k int, needTok, nee
 	} else {
 		k -= c
 	}
-	s, v := in.Session, in.View
+	v := in.View
 	for i := 64; i < len(v.Replicas); i++ {
 		r := &v.Replicas[i]
-		if r.Up && (!needTok || r.Applied.Contains(s.Token)) && (!needSeen || r.Applied.Contains(s.Seen)) {
+		if r.Up && nd.holds(in, r.Applied) {
 			if k == 0 {
 				return i
 			}

@@ -20,6 +20,12 @@ func genBset(t *rapid.T, label string) bset {
 //     primary contains it;
 //   - ActWait/ActStale name an up replica; ActStale happens only under
 //     CapServeStale; Fallback only with ActPrimary;
+//   - PolicyGlobal never sends a read to a replica that lacks Input.Global
+//     (the primary's position at read start), and without GlobalKnown never
+//     to a qualifying-looking replica at all;
+//   - ActDefer happens only under Policy.Defer or CapDefer, never names a
+//     node, carries RetryAfter >= MinRetryAfter; under Policy.Defer no
+//     freshness fallback reaches the primary and the bucket is untouched;
 //   - Decide is deterministic and does not modify its inputs.
 func TestDecideProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -30,16 +36,18 @@ func TestDecideProperties(t *testing.T) {
 				Applied: genBset(t, "applied"),
 				Up:      rapid.Bool().Draw(t, "up"),
 				Behind:  rapid.Int64Range(0, 100).Draw(t, "behind"),
+				Lag:     time.Duration(rapid.IntRange(0, 50).Draw(t, "lagMs")) * time.Millisecond,
 			}
 		}
 		pol := Policy{
-			Kind:       PolicyKind(rapid.IntRange(int(PolicyTokenRYW), int(PolicyTokenWait)).Draw(t, "kind")),
+			Kind:       PolicyKind(rapid.IntRange(int(PolicyTokenRYW), int(PolicyGlobal)).Draw(t, "kind")),
 			WaitBudget: time.Duration(rapid.IntRange(0, 3).Draw(t, "budget")) * 100 * time.Millisecond,
 			CheckEpoch: rapid.Bool().Draw(t, "checkEpoch"),
+			Defer:      rapid.Bool().Draw(t, "defer"),
 		}
 		var cp *Cap
 		if rapid.Bool().Draw(t, "capped") {
-			cp = &Cap{PerSecond: 1, Burst: 1, Behavior: CapBehavior(rapid.IntRange(0, 2).Draw(t, "behavior")),
+			cp = &Cap{PerSecond: 1, Burst: 1, Behavior: CapBehavior(rapid.IntRange(0, int(CapDefer)).Draw(t, "behavior")),
 				ExtraWait: 200 * time.Millisecond}
 		}
 		sess := Session[bset]{
@@ -53,7 +61,8 @@ func TestDecideProperties(t *testing.T) {
 		in := Input[bset]{Policy: &pol, Cap: cp, Session: &sess, View: &view,
 			Now:    time.Duration(rapid.IntRange(0, 3000).Draw(t, "nowMs")) * time.Millisecond,
 			Rand:   rapid.Uint64().Draw(t, "rand"),
-			Waited: time.Duration(rapid.IntRange(0, 8).Draw(t, "waited")) * 100 * time.Millisecond}
+			Waited: time.Duration(rapid.IntRange(0, 8).Draw(t, "waited")) * 100 * time.Millisecond,
+			Global: genBset(t, "global"), GlobalKnown: rapid.Bool().Draw(t, "globalKnown")}
 		var b Bucket
 		if cp != nil && rapid.Bool().Draw(t, "spent") {
 			b.take(cp, in.Now)
@@ -87,12 +96,19 @@ func TestDecideProperties(t *testing.T) {
 			if needSeen && !r.Applied.Contains(sess.Seen) {
 				t.Fatalf("MR: replica %d (%b) lacks watermark %b", d.Replica, r.Applied, sess.Seen)
 			}
+			if pol.Kind == PolicyGlobal && (!in.GlobalKnown || !r.Applied.Contains(in.Global)) {
+				t.Fatalf("global: replica %d (%b) served without holding the read-start position %b (known %v)",
+					d.Replica, r.Applied, in.Global, in.GlobalKnown)
+			}
 		case ActPrimary:
 			if sess.HasToken && view.PrimaryKnown && !view.Primary.Contains(sess.Token) {
 				t.Fatalf("primary %b lacks token %b but serves it: %+v", view.Primary, sess.Token, d)
 			}
-			if d.Fallback != (d.Reason == ReasonNoReplicaQualifies || d.Reason == ReasonWaitBudgetSpent) {
+			if d.Fallback != (d.Reason == ReasonNoReplicaQualifies || d.Reason == ReasonWaitBudgetSpent || d.Reason == ReasonPrimaryUnknown) {
 				t.Fatalf("fallback flag/reason mismatch: %+v", d)
+			}
+			if d.Fallback && pol.Defer {
+				t.Fatalf("freshness fallback to the primary under Defer: %+v", d)
 			}
 		case ActWait, ActStale:
 			if d.Replica < 0 || d.Replica >= n || !reps[d.Replica].Up {
@@ -104,12 +120,37 @@ func TestDecideProperties(t *testing.T) {
 			if d.Action == ActStale && (cp == nil || cp.Behavior != CapServeStale) {
 				t.Fatalf("stale without CapServeStale: %+v", d)
 			}
+		case ActDefer:
+			if !pol.Defer && (cp == nil || cp.Behavior != CapDefer) {
+				t.Fatalf("defer without Policy.Defer or CapDefer: %+v", d)
+			}
+			if d.Replica != -1 || d.RetryAfter < MinRetryAfter {
+				t.Fatalf("bad deferral: %+v", d)
+			}
+			if pol.Defer && b != b0 {
+				t.Fatal("Policy.Defer touched the bucket")
+			}
+			minLag := time.Duration(-1)
+			for _, r := range reps {
+				if r.Up && (minLag < 0 || r.Lag < minLag) {
+					minLag = r.Lag
+				}
+			}
+			if minLag < 0 {
+				t.Fatalf("deferred with no replica up (an availability fallback goes to the primary): %+v", d)
+			}
+			if want := max(minLag, MinRetryAfter); d.RetryAfter != want {
+				t.Fatalf("RetryAfter %v, want the least up lag %v", d.RetryAfter, want)
+			}
 		case ActFail:
 		default:
 			t.Fatalf("unknown action %v", d.Action)
 		}
 		if d.Action != ActPrimary && d.Fallback {
 			t.Fatalf("fallback without the primary: %+v", d)
+		}
+		if d.Action != ActDefer && d.RetryAfter != 0 {
+			t.Fatalf("RetryAfter without a deferral: %+v", d)
 		}
 		if d.Action != ActFail && pol.CheckEpoch {
 			if sess.HasToken && sess.Epoch < view.Epoch && !(view.PrimaryKnown && view.Primary.Contains(sess.Token)) {

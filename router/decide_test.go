@@ -25,7 +25,10 @@ func (a bset) Union(b bset) bset    { return a | b }
 
 var _ Position[bset] = bset(0)
 
-func up(p lsn) Replica[lsn]           { return Replica[lsn]{Applied: p, Up: true} }
+func up(p lsn) Replica[lsn] { return Replica[lsn]{Applied: p, Up: true} }
+func upL(p lsn, lag time.Duration) Replica[lsn] {
+	return Replica[lsn]{Applied: p, Up: true, Lag: lag}
+}
 func upB(p lsn, b int64) Replica[lsn] { return Replica[lsn]{Applied: p, Up: true, Behind: b} }
 func down(p lsn) Replica[lsn]         { return Replica[lsn]{Applied: p} }
 
@@ -39,6 +42,9 @@ func TestDecideTable(t *testing.T) {
 	capFail := &Cap{PerSecond: 1, Burst: 1, Behavior: CapFailFast}
 	capStale := &Cap{PerSecond: 1, Burst: 1, Behavior: CapServeStale}
 	capWait := &Cap{PerSecond: 1, Burst: 1, Behavior: CapWaitLonger, ExtraWait: 300 * ms}
+	capDefer := &Cap{PerSecond: 1, Burst: 1, Behavior: CapDefer}
+	glob := Policy{Kind: PolicyGlobal, WaitBudget: 400 * ms}
+	globDefer := Policy{Kind: PolicyGlobal, WaitBudget: 400 * ms, Defer: true}
 
 	type tc struct {
 		name    string
@@ -53,6 +59,8 @@ func TestDecideTable(t *testing.T) {
 		now     time.Duration
 		rnd     uint64
 		waited  time.Duration
+		global  lsn  // Input.Global
+		gKnown  bool // Input.GlobalKnown
 		want    Decision
 	}
 	cases := []tc{
@@ -187,6 +195,67 @@ func TestDecideTable(t *testing.T) {
 		{name: "epoch/unchecked-without-flag", pol: Policy{Kind: PolicyTokenRYW}, sess: Session[lsn]{Token: 5, HasToken: true, Epoch: 1},
 			epoch: 2, primary: 9, pKnown: true, reps: []Replica[lsn]{up(7)},
 			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		// global: the read needs the primary's position at read start
+		{name: "global/no-token-still-needs-primary", pol: glob, global: 7, gKnown: true, reps: []Replica[lsn]{up(6), up(7)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
+		{name: "global/contains-target", pol: glob, sess: tok(3), global: 7, gKnown: true, reps: []Replica[lsn]{up(9), up(5), up(7)}, rnd: 1,
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 2}},
+		{name: "global/own-token-beyond-target", pol: glob, sess: tok(8), global: 7, gKnown: true, reps: []Replica[lsn]{up(7), up(8)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
+		{name: "global/watermark-beyond-target", pol: glob, sess: seen(9), global: 7, gKnown: true, reps: []Replica[lsn]{up(8), up(9)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
+		{name: "global/waits-on-least-behind", pol: glob, global: 7, gKnown: true,
+			reps: []Replica[lsn]{upB(5, 4), upB(6, 2), upB(4, 9)}, waited: 150 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 1, WaitFor: 250 * ms}},
+		{name: "global/budget-spent", pol: glob, global: 7, gKnown: true, reps: []Replica[lsn]{up(6)}, waited: 400 * ms,
+			primary: 7, pKnown: true,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitBudgetSpent, Replica: -1, Fallback: true}},
+		{name: "global/budget-spent-capped", pol: glob, cap: capFail, emptyB: true, global: 7, gKnown: true, reps: []Replica[lsn]{up(6)},
+			waited: 400 * ms,
+			want:   Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1}},
+		{name: "global/primary-unknown-falls-back", pol: glob, reps: []Replica[lsn]{up(99)},
+			want: Decision{Action: ActPrimary, Reason: ReasonPrimaryUnknown, Replica: -1, Fallback: true}},
+		{name: "global/primary-unknown-capped-stale", pol: glob, cap: capStale, emptyB: true, reps: []Replica[lsn]{upB(9, 3), upB(9, 1)},
+			want: Decision{Action: ActStale, Reason: ReasonCapExceeded, Replica: 1}},
+		{name: "global/none-up", pol: glob, global: 7, gKnown: true, reps: []Replica[lsn]{down(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}},
+		{name: "global/epoch-lost", pol: Policy{Kind: PolicyGlobal, WaitBudget: 400 * ms, CheckEpoch: true},
+			sess: Session[lsn]{Token: 5, HasToken: true, Epoch: 1}, epoch: 2, primary: 4, pKnown: true, global: 4, gKnown: true,
+			reps: []Replica[lsn]{up(9)},
+			want: Decision{Action: ActFail, Reason: ReasonWriteLost, Replica: -1}},
+		// defer: never the primary for freshness
+		{name: "defer/qualifies", pol: Policy{Kind: PolicyTokenRYW, Defer: true}, sess: tok(5), reps: []Replica[lsn]{up(5)},
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 0}},
+		{name: "defer/ryw-at-once", pol: Policy{Kind: PolicyTokenRYW, Defer: true}, sess: tok(5),
+			reps: []Replica[lsn]{upL(4, 300*ms), upL(3, 120*ms), {Applied: 5, Lag: time.Millisecond}},
+			want: Decision{Action: ActDefer, Reason: ReasonNoReplicaQualifies, Replica: -1, RetryAfter: 120 * ms}},
+		{name: "defer/wait-first", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms, Defer: true}, sess: tok(5),
+			reps: []Replica[lsn]{upL(4, 300*ms)},
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "defer/after-budget", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms, Defer: true}, sess: tok(5),
+			reps: []Replica[lsn]{upL(4, 300*ms)}, waited: 400 * ms,
+			want: Decision{Action: ActDefer, Reason: ReasonWaitBudgetSpent, Replica: -1, RetryAfter: 300 * ms}},
+		{name: "defer/floor", pol: Policy{Kind: PolicyTokenRYWMR, Defer: true}, sess: tok(5), reps: []Replica[lsn]{up(4)},
+			want: Decision{Action: ActDefer, Reason: ReasonNoReplicaQualifies, Replica: -1, RetryAfter: MinRetryAfter}},
+		{name: "defer/ignores-cap", pol: Policy{Kind: PolicyTokenRYW, Defer: true}, cap: capStale, emptyB: true, sess: tok(5),
+			reps: []Replica[lsn]{upL(4, 50*ms)},
+			want: Decision{Action: ActDefer, Reason: ReasonNoReplicaQualifies, Replica: -1, RetryAfter: 50 * ms}},
+		{name: "defer/none-up-uses-primary", pol: Policy{Kind: PolicyTokenRYW, Defer: true}, sess: tok(5), reps: []Replica[lsn]{down(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}},
+		{name: "defer/lost-token-times-out", pol: Policy{Kind: PolicyTokenRYW, Defer: true}, sess: tok(5), reps: []Replica[lsn]{up(4)},
+			primary: 4, pKnown: true,
+			want: Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1}},
+		{name: "defer/global", pol: globDefer, global: 7, gKnown: true, reps: []Replica[lsn]{upL(6, 40*ms), upL(5, 90*ms)}, waited: 400 * ms,
+			want: Decision{Action: ActDefer, Reason: ReasonWaitBudgetSpent, Replica: -1, RetryAfter: 40 * ms}},
+		{name: "defer/global-primary-unknown", pol: globDefer, reps: []Replica[lsn]{upL(6, 40*ms)},
+			want: Decision{Action: ActDefer, Reason: ReasonPrimaryUnknown, Replica: -1, RetryAfter: 40 * ms}},
+		{name: "defer/down-replica-lag-ignored", pol: Policy{Kind: PolicyTokenRYW, Defer: true}, sess: tok(5),
+			reps: []Replica[lsn]{{Applied: 4, Lag: 20 * ms}, upL(4, 80*ms)},
+			want: Decision{Action: ActDefer, Reason: ReasonNoReplicaQualifies, Replica: -1, RetryAfter: 80 * ms}},
+		{name: "cap/defer", pol: Policy{Kind: PolicyTokenRYWMR}, cap: capDefer, emptyB: true, sess: tok(5), reps: []Replica[lsn]{upL(4, 70*ms)},
+			want: Decision{Action: ActDefer, Reason: ReasonCapExceeded, Replica: -1, RetryAfter: 70 * ms}},
+		{name: "cap/defer-below-cap", pol: Policy{Kind: PolicyTokenRYWMR}, cap: capDefer, sess: tok(5), reps: []Replica[lsn]{upL(4, 70*ms)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaQualifies, Replica: -1, Fallback: true}},
 		// misuse
 		{name: "invalid-kind", pol: Policy{Kind: 99}, reps: []Replica[lsn]{up(0)},
 			want: Decision{Action: ActFail, Reason: ReasonInvalidPolicy, Replica: -1}},
@@ -198,7 +267,8 @@ func TestDecideTable(t *testing.T) {
 			sess := c.sess
 			reps := append([]Replica[lsn](nil), c.reps...)
 			view := View[lsn]{Replicas: reps, Primary: c.primary, PrimaryKnown: c.pKnown, Epoch: c.epoch}
-			in := Input[lsn]{Policy: &c.pol, Cap: c.cap, Session: &sess, View: &view, Now: c.now, Rand: c.rnd, Waited: c.waited}
+			in := Input[lsn]{Policy: &c.pol, Cap: c.cap, Session: &sess, View: &view, Now: c.now, Rand: c.rnd, Waited: c.waited,
+				Global: c.global, GlobalKnown: c.gKnown}
 			var b Bucket
 			if c.emptyB {
 				if c.cap == nil || !b.take(c.cap, 0) || b.take(c.cap, 0) {

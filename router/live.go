@@ -151,6 +151,9 @@ func (c *Config) validate() error {
 	if err := c.Cap.Validate(); err != nil {
 		return err
 	}
+	if err := liveSupports(c.Policy, c.Cap); err != nil {
+		return err
+	}
 	if c.Wait > WaitWatcher {
 		return fmt.Errorf("router: config: unknown wait method %d", c.Wait)
 	}
@@ -335,3 +338,20 @@ type LiveSession struct {
 
 // hashAffinity hashes a consistent_read_id like hashroute (xxhash64).
 func hashAffinity(id string) uint64 { return hashroute.Hash(id) }
+
+// liveSupports rejects what the decision core can decide but the live
+// router cannot yet carry out: PolicyGlobal (it needs the primary's executed
+// position captured per read, Input.Global) and deferral (Policy.Defer,
+// CapDefer: ActDefer needs a typed deferral error). Without this check such
+// a read would be served from the primary or fail obscurely.
+func liveSupports(p Policy, c Cap) error {
+	switch {
+	case p.Kind == PolicyGlobal:
+		return fmt.Errorf("router: policy %v: not supported by the live router yet (decision core and simulator only; docs/router.md)", p)
+	case p.Defer:
+		return fmt.Errorf("router: policy %v: defer is not supported by the live router yet (docs/router.md)", p)
+	case c.PerSecond > 0 && c.Behavior == CapDefer:
+		return errors.New("router: cap behaviour defer is not supported by the live router yet (docs/router.md)")
+	}
+	return nil
+}

@@ -118,6 +118,9 @@ func (s *LiveSession) SetPolicy(p Policy) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
+	if err := liveSupports(p, Cap{}); err != nil {
+		return err
+	}
 	s.policy = p
 	return nil
 }

@@ -13,8 +13,8 @@ import (
 // DefaultWindow is PolicyWindow's window when none is given ("window").
 const DefaultWindow = 500 * time.Millisecond
 
-// DefaultWaitBudget is PolicyTokenWait's budget when none is given
-// ("token-wait").
+// DefaultWaitBudget is PolicyTokenWait's and PolicyGlobal's budget when none
+// is given ("token-wait", "global").
 const DefaultWaitBudget = 400 * time.Millisecond
 
 // MaxDuration bounds every duration a Policy or Cap accepts (one hour): a
@@ -28,10 +28,11 @@ var kindNames = [...]string{
 	PolicyTokenRYW:   "token-ryw",
 	PolicyTokenRYWMR: "token-ryw-mr",
 	PolicyTokenWait:  "token-wait",
+	PolicyGlobal:     "global",
 }
 
 // String returns the policy kind's name (any, affinity, window, token-ryw,
-// token-ryw-mr, token-wait).
+// token-ryw-mr, token-wait, global).
 func (k PolicyKind) String() string {
 	if int(k) < len(kindNames) {
 		return kindNames[k]
@@ -39,14 +40,18 @@ func (k PolicyKind) String() string {
 	return "policy(" + strconv.Itoa(int(k)) + ")"
 }
 
-// PolicyKinds lists the six kinds in declaration order.
+// PolicyKinds lists the six kinds the live router, the proxy and the lab
+// run, in declaration order. PolicyGlobal is not among them: the decision
+// core and the simulator carry it out, but the live router does not yet
+// capture the primary's executed position per read (Input.Global); it
+// joins this list when it does. ParsePolicy accepts every kind.
 func PolicyKinds() []PolicyKind {
 	return []PolicyKind{PolicyAny, PolicyAffinity, PolicyWindow, PolicyTokenRYW, PolicyTokenRYWMR, PolicyTokenWait}
 }
 
 // IsToken reports whether the kind honours session tokens.
 func (k PolicyKind) IsToken() bool {
-	return k == PolicyTokenRYW || k == PolicyTokenRYWMR || k == PolicyTokenWait
+	return k == PolicyTokenRYW || k == PolicyTokenRYWMR || k == PolicyTokenWait || k == PolicyGlobal
 }
 
 var reasonNames = [...]string{
@@ -61,6 +66,7 @@ var reasonNames = [...]string{
 	ReasonTimedOut:           "timed-out",
 	ReasonSeenLost:           "seen-lost-in-failover",
 	ReasonInvalidPolicy:      "invalid-policy",
+	ReasonPrimaryUnknown:     "primary-position-unknown",
 }
 
 // String returns the reason's metric label.
@@ -81,7 +87,9 @@ func Reasons() []Reason {
 }
 
 // Actions lists every action in declaration order (metric label sets).
-func Actions() []Action { return []Action{ActReplica, ActPrimary, ActWait, ActFail, ActStale} }
+func Actions() []Action {
+	return []Action{ActReplica, ActPrimary, ActWait, ActFail, ActStale, ActDefer}
+}
 
 // String returns the behaviour's flag name.
 func (c CapBehavior) String() string {
@@ -92,11 +100,18 @@ func (c CapBehavior) String() string {
 		return "fail-fast"
 	case CapServeStale:
 		return "serve-stale"
+	case CapDefer:
+		return "defer"
 	}
 	return "cap-behavior(" + strconv.Itoa(int(c)) + ")"
 }
 
-// ParseCapBehavior parses wait-longer, fail-fast or serve-stale.
+// CapBehaviors lists every behaviour in declaration order.
+func CapBehaviors() []CapBehavior {
+	return []CapBehavior{CapWaitLonger, CapFailFast, CapServeStale, CapDefer}
+}
+
+// ParseCapBehavior parses wait-longer, fail-fast, serve-stale or defer.
 func ParseCapBehavior(s string) (CapBehavior, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "wait-longer":
@@ -105,12 +120,14 @@ func ParseCapBehavior(s string) (CapBehavior, error) {
 		return CapFailFast, nil
 	case "serve-stale":
 		return CapServeStale, nil
+	case "defer":
+		return CapDefer, nil
 	}
-	return 0, fmt.Errorf("router: unknown cap behaviour %q (want wait-longer, fail-fast or serve-stale)", s)
+	return 0, fmt.Errorf("router: unknown cap behaviour %q (want wait-longer, fail-fast, serve-stale or defer)", s)
 }
 
 // Validate rejects nonsense (unknown kind or hash mode, negative or huge
-// durations). It fills no defaults: a zero Window means "no window", a zero
+// durations, Defer on a policy without tokens). It fills no defaults: a zero Window means "no window", a zero
 // WaitBudget means "do not wait"; ParsePolicy applies DefaultWindow and
 // DefaultWaitBudget when the text gives none.
 func (p *Policy) Validate() error {
@@ -119,6 +136,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.HashMode > hashroute.RebalanceOverride {
 		return fmt.Errorf("router: unknown hash mode %d", p.HashMode)
+	}
+	if p.Defer && !p.Kind.IsToken() {
+		return fmt.Errorf("router: policy %v has no freshness fallback to defer (defer needs token-ryw, token-ryw-mr, token-wait or global)", p.Kind)
 	}
 	if err := checkDuration("window", p.Window); err != nil {
 		return err
@@ -134,7 +154,8 @@ func checkDuration(what string, d time.Duration) error {
 }
 
 // String renders the policy in ParsePolicy's syntax, e.g. "window(500ms)",
-// "token-wait(400ms)", "affinity(full-list)"; "+epoch" marks CheckEpoch.
+// "token-wait(400ms)", "global(400ms)", "affinity(full-list)"; "+epoch"
+// marks CheckEpoch, "+defer" Defer.
 func (p Policy) String() string {
 	var b strings.Builder
 	b.WriteString(p.Kind.String())
@@ -143,27 +164,34 @@ func (p Policy) String() string {
 		b.WriteString("(" + p.HashMode.String() + ")")
 	case PolicyWindow:
 		b.WriteString("(" + p.Window.String() + ")")
-	case PolicyTokenWait:
+	case PolicyTokenWait, PolicyGlobal:
 		b.WriteString("(" + p.WaitBudget.String() + ")")
 	}
 	if p.CheckEpoch {
 		b.WriteString("+epoch")
 	}
+	if p.Defer {
+		b.WriteString("+defer")
+	}
 	return b.String()
 }
 
 // ParsePolicy parses a policy: any | affinity[(MODE)] | window[(DUR)] |
-// token-ryw | token-ryw-mr | token-wait[(DUR)], optionally followed by
-// "+epoch" (CheckEpoch). MODE is a hashroute mode name; DUR a Go duration
-// ("400ms") or a bare number of milliseconds ("400"). Case and surrounding
-// space are ignored. The result is validated.
+// token-ryw | token-ryw-mr | token-wait[(DUR)] | global[(DUR)], optionally
+// followed by "+epoch" (CheckEpoch) and "+defer" (Defer), in either order.
+// MODE is a hashroute mode name; DUR a Go duration ("400ms") or a bare
+// number of milliseconds ("400"). Case and surrounding space are ignored.
+// The result is validated.
 func ParsePolicy(s string) (Policy, error) {
 	orig := s
 	s = strings.ToLower(strings.TrimSpace(s))
 	var p Policy
-	if rest, ok := strings.CutSuffix(s, "+epoch"); ok {
-		p.CheckEpoch = true
-		s = strings.TrimSpace(rest)
+	for range 2 {
+		if rest, ok := strings.CutSuffix(s, "+epoch"); ok && !p.CheckEpoch {
+			p.CheckEpoch, s = true, strings.TrimSpace(rest)
+		} else if rest, ok := strings.CutSuffix(s, "+defer"); ok && !p.Defer {
+			p.Defer, s = true, strings.TrimSpace(rest)
+		}
 	}
 	name, arg, hasArg := s, "", false
 	if i := strings.IndexByte(s, '('); i >= 0 {
@@ -180,7 +208,7 @@ func ParsePolicy(s string) (Policy, error) {
 		}
 	}
 	if !found {
-		return Policy{}, fmt.Errorf("router: unknown policy %q (want any, affinity, window, token-ryw, token-ryw-mr or token-wait)", orig)
+		return Policy{}, fmt.Errorf("router: unknown policy %q (want any, affinity, window, token-ryw, token-ryw-mr, token-wait or global)", orig)
 	}
 	switch p.Kind {
 	case PolicyAffinity:
@@ -191,9 +219,9 @@ func ParsePolicy(s string) (Policy, error) {
 			}
 			p.HashMode = m
 		}
-	case PolicyWindow, PolicyTokenWait:
+	case PolicyWindow, PolicyTokenWait, PolicyGlobal:
 		d := DefaultWindow
-		if p.Kind == PolicyTokenWait {
+		if p.Kind != PolicyWindow {
 			d = DefaultWaitBudget
 		}
 		if hasArg {
@@ -251,7 +279,7 @@ func (c *Cap) Validate() error {
 	if c.Burst == 0 {
 		c.Burst = max(1, c.PerSecond)
 	}
-	if c.Behavior > CapServeStale {
+	if c.Behavior > CapDefer {
 		return fmt.Errorf("router: unknown cap behaviour %d", c.Behavior)
 	}
 	return checkDuration("cap extra wait", c.ExtraWait)

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,12 @@ func TestParsePolicy(t *testing.T) {
 		{"affinity", Policy{Kind: PolicyAffinity}},
 		{"affinity(available-only)", Policy{Kind: PolicyAffinity, HashMode: hashroute.AvailableOnly}},
 		{"affinity(rebalance-override)", Policy{Kind: PolicyAffinity, HashMode: hashroute.RebalanceOverride}},
+		{"global", Policy{Kind: PolicyGlobal, WaitBudget: DefaultWaitBudget}},
+		{"global(1s)", Policy{Kind: PolicyGlobal, WaitBudget: time.Second}},
+		{"global(0)+defer", Policy{Kind: PolicyGlobal, Defer: true}},
+		{"token-wait(2s)+defer", Policy{Kind: PolicyTokenWait, WaitBudget: 2 * time.Second, Defer: true}},
+		{"token-ryw+defer+epoch", Policy{Kind: PolicyTokenRYW, Defer: true, CheckEpoch: true}},
+		{" Token-RYW-MR+Epoch+Defer ", Policy{Kind: PolicyTokenRYWMR, Defer: true, CheckEpoch: true}},
 	}
 	for _, c := range ok {
 		got, err := ParsePolicy(c.in)
@@ -33,18 +40,22 @@ func TestParsePolicy(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"":                  "unknown policy",
-		"random":            "unknown policy",
-		"token-ryw(5)":      "takes no argument",
-		"window(5":          "closing parenthesis",
-		"window(-5ms)":      "out of range",
-		"window(2h)":        "out of range",
-		"window(abc)":       "duration",
-		"window()":          "empty duration",
-		"token-wait(NaN)":   "out of range",
-		"affinity(modulo)":  "unknown mode",
-		"any+epoch+epoch":   "unknown policy",
-		"token-wait(1e300)": "out of range",
+		"":                   "unknown policy",
+		"random":             "unknown policy",
+		"token-ryw(5)":       "takes no argument",
+		"window(5":           "closing parenthesis",
+		"window(-5ms)":       "out of range",
+		"window(2h)":         "out of range",
+		"window(abc)":        "duration",
+		"window()":           "empty duration",
+		"token-wait(NaN)":    "out of range",
+		"affinity(modulo)":   "unknown mode",
+		"any+epoch+epoch":    "unknown policy",
+		"token-wait(1e300)":  "out of range",
+		"any+defer":          "no freshness fallback to defer",
+		"window(1s)+defer":   "no freshness fallback to defer",
+		"global+defer+defer": "unknown policy",
+		"global(-1)":         "out of range",
 	}
 	for in, want := range bad {
 		_, err := ParsePolicy(in)
@@ -68,7 +79,7 @@ func TestCapValidate(t *testing.T) {
 			t.Errorf("Validate(%+v) accepted nonsense", bad)
 		}
 	}
-	for _, s := range []string{"wait-longer", "fail-fast", "serve-stale"} {
+	for _, s := range []string{"wait-longer", "fail-fast", "serve-stale", "defer"} {
 		b, err := ParseCapBehavior(s)
 		if err != nil || b.String() != s {
 			t.Errorf("ParseCapBehavior(%q) = %v, %v", s, b, err)
@@ -88,9 +99,22 @@ func TestNames(t *testing.T) {
 		}
 		seen[n] = true
 	}
-	for _, k := range PolicyKinds() {
+	for _, k := range append(PolicyKinds(), PolicyGlobal) {
 		if p, err := ParsePolicy(k.String()); err != nil || p.Kind != k {
 			t.Errorf("kind %v does not round-trip: %v", k, err)
+		}
+	}
+	if len(PolicyKinds()) != 6 || slices.Contains(PolicyKinds(), PolicyGlobal) {
+		t.Errorf("PolicyKinds() = %v: the six kinds the live layer runs", PolicyKinds())
+	}
+	for i, b := range CapBehaviors() {
+		if int(b) != i || strings.HasPrefix(b.String(), "cap-behavior(") {
+			t.Errorf("cap behaviour %d named %q", i, b)
+		}
+	}
+	for _, a := range Actions() {
+		if strings.HasPrefix(a.String(), "Action(") {
+			t.Errorf("action %d unnamed", a)
 		}
 	}
 }
@@ -99,7 +123,8 @@ func TestNames(t *testing.T) {
 // valid policy whose String parses back to the same policy.
 func FuzzParsePolicy(f *testing.F) {
 	for _, s := range []string{"any", "affinity(full-list)", "window(500ms)", "window(0)", "token-ryw",
-		"token-ryw-mr+epoch", "token-wait(1600)", "token-wait(1.5s)", "window(", "x(y)z", "token-wait(1e-9)"} {
+		"token-ryw-mr+epoch", "token-wait(1600)", "token-wait(1.5s)", "window(", "x(y)z", "token-wait(1e-9)",
+		"global(400ms)+defer", "token-ryw+defer+epoch", "global+epoch"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
