@@ -15,7 +15,7 @@ func BenchmarkTrial(b *testing.B) {
 	}
 	var wl workload
 	wl.draw(&cfg, 0)
-	for _, sp := range six() {
+	for _, sp := range seven() {
 		b.Run(sp.Name, func(b *testing.B) {
 			e := newEngine()
 			var m trialMetrics

@@ -94,37 +94,90 @@ type ReplicaModel struct {
 	Straggler bool
 	// SlowFactor multiplies the straggler's apply costs.
 	SlowFactor float64
+	// StragglerDelay is added to the straggler's ship delay (it sits further
+	// from the primary): a standing lag under its stalls.
+	StragglerDelay time.Duration
 	// StallEvery is the mean time between the straggler's stalls (Poisson).
 	StallEvery time.Duration
 	// StallMean is the mean stall length (uniform in [0.5, 1.5]×StallMean).
 	StallMean time.Duration
 	// HeavyProb is the share of writes that are heavy records. They are
-	// spaced regularly, one every 1/HeavyProb writes from a random phase
-	// drawn per trial, so their number per trial is fixed by the rate (a
-	// trial of n writes holds n×HeavyProb of them, ±1) and heavy records
-	// come as a rate per second of offered writes. The phase is part of the
-	// workload; heavy records matter only in worlds with HeavyProb > 0.
+	// spaced regularly, one every 1/HeavyProb writes from the trial's phase
+	// (heavyPhase), so their number per trial is fixed by the rate (a trial
+	// of n writes holds n×HeavyProb of them, ±1). Used when HeavyShare is 0.
 	HeavyProb float64
-	// HeavyCost is the fixed part of a heavy record's replay time on every
-	// replica.
+	// HeavyShare, when > 0, puts heavy records on a time schedule instead of
+	// HeavyProb: one every heavyCost/HeavyShare of offered time, regular
+	// from the trial's phase, so replaying them takes HeavyShare of every
+	// replica's time at any load, like a throttled batch job with a fixed
+	// duty cycle (it sleeps in proportion to each batch's run time). The
+	// heavy record is the first write sent at or after each scheduled time.
+	HeavyShare float64
+	// HeavyCost is a heavy record's replay time on every replica (the
+	// straggler's factor does not apply to it), unless HeavyCostByLoad is
+	// set.
 	HeavyCost time.Duration
-	// HeavyCostPerKWPS is the part of a heavy record's replay time that grows
-	// with the offered load: added once per 1000 offered writes/s (a batch
-	// statement whose rows scale with the traffic).
-	HeavyCostPerKWPS time.Duration
+	// HeavyCostByLoad, when non-nil, gives a heavy record's replay time by
+	// the offered write rate instead of HeavyCost: a batch job's statements
+	// grow with the traffic they process. Points are interpolated linearly
+	// and held flat beyond the first and last.
+	HeavyCostByLoad *LoadCurve
 }
+
+// LoadCurve is a cost by offered write rate: points sorted by rate.
+type LoadCurve []LoadPoint
+
+// LoadPoint is one point of a LoadCurve.
+type LoadPoint struct {
+	WritesPerSec float64
+	Cost         time.Duration
+}
+
+// at interpolates the curve at wps.
+func (c LoadCurve) at(wps float64) time.Duration {
+	if len(c) == 0 {
+		return 0
+	}
+	if wps <= c[0].WritesPerSec {
+		return c[0].Cost
+	}
+	for i := 1; i < len(c); i++ {
+		if wps <= c[i].WritesPerSec {
+			a, b := c[i-1], c[i]
+			f := (wps - a.WritesPerSec) / (b.WritesPerSec - a.WritesPerSec)
+			return a.Cost + time.Duration(f*float64(b.Cost-a.Cost))
+		}
+	}
+	return c[len(c)-1].Cost
+}
+
+func (c LoadCurve) validate() error {
+	for i, p := range c {
+		if p.WritesPerSec < 0 || p.Cost < 0 || (i > 0 && p.WritesPerSec <= c[i-1].WritesPerSec) {
+			return fmt.Errorf("heavy cost curve point %d %+v: want rates increasing, costs not negative", i, p)
+		}
+	}
+	return nil
+}
+
+// hasHeavy reports whether the model has heavy records at all.
+func (m *ReplicaModel) hasHeavy() bool { return m.HeavyProb > 0 || m.HeavyShare > 0 }
 
 // heavyCost is a heavy record's replay time at wps offered writes/s.
 func (m *ReplicaModel) heavyCost(wps float64) usec {
-	return dur(m.HeavyCost) + usec(float64(dur(m.HeavyCostPerKWPS))*wps/1000)
+	if m.HeavyCostByLoad != nil {
+		return dur(m.HeavyCostByLoad.at(wps))
+	}
+	return dur(m.HeavyCost)
 }
 
-// Model returns the calibrated replica model of world w.
+// Model returns the calibrated replica model of world w (docs/sim.md,
+// "Worlds", shows the calibration against the specification's targets).
 func (w World) Model() ReplicaModel {
 	healthy := ReplicaModel{
 		ShipDelay:  10 * time.Millisecond,
 		ShipJitter: 3 * time.Millisecond,
-		ApplyCost:  150 * time.Microsecond,
+		ApplyCost:  300 * time.Microsecond,
 	}
 	switch w {
 	case WorldInstant:
@@ -134,16 +187,28 @@ func (w World) Model() ReplicaModel {
 	case WorldStraggler:
 		m := healthy
 		m.Straggler = true
-		m.SlowFactor = 1.5
-		m.StallEvery = 700 * time.Millisecond
-		m.StallMean = 500 * time.Millisecond
+		m.SlowFactor = 1.35
+		m.StragglerDelay = 120 * time.Millisecond
+		m.StallEvery = 1500 * time.Millisecond
+		m.StallMean = 400 * time.Millisecond
 		return m
 	default:
 		m := WorldStraggler.Model()
-		m.HeavyProb = 0.0001
-		m.HeavyCost = 2500 * time.Millisecond
+		m.HeavyShare = 0.20
+		m.HeavyCostByLoad = &heavyCostByLoad
 		return m
 	}
+}
+
+// heavyCostByLoad is the calibrated heavy record's replay time by offered
+// load: a batch job's statement grows with the traffic until its batch
+// limit caps it.
+var heavyCostByLoad = LoadCurve{
+	{200, 530 * time.Millisecond},
+	{600, 2100 * time.Millisecond},
+	{1200, 5300 * time.Millisecond},
+	{1600, 6400 * time.Millisecond},
+	{2000, 6970 * time.Millisecond},
 }
 
 // Fault is an outage of one replica: it is down for the router (not
@@ -321,9 +386,14 @@ func (c *Config) validate() error {
 	}
 	if c.Model != nil {
 		m := c.Model
-		if m.ShipDelay < 0 || m.ShipJitter < 0 || m.ShipJitter > m.ShipDelay || m.ApplyCost < 0 ||
-			m.HeavyProb < 0 || m.HeavyProb > 1 || m.HeavyCost < 0 || m.HeavyCostPerKWPS < 0 || (m.Straggler && m.SlowFactor <= 0) {
+		if m.ShipDelay < 0 || m.ShipJitter < 0 || m.ShipJitter > m.ShipDelay || m.ApplyCost < 0 || m.StragglerDelay < 0 ||
+			m.HeavyProb < 0 || m.HeavyProb > 1 || m.HeavyShare < 0 || m.HeavyShare >= 1 || m.HeavyCost < 0 || (m.Straggler && m.SlowFactor <= 0) {
 			errs = append(errs, fmt.Errorf("replica model %+v: negative or inconsistent", *m))
+		}
+		if m.HeavyCostByLoad != nil {
+			if err := m.HeavyCostByLoad.validate(); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -19,7 +19,7 @@ import (
 // read is issued (an earlier copy of the event loop missed one reset, and
 // its cap-wait count drifted from Run's).
 func TestRecordDecisions(t *testing.T) {
-	for _, beh := range []router.CapBehavior{router.CapServeStale, router.CapWaitLonger, router.CapFailFast} {
+	for _, beh := range router.CapBehaviors() {
 		cfg := Config{Seed: 3, Trials: 1, Duration: 1500 * time.Millisecond, Sessions: 300, World: WorldStraggler,
 			Poll: 5 * time.Millisecond, Cap: router.Cap{PerSecond: 5, Burst: 1, Behavior: beh, ExtraWait: 50 * time.Millisecond}}
 		t.Run(fmt.Sprint("cap-behaviour-", beh), func(t *testing.T) { testRecordDecisions(t, cfg) })
@@ -27,11 +27,12 @@ func TestRecordDecisions(t *testing.T) {
 }
 
 func testRecordDecisions(t *testing.T, cfg Config) {
-	specs := six()
+	specs := append(seven(), spec(router.Policy{Kind: router.PolicyTokenRYWMR, Defer: true}))
 	res := run(t, cfg, specs)
-	var capWaited int64
+	var capWaited, deferred int64
 	for k, sp := range specs {
 		capWaited += res[k][0].CapWaited
+		deferred += res[k][0].Deferred
 		t.Run(sp.Name, func(t *testing.T) {
 			var recs []DecisionRecord
 			got, err := RecordDecisions(context.Background(), cfg, sp, 0, func(r *DecisionRecord) {
@@ -63,6 +64,9 @@ func testRecordDecisions(t *testing.T, cfg Config) {
 	}
 	if cfg.Cap.Behavior == router.CapWaitLonger && capWaited == 0 {
 		t.Error("no read waited on the cap: the test does not exercise cap waits")
+	}
+	if deferred == 0 {
+		t.Error("no read was deferred: the test does not exercise deferrals and retries")
 	}
 	if _, err := RecordDecisions(context.Background(), cfg, specs[0], -1, func(*DecisionRecord) {}); err == nil {
 		t.Error("negative trial accepted")

@@ -19,17 +19,21 @@ type interval struct{ from, to usec }
 // write). A chain has at most one read in flight; under WorkloadChains many
 // chains of one session may be in flight at once.
 type chainState struct {
-	k         int32  // reads of the chain already completed
-	node      int32  // serving node of the read in flight; -1 is the primary
-	issue     usec   // when the read in flight was issued
-	waitStart usec   // when it started waiting (if waited)
-	token     LogPos // the session's last acknowledged write at issue time
-	shownAt   LogPos // highest position shown to the session before issue (truth)
-	obs       LogPos // the position the read observed at its node
-	seen      LogPos // what the router records as observed (Observe at the answer)
-	failed    bool   // the read in flight was failed by the router
-	waited    bool   // the read in flight waited at least once
-	capWaited bool   // it waited at least once because the cap was spent
+	k          int32  // reads of the chain already completed
+	node       int32  // serving node of the read in flight; -1 is the primary
+	issue      usec   // when the read in flight was issued
+	waitStart  usec   // when it started waiting (if waited)
+	token      LogPos // the session's last acknowledged write at issue time
+	shownAt    LogPos // highest position shown to the session before issue (truth)
+	floor      LogPos // writes acknowledged (to any session) before issue (truth)
+	global     LogPos // PolicyGlobal's target: the primary's position when this attempt began
+	obs        LogPos // the position the read observed at its node
+	seen       LogPos // what the router records as observed (Observe at the answer)
+	failed     bool   // the read in flight was failed by the router
+	waited     bool   // the current attempt has waited (waitStart is set)
+	everWaited bool   // the read waited at least once, in any attempt
+	capWaited  bool   // it waited at least once because the cap was spent
+	deferred   bool   // it was deferred at least once (ActDefer) and retried
 }
 
 // sessState is the simulator's side of a session: what it has been shown
@@ -74,6 +78,7 @@ type engine struct {
 	inMove  []int // reads in flight per replica
 	freeAt  usec  // primary FIFO
 	primCur int
+	ackCur  int // writes acknowledged so far (ackedPos's cursor)
 
 	sess  []router.Session[LogPos]
 	ss    []sessState
@@ -132,7 +137,7 @@ func (e *engine) reset(cfg *Config, wl *workload, spec *RouterSpec, trial int, m
 	clear(e.pollCur)
 	clear(e.sp)
 	clear(e.inMove)
-	e.freeAt, e.primCur = 0, 0
+	e.freeAt, e.primCur, e.ackCur = 0, 0, 0
 	e.drawStalls(cfg)
 
 	ns := cfg.Sessions
@@ -231,6 +236,11 @@ func (e *engine) run(ctx context.Context) error {
 		case evReadIssue:
 			e.cs[ev.id].waited, e.cs[ev.id].capWaited = false, false
 			e.route(ev.t, ev.id, 0)
+		case evRetry:
+			// A deferred read tries again: a new attempt with a fresh
+			// budget; what it must see is still what it needed at issue.
+			e.cs[ev.id].waited = false
+			e.route(ev.t, ev.id, 0)
 		case evWaitWake:
 			e.route(ev.t, ev.id, ev.t-e.cs[ev.id].waitStart)
 		case evReadReach:
@@ -261,13 +271,16 @@ func (e *engine) writeArrive(t usec, w int32) {
 		if jit > 0 {
 			ship += usec((e.wr.Float64()*2 - 1) * jit)
 		}
+		if m.Straggler && r == 0 {
+			ship += dur(m.StragglerDelay)
+		}
 		arr := max(e.shipArr[r], c+ship)
 		e.shipArr[r] = arr
 		cost := float64(dur(m.ApplyCost))
 		if m.Straggler && r == 0 {
 			cost *= m.SlowFactor
 		}
-		if e.wl.heavy[w] && m.HeavyProb > 0 {
+		if e.wl.heavy[w] && m.hasHeavy() {
 			// A heavy record costs the same everywhere: the straggler's
 			// trouble is its ordinary apply rate and its stalls.
 			cost = float64(e.heavyCost)
@@ -336,6 +349,26 @@ func (e *engine) primaryPos(t usec) LogPos {
 	return LogPos(e.primCur)
 }
 
+// ackedPos is the number of writes whose acknowledgement reached their
+// client by t (t never decreases): commit order is log order, so they are
+// writes 1..n.
+func (e *engine) ackedPos(t usec) LogPos {
+	for e.ackCur < e.nw && e.commit[e.ackCur] != math.MaxInt64 && e.commit[e.ackCur]+e.rtt2 <= t {
+		e.ackCur++
+	}
+	return LogPos(e.ackCur)
+}
+
+// lagAt is the router's time lag of a replica whose first unapplied record
+// is c, seen at time t: how long ago the primary committed it (0 when the
+// replica has every record committed by t).
+func (e *engine) lagAt(c int, t usec) time.Duration {
+	if c < e.nw && e.commit[c] <= t {
+		return time.Duration(t-e.commit[c]) * time.Microsecond
+	}
+	return 0
+}
+
 // applied is replica r's true applied position at t (t never decreases).
 func (e *engine) applied(r int, t usec) LogPos {
 	c := e.cur[r]
@@ -373,10 +406,13 @@ func (e *engine) fillView(t usec) {
 	prim := e.primaryPos(t)
 	for r := range e.nr {
 		var a LogPos
-		if e.cfg.Poll > 0 {
+		var lag time.Duration
+		if p := dur(e.cfg.Poll); p > 0 {
 			a = e.polled(r, t)
+			lag = e.lagAt(int(a), t/p*p) // as of the last poll
 		} else {
 			a = e.applied(r, t)
+			lag = e.lagAt(int(a), t)
 		}
 		inf := e.inMove[r]
 		for _, d := range e.cfg.Drifts {
@@ -384,7 +420,7 @@ func (e *engine) fillView(t usec) {
 				inf += d.InFlight
 			}
 		}
-		e.view.Replicas[r] = router.Replica[LogPos]{Applied: a, Up: e.isUp(r, t), Behind: int64(prim - a), InFlight: inf}
+		e.view.Replicas[r] = router.Replica[LogPos]{Applied: a, Up: e.isUp(r, t), Behind: int64(prim - a), InFlight: inf, Lag: lag}
 	}
 	e.view.Primary, e.view.PrimaryKnown = prim, true
 }
@@ -395,16 +431,24 @@ func (e *engine) route(t usec, c int32, waited usec) {
 	st := &e.cs[c]
 	s := e.wl.session[c]
 	ses := &e.sess[s]
-	if waited == 0 && !st.waited {
+	first := waited == 0 && !st.waited // the first call of this attempt
+	if first && !st.deferred {
 		st.issue = t
 		st.token = ses.Token
 		st.shownAt = e.ss[s].shown
+		st.floor = e.ackedPos(t)
 	}
 	e.fillView(t)
+	if first {
+		// PolicyGlobal's target, captured once per attempt (a retry is a
+		// new read): the primary's position now.
+		st.global = e.view.Primary
+	}
 	e.in.Session = ses
 	e.in.Now = time.Duration(t) * time.Microsecond
 	e.in.Rand = e.rr.Uint64()
 	e.in.Waited = time.Duration(waited) * time.Microsecond
+	e.in.Global, e.in.GlobalKnown = st.global, true
 	if e.rec != nil {
 		e.rec.before(e)
 	}
@@ -438,6 +482,9 @@ func (e *engine) route(t usec, c int32, waited usec) {
 		if !st.waited {
 			st.waited = true
 			st.waitStart = t
+		}
+		if !st.everWaited {
+			st.everWaited = true
 			m.waited++
 		}
 		if d.Reason == router.ReasonCapExceeded && !st.capWaited {
@@ -445,7 +492,7 @@ func (e *engine) route(t usec, c int32, waited usec) {
 			m.capWaited++
 		}
 		wake := t + dur(d.WaitFor)
-		if q := e.qualifyTime(d.Replica, ses); q < wake {
+		if q := e.qualifyTime(d.Replica, ses, st); q < wake {
 			wake = q
 		}
 		if wake <= t {
@@ -463,6 +510,18 @@ func (e *engine) route(t usec, c int32, waited usec) {
 		st.failed = true
 		st.node = -1
 		e.h.push(t, evReadDone, c)
+	case router.ActDefer:
+		// The client is told to retry after RetryAfter; the primary is not
+		// touched. The read's latency keeps running from its issue.
+		m.deferrals++
+		if !st.deferred {
+			st.deferred = true
+			m.deferred++
+		}
+		if d.Reason == router.ReasonWaitBudgetSpent {
+			m.timeouts++
+		}
+		e.h.push(t+max(dur(d.RetryAfter), 1), evRetry, c)
 	}
 	if e.rec != nil {
 		e.rec.after(e, t, c, d)
@@ -470,11 +529,15 @@ func (e *engine) route(t usec, c int32, waited usec) {
 }
 
 // qualifyTime is when the router's view will first show replica r holding
-// what session ses needs (its token and, if any, its watermark).
-func (e *engine) qualifyTime(r int, ses *router.Session[LogPos]) usec {
+// what chain st's read of session ses needs (its token and, if any, its
+// watermark; under PolicyGlobal also the attempt's target).
+func (e *engine) qualifyTime(r int, ses *router.Session[LogPos], st *chainState) usec {
 	need := ses.Token
 	if ses.HasSeen {
 		need = need.Union(ses.Seen)
+	}
+	if e.pol.Kind == router.PolicyGlobal {
+		need = need.Union(st.global)
 	}
 	if need == 0 {
 		return 0
@@ -511,6 +574,9 @@ func (e *engine) readReach(t usec, c int32) {
 	if obs < st.shownAt {
 		m.mr++
 	}
+	if obs < st.floor {
+		m.allWrites++
+	}
 	st.obs = obs
 	// The router raises the session's watermark (when the answer lands) to
 	// an upper bound of what the read saw: the node's exact position with a
@@ -535,13 +601,16 @@ func (e *engine) readDone(t usec, c int32) {
 	}
 	if !st.failed {
 		e.m.readLat.add(t - st.issue)
+		if st.deferred {
+			e.m.deferLat.add(t - st.issue)
+		}
 		// The session has now been shown what the read observed.
 		ss := &e.ss[s]
 		ss.shown = max(ss.shown, st.obs)
 		router.Observe(&e.sess[s], st.seen, e.view.Epoch)
 	}
 	e.m.reads++
-	st.failed, st.waited, st.capWaited, st.node = false, false, false, -1
+	st.failed, st.waited, st.everWaited, st.capWaited, st.deferred, st.node = false, false, false, false, false, -1
 	rpw := int32(e.wl.rpw)
 	st.k++
 	if st.k < rpw {

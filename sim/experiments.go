@@ -65,17 +65,17 @@ type Experiment struct {
 // Experiments lists every experiment in the order `sim all` runs them.
 func Experiments() []Experiment {
 	return []Experiment{
-		{"routers", "all six routers side by side (5 replicas, 600 writes/s, default world)", Routers},
+		{"routers", "all seven routers side by side (5 replicas, 600 writes/s, default world)", Routers},
 		{"window", "the window dial: W from 0 to 4 s", WindowExp},
 		{"load", "offered writes/s from 200 to 2000 under token-ryw-mr", Load},
 		{"worlds", "the four worlds: RYW under any, cost under token-ryw-mr", WorldsExp},
 		{"fleet", "2..6 replicas in the identical, straggler and straggler+heavy worlds", Fleet},
 		{"contention", "primary reads share the write FIFO at 1400 writes/s", Contention},
-		{"wait", "token-wait budgets B from 0 to 1600 ms", Wait},
+		{"wait", "token-wait and global budgets B from 0 to 1600 ms", Wait},
 		{"failover", "scalar, GTID-set and epoch tokens through a failover", Failover},
 		{"workorder", "the request-stream model (Park–Miller) with fixed lag", Workorder},
 		{"hashing", "affinity hashing modes under a replica outage and load drift", Hashing},
-		{"cap", "the primary fallback cap C under a fleet-wide lag spike (token-ryw-mr)", CapExp},
+		{"cap", "the primary fallback cap C and defer under a fleet-wide lag spike (token-ryw-mr)", CapExp},
 	}
 }
 
@@ -114,8 +114,9 @@ func (o *Options) budget() time.Duration {
 	return router.DefaultWaitBudget
 }
 
-// sixRouters are the specification's six routers with o's knobs.
-func (o *Options) sixRouters() []RouterSpec {
+// sevenRouters are the specification's six routers and global (read-all-
+// writes), with o's knobs.
+func (o *Options) sevenRouters() []RouterSpec {
 	w := router.Policy{Kind: router.PolicyWindow, Window: o.window()}
 	tw := router.Policy{Kind: router.PolicyTokenWait, WaitBudget: o.budget()}
 	af := router.Policy{Kind: router.PolicyAffinity, HashMode: o.HashMode}
@@ -126,7 +127,13 @@ func (o *Options) sixRouters() []RouterSpec {
 		{Name: "token-ryw", Policy: router.Policy{Kind: router.PolicyTokenRYW}},
 		{Name: "token-ryw-mr", Policy: router.Policy{Kind: router.PolicyTokenRYWMR}},
 		{Name: tw.String(), Policy: tw},
+		spec(o.global()),
 	}
+}
+
+// global is the read-all-writes router with token-wait's budget.
+func (o *Options) global() router.Policy {
+	return router.Policy{Kind: router.PolicyGlobal, WaitBudget: o.budget()}
 }
 
 func spec(p router.Policy) RouterSpec { return RouterSpec{Name: p.String(), Policy: p} }
@@ -134,6 +141,7 @@ func spec(p router.Policy) RouterSpec { return RouterSpec{Name: p.String(), Poli
 var (
 	fRYW     = func(r *Result) float64 { return r.RYWPct }
 	fMR      = func(r *Result) float64 { return r.MRPct }
+	fAll     = func(r *Result) float64 { return r.AllWritesPct }
 	fPrim    = func(r *Result) float64 { return r.PrimaryPct }
 	fWorst   = func(r *Result) float64 { return r.WorstBinPct }
 	fPeak    = func(r *Result) float64 { return r.PeakPrimaryPerSec }
@@ -149,12 +157,24 @@ var (
 	fFailed  = func(r *Result) float64 { return pct(r.Failed, r.Reads) }
 )
 
-// lagNote is the achieved-lag line printed under a table.
-func lagNote(cfg *Config, rs []Result) string {
-	m, p := stat(rs, fLagMean), stat(rs, fLagP99)
-	return fmt.Sprintf("Achieved replica lag (commit to apply, all replicas): mean %.0f ± %.0f ms, p99 %.0f ± %.0f ms (%s world, %g writes/s, %d replicas).",
-		m.Mean, m.SD, p.Mean, p.SD, cfg.World, cfg.WritesPerSec, cfg.Replicas)
+// lagNote is the achieved-lag line printed under a table: the lag of every
+// record on every replica, pooled over the trials.
+func lagNote(cfg *Config, rs []Result, pool *hist) string {
+	m := lagMean(rs, pool)
+	return fmt.Sprintf("Achieved replica lag (commit to apply, every record on every replica of every trial): mean %.0f ms (SD of trial means %.0f), p99 %.0f ms (%s world, %g writes/s, %d replicas).",
+		m.Mean, m.SD, lagP99(pool), cfg.World, cfg.WritesPerSec, cfg.Replicas)
 }
+
+// lagMean is the pooled mean lag (ms) with the SD of the trials' means.
+func lagMean(rs []Result, pool *hist) Stat {
+	return Stat{Mean: pool.mean() / 1000, SD: stat(rs, fLagMean).SD}
+}
+
+// lagP99 is the pooled 99th percentile of the lag (ms). A trial holds few
+// heavy records, so a per-trial p99 swings between "no heavy record" and
+// "one heavy record" and their mean is no percentile of anything; the
+// pooled one is the lag 1% of all records exceed.
+func lagP99(pool *hist) float64 { return pool.quantile(0.99) / 1000 }
 
 func setupNote(cfg *Config) string {
 	v := "perfect router view"
@@ -169,6 +189,7 @@ var routerColumns = []Column{
 	{"router", "router", 0},
 	{"ryw_pct", "RYW viol. %", 2},
 	{"mr_pct", "MR viol. %", 2},
+	{"all_writes_pct", "all-writes viol. %", 2},
 	{"primary_pct", "primary %", 1},
 	{"worst_100ms_pct", "worst 100 ms %", 1},
 	{"peak_primary_rps", "peak primary r/s", 0},
@@ -196,24 +217,56 @@ func capCells(rs []Result) []Cell {
 	return []Cell{S(stat(rs, fCapStale)), S(stat(rs, fCapFailed)), S(stat(rs, fCapWaited))}
 }
 
+// deferColumns are added to router tables when reads can be deferred
+// (CapDefer, or a policy with Defer).
+var deferColumns = []Column{
+	{"deferred_pct", "deferred %", 2},
+	{"retries_per_deferred", "retries per deferred", 2},
+	{"deferred_mean_ms", "deferred: read mean ms", 0},
+	{"deferred_p99_ms", "deferred: read p99 ms", 0},
+}
+
+var (
+	fDeferred    = func(r *Result) float64 { return pct(r.Deferred, r.Reads) }
+	fRetries     = func(r *Result) float64 { return ratio(r.Deferrals, r.Deferred) }
+	fDeferredLat = func(r *Result) float64 { return r.DeferredMean }
+	fDeferredP99 = func(r *Result) float64 { return r.DeferredP99 }
+)
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func deferCells(rs []Result) []Cell {
+	return []Cell{S(stat(rs, fDeferred)), S(stat(rs, fRetries)), S(stat(rs, fDeferredLat)), S(stat(rs, fDeferredP99))}
+}
+
+// defers reports whether reads can be deferred under cfg and specs.
+func defers(cfg *Config, specs []RouterSpec) bool {
+	if cfg.Cap.PerSecond > 0 && cfg.Cap.Behavior == router.CapDefer {
+		return true
+	}
+	for _, s := range specs {
+		if s.Policy.Defer {
+			return true
+		}
+	}
+	return false
+}
+
 func capNote(cfg *Config) string {
 	return fmt.Sprintf("Fallback cap: %g primary fallbacks/s, above it %s (extra wait %v). Cap columns: reads served labelled stale, reads failed because the cap was spent (at once under fail-fast, after the extra wait under wait-longer), reads that waited because of the cap.",
-		cfg.Cap.PerSecond, capBehaviorName(cfg.Cap.Behavior), cfg.Cap.ExtraWait)
+		cfg.Cap.PerSecond, cfg.Cap.Behavior, cfg.Cap.ExtraWait)
 }
 
-func capBehaviorName(b router.CapBehavior) string {
-	switch b {
-	case router.CapFailFast:
-		return "fail-fast"
-	case router.CapServeStale:
-		return "serve-stale"
-	default:
-		return "wait-longer"
-	}
-}
+// deferNote explains the defer columns.
+const deferNote = "Deferred reads: the router answers \"retry after T\" (T: the least time lag among the up replicas, at least 10 ms) instead of sending the read to the primary; the client retries after T as a new attempt with a fresh budget. Deferred %: reads deferred at least once; retries per deferred read; their read mean and p99: issue to answer, every deferral and retry included."
 
 func routerRow(name string, rs []Result) []Cell {
-	return []Cell{L(name), S(stat(rs, fRYW)), S(stat(rs, fMR)), S(stat(rs, fPrim)), S(stat(rs, fWorst)),
+	return []Cell{L(name), S(stat(rs, fRYW)), S(stat(rs, fMR)), S(stat(rs, fAll)), S(stat(rs, fPrim)), S(stat(rs, fWorst)),
 		S(stat(rs, fPeak)), S(stat(rs, fRMean)), S(stat(rs, fRP50)), S(stat(rs, fRP99)), S(stat(rs, fWaited)), S(stat(rs, fTimeout))}
 }
 
@@ -222,14 +275,17 @@ func RoutersTable(ctx context.Context, name, title string, cfg Config, specs []R
 	if err := cfg.validate(); err != nil {
 		return nil, nil, err
 	}
-	res, err := Run(ctx, cfg, specs, progress)
+	res, pool, err := runTrials(ctx, cfg, specs, progress)
 	if err != nil {
 		return nil, nil, err
 	}
-	capped := cfg.Cap.PerSecond > 0
-	cols := routerColumns
+	capped, deferring := cfg.Cap.PerSecond > 0, defers(&cfg, specs)
+	cols := slices.Clone(routerColumns)
 	if capped {
-		cols = append(slices.Clone(routerColumns), capColumns...)
+		cols = append(cols, capColumns...)
+	}
+	if deferring {
+		cols = append(cols, deferColumns...)
 	}
 	t := &Table{Name: name, Title: title, Columns: cols}
 	for k, s := range specs {
@@ -237,19 +293,29 @@ func RoutersTable(ctx context.Context, name, title string, cfg Config, specs []R
 		if capped {
 			row = append(row, capCells(res[k])...)
 		}
+		if deferring {
+			row = append(row, deferCells(res[k])...)
+		}
 		t.Rows = append(t.Rows, row)
 	}
-	t.Notes = []string{setupNote(&cfg), lagNote(&cfg, res[0])}
+	t.Notes = []string{setupNote(&cfg), lagNote(&cfg, res[0], pool)}
 	if capped {
 		t.Notes = append(t.Notes, capNote(&cfg))
 	}
+	if deferring {
+		t.Notes = append(t.Notes, deferNote)
+	}
+	t.Notes = append(t.Notes, allWritesNote)
 	return t, res, nil
 }
+
+// allWritesNote explains the all-writes column.
+const allWritesNote = "All-writes violation: a read that misses a write acknowledged, to any session, before the read was issued (read-all-writes, the guarantee of global: its token is the primary's position when the read begins)."
 
 // Routers is the `routers` experiment.
 func Routers(ctx context.Context, o Options) (*Report, error) {
 	cfg := o.base(16)
-	t, _, err := RoutersTable(ctx, "routers", "Routers: violations and cost", cfg, o.sixRouters(), o.Progress)
+	t, _, err := RoutersTable(ctx, "routers", "Routers: violations and cost", cfg, o.sevenRouters(), o.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -265,13 +331,13 @@ func Routers(ctx context.Context, o Options) (*Report, error) {
 
 // sweep runs one configuration per point (built by mk) under specs, all
 // trials of all points in one parallel batch.
-func sweep(ctx context.Context, n int, mk func(i int) Config, specs func(i int) []RouterSpec, progress Progress) ([]Config, [][][]Result, error) {
+func sweep(ctx context.Context, n int, mk func(i int) Config, specs func(i int) []RouterSpec, progress Progress) ([]Config, [][][]Result, []*hist, error) {
 	cfgs := make([]Config, n)
 	var jobs []*job
 	for i := range n {
 		cfgs[i] = mk(i)
 		if err := cfgs[i].validate(); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	for i := range n {
@@ -281,9 +347,10 @@ func sweep(ctx context.Context, n int, mk func(i int) Config, specs func(i int) 
 		}
 	}
 	if err := runJobs(ctx, jobs, progress); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out := make([][][]Result, n)
+	pools := make([]*hist, n)
 	k := 0
 	for i := range n {
 		sp := specs(i)
@@ -291,6 +358,7 @@ func sweep(ctx context.Context, n int, mk func(i int) Config, specs func(i int) 
 		for r := range sp {
 			out[i][r] = make([]Result, cfgs[i].Trials)
 		}
+		pools[i] = poolLag(jobs[k : k+cfgs[i].Trials])
 		for t := range cfgs[i].Trials {
 			for r := range sp {
 				out[i][r][t] = jobs[k].out[r]
@@ -298,13 +366,13 @@ func sweep(ctx context.Context, n int, mk func(i int) Config, specs func(i int) 
 			k++
 		}
 	}
-	return cfgs, out, nil
+	return cfgs, out, pools, nil
 }
 
 // WindowExp is the `window` experiment: the window dial.
 func WindowExp(ctx context.Context, o Options) (*Report, error) {
 	ws := []time.Duration{0, 100, 250, 500, 1000, 2000, 4000}
-	cfgs, res, err := sweep(ctx, len(ws), func(int) Config { return o.base(8) },
+	cfgs, res, pools, err := sweep(ctx, len(ws), func(int) Config { return o.base(8) },
 		func(i int) []RouterSpec {
 			return []RouterSpec{spec(router.Policy{Kind: router.PolicyWindow, Window: ws[i] * time.Millisecond})}
 		}, o.Progress)
@@ -319,11 +387,11 @@ func WindowExp(ctx context.Context, o Options) (*Report, error) {
 	for i, w := range ws {
 		rs := res[i][0]
 		t.Rows = append(t.Rows, []Cell{N(float64(w)), S(stat(rs, fPrim)), S(stat(rs, fRYW)), S(stat(rs, fMR)),
-			S(stat(rs, fWorst)), S(stat(rs, fLagMean)), S(stat(rs, fLagP99))})
+			S(stat(rs, fWorst)), S(lagMean(rs, pools[i])), N(lagP99(pools[i]))})
 		pl.Lines[0].X, pl.Lines[0].Y = append(pl.Lines[0].X, float64(w)), append(pl.Lines[0].Y, stat(rs, fPrim).Mean)
 		pl.Lines[1].X, pl.Lines[1].Y = append(pl.Lines[1].X, float64(w)), append(pl.Lines[1].Y, 100-stat(rs, fRYW).Mean)
 	}
-	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0])}
+	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0], pools[0])}
 	return &Report{Tables: []*Table{t}, Plots: []Plot{pl}}, nil
 }
 
@@ -331,7 +399,7 @@ func WindowExp(ctx context.Context, o Options) (*Report, error) {
 func Load(ctx context.Context, o Options) (*Report, error) {
 	rates := []float64{200, 600, 1200, 1600, 2000}
 	targets := [][2]float64{{116, 860}, {315, 2910}, {891, 7437}, {1148, 9234}, {1507, 10246}}
-	cfgs, res, err := sweep(ctx, len(rates), func(i int) Config { c := o.base(8); c.WritesPerSec = rates[i]; return c },
+	cfgs, res, pools, err := sweep(ctx, len(rates), func(i int) Config { c := o.base(8); c.WritesPerSec = rates[i]; return c },
 		func(int) []RouterSpec { return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR})} }, o.Progress)
 	if err != nil {
 		return nil, err
@@ -344,19 +412,19 @@ func Load(ctx context.Context, o Options) (*Report, error) {
 		Lines: []Line{{Name: "primary share %"}, {Name: "worst 100 ms %"}}}
 	for i, r := range rates {
 		rs := res[i][0]
-		t.Rows = append(t.Rows, []Cell{N(r), S(stat(rs, fLagMean)), S(stat(rs, fLagP99)), N(targets[i][0]), N(targets[i][1]),
+		t.Rows = append(t.Rows, []Cell{N(r), S(lagMean(rs, pools[i])), N(lagP99(pools[i])), N(targets[i][0]), N(targets[i][1]),
 			S(stat(rs, fPrim)), S(stat(rs, fWorst)), S(stat(rs, fPeak))})
 		pl.Lines[0].X, pl.Lines[0].Y = append(pl.Lines[0].X, r), append(pl.Lines[0].Y, stat(rs, fPrim).Mean)
 		pl.Lines[1].X, pl.Lines[1].Y = append(pl.Lines[1].X, r), append(pl.Lines[1].Y, stat(rs, fWorst).Mean)
 	}
-	t.Notes = []string{setupNote(&cfgs[0]), "Lag targets are calibration inputs (the specification's); the lag columns are achieved."}
+	t.Notes = []string{setupNote(&cfgs[0]), "Lag targets are calibration inputs (the specification's); the lag columns are achieved: every record on every replica of every trial, pooled (mean ± SD of the trial means; p99 pooled)."}
 	return &Report{Tables: []*Table{t}, Plots: []Plot{pl}}, nil
 }
 
 // WorldsExp is the `worlds` experiment.
 func WorldsExp(ctx context.Context, o Options) (*Report, error) {
 	targets := map[World][2]float64{WorldInstant: {0, 0}, WorldIdentical: {11, 14}, WorldStraggler: {49, 547}, WorldStragglerHeavy: {320, 2640}}
-	cfgs, res, err := sweep(ctx, len(Worlds), func(i int) Config { c := o.base(8); c.World = Worlds[i]; return c },
+	cfgs, res, pools, err := sweep(ctx, len(Worlds), func(i int) Config { c := o.base(8); c.World = Worlds[i]; return c },
 		func(int) []RouterSpec {
 			return []RouterSpec{spec(router.Policy{Kind: router.PolicyAny}), spec(router.Policy{Kind: router.PolicyTokenRYWMR})}
 		}, o.Progress)
@@ -370,7 +438,7 @@ func WorldsExp(ctx context.Context, o Options) (*Report, error) {
 		{"mr_primary_pct", "token-ryw-mr: primary %", 1}, {"mr_worst_100ms_pct", "token-ryw-mr: worst 100 ms %", 1}}}
 	for i, w := range Worlds {
 		a, m := res[i][0], res[i][1]
-		t.Rows = append(t.Rows, []Cell{L(string(w)), S(stat(a, fLagMean)), S(stat(a, fLagP99)), N(targets[w][0]), N(targets[w][1]),
+		t.Rows = append(t.Rows, []Cell{L(string(w)), S(lagMean(a, pools[i])), N(lagP99(pools[i])), N(targets[w][0]), N(targets[w][1]),
 			S(stat(a, fRYW)), S(stat(a, fMR)), S(stat(m, fPrim)), S(stat(m, fWorst))})
 	}
 	t.Notes = []string{setupNote(&cfgs[0])}
@@ -390,7 +458,7 @@ func Fleet(ctx context.Context, o Options) (*Report, error) {
 			pts = append(pts, pt{w, n})
 		}
 	}
-	cfgs, res, err := sweep(ctx, len(pts), func(i int) Config { c := o.base(4); c.World, c.Replicas = pts[i].w, pts[i].n; return c },
+	cfgs, res, pools, err := sweep(ctx, len(pts), func(i int) Config { c := o.base(4); c.World, c.Replicas = pts[i].w, pts[i].n; return c },
 		func(int) []RouterSpec {
 			return []RouterSpec{spec(router.Policy{Kind: router.PolicyAny}), spec(router.Policy{Kind: router.PolicyTokenRYWMR})}
 		}, o.Progress)
@@ -403,7 +471,7 @@ func Fleet(ctx context.Context, o Options) (*Report, error) {
 		{"mr_primary_pct", "token-ryw-mr: primary %", 1}, {"mr_worst_100ms_pct", "token-ryw-mr: worst 100 ms %", 1}}}
 	for i, p := range pts {
 		a, m := res[i][0], res[i][1]
-		t.Rows = append(t.Rows, []Cell{L(string(p.w)), N(float64(p.n)), S(stat(a, fLagMean)), S(stat(a, fLagP99)),
+		t.Rows = append(t.Rows, []Cell{L(string(p.w)), N(float64(p.n)), S(lagMean(a, pools[i])), N(lagP99(pools[i])),
 			S(stat(a, fRYW)), S(stat(a, fMR)), S(stat(m, fPrim)), S(stat(m, fWorst))})
 	}
 	t.Notes = []string{setupNote(&cfgs[0])}
@@ -418,11 +486,12 @@ func Contention(ctx context.Context, o Options) (*Report, error) {
 		cfg.WritesPerSec = 1400
 	}
 	specs := []RouterSpec{spec(router.Policy{Kind: router.PolicyAny}),
-		spec(router.Policy{Kind: router.PolicyWindow, Window: o.window()}), spec(router.Policy{Kind: router.PolicyTokenRYWMR})}
+		spec(router.Policy{Kind: router.PolicyWindow, Window: o.window()}), spec(router.Policy{Kind: router.PolicyTokenRYWMR}),
+		spec(o.global())}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	res, err := Run(ctx, cfg, specs, o.Progress)
+	res, pool, err := runTrials(ctx, cfg, specs, o.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -434,82 +503,102 @@ func Contention(ctx context.Context, o Options) (*Report, error) {
 		t.Rows = append(t.Rows, []Cell{L(s.Name), S(stat(rs, fWMean)), S(stat(rs, fWP99)), S(stat(rs, fPrim)), S(stat(rs, fPeak)),
 			S(stat(rs, fRYW)), S(stat(rs, fRP99))})
 	}
-	t.Notes = []string{setupNote(&cfg), fmt.Sprintf("Primary FIFO capacity %g ops/s shared by writes and primary reads.", cfg.PrimaryCapacity), lagNote(&cfg, res[0])}
+	t.Notes = []string{setupNote(&cfg), fmt.Sprintf("Primary FIFO capacity %g ops/s shared by writes and primary reads.", cfg.PrimaryCapacity), lagNote(&cfg, res[0], pool)}
 	return &Report{Tables: []*Table{t}}, nil
 }
 
-// Wait is the `wait` experiment.
+// Wait is the `wait` experiment: token-wait(B) and global(B) over budgets.
 func Wait(ctx context.Context, o Options) (*Report, error) {
 	bs := []time.Duration{0, 100, 400, 800, 1600}
-	cfgs, res, err := sweep(ctx, len(bs), func(int) Config { return o.base(8) },
+	kinds := []router.PolicyKind{router.PolicyTokenWait, router.PolicyGlobal}
+	cfgs, res, pools, err := sweep(ctx, len(bs), func(int) Config { return o.base(8) },
 		func(i int) []RouterSpec {
-			return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: bs[i] * time.Millisecond})}
+			sp := make([]RouterSpec, len(kinds))
+			for k, kind := range kinds {
+				sp[k] = RouterSpec{Name: kind.String(), Policy: router.Policy{Kind: kind, WaitBudget: bs[i] * time.Millisecond}}
+			}
+			return sp
 		}, o.Progress)
 	if err != nil {
 		return nil, err
 	}
-	t := &Table{Name: "wait", Title: "Wait budget: token-wait(B)", Columns: []Column{
-		{"budget_ms", "B ms", 0}, {"primary_pct", "primary %", 1}, {"waited_pct", "waited %", 2}, {"timeouts_pct", "timeouts %", 2},
+	t := &Table{Name: "wait", Title: "Wait budget: token-wait(B) and global(B)", Columns: []Column{
+		{"router", "router", 0}, {"budget_ms", "B ms", 0}, {"primary_pct", "primary %", 1}, {"waited_pct", "waited %", 2}, {"timeouts_pct", "timeouts %", 2},
 		{"read_mean_ms", "read mean ms", 1}, {"read_p50_ms", "read p50 ms", 1}, {"read_p99_ms", "read p99 ms", 1},
-		{"worst_100ms_pct", "worst 100 ms %", 1}, {"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}}}
-	pl := Plot{Name: "wait-budget", Title: "Wait budget: read latency", X: "budget B (ms)", Y: "read latency (ms)",
-		Lines: []Line{{Name: "mean"}, {Name: "p99"}}}
-	for i, b := range bs {
-		rs := res[i][0]
-		t.Rows = append(t.Rows, []Cell{N(float64(b)), S(stat(rs, fPrim)), S(stat(rs, fWaited)), S(stat(rs, fTimeout)),
-			S(stat(rs, fRMean)), S(stat(rs, fRP50)), S(stat(rs, fRP99)), S(stat(rs, fWorst)), S(stat(rs, fRYW)), S(stat(rs, fMR))})
-		pl.Lines[0].X, pl.Lines[0].Y = append(pl.Lines[0].X, float64(b)), append(pl.Lines[0].Y, stat(rs, fRMean).Mean)
-		pl.Lines[1].X, pl.Lines[1].Y = append(pl.Lines[1].X, float64(b)), append(pl.Lines[1].Y, stat(rs, fRP99).Mean)
+		{"worst_100ms_pct", "worst 100 ms %", 1}, {"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}, {"all_writes_pct", "all-writes viol. %", 2}}}
+	pl := Plot{Name: "wait-budget", Title: "Wait budget: read latency", X: "budget B (ms)", Y: "read latency (ms)"}
+	for k, kind := range kinds {
+		mean, p99 := Line{Name: kind.String() + " mean"}, Line{Name: kind.String() + " p99"}
+		for i, b := range bs {
+			rs := res[i][k]
+			t.Rows = append(t.Rows, []Cell{L(kind.String()), N(float64(b)), S(stat(rs, fPrim)), S(stat(rs, fWaited)), S(stat(rs, fTimeout)),
+				S(stat(rs, fRMean)), S(stat(rs, fRP50)), S(stat(rs, fRP99)), S(stat(rs, fWorst)), S(stat(rs, fRYW)), S(stat(rs, fMR)), S(stat(rs, fAll))})
+			mean.X, mean.Y = append(mean.X, float64(b)), append(mean.Y, stat(rs, fRMean).Mean)
+			p99.X, p99.Y = append(p99.X, float64(b)), append(p99.Y, stat(rs, fRP99).Mean)
+		}
+		pl.Lines = append(pl.Lines, mean, p99)
 	}
-	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0])}
+	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0], pools[0]), allWritesNote}
 	return &Report{Tables: []*Table{t}, Plots: []Plot{pl}}, nil
 }
 
 // CapExp is the `cap` experiment: token-ryw-mr under a fleet-wide lag spike
 // (every applier paused 6–8 s) with the fallback cap C at a few values, under
-// each of the three behaviours above the cap. C = 0 is no cap.
+// each behaviour above the cap (wait-longer, fail-fast, serve-stale, defer),
+// and token-ryw-mr+defer, which never sends a freshness fallback to the
+// primary at all. C = 0 is no cap.
 func CapExp(ctx context.Context, o Options) (*Report, error) {
 	caps := []float64{0, 400, 200, 100, 50}
-	behaviors := []router.CapBehavior{router.CapWaitLonger, router.CapFailFast, router.CapServeStale}
+	behaviors := router.CapBehaviors()
 	type pt struct {
-		c float64
-		b router.CapBehavior
+		c     float64
+		b     router.CapBehavior
+		never bool // token-ryw-mr+defer, no cap
 	}
-	pts := []pt{{0, router.CapWaitLonger}}
+	pts := []pt{{c: 0, b: router.CapWaitLonger}}
 	for _, c := range caps[1:] {
 		for _, b := range behaviors {
-			pts = append(pts, pt{c, b})
+			pts = append(pts, pt{c: c, b: b})
 		}
 	}
+	pts = append(pts, pt{never: true})
 	extra := o.Base.Cap.ExtraWait
 	if extra <= 0 {
 		extra = 200 * time.Millisecond
 	}
-	cfgs, res, err := sweep(ctx, len(pts), func(i int) Config {
+	cfgs, res, pools, err := sweep(ctx, len(pts), func(i int) Config {
 		c := o.base(4)
 		c.Spikes = append(slices.Clone(c.Spikes), Spike{From: 6 * time.Second, To: 8 * time.Second})
 		c.Cap = router.Cap{PerSecond: pts[i].c, Behavior: pts[i].b, ExtraWait: extra}
 		return c
-	}, func(int) []RouterSpec { return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR})} }, o.Progress)
+	}, func(i int) []RouterSpec {
+		return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR, Defer: pts[i].never})}
+	}, o.Progress)
 	if err != nil {
 		return nil, err
 	}
-	t := &Table{Name: "cap", Title: "Fallback cap under a lag spike (token-ryw-mr)", Columns: append([]Column{
+	cols := []Column{
 		{"cap_per_sec", "C /s", 0}, {"behavior", "above the cap", 0},
 		{"peak_fallbacks_rps", "peak fallbacks/s", 0}, {"primary_pct", "primary %", 1}, {"worst_100ms_pct", "worst 100 ms %", 1},
-		{"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}, {"read_p99_ms", "read p99 ms", 1}}, capColumns...)}
+		{"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}, {"read_p99_ms", "read p99 ms", 1}}
+	cols = append(append(cols, capColumns...), deferColumns...)
+	t := &Table{Name: "cap", Title: "Fallback cap and defer under a lag spike (token-ryw-mr)", Columns: cols}
 	for i, p := range pts {
 		rs := res[i][0]
-		b := capBehaviorName(p.b)
-		if p.c == 0 {
+		b := p.b.String()
+		switch {
+		case p.never:
+			b = "+defer: never the primary"
+		case p.c == 0:
 			b = "(no cap)"
 		}
 		row := []Cell{N(p.c), L(b), S(stat(rs, fPeak)), S(stat(rs, fPrim)), S(stat(rs, fWorst)),
 			S(stat(rs, fRYW)), S(stat(rs, fMR)), S(stat(rs, fRP99))}
-		t.Rows = append(t.Rows, append(row, capCells(rs)...))
+		t.Rows = append(t.Rows, append(append(row, capCells(rs)...), deferCells(rs)...))
 	}
 	t.Notes = []string{setupNote(&cfgs[0]),
-		fmt.Sprintf("Lag spike: every replica's applier paused 6–8 s (replicas stay up). Under token-ryw-mr every primary read is a freshness fallback, so peak fallbacks/s is the peak primary read rate over 1 s windows. Wait-longer's extra wait: %v. Violations appear only where reads are served labelled stale.", extra),
-		lagNote(&cfgs[0], res[0][0])}
+		fmt.Sprintf("Lag spike: every replica's applier paused 6–8 s (replicas stay up). Under token-ryw-mr every primary read is a freshness fallback, so peak fallbacks/s is the peak primary read rate over 1 s windows. Wait-longer's extra wait: %v. Violations appear only where reads are served labelled stale. The last row is token-ryw-mr+defer with no cap: no freshness fallback ever reaches the primary.", extra),
+		deferNote,
+		lagNote(&cfgs[0], res[0][0], pools[0])}
 	return &Report{Tables: []*Table{t}}, nil
 }

@@ -34,7 +34,7 @@ func Hashing(ctx context.Context, o Options) (*Report, error) {
 	}
 	scs := hashScenarios(base.Replicas)
 	modes := hashroute.Modes()
-	cfgs, res, err := sweep(ctx, len(scs), func(i int) Config {
+	cfgs, res, pools, err := sweep(ctx, len(scs), func(i int) Config {
 		c := base
 		c.Faults, c.Drifts = scs[i].faults, scs[i].drifts
 		return c
@@ -58,7 +58,7 @@ func Hashing(ctx context.Context, o Options) (*Report, error) {
 				S(stat(rs, func(r *Result) float64 { return pct(r.HashMoved, r.Reads) })), S(stat(rs, fPrim))})
 		}
 	}
-	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0]),
+	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0], pools[0]),
 		"A down replica is unselectable and its applier pauses; load drift adds 12 outside reads in flight on replica 0 (rebalance-override moves reads when a replica's in-flight share exceeds 1.5× its weight share)."}
 	return &Report{Tables: []*Table{t}}, nil
 }

@@ -23,6 +23,7 @@ const (
 	evWaitWake                  // a waiting read re-decides (id: write)
 	evReadReach                 // a read reaches its node (id: write)
 	evReadDone                  // a read's answer lands (id: write)
+	evRetry                     // a deferred read tries again (id: write)
 )
 
 // event is a value in the queue: no pointers, so the heap is one slice the

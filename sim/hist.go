@@ -51,6 +51,16 @@ func (h *hist) add(v int64) {
 	h.counts[histIndex(v)]++
 }
 
+// merge adds every value of o.
+func (h *hist) merge(o *hist) {
+	h.n += o.n
+	h.sum += o.sum
+	h.max = max(h.max, o.max)
+	for i := range h.counts {
+		h.counts[i] += o.counts[i]
+	}
+}
+
 // mean in microseconds (0 when empty).
 func (h *hist) mean() float64 {
 	if h.n == 0 {

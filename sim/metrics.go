@@ -11,6 +11,7 @@ type trialMetrics struct {
 	served      int64 // reads that reached a node
 	ryw         int64 // served reads that missed the session's last acked write
 	mr          int64 // served reads below the session's highest shown position
+	allWrites   int64 // served reads missing a write acknowledged to anyone before issue
 	primary     int64 // served by the primary
 	fallbacks   int64 // primary reads for freshness (Decision.Fallback)
 	waited      int64 // reads that waited at least once
@@ -19,11 +20,14 @@ type trialMetrics struct {
 	staleServed int64 // reads served labelled stale (cap behaviour)
 	capFailed   int64 // reads failed because the cap was spent (ReasonCapExceeded)
 	capWaited   int64 // reads that waited at least once because the cap was spent
+	deferred    int64 // reads deferred (ActDefer) at least once
+	deferrals   int64 // ActDefer decisions (each one is followed by a retry)
 	hashMoved   int64 // affinity decisions hashroute moved off the first choice
 	events      int64
 	reasons     [16]int64
 
 	readLat, writeLat, lag hist
+	deferLat               hist // issue to answer of the reads that were deferred
 
 	binEnd   usec    // bins cover [0, binEnd): the offered period
 	binReads []int32 // reads reaching a node per 100 ms bin
@@ -34,6 +38,7 @@ func (m *trialMetrics) reset(cfg *Config, _ int) {
 	binReads, binPrim := m.binReads, m.binPrim
 	*m = trialMetrics{}
 	m.readLat.reset()
+	m.deferLat.reset()
 	m.binEnd = dur(cfg.Duration)
 	nb := int((m.binEnd + binWidth - 1) / binWidth)
 	m.binReads, m.binPrim = grow(binReads, nb), grow(binPrim, nb)
@@ -63,10 +68,17 @@ type Result struct {
 	// HashMoved counts affinity reads hashroute sent off their first choice
 	// (reselected, remapped or rebalanced).
 	HashMoved int64
+	// AllWrites counts served reads that missed a write acknowledged, to
+	// any session, before the read was issued (the read-all-writes
+	// guarantee of PolicyGlobal).
+	AllWrites int64
+	// Deferred counts reads deferred at least once (ActDefer); Deferrals
+	// the ActDefer decisions (each is followed by a retry).
+	Deferred, Deferrals int64
 	// Events is the number of simulator events processed.
 	Events int64
 	// Percentages of reads.
-	RYWPct, MRPct, PrimaryPct float64
+	RYWPct, MRPct, PrimaryPct, AllWritesPct float64
 	// WorstBinPct is the highest share of reads on the primary in any 100 ms
 	// bin of the offered period.
 	WorstBinPct float64
@@ -75,6 +87,9 @@ type Result struct {
 	PeakPrimaryPerSec float64
 	// Latencies in milliseconds.
 	ReadMean, ReadP50, ReadP99, WriteMean, WriteP99, LagMean, LagP99 float64
+	// DeferredMean and DeferredP99 are the issue-to-answer latency (ms) of
+	// the deferred reads, retries included (0 when none).
+	DeferredMean, DeferredP99 float64
 	// Reasons counts router decisions by router.Reason.
 	Reasons [16]int64
 }
@@ -91,10 +106,12 @@ func (m *trialMetrics) result() Result {
 		Reads: m.reads, Served: m.served, RYW: m.ryw, MR: m.mr, Primary: m.primary,
 		Fallbacks: m.fallbacks, Waited: m.waited, Timeouts: m.timeouts, Failed: m.failed,
 		Stale: m.staleServed, CapFailed: m.capFailed, CapWaited: m.capWaited, HashMoved: m.hashMoved, Events: m.events, Reasons: m.reasons,
-		RYWPct: pct(m.ryw, m.reads), MRPct: pct(m.mr, m.reads), PrimaryPct: pct(m.primary, m.reads),
+		AllWrites: m.allWrites, Deferred: m.deferred, Deferrals: m.deferrals,
+		RYWPct: pct(m.ryw, m.reads), MRPct: pct(m.mr, m.reads), PrimaryPct: pct(m.primary, m.reads), AllWritesPct: pct(m.allWrites, m.reads),
 		ReadMean: m.readLat.mean() / 1000, ReadP50: m.readLat.quantile(0.5) / 1000, ReadP99: m.readLat.quantile(0.99) / 1000,
 		WriteMean: m.writeLat.mean() / 1000, WriteP99: m.writeLat.quantile(0.99) / 1000,
 		LagMean: m.lag.mean() / 1000, LagP99: m.lag.quantile(0.99) / 1000,
+		DeferredMean: m.deferLat.mean() / 1000, DeferredP99: m.deferLat.quantile(0.99) / 1000,
 	}
 	for b := range m.binReads {
 		if m.binReads[b] > 0 {

@@ -16,6 +16,7 @@ type job struct {
 	specs []RouterSpec
 	out   []Result // len(specs), filled by the worker
 	trace *Trace   // when non-nil, trace the first router's run
+	lag   hist     // the trial's replica lag (the same under every router)
 }
 
 // Progress is told after each finished job (safe to call from any goroutine).
@@ -58,6 +59,9 @@ func runJobs(ctx context.Context, jobs []*job, progress Progress) error {
 						return
 					}
 					j.out[k] = m.result()
+					if k == 0 {
+						j.lag = m.lag
+					}
 				}
 				d := int(done.Add(1))
 				if progress != nil {
@@ -79,15 +83,22 @@ func runJobs(ctx context.Context, jobs []*job, progress Progress) error {
 // returns results[router][trial]. Trials run in parallel; the results do not
 // depend on the number of cores.
 func Run(ctx context.Context, cfg Config, specs []RouterSpec, progress Progress) ([][]Result, error) {
+	res, _, err := runTrials(ctx, cfg, specs, progress)
+	return res, err
+}
+
+// runTrials is Run that also returns the replica lag pooled over every
+// record of every trial.
+func runTrials(ctx context.Context, cfg Config, specs []RouterSpec, progress Progress) ([][]Result, *hist, error) {
 	if err := cfg.validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	jobs := make([]*job, cfg.Trials)
 	for t := range jobs {
 		jobs[t] = &job{cfg: &cfg, trial: t, specs: specs, out: make([]Result, len(specs))}
 	}
 	if err := runJobs(ctx, jobs, progress); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	res := make([][]Result, len(specs))
 	for k := range specs {
@@ -96,7 +107,17 @@ func Run(ctx context.Context, cfg Config, specs []RouterSpec, progress Progress)
 			res[k][t] = j.out[k]
 		}
 	}
-	return res, nil
+	return res, poolLag(jobs), nil
+}
+
+// poolLag merges the trials' lag histograms: the distribution of every
+// record's lag on every replica over all the jobs' trials.
+func poolLag(jobs []*job) *hist {
+	var p hist
+	for _, j := range jobs {
+		p.merge(&j.lag)
+	}
+	return &p
 }
 
 // TraceTrial runs one trial of cfg under spec and records it in detail.

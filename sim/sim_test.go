@@ -24,9 +24,9 @@ func small(seed uint64, w World) Config {
 	return Config{Seed: seed, Trials: 3, Duration: 4 * time.Second, Sessions: 2000, World: w}
 }
 
-func six() []RouterSpec {
+func seven() []RouterSpec {
 	var o Options
-	return o.sixRouters()
+	return o.sevenRouters()
 }
 
 func run(t *testing.T, cfg Config, specs []RouterSpec) [][]Result {
@@ -42,8 +42,8 @@ var seeds = []uint64{1, 7, 20260802}
 
 func TestInstantWorldHasNoViolations(t *testing.T) {
 	for _, seed := range seeds {
-		res := run(t, small(seed, WorldInstant), six())
-		for k, s := range six() {
+		res := run(t, small(seed, WorldInstant), seven())
+		for k, s := range seven() {
 			for trial, r := range res[k] {
 				if r.RYW != 0 || r.MR != 0 {
 					t.Errorf("seed %d %s trial %d: RYW %d MR %d in the instant world", seed, s.Name, trial, r.RYW, r.MR)
@@ -59,20 +59,25 @@ func TestInstantWorldHasNoViolations(t *testing.T) {
 func TestRouterInvariantsAcrossWorlds(t *testing.T) {
 	for _, w := range Worlds {
 		for _, seed := range seeds {
-			res := run(t, small(seed, w), six())
+			res := run(t, small(seed, w), seven())
 			var anyRYW, affRYW, reads int64
 			for trial := range res[0] {
-				any, aff, tr, trm, tw := res[0][trial], res[1][trial], res[3][trial], res[4][trial], res[5][trial]
+				any, aff, tr, trm, tw, gl := res[0][trial], res[1][trial], res[3][trial], res[4][trial], res[5][trial], res[6][trial]
 				if aff.MR != 0 {
 					t.Errorf("%s seed %d trial %d: affinity MR %d, want 0", w, seed, trial, aff.MR)
 				}
 				if tr.RYW != 0 {
 					t.Errorf("%s seed %d trial %d: token-ryw RYW %d, want 0", w, seed, trial, tr.RYW)
 				}
-				for _, r := range []Result{trm, tw} {
+				for _, r := range []Result{trm, tw, gl} {
 					if r.RYW != 0 || r.MR != 0 {
 						t.Errorf("%s seed %d trial %d: token MR router RYW %d MR %d, want 0", w, seed, trial, r.RYW, r.MR)
 					}
+				}
+				// Read-all-writes: global never misses a write acknowledged
+				// to anyone before the read began.
+				if gl.AllWrites != 0 {
+					t.Errorf("%s seed %d trial %d: global missed %d acknowledged writes, want 0", w, seed, trial, gl.AllWrites)
 				}
 				anyRYW += any.RYW
 				affRYW += aff.RYW
@@ -90,7 +95,7 @@ func TestRouterInvariantsAcrossWorlds(t *testing.T) {
 
 func TestLaggingWorldsDoShowViolations(t *testing.T) {
 	// The invariants above would hold vacuously if nothing ever lagged.
-	res := run(t, small(1, WorldStragglerHeavy), six())
+	res := run(t, small(1, WorldStragglerHeavy), seven())
 	var ryw, mr int64
 	for _, r := range res[0] {
 		ryw += r.RYW
@@ -113,7 +118,7 @@ func TestWindowInInstantWorldStillUsesPrimary(t *testing.T) {
 func TestSameSeedSameWriteStreamAndReadCount(t *testing.T) {
 	for _, w := range Worlds {
 		cfg := small(3, w)
-		res := run(t, cfg, six())
+		res := run(t, cfg, seven())
 		for trial := range res[0] {
 			var wl workload
 			c := cfg
@@ -122,7 +127,7 @@ func TestSameSeedSameWriteStreamAndReadCount(t *testing.T) {
 			}
 			wl.draw(&c, trial)
 			want := int64(wl.writes() * c.ReadsPerWrite)
-			for k, s := range six() {
+			for k, s := range seven() {
 				r := res[k][trial]
 				if r.Reads != want {
 					t.Errorf("%s trial %d %s: %d reads, want %d", w, trial, s.Name, r.Reads, want)
@@ -170,8 +175,12 @@ func equalWL(a, b *workload) bool {
 
 func routersOutput(t *testing.T, f Format) []byte {
 	t.Helper()
-	cfg := Config{Seed: 5, Trials: 4, Duration: 3 * time.Second, Sessions: 1000, Workload: WorkloadQueue}
-	tb, _, err := RoutersTable(context.Background(), "routers", "Routers", cfg, six(), nil)
+	return routersOutputOf(t, f, Config{Seed: 5, Trials: 4, Duration: 3 * time.Second})
+}
+
+func routersOutputOf(t *testing.T, f Format, cfg Config) []byte {
+	t.Helper()
+	tb, _, err := RoutersTable(context.Background(), "routers", "Routers", cfg, seven(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,8 +209,8 @@ func TestPolledViewNeverAddsViolations(t *testing.T) {
 			perfect := small(11, w)
 			polled := perfect
 			polled.Poll = poll
-			rp, rq := run(t, perfect, six()), run(t, polled, six())
-			for k, s := range six() {
+			rp, rq := run(t, perfect, seven()), run(t, polled, seven())
+			for k, s := range seven() {
 				for trial := range rp[k] {
 					p, q := rp[k][trial], rq[k][trial]
 					switch s.Policy.Kind {
@@ -219,6 +228,9 @@ func TestPolledViewNeverAddsViolations(t *testing.T) {
 						}
 						if s.Policy.Kind != router.PolicyTokenRYW && (q.RYW != 0 || q.MR != 0) {
 							t.Errorf("%s poll %v %s trial %d: violations under a polled view", w, poll, s.Name, trial)
+						}
+						if s.Policy.Kind == router.PolicyGlobal && q.AllWrites != 0 {
+							t.Errorf("%s poll %v global trial %d: %d all-writes violations under a polled view", w, poll, trial, q.AllWrites)
 						}
 					}
 				}
@@ -273,8 +285,8 @@ func TestContentionRaisesWriteLatency(t *testing.T) {
 func TestJSONLinesAreObjectsWithNumbers(t *testing.T) {
 	out := routersOutput(t, FormatJSON)
 	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
-	if len(lines) != 6 {
-		t.Fatalf("%d JSON lines, want 6", len(lines))
+	if len(lines) != 7 {
+		t.Fatalf("%d JSON lines, want 7", len(lines))
 	}
 	for _, l := range lines {
 		var m map[string]any
@@ -289,6 +301,8 @@ func TestJSONLinesAreObjectsWithNumbers(t *testing.T) {
 
 func TestGoldenRouters(t *testing.T) {
 	golden(t, "routers.golden.md", routersOutput(t, FormatMarkdown))
+	golden(t, "routers-queue.golden.md", routersOutputOf(t, FormatMarkdown,
+		Config{Seed: 5, Trials: 4, Duration: 3 * time.Second, Sessions: 1000, Workload: WorkloadQueue}))
 }
 
 func golden(t *testing.T, name string, got []byte) {
@@ -361,7 +375,7 @@ func TestEventLoopDoesNotAllocate(t *testing.T) {
 	var wl workload
 	var m trialMetrics
 	wl.draw(&cfg, 0)
-	specs := six()
+	specs := seven()
 	for k := range specs { // warm every array up
 		e.reset(&cfg, &wl, &specs[k], 0, &m)
 		if err := e.run(context.Background()); err != nil {
@@ -570,5 +584,46 @@ func TestQueueWorkloadIsTheEarlierDefault(t *testing.T) {
 	res := run(t, cfg, []RouterSpec{spec(router.Policy{Kind: router.PolicyWindow, Window: 500 * time.Millisecond})})
 	if got := stat(res[0], fPrim).Mean; got < 34 || got > 37 {
 		t.Fatalf("queue workload, window(500ms): %.2f%% on the primary, want about 35.6%%", got)
+	}
+}
+
+// TestWorkorderStaleShareAndTotals: the replica table's stale share is the
+// share of ALL reads stale at the fleet's lag (5 replicas at 1.00 s equal
+// the lag table's 1.00 s row), and the JSON output carries the stream's
+// totals as the markdown notes do.
+func TestWorkorderStaleShareAndTotals(t *testing.T) {
+	rep, err := Workorder(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]*Table{}
+	for _, tb := range rep.Tables {
+		tables[tb.Name] = tb
+	}
+	var lag1, rep5 float64
+	for _, row := range tables["workorder-lag"].Rows {
+		if row[0].Num == 1 {
+			lag1 = row[2].Num
+		}
+	}
+	for _, row := range tables["workorder-replicas"].Rows {
+		if row[0].Num == 5 {
+			rep5 = row[4].Num
+		}
+	}
+	if lag1 == 0 || rep5 != lag1 {
+		t.Fatalf("stale share at 5 replicas (1.00 s) %.4f%%, lag table at 1.00 s %.4f%%: want equal", rep5, lag1)
+	}
+	var b bytes.Buffer
+	if err := tables["workorder-stream"].Write(&b, FormatJSON); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(bytes.TrimSpace(b.Bytes()), &m); err != nil {
+		t.Fatalf("%q: %v", b.String(), err)
+	}
+	req, w, r := m["requests"].(float64), m["writes"].(float64), m["reads"].(float64)
+	if req != 420000 || w != 92400 || r != 327600 || w+r != req {
+		t.Fatalf("stream totals %v: want 420000 requests = 92400 writes + 327600 reads", m)
 	}
 }

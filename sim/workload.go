@@ -23,7 +23,23 @@ const (
 	streamWorkload = 1
 	streamWorld    = 2
 	streamRouter   = 3
+	streamPhase    = 5 // one draw per seed (trial 0): the heavy schedule's base phase
 )
+
+// weyl is the golden-ratio step of the heavy schedule's phase sequence.
+var weyl = (math.Sqrt(5) - 1) / 2
+
+// heavyPhase is trial's phase of the heavy-record schedule, in [0, 1): a
+// golden-ratio (Weyl) sequence frac(u + trial×0.618…) from one uniform draw u
+// per seed. Each trial's phase is uniform on its own, and any run of
+// consecutive trials spreads its phases evenly, so a mean over a few trials
+// does not hinge on where one or two heavy records happened to land (a
+// trial at 600 writes/s holds about one).
+func heavyPhase(seed uint64, trial int) float64 {
+	u := trialRand(seed, 0, streamPhase).Float64()
+	_, f := math.Modf(u + float64(trial)*weyl)
+	return f
+}
 
 func trialRand(seed uint64, trial, stream int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, uint64(trial)<<8|uint64(stream)))
@@ -41,9 +57,16 @@ func (w *workload) draw(cfg *Config, trial int) {
 	lgMin, lgMax := math.Log(float64(dur(cfg.GapMin))), math.Log(float64(dur(cfg.GapMax)))
 	mean := 1e6 / cfg.WritesPerSec
 	// Heavy records: write i is heavy when floor(phase + (i+1)×rate) steps
-	// past floor(phase + i×rate): a regular schedule from a random phase.
-	// The phase is drawn in every world so the stream stays identical.
-	phase := r.Float64()
+	// past floor(phase + i×rate): a regular schedule from the trial's phase.
+	phase := heavyPhase(cfg.Seed, trial)
+	// Time-scheduled heavy records (HeavyShare): the next scheduled time.
+	heavyAt, heavyEvery := math.Inf(1), 0.0
+	if m.HeavyShare > 0 {
+		if c := float64(m.heavyCost(cfg.WritesPerSec)); c > 0 {
+			heavyEvery = c / m.HeavyShare
+			heavyAt = phase * heavyEvery
+		}
+	}
 	t := 0.0
 	for cfg.WritesPerSec > 0 {
 		t += r.ExpFloat64() * mean
@@ -53,7 +76,14 @@ func (w *workload) draw(cfg *Config, trial int) {
 		w.send = append(w.send, usec(t))
 		w.session = append(w.session, int32(r.IntN(cfg.Sessions)))
 		i := float64(len(w.heavy))
-		w.heavy = append(w.heavy, m.HeavyProb > 0 && math.Floor(phase+(i+1)*m.HeavyProb) > math.Floor(phase+i*m.HeavyProb))
+		heavy := m.HeavyProb > 0 && math.Floor(phase+(i+1)*m.HeavyProb) > math.Floor(phase+i*m.HeavyProb)
+		if t >= heavyAt {
+			heavy = true
+			for heavyAt <= t {
+				heavyAt += heavyEvery
+			}
+		}
+		w.heavy = append(w.heavy, heavy)
 		for range w.rpw {
 			w.gaps = append(w.gaps, usec(math.Exp(lgMin+r.Float64()*(lgMax-lgMin))))
 		}
