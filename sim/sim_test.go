@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -626,4 +627,46 @@ func TestWorkorderStaleShareAndTotals(t *testing.T) {
 	if req != 420000 || w != 92400 || r != 327600 || w+r != req {
 		t.Fatalf("stream totals %v: want 420000 requests = 92400 writes + 327600 reads", m)
 	}
+}
+
+// TestLagCalibration pins the calibration (docs/sim.md, "Worlds"): at the
+// default seed and trial counts, every lag target of the specification is
+// met within 15% by the achieved lag (mean, and p99 pooled over the trials'
+// records) of the load and worlds experiments and of routers' 16 trials.
+func TestLagCalibration(t *testing.T) {
+	check := func(what string, got, want float64) {
+		if want == 0 {
+			return
+		}
+		if d := got/want - 1; d > 0.15 || d < -0.15 {
+			t.Errorf("%s: achieved %.0f ms, target %.0f ms (%+.0f%%, want within 15%%)", what, got, want, 100*d)
+		} else {
+			t.Logf("%s: achieved %.0f ms, target %.0f ms (%+.0f%%)", what, got, want, 100*d)
+		}
+	}
+	for _, e := range []func(context.Context, Options) (*Report, error){Load, WorldsExp} {
+		rep, err := e(context.Background(), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := rep.Tables[0]
+		col := map[string]int{}
+		for i, c := range tb.Columns {
+			col[c.Key] = i
+		}
+		for _, row := range tb.Rows {
+			label := row[0].Label
+			if label == "" {
+				label = fmt.Sprintf("%g w/s", row[0].Num)
+			}
+			check(tb.Name+" "+label+" mean", row[col["lag_mean_ms"]].Num, row[col["target_lag_mean_ms"]].Num)
+			check(tb.Name+" "+label+" p99", row[col["lag_p99_ms"]].Num, row[col["target_lag_p99_ms"]].Num)
+		}
+	}
+	_, pool, err := runTrials(context.Background(), Config{}, []RouterSpec{spec(router.Policy{Kind: router.PolicyAny})}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("routers (16 trials) mean", pool.mean()/1000, 320)
+	check("routers (16 trials) p99", lagP99(pool), 2640)
 }
