@@ -53,7 +53,7 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.budget, "budget", 0, "token-wait's budget B (0: 400ms)")
 	fs.StringVar(&f.hashMode, "hash-mode", "full-list", "affinity hashing: full-list, available-only, rebalance-override")
 	fs.Float64Var(&f.capPerSec, "cap", 0, "primary fallbacks allowed per second (0: no cap)")
-	fs.StringVar(&f.capBehave, "cap-behavior", "wait-longer", "above the cap: wait-longer, fail-fast, serve-stale")
+	fs.StringVar(&f.capBehave, "cap-behavior", "wait-longer", "above the cap: wait-longer, fail-fast, serve-stale, defer")
 	fs.DurationVar(&f.capExtra, "cap-extra-wait", 200*time.Millisecond, "wait-longer's extra wait")
 	fs.StringVar(&f.format, "format", "md", "output: md, csv or json (JSON lines, one object per row)")
 	fs.StringVar(&f.out, "out", "", "also write every table (md, csv, json) and the pictures (SVG) under this folder")
