@@ -17,6 +17,23 @@ import (
 // simulator becomes the GTID set equivUUID:1-n (empty for 0).
 const equivUUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
+// logPosToSet maps LogPos n to the set equivUUID:1-n (empty for 0), each set
+// parsed once.
+func logPosToSet() func(sim.LogPos) gtid.Set {
+	sets := map[sim.LogPos]gtid.Set{}
+	return func(p sim.LogPos) gtid.Set {
+		if p == 0 {
+			return gtid.Set{}
+		}
+		s, ok := sets[p]
+		if !ok {
+			s = gtid.MustParse(equivUUID + ":1-" + strconv.FormatUint(uint64(p), 10))
+			sets[p] = s
+		}
+		return s
+	}
+}
+
 type mapSource struct {
 	pos map[string]gtid.Set
 	up  map[string]bool
@@ -39,18 +56,7 @@ func (m *mapSource) WaitFor(ctx context.Context, n string, want gtid.Set) error 
 // Behind, InFlight), and the live side's fallback bucket, fed the same
 // sequence, must track the simulator's.
 func TestSimLiveEquivalence(t *testing.T) {
-	sets := map[sim.LogPos]gtid.Set{}
-	pos := func(p sim.LogPos) gtid.Set {
-		if p == 0 {
-			return gtid.Set{}
-		}
-		s, ok := sets[p]
-		if !ok {
-			s = gtid.MustParse(equivUUID + ":1-" + strconv.FormatUint(uint64(p), 10))
-			sets[p] = s
-		}
-		return s
-	}
+	pos := logPosToSet()
 	type run struct {
 		name string
 		cfg  sim.Config
@@ -183,18 +189,7 @@ func TestSimLiveEquivalence(t *testing.T) {
 // read nor return deferrals), so DecideLive is not part of this replay; when
 // it does, these runs join TestSimLiveEquivalence.
 func TestSimGlobalDeferReplayOnGTIDSets(t *testing.T) {
-	sets := map[sim.LogPos]gtid.Set{}
-	pos := func(p sim.LogPos) gtid.Set {
-		if p == 0 {
-			return gtid.Set{}
-		}
-		s, ok := sets[p]
-		if !ok {
-			s = gtid.MustParse(equivUUID + ":1-" + strconv.FormatUint(uint64(p), 10))
-			sets[p] = s
-		}
-		return s
-	}
+	pos := logPosToSet()
 	slow := sim.Config{Seed: 13, Trials: 1, Replicas: 4, Duration: 2 * time.Second, Sessions: 200, World: sim.WorldStraggler,
 		Model:  &sim.ReplicaModel{ShipDelay: 25 * time.Millisecond, ShipJitter: 10 * time.Millisecond, ApplyCost: 150 * time.Microsecond},
 		Spikes: []sim.Spike{{From: 800 * time.Millisecond, To: 1100 * time.Millisecond}},
