@@ -166,6 +166,9 @@ type Stmt struct {
 	UsesUserVar bool
 	// TrackGTIDs is the client's wish for KindTrackGTIDs.
 	TrackGTIDs bool
+	// assignsToken: the statement assigns @causal_token in a form the
+	// proxy does not evaluate (Classify returns ErrTokenNotLiteral).
+	assignsToken bool
 }
 
 // Annotation errors: a statement carrying one is refused with a clear error.
@@ -179,6 +182,12 @@ var (
 	// consistent_read_id (too long, unterminated comment, two different
 	// values); the wrapped *hashroute.ExtractError says which and where.
 	ErrBadReadID = errors.New("proxy: bad consistent_read_id")
+	// ErrTokenNotLiteral: an assignment to @causal_token other than
+	// SET @causal_token = '<token>' alone (an expression, a subquery,
+	// SELECT ... INTO or :=). The proxy does not evaluate SQL: forwarded,
+	// the server would set a user variable of that name and the session's
+	// token would silently stay what it was.
+	ErrTokenNotLiteral = errors.New("proxy: @causal_token can only be set to one string literal (SET @causal_token = '<token>'); the proxy does not evaluate expressions")
 )
 
 // annotations collects the causal-token annotations of the comments of one
@@ -280,6 +289,9 @@ func Classify(query string) (Stmt, error) {
 	if a.err != nil {
 		return Stmt{}, a.err
 	}
+	if st.assignsToken {
+		return Stmt{}, ErrTokenNotLiteral
+	}
 	if st.Kind != KindSetToken {
 		st.Token, st.TokenForm = a.token, a.form
 	}
@@ -379,10 +391,12 @@ func scanUserVars(l *lexer, st *Stmt) {
 		}
 		if t.kind == tokAssign && prev.kind == tokVar {
 			st.SetsUserVar = true
+			st.assignsToken = st.assignsToken || isCausalTokenVar(prev.text)
 		}
 		if t.is("INTO") {
 			if n := l.next(); n.kind == tokVar {
 				st.SetsUserVar, st.UsesUserVar = true, true
+				st.assignsToken = st.assignsToken || isCausalTokenVar(n.text)
 			}
 		}
 		prev = t
@@ -441,6 +455,7 @@ func classifySelect(l *lexer, first token) Stmt {
 	words := 0
 	onlyToken := first.is("SELECT")
 	sawSemicolon := false
+	intoVars := false // inside SELECT ... INTO @a, @b
 	for t := l.next(); t.kind != tokEOF; prev, t = t, l.next() {
 		if sawSemicolon {
 			pin(ReasonMultiStatement)
@@ -452,14 +467,21 @@ func classifySelect(l *lexer, first token) Stmt {
 			continue
 		}
 		words++
+		intoVars = intoVars && (t.kind == tokVar || t.punct(','))
 		switch t.kind {
 		case tokVar:
 			st.UsesUserVar = true
+			if prev.is("INTO") {
+				intoVars = true
+			}
+			if intoVars {
+				st.assignsToken = st.assignsToken || isCausalTokenVar(t.text)
+			}
 			if words == 1 && isCausalTokenVar(t.text) {
 				continue
 			}
 			onlyToken = false
-			if prev.is("INTO") {
+			if intoVars {
 				st.SetsUserVar = true
 				pin(ReasonUserVariable)
 			}
@@ -467,6 +489,7 @@ func classifySelect(l *lexer, first token) Stmt {
 			onlyToken = false
 			if prev.kind == tokVar {
 				st.SetsUserVar = true
+				st.assignsToken = st.assignsToken || isCausalTokenVar(prev.text)
 				pin(ReasonUserVariable)
 			}
 		case tokPunct:
@@ -540,13 +563,13 @@ func classifySet(l *lexer) Stmt {
 		eq := l.next()
 		v := l.next()
 		end := l.next()
-		if (eq.punct('=') || eq.kind == tokAssign) && v.kind == tokString && (end.kind == tokEOF || end.punct(';')) {
-			if end.punct(';') && l.next().kind != tokEOF {
-				return primary(ReasonMultiStatement)
-			}
+		if (eq.punct('=') || eq.kind == tokAssign) && v.kind == tokString && (end.kind == tokEOF || end.punct(';')) &&
+			(end.kind == tokEOF || l.next().kind == tokEOF) {
 			return Stmt{Kind: KindSetToken, Token: unquote(v.text), TokenForm: TokenSet}
 		}
-		return primary(ReasonUnclassified)
+		// An expression, a subquery, a second target or statement: the
+		// server would set its own @causal_token, not the session's.
+		return Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, assignsToken: true}
 	}
 	if isTrackGTIDs(t) {
 		eq := l.next()
@@ -571,10 +594,19 @@ func classifySet(l *lexer) Stmt {
 	// session_track_gtids among others, or sets autocommit (the primary's
 	// status flags then pin the session: see session.go).
 	st := Stmt{Kind: KindSession}
-	for ; t.kind != tokEOF; t = l.next() {
+	var prev token
+	for ; t.kind != tokEOF; prev, t = t, l.next() {
 		switch {
 		case t.kind == tokVar && isCausalTokenVar(t.text):
-			return primary(ReasonUnclassified)
+			// A later target (SET @a = 1, @causal_token = ...) is an
+			// assignment the proxy would not evaluate; a use on the right
+			// reads the server's variable, not the token: primary.
+			st := primary(ReasonUnclassified)
+			if prev.punct(',') {
+				n := l.next()
+				st.assignsToken = n.punct('=') || n.kind == tokAssign
+			}
+			return st
 		case t.kind == tokVar:
 			st.UsesUserVar = true
 		case t.is("SELECT"):

@@ -92,7 +92,6 @@ func TestClassify(t *testing.T) {
 		{"/* only a comment */", KindPrimary, ReasonUnclassified},
 		{"FROBNICATE t", KindPrimary, ReasonUnclassified},
 		{"'x'", KindPrimary, ReasonUnclassified},
-		{"SET @causal_token = 1", KindPrimary, ReasonUnclassified},
 		{"SELECT @causal_token, 1", KindRead, ReasonNone},
 	}
 	for _, c := range cases {
@@ -193,6 +192,17 @@ func TestAnnotationErrors(t *testing.T) {
 		{"/* consistent_read_id:user42 causal_token:tok */ SELECT 1", ErrBadReadID},
 		{"/* causal_token:tok consistent_read_id:user42 */ SELECT 1", ErrBadReadID},
 		{"/*+ ;min_gtid= */ SELECT 1", ErrEmptyAnnotation},
+		// An assignment to @causal_token the proxy would not evaluate: the
+		// server would set a variable of that name and the token would stay.
+		{"SET @causal_token = 1", ErrTokenNotLiteral},
+		{"SET @causal_token = CONCAT('g1.1.', @x)", ErrTokenNotLiteral},
+		{"SET @causal_token = (SELECT 'x')", ErrTokenNotLiteral},
+		{"SET @causal_token := @other", ErrTokenNotLiteral},
+		{"SET @a = 1, @causal_token = 'x'", ErrTokenNotLiteral},
+		{"SET @`causal_token` = 'a' 'b'", ErrTokenNotLiteral},
+		{"SELECT @causal_token := 'x'", ErrTokenNotLiteral},
+		{"SELECT 'x' INTO @causal_token", ErrTokenNotLiteral},
+		{"SELECT 1 INTO @a, @causal_token", ErrTokenNotLiteral},
 	}
 	for _, c := range cases {
 		_, err := Classify(c.q)
@@ -233,13 +243,16 @@ func FuzzClassify(f *testing.F) {
 		"SELECT 1 -- x", "SELECT `a``b` FROM t", "WITH a AS (SELECT 1) DELETE FROM t",
 		"SELECT @a := 1", "/* consistent_read_id:u1 */ SELECT 1", "'", "/*", "@", "@@", "--",
 		"SET @x = (SELECT 1)", "CREATE TEMPORARY TABLE t (a int)", "EXPLAIN FOR CONNECTION 1",
+		// Refusals the check must accept (FuzzClassify once flagged the first).
+		"/*consistent_read_id", "SET @causal_token = CONCAT('a', 'b')", "SELECT 1 INTO @causal_token",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, q string) {
 		st, err := Classify(q)
 		if err != nil {
-			if !errors.Is(err, ErrEmptyAnnotation) && !errors.Is(err, ErrConflictingTokens) {
+			if !errors.Is(err, ErrEmptyAnnotation) && !errors.Is(err, ErrConflictingTokens) &&
+				!errors.Is(err, ErrBadReadID) && !errors.Is(err, ErrTokenNotLiteral) {
 				t.Fatalf("unexpected error type %v", err)
 			}
 			return
