@@ -20,8 +20,11 @@ type backendConn struct {
 	conn *client.Conn
 	// broken is set after an I/O error: the connection is unusable.
 	broken bool
-	// buf is reused for relayed packets; cmd for the command sent.
-	buf, cmd []byte
+	// buf is reused for relayed packets; head and pieces build the
+	// command sent (relayReq.cmd).
+	buf    []byte
+	head   [5]byte
+	pieces [][]byte
 }
 
 // BackendError is a failure to reach or talk to a backend. It never holds
@@ -33,6 +36,10 @@ type BackendError struct {
 	Op string
 	// Msg is the sanitised cause.
 	Msg string
+	// Code and State are the server's error code and SQLSTATE when the
+	// server refused (0 and "" for a network failure).
+	Code  uint16
+	State string
 }
 
 func (e *BackendError) Error() string {
@@ -43,9 +50,16 @@ func (e *BackendError) Error() string {
 // scrubbed from its text.
 func backendErr(b *Backend, op string, err error) *BackendError {
 	msg := err.Error()
-	var me *mysql.MyError
-	if errors.As(err, &me) && me.Code == mysql.ER_ACCESS_DENIED_ERROR {
-		msg = "access denied for the proxy's backend account"
+	var (
+		me    *mysql.MyError
+		code  uint16
+		state string
+	)
+	if errors.As(err, &me) {
+		code, state = me.Code, me.State
+		if me.Code == mysql.ER_ACCESS_DENIED_ERROR {
+			msg = "access denied for the proxy's backend account"
+		}
 	}
 	if b.Password != "" {
 		msg = strings.ReplaceAll(msg, b.Password, "***")
@@ -53,7 +67,7 @@ func backendErr(b *Backend, op string, err error) *BackendError {
 	if b.User != "" && len(b.User) > 2 {
 		msg = strings.ReplaceAll(msg, "'"+b.User+"'", "'***'")
 	}
-	return &BackendError{Backend: b.Name, Op: op, Msg: msg}
+	return &BackendError{Backend: b.Name, Op: op, Msg: msg, Code: code, State: state}
 }
 
 // dialBackend opens a connection to b with session tracking on and the

@@ -92,9 +92,45 @@ type Config struct {
 	// Source, when set, is the position source for every backend (by
 	// Backend.Name), run by the caller; Positions is then ignored.
 	Source router.PositionSource `yaml:"-"`
-	// MaxAllowedPacket bounds a client's packet; larger ones are refused
-	// and the connection closed. Default 64 MiB (MySQL's default).
+	// MaxAllowedPacket bounds one client command (a packet with its
+	// continuation packets), checked on the running length as it is read,
+	// and one parameter's COM_STMT_SEND_LONG_DATA: a larger command is
+	// answered with ER_NET_PACKET_TOO_LARGE (1153), read to its end
+	// without being kept, and the connection closed, as MySQL does.
+	// Default 64 MiB (MySQL's default), 1 KiB..1 GiB.
 	MaxAllowedPacket int `yaml:"max_allowed_packet"`
+	// MaxSessionBytes bounds what one session holds from its client
+	// between statements: long data not yet executed, prepared statement
+	// texts (with a per-statement estimate), remembered session
+	// statements. Past it long data fails the statement's execution, a
+	// prepare is refused, session statements stop being replayed (reads
+	// then stay on the primary). Default 64 MiB.
+	MaxSessionBytes int `yaml:"max_session_bytes"`
+	// MaxTokenBytes bounds the text of a causal token a client sends (in
+	// a comment, min_gtid or SET @causal_token); a longer one is refused
+	// with an error naming the limit (compact_tokens keeps the proxy's
+	// own tokens short). Default 64 KiB.
+	MaxTokenBytes int `yaml:"max_token_bytes"`
+	// MaxConnections bounds client connections, logged in or not; above
+	// it a connection is refused with ER_CON_COUNT_ERROR (1040) and
+	// closed. Default 1000.
+	MaxConnections int `yaml:"max_connections"`
+	// HandshakeTimeout bounds a client's login (TLS, authentication and
+	// the session's primary connection, itself bounded by
+	// connect_timeout). Default 10s.
+	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	// IdleTimeout disconnects a client idle between commands that long
+	// (MySQL's wait_timeout; the client is told why, as MySQL tells it:
+	// error 4031). Default 8h.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// ClientReadTimeout bounds the wait for the rest of a command once
+	// its first byte arrived (MySQL's net_read_timeout); the client is
+	// then disconnected. Default 30s.
+	ClientReadTimeout time.Duration `yaml:"client_read_timeout"`
+	// ClientWriteTimeout bounds each write to a client that does not read
+	// its results (MySQL's net_write_timeout); the client is then
+	// disconnected. Default 60s.
+	ClientWriteTimeout time.Duration `yaml:"client_write_timeout"`
 	// MaxReplay bounds the session statements (SET, USE) remembered for
 	// replay on a session's backend connections. Default 256.
 	MaxReplay int `yaml:"max_replay"`
@@ -224,6 +260,32 @@ func (c *Config) validate() error {
 	if c.MaxAllowedPacket < 1024 || c.MaxAllowedPacket > 1<<30 {
 		return fmt.Errorf("proxy: max_allowed_packet %d out of range (1KiB..1GiB)", c.MaxAllowedPacket)
 	}
+	if err := defaultInt("max_session_bytes", &c.MaxSessionBytes, 64<<20, 1<<10, 1<<40); err != nil {
+		return err
+	}
+	if err := defaultInt("max_token_bytes", &c.MaxTokenBytes, 64<<10, 64, 1<<30); err != nil {
+		return err
+	}
+	if err := defaultInt("max_connections", &c.MaxConnections, 1000, 1, 1<<20); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		key string
+		v   *time.Duration
+		def time.Duration
+	}{
+		{"handshake_timeout", &c.HandshakeTimeout, 10 * time.Second},
+		{"idle_timeout", &c.IdleTimeout, 8 * time.Hour},
+		{"client_read_timeout", &c.ClientReadTimeout, 30 * time.Second},
+		{"client_write_timeout", &c.ClientWriteTimeout, 60 * time.Second},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < time.Millisecond || *d.v > 365*24*time.Hour {
+			return fmt.Errorf("proxy: %s %v out of range (1ms..8760h)", d.key, *d.v)
+		}
+	}
 	if c.MaxReplay == 0 {
 		c.MaxReplay = 256
 	}
@@ -244,6 +306,18 @@ func (c *Config) validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// defaultInt fills a zero *v with def and rejects a value outside
+// [lo, hi], naming the config key.
+func defaultInt(key string, v *int, def, lo, hi int) error {
+	if *v == 0 {
+		*v = def
+	}
+	if *v < lo || *v > hi {
+		return fmt.Errorf("proxy: %s %d out of range (%d..%d)", key, *v, lo, hi)
 	}
 	return nil
 }

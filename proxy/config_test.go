@@ -21,6 +21,11 @@ func TestConfigValidate(t *testing.T) {
 		c.Replicas[0].Name != "replica1" || c.MaxAllowedPacket != 64<<20 || c.PollInterval != 5*time.Millisecond || c.SocketIO != "raw" {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
+	if c.MaxConnections != 1000 || c.HandshakeTimeout != 10*time.Second || c.IdleTimeout != 8*time.Hour ||
+		c.ClientReadTimeout != 30*time.Second || c.ClientWriteTimeout != time.Minute ||
+		c.MaxSessionBytes != 64<<20 || c.MaxTokenBytes != 64<<10 {
+		t.Fatalf("limits' defaults not filled: %+v", c)
+	}
 	bad := map[string]func(*Config){
 		"no users":     func(c *Config) { c.Users = nil },
 		"dup user":     func(c *Config) { c.Users = append(c.Users, c.Users[0]) },
@@ -38,6 +43,12 @@ func TestConfigValidate(t *testing.T) {
 		"positions":    func(c *Config) { c.Positions = "gossip" },
 		"wait method":  func(c *Config) { c.Wait = "sleep" },
 		"socket io":    func(c *Config) { c.SocketIO = "uring" },
+		"connections":  func(c *Config) { c.MaxConnections = -1 },
+		"handshake":    func(c *Config) { c.HandshakeTimeout = -time.Second },
+		"idle":         func(c *Config) { c.IdleTimeout = time.Microsecond },
+		"session":      func(c *Config) { c.MaxSessionBytes = 100 },
+		"token":        func(c *Config) { c.MaxTokenBytes = -5 },
+		"read timeout": func(c *Config) { c.ClientReadTimeout = -1 },
 	}
 	for name, mod := range bad {
 		c := good()

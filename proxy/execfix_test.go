@@ -3,9 +3,11 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
@@ -13,6 +15,10 @@ import (
 // execPacket builds a COM_STMT_EXECUTE packet for a statement with n
 // parameters: with types when bound, values as given.
 func execPacket(seq byte, id uint32, n int, bound bool, types, values []byte) []byte {
+	return packet(seq, execPayload(id, n, bound, types, values))
+}
+
+func execPayload(id uint32, n int, bound bool, types, values []byte) []byte {
 	p := []byte{mysql.COM_STMT_EXECUTE}
 	p = binary.LittleEndian.AppendUint32(p, id)
 	p = append(p, 0, 1, 0, 0, 0)
@@ -23,97 +29,140 @@ func execPacket(seq byte, id uint32, n int, bound bool, types, values []byte) []
 	} else {
 		p = append(p, 0)
 	}
-	p = append(p, values...)
-	return append([]byte{byte(len(p)), byte(len(p) >> 8), byte(len(p) >> 16), seq}, p...)
+	return append(p, values...)
 }
 
-// readAllFrom reads what execFixConn passes on for input.
-func readAllFrom(t *testing.T, params map[uint32]*stmtParams, input []byte, counted *[]string) []byte {
-	t.Helper()
-	out, err := readAll(params, input, counted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+// packet frames a payload shorter than 16 MiB.
+func packet(seq byte, payload []byte) []byte {
+	n := len(payload)
+	return append([]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}, payload...)
 }
 
-// readAll is readAllFrom returning the error that ended the stream (nil for
-// a clean EOF).
-func readAll(params map[uint32]*stmtParams, input []byte, counted *[]string) ([]byte, error) {
-	a, b := net.Pipe()
-	go func() {
-		_, _ = a.Write(input)
-		a.Close()
-	}()
-	defer b.Close() // unblocks the writer when reading stopped early
-	c := newExecFixConn(b, true, params, func(r string) { *counted = append(*counted, r) })
-	var out bytes.Buffer
-	buf := make([]byte, 7) // small reads exercise the partial-copy paths
+// fakeConn is a client connection reading from a byte stream and keeping
+// what is written to it.
+type fakeConn struct {
+	net.Conn
+	r io.Reader
+	w bytes.Buffer
+}
+
+func (f *fakeConn) Read(p []byte) (int, error)       { return f.r.Read(p) }
+func (f *fakeConn) Write(p []byte) (int, error)      { return f.w.Write(p) }
+func (f *fakeConn) SetReadDeadline(time.Time) error  { return nil }
+func (f *fakeConn) SetWriteDeadline(time.Time) error { return nil }
+func (f *fakeConn) Close() error                     { return nil }
+
+// seen is one command as go-mysql's reader gets it from the gate: the
+// packet it reads, and what the gate substituted (the client's payload:
+// the command's, or the execution's pieces joined) with the response's
+// sequence number.
+type seen struct {
+	pkt     []byte
+	payload []byte
+	seq     uint8
+}
+
+var testLimits = gateLimits{maxPacket: 64 << 20, idle: time.Hour, read: time.Hour, write: time.Hour}
+
+// runGate feeds input through a gate as go-mysql reads it, packet by
+// packet, and returns what it read, what the gate wrote (its own
+// answers), the kinds it counted and the error that ended the stream (nil
+// for a clean end).
+func runGate(params map[uint32]*stmtParams, lim gateLimits, budget *byteBudget, input io.Reader) ([]seen, []byte, []string, error) {
+	fc := &fakeConn{r: input}
+	var counted []string
+	g := newExecFixConn(fc, params, lim, budget, nil, func(k string) { counted = append(counted, k) })
+	var out []seen
 	for {
-		n, err := c.Read(buf)
-		out.Write(buf[:n])
-		if err == io.EOF {
-			return out.Bytes(), nil
-		}
+		seq, p, err := readPacket(g)
 		if err != nil {
-			return out.Bytes(), err
+			_ = g.Flush()
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			return out, fc.w.Bytes(), counted, err
 		}
+		sn := seen{pkt: append([]byte{seq}, p...)}
+		if len(p) > 0 {
+			if pl, s, ok := g.command(p[0]); ok {
+				sn.seq = s
+				sn.payload = bytes.Clone(pl)
+				if p[0] == mysql.COM_STMT_EXECUTE {
+					sn.payload = bytes.Join(g.exec, nil)
+				}
+			}
+		}
+		out = append(out, sn)
 	}
 }
 
-func TestExecFixRewritesUnboundExecute(t *testing.T) {
+func mustRunGate(t *testing.T, params map[uint32]*stmtParams, in []byte) []seen {
+	t.Helper()
+	got, written, counted, err := runGate(params, testLimits, nil, bytes.NewReader(in))
+	if err != nil || len(written) != 0 || len(counted) != 0 {
+		t.Fatalf("err %v, written %x, counted %v", err, written, counted)
+	}
+	return got
+}
+
+func TestGateRewritesUnboundExecute(t *testing.T) {
 	types := []byte{mysql.MYSQL_TYPE_LONG, 0, mysql.MYSQL_TYPE_VAR_STRING, 0}
 	v1 := []byte{42, 0, 0, 0, 3, 'a', 'b', 'c'}
 	v2 := []byte{7, 0, 0, 0, 1, 'z'}
-	query := []byte{5, 0, 0, 0, mysql.COM_QUERY, 'S', 'E', 'L', ' '}
 	var in []byte
 	in = append(in, execPacket(0, 3, 2, true, types, v1)...)
-	in = append(in, query...)
+	in = append(in, packet(0, []byte("\x03SEL "))...)
 	in = append(in, execPacket(0, 3, 2, false, nil, v2)...)
-	params := map[uint32]*stmtParams{3: {n: 2}}
-	var counted []string
-	got := readAllFrom(t, params, in, &counted)
-	var want []byte
-	want = append(want, execPacket(0, 3, 2, true, types, v1)...)
-	want = append(want, query...)
-	want = append(want, execPacket(0, 3, 2, true, types, v2)...)
-	if !bytes.Equal(got, want) {
-		t.Fatalf("rewritten stream\n got %x\nwant %x", got, want)
+	got := mustRunGate(t, map[uint32]*stmtParams{3: {n: 2}}, in)
+	want := [][]byte{execPayload(3, 2, true, types, v1), []byte("\x03SEL "), execPayload(3, 2, true, types, v2)}
+	if len(got) != 3 {
+		t.Fatalf("%d commands", len(got))
 	}
-	if len(counted) != 0 {
+	for i, g := range got {
+		if !bytes.Equal(g.payload, want[i]) || g.seq != 1 {
+			t.Errorf("command %d: payload %x seq %d, want %x seq 1", i, g.payload, g.seq, want[i])
+		}
+	}
+	// go-mysql reads stand-ins: the command, statement id, flags, iteration
+	// count, a NULL bitmap and new-params-bound 0.
+	if stand := []byte{0, mysql.COM_STMT_EXECUTE, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0}; !bytes.Equal(got[0].pkt, stand) {
+		t.Errorf("execute stand-in %x, want %x", got[0].pkt, stand)
+	}
+	if !bytes.Equal(got[1].pkt, []byte{0, mysql.COM_QUERY}) {
+		t.Errorf("query stand-in %x", got[1].pkt)
+	}
+}
+
+func TestGateCountsWhatItCannotFix(t *testing.T) {
+	v := []byte{1, 0, 0, 0}
+	// Statement 9 never sent its types; statement 4 is unknown: both pass
+	// unchanged, only the first is counted.
+	in := append(execPacket(1, 9, 1, false, nil, v), execPacket(2, 4, 1, false, nil, v)...)
+	got, _, counted, err := runGate(map[uint32]*stmtParams{9: {n: 1}}, testLimits, nil, bytes.NewReader(in))
+	if err != nil || len(got) != 2 {
+		t.Fatal(err, len(got))
+	}
+	if !bytes.Equal(got[0].payload, execPayload(9, 1, false, nil, v)) || !bytes.Equal(got[1].payload, execPayload(4, 1, false, nil, v)) {
+		t.Fatalf("payloads changed: %x %x", got[0].payload, got[1].payload)
+	}
+	if got[0].seq != 2 || got[1].seq != 3 {
+		t.Fatalf("response sequence numbers %d %d, want 2 3", got[0].seq, got[1].seq)
+	}
+	if len(counted) != 1 || counted[0] != "stmt_execute_unfixable_types_never_sent" {
 		t.Fatalf("counted %v", counted)
 	}
 }
 
-func TestExecFixPassesAndCountsWhatItCannotFix(t *testing.T) {
-	v := []byte{1, 0, 0, 0}
-	// Statement 9 never sent its types; statement 4 is unknown (no params
-	// recorded): both pass unchanged, only the first is counted.
-	in := append(execPacket(1, 9, 1, false, nil, v), execPacket(2, 4, 1, false, nil, v)...)
-	params := map[uint32]*stmtParams{9: {n: 1}}
-	var counted []string
-	got := readAllFrom(t, params, in, &counted)
-	if !bytes.Equal(got, in) {
-		t.Fatalf("stream changed\n got %x\nwant %x", got, in)
-	}
-	if len(counted) != 1 || counted[0] != "types_never_sent" {
-		t.Fatalf("counted %v, want [types_never_sent]", counted)
-	}
-}
-
-func TestExecFixLeavesContinuationPacketsAlone(t *testing.T) {
+func TestGateJoinsContinuationPackets(t *testing.T) {
 	// A 0xffffff-byte packet is continued by the next one, whose first byte
 	// is data, not a command, even when it equals COM_STMT_EXECUTE.
-	big := make([]byte, 4+0xffffff)
-	big[0], big[1], big[2], big[3] = 0xff, 0xff, 0xff, 0
-	big[4] = mysql.COM_QUERY
-	cont := execPacket(1, 3, 1, false, nil, []byte{1, 0, 0, 0})
-	in := append(big, cont...)
-	params := map[uint32]*stmtParams{3: {n: 1, types: []byte{mysql.MYSQL_TYPE_LONG, 0}}}
-	var counted []string
-	got := readAllFrom(t, params, in, &counted)
-	if !bytes.Equal(got, in) {
-		t.Fatalf("continuation rewritten (len %d vs %d)", len(got), len(in))
+	first := bytes.Repeat([]byte{'x'}, 0xffffff)
+	first[0] = mysql.COM_QUERY
+	cont := execPayload(3, 1, false, nil, []byte{1, 0, 0, 0})
+	in := append(append([]byte{0xff, 0xff, 0xff, 0}, first...), packet(1, cont)...)
+	got := mustRunGate(t, map[uint32]*stmtParams{3: {n: 1, types: []byte{mysql.MYSQL_TYPE_LONG, 0}}}, in)
+	if len(got) != 1 || !bytes.Equal(got[0].payload, append(first, cont...)) || got[0].seq != 2 {
+		t.Fatalf("%d commands; payload length %d, seq %d", len(got), len(got[0].payload), got[0].seq)
 	}
 }
 
@@ -122,11 +171,10 @@ func longDataPacket(id uint32, param uint16, data []byte) []byte {
 	p := []byte{mysql.COM_STMT_SEND_LONG_DATA}
 	p = binary.LittleEndian.AppendUint32(p, id)
 	p = binary.LittleEndian.AppendUint16(p, param)
-	p = append(p, data...)
-	return append([]byte{byte(len(p)), byte(len(p) >> 8), byte(len(p) >> 16), 0}, p...)
+	return packet(0, append(p, data...))
 }
 
-func TestExecFixInlinesLongData(t *testing.T) {
+func TestGateInlinesLongData(t *testing.T) {
 	types := []byte{mysql.MYSQL_TYPE_LONG, 0, mysql.MYSQL_TYPE_BLOB, 0, mysql.MYSQL_TYPE_VAR_STRING, 0}
 	// Parameter 1 arrives as long data in two chunks; the execution then
 	// carries only parameters 0 and 2.
@@ -139,35 +187,181 @@ func TestExecFixInlinesLongData(t *testing.T) {
 	again := []byte{7, 0, 0, 0, 1, 'b', 1, 'c'}
 	in = append(in, execPacket(0, 5, 3, true, types, again)...)
 	// Long data cleared by COM_STMT_RESET never reaches an execution.
-	reset := []byte{5, 0, 0, 0, mysql.COM_STMT_RESET, 5, 0, 0, 0}
+	reset := packet(0, []byte{mysql.COM_STMT_RESET, 5, 0, 0, 0})
 	in = append(in, longDataPacket(5, 1, []byte("dropped"))...)
 	in = append(in, reset...)
 	in = append(in, execPacket(0, 5, 3, true, types, again)...)
-	params := map[uint32]*stmtParams{5: {n: 3}}
-	var counted []string
-	got := readAllFrom(t, params, in, &counted)
-	var want []byte
-	want = append(want, execPacket(0, 5, 3, true, types, []byte{42, 0, 0, 0, 12, 'h', 'e', 'l', 'l', 'o', ',', ' ', 'w', 'o', 'r', 'l', 'd', 2, 'x', 'y'})...)
-	want = append(want, execPacket(0, 5, 3, true, types, again)...)
-	want = append(want, reset...)
-	want = append(want, execPacket(0, 5, 3, true, types, again)...)
-	if !bytes.Equal(got, want) {
-		t.Fatalf("stream\n got %x\nwant %x", got, want)
+	// Long data for an unknown statement is swallowed (no answer, as in
+	// MySQL).
+	in = append(in, longDataPacket(6, 0, []byte("z"))...)
+	budget := &byteBudget{limit: 1 << 20}
+	got, written, counted, err := runGate(map[uint32]*stmtParams{5: {n: 3}}, testLimits, budget, bytes.NewReader(in))
+	if err != nil || len(written) != 0 || len(counted) != 0 {
+		t.Fatalf("err %v, written %x, counted %v", err, written, counted)
 	}
-	if len(counted) != 0 {
-		t.Fatalf("counted %v", counted)
+	want := [][]byte{
+		execPayload(5, 3, true, types, []byte{42, 0, 0, 0, 12, 'h', 'e', 'l', 'l', 'o', ',', ' ', 'w', 'o', 'r', 'l', 'd', 2, 'x', 'y'}),
+		execPayload(5, 3, true, types, again),
+		nil, // the reset, passed to go-mysql as it came
+		execPayload(5, 3, true, types, again),
 	}
-	// Long data for an unknown statement passes to go-mysql unchanged.
-	unknown := longDataPacket(6, 0, []byte("z"))
-	if got := readAllFrom(t, params, unknown, &counted); !bytes.Equal(got, unknown) {
-		t.Fatalf("unknown statement's long data changed: %x", got)
+	if len(got) != len(want) {
+		t.Fatalf("%d commands, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		if !bytes.Equal(got[i].payload, w) {
+			t.Errorf("command %d: %x, want %x", i, got[i].payload, w)
+		}
+	}
+	if !bytes.Equal(got[2].pkt, reset[3:]) {
+		t.Errorf("reset passed as %x", got[2].pkt)
+	}
+	if budget.used != 0 {
+		t.Errorf("%d bytes still counted against the session after the executions", budget.used)
 	}
 	// An execution whose other values cannot be parsed passes unchanged
 	// and is counted.
 	bad := execPacket(0, 5, 3, true, types, []byte{1, 0})
-	in = append(longDataPacket(5, 1, []byte("v")), bad...)
-	if got := readAllFrom(t, params, in, &counted); !bytes.Equal(got, bad) || len(counted) != 1 || counted[0] != "long_data_unparsable" {
-		t.Fatalf("unparsable execution: %x, counted %v", got, counted)
+	got, _, counted, _ = runGate(map[uint32]*stmtParams{5: {n: 3}}, testLimits, nil, bytes.NewReader(append(longDataPacket(5, 1, []byte("v")), bad...)))
+	if len(got) != 1 || !bytes.Equal(got[0].payload, bad[4:]) || len(counted) != 1 || counted[0] != "stmt_execute_unfixable_long_data_unparsable" {
+		t.Fatalf("unparsable execution: %v, counted %v", got, counted)
+	}
+}
+
+// errAnswers parses the ERR packets the gate wrote.
+func errAnswers(t *testing.T, b []byte) []answer {
+	t.Helper()
+	var as []answer
+	for len(b) > 0 {
+		seq, p, err := readPacket(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("gate wrote %x: %v", b, err)
+		}
+		as = append(as, classifyAnswer(seq, p))
+		b = b[4+len(p):]
+	}
+	return as
+}
+
+func TestGateEmptyPacketIsCOMSleep(t *testing.T) {
+	got := mustRunGate(t, nil, []byte{0, 0, 0, 0, 1, 0, 0, 0, mysql.COM_PING})
+	if len(got) != 2 || !bytes.Equal(got[0].pkt, []byte{0, mysql.COM_SLEEP}) || !bytes.Equal(got[1].pkt, []byte{0, mysql.COM_PING}) {
+		t.Fatalf("%v", got)
+	}
+}
+
+// TestGateRefusesOversizedMessage: the running length is checked at every
+// header; the message is answered with 1153 (the sequence number after the
+// header that crossed the limit) and dropped unread, and the stream ends.
+func TestGateRefusesOversizedMessage(t *testing.T) {
+	lim := testLimits
+	lim.maxPacket = 20 << 20
+	big := bytes.Repeat([]byte{'a'}, 0xffffff)
+	big[0] = mysql.COM_QUERY
+	var in []byte
+	in = append(in, 0xff, 0xff, 0xff, 0)
+	in = append(in, big...)
+	in = append(in, 0xff, 0xff, 0xff, 1) // 32 MiB so far: past 20 MiB
+	in = append(in, big...)
+	in = append(in, 5, 0, 0, 2, 'a', 'b', 'c', 'd', 'e')
+	in = append(in, 1, 0, 0, 0, mysql.COM_PING) // never read
+	var got []seen
+	var written []byte
+	var err error
+	n := allocated(func() { got, written, _, err = runGate(nil, lim, nil, bytes.NewReader(in)) })
+	if len(got) != 0 || !errors.Is(err, errClosedAfterRefusal) {
+		t.Fatalf("commands %v, err %v", got, err)
+	}
+	as := errAnswers(t, written)
+	if len(as) != 1 || as[0].code != mysql.ER_NET_PACKET_TOO_LARGE || as[0].seq != 2 {
+		t.Fatalf("answers %v, want one 1153 with sequence 2", as)
+	}
+	// The first packet (16 MiB, under the limit) is read, into a buffer
+	// doubled as bytes arrive (32 MiB allocated in all); the rest never.
+	if n > 36<<20 {
+		t.Fatalf("%d MiB allocated", n>>20)
+	}
+}
+
+func TestGateRefusesLargeOtherCommands(t *testing.T) {
+	name := bytes.Repeat([]byte{'d'}, 20<<10)
+	in := append(packet(0, append([]byte{mysql.COM_INIT_DB}, name...)), 1, 0, 0, 0, mysql.COM_PING)
+	got, written, counted, err := runGate(nil, testLimits, nil, bytes.NewReader(in))
+	if err != nil || len(got) != 1 || !bytes.Equal(got[0].pkt, []byte{0, mysql.COM_PING}) {
+		t.Fatalf("err %v, commands %v", err, got)
+	}
+	if as := errAnswers(t, written); len(as) != 1 || as[0].code != mysql.ER_NET_PACKET_TOO_LARGE || as[0].seq != 1 {
+		t.Fatalf("answers %v", as)
+	}
+	if len(counted) != 1 || counted[0] != "command_too_large" {
+		t.Fatalf("counted %v", counted)
+	}
+}
+
+// TestGateAllocatesAsBytesArrive: a header claiming 16 MiB followed by 10
+// bytes costs what arrived, not what was claimed.
+func TestGateAllocatesAsBytesArrive(t *testing.T) {
+	for _, cmd := range []byte{mysql.COM_QUERY, mysql.COM_STMT_EXECUTE, mysql.COM_STMT_SEND_LONG_DATA, mysql.COM_STMT_PREPARE} {
+		in := []byte{0xfe, 0xff, 0xff, 0, cmd, 1, 0, 0, 0, 0, 1, 0, 0, 0}
+		var err error
+		n := allocated(func() {
+			_, _, _, err = runGate(map[uint32]*stmtParams{1: {n: 1}}, testLimits, &byteBudget{limit: 64 << 20}, bytes.NewReader(in))
+		})
+		if !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) && err != nil {
+			t.Fatalf("command %#x: %v", cmd, err)
+		}
+		if n > 64<<10 {
+			t.Errorf("command %#x: 16 MiB claimed, 10 bytes sent: %d KiB allocated", cmd, n>>10)
+		}
+	}
+}
+
+func TestGateBoundsLongData(t *testing.T) {
+	lim := testLimits
+	lim.maxPacket = 1 << 20
+	chunk := bytes.Repeat([]byte{'x'}, 400<<10)
+	types := []byte{mysql.MYSQL_TYPE_BLOB, 0}
+	exec := execPacket(0, 1, 1, true, types, nil)
+	// Per parameter: three chunks of 400 KiB pass 1 MiB.
+	var in []byte
+	for range 3 {
+		in = append(in, longDataPacket(1, 0, chunk)...)
+	}
+	in = append(in, exec...)
+	in = append(in, longDataPacket(1, 0, []byte("ok"))...)
+	in = append(in, exec...)
+	budget := &byteBudget{limit: 64 << 20}
+	got, written, _, err := runGate(map[uint32]*stmtParams{1: {n: 1}}, lim, budget, bytes.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if as := errAnswers(t, written); len(as) != 1 || as[0].code != mysql.ER_UNKNOWN_ERROR || as[0].seq != 1 ||
+		!bytes.Contains([]byte(as[0].msg), []byte("longer than 'max_allowed_packet'")) {
+		t.Fatalf("answers %v", as)
+	}
+	if len(got) != 1 || !bytes.Equal(got[0].payload, execPayload(1, 1, true, types, []byte{2, 'o', 'k'})) {
+		t.Fatalf("the execution after the refusal: %v", got)
+	}
+	if budget.used != 0 {
+		t.Fatalf("budget used %d", budget.used)
+	}
+	// Per session: two statements' long data past the budget.
+	in = nil
+	in = append(in, longDataPacket(1, 0, chunk)...)
+	in = append(in, longDataPacket(2, 0, chunk)...) // past 600 KiB
+	in = append(in, exec...)
+	in = append(in, execPacket(0, 2, 1, true, types, nil)...)
+	budget = &byteBudget{limit: 600 << 10}
+	got, written, counted, err := runGate(map[uint32]*stmtParams{1: {n: 1}, 2: {n: 1}}, lim, budget, bytes.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[0].payload) != len(exec)-4+4+len(chunk) {
+		t.Fatalf("statement 1 within the budget: %d commands", len(got))
+	}
+	as := errAnswers(t, written)
+	if len(as) != 1 || !bytes.Contains([]byte(as[0].msg), []byte("max_session_bytes")) || len(counted) != 1 || counted[0] != "session_bytes" {
+		t.Fatalf("answers %v, counted %v", as, counted)
 	}
 }
 
@@ -198,53 +392,86 @@ func TestBinaryValueSize(t *testing.T) {
 	}
 }
 
-// framed reports whether b is a whole sequence of MySQL packets.
-func framed(b []byte) bool {
-	for len(b) > 0 {
-		if len(b) < 4 {
-			return false
+// messages splits a client stream into command messages (continuation
+// packets joined): the reference the fuzz test compares the gate with.
+// It stops at a cut packet.
+func messages(in []byte) [][]byte {
+	var out [][]byte
+	var cur []byte
+	for len(in) >= 4 {
+		n := packetLen(in)
+		if len(in) < 4+n {
+			break
 		}
-		n := 4 + (int(b[0]) | int(b[1])<<8 | int(b[2])<<16)
-		if len(b) < n {
-			return false
+		cur = append(cur, in[4:4+n]...)
+		in = in[4+n:]
+		if n < 0xffffff {
+			out = append(out, cur)
+			cur = nil
 		}
-		b = b[n:]
 	}
-	return true
+	return out
 }
 
-// FuzzExecFix feeds arbitrary client byte streams through execFixConn: it
-// must never panic or lose bytes; with no statement known it must pass the
-// stream unchanged, and with one known statement it may rewrite it (types
-// put in, long data moved into executions) but must keep it well framed.
+// FuzzExecFix feeds arbitrary client byte streams through the gate, as
+// go-mysql reads it. It must never panic, hand go-mysql only packets it
+// can frame and small, and allocate in proportion to what arrived. With no
+// statement known it must hand on every command unchanged: COM_QUERY,
+// COM_STMT_PREPARE and COM_STMT_EXECUTE through the session (command,
+// exec), the rest as they came, an empty packet as COM_SLEEP, long data
+// swallowed.
 func FuzzExecFix(f *testing.F) {
 	types := []byte{mysql.MYSQL_TYPE_LONG, 0}
 	f.Add(execPacket(0, 1, 1, false, nil, []byte{1, 0, 0, 0}), uint8(1))
 	f.Add(append(execPacket(0, 1, 1, true, types, []byte{1, 0, 0, 0}), execPacket(0, 1, 1, false, nil, []byte{2, 0, 0, 0})...), uint8(1))
 	f.Add([]byte{1, 0, 0, 0, mysql.COM_QUIT}, uint8(0))
+	f.Add([]byte{0, 0, 0, 0, 3, 0, 0, 0, mysql.COM_QUERY, 'a', 'b'}, uint8(0))
 	f.Add([]byte{3, 0, 0, 0, mysql.COM_STMT_EXECUTE, 1}, uint8(3))
 	f.Add(append(longDataPacket(1, 0, []byte("abc")), execPacket(0, 1, 2, true, []byte{mysql.MYSQL_TYPE_BLOB, 0, mysql.MYSQL_TYPE_LONG, 0}, []byte{1, 0, 0, 0})...), uint8(1))
+	f.Add([]byte{0xfe, 0xff, 0xff, 0, mysql.COM_QUERY, 1, 2}, uint8(0))
 	f.Fuzz(func(t *testing.T, in []byte, n uint8) {
-		// A stream cut inside a packet ends with io.ErrUnexpectedEOF (as
-		// go-mysql's own reader would), having passed a prefix of it.
-		var counted []string
-		plain, err := readAll(map[uint32]*stmtParams{}, in, &counted)
-		if err != nil && err != io.ErrUnexpectedEOF {
-			t.Fatal(err)
+		lim := testLimits
+		lim.maxPacket = 1 << 20
+		var got []seen
+		var err error
+		alloc := allocated(func() {
+			got, _, _, err = runGate(map[uint32]*stmtParams{}, lim, &byteBudget{limit: 1 << 20}, bytes.NewReader(in))
+		})
+		if alloc > uint64(8*len(in))+256<<10 {
+			t.Fatalf("%d bytes in, %d allocated", len(in), alloc)
 		}
-		if err == nil && !bytes.Equal(plain, in) || err != nil && !bytes.HasPrefix(in, plain) {
-			t.Fatalf("stream changed with no statement known (err %v):\n in %x\nout %x", err, in, plain)
+		for _, g := range got {
+			if len(g.pkt) > 1+maxOtherCommand {
+				t.Fatalf("go-mysql got a %d-byte packet", len(g.pkt))
+			}
+		}
+		if err == nil {
+			var want [][]byte
+			for _, m := range messages(in) {
+				switch {
+				case len(m) == 0:
+					want = append(want, []byte{mysql.COM_SLEEP})
+				case m[0] == mysql.COM_STMT_SEND_LONG_DATA:
+				case len(m) > maxOtherCommand && m[0] != mysql.COM_QUERY && m[0] != mysql.COM_STMT_PREPARE && m[0] != mysql.COM_STMT_EXECUTE:
+					// answered by the gate, dropped
+				default:
+					want = append(want, m)
+				}
+			}
+			if len(want) != len(got) {
+				t.Fatalf("%d commands handed on, %d sent", len(got), len(want))
+			}
+			for i, g := range got {
+				hand := g.payload
+				if hand == nil {
+					hand = g.pkt[1:]
+				}
+				if !bytes.Equal(hand, want[i]) {
+					t.Fatalf("command %d handed on as %x, sent %x", i, hand, want[i])
+				}
+			}
 		}
 		params := map[uint32]*stmtParams{1: {n: int(n%9) + 1}}
-		got, err2 := readAll(params, in, &counted)
-		// A cut stream may end with io.EOF on one path and
-		// io.ErrUnexpectedEOF on the other (a swallowed long-data packet
-		// is read whole); a whole one must end cleanly on both.
-		if framed(in) && (err2 == nil) != (err == nil) {
-			t.Fatalf("errors differ: %v vs %v", err, err2)
-		}
-		if err == nil && framed(in) && !framed(got) {
-			t.Fatalf("framing lost:\n in %x\nout %x", in, got)
-		}
+		_, _, _, _ = runGate(params, lim, &byteBudget{limit: 1 << 20}, bytes.NewReader(in))
 	})
 }

@@ -3,7 +3,9 @@ package proxy
 import (
 	"encoding/binary"
 	"errors"
+	"net"
 	"strings"
+	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/server"
@@ -56,8 +58,9 @@ var watermarkCmd = append([]byte{mysql.COM_QUERY}, watermarkQuery...)
 type relayReq struct {
 	// op names the command in errors ("query", "execute").
 	op string
-	// cmd is the command's payload (command byte onward).
-	cmd []byte
+	// cmd is the command's payload (command byte onward) in pieces, sent
+	// without being copied together when it is big (send).
+	cmd [][]byte
 	// wantGTIDs: forward session-tracking GTIDs to the client.
 	wantGTIDs bool
 	// watermark: pipeline watermarkQuery behind the command (one write,
@@ -77,12 +80,11 @@ func relay(cc *server.Conn, bc *backendConn, query string, wantGTIDs bool) (rela
 
 // relayQuery relays the COM_QUERY of query with req's options.
 func relayQuery(cc *server.Conn, bc *backendConn, query string, req relayReq) (relayOut, error) {
-	bc.cmd = append(append(bc.cmd[:0], mysql.COM_QUERY), query...)
-	req.cmd = bc.cmd
+	bc.head[0] = mysql.COM_QUERY
+	bc.pieces = append(bc.pieces[:0], bc.head[:1], unsafe.Slice(unsafe.StringData(query), len(query)))
+	req.cmd = bc.pieces
 	out, err := relayCmd(cc, bc, req)
-	if cap(bc.cmd) > 1<<20 {
-		bc.cmd = nil
-	}
+	clear(bc.pieces) // no reference to the query is kept
 	return out, err
 }
 
@@ -112,14 +114,37 @@ func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) 
 	return out, err
 }
 
-// send writes cmd as one packet (sequence 0) and, with watermark,
-// watermarkQuery as a second command behind it, in one write when both
-// fit in single packets.
-func (bc *backendConn) send(cmd []byte, watermark bool) error {
+// smallCommand is the size up to which a command's pieces are copied into
+// one packet buffer and sent in one write.
+const smallCommand = 64 << 10
+
+// send writes the command whose payload is cmd's pieces (sequence 0) and,
+// with watermark, watermarkQuery as a second command behind it: in one
+// write when the command is small, else framed around its pieces without
+// copying them (split into 16 MiB packets as the protocol does).
+func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 	c := bc.conn
-	if len(cmd) >= mysql.MaxPayloadLen || c.Compression != mysql.MYSQL_COMPRESS_NONE {
+	n := 0
+	for _, p := range cmd {
+		n += len(p)
+	}
+	if n >= smallCommand && c.Compression == mysql.MYSQL_COMPRESS_NONE {
+		bufs, packets := framePackets(cmd, n)
+		if watermark {
+			bufs = append(bufs, appendPacket(nil, watermarkCmd))
+		}
+		_, err := bufs.WriteTo(c.Conn)
+		// The response continues the command's sequence (past its split
+		// packets); the watermark is a command of its own.
+		c.Sequence = uint8(packets)
+		return err
+	}
+	if c.Compression != mysql.MYSQL_COMPRESS_NONE {
 		c.ResetSequence()
-		data := append(append(bc.buf[:0], 0, 0, 0, 0), cmd...)
+		data := append(bc.buf[:0], 0, 0, 0, 0)
+		for _, p := range cmd {
+			data = append(data, p...)
+		}
 		err := c.WritePacket(data)
 		bc.keepBuf(data)
 		if err != nil || !watermark {
@@ -134,7 +159,10 @@ func (bc *backendConn) send(cmd []byte, watermark bool) error {
 		c.Sequence = seq
 		return err
 	}
-	data := appendPacket(bc.buf[:0], cmd)
+	data := append(bc.buf[:0], byte(n), byte(n>>8), byte(n>>16), 0)
+	for _, p := range cmd {
+		data = append(data, p...)
+	}
 	if watermark {
 		data = appendPacket(data, watermarkCmd)
 	}
@@ -142,6 +170,35 @@ func (bc *backendConn) send(cmd []byte, watermark bool) error {
 	bc.keepBuf(data)
 	c.Sequence = 1 // the response's first packet
 	return err
+}
+
+// framePackets frames a payload of n bytes held in pieces as protocol
+// packets (sequence 0 on): the 4-byte headers and the pieces' own bytes,
+// sliced at every 0xffffff bytes, with the empty packet that ends a
+// payload of an exact multiple. It returns the buffers and the number of
+// packets.
+func framePackets(pieces [][]byte, n int) (net.Buffers, int) {
+	var bufs net.Buffers
+	var cur []byte
+	next, seq := 0, 0
+	for {
+		size := min(n, mysql.MaxPayloadLen)
+		bufs = append(bufs, []byte{byte(size), byte(size >> 8), byte(size >> 16), byte(seq)})
+		seq++
+		for need := size; need > 0; {
+			for len(cur) == 0 {
+				cur = pieces[next]
+				next++
+			}
+			k := min(need, len(cur))
+			bufs = append(bufs, cur[:k])
+			cur, need = cur[k:], need-k
+		}
+		n -= size
+		if size < mysql.MaxPayloadLen {
+			return bufs, seq
+		}
+	}
 }
 
 // appendPacket appends payload as one packet with sequence number 0.

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -30,7 +31,10 @@ type Server struct {
 	log      *slog.Logger
 	m        *metrics
 	mysqlSrv *server.Server
-	auth     *server.InMemoryAuthenticationHandler
+	// users are the configured accounts; decoy the credential unknown
+	// users are checked against (loginHandler).
+	users map[string]server.Credential
+	decoy server.Credential
 	// src is the position source (Config.Source, pollers or binlog
 	// streams); runSrc runs it when the proxy owns it.
 	src    router.PositionSource
@@ -90,12 +94,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mysqlSrv = server.NewServer(cfg.ServerVersion, mysql.DEFAULT_COLLATION_ID, cfg.AuthMethod, key, tlsConf)
-	s.auth = server.NewInMemoryAuthenticationHandler(cfg.AuthMethod)
-	for _, u := range cfg.Users {
-		if err := s.auth.AddUser(u.Name, u.Password, cfg.AuthMethod); err != nil {
-			return nil, fmt.Errorf("proxy: user %q: %w", u.Name, err)
-		}
+	s.mysqlSrv = server.NewServerWithAuth(cfg.ServerVersion, mysql.DEFAULT_COLLATION_ID, cfg.AuthMethod, key, tlsConf,
+		authProvider{&server.DefaultAuthenticationProvider{}})
+	if s.users, s.decoy, err = newUsers(&s.cfg); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -241,20 +243,42 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.ln.Close()
 	}()
 	var acceptErr error
+	var delay time.Duration
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
-			if ctx.Err() == nil {
-				acceptErr = fmt.Errorf("proxy: accept: %w", err)
+			if ctx.Err() != nil {
+				break
 			}
-			break
+			if errors.Is(err, net.ErrClosed) {
+				acceptErr = fmt.Errorf("proxy: accept: %w", err)
+				break
+			}
+			// Out of file descriptors, or a connection reset before it
+			// was accepted: back off and keep accepting, as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.m.connections.WithLabelValues("accept_error").Inc()
+			s.log.Warn("accept failed; retrying", "err", err.Error(), "retry_in", delay)
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+			continue
 		}
+		delay = 0
 		if s.cfg.SocketIO == "raw" {
 			c = rawnet.Wrap(c)
 		}
 		s.mu.Lock()
-		s.conns[c] = struct{}{}
+		full := len(s.conns) >= s.cfg.MaxConnections
+		if !full {
+			s.conns[c] = struct{}{}
+		}
 		s.mu.Unlock()
+		if full {
+			s.refuseConn(c)
+			continue
+		}
 		s.wg.Add(1)
 		go s.serveConn(ctx, c)
 	}
@@ -304,6 +328,20 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "ok primary=up replicas_up=%d/%d\n", n, len(s.cfg.Replicas))
 }
 
+// refuseConn answers a connection past max_connections as MySQL does (an
+// ER_CON_COUNT_ERROR packet in place of the greeting) and closes it.
+func (s *Server) refuseConn(c net.Conn) {
+	s.m.connections.WithLabelValues("refused_max_connections").Inc()
+	msg := fmt.Sprintf("causallab proxy: Too many connections (max_connections %d)", s.cfg.MaxConnections)
+	code := uint16(mysql.ER_CON_COUNT_ERROR)
+	p := []byte{mysql.ERR_HEADER, byte(code), byte(code >> 8), '#'}
+	p = append(append(p, mysql.MySQLState[code]...), msg...)
+	n := len(p)
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second)) // a fresh socket's buffer takes it at once
+	_, _ = c.Write(append([]byte{byte(n), byte(n >> 8), byte(n >> 16), 0}, p...))
+	_ = c.Close()
+}
+
 func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	defer s.wg.Done()
 	defer func() {
@@ -312,42 +350,55 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
+	defer func() {
+		// The last line: nothing a client sends may end the process. The
+		// session's backend connections close with it (deferred below).
+		if r := recover(); r != nil {
+			s.m.connections.WithLabelValues("panic").Inc()
+			s.log.Error("session panicked; its connection is closed", "remote", c.RemoteAddr().String(),
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
 	// Backend I/O of this session must not outlive the proxy's shutdown
 	// timeout, but in-flight statements must not be cut at ctx's end.
 	sctx := context.WithoutCancel(ctx)
 	sess := newSession(sctx, s)
-	_ = c.SetDeadline(time.Now().Add(s.cfg.ConnectTimeout + 5*time.Second))
-	cc, err := s.mysqlSrv.NewCustomizedConn(c, s.auth, sess)
+	defer sess.close()
+	// The login, the session's primary connection included, within
+	// handshake_timeout (the backend's own attempt: connect_timeout).
+	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	hc := &handshakeConn{Conn: c}
+	login := &loginHandler{srv: s, sess: sess}
+	cc, err := s.mysqlSrv.NewCustomizedConn(hc, login, sess)
 	if err != nil {
-		s.m.connections.WithLabelValues("auth_failed").Inc()
-		s.log.Debug("client handshake failed", "remote", c.RemoteAddr().String(), "err", err.Error())
+		outcome := "auth_failed"
+		if login.backendFailed {
+			outcome = "backend_failed"
+		}
+		s.m.connections.WithLabelValues(outcome).Inc()
+		s.log.Debug("client login failed", "remote", c.RemoteAddr().String(), "outcome", outcome, "err", err.Error())
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	fixExec := cc.Conn.Compression == mysql.MYSQL_COMPRESS_NONE
-	if !fixExec {
-		// Compressed clients bypass the COM_STMT_EXECUTE workaround: a
-		// re-execution without parameter types then sees NULLs. Counted.
-		s.m.connections.WithLabelValues("compressed_no_execute_fix").Inc()
+	hc.through = true
+	under := cc.Conn.Conn // TLS over hc, or hc itself
+	if under == net.Conn(hc) {
+		under = c
 	}
-	fc := newExecFixConn(cc.Conn.Conn, fixExec, sess.params, func(reason string) {
-		s.m.clientErrors.WithLabelValues("stmt_execute_unfixable_" + reason).Inc()
-	})
+	fc := newExecFixConn(under, sess.params, gateLimits{
+		maxPacket: s.cfg.MaxAllowedPacket,
+		idle:      s.cfg.IdleTimeout,
+		read:      s.cfg.ClientReadTimeout,
+		write:     s.cfg.ClientWriteTimeout,
+	}, sess.budget, ctx.Done(), func(kind string) { s.m.clientErrors.WithLabelValues(kind).Inc() })
 	cc.Conn.Conn = fc
 	sess.fc = fc
 	if ctx.Err() != nil {
 		_ = c.SetReadDeadline(time.Now())
 	}
-	if err := sess.start(cc); err != nil {
-		s.m.connections.WithLabelValues("backend_failed").Inc()
-		_ = cc.WriteValue(mysql.NewError(codeBackendLost, "causallab proxy: "+err.Error()))
-		cc.Close() // flushes the error first
-		return
-	}
 	s.m.connections.WithLabelValues("accepted").Inc()
 	s.m.active.Inc()
 	defer s.m.active.Dec()
-	defer sess.close()
 	for !cc.Closed() {
 		if err := cc.HandleCommand(); err != nil || sess.closeAfter {
 			break

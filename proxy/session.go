@@ -70,6 +70,11 @@ type session struct {
 	// ids to parameter counts for execFixConn.
 	prepares uint32
 	params   map[uint32]*stmtParams
+	// budget is max_session_bytes: long data (execFixConn), prepared
+	// statement texts (pstmt.cost) and remembered session statements
+	// (replayBytes).
+	budget      *byteBudget
+	replayBytes int
 }
 
 // pstmt is a client's prepared statement, prepared on each backend that
@@ -84,6 +89,8 @@ type pstmt struct {
 	// onPrimary is prepared at COM_STMT_PREPARE; onReplica lazily.
 	onPrimary *client.Stmt
 	onReplica map[int]*client.Stmt
+	// cost is what the statement takes of the session's budget.
+	cost int
 }
 
 var _ server.Handler = (*session)(nil)
@@ -97,6 +104,7 @@ func newSession(ctx context.Context, srv *Server) *session {
 		ls:       srv.rt.NewSession(),
 		stmts:    map[*stmt.PreparedStmt]*pstmt{},
 		params:   map[uint32]*stmtParams{},
+		budget:   &byteBudget{limit: srv.cfg.MaxSessionBytes},
 	}
 	return s
 }
@@ -259,8 +267,23 @@ func oneValueResultset(name string, v *string) *mysql.Resultset {
 	return &mysql.Resultset{Fields: []*mysql.Field{f}, FieldNames: map[string]int{name: 0}, RowDatas: []mysql.RowData{row}}
 }
 
+// takeCommand returns the client's own command when execFixConn handed
+// go-mysql a stand-in for it (it always does for COM_QUERY,
+// COM_STMT_PREPARE and COM_STMT_EXECUTE), and sets the response's
+// sequence number past the client's packets.
+func (s *session) takeCommand(cmd byte) ([]byte, bool) {
+	payload, seq, ok := s.fc.command(cmd)
+	if ok {
+		s.cc.Sequence = seq
+	}
+	return payload, ok
+}
+
 // HandleQuery handles COM_QUERY.
 func (s *session) HandleQuery(query string) (*mysql.Result, error) {
+	if payload, ok := s.takeCommand(mysql.COM_QUERY); ok {
+		query = payloadText(payload) // valid during this command
+	}
 	if len(query) > s.srv.cfg.MaxAllowedPacket {
 		s.closeAfter = true
 		return nil, s.proxyErr("packet_too_large", mysql.ER_NET_PACKET_TOO_LARGE,
@@ -429,12 +452,12 @@ func (s *session) routeRelay(st Stmt, o router.ReadOptions, relayOne func(bc *ba
 	if err == nil {
 		return done(), nil
 	}
-	return s.readFailed(err, served, relayed)
+	return s.readFailed(err, served, relayed, o)
 }
 
 // readFailed turns a read the router did not serve into the client's
 // answer.
-func (s *session) readFailed(err error, served *backendConn, relayed bool) (*mysql.Result, error) {
+func (s *session) readFailed(err error, served *backendConn, relayed bool, o router.ReadOptions) (*mysql.Result, error) {
 	var (
 		rse *relayedServerErr
 		rde *router.ReadError
@@ -443,7 +466,7 @@ func (s *session) readFailed(err error, served *backendConn, relayed bool) (*mys
 	case errors.As(err, &rse):
 		return done(), nil // the server's error is already with the client
 	case errors.As(err, &rde):
-		return nil, s.refused(rde)
+		return nil, s.refused(rde, o)
 	case relayed:
 		// The result reached the client but the watermark could not be
 		// read: the session's monotonic-reads state is unknown. Closing
@@ -470,9 +493,14 @@ func isRelayError(err error) bool {
 	return errors.As(err, &re)
 }
 
-// refused is the client's error for a read the router refused.
-func (s *session) refused(e *router.ReadError) error {
-	tok := s.ls.Token()
+// refused is the client's error for a read the router refused; the token
+// named is the read's own (a comment's) when it carried one, else the
+// session's.
+func (s *session) refused(e *router.ReadError, o router.ReadOptions) error {
+	tok := o.Token
+	if tok.GTIDs.IsEmpty() {
+		tok = s.ls.Token()
+	}
 	return s.proxyErr("route_"+e.Reason.String(), codeProxy,
 		"cannot serve this read consistently: %s (token epoch %d, topology epoch %d)", e.Reason, tok.Epoch, s.srv.rt.Epoch())
 }
@@ -564,7 +592,7 @@ func (s *session) recordWrite(g string) {
 // replayEverywhere runs a session statement (already run on the primary)
 // on every open replica connection and remembers it for later ones.
 func (s *session) replayEverywhere(query string) {
-	if len(s.replay) >= s.srv.cfg.MaxReplay {
+	if len(s.replay) >= s.srv.cfg.MaxReplay || !s.budget.take(len(query)) {
 		// Too many to remember: close replica connections so they are not
 		// left with a different session state, and pin reads to the primary.
 		s.srv.m.primaryReasons.WithLabelValues("replay_overflow").Inc()
@@ -578,6 +606,7 @@ func (s *session) replayEverywhere(query string) {
 	}
 	q := strings.Clone(query)
 	s.replay = append(s.replay, q)
+	s.replayBytes += len(q)
 	for i, r := range s.replicas {
 		if r == nil || r.broken {
 			continue
@@ -594,6 +623,13 @@ func (s *session) replayEverywhere(query string) {
 // or a bare GTID set (session-tracking text, ProxySQL's min_gtid), taken as
 // issued in the current epoch.
 func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
+	if len(text) > s.srv.cfg.MaxTokenBytes {
+		// Parsing is linear, but the wait on a replica and every set
+		// operation grow with the token: bound it before any of them.
+		return gtid.Token{}, s.proxyErr("token_too_large", codeProxy,
+			"causal token of %d bytes refused: longer than max_token_bytes (%d); compact_tokens keeps the proxy's own tokens to one interval per source",
+			len(text), s.srv.cfg.MaxTokenBytes)
+	}
 	if strings.HasPrefix(text, "g1.") {
 		tok, err := gtid.ParseToken(text)
 		if err != nil {
@@ -677,6 +713,9 @@ func (s *session) HandleFieldList(table string, wildcard string) ([]*mysql.Field
 func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	s.prepares++
 	id := s.prepares
+	if payload, ok := s.takeCommand(mysql.COM_STMT_PREPARE); ok {
+		query = payloadText(payload)
+	}
 	if len(query) > s.srv.cfg.MaxAllowedPacket {
 		return 0, 0, nil, s.proxyErr("packet_too_large", mysql.ER_NET_PACKET_TOO_LARGE, "statement exceeds max_allowed_packet")
 	}
@@ -694,15 +733,37 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	if err := s.ensurePrimary(); err != nil {
 		return 0, 0, nil, err
 	}
+	// The text is kept, with the backend's statement (an estimate of its
+	// parameter and column definitions, go-mysql's argument slots).
+	cost := len(q) + 512
+	if !s.budget.take(cost) {
+		return 0, 0, nil, s.overBudget("prepared statement")
+	}
 	cs, err := s.primary.conn.Prepare(q)
 	if err != nil {
+		s.budget.give(cost)
 		return 0, 0, nil, s.backendFailure(s.primary, err)
 	}
-	p := &pstmt{query: q, class: st, id: id, params: cs.Params, onPrimary: cs, onReplica: map[int]*client.Stmt{}}
+	more := 128 * (cs.Params + cs.Columns)
+	if !s.budget.take(more) {
+		s.budget.give(cost)
+		_ = cs.Close()
+		return 0, 0, nil, s.overBudget("prepared statement")
+	}
+	cost += more
+	p := &pstmt{query: q, class: st, id: id, params: cs.Params, onPrimary: cs, onReplica: map[int]*client.Stmt{}, cost: cost}
 	s.params[id] = &stmtParams{n: cs.Params}
 	ctx := &cs.PreparedStmt
 	s.stmts[ctx] = p
 	return cs.Params, cs.Columns, ctx, nil
+}
+
+// overBudget is the error for what would take the session past
+// max_session_bytes.
+func (s *session) overBudget(what string) error {
+	return s.proxyErr("session_bytes", codeProxy,
+		"%s refused: the session would hold more than max_session_bytes (%d bytes) of prepared statements, session statements and long data; close statements it no longer uses",
+		what, s.budget.limit)
 }
 
 // HandleStmtExecute routes an execution like a query with the same text.
@@ -710,6 +771,7 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 // returned from this handler (errors.Trace), which turns every server error
 // into 1105 and loses its code and SQLSTATE.
 func (s *session) HandleStmtExecute(ctx any, q string, args []any) (*mysql.Result, error) {
+	s.takeCommand(mysql.COM_STMT_EXECUTE) // the payload is execFixConn's exec
 	r, err := s.stmtExecute(ctx, q, args)
 	if err == nil {
 		return r, nil
@@ -737,6 +799,11 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 	raw, why := s.rawExecute(p)
 	if raw != nil {
 		return s.relayExecute(p, raw)
+	}
+	if s.fc != nil && why != "types_never_sent" {
+		// go-mysql decoded execFixConn's stand-in, not the client's values.
+		return nil, s.proxyErr("unsupported", mysql.ER_UNKNOWN_ERROR,
+			"COM_STMT_EXECUTE not supported by the proxy (%s: flags 0x%02x; query attributes are not offered)", why, s.fc.execFlags())
 	}
 	s.srv.m.executes.WithLabelValues("decoded", why).Inc()
 	if st.Kind != KindRead {
@@ -794,7 +861,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		)
 		switch {
 		case errors.As(err, &rde):
-			return nil, s.refused(rde)
+			return nil, s.refused(rde, o)
 		case errors.As(err, &me):
 			return nil, me
 		case failed != nil:
@@ -814,14 +881,14 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 // query attributes, and go-mysql's server refuses cursors before this).
 // Otherwise nil and the reason: the statement runs through go-mysql's
 // client (decoded and re-encoded).
-func (s *session) rawExecute(p *pstmt) ([]byte, string) {
+func (s *session) rawExecute(p *pstmt) ([][]byte, string) {
 	switch {
-	case s.fc == nil || !s.fc.fixExec:
-		return nil, "compressed"
+	case s.fc == nil:
+		return nil, "no_gate"
 	case s.fc.exec == nil:
-		return nil, "split_packet"
+		return nil, "packet_mismatch"
 	}
-	payload := s.fc.exec[4:]
+	payload := s.fc.exec[0] // the head: command byte to types
 	// cmd(1) stmt_id(4) flags(1) iteration_count(4) [null_bitmap new_params_bound(1) types values]
 	if len(payload) < 10 || payload[0] != mysql.COM_STMT_EXECUTE || binary.LittleEndian.Uint32(payload[1:5]) != p.id {
 		return nil, "packet_mismatch"
@@ -835,13 +902,13 @@ func (s *session) rawExecute(p *pstmt) ([]byte, string) {
 			return nil, "types_never_sent"
 		}
 	}
-	return payload, ""
+	return s.fc.exec, ""
 }
 
 // relayExecute routes a prepared statement's execution like
 // readQuery/HandleQuery route a query, relaying the client's own packet
 // (statement id replaced) and the binary result raw.
-func (s *session) relayExecute(p *pstmt, payload []byte) (*mysql.Result, error) {
+func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error) {
 	st := p.class
 	s.srv.m.executesRaw.Inc()
 	send := func(bc *backendConn, i int, watermark bool) (relayOut, error) {
@@ -849,17 +916,18 @@ func (s *session) relayExecute(p *pstmt, payload []byte) (*mysql.Result, error) 
 		if err != nil {
 			return relayOut{}, err
 		}
-		bc.cmd = append(bc.cmd[:0], payload...)
-		binary.LittleEndian.PutUint32(bc.cmd[1:5], cs.ID)
+		// The client's payload with the backend's statement id: its first
+		// five bytes in a copy, the rest relayed as it came.
+		bc.head[0] = mysql.COM_STMT_EXECUTE
+		binary.LittleEndian.PutUint32(bc.head[1:5], cs.ID)
+		bc.pieces = append(append(bc.pieces[:0], bc.head[:5], payload[0][5:]), payload[1:]...)
 		role := "primary"
 		if i >= 0 {
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues("execute_"+st.Kind.String(), role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.cmd, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush})
-		if cap(bc.cmd) > 1<<20 {
-			bc.cmd = nil
-		}
+		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush})
+		clear(bc.pieces)
 		return out, err
 	}
 	if st.Kind != KindRead {
@@ -994,8 +1062,9 @@ func (s *session) HandleStmtClose(ctx any) error {
 	}
 	delete(s.stmts, key)
 	delete(s.params, p.id)
+	s.budget.give(p.cost)
 	if s.fc != nil {
-		delete(s.fc.longData, p.id)
+		s.fc.dropLongData(p.id)
 	}
 	if p.onPrimary != nil && s.primary != nil && !s.primary.broken {
 		_ = p.onPrimary.Close()
@@ -1018,9 +1087,14 @@ func (s *session) HandleOtherCommand(cmd byte, _ []byte) error {
 			s.replicas[i] = nil
 		}
 		s.replay = nil
+		s.budget.give(s.replayBytes)
+		s.replayBytes = 0
+		for _, p := range s.stmts {
+			s.budget.give(p.cost)
+		}
 		s.stmts = map[*stmt.PreparedStmt]*pstmt{}
 		if s.fc != nil {
-			clear(s.fc.longData)
+			s.fc.dropAllLongData()
 		}
 		s.inTx, s.autocommitOff, s.tempTables, s.lockedTables, s.userVarsOnPrimary = false, false, false, false, false
 		s.cc.ClearInTransaction()

@@ -1,0 +1,166 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/server"
+)
+
+// loginHandler is go-mysql's AuthenticationHandler for one client
+// connection.
+//
+// An unknown user gets a decoy credential no password matches, so it is
+// refused by the same path, with the same ER_ACCESS_DENIED_ERROR (1045), as
+// a known user with a wrong password: go-mysql itself would answer an
+// unknown user with 1449 (ER_NO_SUCH_USER), telling the client which user
+// names exist. MySQL also authenticates unknown users against a fake
+// account.
+//
+// After authentication, and before go-mysql sends the login's OK, it opens
+// the session's primary connection (session.start): a backend failure is
+// then the login's answer, with the backend's own error code (1040 stays
+// 1040), instead of an OK followed by an error nobody asked for.
+var _ server.AuthenticationHandler = (*loginHandler)(nil)
+
+type loginHandler struct {
+	srv  *Server
+	sess *session
+	// backendFailed: authentication passed, the session's backend
+	// connection did not.
+	backendFailed bool
+}
+
+// GetCredential returns the user's credential, or the decoy.
+func (h *loginHandler) GetCredential(user string) (server.Credential, bool, error) {
+	if c, ok := h.srv.users[user]; ok {
+		return c, true, nil
+	}
+	return h.srv.decoy, true, nil
+}
+
+// OnAuthSuccess connects the session to the primary.
+func (h *loginHandler) OnAuthSuccess(c *server.Conn) error {
+	if err := h.sess.start(c); err != nil {
+		h.backendFailed = true
+		return loginError(err)
+	}
+	return nil
+}
+
+// OnAuthFailure is informational; the connection closes.
+func (h *loginHandler) OnAuthFailure(*server.Conn, error) {}
+
+// loginError is the client's answer when the session's primary connection
+// failed at login: the backend's own code and SQLSTATE when the server
+// refused (too many connections, the proxy's account refused), else
+// CR_CONN_HOST_ERROR (2003), as MySQL Router answers an unreachable
+// server. The text never holds the backend account's credentials.
+func loginError(err error) *mysql.MyError {
+	var be *BackendError
+	if errors.As(err, &be) && be.Code != 0 {
+		return &mysql.MyError{Code: be.Code, State: be.State, Message: "causallab proxy: " + be.Error()}
+	}
+	return mysql.NewError(2003, "causallab proxy: cannot connect to the primary: "+err.Error())
+}
+
+// newUsers builds the configured accounts' credentials and a decoy for
+// unknown users (a random password nobody knows).
+func newUsers(cfg *Config) (map[string]server.Credential, server.Credential, error) {
+	users := map[string]server.Credential{}
+	for _, u := range cfg.Users {
+		users[u.Name] = server.Credential{Passwords: []string{u.Password}, AuthPluginName: cfg.AuthMethod}
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, server.Credential{}, fmt.Errorf("proxy: decoy credential: %w", err)
+	}
+	return users, server.Credential{Passwords: []string{hex.EncodeToString(secret)}, AuthPluginName: cfg.AuthMethod}, nil
+}
+
+// authProvider is go-mysql's authentication with every failure answered
+// as MySQL answers it, ER_ACCESS_DENIED_ERROR (1045): go-mysql sends
+// other failures' Go text (a bad RSA-encrypted password came back as
+// "crypto/rsa: decryption error").
+type authProvider struct {
+	*server.DefaultAuthenticationProvider
+}
+
+var _ server.AuthenticationProvider = authProvider{}
+
+// Authenticate runs go-mysql's authentication and maps its failures.
+func (p authProvider) Authenticate(c *server.Conn, plugin string, data []byte) error {
+	err := p.DefaultAuthenticationProvider.Authenticate(c, plugin, data)
+	var me *mysql.MyError
+	if err == nil || errors.Is(err, server.ErrAccessDenied) || errors.As(err, &me) {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", server.ErrAccessDenied, err)
+}
+
+// preAuthMax bounds a client packet before login, outside TLS (a
+// handshake response with connection attributes, an RSA-encrypted
+// password): go-mysql's reader would allocate whatever length a header
+// claims.
+const preAuthMax = 64 << 10
+
+// handshakeConn is a client connection until login. It checks the length
+// of every plaintext packet the client sends before go-mysql reads it, and
+// refuses one past preAuthMax (the connection then ends). It steps aside
+// (passes bytes unchecked) once the client asked for TLS (a 32-byte
+// SSLRequest: what follows is TLS records, whose packets it cannot see)
+// and after login.
+type handshakeConn struct {
+	net.Conn
+	// hdr is the rest of a checked header not yet read; remain the payload
+	// bytes of the current packet not yet read.
+	hdr    []byte
+	hbuf   [4]byte
+	remain int
+	// packets counts the packets seen; through: pass bytes unchecked.
+	packets int
+	through bool
+}
+
+// errPreAuthPacket: a client packet before login was longer than
+// preAuthMax.
+var errPreAuthPacket = errors.New("proxy: client packet before login too long")
+
+func (h *handshakeConn) Read(p []byte) (int, error) {
+	if h.through {
+		return h.Conn.Read(p)
+	}
+	if len(h.hdr) == 0 && h.remain == 0 {
+		if _, err := io.ReadFull(h.Conn, h.hbuf[:]); err != nil {
+			return 0, err
+		}
+		n := packetLen(h.hbuf[:])
+		if n > preAuthMax {
+			return 0, errPreAuthPacket
+		}
+		h.hdr, h.remain = h.hbuf[:], n
+		h.packets++
+	}
+	if len(h.hdr) > 0 {
+		n := copy(p, h.hdr)
+		h.hdr = h.hdr[n:]
+		h.stepAside()
+		return n, nil
+	}
+	n, err := h.Conn.Read(p[:min(len(p), h.remain)])
+	h.remain -= n
+	h.stepAside()
+	return n, err
+}
+
+// stepAside lets TLS through once the SSLRequest was read.
+func (h *handshakeConn) stepAside() {
+	if h.packets == 1 && h.remain == 0 && len(h.hdr) == 0 && packetLen(h.hbuf[:]) == 32 {
+		h.through = true
+	}
+}
