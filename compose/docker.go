@@ -333,7 +333,25 @@ func (b *dockerBackend) kill(ctx context.Context, name string) error {
 	if _, err := b.cli.ContainerKill(ctx, s.id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		return fmt.Errorf("compose: kill %s: %w", name, err)
 	}
-	return nil
+	// The signal is sent; return once the container (mysqld) has exited.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := b.containerState(ctx, s)
+		if err != nil {
+			return err
+		}
+		if !st.Running {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("compose: kill %s: container still running after 10s", name)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (b *dockerBackend) restart(ctx context.Context, name string) error {

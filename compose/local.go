@@ -645,8 +645,42 @@ func pidMatches(pid int, marker string) bool {
 	return bytes.Contains(cmdline, []byte(marker))
 }
 
-// waitExit waits until the process of s is gone.
+// waitExit waits until the process of s has exited, then removes the
+// socket lock file that names it (MySQL's and MariaDB's mysql.sock.lock):
+// mysqld refuses to start while the pid in that file exists (kill(pid, 0)),
+// and an exited process nobody reaps yet (a zombie) exists.
 func (s *localServer) waitExit(ctx context.Context, pid int, done chan struct{}, limit time.Duration) error {
+	if err := s.awaitExit(ctx, pid, done, limit); err != nil {
+		return err
+	}
+	lock := filepath.Join(s.hostDir, "mysql.sock.lock")
+	if b, err := os.ReadFile(lock); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(pid) {
+		_ = os.Remove(lock)
+	}
+	return nil
+}
+
+// exited reports whether the adopted process pid of s has exited: it is
+// gone, a zombie, or the pid is another program's now. While a killed
+// process's threads still exit its command line already reads empty, so an
+// empty command line is not an exit (ours, which reads it so, is not).
+func (s *localServer) exited(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+		return true
+	}
+	marker := s.marker
+	if marker == "" {
+		marker = "--defaults-file=" + s.inDir + "/"
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && len(cmdline) > 0 && !bytes.Contains(cmdline, []byte(marker))
+}
+
+func (s *localServer) awaitExit(ctx context.Context, pid int, done chan struct{}, limit time.Duration) error {
 	timeout := time.After(limit)
 	for {
 		if done != nil {
@@ -662,7 +696,7 @@ func (s *localServer) waitExit(ctx context.Context, pid int, done chan struct{},
 				return fmt.Errorf("compose: %s (pid %d) still running after %v", s.name, pid, limit)
 			}
 		}
-		if !s.ours(pid) {
+		if s.exited(pid) {
 			if err := s.waitFamilyGone(ctx, timeout); err != nil {
 				return fmt.Errorf("compose: %s (pid %d): %w", s.name, pid, err)
 			}
