@@ -289,7 +289,7 @@ func Classify(query string) (Stmt, error) {
 	if a.err != nil {
 		return Stmt{}, a.err
 	}
-	if st.assignsToken {
+	if st.assignsToken || l.unterminated && st.Kind == KindSetToken {
 		return Stmt{}, ErrTokenNotLiteral
 	}
 	if st.Kind != KindSetToken {

@@ -79,6 +79,7 @@ func TestClassify(t *testing.T) {
 		{"SET @a = (SELECT max(id) FROM t)", KindPrimary, ReasonUserVariable},
 		{"SET GLOBAL x = 1", KindPrimary, ReasonWrite},
 		// Proxy-answered.
+		{"SET @causal_token = ''", KindSetToken, ReasonNone}, // clears the session's token
 		{"SET @causal_token = 'abc'", KindSetToken, ReasonNone},
 		{"set @`causal_token`='abc';", KindSetToken, ReasonNone},
 		{"SELECT @causal_token", KindGetToken, ReasonNone},
@@ -203,6 +204,8 @@ func TestAnnotationErrors(t *testing.T) {
 		{"SELECT @causal_token := 'x'", ErrTokenNotLiteral},
 		{"SELECT 'x' INTO @causal_token", ErrTokenNotLiteral},
 		{"SELECT 1 INTO @a, @causal_token", ErrTokenNotLiteral},
+		{"SET @causal_token = 'unterminated", ErrTokenNotLiteral},
+		{`SET@CAusAl_token="`, ErrTokenNotLiteral},
 	}
 	for _, c := range cases {
 		_, err := Classify(c.q)
@@ -272,7 +275,9 @@ func FuzzClassify(f *testing.F) {
 		if st.ReadID != "" && !strings.Contains(q, st.ReadID) {
 			t.Fatalf("read id %q not in input %q", st.ReadID, q)
 		}
-		if (st.Token == "") != (st.TokenForm == TokenNone) {
+		// An empty token is SET @causal_token = '' alone (it clears the
+		// session's token).
+		if st.Token != "" && st.TokenForm == TokenNone || st.Token == "" && st.TokenForm != TokenNone && st.Kind != KindSetToken {
 			t.Fatalf("token %q with form %v", st.Token, st.TokenForm)
 		}
 	})

@@ -287,7 +287,7 @@ func (c *execFixConn) Read(p []byte) (int, error) {
 // response starts at; ok is false when go-mysql got the client's packet
 // itself. The payload is valid until the next command is read.
 func (c *execFixConn) command(cmd byte) (payload []byte, seq uint8, ok bool) {
-	if c == nil || c.cmd != cmd {
+	if c == nil || c.cmd == 0 || c.cmd != cmd {
 		return nil, 0, false
 	}
 	return c.buf, c.seq, true
