@@ -266,23 +266,52 @@ func TestPurgePastPosition(t *testing.T) {
 	old := w.Snapshot().Executed
 	fd.partition()
 	waitHealth(t, w, HealthReconnecting, 10*time.Second)
-	wr := startWriter(t, "purge")
-	time.Sleep(500 * time.Millisecond)
-	wr.halt()
+	// Transactions the old set lacks, written (not timed: a writer given
+	// 500 ms could write nothing on a loaded machine).
+	pdb := openDB(t, shared.Primary())
+	mustExec(t, pdb, "CREATE DATABASE IF NOT EXISTS bw", "CREATE TABLE IF NOT EXISTS bw.purge (id BIGINT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(64))")
+	for range 20 {
+		mustExec(t, pdb, "INSERT INTO bw.purge (v) VALUES ('row')")
+	}
 	if err := shared.WaitReplicated(testCtx(t, time.Minute), 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	rdb := openDB(t, n)
+	rdb.SetMaxOpenConns(1)
 	mustExec(t, rdb, "FLUSH BINARY LOGS")
 	var file string
 	var pos, bdo, bio, egs any
 	if err := rdb.QueryRow("SHOW BINARY LOG STATUS").Scan(&file, &pos, &bdo, &bio, &egs); err != nil {
 		t.Fatal(err)
 	}
+	// The cut-off watcher's dump thread lives on in the server (only its
+	// bytes are dropped); PURGE keeps every file from the one a dump
+	// thread still reads, which under load can be an old one: end it
+	// (the watcher's reconnection waits for the partition to heal).
+	var dumps []string
+	rows, err := rdb.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		dumps = append(dumps, id)
+	}
+	rows.Close()
+	for _, id := range dumps {
+		_, _ = rdb.Exec("KILL " + id) // it may have ended meanwhile
+	}
 	mustExec(t, rdb, "PURGE BINARY LOGS TO '"+file+"'")
+	var purgedPast int
+	if err := rdb.QueryRow("SELECT GTID_SUBSET(@@GLOBAL.gtid_purged, ?)", old.String()).Scan(&purgedPast); err != nil || purgedPast != 0 {
+		t.Fatalf("the purge did not remove transactions the old set lacks (GTID_SUBSET = %d, %v)", purgedPast, err)
+	}
 
 	// A stream from the old set is now impossible: error 1236.
-	err := streamFrom(t, n.Host, uint16(n.Port), n.User, n.Password, old)
+	err = streamFrom(t, n.Host, uint16(n.Port), n.User, n.Password, old)
 	var me *mysql.MyError
 	if !errors.As(err, &me) || me.Code != mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
 		t.Fatalf("stream from the pre-purge set: %v, want error 1236", err)
@@ -307,7 +336,9 @@ func streamFrom(t *testing.T, host string, port uint16, user, pw string, set gti
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The refusal follows the dump request at once; the bound only stops a
+	// stream that was (wrongly) granted.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
 		if _, err := st.GetEvent(ctx); err != nil {
