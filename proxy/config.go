@@ -115,9 +115,9 @@ type Config struct {
 	// it a connection is refused with ER_CON_COUNT_ERROR (1040) and
 	// closed. Default 1000.
 	MaxConnections int `yaml:"max_connections"`
-	// HandshakeTimeout bounds a client's login (TLS, authentication and
-	// the session's primary connection, itself bounded by
-	// connect_timeout). Default 10s.
+	// HandshakeTimeout bounds the client's side of its login (TLS,
+	// authentication); the session's primary connection, opened before
+	// the login's OK, adds at most connect_timeout. Default 10s.
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
 	// IdleTimeout disconnects a client idle between commands that long
 	// (MySQL's wait_timeout; the client is told why, as MySQL tells it:

@@ -544,17 +544,17 @@ func (c *execFixConn) refuse(length int, seq byte, limit int) (byte, error) {
 	return crossed, errTooLarge
 }
 
-// discard reads and drops n bytes.
+// discard reads and drops n bytes, each read within client_read_timeout.
 func (c *execFixConn) discard(n int) error {
 	for n > 0 {
 		if c.r.Buffered() == 0 {
 			c.readDeadline(c.lim.read)
+			if _, err := c.r.Peek(1); err != nil {
+				return c.readErr(err, false)
+			}
 		}
-		k, err := c.r.Discard(n)
+		k, _ := c.r.Discard(min(n, c.r.Buffered()))
 		n -= k
-		if err != nil {
-			return c.readErr(err, false)
-		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/server"
@@ -44,8 +45,12 @@ func (h *loginHandler) GetCredential(user string) (server.Credential, bool, erro
 	return h.srv.decoy, true, nil
 }
 
-// OnAuthSuccess connects the session to the primary.
+// OnAuthSuccess connects the session to the primary. handshake_timeout
+// bounds the client's side of the login; the primary connection has its
+// own connect_timeout, added to the client's deadline (the OK, or the
+// backend's error, is written after it).
 func (h *loginHandler) OnAuthSuccess(c *server.Conn) error {
+	_ = c.SetDeadline(time.Now().Add(h.srv.cfg.ConnectTimeout + h.srv.cfg.HandshakeTimeout))
 	if err := h.sess.start(c); err != nil {
 		h.backendFailed = true
 		return loginError(err)
