@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/causallab/causallab/compose/composetest"
 )
 
 // TestLoginUnknownUserIsAccessDenied: an unknown user is refused exactly as
@@ -104,6 +106,7 @@ func TestLoginBadRSAPasswordIsAccessDenied(t *testing.T) {
 // connection to the primary as the topology's own account.
 func limitedAccount(t *testing.T) (Backend, *sql.DB) {
 	t.Helper()
+	composetest.Need(t, topo)
 	p := topo.Primary()
 	admin, err := sql.Open("mysql", p.User+":"+p.Password+"@tcp("+p.Addr()+")/")
 	if err != nil {
@@ -185,6 +188,7 @@ func (l *flakyListener) Accept() (net.Conn, error) {
 // TestServeSurvivesAcceptErrors: accept4 failing (too many open files)
 // ended Serve and so the process; it must back off and keep accepting.
 func TestServeSurvivesAcceptErrors(t *testing.T) {
+	composetest.Need(t, topo)
 	p := topo.Primary()
 	s, err := New(Config{
 		Listen: "127.0.0.1:0", Users: []User{{Name: "app", Password: "apppw"}},
