@@ -250,6 +250,11 @@ func TestMaxConnections(t *testing.T) {
 	if a := classifyAnswer(seq, p); err != nil || a.kind != "err" || a.code != mysql.ER_CON_COUNT_ERROR || seq != 0 {
 		t.Fatalf("connection past max_connections: %v %v, want error 1040 with sequence 0", a, err)
 	}
+	// Nothing is negotiated before the greeting: no SQLSTATE marker (the
+	// mysql client printed "#08004causallab proxy: ..." as the message).
+	if !strings.HasPrefix(string(p[3:]), "causallab proxy: Too many connections") {
+		t.Fatalf("1040 before the greeting carries %q, want the message right after the code", p[3:])
+	}
 	// The silent ones are disconnected after the handshake timeout.
 	for _, h := range half {
 		_ = h.SetReadDeadline(time.Now().Add(20 * time.Second))

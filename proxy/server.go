@@ -333,9 +333,10 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) refuseConn(c net.Conn) {
 	s.m.connections.WithLabelValues("refused_max_connections").Inc()
 	msg := fmt.Sprintf("causallab proxy: Too many connections (max_connections %d)", s.cfg.MaxConnections)
+	// Before the greeting nothing is negotiated: no SQLSTATE marker (the
+	// client would read "#08004" as the message's start), as MySQL sends it.
 	code := uint16(mysql.ER_CON_COUNT_ERROR)
-	p := []byte{mysql.ERR_HEADER, byte(code), byte(code >> 8), '#'}
-	p = append(append(p, mysql.MySQLState[code]...), msg...)
+	p := append([]byte{mysql.ERR_HEADER, byte(code), byte(code >> 8)}, msg...)
 	n := len(p)
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second)) // a fresh socket's buffer takes it at once
 	_, _ = c.Write(append([]byte{byte(n), byte(n >> 8), byte(n >> 16), 0}, p...))

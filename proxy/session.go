@@ -291,7 +291,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	}
 	st, err := Classify(query)
 	if err != nil {
-		return nil, s.proxyErr("bad_annotation", codeProxy, "%v", err)
+		return nil, s.proxyErr("bad_annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
 	}
 	switch st.Kind {
 	case KindSetToken:
@@ -724,7 +724,7 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	q := strings.Clone(query)
 	st, err := Classify(q)
 	if err != nil {
-		return 0, 0, nil, s.proxyErr("bad_annotation", codeProxy, "%v", err)
+		return 0, 0, nil, s.proxyErr("bad_annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
 	}
 	switch st.Kind {
 	case KindSetToken, KindGetToken, KindTrackGTIDs:
