@@ -118,7 +118,17 @@ func (t *Topology) follow(ctx context.Context, n Node) error {
 	t.mu.Unlock()
 	fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	// A pooled connection that lived through the fault (a network
+	// partition, a pause) can fail its first use once (PostgreSQL's driver
+	// reports "unexpected EOF" and discards it): read again, within fctx.
 	st, err := t.eng.source(fctx, t, n)
+	for err != nil && fctx.Err() == nil {
+		select {
+		case <-fctx.Done():
+		case <-time.After(100 * time.Millisecond):
+			st, err = t.eng.source(fctx, t, n)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("compose: %s is back but its replication source could not be read: %w", n.Name, err)
 	}
