@@ -17,7 +17,7 @@ import (
 
 	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/internal/okpacket"
+	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
 func connectNode(b testing.TB, host string, port int, user, pw string, track bool) *client.Conn {
@@ -70,7 +70,7 @@ func BenchmarkFreshness(b *testing.B) {
 	// from Result.SessionTracking: go-mysql v1.16.0 returns the OK packet's
 	// buffer to a process-wide pool before Execute returns, and the poller
 	// below runs go-mysql queries concurrently with the write.
-	rec := okpacket.Install(pc)
+	rec := mysqlwire.InstallRecorder(pc)
 	write := func() gtid.GTID {
 		rec.Start()
 		r, err := pc.Execute("INSERT INTO bw.fresh (v) VALUES (1)")
@@ -265,7 +265,7 @@ func recordStream(b *testing.B, minTrx int) [][]byte {
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	defer s.Close()
-	st, err := s.StartSyncGTID(gtid.Set{}.ToGoMySQL())
+	st, err := s.StartSyncGTID(mysqlwire.GoMySQLSet(gtid.Set{}))
 	if err != nil {
 		b.Fatal(err)
 	}

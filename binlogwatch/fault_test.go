@@ -16,6 +16,7 @@ import (
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
 // TestStreamDDLAndRotation: writes, DDL and binlog rotation on the replica.
@@ -332,7 +333,7 @@ func streamFrom(t *testing.T, host string, port uint16, user, pw string, set gti
 		DisableRetrySync: true, DiscardGTIDSet: true, RowsEventDecodeFunc: skipRows,
 	})
 	defer s.Close()
-	st, err := s.StartSyncGTID(set.ToGoMySQL())
+	st, err := s.StartSyncGTID(mysqlwire.GoMySQLSet(set))
 	if err != nil {
 		return err
 	}

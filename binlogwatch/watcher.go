@@ -18,6 +18,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
 // Config configures one Watcher.
@@ -455,7 +456,7 @@ func (w *Watcher) session(ctx context.Context, st *runState) (streamed bool, err
 		w.closers.Add(1)
 		go func() { defer w.closers.Done(); syncer.Close() }()
 	}()
-	streamer, err := syncer.StartSyncGTID(fresh.ToGoMySQL())
+	streamer, err := syncer.StartSyncGTID(mysqlwire.GoMySQLSet(fresh))
 	if err != nil {
 		return false, fmt.Errorf("start binlog stream: %w", err)
 	}
@@ -542,21 +543,6 @@ func (w *Watcher) publishConfirmed(cs *confirmState, set gtid.Set, meta *candida
 	}
 }
 
-// waitExecuted runs WAIT_FOR_EXECUTED_GTID_SET(set, wait) on conn and
-// reports whether the set is executed (false: the wait timed out).
-func waitExecuted(conn *client.Conn, set, wait string) (bool, error) {
-	r, err := conn.Execute("SELECT WAIT_FOR_EXECUTED_GTID_SET('" + set + "', " + wait + ")")
-	if err != nil {
-		return false, err
-	}
-	defer r.Close()
-	v, err := r.GetInt(0, 0)
-	if err != nil {
-		return false, err
-	}
-	return v == 0, nil
-}
-
 // aheadLoop keeps a WAIT_FOR_EXECUTED_GTID_SET parked for the GTID
 // predicted to commit next: the last streamed GTID with GNO + 1 (same
 // source and tag). When the server confirms it, it is published at once
@@ -565,7 +551,6 @@ func waitExecuted(conn *client.Conn, set, wait string) (bool, error) {
 // nothing but the confirmer's usual round trip; the target is re-predicted
 // from the stream when the wait times out.
 func (w *Watcher) aheadLoop(ctx context.Context, conn *client.Conn, cs *confirmState) error {
-	wait := strconv.FormatFloat(w.cfg.ConfirmWait.Seconds(), 'f', 3, 64)
 	var target gtid.GTID // GNO 0: no prediction yet
 	for {
 		if target.GNO == 0 {
@@ -591,9 +576,14 @@ func (w *Watcher) aheadLoop(ctx context.Context, conn *client.Conn, cs *confirmS
 			}
 			continue
 		}
+		one, err := gtid.Set{}.Add(target)
+		if err != nil {
+			target.GNO = 0
+			continue
+		}
 		var stages stageTimes
 		stages.confirmSent = time.Now()
-		ok, err := waitExecuted(conn, target.String(), wait)
+		ok, err := mysqlwire.WaitForExecuted(ctx, conn, one, w.cfg.ConfirmWait)
 		stages.confirmed = time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -602,11 +592,6 @@ func (w *Watcher) aheadLoop(ctx context.Context, conn *client.Conn, cs *confirmS
 			return fmt.Errorf("wait ahead on @@gtid_executed: %w", err)
 		}
 		if ok {
-			one, err := gtid.Set{}.Add(target)
-			if err != nil {
-				target.GNO = 0
-				continue
-			}
 			w.publishConfirmed(cs, one, nil, stages)
 			if w.met != nil {
 				w.met.aheadHits.Inc()
@@ -633,7 +618,6 @@ const maxGNO = 1<<63 - 2
 // confirmLoop publishes candidates once the replica's @@gtid_executed
 // contains them.
 func (w *Watcher) confirmLoop(ctx context.Context, conn *client.Conn, cs *confirmState) error {
-	wait := strconv.FormatFloat(w.cfg.ConfirmWait.Seconds(), 'f', 3, 64)
 	var last *candidate
 	for {
 		select {
@@ -649,7 +633,7 @@ func (w *Watcher) confirmLoop(ctx context.Context, conn *client.Conn, cs *confir
 		stages.streamed = c.lastEvent
 		if !w.pub.load().Executed.Contains(c.set) {
 			stages.confirmSent = time.Now()
-			ok, err := waitExecuted(conn, c.set.CompactString(), wait)
+			ok, err := mysqlwire.WaitForExecuted(ctx, conn, c.set, w.cfg.ConfirmWait)
 			stages.confirmed = time.Now()
 			if err != nil {
 				if ctx.Err() != nil {

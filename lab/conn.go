@@ -9,13 +9,13 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
-	"github.com/causallab/causallab/internal/okpacket"
+	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
 // nodeConn is one go-mysql client connection to one node, tracking the
 // GTID of each committed transaction (session_track_gtids=OWN_GTID). The
 // GTID is parsed from the connection's own copy of the response
-// (okpacket.Recorder), never from Result.SessionTracking (which
+// (mysqlwire.Recorder), never from Result.SessionTracking (which
 // aliases a buffer go-mysql has already returned to a shared pool).
 //
 // It is a thin adapter: go-mysql's client takes no context, so a context
@@ -24,7 +24,7 @@ import (
 type nodeConn struct {
 	addr, user, password string
 	c                    *client.Conn
-	rec                  *okpacket.Recorder // records c's responses for ExecuteWrite
+	rec                  *mysqlwire.Recorder // records c's responses for ExecuteWrite
 	broken               bool
 }
 
@@ -51,7 +51,7 @@ func (n *nodeConn) connect(ctx context.Context) error {
 		return fmt.Errorf("lab: enabling GTID tracking on %s: %w", n.addr, err)
 	}
 	n.c = c
-	n.rec = okpacket.Install(c)
+	n.rec = mysqlwire.InstallRecorder(c)
 	n.broken = false
 	return nil
 }
@@ -95,8 +95,8 @@ func (n *nodeConn) exec(ctx context.Context, query string, record bool) (*mysql.
 	if record {
 		// LastOK stops recording on every path. A response that ends
 		// without an OK packet (a result set) carries no GTID: "".
-		var tr okpacket.Tracking
-		if tr, gerr = n.rec.LastOK(); errors.Is(gerr, okpacket.ErrNoOK) {
+		var tr mysqlwire.Tracking
+		if tr, gerr = n.rec.LastOK(); errors.Is(gerr, mysqlwire.ErrNoOK) {
 			gerr = nil
 		}
 		g = tr.GTID

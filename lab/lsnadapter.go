@@ -19,7 +19,7 @@ import (
 // the failover comparison needs a scalar position token (an LSN's
 // semantics: compared by value whatever the timeline). It builds
 // router.Input from the lab poller's snapshot and the session's state,
-// calls router.Decide (the same pure core the simulator and router.Router
+// calls router.Decide (the same pure core the simulator and live.Router
 // call), and carries the Decision out on the worker's own connections. It
 // adds no routing rule of its own. Every TokenLSN router runs here, and
 // the result says so in a note; every other router runs through

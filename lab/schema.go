@@ -18,7 +18,7 @@ import (
 // returns, and Result.SessionTracking's strings alias it, so under
 // concurrency they may already hold another connection's bytes.
 // ExecuteWrite returns the GTID parsed from a private copy of the response
-// (router.RecordResponses for a go-mysql client.Conn).
+// (mysqlwire.Recorder for a go-mysql client.Conn).
 type Execer interface {
 	// Execute runs one statement.
 	Execute(ctx context.Context, query string) (*mysql.Result, error)

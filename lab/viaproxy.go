@@ -20,6 +20,7 @@ import (
 	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/proxy"
 	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/router/live"
 )
 
 // viaProxy runs one RouterSpec through `causallab proxy`: a proxy.Server
@@ -69,7 +70,7 @@ func proxyPolicyName(p router.Policy) (string, error) {
 	return p.Kind.String(), nil
 }
 
-func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src router.PositionSource) (*viaProxy, error) {
+func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.PositionSource) (*viaProxy, error) {
 	name, err := proxyPolicyName(sp.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)

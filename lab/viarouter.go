@@ -16,15 +16,16 @@ import (
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/router/live"
 )
 
 // Via names the path reads and writes take.
 type Via string
 
 const (
-	// ViaRouter (the default): package router's live layer (router.Router,
+	// ViaRouter (the default): package router's live layer (live.Router,
 	// one LiveSession per lab session, positions from binlogwatch streams
-	// behind router.WatchSource): the code an application embeds.
+	// behind live.WatchSource): the code an application embeds.
 	ViaRouter Via = "router"
 	// ViaProxy: the lab's sessions talk MySQL to `causallab proxy`
 	// (package proxy, started in-process on a loopback port, one proxy per
@@ -36,13 +37,13 @@ const (
 // through the LSN adapter (lsnadapter.go), because package router's live
 // layer carries GTID-set tokens only. The result says so in a note.
 
-// viaRouter runs one RouterSpec through router.Router.
+// viaRouter runs one RouterSpec through live.Router.
 type viaRouter struct {
 	sp   RouterSpec
 	e    *engine
-	rt   *router.Router
+	rt   *live.Router
 	mu   []sync.Mutex // per session: a LiveSession is used by one goroutine at a time
-	sess []*router.LiveSession
+	sess []*live.LiveSession
 	// noGTID counts writes the router refused to token (ErrMissingGTID).
 	noGTID atomic.Int64
 
@@ -63,19 +64,19 @@ var (
 	_ routerRuntime = (*liveRouter[lsnPos])(nil)
 )
 
-func routerNode(n compose.Node) router.Node { return router.Node{Name: n.Name, Addr: n.Addr()} }
+func routerNode(n compose.Node) live.Node { return live.Node{Name: n.Name, Addr: n.Addr()} }
 
 // newViaRouter builds the live router for sp over positions src.
-func newViaRouter(ctx context.Context, sp RouterSpec, e *engine, src router.PositionSource) (*viaRouter, error) {
+func newViaRouter(ctx context.Context, sp RouterSpec, e *engine, src live.PositionSource) (*viaRouter, error) {
 	if sp.Token != TokenGTID {
 		return nil, fmt.Errorf("lab: router %s: --via router supports GTID tokens only (got %s)", sp.Name, sp.Token)
 	}
 	p := e.nodes.Primary()
-	reps := make([]router.Node, 0, len(e.nodes.Replicas()))
+	reps := make([]live.Node, 0, len(e.nodes.Replicas()))
 	for _, r := range e.nodes.Replicas() {
 		reps = append(reps, routerNode(r))
 	}
-	rt, err := router.New(ctx, router.Config{Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
+	rt, err := live.New(ctx, live.Config{Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
 		Policy: sp.Policy, Cap: sp.Cap, Positions: src, Epoch: uint64(e.nodes.Epoch()), MaxIdle: e.cfg.Workers, PrimaryPool: e.cfg.Workers,
 		Logger: e.cfg.Logger, Seed: e.cfg.Seed})
 	if err != nil {
@@ -92,16 +93,16 @@ func newViaRouter(ctx context.Context, sp RouterSpec, e *engine, src router.Posi
 			return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
 		}
 	}
-	return &viaRouter{sp: sp, e: e, rt: rt, mu: make([]sync.Mutex, e.cfg.Sessions), sess: make([]*router.LiveSession, e.cfg.Sessions),
+	return &viaRouter{sp: sp, e: e, rt: rt, mu: make([]sync.Mutex, e.cfg.Sessions), sess: make([]*live.LiveSession, e.cfg.Sessions),
 		ctx: ctx, table: table, drifts: map[string][]context.CancelFunc{}}, nil
 }
 
 // startWatchSource streams every node's binlog (package binlogwatch) and
 // returns the router's recommended PositionSource over the streams
-// (router.NewGroupSource), run on wg until ctx ends. It waits until every
+// (live.NewGroupSource), run on wg until ctx ends. It waits until every
 // node's watcher is healthy (or limit passes: a node that is down stays
 // unhealthy in the source, which the router handles).
-func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup, limit time.Duration) (router.PositionSource, error) {
+func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup, limit time.Duration) (live.PositionSource, error) {
 	var prim *binlogwatch.Watcher
 	var reps []*binlogwatch.Watcher
 	var names []string
@@ -122,7 +123,7 @@ func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.Wai
 	if err != nil {
 		return nil, err
 	}
-	src, err := router.NewGroupSource(g, 0, names...)
+	src, err := live.NewGroupSource(g, 0, names...)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +206,7 @@ func (v *viaRouter) spec() *RouterSpec { return &v.sp }
 func (v *viaRouter) counters() (int64, int64) { return v.noGTID.Load(), 0 }
 
 // session returns the session's LiveSession; v.mu[i] must be held.
-func (v *viaRouter) session(i int) *router.LiveSession {
+func (v *viaRouter) session(i int) *live.LiveSession {
 	if v.sess[i] == nil {
 		s := v.rt.NewSession()
 		s.SetConsistentReadID("session-" + strconv.Itoa(i))
@@ -216,7 +217,7 @@ func (v *viaRouter) session(i int) *router.LiveSession {
 
 // primaryExec adapts LiveSession.Exec (writes on the primary, token
 // captured by the router) to Execer.
-type primaryExec struct{ s *router.LiveSession }
+type primaryExec struct{ s *live.LiveSession }
 
 var (
 	_ Execer = primaryExec{}
@@ -243,8 +244,8 @@ func (p primaryExec) ExecuteWrite(ctx context.Context, q string) (*mysql.Result,
 // routedQuery adapts LiveSession.Query (routed read) to Execer and keeps
 // the router's answer.
 type routedQuery struct {
-	s    *router.LiveSession
-	read *router.Read
+	s    *live.LiveSession
+	read *live.Read
 }
 
 // errRoutedWrite: a routed read path was asked to run a write.
@@ -273,7 +274,7 @@ func (v *viaRouter) write(ctx context.Context, _ *worker, sess int, seq int64, h
 	// Exec borrows a connection of the router's shared, bounded primary
 	// pool (Config.PrimaryPool) for the autocommit write and gives it back.
 	g, err := v.e.cfg.Workload.Write(wctx, primaryExec{s}, sess, seq, hot)
-	if errors.Is(err, router.ErrMissingGTID) {
+	if errors.Is(err, live.ErrMissingGTID) {
 		// The write committed but the router could not token it: the ground
 		// truth still judges later reads against it.
 		v.noGTID.Add(1)
@@ -305,7 +306,7 @@ func (v *viaRouter) read(ctx context.Context, _ *worker, sess int, out *Read) {
 	q := &routedQuery{s: s}
 	own, err := v.e.cfg.Workload.Read(rctx, q, sess, out.Hot)
 	out.Done = v.e.since()
-	var re *router.ReadError
+	var re *live.ReadError
 	switch {
 	case errors.As(err, &re):
 		out.Reason = re.Reason.String()
@@ -325,13 +326,13 @@ func (v *viaRouter) read(ctx context.Context, _ *worker, sess int, out *Read) {
 	rd := q.read
 	out.Node, out.Reason, out.Waited = rd.Node, rd.Reason.String(), rd.Waited > 0
 	switch rd.Outcome {
-	case router.OutReplica:
+	case live.OutReplica:
 		out.Outcome = OutReplica
-	case router.OutFallback:
+	case live.OutFallback:
 		out.Outcome, out.Fallback = OutPrimary, true
-	case router.OutPrimary:
+	case live.OutPrimary:
 		out.Outcome = OutPrimary
-	case router.OutStale:
+	case live.OutStale:
 		out.Outcome = OutStale
 	default:
 		out.Outcome = OutError
@@ -340,7 +341,7 @@ func (v *viaRouter) read(ctx context.Context, _ *worker, sess int, out *Read) {
 
 // failover tells the live router about a new primary.
 func (v *viaRouter) failover(ctx context.Context, fr compose.FailoverResult) error {
-	reps := make([]router.Node, 0)
+	reps := make([]live.Node, 0)
 	for _, r := range v.e.nodes.Replicas() {
 		reps = append(reps, routerNode(r))
 	}

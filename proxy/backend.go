@@ -10,8 +10,8 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/internal/rawnet"
-	"github.com/causallab/causallab/router"
 )
 
 // backendConn is one connection from a client session to one server.
@@ -98,7 +98,7 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, c
 	if err != nil {
 		return nil, backendErr(b, "connect", err)
 	}
-	if caps := router.CapsOf(c); caps != (router.Caps{}) {
+	if caps := mysqlwire.CapsOf(c); caps != (mysqlwire.Caps{}) {
 		// The raw relay and the pipelined watermark read classic framing.
 		c.Close()
 		return nil, backendErr(b, "connect", fmt.Errorf("server forced capabilities the relay cannot frame: %+v", caps))

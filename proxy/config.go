@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/router/live"
 )
 
 // User is an account clients log in to the proxy with.
@@ -75,15 +76,15 @@ type Config struct {
 	// holds their transactions. Default 1.
 	Epoch uint64 `yaml:"epoch"`
 	// Positions selects how the proxy learns what each backend executed,
-	// when Source is nil: "poll" (default: a router.Poller per backend,
+	// when Source is nil: "poll" (default: a live.Poller per backend,
 	// SELECT @@GLOBAL.gtid_executed every PollInterval) or "binlog" (a
-	// binlogwatch stream per backend behind router.WatchSource; the backend
+	// binlogwatch stream per backend behind live.WatchSource; the backend
 	// accounts then need REPLICATION SLAVE).
 	Positions string `yaml:"positions"`
 	// Wait is how a read waits for a replica to catch up (policy
 	// token-wait): "wait-for-executed-gtid-set" (default: the function on
-	// the session's replica connection, router.WaitGTIDFunction) or
-	// "watcher" (the position source's WaitFor, router.WaitWatcher: no
+	// the session's replica connection, live.WaitGTIDFunction) or
+	// "watcher" (the position source's WaitFor, live.WaitWatcher: no
 	// statement on the replica; best with positions: binlog).
 	Wait string `yaml:"wait"`
 	// PollInterval is how often each server's gtid_executed is polled in
@@ -91,7 +92,7 @@ type Config struct {
 	PollInterval time.Duration `yaml:"poll_interval"`
 	// Source, when set, is the position source for every backend (by
 	// Backend.Name), run by the caller; Positions is then ignored.
-	Source router.PositionSource `yaml:"-"`
+	Source live.PositionSource `yaml:"-"`
 	// MaxAllowedPacket bounds one client command (a packet with its
 	// continuation packets), checked on the running length as it is read,
 	// and one parameter's COM_STMT_SEND_LONG_DATA: a larger command is
@@ -140,7 +141,7 @@ type Config struct {
 	// ConnectTimeout bounds one backend connection attempt. Default 5s.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	// CompactTokens widens each session's token to every source's prefix
-	// 1-max after each write (router.Config.CompactTokens): long-lived
+	// 1-max after each write (live.Config.CompactTokens): long-lived
 	// client connections then carry one interval per source instead of one
 	// per write. Sound for read-your-writes; free on replicas that apply in
 	// commit order (replica_preserve_commit_order=ON). Default off.
@@ -245,7 +246,7 @@ func (c *Config) validate() error {
 	if err := oneOf("positions", &c.Positions, "poll", "binlog"); err != nil {
 		return err
 	}
-	if err := oneOf("wait", &c.Wait, router.WaitGTIDFunction.String(), router.WaitWatcher.String()); err != nil {
+	if err := oneOf("wait", &c.Wait, live.WaitGTIDFunction.String(), live.WaitWatcher.String()); err != nil {
 		return err
 	}
 	if c.PollInterval == 0 {

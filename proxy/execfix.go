@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
-	"github.com/causallab/causallab/internal/okpacket"
+	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
 // execFixConn is the client connection as go-mysql's server sees it after
@@ -817,7 +817,7 @@ func binaryValueSize(typ byte, b []byte) (int, bool) {
 		}
 		size = 1 + int(b[0])
 	default: // strings, decimals, blobs, JSON, BIT, ENUM, SET, geometry
-		l, hdr, ok := okpacket.LenencInt(b)
+		l, hdr, ok := mysqlwire.LenencInt(b)
 		if !ok || l > uint64(len(b)) {
 			return 0, false
 		}

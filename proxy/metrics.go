@@ -22,7 +22,7 @@ type metrics struct {
 	primaryReasons *prometheus.CounterVec
 	// The router's series (causallab_router_reads_total,
 	// freshness_fallbacks_total, reads_waited_total, wait_seconds,
-	// decisions_total, ...) are registered on reg by router.New: the proxy's
+	// decisions_total, ...) are registered on reg by live.New: the proxy's
 	// reads are counted by the router's own code.
 	// clientErrors counts errors the proxy itself returned, by kind
 	// (bad_token, route_failed, backend_lost, packet_too_large, ...).

@@ -9,27 +9,27 @@ import (
 	"sync"
 
 	"github.com/causallab/causallab/binlogwatch"
+	"github.com/causallab/causallab/router/live"
 
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/router"
 )
 
-// pollers is the proxy's default router.PositionSource: one router.Poller
+// pollers is the proxy's default live.PositionSource: one live.Poller
 // per backend (each backend may have its own credentials, a Poller has
 // one). The binlogwatch-backed source replaces it through
 // Config.Positions.
 type pollers struct {
-	byName map[string]*router.Poller
-	all    []*router.Poller
+	byName map[string]*live.Poller
+	all    []*live.Poller
 }
 
-var _ router.PositionSource = (*pollers)(nil)
+var _ live.PositionSource = (*pollers)(nil)
 
 func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
-	p := &pollers{byName: map[string]*router.Poller{}}
+	p := &pollers{byName: map[string]*live.Poller{}}
 	for _, b := range append([]Backend{cfg.Primary}, cfg.Replicas...) {
-		pl, err := router.NewPoller(router.PollerConfig{
-			Nodes:       []router.Node{{Name: b.Name, Addr: b.Addr}},
+		pl, err := live.NewPoller(live.PollerConfig{
+			Nodes:       []live.Node{{Name: b.Name, Addr: b.Addr}},
 			User:        b.User,
 			Password:    b.Password,
 			Interval:    cfg.PollInterval,
@@ -54,7 +54,7 @@ func (p *pollers) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// Position implements router.PositionSource.
+// Position implements live.PositionSource.
 func (p *pollers) Position(node string) (gtid.Set, bool) {
 	pl, ok := p.byName[node]
 	if !ok {
@@ -63,7 +63,7 @@ func (p *pollers) Position(node string) (gtid.Set, bool) {
 	return pl.Position(node)
 }
 
-// WaitFor implements router.PositionSource.
+// WaitFor implements live.PositionSource.
 func (p *pollers) WaitFor(ctx context.Context, node string, want gtid.Set) error {
 	pl, ok := p.byName[node]
 	if !ok {
@@ -74,7 +74,7 @@ func (p *pollers) WaitFor(ctx context.Context, node string, want gtid.Set) error
 
 // newBinlogSource builds a binlogwatch stream per backend and the router's
 // WatchSource over them; run is the group's Run.
-func newBinlogSource(cfg *Config, log *slog.Logger) (router.PositionSource, func(context.Context), error) {
+func newBinlogSource(cfg *Config, log *slog.Logger) (live.PositionSource, func(context.Context), error) {
 	mk := func(b Backend) (*binlogwatch.Watcher, error) {
 		host, port, err := net.SplitHostPort(b.Addr)
 		if err != nil {
@@ -105,7 +105,7 @@ func newBinlogSource(cfg *Config, log *slog.Logger) (router.PositionSource, func
 	if err != nil {
 		return nil, nil, err
 	}
-	src, err := router.NewGroupSource(g, 0, names...)
+	src, err := live.NewGroupSource(g, 0, names...)
 	if err != nil {
 		return nil, nil, err
 	}

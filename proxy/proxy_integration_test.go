@@ -284,8 +284,8 @@ func TestSessionStateReplayed(t *testing.T) {
 // still (applier stopped): zero stale reads.
 func TestReadYourWritesPool(t *testing.T) {
 	// Both position sources: the router's Poller and binlogwatch streams
-	// (router.WatchSource).
-	// (router.WatchSource), and waits through the binlog watcher.
+	// (live.WatchSource).
+	// (live.WatchSource), and waits through the binlog watcher.
 	for _, c := range []struct{ positions, wait string }{
 		{"poll", ""}, {"binlog", ""}, {"binlog", "watcher"},
 	} {

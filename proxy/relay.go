@@ -11,7 +11,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/server"
 
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
 // relayOut is what the proxy learnt from a relayed response.
@@ -49,7 +49,7 @@ func (e *relayError) Unwrap() error { return e.err }
 // watermarkQuery reads a node's executed set: the router's sound
 // monotonic-reads watermark when run right after a read on the same
 // connection.
-const watermarkQuery = router.ExecutedQuery
+const watermarkQuery = mysqlwire.ExecutedQuery
 
 // watermarkCmd is watermarkQuery's COM_QUERY payload (never modified).
 var watermarkCmd = append([]byte{mysql.COM_QUERY}, watermarkQuery...)
@@ -219,12 +219,12 @@ func (bc *backendConn) keepBuf(data []byte) {
 }
 
 // readWatermark reads the answer to the pipelined watermarkQuery
-// (router.ReadExecutedAnswer; backend connections negotiate neither
+// (mysqlwire.ReadExecutedAnswer; backend connections negotiate neither
 // CLIENT_DEPRECATE_EOF nor query attributes, see dialBackend); after
 // anything but the server's refusal the connection is out of step and
 // marked broken.
 func (bc *backendConn) readWatermark() (gtid.Set, error) {
-	set, err := router.ReadExecutedAnswer(bc.conn, router.Caps{})
+	set, err := mysqlwire.ReadExecutedAnswer(bc.conn, mysqlwire.Caps{})
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {

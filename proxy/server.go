@@ -23,6 +23,7 @@ import (
 
 	"github.com/causallab/causallab/internal/rawnet"
 	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/router/live"
 )
 
 // Server is a running proxy.
@@ -37,13 +38,13 @@ type Server struct {
 	decoy server.Credential
 	// src is the position source (Config.Source, pollers or binlog
 	// streams); runSrc runs it when the proxy owns it.
-	src    router.PositionSource
+	src    live.PositionSource
 	runSrc func(context.Context)
 	// rt is the live router (built by Listen): every read's decision,
 	// wait, cap, epoch check, outcome metric and trace is its
 	// LiveSession.QueryFunc; the proxy runs the read on the session's own
 	// backend connection. Its metrics are registered on m.reg.
-	rt     *router.Router
+	rt     *live.Router
 	policy router.Policy
 	capCfg router.Cap
 
@@ -147,16 +148,16 @@ func loadTLS(cfg *Config) (*tls.Config, *rsa.PrivateKey, error) {
 // with the primary backend's account, from a pool of at most
 // PrimaryPool connections.
 func (s *Server) newRouter(ctx context.Context) error {
-	wait := router.WaitGTIDFunction
-	if s.cfg.Wait == router.WaitWatcher.String() {
-		wait = router.WaitWatcher
+	wait := live.WaitGTIDFunction
+	if s.cfg.Wait == live.WaitWatcher.String() {
+		wait = live.WaitWatcher
 	}
-	reps := make([]router.Node, len(s.cfg.Replicas))
+	reps := make([]live.Node, len(s.cfg.Replicas))
 	for i, b := range s.cfg.Replicas {
-		reps[i] = router.Node{Name: b.Name, Addr: b.Addr}
+		reps[i] = live.Node{Name: b.Name, Addr: b.Addr}
 	}
-	rt, err := router.New(ctx, router.Config{
-		Primary:       router.Node{Name: s.cfg.Primary.Name, Addr: s.cfg.Primary.Addr},
+	rt, err := live.New(ctx, live.Config{
+		Primary:       live.Node{Name: s.cfg.Primary.Name, Addr: s.cfg.Primary.Addr},
 		Replicas:      reps,
 		User:          s.cfg.Primary.User,
 		Password:      s.cfg.Primary.Password,

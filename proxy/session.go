@@ -17,7 +17,8 @@ import (
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/hashroute"
-	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/internal/mysqlwire"
+	"github.com/causallab/causallab/router/live"
 )
 
 // Error codes the proxy itself returns (MySQL's own codes where one fits).
@@ -62,7 +63,7 @@ type session struct {
 
 	// ls is the session's causal state in the router (token, watermark,
 	// affinity key); reads go through ls.QueryFunc.
-	ls *router.LiveSession
+	ls *live.LiveSession
 
 	stmts map[*stmt.PreparedStmt]*pstmt
 	// prepares mirrors go-mysql's statement id counter (incremented before
@@ -352,8 +353,8 @@ func (e *relayedServerErr) Unwrap() error { return e.me }
 // readOptions builds the router's per-read options from the statement:
 // its own token (this read only), its consistent_read_id, a session pin,
 // and the wait run on the session's replica connection.
-func (s *session) readOptions(st Stmt) (router.ReadOptions, error) {
-	o := router.ReadOptions{Wait: s.waitOn}
+func (s *session) readOptions(st Stmt) (live.ReadOptions, error) {
+	o := live.ReadOptions{Wait: s.waitOn}
 	if pin := s.pin(st); pin != "" {
 		s.srv.m.primaryReasons.WithLabelValues(pin).Inc()
 		o.Pin = pin
@@ -376,16 +377,16 @@ func (s *session) readOptions(st Stmt) (router.ReadOptions, error) {
 // (reconnected outside transactions) or replica i (opened lazily). A
 // connection that cannot be opened is a node failure the router may route
 // around (marked down, decided again).
-func (s *session) conn(t router.Target) (*backendConn, error) {
+func (s *session) conn(t live.Target) (*backendConn, error) {
 	if t.Replica < 0 {
 		if err := s.ensurePrimary(); err != nil {
-			return nil, &router.RunError{Err: err, NodeFailed: true}
+			return nil, &live.RunError{Err: err, NodeFailed: true}
 		}
 		return s.primary, nil
 	}
 	bc, err := s.replica(t.Replica)
 	if err != nil {
-		return nil, &router.RunError{Err: err, NodeFailed: true, Retry: true}
+		return nil, &live.RunError{Err: err, NodeFailed: true, Retry: true}
 	}
 	return bc, nil
 }
@@ -397,7 +398,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.routeRelay(st, o, func(bc *backendConn, t router.Target) (relayOut, error) {
+	return s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
 		role := "primary"
 		if t.Replica >= 0 {
 			role = "replica"
@@ -414,13 +415,13 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 // error it returns means nothing reached the client and goes to the
 // router as is. The server's ERR packet, already relayed, counts as a
 // statement error; the watermark read behind the read is the router's.
-func (s *session) routeRelay(st Stmt, o router.ReadOptions, relayOne func(bc *backendConn, t router.Target) (relayOut, error)) (*mysql.Result, error) {
+func (s *session) routeRelay(st Stmt, o live.ReadOptions, relayOne func(bc *backendConn, t live.Target) (relayOut, error)) (*mysql.Result, error) {
 	var (
 		served  *backendConn
 		out     relayOut
 		relayed bool // the response reached the client
 	)
-	_, err := s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t router.Target) (gtid.Set, error) {
+	_, err := s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t live.Target) (gtid.Set, error) {
 		bc, err := s.conn(t)
 		if err != nil {
 			return gtid.Set{}, err
@@ -432,7 +433,7 @@ func (s *session) routeRelay(st Stmt, o router.ReadOptions, relayOne func(bc *ba
 			if !errors.As(err, &re) && !errors.Is(err, errClientGone) {
 				return gtid.Set{}, err
 			}
-			return gtid.Set{}, &router.RunError{Err: err, NodeFailed: re != nil}
+			return gtid.Set{}, &live.RunError{Err: err, NodeFailed: re != nil}
 		}
 		relayed = true
 		if out.serverErr {
@@ -440,7 +441,7 @@ func (s *session) routeRelay(st Stmt, o router.ReadOptions, relayOne func(bc *ba
 		}
 		if t.Watermark {
 			if out.wmErr != nil {
-				return gtid.Set{}, &router.RunError{Err: out.wmErr, NodeFailed: true}
+				return gtid.Set{}, &live.RunError{Err: out.wmErr, NodeFailed: true}
 			}
 			return out.watermark, nil
 		}
@@ -457,10 +458,10 @@ func (s *session) routeRelay(st Stmt, o router.ReadOptions, relayOne func(bc *ba
 
 // readFailed turns a read the router did not serve into the client's
 // answer.
-func (s *session) readFailed(err error, served *backendConn, relayed bool, o router.ReadOptions) (*mysql.Result, error) {
+func (s *session) readFailed(err error, served *backendConn, relayed bool, o live.ReadOptions) (*mysql.Result, error) {
 	var (
 		rse *relayedServerErr
-		rde *router.ReadError
+		rde *live.ReadError
 	)
 	switch {
 	case errors.As(err, &rse):
@@ -496,7 +497,7 @@ func isRelayError(err error) bool {
 // refused is the client's error for a read the router refused; the token
 // named is the read's own (a comment's) when it carried one, else the
 // session's.
-func (s *session) refused(e *router.ReadError, o router.ReadOptions) error {
+func (s *session) refused(e *live.ReadError, o live.ReadOptions) error {
 	tok := o.Token
 	if tok.GTIDs.IsEmpty() {
 		tok = s.ls.Token()
@@ -650,9 +651,9 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 }
 
 // waitOn is the router's WaitFunc: WAIT_FOR_EXECUTED_GTID_SET on the
-// session's own connection to the replica (router.WaitGTIDFunction; with
-// router.WaitWatcher the router waits on the position source instead).
-func (s *session) waitOn(_ context.Context, t router.Target, need gtid.Set, d time.Duration) (bool, error) {
+// session's own connection to the replica (live.WaitGTIDFunction; with
+// live.WaitWatcher the router waits on the position source instead).
+func (s *session) waitOn(_ context.Context, t live.Target, need gtid.Set, d time.Duration) (bool, error) {
 	bc, err := s.conn(t)
 	if err != nil {
 		return false, err
@@ -826,7 +827,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		onPrim bool
 		failed *backendConn // the connection a node error came from
 	)
-	_, err = s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t router.Target) (gtid.Set, error) {
+	_, err = s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t live.Target) (gtid.Set, error) {
 		bc, err := s.conn(t)
 		if err != nil {
 			return gtid.Set{}, err
@@ -841,14 +842,14 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 			// the node (a pinned read is never retried).
 			bc.broken, failed = true, bc
 			s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "execute").Inc()
-			return gtid.Set{}, &router.RunError{Err: backendErr(bc.b, "execute", err), NodeFailed: true, Retry: true}
+			return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, "execute", err), NodeFailed: true, Retry: true}
 		}
 		res, resG, onPrim = r, g, bc == s.primary
 		if t.Watermark {
 			wm, err := s.executed(bc)
 			if err != nil {
 				bc.broken, failed = true, bc
-				return gtid.Set{}, &router.RunError{Err: err, NodeFailed: true, Retry: true}
+				return gtid.Set{}, &live.RunError{Err: err, NodeFailed: true, Retry: true}
 			}
 			return wm, nil
 		}
@@ -856,7 +857,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 	})
 	if err != nil {
 		var (
-			rde *router.ReadError
+			rde *live.ReadError
 			me  *mysql.MyError
 		)
 		switch {
@@ -952,7 +953,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 	if err != nil {
 		return nil, err
 	}
-	return s.routeRelay(st, o, func(bc *backendConn, t router.Target) (relayOut, error) {
+	return s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
 		out, err := send(bc, t.Replica, t.Watermark)
 		var me *mysql.MyError
 		if err == nil || errors.As(err, &me) || isRelayError(err) || errors.Is(err, errClientGone) {
@@ -964,7 +965,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 		// router may route around the node.
 		bc.broken = true
 		s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "prepare").Inc()
-		return out, &router.RunError{Err: backendErr(bc.b, "prepare", err), NodeFailed: true, Retry: true}
+		return out, &live.RunError{Err: backendErr(bc.b, "prepare", err), NodeFailed: true, Retry: true}
 	})
 }
 
@@ -997,7 +998,7 @@ func (s *session) prepareOn(p *pstmt, i int, bc *backendConn) (*client.Stmt, err
 // private copy of the OK packet: go-mysql's Result.SessionTracking aliases
 // a buffer it has already returned to a process-wide pool, so under
 // concurrency it can hold another connection's bytes (see
-// router.ResponseRecorder).
+// package mysqlwire).
 func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysql.Result, string, error) {
 	role := "primary"
 	cs := p.onPrimary
@@ -1020,10 +1021,13 @@ func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysq
 		r, err := cs.Execute(args...)
 		return r, "", err
 	}
-	rec := router.RecordResponses(bc.conn)
+	rec := mysqlwire.InstallRecorder(bc.conn)
 	rec.Start()
 	r, err := cs.Execute(args...)
-	g, _, perr := rec.LastOK()
+	tr, perr := rec.LastOK()
+	if errors.Is(perr, mysqlwire.ErrNoOK) {
+		perr = nil // a response without an OK packet carries no GTID
+	}
 	if err != nil {
 		return nil, "", err
 	}
@@ -1033,7 +1037,7 @@ func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysq
 		s.srv.m.clientErrors.WithLabelValues("unparsable_session_gtid").Inc()
 		return nil, "", mysql.NewError(codeProxy, "causallab proxy: the primary's OK packet could not be read for the write's GTID: "+perr.Error())
 	}
-	return r, g, nil
+	return r, tr.GTID, nil
 }
 
 // finishExecute mirrors the primary's state after a prepared statement

@@ -1,20 +1,14 @@
-// Package router is causallab's causal read router.
+// Package router is causallab's causal read router: its decision core.
 //
-// The package has two layers:
-//
-//   - The decision core (this file's types and Decide): a pure, deterministic
-//     function of (policy, session state, replica positions and health, clock,
-//     a random draw, the fallback bucket). It performs no I/O, reads no clock,
-//     imports nothing that talks to MySQL, and is generic over the position
-//     type, so the simulator (package sim, plain log positions) and the live
-//     router (gtid.Set positions) call exactly the same code.
-//   - The live router (files named live*.go): connections, token capture from
-//     OK packets, waits, positions (WatchSource over binlogwatch, the
-//     recommended source; Poller, the baseline), metrics. Its decision path
-//     is DecideLive, also pure: it builds the View from the router's
-//     LiveState and the PositionSource, calls Decide, and the router
-//     carries the Decision out. A test replays the simulator's recorded
-//     decisions through DecideLive and gets the same answers.
+// Decide is a pure, deterministic function of (policy, session state,
+// replica positions and health, clock, a random draw, the fallback bucket).
+// It performs no I/O, reads no clock, imports nothing that talks to a
+// database, and is generic over the position type, so the simulator
+// (package sim, scalar log positions) and the live router (package
+// router/live, MySQL GTID sets or scalar positions) call exactly the same
+// code. The live layer (connections, token capture, waits, position
+// sources, metrics) is package router/live; this package imports only
+// gtid (the position interface) and hashroute.
 //
 // Positions are partially ordered. The core asks one question of them,
 // Contains ("does the receiver hold every transaction of other?"), and, to

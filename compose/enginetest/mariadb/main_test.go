@@ -14,7 +14,7 @@ import (
 	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/compose/enginetest"
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/internal/okpacket"
+	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
 // topo is this package's one topology: a primary and two replicas.
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 
 // TestTokenCapture: with session_track_system_variables=last_gtid a
 // write's OK packet carries its GTID (read from a private copy of the
-// packet with internal/okpacket, as the router does); it is the
+// packet with internal/mysqlwire, as the router does); it is the
 // server's @@last_gtid, MASTER_GTID_WAIT on a replica returns 0 for it
 // once the replica has the row, and the replica's gtid_slave_pos then
 // contains it. (Runs before TestFaults, whose failover changes roles.)
@@ -43,7 +43,7 @@ func TestTokenCapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	rec := okpacket.Install(c)
+	rec := mysqlwire.InstallRecorder(c)
 	for _, q := range []string{"SET session_track_system_variables = 'last_gtid'", "CREATE DATABASE IF NOT EXISTS tokens", "CREATE TABLE IF NOT EXISTS tokens.t (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT)"} {
 		if _, err := c.Execute(q); err != nil {
 			t.Fatalf("%s: %v", q, err)

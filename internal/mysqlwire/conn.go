@@ -1,0 +1,176 @@
+package mysqlwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/rawnet"
+)
+
+// Dialer opens go-mysql client connections with one set of credentials.
+type Dialer struct {
+	// User, Password and DB are used on every connection (DB may be "").
+	User, Password, DB string
+	// Timeout bounds one connection attempt (and the dial's context).
+	Timeout time.Duration
+	// PlainIO keeps Go's ordinary socket calls; by default connections
+	// read and write with raw system calls (package rawnet), which spare
+	// the Go runtime a monitor-thread wake-up after each idle spell.
+	PlainIO bool
+}
+
+// Dial connects to addr. With track it asks for CLIENT_SESSION_TRACK (the
+// server then reports session state, GTIDs included, in OK packets).
+func (d *Dialer) Dial(ctx context.Context, addr string, track bool) (*client.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, d.Timeout)
+	defer cancel()
+	opt := func(c *client.Conn) error {
+		if track {
+			return c.SetCapability(mysql.CLIENT_SESSION_TRACK)
+		}
+		return nil
+	}
+	dial := (&net.Dialer{Timeout: d.Timeout}).DialContext
+	if !d.PlainIO {
+		dial = rawnet.WrapDial(dial)
+	}
+	c, err := client.ConnectWithDialer(dctx, "", addr, d.User, d.Password, d.DB, dial, opt)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// WithCtx runs one exchange on c (run), honouring ctx by expiring c's
+// deadline when ctx ends; c is then unusable (close it) and the context's
+// error is returned, with run's value as run gave it (so a caller can
+// release what it holds).
+func WithCtx[T any](ctx context.Context, c *client.Conn, run func() (T, error)) (T, error) {
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	r, err := run()
+	if !stop() {
+		// ctx ended while the exchange ran: report the context's error.
+		if err == nil {
+			err = ctx.Err()
+		} else {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+	}
+	return r, err
+}
+
+// Exec runs one statement under ctx (WithCtx).
+func Exec(ctx context.Context, c *client.Conn, q string, args ...any) (*mysql.Result, error) {
+	r, err := WithCtx(ctx, c, func() (*mysql.Result, error) { return c.Execute(q, args...) })
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// StmtExec is Exec for a prepared statement.
+func StmtExec(ctx context.Context, c *client.Conn, st *client.Stmt, args ...any) (*mysql.Result, error) {
+	r, err := WithCtx(ctx, c, func() (*mysql.Result, error) { return st.Execute(args...) })
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// IsServerError reports whether err is (or wraps) the server's refusal of
+// a statement (*mysql.MyError): the connection is still in step.
+func IsServerError(err error) bool {
+	var me *mysql.MyError
+	return errors.As(err, &me)
+}
+
+// ExecutedQuery reads a MySQL server's executed GTID set. Run right after
+// a read on the same connection, its answer contains everything the read
+// could observe: the sound monotonic-reads watermark.
+const ExecutedQuery = "SELECT @@GLOBAL.gtid_executed"
+
+// ReadValue runs query on c and returns the first column of its first row
+// as text (a copy).
+func ReadValue(ctx context.Context, c *client.Conn, query string) (string, error) {
+	r, err := Exec(ctx, c, query)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	s, err := r.GetString(0, 0)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", query, err)
+	}
+	return strings.Clone(s), nil
+}
+
+// ReadExecuted runs ExecutedQuery on c and parses the set.
+func ReadExecuted(ctx context.Context, c *client.Conn) (gtid.Set, error) {
+	s, err := ReadValue(ctx, c, ExecutedQuery)
+	if err != nil {
+		return gtid.Set{}, err
+	}
+	set, err := gtid.Parse(s)
+	if err != nil {
+		return gtid.Set{}, fmt.Errorf("parse gtid_executed: %w", err)
+	}
+	return set, nil
+}
+
+// WaitSeconds is a wait's timeout as WAIT_FOR_EXECUTED_GTID_SET and
+// MASTER_GTID_WAIT take it: seconds with millisecond precision, at least
+// 0.001 (0 would not wait at all).
+func WaitSeconds(d time.Duration) string {
+	return strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
+}
+
+// WaitForExecutedQuery is SELECT WAIT_FOR_EXECUTED_GTID_SET(set, timeout):
+// it answers 0 once the server's gtid_executed contains set, 1 when the
+// timeout passed. It is built from a parsed set, whose canonical text holds
+// only hex digits, letters, digits, '_', ':', '-' and ',' (never a quote),
+// so it is safe to inline; a text query needs no prepared statement (one
+// round trip, and it can be pipelined).
+func WaitForExecutedQuery(set gtid.Set, timeout time.Duration) string {
+	return "SELECT WAIT_FOR_EXECUTED_GTID_SET('" + set.CompactString() + "', " + WaitSeconds(timeout) + ")"
+}
+
+// WaitForExecuted runs WaitForExecutedQuery on c and reports whether the
+// server contains set (false: the timeout passed).
+func WaitForExecuted(ctx context.Context, c *client.Conn, set gtid.Set, timeout time.Duration) (bool, error) {
+	return WaitAnswer(Exec(ctx, c, WaitForExecutedQuery(set, timeout)))
+}
+
+// WaitAnswer reads a wait function's answer (WAIT_FOR_EXECUTED_GTID_SET,
+// MASTER_GTID_WAIT): 0 means the server reached the position.
+func WaitAnswer(r *mysql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	defer r.Close()
+	v, err := r.GetInt(0, 0)
+	if err != nil {
+		return false, err
+	}
+	return v == 0, nil
+}
+
+// Excerpt shortens a statement for an error message.
+func Excerpt(q string) string {
+	if len(q) > 60 {
+		return q[:60] + "..."
+	}
+	return q
+}

@@ -1,0 +1,90 @@
+package live
+
+import (
+	"time"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/router"
+)
+
+// LiveState is the live router's topology state that a decision reads. The
+// Router keeps one under its lock; DecideLive reads it without I/O.
+type LiveState struct {
+	// Primary is the current primary.
+	Primary Node
+	// Replicas are the configured replicas, in hashing order.
+	Replicas []Node
+	// Epoch is the current topology epoch.
+	Epoch uint64
+	// PrimaryPos is a lower bound of the primary's executed set: read at
+	// New/Failover, raised by every GTID the primary acknowledges to a
+	// session and by the PositionSource's view of the primary.
+	PrimaryPos gtid.Set
+	// Table is the hashroute table over Replicas (nil without replicas).
+	Table *hashroute.Table
+	// DownUntil holds the nodes skipped after an error, until the time given.
+	DownUntil map[string]time.Time
+	// InFlight counts the reads in flight per node name (affinity's
+	// rebalance-override mode reads it).
+	InFlight map[string]int
+}
+
+// LiveRequest is one decision's per-read inputs.
+type LiveRequest struct {
+	// Session is the session's causal state (not modified).
+	Session *router.Session[gtid.Set]
+	// Policy and Cap are the read's policy and the router's cap (nil: none).
+	Policy *router.Policy
+	Cap    *router.Cap
+	// Wall is the wall-clock time, compared with LiveState.DownUntil.
+	Wall time.Time
+	// Now is the router's monotonic clock for Decide.
+	Now time.Duration
+	// Rand is the random draw handed to Decide.
+	Rand uint64
+	// Waited is how long this read has already waited.
+	Waited time.Duration
+	// Known holds positions proven during this read (a successful
+	// WAIT_FOR_EXECUTED_GTID_SET): merged into the source's view.
+	Known map[string]gtid.Set
+}
+
+// DecideLive is the live router's whole decision path: it builds Decide's
+// View from st and src, then calls Decide. It does no I/O: src.Position
+// must not block (the PositionSource contract), and nothing else is
+// consulted. Router.decide calls it under the router's lock; tests replay
+// recorded inputs through it (the simulator equivalence test).
+//
+// View building: a replica's Applied is src's set for it, raised by
+// req.Known; it is Up when src says healthy and it is not held down
+// (DownUntil); Behind is the primary's transaction count minus the
+// replica's (0 when ahead); InFlight from st. The primary's position is
+// st.PrimaryPos raised by src's view of the primary (PrimaryKnown is always
+// true); the raised position is returned for the caller to store.
+//
+// It returns the decision and the view it was made on.
+func DecideLive(st *LiveState, src PositionSource, req *LiveRequest, b *router.Bucket) (router.Decision, *router.View[gtid.Set], gtid.Set) {
+	prim := st.PrimaryPos
+	if p, ok := src.Position(st.Primary.Name); ok && !prim.Contains(p) {
+		prim = prim.Union(p)
+	}
+	pc := prim.Count()
+	v := &router.View[gtid.Set]{Replicas: make([]router.Replica[gtid.Set], len(st.Replicas)), Primary: prim,
+		PrimaryKnown: true, Epoch: st.Epoch, Hash: st.Table}
+	for i, n := range st.Replicas {
+		set, healthy := src.Position(n.Name)
+		if k, ok := req.Known[n.Name]; ok && !set.Contains(k) {
+			set = set.Union(k)
+		}
+		up := healthy && !req.Wall.Before(st.DownUntil[n.Name])
+		var behind int64
+		if c := set.Count(); pc > c {
+			behind = int64(min(pc-c, 1<<62))
+		}
+		v.Replicas[i] = router.Replica[gtid.Set]{Applied: set, Up: up, Behind: behind, InFlight: st.InFlight[n.Name]}
+	}
+	in := router.Input[gtid.Set]{Policy: req.Policy, Cap: req.Cap, Session: req.Session, View: v,
+		Now: req.Now, Rand: req.Rand, Waited: req.Waited}
+	return router.Decide(&in, b), v, prim
+}

@@ -1,0 +1,138 @@
+package live
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome is the typed result of one live read.
+type Outcome uint8
+
+const (
+	// OutReplica: served by a replica that qualified.
+	OutReplica Outcome = iota
+	// OutFallback: served by the primary for freshness (no replica
+	// qualified or the wait budget was spent); limited by the cap.
+	OutFallback
+	// OutPrimary: served by the primary for another reason (PolicyWindow,
+	// no replica up): not a freshness fallback, not capped.
+	OutPrimary
+	// OutStale: served by a replica that did not qualify, labelled stale
+	// (CapServeStale above the cap).
+	OutStale
+	// OutFailedFast: not served; the router decided at once (cap exceeded
+	// under CapFailFast, write or watermark lost in a failover).
+	OutFailedFast
+	// OutTimedOut: not served after waiting (wait budget and cap wait
+	// spent, or a token nobody can serve).
+	OutTimedOut
+	// OutError: not served; a database or context error.
+	OutError
+)
+
+var outcomeNames = [...]string{"replica", "fallback", "primary", "stale", "failed-fast", "timed-out", "error"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// liveMetrics are the router's Prometheus collectors.
+type liveMetrics struct {
+	reads     *prometheus.CounterVec   // policy, outcome, reason
+	fallbacks *prometheus.CounterVec   // reason: freshness fallbacks only
+	waited    *prometheus.CounterVec   // policy: reads that waited
+	waitSecs  *prometheus.HistogramVec // method
+	nodeDown  *prometheus.CounterVec   // node: connection errors that marked it down
+	writes    prometheus.Counter
+	// decisions counts every Decide call of a read (waits included).
+	decisions *prometheus.CounterVec // action, reason
+	// refreshes counts re-reads of the primary's executed set before
+	// refusing a read (a token from elsewhere may be newer than the view).
+	refreshes prometheus.Counter
+	// The shared primary pool: connections borrowed now, dials, borrows
+	// that had to wait for a free connection and how long, and borrowed
+	// connections kept by a session (pinned) by reason.
+	poolInUse    prometheus.Gauge
+	poolDials    prometheus.Counter
+	poolWaits    prometheus.Counter
+	poolWaitSecs prometheus.Histogram
+	pins         *prometheus.CounterVec // reason
+}
+
+func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
+	m := &liveMetrics{
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "reads_total",
+			Help: "Reads by policy, typed outcome and decision reason.",
+		}, []string{"policy", "outcome", "reason"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "freshness_fallbacks_total",
+			Help: "Reads sent to the primary for freshness (limited by the cap), by reason.",
+		}, []string{"reason"}),
+		waited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "reads_waited_total",
+			Help: "Reads that waited for a replica to catch up before being served or failing.",
+		}, []string{"policy"}),
+		waitSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "wait_seconds",
+			Help:    "Duration of one wait on a replica, by wait method and result.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"method", "result"}),
+		nodeDown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "node_errors_total",
+			Help: "Connection or statement errors that marked a node down.",
+		}, []string{"node"}),
+		writes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "writes_total",
+			Help: "Writes acknowledged by the primary with a captured GTID.",
+		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "decisions_total",
+			Help: "Routing decisions (every router.Decide call of a read, waits included) by action and reason.",
+		}, []string{"action", "reason"}),
+		refreshes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_refreshes_total",
+			Help: "Re-reads of the primary's gtid_executed before refusing a read as timed out or write-lost.",
+		}),
+		poolInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pool_in_use",
+			Help: "Primary connections of the shared write pool borrowed now (pinned ones included).",
+		}),
+		poolDials: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pool_dials_total",
+			Help: "Connections the shared primary pool opened.",
+		}),
+		poolWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pool_waits_total",
+			Help: "Borrows of a primary connection that waited because the pool was exhausted.",
+		}),
+		poolWaitSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pool_wait_seconds",
+			Help:    "Time to borrow a primary connection from the shared pool.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
+		}),
+		pins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "primary_pins_total",
+			Help: "Statements after which a session kept its primary connection (transaction, autocommit-off, session-state).",
+		}, []string{"reason"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.reads, m.fallbacks, m.waited, m.waitSecs, m.nodeDown, m.writes,
+		m.decisions, m.refreshes, m.poolInUse, m.poolDials, m.poolWaits, m.poolWaitSecs, m.pins} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, fmt.Errorf("router: metrics already registered (one Router per registry): %w", err)
+			}
+			return nil, fmt.Errorf("router: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}

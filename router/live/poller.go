@@ -1,0 +1,214 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/mysqlwire"
+)
+
+// PositionSource tells the live router what each node has executed.
+// WatchSource (binlogwatch: a binlog stream per node, the recommended
+// source) and Poller (SELECT @@gtid_executed every interval, the baseline)
+// implement it.
+type PositionSource interface {
+	// Position returns a lower bound of the named node's executed GTID set
+	// (never ahead of the node) and whether the source considers the node
+	// healthy. An unknown node is (empty set, false). It must not block.
+	Position(node string) (gtid.Set, bool)
+	// WaitFor blocks until the node's executed set is known to contain
+	// want, or ctx ends (returning ctx's error).
+	WaitFor(ctx context.Context, node string, want gtid.Set) error
+}
+
+var _ PositionSource = (*Poller)(nil)
+
+// PollerConfig configures a Poller.
+type PollerConfig struct {
+	// Nodes to poll (replicas, and the primary if the router should know its
+	// position).
+	Nodes []Node
+	// User and Password authenticate the poll connections.
+	User, Password string
+	// Interval between polls of one node. Default 10ms; at least 1ms.
+	Interval time.Duration
+	// DownAfter marks a node unhealthy after this long without a successful
+	// poll. Default 5 × Interval, at least 500ms (a loaded machine delays
+	// polls; a flapping health verdict would send reads to the primary).
+	DownAfter time.Duration
+	// DialTimeout bounds one connection attempt. Default 2s.
+	DialTimeout time.Duration
+	// Logger receives state changes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *PollerConfig) validate() error {
+	if len(c.Nodes) == 0 {
+		return errors.New("router: poller: no nodes")
+	}
+	seen := map[string]bool{}
+	for _, n := range c.Nodes {
+		if n.Name == "" || n.Addr == "" {
+			return fmt.Errorf("router: poller: node %+v needs a name and an address", n)
+		}
+		if seen[n.Name] {
+			return fmt.Errorf("router: poller: node %q listed twice", n.Name)
+		}
+		seen[n.Name] = true
+	}
+	if c.Interval == 0 {
+		c.Interval = 10 * time.Millisecond
+	}
+	if c.Interval < time.Millisecond || c.Interval > time.Minute {
+		return fmt.Errorf("router: poller: interval %v out of range [1ms, 1m]", c.Interval)
+	}
+	if c.DownAfter == 0 {
+		c.DownAfter = max(5*c.Interval, 500*time.Millisecond)
+	}
+	if c.DownAfter < c.Interval {
+		return fmt.Errorf("router: poller: down-after %v shorter than the interval %v", c.DownAfter, c.Interval)
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// pollState is one published state of a node: immutable once published.
+type pollState struct {
+	set     gtid.Set
+	lastOK  time.Time
+	changed chan struct{} // closed when replaced
+}
+
+// Poller is the polling PositionSource: one goroutine per node runs SELECT
+// @@GLOBAL.gtid_executed every Interval and publishes the set. It is the
+// baseline against binlogwatch's streams: its view trails a node by up to
+// one interval plus a round trip.
+type Poller struct {
+	cfg    PollerConfig
+	states map[string]*atomic.Pointer[pollState]
+	polls  atomic.Uint64
+	errs   atomic.Uint64
+}
+
+// NewPoller validates cfg. Call Run to start polling.
+func NewPoller(cfg PollerConfig) (*Poller, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	p := &Poller{cfg: cfg, states: map[string]*atomic.Pointer[pollState]{}}
+	for _, n := range cfg.Nodes {
+		ptr := &atomic.Pointer[pollState]{}
+		ptr.Store(&pollState{changed: make(chan struct{})})
+		p.states[n.Name] = ptr
+	}
+	return p, nil
+}
+
+// Run polls until ctx ends; it returns ctx's error.
+func (p *Poller) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, n := range p.cfg.Nodes {
+		wg.Go(func() { p.pollNode(ctx, n) })
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+func (p *Poller) pollNode(ctx context.Context, n Node) {
+	d := &mysqlwire.Dialer{User: p.cfg.User, Password: p.cfg.Password, Timeout: p.cfg.DialTimeout}
+	ptr := p.states[n.Name]
+	var c *client.Conn
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	t := time.NewTicker(p.cfg.Interval)
+	defer t.Stop()
+	failing := false
+	for {
+		var err error
+		if c == nil {
+			c, err = d.Dial(ctx, n.Addr, false)
+		}
+		if err == nil {
+			var set gtid.Set
+			set, err = mysqlwire.ReadExecuted(ctx, c)
+			if err == nil {
+				p.polls.Add(1)
+				old := ptr.Load()
+				if !old.set.Equal(set) || old.lastOK.IsZero() || failing {
+					ptr.Store(&pollState{set: set, lastOK: time.Now(), changed: make(chan struct{})})
+					close(old.changed)
+				} else {
+					// Same set: refresh liveness without waking waiters.
+					ptr.Store(&pollState{set: old.set, lastOK: time.Now(), changed: old.changed})
+				}
+				if failing {
+					p.cfg.Logger.Info("poller: node answers again", "node", n.Name)
+				}
+				failing = false
+			} else {
+				c.Close()
+				c = nil
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			p.errs.Add(1)
+			if !failing {
+				p.cfg.Logger.Warn("poller: poll failed", "node", n.Name, errAttr(err))
+			}
+			failing = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Position implements PositionSource.
+func (p *Poller) Position(node string) (gtid.Set, bool) {
+	ptr, ok := p.states[node]
+	if !ok {
+		return gtid.Set{}, false
+	}
+	s := ptr.Load()
+	return s.set, !s.lastOK.IsZero() && time.Since(s.lastOK) < p.cfg.DownAfter
+}
+
+// WaitFor implements PositionSource.
+func (p *Poller) WaitFor(ctx context.Context, node string, want gtid.Set) error {
+	ptr, ok := p.states[node]
+	if !ok {
+		return fmt.Errorf("router: poller: unknown node %q", node)
+	}
+	for {
+		s := ptr.Load()
+		if s.set.Contains(want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.changed:
+		}
+	}
+}
+
+// Stats returns the number of successful polls and of failed ones.
+func (p *Poller) Stats() (polls, errs uint64) { return p.polls.Load(), p.errs.Load() }

@@ -1,0 +1,473 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/mysqlwire"
+	"github.com/causallab/causallab/router"
+)
+
+// Target is where QueryFunc sends a read.
+type Target struct {
+	// Node is the node to run on.
+	Node Node
+	// Replica indexes the router's replica list, -1 for the primary.
+	Replica int
+	// Outcome is the outcome the read gets if run succeeds (OutReplica,
+	// OutStale, OutFallback or OutPrimary), Reason the decision's reason.
+	Outcome Outcome
+	Reason  router.Reason
+	// Pin is the session reason of a pinned read (ReadOptions.Pin), "" for
+	// a routed one.
+	Pin string
+	// Watermark: run must return the node's @@GLOBAL.gtid_executed read on
+	// the same connection right after the statement (the sound
+	// monotonic-reads watermark). When false, run returns an empty set.
+	Watermark bool
+}
+
+// ReadOptions are per-read additions to the session's state.
+type ReadOptions struct {
+	// Token is merged into the session's token for this read only (a token
+	// carried by a statement comment: a pooled connection must not keep
+	// another request's token).
+	Token gtid.Token
+	// AffinityKey is the read's consistent_read_id hash (0: the session's).
+	AffinityKey uint64
+	// Pin, when set, keeps the read on the primary for a session reason the
+	// caller knows (open transaction, temporary table, locked tables...):
+	// no decision, no wait, no retry; counted as OutPrimary with Pin as the
+	// reason label.
+	Pin string
+	// Wait, when set and the router waits by WaitGTIDFunction, runs the
+	// wait on the caller's connection to t.Node (ok: the node contains
+	// need). Nil: the router's own read pool. Ignored by WaitWatcher.
+	Wait WaitFunc
+}
+
+// RunFunc runs a read on the caller's own connection to t.Node and
+// returns what the read could have observed (t.Watermark) or an error:
+// a *mysql.MyError is a statement error (counted, returned); a *RunError
+// says what the router should do; any other error marks the node down and
+// the router decides again (at most maxNodeErrors times).
+type RunFunc func(ctx context.Context, t Target) (observed gtid.Set, err error)
+
+// WaitFunc waits up to budget for t.Node to contain need (see
+// ReadOptions.Wait).
+type WaitFunc func(ctx context.Context, t Target, need gtid.Set, budget time.Duration) (ok bool, err error)
+
+// RunError is an error from a RunFunc with explicit instructions.
+type RunError struct {
+	// Err is the caller's error; QueryFunc returns it.
+	Err error
+	// NodeFailed marks the node down for DownHold (counted in
+	// causallab_router_node_errors_total).
+	NodeFailed bool
+	// Retry lets the router decide again (nothing reached the client yet).
+	// Without it the read ends with Err, counted as OutError with reason
+	// "node" (NodeFailed) or "caller".
+	Retry bool
+}
+
+func (e *RunError) Error() string { return e.Err.Error() }
+func (e *RunError) Unwrap() error { return e.Err }
+
+// QueryFunc routes one read like QueryWith (DecideLive, waits, the cap,
+// epoch checks, a re-read of the primary's position before refusing,
+// outcome metrics, trace) but lets the caller run it on its own
+// connection: run is called with the Target (once, or again after a
+// retryable node error). The session's watermark is raised with what run
+// returns when t.Watermark is set (with WatermarkViewAtDecision, with the
+// view's position instead). A proxy relaying raw packets on its own
+// connections uses it; QueryWith is QueryFunc on the router's read pool.
+func (s *LiveSession) QueryFunc(ctx context.Context, pol router.Policy, o ReadOptions, run RunFunc) (*Read, error) {
+	r := s.r
+	if o.Pin != "" {
+		return s.pinnedRead(ctx, pol, o.Pin, run)
+	}
+	st := s.st // this read's state: the session's plus the read's own token and key
+	if !o.Token.GTIDs.IsEmpty() {
+		r.recordWrite(&st, o.Token.GTIDs, o.Token.Epoch, st.LastWriteAt)
+	}
+	if o.AffinityKey != 0 {
+		st.AffinityKey = o.AffinityKey
+	}
+	var (
+		waited    time.Duration
+		trace     []TraceStep
+		nodeErrs  int
+		refreshed bool
+		known     map[string]gtid.Set // positions proven by WAIT_FOR_EXECUTED_GTID_SET
+	)
+	needWM := pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait
+	count := func(out Outcome, reason string) {
+		r.m.reads.WithLabelValues(pol.Kind.String(), out.String(), reason).Inc()
+		if waited > 0 {
+			r.m.waited.WithLabelValues(pol.Kind.String()).Inc()
+		}
+	}
+	for {
+		d, v, nodes, primary, epoch := r.decide(&st, &pol, waited, known)
+		r.m.decisions.WithLabelValues(d.Action.String(), d.Reason.String()).Inc()
+		node := ""
+		if d.Replica >= 0 && d.Replica < len(nodes) && d.Action != router.ActPrimary && d.Action != router.ActFail {
+			node = nodes[d.Replica].Name
+		} else if d.Action == router.ActPrimary {
+			node = primary.Name
+		}
+		step := TraceStep{At: r.now(), Decision: d, Node: node, Epoch: epoch, Waited: waited}
+		if d.Reanchor {
+			// Decide found every older-epoch part of this read's state
+			// (a superset of the session's) in the new primary.
+			st.Reanchor(epoch)
+			s.st.Reanchor(epoch)
+		}
+		switch d.Action {
+		case router.ActFail:
+			if !refreshed && (d.Reason == router.ReasonTimedOut || d.Reason == router.ReasonWriteLost) {
+				// The view's primary position may trail a token issued
+				// elsewhere (another process, a proxy's own connection):
+				// read the primary once and decide again.
+				refreshed = true
+				if err := r.refreshPrimary(ctx, primary); err == nil {
+					step.Note = "primary position re-read"
+					if r.cfg.Trace {
+						trace = append(trace, step)
+					}
+					continue
+				} else if ctx.Err() != nil {
+					count(OutError, "context")
+					return nil, ctx.Err()
+				}
+			}
+			if r.cfg.Trace {
+				trace = append(trace, step)
+			}
+			out := OutFailedFast
+			if d.Reason == router.ReasonTimedOut || (d.Reason == router.ReasonCapExceeded && waited > 0 && r.cfg.Cap.Behavior == router.CapWaitLonger) {
+				out = OutTimedOut
+			}
+			if d.Reason == router.ReasonSeenLost {
+				s.st.DropSeen()
+			}
+			count(out, d.Reason.String())
+			return nil, &ReadError{Reason: d.Reason, Waited: waited, Trace: trace}
+		case router.ActWait:
+			need := need(&st, &pol)
+			t := Target{Node: nodes[d.Replica], Replica: d.Replica, Reason: d.Reason}
+			t0 := time.Now()
+			ok, werr := r.wait(ctx, t, need, d.WaitFor, o.Wait)
+			el := time.Since(t0)
+			waited += max(el, time.Microsecond)
+			step.Note = fmt.Sprintf("waited %v ok=%v", el.Round(time.Microsecond), ok)
+			if r.cfg.Trace {
+				trace = append(trace, step)
+			}
+			if ctx.Err() != nil {
+				count(OutError, "context")
+				return nil, ctx.Err()
+			}
+			if werr != nil {
+				r.markDown(ctx, t.Node, werr)
+			}
+			if ok && r.cfg.Wait == WaitGTIDFunction {
+				if known == nil {
+					known = map[string]gtid.Set{}
+				}
+				known[t.Node.Name] = need
+			}
+			continue
+		}
+		// Serve: replica, stale replica or primary.
+		t := Target{Node: primary, Replica: -1, Reason: d.Reason, Watermark: needWM && r.cfg.Watermark == WatermarkAfterRead}
+		var viewPos gtid.Set
+		switch {
+		case d.Action == router.ActReplica || d.Action == router.ActStale:
+			t.Node, t.Replica, t.Outcome = nodes[d.Replica], d.Replica, OutReplica
+			if d.Action == router.ActStale {
+				t.Outcome = OutStale
+			}
+			viewPos = v.Replicas[d.Replica].Applied
+		case d.Fallback:
+			t.Outcome, viewPos = OutFallback, v.Primary
+		default:
+			t.Outcome, viewPos = OutPrimary, v.Primary
+		}
+		r.inFlight(t.Node.Name, 1)
+		wm, err := run(ctx, t)
+		r.inFlight(t.Node.Name, -1)
+		if err != nil {
+			var (
+				re *RunError
+				me *mysql.MyError
+			)
+			switch {
+			case ctx.Err() != nil:
+				count(OutError, "context")
+				return nil, err
+			case errors.As(err, &re):
+				step.Note = "run error: " + oneLine(re.Error())
+				if r.cfg.Trace {
+					trace = append(trace, step)
+				}
+				if re.NodeFailed {
+					r.markDown(ctx, t.Node, re.Err)
+				}
+				if re.Retry {
+					if nodeErrs++; nodeErrs <= maxNodeErrors {
+						continue
+					}
+				}
+				reason := "caller"
+				if re.NodeFailed {
+					reason = "node"
+				}
+				count(OutError, reason)
+				return nil, re.Err
+			case errors.As(err, &me):
+				count(OutError, "statement")
+				return nil, err
+			}
+			step.Note = "node error: " + oneLine(err.Error())
+			if r.cfg.Trace {
+				trace = append(trace, step)
+			}
+			r.markDown(ctx, t.Node, err)
+			if nodeErrs++; nodeErrs > maxNodeErrors {
+				count(OutError, "node")
+				return nil, err
+			}
+			continue
+		}
+		if r.cfg.Trace {
+			trace = append(trace, step)
+		}
+		if needWM {
+			if r.cfg.Watermark == WatermarkViewAtDecision {
+				wm = viewPos
+			}
+			router.Observe(&s.st, wm, epoch)
+		}
+		if t.Outcome == OutFallback {
+			r.m.fallbacks.WithLabelValues(d.Reason.String()).Inc()
+		}
+		count(t.Outcome, d.Reason.String())
+		return &Read{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == OutStale, Reason: d.Reason,
+			Waited: waited, Watermark: wm, Trace: trace}, nil
+	}
+}
+
+// pinnedRead runs a read on the primary for a session reason: no
+// decision, no wait, no retry (a connection lost inside a transaction
+// must reach the client).
+func (s *LiveSession) pinnedRead(ctx context.Context, pol router.Policy, pin string, run RunFunc) (*Read, error) {
+	r := s.r
+	r.mu.Lock()
+	primary := r.st.Primary
+	r.mu.Unlock()
+	t := Target{Node: primary, Replica: -1, Outcome: OutPrimary, Pin: pin}
+	r.inFlight(primary.Name, 1)
+	_, err := run(ctx, t)
+	r.inFlight(primary.Name, -1)
+	if err != nil {
+		var me *mysql.MyError
+		reason := "node"
+		switch {
+		case ctx.Err() != nil:
+			reason = "context"
+		case errors.As(err, &me):
+			reason = "statement"
+		}
+		r.m.reads.WithLabelValues(pol.Kind.String(), OutError.String(), reason).Inc()
+		var re *RunError
+		if errors.As(err, &re) {
+			return nil, re.Err
+		}
+		return nil, err
+	}
+	r.m.reads.WithLabelValues(pol.Kind.String(), OutPrimary.String(), pin).Inc()
+	var trace []TraceStep
+	if r.cfg.Trace {
+		trace = []TraceStep{{At: r.now(), Decision: router.Decision{Action: router.ActPrimary, Replica: -1}, Node: primary.Name, Note: "pinned: " + pin}}
+	}
+	return &Read{Node: primary.Name, Outcome: OutPrimary, Pin: pin, Trace: trace}, nil
+}
+
+// need is what a replica must contain for session state st under pol.
+func need[P router.Position[P]](st *router.Session[P], pol *router.Policy) P {
+	var n P
+	if st.HasToken {
+		n = st.Token
+	}
+	if st.HasSeen && pol.Kind != router.PolicyTokenRYW {
+		n = n.Union(st.Seen)
+	}
+	return n
+}
+
+// inFlight adjusts the count of reads running on a node (affinity's
+// rebalance-override mode reads it).
+func (r *Router) inFlight(node string, d int) {
+	r.mu.Lock()
+	if r.st.InFlight[node] += d; r.st.InFlight[node] <= 0 {
+		delete(r.st.InFlight, node)
+	}
+	r.mu.Unlock()
+}
+
+// decide calls DecideLive under the router's lock with the router's state
+// and stores the primary position it raised.
+// recordWrite is RecordWrite, with the token widened to each source's
+// prefix when Config.CompactTokens is set.
+func (r *Router) recordWrite(st *router.Session[gtid.Set], set gtid.Set, epoch uint64, at time.Duration) {
+	router.RecordWrite(st, set, epoch, at)
+	if r.cfg.CompactTokens {
+		st.Token = st.Token.Prefixes()
+	}
+}
+
+func (r *Router) decide(st *router.Session[gtid.Set], pol *router.Policy, waited time.Duration, known map[string]gtid.Set) (router.Decision, *router.View[gtid.Set], []Node, Node, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	req := LiveRequest{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: time.Now(), Now: r.now(),
+		Rand: r.rng.Uint64(), Waited: waited, Known: known}
+	d, v, prim := DecideLive(&r.st, r.cfg.Positions, &req, &r.bucket)
+	r.st.PrimaryPos = prim
+	return d, v, r.st.Replicas, r.st.Primary, r.st.Epoch
+}
+
+// refreshPrimary reads the primary's @@GLOBAL.gtid_executed on a pooled
+// primary connection and raises the router's bound with it (counted).
+func (r *Router) refreshPrimary(ctx context.Context, primary Node) error {
+	r.m.refreshes.Inc()
+	pc, err := r.prim.get(ctx, primary)
+	if err != nil {
+		return err
+	}
+	set, err := mysqlwire.ReadExecuted(ctx, pc.c)
+	var me *mysql.MyError
+	r.prim.put(pc, err == nil || errors.As(err, &me))
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if r.st.Primary == primary && !r.st.PrimaryPos.Contains(set) {
+		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// wait waits up to d for t.Node to contain need, by the configured method
+// (fn, when given, runs WAIT_FOR_EXECUTED_GTID_SET's wait on the caller's
+// connection). ok reports that the node is known to contain need; err a
+// node failure.
+func (r *Router) wait(ctx context.Context, t Target, need gtid.Set, d time.Duration, fn WaitFunc) (ok bool, err error) {
+	t0 := time.Now()
+	defer func() {
+		res := "caught-up"
+		switch {
+		case err != nil:
+			res = "error"
+		case !ok:
+			res = "timeout"
+		}
+		r.m.waitSecs.WithLabelValues(r.cfg.Wait.String(), res).Observe(time.Since(t0).Seconds())
+	}()
+	if r.cfg.Wait == WaitWatcher {
+		wctx, cancel := context.WithTimeout(ctx, max(d, time.Millisecond))
+		defer cancel()
+		werr := r.cfg.Positions.WaitFor(wctx, t.Node.Name, need)
+		return werr == nil, nil
+	}
+	if fn != nil {
+		return fn(ctx, t, need, d)
+	}
+	c, err := r.pool.get(ctx, t.Node.Addr)
+	if err != nil {
+		return false, err
+	}
+	// The statement itself is bounded by its timeout; give the connection a
+	// little slack beyond it.
+	wctx, cancel := context.WithTimeout(ctx, d+time.Second)
+	defer cancel()
+	ok, err = mysqlwire.WaitForExecuted(wctx, c, need, d)
+	if err != nil {
+		c.Close()
+		return false, err
+	}
+	r.pool.put(t.Node.Addr, c)
+	return ok, nil
+}
+
+// run executes a read on n from the router's read pool and, when wantWM,
+// reads n's @@gtid_executed on the same connection right after it:
+// everything the statement could observe was committed before that read,
+// so the set contains it. Both leave in one write (pipelined:
+// execWithWatermark); a read with args runs the connection's cached
+// prepared statement.
+func (r *Router) run(ctx context.Context, n Node, wantWM bool, query string, args ...any) (*mysql.Result, gtid.Set, error) {
+	c, err := r.pool.get(ctx, n.Addr)
+	if err != nil {
+		return nil, gtid.Set{}, err
+	}
+	if _, ok := mysqlwire.PipeOf(c); ok && (wantWM || len(args) > 0) {
+		follow := ""
+		if wantWM {
+			follow = mysqlwire.ExecutedQuery
+		}
+		res, text, err := mysqlwire.ExecPipelined(ctx, c, follow, query, args...)
+		var wm gtid.Set
+		if err == nil && wantWM {
+			if wm, err = gtid.Parse(text); err != nil {
+				err = fmt.Errorf("watermark: %w", err)
+			}
+		}
+		if err != nil {
+			r.release(n, c, err)
+			if errors.Is(err, ErrArgCount) {
+				// The caller's mistake, caught before anything was sent:
+				// not a node fault (no hold-down, no retry elsewhere).
+				err = &RunError{Err: err}
+			}
+			return nil, gtid.Set{}, err
+		}
+		r.pool.put(n.Addr, c)
+		return res, wm, nil
+	}
+	res, err := mysqlwire.Exec(ctx, c, query, args...)
+	if err != nil {
+		r.release(n, c, err)
+		return nil, gtid.Set{}, err
+	}
+	var wm gtid.Set
+	if wantWM {
+		if wm, err = mysqlwire.ReadExecuted(ctx, c); err != nil {
+			r.release(n, c, err)
+			return nil, gtid.Set{}, err
+		}
+	}
+	r.pool.put(n.Addr, c)
+	return res, wm, nil
+}
+
+// release returns c after a server error or a caller's (ErrArgCount),
+// and closes it after a broken one.
+func (r *Router) release(n Node, c *client.Conn, err error) {
+	var me *mysql.MyError
+	if errors.As(err, &me) || errors.Is(err, ErrArgCount) {
+		r.pool.put(n.Addr, c)
+		return
+	}
+	c.Close()
+}
+
+// maxNodeErrors bounds the node errors one read retries past.
+const maxNodeErrors = 3

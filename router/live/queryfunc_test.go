@@ -1,0 +1,329 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/router"
+)
+
+const (
+	uA = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+)
+
+func set(t *testing.T, s string) gtid.Set {
+	t.Helper()
+	g, err := gtid.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// funcRouter is a Router built without I/O (build) over a staticSource:
+// primary "p" at uA:1-10, replica "r1" at uA:1-10, replica "r2" at
+// uA:1-5. The primary's address refuses connections (a re-read of its
+// position fails fast).
+func funcRouter(t *testing.T, mut func(*Config)) (*Router, *staticSource) {
+	t.Helper()
+	src := &staticSource{pos: map[string]gtid.Set{
+		"p": set(t, uA+":1-10"), "r1": set(t, uA+":1-10"), "r2": set(t, uA+":1-5"),
+	}, up: map[string]bool{"p": true, "r1": true, "r2": true}}
+	cfg := Config{
+		Primary:     Node{Name: "p", Addr: "127.0.0.1:1"},
+		Replicas:    []Node{{Name: "r1", Addr: "127.0.0.1:1"}, {Name: "r2", Addr: "127.0.0.1:1"}},
+		Policy:      router.Policy{Kind: router.PolicyTokenRYW, CheckEpoch: true},
+		Positions:   src,
+		Epoch:       1,
+		Wait:        WaitGTIDFunction,
+		DialTimeout: 200 * time.Millisecond,
+		Trace:       true,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Seed:        7,
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	r, err := build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.st.PrimaryPos = src.pos["p"]
+	return r, src
+}
+
+// runRec records run calls and answers from a script.
+type runRec struct {
+	calls []Target
+	errs  []error // error of call i (nil: success)
+	obs   gtid.Set
+}
+
+func (rr *runRec) run(_ context.Context, t Target) (gtid.Set, error) {
+	i := len(rr.calls)
+	rr.calls = append(rr.calls, t)
+	if i < len(rr.errs) && rr.errs[i] != nil {
+		return gtid.Set{}, rr.errs[i]
+	}
+	if t.Watermark {
+		return rr.obs, nil
+	}
+	return gtid.Set{}, nil
+}
+
+func TestQueryFunc(t *testing.T) {
+	ctx := context.Background()
+	myErr := mysql.NewError(1146, "no such table")
+	cases := []struct {
+		name    string
+		cfg     func(*Config)
+		src     func(*staticSource)
+		policy  router.PolicyKind
+		token   string // the session's token (epoch 1), "" none
+		opts    func(*testing.T) ReadOptions
+		errs    []error
+		obs     string
+		wantErr error // errors.Is target, nil: served
+		// the targets run was called with: node names, outcome of the last
+		want     []string
+		wantOut  Outcome
+		wantPin  string
+		wantDown []string // nodes marked down
+		check    func(*testing.T, *Router, *LiveSession, *Read)
+	}{
+		{name: "replica with the token", policy: router.PolicyTokenRYW, token: uA + ":8",
+			want: []string{"r1"}, wantOut: OutReplica},
+		{name: "no token: any replica", policy: router.PolicyTokenRYW,
+			want: []string{"r1"}, wantOut: OutReplica},
+		{name: "nobody has it: fallback", policy: router.PolicyTokenRYW, token: uA + ":8",
+			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
+			want: []string{"p"}, wantOut: OutFallback,
+			check: func(t *testing.T, r *Router, _ *LiveSession, _ *Read) {
+				if n := testutil.ToFloat64(r.m.fallbacks.WithLabelValues(router.ReasonNoReplicaQualifies.String())); n != 1 {
+					t.Errorf("freshness fallbacks = %v, want 1", n)
+				}
+			}},
+		{name: "per-read token is not kept", policy: router.PolicyTokenRYW,
+			opts: func(t *testing.T) ReadOptions {
+				return ReadOptions{Token: gtid.Token{Epoch: 1, GTIDs: set(t, uA+":9")}}
+			},
+			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
+			want: []string{"p"}, wantOut: OutFallback,
+			check: func(t *testing.T, _ *Router, s *LiveSession, _ *Read) {
+				if s.State().HasToken {
+					t.Errorf("session kept the read's token: %+v", s.State())
+				}
+			}},
+		{name: "sound watermark from run", policy: router.PolicyTokenRYWMR, obs: uA + ":1-12",
+			want: []string{"r1"}, wantOut: OutReplica,
+			check: func(t *testing.T, _ *Router, s *LiveSession, rd *Read) {
+				if st := s.State(); !st.HasSeen || !st.Seen.Equal(set(t, uA+":1-12")) {
+					t.Errorf("watermark = %v, want what run observed %s", st.Seen, uA+":1-12")
+				}
+			}},
+		{name: "unsound watermark: the view", policy: router.PolicyTokenRYWMR, obs: uA + ":1-12",
+			cfg:  func(c *Config) { c.Watermark = WatermarkViewAtDecision },
+			want: []string{"r1"}, wantOut: OutReplica,
+			check: func(t *testing.T, _ *Router, s *LiveSession, _ *Read) {
+				if st := s.State(); !st.Seen.Equal(set(t, uA+":1-10")) {
+					t.Errorf("watermark = %v, want the view's %s", st.Seen, uA+":1-10")
+				}
+			}},
+		{name: "pinned: no decision", policy: router.PolicyTokenRYW, token: uA + ":8",
+			opts: func(*testing.T) ReadOptions { return ReadOptions{Pin: "in_transaction"} },
+			want: []string{"p"}, wantOut: OutPrimary, wantPin: "in_transaction",
+			check: func(t *testing.T, r *Router, _ *LiveSession, _ *Read) {
+				if n := testutil.CollectAndCount(r.m.decisions); n != 0 {
+					t.Errorf("%d decision series for a pinned read", n)
+				}
+				if n := testutil.ToFloat64(r.m.reads.WithLabelValues("token-ryw", "primary", "in_transaction")); n != 1 {
+					t.Errorf("pinned read count = %v", n)
+				}
+			}},
+		{name: "statement error: returned, node stays up", policy: router.PolicyTokenRYW,
+			errs: []error{myErr}, wantErr: myErr, want: []string{"r1"}},
+		{name: "node error: marked down, decided again", policy: router.PolicyTokenRYW, token: uA + ":3",
+			errs: []error{errors.New("broken pipe")}, want: []string{"r1", "r2"}, wantOut: OutReplica,
+			wantDown: []string{"r1"}},
+		{name: "RunError no retry", policy: router.PolicyTokenRYW, token: uA + ":3",
+			errs: []error{&RunError{Err: io.ErrUnexpectedEOF, NodeFailed: true}}, wantErr: io.ErrUnexpectedEOF,
+			want: []string{"r1"}, wantDown: []string{"r1"}},
+		{name: "RunError caller: node stays up", policy: router.PolicyTokenRYW, token: uA + ":3",
+			errs: []error{&RunError{Err: io.ErrClosedPipe}}, wantErr: io.ErrClosedPipe, want: []string{"r1"},
+			check: func(t *testing.T, r *Router, _ *LiveSession, _ *Read) {
+				if n := testutil.ToFloat64(r.m.reads.WithLabelValues("token-ryw", "error", "caller")); n != 1 {
+					t.Errorf("caller errors = %v", n)
+				}
+			}},
+		{name: "wait on the caller's connection", policy: router.PolicyTokenWait, token: uA + ":8",
+			src: func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-7"); s.pos["r2"] = set(t, uA+":1-5") },
+			opts: func(t *testing.T) ReadOptions {
+				return ReadOptions{Wait: func(_ context.Context, tg Target, need gtid.Set, budget time.Duration) (bool, error) {
+					if tg.Node.Name != "r1" || !need.Equal(set(t, uA+":8")) || budget <= 0 {
+						t.Errorf("wait(%v, %v, %v)", tg.Node.Name, need, budget)
+					}
+					return true, nil
+				}}
+			},
+			want: []string{"r1"}, wantOut: OutReplica,
+			check: func(t *testing.T, _ *Router, _ *LiveSession, rd *Read) {
+				if rd.Waited <= 0 {
+					t.Errorf("Waited = %v", rd.Waited)
+				}
+			}},
+		{name: "cap fail-fast: run not called", policy: router.PolicyTokenRYW, token: uA + ":8",
+			cfg:  func(c *Config) { c.Cap = router.Cap{PerSecond: 1, Burst: 1, Behavior: router.CapFailFast} },
+			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
+			opts: func(*testing.T) ReadOptions { return ReadOptions{} },
+			check: func(t *testing.T, r *Router, s *LiveSession, _ *Read) {
+				// The first read took the bucket's token; the second is refused.
+				var rr runRec
+				_, err := s.QueryFunc(context.Background(), s.policy, ReadOptions{}, rr.run)
+				if !errors.Is(err, ErrCapExceeded) || len(rr.calls) != 0 {
+					t.Errorf("second read: err=%v calls=%v", err, rr.calls)
+				}
+			},
+			want: []string{"p"}, wantOut: OutFallback},
+		{name: "token the primary lacks: timed out after a re-read", policy: router.PolicyTokenRYW, token: uA + ":11",
+			wantErr: ErrTimedOut,
+			check: func(t *testing.T, r *Router, _ *LiveSession, _ *Read) {
+				if n := testutil.ToFloat64(r.m.refreshes); n != 1 {
+					t.Errorf("primary re-reads = %v, want 1", n)
+				}
+			}},
+		{name: "old-epoch token in the primary: re-anchored", policy: router.PolicyTokenRYW, token: uA + ":8",
+			cfg:  func(c *Config) { c.Epoch = 2 },
+			want: []string{"r1"}, wantOut: OutReplica,
+			check: func(t *testing.T, _ *Router, s *LiveSession, _ *Read) {
+				if s.Token().Epoch != 2 {
+					t.Errorf("token epoch = %d, want 2", s.Token().Epoch)
+				}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, src := funcRouter(t, c.cfg)
+			if c.src != nil {
+				c.src(src)
+			}
+			s := r.NewSession()
+			if err := s.SetPolicy(router.Policy{Kind: c.policy, CheckEpoch: true, WaitBudget: 50 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+			if c.token != "" {
+				s.AddToken(gtid.Token{Epoch: 1, GTIDs: set(t, c.token)})
+			}
+			before := s.State()
+			var o ReadOptions
+			if c.opts != nil {
+				o = c.opts(t)
+			}
+			rr := runRec{errs: c.errs}
+			if c.obs != "" {
+				rr.obs = set(t, c.obs)
+			}
+			rd, err := s.QueryFunc(ctx, s.policy, o, rr.run)
+			if c.wantErr != nil {
+				if !errors.Is(err, c.wantErr) {
+					t.Fatalf("err = %v, want %v", err, c.wantErr)
+				}
+			} else if err != nil {
+				t.Fatalf("err = %v", err)
+			}
+			var got []string
+			for _, tg := range rr.calls {
+				got = append(got, tg.Node.Name)
+			}
+			if len(got) != len(c.want) {
+				t.Fatalf("run called on %v, want %v", got, c.want)
+			}
+			for i := range got {
+				if got[i] != c.want[i] {
+					t.Fatalf("run called on %v, want %v", got, c.want)
+				}
+			}
+			if err == nil {
+				last := rr.calls[len(rr.calls)-1]
+				if rd.Outcome != c.wantOut || last.Outcome != c.wantOut || rd.Node != last.Node.Name || rd.Pin != c.wantPin || last.Pin != c.wantPin {
+					t.Errorf("read %+v, target %+v; want outcome %v pin %q", rd, last, c.wantOut, c.wantPin)
+				}
+				if c.wantPin == "" && len(rd.Trace) == 0 {
+					t.Error("no trace with Config.Trace")
+				}
+				wantWM := c.policy == router.PolicyTokenRYWMR || c.policy == router.PolicyTokenWait
+				if c.cfg == nil && c.wantPin == "" && last.Watermark != wantWM {
+					t.Errorf("target.Watermark = %v under %v", last.Watermark, c.policy)
+				}
+			}
+			for _, n := range []string{"r1", "r2"} {
+				down := time.Now().Before(r.st.DownUntil[n])
+				want := false
+				for _, w := range c.wantDown {
+					want = want || w == n
+				}
+				if down != want {
+					t.Errorf("%s down = %v, want %v", n, down, want)
+				}
+			}
+			if st := s.State(); c.check == nil && before.HasToken && !st.Token.Equal(before.Token) {
+				t.Errorf("token changed by a read: %v -> %v", before.Token, st.Token)
+			}
+			if len(r.st.InFlight) != 0 {
+				t.Errorf("in-flight counts left: %v", r.st.InFlight)
+			}
+			if c.check != nil {
+				c.check(t, r, s, rd)
+			}
+		})
+	}
+}
+
+func TestRecordAckAndSetToken(t *testing.T) {
+	r, _ := funcRouter(t, nil)
+	s := r.NewSession()
+	// A GTID the source has not seen yet, acknowledged on the caller's own
+	// connection: the token holds it, and the primary's bound too, so the
+	// read falls back to the primary instead of timing out.
+	s.RecordAck(set(t, uA+":11"))
+	if tok := s.Token(); tok.Epoch != 1 || !tok.GTIDs.Equal(set(t, uA+":11")) {
+		t.Fatalf("token = %+v", tok)
+	}
+	if !r.st.PrimaryPos.Contains(set(t, uA+":11")) {
+		t.Fatalf("primary bound %v lacks the ack", r.st.PrimaryPos)
+	}
+	var rr runRec
+	rd, err := s.QueryFunc(context.Background(), s.policy, ReadOptions{}, rr.run)
+	if err != nil || rd.Outcome != OutFallback || rd.Node != "p" {
+		t.Fatalf("read = %+v, %v", rd, err)
+	}
+	if n := testutil.ToFloat64(r.m.refreshes); n != 0 {
+		t.Errorf("re-read the primary %v times although the ack raised its bound", n)
+	}
+	s.SetToken(gtid.Token{Epoch: 1, GTIDs: set(t, uA+":2")})
+	if tok := s.Token(); !tok.GTIDs.Equal(set(t, uA+":2")) {
+		t.Errorf("SetToken did not replace: %v", tok)
+	}
+	s.SetToken(gtid.Token{})
+	if s.State().HasToken {
+		t.Error("SetToken(empty) did not clear")
+	}
+	s.RecordAck(gtid.Set{})
+	if s.State().HasToken {
+		t.Error("RecordAck(empty) made a token")
+	}
+}
+
+func TestErrAttrOneLine(t *testing.T) {
+	a := errAttr(errors.New("line one\nline two\r\n  at stack"))
+	if v := a.Value.String(); v != "line one | line two | at stack" {
+		t.Errorf("errAttr = %q", v)
+	}
+}

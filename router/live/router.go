@@ -1,0 +1,359 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/internal/mysqlwire"
+	"github.com/causallab/causallab/router"
+)
+
+// WaitMethod is how the live router waits for a replica to catch up.
+type WaitMethod uint8
+
+const (
+	// WaitAuto (the zero value) picks from the position source, by the
+	// measurements in docs/benchmarks-router.md: WaitWatcher when Positions
+	// is a *WatchSource (binlogwatch: mean wait 0.72 ms, p99 2.7 ms, and no
+	// statement or connection held on the replica per waiting read),
+	// WaitGTIDFunction otherwise (a poller's notification trails by its
+	// interval: p50 1.2 ms at 1 ms, 4.5 ms at 5 ms).
+	WaitAuto WaitMethod = iota
+	// WaitGTIDFunction runs SELECT WAIT_FOR_EXECUTED_GTID_SET(token, s) on a
+	// connection to the replica (p50 0.54 ms, but mean 1.26 ms and p99
+	// 21 ms under load: one blocked server thread per waiting read).
+	WaitGTIDFunction
+	// WaitWatcher waits for the PositionSource's notification (binlogwatch
+	// stream or poller): no statement runs on the replica.
+	WaitWatcher
+)
+
+func (w WaitMethod) String() string {
+	switch w {
+	case WaitAuto:
+		return "auto"
+	case WaitGTIDFunction:
+		return "wait-for-executed-gtid-set"
+	case WaitWatcher:
+		return "watcher"
+	}
+	return fmt.Sprintf("WaitMethod(%d)", uint8(w))
+}
+
+// WatermarkMode is how a read raises the session's monotonic-reads
+// watermark.
+type WatermarkMode uint8
+
+const (
+	// WatermarkAfterRead (sound, the default): read @@gtid_executed on the
+	// serving connection right after the statement. Everything the read
+	// could have observed was committed before that, so it is contained.
+	WatermarkAfterRead WatermarkMode = iota
+	// WatermarkViewAtDecision (UNSOUND, for comparison only): raise the
+	// watermark to the PositionSource's view of the serving node at decision
+	// time, a lower bound that can miss what the read saw. Kept so tests and
+	// the lab can show the monotonic-reads violations it allows.
+	WatermarkViewAtDecision
+)
+
+// Config configures a live Router.
+type Config struct {
+	// Primary is the current primary.
+	Primary Node
+	// Replicas in configured order (the hashing list for PolicyAffinity).
+	Replicas []Node
+	// User, Password and Database are used on every connection.
+	User, Password, Database string
+	// Policy is the default policy of new sessions (per-statement overrides
+	// go through Session.QueryWith).
+	Policy router.Policy
+	// Cap limits freshness fallbacks (zero value: no cap).
+	Cap router.Cap
+	// Positions supplies replica (and optionally primary) positions and
+	// health. Required. Recommended: a *WatchSource over binlogwatch
+	// watchers; a *Poller is the polling baseline.
+	Positions PositionSource
+	// Wait selects the wait method for PolicyTokenWait and CapWaitLonger;
+	// the zero value WaitAuto picks from Positions (see WaitAuto).
+	Wait WaitMethod
+	// Watermark selects how reads raise the monotonic-reads watermark.
+	Watermark WatermarkMode
+	// Epoch is the topology epoch at start (Failover raises it).
+	Epoch uint64
+	// DownHold is how long a node that failed a connection or statement is
+	// skipped before being tried again. Default 1s.
+	DownHold time.Duration
+	// DialTimeout bounds one connection attempt. Default 2s.
+	DialTimeout time.Duration
+	// MaxIdle is the number of idle read connections kept per node. Default 8.
+	MaxIdle int
+	// PrimaryPool bounds the shared pool of primary connections that
+	// LiveSession.Exec borrows for writes (session tracking on; a session
+	// keeps its connection only while a transaction is open, autocommit is
+	// off or it changed session state). Default 16.
+	PrimaryPool int
+	// PlainSocketIO reads and writes MySQL connections with Go's ordinary
+	// net.Conn calls. By default they are raw system calls
+	// (internal/rawnet), which spare the Go runtime a monitor-thread
+	// wake-up after every idle spell: about half the CPU per read at one
+	// client (docs/benchmarks-proxy.md).
+	PlainSocketIO bool
+	// CompactTokens widens a session's token after every write to each
+	// source's prefix 1-max (gtid.Set.Prefixes). Without it the token is
+	// the exact union of the session's writes, which gains one interval per
+	// write while other sessions write in between, so a long-lived session
+	// carries a growing token. The widened token is sound for
+	// read-your-writes (a superset) and demands nothing more of replicas
+	// that apply in commit order (replica_preserve_commit_order=ON); on one
+	// that does not, reads may wait or go elsewhere. Off by default: the
+	// simulator and the lab measure exact tokens.
+	CompactTokens bool
+	// Trace records, in every Read, the decisions that routed it.
+	Trace bool
+	// Registerer receives the metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	// Logger receives state changes. Default slog.Default().
+	Logger *slog.Logger
+	// Seed seeds the router's random draws (0: random).
+	Seed uint64
+}
+
+func (c *Config) validate() error {
+	if c.Primary.Name == "" || c.Primary.Addr == "" {
+		return errors.New("router: config: primary needs a name and an address")
+	}
+	if len(c.Replicas) > hashroute.MaxServers {
+		return fmt.Errorf("router: config: %d replicas, at most %d", len(c.Replicas), hashroute.MaxServers)
+	}
+	seen := map[string]bool{c.Primary.Name: true}
+	for _, r := range c.Replicas {
+		if r.Name == "" || r.Addr == "" {
+			return fmt.Errorf("router: config: replica %+v needs a name and an address", r)
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("router: config: node name %q used twice", r.Name)
+		}
+		seen[r.Name] = true
+	}
+	if c.Positions == nil {
+		return errors.New("router: config: no PositionSource")
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	if err := c.Cap.Validate(); err != nil {
+		return err
+	}
+	if err := liveSupports(c.Policy, c.Cap); err != nil {
+		return err
+	}
+	if c.Wait > WaitWatcher {
+		return fmt.Errorf("router: config: unknown wait method %d", c.Wait)
+	}
+	if c.Wait == WaitAuto {
+		c.Wait = WaitGTIDFunction
+		if _, ok := c.Positions.(*WatchSource); ok {
+			c.Wait = WaitWatcher
+		}
+	}
+	if c.Watermark > WatermarkViewAtDecision {
+		return fmt.Errorf("router: config: unknown watermark mode %d", c.Watermark)
+	}
+	if c.DownHold == 0 {
+		c.DownHold = time.Second
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 2 * time.Second
+	}
+	if c.MaxIdle == 0 {
+		c.MaxIdle = 8
+	}
+	if c.PrimaryPool == 0 {
+		c.PrimaryPool = 16
+	}
+	if c.DownHold < 0 || c.DialTimeout < 0 || c.MaxIdle < 0 || c.PrimaryPool < 0 {
+		return errors.New("router: config: negative DownHold, DialTimeout, MaxIdle or PrimaryPool")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Router is the live causal read router. Its methods are safe for
+// concurrent use; each Session is used by one goroutine at a time.
+type Router struct {
+	cfg   Config
+	pool  *pool        // idle read connections per node
+	prim  *primaryPool // the shared, bounded write pool
+	dial  *mysqlwire.Dialer
+	m     *liveMetrics
+	start time.Time
+
+	mu     sync.Mutex // guards everything below
+	st     LiveState  // topology, primary position, held-down nodes, in-flight reads
+	bucket router.Bucket
+	rng    *rand.Rand
+}
+
+// New validates cfg and builds a Router. It dials the primary once to prove
+// that session GTIDs are reported (ErrNoSessionTracking otherwise); that
+// connection becomes the first of the shared primary pool.
+func New(ctx context.Context, cfg Config) (*Router, error) {
+	r, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := r.prim.get(ctx, r.cfg.Primary)
+	if err != nil {
+		return nil, err
+	}
+	if r.st.PrimaryPos, err = mysqlwire.ReadExecuted(ctx, pc.c); err != nil {
+		r.prim.put(pc, false)
+		return nil, fmt.Errorf("router: read the primary's gtid_executed: %w", err)
+	}
+	r.prim.put(pc, true)
+	return r, nil
+}
+
+// build validates cfg and assembles a Router without I/O.
+func build(cfg Config) (*Router, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newLiveMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	d := &mysqlwire.Dialer{User: cfg.User, Password: cfg.Password, DB: cfg.Database, Timeout: cfg.DialTimeout, PlainIO: cfg.PlainSocketIO}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	r := &Router{cfg: cfg, pool: newPool(d, cfg.MaxIdle), prim: newPrimaryPool(d, m, cfg.PrimaryPool), dial: d, m: m, start: time.Now(),
+		st: LiveState{Primary: cfg.Primary, Replicas: append([]Node(nil), cfg.Replicas...), Epoch: cfg.Epoch,
+			DownUntil: map[string]time.Time{}, InFlight: map[string]int{}}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	if len(cfg.Replicas) > 0 {
+		servers := make([]hashroute.Server, len(cfg.Replicas))
+		for i, n := range cfg.Replicas {
+			servers[i] = hashroute.Server{Name: n.Name, Weight: 1}
+		}
+		if r.st.Table, err = hashroute.NewTable(servers); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Close releases idle connections (read pool and primary pool).
+func (r *Router) Close() {
+	r.pool.close()
+	r.prim.close()
+}
+
+// Epoch returns the current topology epoch.
+func (r *Router) Epoch() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st.Epoch
+}
+
+// Failover switches the router to a new primary and epoch (e.g. from
+// compose's FailoverResult). replicas is the new configured replica list.
+// It reads the new primary's @@gtid_executed (which, once promoted, holds
+// every transaction of older epochs it will ever have). Sessions' tokens
+// from older epochs are then checked against it (Policy.CheckEpoch) on
+// their next read.
+func (r *Router) Failover(ctx context.Context, primary Node, replicas []Node, epoch uint64) error {
+	c, err := r.dial.Dial(ctx, primary.Addr, false)
+	if err != nil {
+		return fmt.Errorf("router: failover: %w", err)
+	}
+	pos, err := mysqlwire.ReadExecuted(ctx, c)
+	c.Close()
+	if err != nil {
+		return fmt.Errorf("router: failover: read the new primary's gtid_executed: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if epoch <= r.st.Epoch {
+		return fmt.Errorf("router: failover to epoch %d, current is %d", epoch, r.st.Epoch)
+	}
+	var table *hashroute.Table
+	if len(replicas) > 0 {
+		servers := make([]hashroute.Server, len(replicas))
+		for i, n := range replicas {
+			servers[i] = hashroute.Server{Name: n.Name, Weight: 1}
+		}
+		if table, err = hashroute.NewTable(servers); err != nil {
+			return err
+		}
+	}
+	r.st.Primary, r.st.Replicas, r.st.Epoch, r.st.PrimaryPos, r.st.Table = primary, append([]Node(nil), replicas...), epoch, pos, table
+	r.cfg.Logger.Info("router: failover", "primary", primary.Name, "epoch", epoch)
+	return nil
+}
+
+// now is the router's monotonic clock for Decide.
+func (r *Router) now() time.Duration { return time.Since(r.start) }
+
+// markDown skips a node for DownHold after an error. One WARN line when
+// the node goes down; errors while it is already held down are DEBUG
+// (every error is counted either way).
+func (r *Router) markDown(ctx context.Context, n Node, err error) {
+	r.m.nodeDown.WithLabelValues(n.Name).Inc()
+	now := time.Now()
+	r.mu.Lock()
+	wasDown := now.Before(r.st.DownUntil[n.Name])
+	r.st.DownUntil[n.Name] = now.Add(r.cfg.DownHold)
+	r.mu.Unlock()
+	lvl := slog.LevelWarn
+	if wasDown {
+		lvl = slog.LevelDebug
+	}
+	r.cfg.Logger.LogAttrs(ctx, lvl, "router: node marked down", slog.String("node", n.Name),
+		slog.Duration("hold", r.cfg.DownHold), errAttr(err))
+}
+
+// LiveSession is one client's causal state on a live Router. Use it from
+// one goroutine at a time.
+type LiveSession struct {
+	r      *Router
+	policy router.Policy
+	st     router.Session[gtid.Set]
+	// prim is the primary connection borrowed from the router's shared
+	// pool while pinned (nil between autocommit writes).
+	prim    *primConn
+	inTx    bool // an explicit transaction is open on prim
+	txDirty bool // it changed rows
+	sticky  bool // prim carries session state (SET, temporary table, user variable, autocommit off)
+}
+
+// hashAffinity hashes a consistent_read_id like hashroute (xxhash64).
+func hashAffinity(id string) uint64 { return hashroute.Hash(id) }
+
+// liveSupports rejects what the decision core can decide but the live
+// router cannot yet carry out: PolicyGlobal (it needs the primary's executed
+// position captured per read, Input.Global) and deferral (Policy.Defer,
+// CapDefer: ActDefer needs a typed deferral error). Without this check such
+// a read would be served from the primary or fail obscurely.
+func liveSupports(p router.Policy, c router.Cap) error {
+	switch {
+	case p.Kind == router.PolicyGlobal:
+		return fmt.Errorf("router: policy %v: not supported by the live router yet (decision core and simulator only; docs/router.md)", p)
+	case p.Defer:
+		return fmt.Errorf("router: policy %v: defer is not supported by the live router yet (docs/router.md)", p)
+	case c.PerSecond > 0 && c.Behavior == router.CapDefer:
+		return errors.New("router: cap behaviour defer is not supported by the live router yet (docs/router.md)")
+	}
+	return nil
+}
