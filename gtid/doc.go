@@ -42,7 +42,13 @@
 // scalar position compared by value, plus its epoch) are the two session
 // position kinds the router and the lab compare side by side. Both have a
 // text form that is safe inside a SQL comment, a cookie value or a job
-// payload, and a JSON form. Set, LSN, Token and LSNToken each satisfy
-// Position[Self]: Contains(other) reports that the receiver includes every
-// transaction of other.
+// payload, and a JSON form.
+//
+// # Positions
+//
+// Position[P] is the one position interface of the project: Set (GTID
+// sets) and LSN (a scalar position compared by value) satisfy it, and the
+// router, its live layer and the simulator are generic over it.
+// Contains(other) reports that the receiver includes every transaction of
+// other; Union holds both.
 package gtid

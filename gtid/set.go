@@ -39,9 +39,6 @@ type Set struct {
 	srcs []source
 }
 
-// Compile-time checks: Set is a Position over itself.
-var _ Position[Set] = Set{}
-
 // MustParse is Parse that panics on error, for tests and constants.
 func MustParse(s string) Set {
 	set, err := Parse(s)

@@ -6,19 +6,29 @@ import (
 	"strings"
 )
 
-// Position is what the router's decision core is generic over: a session or
-// replica position where Contains(other) reports that the receiver includes
-// every transaction of other. It is a partial order for GTID sets and a total
-// one for LSN; callers must not assume either.
+// Position is what the router (its pure core, package router, and its live
+// layer, router/live) and the simulator are generic over: a session or
+// replica position. It is a partial order for GTID sets and a total one for
+// LSN; callers must not assume either, and never ask "less than".
+//
+// The zero value of P is the empty position: it holds nothing, and every
+// position contains it.
 type Position[P any] interface {
+	// Contains reports whether every transaction of other is also in the
+	// receiver (other ⊆ receiver). It must not allocate or modify either
+	// side: the router's decision calls it on the hot path.
 	Contains(other P) bool
+	// Union returns a position holding every transaction of both. It must
+	// not modify the receiver or other, and its result shares no memory
+	// with either. Used off the hot path, to raise a session's token and
+	// monotonic-reads watermark.
+	Union(other P) P
 }
 
 // Compile-time checks.
 var (
-	_ Position[LSN]      = LSN(0)
-	_ Position[Token]    = Token{}
-	_ Position[LSNToken] = LSNToken{}
+	_ Position[LSN] = LSN(0)
+	_ Position[Set] = Set{}
 )
 
 // LSN is a scalar log position compared by value, like a PostgreSQL LSN or a
@@ -32,6 +42,9 @@ func (l LSN) Contains(o LSN) bool { return l >= o }
 
 // AtLeast is Contains.
 func (l LSN) AtLeast(o LSN) bool { return l >= o }
+
+// Union is the larger position.
+func (l LSN) Union(o LSN) LSN { return max(l, o) }
 
 // Token is a read-your-writes session token: the GTIDs a session must see and
 // the topology epoch in which it was issued.

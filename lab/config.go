@@ -75,14 +75,15 @@ type Config struct {
 	// its own connection per node; default 24.
 	Workers int
 	// PollInterval is how often the lab's measurement poller reads each
-	// node's executed set (replication lag, and the LSN adapter's view);
-	// default 5ms. Routing through package router uses binlog streams.
+	// node's executed set (replication lag), and the scalar-token routers'
+	// positions are polled (they cannot use the binlog streams, which carry
+	// GTID sets); default 5ms. GTID-token routing uses binlog streams.
 	PollInterval time.Duration
 	// ReadTimeout bounds one read (a paused or dead node); default 2s. A read
 	// that hits it is counted as an error outcome.
 	ReadTimeout time.Duration
 	// Via is the routing path: ViaRouter (default) or ViaProxy. Scalar
-	// (TokenLSN) routers always run through the LSN adapter.
+	// (TokenLSN) routers always run through package router/live.
 	Via Via
 	// Workload is the schema and read/write paths; default DefaultWorkload.
 	Workload Workload

@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/router/live"
 )
 
 // sessionSync is the part of a session's state that workers share: guarded
-// by mu. The router states live in each liveRouter, indexed the same way.
+// by mu. The router states live in each router runtime, indexed the same
+// way.
 type sessionSync struct {
 	mu sync.Mutex
 	// acked is the Seq of the session's last acknowledged write.
@@ -34,36 +35,23 @@ type sessionSched struct {
 
 // engine runs one measurement: a write schedule, sessions, routers.
 type engine struct {
-	cfg      *Config
-	nodes    Nodes
-	poll     *poller
-	lag      *lagTracker
-	start    time.Time
-	routers  []routerRuntime
-	sess     []sessionSync
-	inFlight []atomic.Int64 // reads in flight per replica index (LSN adapter)
-	vias     []*viaRouter   // the routers run through package router
+	cfg     *Config
+	nodes   Nodes
+	poll    *poller
+	lag     *lagTracker
+	start   time.Time
+	routers []routerRuntime
+	sess    []sessionSync
+	vias    []liveRuntime // the routers run through package router/live
 }
 
 func (e *engine) since() time.Duration { return time.Since(e.start) }
 
 // drift adds (d > 0) or removes (d < 0) d outside reads in flight on the
-// named replica: real slow reads through each package-router router, and
-// the same count in the LSN adapter's in-flight view.
+// named replica: real slow reads through each router/live router.
 func (e *engine) drift(name string, d int) {
-	for i, r := range e.nodes.Replicas() {
-		if r.Name == name {
-			e.inFlightAdd(i, int64(d))
-		}
-	}
 	for _, v := range e.vias {
 		v.drift(name, d)
-	}
-}
-
-func (e *engine) inFlightAdd(i int, d int64) {
-	if i >= 0 && i < len(e.inFlight) {
-		e.inFlight[i].Add(d)
 	}
 }
 
@@ -142,16 +130,14 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			wk := &worker{conns: map[string]*nodeConn{}, rng: newRNG(cfg.Seed ^ uint64(w+1)<<32)}
-			defer wk.close()
 			for o := range jobs {
 				o.started = e.since()
 				rt := e.routers[ss[o.sess].router]
 				if o.write {
-					o.err = rt.write(wctx, wk, o.sess, o.seq, o.hot)
+					o.err = rt.write(wctx, o.sess, o.seq, o.hot)
 				} else {
 					o.read.Issued = o.started
-					rt.read(wctx, wk, o.sess, &o.read)
+					rt.read(wctx, o.sess, &o.read)
 					if o.read.Done == 0 {
 						o.read.Done = e.since()
 					}
@@ -362,7 +348,7 @@ type group struct {
 	lag     *lagTracker
 	poll    *poller
 	e       *engine
-	vias    []*viaRouter
+	vias    []liveRuntime
 	proxies []*viaProxy
 	notes   []string // the routing path's notes
 }
@@ -448,13 +434,13 @@ func (g *group) setUp(ctx, parent context.Context) error {
 	return nil
 }
 
-// buildRouters builds the engine and one router runtime per spec: scalar
-// tokens through the LSN adapter, GTID-set tokens through package router's
-// live layer or the in-process proxy, over one binlog position source.
+// buildRouters builds the engine and one router runtime per spec, every
+// one through package router/live (GTID-set tokens over one binlog
+// position source, scalar tokens over polled scalar positions) or, for
+// GTID-set tokens under ViaProxy, the in-process proxy.
 func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 	cfg, topo := g.cfg, g.topo
-	e := &engine{cfg: cfg, nodes: topo, poll: g.poll, lag: g.lag, sess: make([]sessionSync, cfg.Sessions),
-		inFlight: make([]atomic.Int64, len(topo.Replicas()))}
+	e := &engine{cfg: cfg, nodes: topo, poll: g.poll, lag: g.lag, sess: make([]sessionSync, cfg.Sessions)}
 	g.e = e
 	g.later(func() {
 		for _, pr := range g.proxies {
@@ -464,16 +450,32 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 			v.close()
 		}
 	})
-	var gtidSpecs []RouterSpec
+	var gtidSpecs, lsnSpecs []RouterSpec
 	for _, sp := range specs {
 		if sp.Token == TokenLSN {
-			// package router's live layer carries GTID-set tokens only: the
-			// scalar token runs through the LSN adapter (noted in the result).
-			e.routers = append(e.routers, newLSNAdapter(sp, e))
-			g.notes = append(g.notes, fmt.Sprintf("%s ran via the LSN adapter (lab/lsnadapter.go): package router's live layer has GTID-set tokens only.", sp.Name))
+			lsnSpecs = append(lsnSpecs, sp)
 			continue
 		}
 		gtidSpecs = append(gtidSpecs, sp)
+	}
+	if len(lsnSpecs) > 0 {
+		// The scalar token runs through router/live like every other, on
+		// polled scalar positions (binlogwatch streams carry GTID sets).
+		src, err := startScalarSource(ctx, topo, cfg, &g.bg, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		for _, sp := range lsnSpecs {
+			v, err := newViaRouter(ctx, sp, e, live.Scalar{}, src)
+			if err != nil {
+				return err
+			}
+			g.vias = append(g.vias, v)
+			e.routers = append(e.routers, v)
+			if cfg.Via == ViaProxy {
+				g.notes = append(g.notes, fmt.Sprintf("%s ran via package router/live, not the proxy: the proxy carries GTID-set tokens only.", sp.Name))
+			}
+		}
 	}
 	if len(gtidSpecs) > 0 {
 		src, err := startWatchSource(ctx, topo, cfg, &g.bg, 10*time.Second)
@@ -490,7 +492,7 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 				e.routers = append(e.routers, pr)
 				continue
 			}
-			v, err := newViaRouter(ctx, sp, e, src)
+			v, err := newViaRouter(ctx, sp, e, live.MySQL{}, src)
 			if err != nil {
 				return err
 			}
@@ -562,8 +564,8 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 		res.Notes = append(res.Notes, pr.note(ctx))
 	}
 	for _, v := range g.vias {
-		if n := v.driftErrs.Load(); n > 0 {
-			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d drift reads failed (the outside load was that much lighter).", v.sp.Name, n))
+		if n := v.driftErrors(); n > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d drift reads failed (the outside load was that much lighter).", v.spec().Name, n))
 		}
 	}
 	for i, a := range m.accs {

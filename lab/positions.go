@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/hashroute"
 )
 
 // Nodes is what the driver needs to know about a topology: where the
@@ -36,13 +34,6 @@ type snapshot struct {
 	replicas []compose.Node
 	applied  []gtid.Set
 	up       []bool
-	behind   []int64
-	// hash is the hashroute table over replicas' order.
-	hash *hashroute.Table
-	// epoch is the topology epoch.
-	epoch uint64
-	// seq increases with every snapshot (cache key).
-	seq uint64
 }
 
 // nodeSlot is the latest poll of one node.
@@ -55,34 +46,19 @@ type nodeSlot struct {
 // polling each node on its own goroutine.
 //
 // It is the lab's measuring instrument (the achieved lag, the catch-up
-// wait before a run) and the LSN adapter's view; package router's live
-// layer reads binlogwatch streams instead. A polled set is a lower bound of
-// what the node has applied, so a stale view can only make the LSN adapter
-// more cautious, never serve a stale read.
+// wait before a run); the routers under test read their own positions
+// (binlogwatch streams, or router/live's poller for scalar tokens).
 type poller struct {
 	nodes    Nodes
 	interval time.Duration
 	timeout  time.Duration
-	user     string
 	log      *slog.Logger
 	lag      *lagTracker
 
-	mu    sync.Mutex // guards slots, nseq, tables
+	mu    sync.Mutex // guards slots
 	slots map[string]nodeSlot
-	nseq  uint64
-	// tables caches the hashroute table per replica list (names joined).
-	tables map[string]*hashroute.Table
 
 	cur atomic.Pointer[snapshot]
-
-	// acked holds the GTIDs of writes the primary acknowledged in epoch
-	// ackedEpoch (guarded by mu): the primary's polled set lags its own
-	// acknowledgements by up to a poll, and the router core requires
-	// View.Primary to include every acknowledged write. Reset at each epoch
-	// change, so a write lost in a failover never makes the new primary look
-	// as if it had it.
-	acked      gtid.Set
-	ackedEpoch int64
 
 	// polls and pollErrors count polls, for the report.
 	polls, pollErrors atomic.Int64
@@ -90,7 +66,7 @@ type poller struct {
 
 func newPoller(nodes Nodes, interval, timeout time.Duration, lag *lagTracker, log *slog.Logger) *poller {
 	return &poller{nodes: nodes, interval: interval, timeout: timeout, lag: lag, log: log,
-		slots: map[string]nodeSlot{}, tables: map[string]*hashroute.Table{}}
+		slots: map[string]nodeSlot{}}
 }
 
 // allNodes lists every node the poller should watch, by stable name.
@@ -183,18 +159,6 @@ func (p *poller) pollOnce(ctx context.Context, n compose.Node, conn **nodeConn) 
 	return s, true
 }
 
-// noteWrite records an acknowledged write of epoch epoch and publishes a
-// snapshot whose primary position includes it.
-func (p *poller) noteWrite(g gtid.GTID, epoch uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if int64(epoch) != p.ackedEpoch {
-		return
-	}
-	_ = p.acked.AddInPlace(g) // g came from gtid.ParseGTID: valid
-	p.publishLocked()
-}
-
 // update stores a node's poll and publishes a new snapshot.
 func (p *poller) update(name string, pos gtid.Set, ok bool) {
 	p.mu.Lock()
@@ -207,61 +171,19 @@ func (p *poller) update(name string, pos gtid.Set, ok bool) {
 func (p *poller) publishLocked() {
 	primary := p.nodes.Primary()
 	replicas := p.nodes.Replicas()
-	epoch := p.nodes.Epoch()
-	if epoch != p.ackedEpoch {
-		p.acked, p.ackedEpoch = gtid.Set{}, epoch
-	}
-	p.nseq++
-	s := &snapshot{primary: primary, replicas: replicas, epoch: uint64(epoch), seq: p.nseq}
+	s := &snapshot{primary: primary, replicas: replicas}
 	ps := p.slots[primary.Name]
 	s.primaryPos, s.primaryKnown = ps.pos, ps.ok
-	if ps.ok && !p.acked.IsEmpty() {
-		if ps.pos.Contains(p.acked) {
-			p.acked = gtid.Set{} // the poll caught up: nothing left to add
-		} else {
-			s.primaryPos = ps.pos.Union(p.acked)
-		}
-	}
 	s.applied = make([]gtid.Set, len(replicas))
 	s.up = make([]bool, len(replicas))
-	s.behind = make([]int64, len(replicas))
-	pc := int64(s.primaryPos.Count())
 	for i, r := range replicas {
 		sl, seen := p.slots[r.Name]
 		if !seen {
 			continue // not polled yet: down until proven up
 		}
 		s.applied[i], s.up[i] = sl.pos, sl.ok
-		s.behind[i] = max(0, pc-int64(sl.pos.Count()))
 	}
-	s.hash = p.table(replicas)
 	p.cur.Store(s)
-}
-
-// table returns the (cached) hashroute table over the replica list.
-func (p *poller) table(replicas []compose.Node) *hashroute.Table {
-	names := make([]string, len(replicas))
-	for i, r := range replicas {
-		names[i] = r.Name
-	}
-	key := strings.Join(names, ",")
-	if t, ok := p.tables[key]; ok {
-		return t
-	}
-	if len(replicas) == 0 {
-		return nil
-	}
-	srv := make([]hashroute.Server, len(replicas))
-	for i, n := range names {
-		srv[i] = hashroute.Server{Name: n, Weight: 1}
-	}
-	t, err := hashroute.New(hashroute.Config{Servers: srv})
-	if err != nil {
-		p.log.Warn("lab: hashroute table", "err", err)
-		return nil
-	}
-	p.tables[key] = t
-	return t
 }
 
 // view returns the latest snapshot (non-nil after start).

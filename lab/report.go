@@ -83,7 +83,7 @@ func Table(res *Result) *sim.Table {
 func Notes(res *Result) []string {
 	c := res.Config
 	n := []string{
-		fmt.Sprintf("Setup: seed %d, %d sessions, %g writes/s offered for %gs (%d writes), %d reads per write, gaps %g–%g ms log-uniform, %d hot rows, %d workers; routed via %s (positions from binlog streams; the LSN adapter and the lag measurement poll every %g ms).",
+		fmt.Sprintf("Setup: seed %d, %d sessions, %g writes/s offered for %gs (%d writes), %d reads per write, gaps %g–%g ms log-uniform, %d hot rows, %d workers; routed via %s (GTID-token positions from binlog streams; scalar-token positions and the lag measurement polled every %g ms).",
 			c.Seed, c.Sessions, c.WriteRate, c.DurationSec, res.OfferedWrites, c.ReadsPerWrite, c.GapMinMs, c.GapMaxMs, c.HotRows, c.Workers, res.Via, c.PollMs),
 		fmt.Sprintf("Achieved lag (lab, write ack to first poll holding it, every replica): mean %.1f ms, p50 %.1f ms, p99 %.1f ms over %d samples (%d never seen).",
 			res.Lag.MeanMs, res.Lag.P50Ms, res.Lag.P99Ms, res.Lag.Samples, res.Lag.Unseen),

@@ -16,9 +16,9 @@ type Result struct {
 	Condition string `json:"condition"`
 	// Mode is concurrent or sequential.
 	Mode string `json:"mode"`
-	// Via is the routing path: router (package router's live layer, the
-	// default) or proxy (causallab proxy in-process). Scalar-token routers
-	// run through the LSN adapter whatever the path (a note says so).
+	// Via is the routing path: router (package router/live, the default)
+	// or proxy (causallab proxy in-process). Scalar-token routers run
+	// through router/live whatever the path (a note says so).
 	Via string `json:"via"`
 	// Config echoes the workload parameters.
 	Config ConfigSummary `json:"config"`
@@ -317,5 +317,3 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 	}
 	return r
 }
-
-func (r *liveRouter[P]) counters() (int64, int64) { return r.noGTID.Load(), r.observeErrors.Load() }

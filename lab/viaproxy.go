@@ -70,7 +70,7 @@ func proxyPolicyName(p router.Policy) (string, error) {
 	return p.Kind.String(), nil
 }
 
-func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.PositionSource) (*viaProxy, error) {
+func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.PositionSource[gtid.Set]) (*viaProxy, error) {
 	name, err := proxyPolicyName(sp.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
@@ -121,7 +121,7 @@ func (v *viaProxy) conn(ctx context.Context, sess int) (*nodeConn, func(), error
 	return pc.c, pc.mu.Unlock, nil
 }
 
-func (v *viaProxy) write(ctx context.Context, _ *worker, sess int, seq int64, hot int) error {
+func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) error {
 	wctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
 	defer cancel()
 	c, unlock, err := v.conn(wctx, sess)
@@ -184,7 +184,7 @@ func (a annotated) ExecuteWrite(ctx context.Context, q string) (*mysql.Result, s
 	return a.c.ExecuteWrite(ctx, a.prefix+q)
 }
 
-func (v *viaProxy) read(ctx context.Context, _ *worker, sess int, out *Read) {
+func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	ss := &v.e.sess[sess]
 	ss.mu.Lock()
 	out.AckedSeq = ss.acked

@@ -23,7 +23,7 @@ import (
 type Via string
 
 const (
-	// ViaRouter (the default): package router's live layer (live.Router,
+	// ViaRouter (the default): package router's live layer (live.Router[gtid.Set],
 	// one LiveSession per lab session, positions from binlogwatch streams
 	// behind live.WatchSource): the code an application embeds.
 	ViaRouter Via = "router"
@@ -33,17 +33,39 @@ const (
 	ViaProxy Via = "proxy"
 )
 
-// The one path that bypasses both: a scalar-token (TokenLSN) router runs
-// through the LSN adapter (lsnadapter.go), because package router's live
-// layer carries GTID-set tokens only. The result says so in a note.
+// A scalar-token (TokenLSN) router runs through package router/live like
+// any other, as a live.Router[gtid.LSN] with the live.Scalar flavor and
+// polled positions (live.Poller[gtid.LSN]), whatever Via says: the proxy
+// carries GTID-set tokens only (a note says so under ViaProxy).
 
-// viaRouter runs one RouterSpec through live.Router.
-type viaRouter struct {
+// routerRuntime is one router under test, whatever its path and position
+// type.
+type routerRuntime interface {
+	spec() *RouterSpec
+	write(ctx context.Context, sess int, seq int64, hot int) error
+	read(ctx context.Context, sess int, out *Read)
+}
+
+// liveRuntime is a router run through package router/live, whatever its
+// position type: what the driver does with it besides reads and writes.
+type liveRuntime interface {
+	routerRuntime
+	// drift starts (d > 0) or stops (d < 0) d outside readers on a replica.
+	drift(name string, d int)
+	// failover tells the router about a new primary.
+	failover(ctx context.Context, fr compose.FailoverResult) error
+	// driftErrors counts the drift readers' failed reads.
+	driftErrors() int64
+	close()
+}
+
+// viaRouter runs one RouterSpec through live.Router[P].
+type viaRouter[P gtid.Position[P]] struct {
 	sp   RouterSpec
 	e    *engine
-	rt   *live.Router
+	rt   *live.Router[P]
 	mu   []sync.Mutex // per session: a LiveSession is used by one goroutine at a time
-	sess []*live.LiveSession
+	sess []*live.LiveSession[P]
 	// noGTID counts writes the router refused to token (ErrMissingGTID).
 	noGTID atomic.Int64
 
@@ -60,23 +82,21 @@ type viaRouter struct {
 }
 
 var (
-	_ routerRuntime = (*viaRouter)(nil)
-	_ routerRuntime = (*liveRouter[lsnPos])(nil)
+	_ liveRuntime = (*viaRouter[gtid.Set])(nil)
+	_ liveRuntime = (*viaRouter[gtid.LSN])(nil)
 )
 
 func routerNode(n compose.Node) live.Node { return live.Node{Name: n.Name, Addr: n.Addr()} }
 
-// newViaRouter builds the live router for sp over positions src.
-func newViaRouter(ctx context.Context, sp RouterSpec, e *engine, src live.PositionSource) (*viaRouter, error) {
-	if sp.Token != TokenGTID {
-		return nil, fmt.Errorf("lab: router %s: --via router supports GTID tokens only (got %s)", sp.Name, sp.Token)
-	}
+// newViaRouter builds the live router for sp with flavor f over positions
+// src.
+func newViaRouter[P gtid.Position[P]](ctx context.Context, sp RouterSpec, e *engine, f live.Flavor[P], src live.PositionSource[P]) (*viaRouter[P], error) {
 	p := e.nodes.Primary()
 	reps := make([]live.Node, 0, len(e.nodes.Replicas()))
 	for _, r := range e.nodes.Replicas() {
 		reps = append(reps, routerNode(r))
 	}
-	rt, err := live.New(ctx, live.Config{Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
+	rt, err := live.New(ctx, live.Config[P]{Flavor: f, Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
 		Policy: sp.Policy, Cap: sp.Cap, Positions: src, Epoch: uint64(e.nodes.Epoch()), MaxIdle: e.cfg.Workers, PrimaryPool: e.cfg.Workers,
 		Logger: e.cfg.Logger, Seed: e.cfg.Seed})
 	if err != nil {
@@ -93,7 +113,7 @@ func newViaRouter(ctx context.Context, sp RouterSpec, e *engine, src live.Positi
 			return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
 		}
 	}
-	return &viaRouter{sp: sp, e: e, rt: rt, mu: make([]sync.Mutex, e.cfg.Sessions), sess: make([]*live.LiveSession, e.cfg.Sessions),
+	return &viaRouter[P]{sp: sp, e: e, rt: rt, mu: make([]sync.Mutex, e.cfg.Sessions), sess: make([]*live.LiveSession[P], e.cfg.Sessions),
 		ctx: ctx, table: table, drifts: map[string][]context.CancelFunc{}}, nil
 }
 
@@ -102,7 +122,7 @@ func newViaRouter(ctx context.Context, sp RouterSpec, e *engine, src live.Positi
 // (live.NewGroupSource), run on wg until ctx ends. It waits until every
 // node's watcher is healthy (or limit passes: a node that is down stays
 // unhealthy in the source, which the router handles).
-func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup, limit time.Duration) (live.PositionSource, error) {
+func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup, limit time.Duration) (live.PositionSource[gtid.Set], error) {
 	var prim *binlogwatch.Watcher
 	var reps []*binlogwatch.Watcher
 	var names []string
@@ -149,12 +169,50 @@ func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.Wai
 	}
 }
 
+// startScalarSource polls every node's executed position as a scalar
+// (live.Poller[gtid.LSN] with the live.Scalar flavor, every
+// cfg.PollInterval), run on wg until ctx ends, for the scalar-token
+// routers: binlogwatch's streams carry GTID sets. It waits until every
+// node has answered once (or limit passes).
+func startScalarSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup, limit time.Duration) (live.PositionSource[gtid.LSN], error) {
+	var nodes []live.Node
+	for _, n := range allNodes(topo) {
+		nodes = append(nodes, routerNode(n))
+	}
+	p := topo.Primary()
+	pl, err := live.NewPoller(live.PollerConfig[gtid.LSN]{Flavor: live.Scalar{}, Nodes: nodes, User: p.User, Password: p.Password,
+		Interval: cfg.PollInterval, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("lab: scalar position poller: %w", err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = pl.Run(ctx) // returns once ctx ends; health is in the positions
+	}()
+	deadline := time.Now().Add(limit)
+	for {
+		ok := true
+		for _, n := range nodes {
+			if _, up := pl.Position(n.Name); !up {
+				ok = false
+			}
+		}
+		if ok || time.Now().After(deadline) {
+			return pl, nil
+		}
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // drift starts (d > 0) or stops (d < 0) d outside readers on the named
 // replica: real reads through this router (SELECT SLEEP(0.2) in a loop,
 // with read ids that hash to the node under full-list), so the router's
 // own in-flight count for the node rises as a load balancer would see it.
 // This is what rebalance-override reacts to.
-func (v *viaRouter) drift(name string, d int) {
+func (v *viaRouter[P]) drift(name string, d int) {
 	v.driftMu.Lock()
 	defer v.driftMu.Unlock()
 	if d < 0 {
@@ -201,12 +259,14 @@ func (v *viaRouter) drift(name string, d int) {
 	}
 }
 
-func (v *viaRouter) spec() *RouterSpec { return &v.sp }
+func (v *viaRouter[P]) spec() *RouterSpec { return &v.sp }
 
-func (v *viaRouter) counters() (int64, int64) { return v.noGTID.Load(), 0 }
+func (v *viaRouter[P]) counters() (int64, int64) { return v.noGTID.Load(), 0 }
+
+func (v *viaRouter[P]) driftErrors() int64 { return v.driftErrs.Load() }
 
 // session returns the session's LiveSession; v.mu[i] must be held.
-func (v *viaRouter) session(i int) *live.LiveSession {
+func (v *viaRouter[P]) session(i int) *live.LiveSession[P] {
 	if v.sess[i] == nil {
 		s := v.rt.NewSession()
 		s.SetConsistentReadID("session-" + strconv.Itoa(i))
@@ -217,46 +277,47 @@ func (v *viaRouter) session(i int) *live.LiveSession {
 
 // primaryExec adapts LiveSession.Exec (writes on the primary, token
 // captured by the router) to Execer.
-type primaryExec struct{ s *live.LiveSession }
+type primaryExec[P gtid.Position[P]] struct{ s *live.LiveSession[P] }
 
 var (
-	_ Execer = primaryExec{}
-	_ Execer = (*routedQuery)(nil)
+	_ Execer = primaryExec[gtid.Set]{}
+	_ Execer = (*routedQuery[gtid.Set])(nil)
 )
 
-func (p primaryExec) Execute(ctx context.Context, q string) (*mysql.Result, error) {
+func (p primaryExec[P]) Execute(ctx context.Context, q string) (*mysql.Result, error) {
 	return p.s.Exec(ctx, q)
 }
 
-// ExecuteWrite implements Execer. LiveSession.ExecGTID parses the write's
+// ExecuteWrite implements Execer. LiveSession.ExecWrite parses the write's
 // GTID from the router's own copy of the OK packet (never
 // Result.SessionTracking, which aliases a buffer go-mysql has already
-// returned to its pool), adds it to the session's token and returns it.
-// Its errors (ErrMissingGTID with its result) pass through.
-func (p primaryExec) ExecuteWrite(ctx context.Context, q string) (*mysql.Result, string, error) {
-	r, set, err := p.s.ExecGTID(ctx, q)
-	if set.IsEmpty() {
+// returned to its pool), adds the write's position to the session's token
+// and returns the GTID. Its errors (ErrMissingGTID with its result) pass
+// through.
+func (p primaryExec[P]) ExecuteWrite(ctx context.Context, q string) (*mysql.Result, string, error) {
+	r, w, err := p.s.ExecWrite(ctx, q)
+	if !w.OK {
 		return r, "", err
 	}
-	return r, set.CompactString(), err
+	return r, w.GTID, err
 }
 
 // routedQuery adapts LiveSession.Query (routed read) to Execer and keeps
 // the router's answer.
-type routedQuery struct {
-	s    *live.LiveSession
-	read *live.Read
+type routedQuery[P gtid.Position[P]] struct {
+	s    *live.LiveSession[P]
+	read *live.Read[P]
 }
 
 // errRoutedWrite: a routed read path was asked to run a write.
 var errRoutedWrite = errors.New("lab: a routed read cannot run a write (Workload.Read must not write)")
 
 // ExecuteWrite implements Execer; reads are routed, writes refused.
-func (r *routedQuery) ExecuteWrite(context.Context, string) (*mysql.Result, string, error) {
+func (r *routedQuery[P]) ExecuteWrite(context.Context, string) (*mysql.Result, string, error) {
 	return nil, "", errRoutedWrite
 }
 
-func (r *routedQuery) Execute(ctx context.Context, q string) (*mysql.Result, error) {
+func (r *routedQuery[P]) Execute(ctx context.Context, q string) (*mysql.Result, error) {
 	rd, err := r.s.Query(ctx, q)
 	if err != nil {
 		return nil, err
@@ -265,7 +326,7 @@ func (r *routedQuery) Execute(ctx context.Context, q string) (*mysql.Result, err
 	return rd.Result, nil
 }
 
-func (v *viaRouter) write(ctx context.Context, _ *worker, sess int, seq int64, hot int) error {
+func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) error {
 	v.mu[sess].Lock()
 	defer v.mu[sess].Unlock()
 	s := v.session(sess)
@@ -273,7 +334,7 @@ func (v *viaRouter) write(ctx context.Context, _ *worker, sess int, seq int64, h
 	defer cancel()
 	// Exec borrows a connection of the router's shared, bounded primary
 	// pool (Config.PrimaryPool) for the autocommit write and gives it back.
-	g, err := v.e.cfg.Workload.Write(wctx, primaryExec{s}, sess, seq, hot)
+	g, err := v.e.cfg.Workload.Write(wctx, primaryExec[P]{s}, sess, seq, hot)
 	if errors.Is(err, live.ErrMissingGTID) {
 		// The write committed but the router could not token it: the ground
 		// truth still judges later reads against it.
@@ -293,7 +354,7 @@ func (v *viaRouter) write(ctx context.Context, _ *worker, sess int, seq int64, h
 	return nil
 }
 
-func (v *viaRouter) read(ctx context.Context, _ *worker, sess int, out *Read) {
+func (v *viaRouter[P]) read(ctx context.Context, sess int, out *Read) {
 	v.mu[sess].Lock()
 	defer v.mu[sess].Unlock()
 	ss := &v.e.sess[sess]
@@ -303,7 +364,7 @@ func (v *viaRouter) read(ctx context.Context, _ *worker, sess int, out *Read) {
 	s := v.session(sess)
 	rctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
 	defer cancel()
-	q := &routedQuery{s: s}
+	q := &routedQuery[P]{s: s}
 	own, err := v.e.cfg.Workload.Read(rctx, q, sess, out.Hot)
 	out.Done = v.e.since()
 	var re *live.ReadError
@@ -340,7 +401,7 @@ func (v *viaRouter) read(ctx context.Context, _ *worker, sess int, out *Read) {
 }
 
 // failover tells the live router about a new primary.
-func (v *viaRouter) failover(ctx context.Context, fr compose.FailoverResult) error {
+func (v *viaRouter[P]) failover(ctx context.Context, fr compose.FailoverResult) error {
 	reps := make([]live.Node, 0)
 	for _, r := range v.e.nodes.Replicas() {
 		reps = append(reps, routerNode(r))
@@ -348,7 +409,7 @@ func (v *viaRouter) failover(ctx context.Context, fr compose.FailoverResult) err
 	return v.rt.Failover(ctx, routerNode(v.e.nodes.Primary()), reps, uint64(fr.Epoch))
 }
 
-func (v *viaRouter) close() {
+func (v *viaRouter[P]) close() {
 	v.driftMu.Lock()
 	for _, cs := range v.drifts {
 		for _, c := range cs {

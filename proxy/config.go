@@ -12,6 +12,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"gopkg.in/yaml.v3"
 
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
 )
@@ -76,7 +77,7 @@ type Config struct {
 	// holds their transactions. Default 1.
 	Epoch uint64 `yaml:"epoch"`
 	// Positions selects how the proxy learns what each backend executed,
-	// when Source is nil: "poll" (default: a live.Poller per backend,
+	// when Source is nil: "poll" (default: a live.Poller[gtid.Set] per backend,
 	// SELECT @@GLOBAL.gtid_executed every PollInterval) or "binlog" (a
 	// binlogwatch stream per backend behind live.WatchSource; the backend
 	// accounts then need REPLICATION SLAVE).
@@ -92,7 +93,7 @@ type Config struct {
 	PollInterval time.Duration `yaml:"poll_interval"`
 	// Source, when set, is the position source for every backend (by
 	// Backend.Name), run by the caller; Positions is then ignored.
-	Source live.PositionSource `yaml:"-"`
+	Source live.PositionSource[gtid.Set] `yaml:"-"`
 	// MaxAllowedPacket bounds one client command (a packet with its
 	// continuation packets), checked on the running length as it is read,
 	// and one parameter's COM_STMT_SEND_LONG_DATA: a larger command is

@@ -14,21 +14,21 @@ import (
 	"github.com/causallab/causallab/gtid"
 )
 
-// pollers is the proxy's default live.PositionSource: one live.Poller
+// pollers is the proxy's default live.PositionSource[gtid.Set]: one live.Poller[gtid.Set]
 // per backend (each backend may have its own credentials, a Poller has
 // one). The binlogwatch-backed source replaces it through
 // Config.Positions.
 type pollers struct {
-	byName map[string]*live.Poller
-	all    []*live.Poller
+	byName map[string]*live.Poller[gtid.Set]
+	all    []*live.Poller[gtid.Set]
 }
 
-var _ live.PositionSource = (*pollers)(nil)
+var _ live.PositionSource[gtid.Set] = (*pollers)(nil)
 
 func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
-	p := &pollers{byName: map[string]*live.Poller{}}
+	p := &pollers{byName: map[string]*live.Poller[gtid.Set]{}}
 	for _, b := range append([]Backend{cfg.Primary}, cfg.Replicas...) {
-		pl, err := live.NewPoller(live.PollerConfig{
+		pl, err := live.NewPoller(live.PollerConfig[gtid.Set]{
 			Nodes:       []live.Node{{Name: b.Name, Addr: b.Addr}},
 			User:        b.User,
 			Password:    b.Password,
@@ -54,7 +54,7 @@ func (p *pollers) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// Position implements live.PositionSource.
+// Position implements live.PositionSource[gtid.Set].
 func (p *pollers) Position(node string) (gtid.Set, bool) {
 	pl, ok := p.byName[node]
 	if !ok {
@@ -63,7 +63,7 @@ func (p *pollers) Position(node string) (gtid.Set, bool) {
 	return pl.Position(node)
 }
 
-// WaitFor implements live.PositionSource.
+// WaitFor implements live.PositionSource[gtid.Set].
 func (p *pollers) WaitFor(ctx context.Context, node string, want gtid.Set) error {
 	pl, ok := p.byName[node]
 	if !ok {
@@ -74,7 +74,7 @@ func (p *pollers) WaitFor(ctx context.Context, node string, want gtid.Set) error
 
 // newBinlogSource builds a binlogwatch stream per backend and the router's
 // WatchSource over them; run is the group's Run.
-func newBinlogSource(cfg *Config, log *slog.Logger) (live.PositionSource, func(context.Context), error) {
+func newBinlogSource(cfg *Config, log *slog.Logger) (live.PositionSource[gtid.Set], func(context.Context), error) {
 	mk := func(b Backend) (*binlogwatch.Watcher, error) {
 		host, port, err := net.SplitHostPort(b.Addr)
 		if err != nil {

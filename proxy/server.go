@@ -21,6 +21,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/server"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/rawnet"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
@@ -38,13 +39,13 @@ type Server struct {
 	decoy server.Credential
 	// src is the position source (Config.Source, pollers or binlog
 	// streams); runSrc runs it when the proxy owns it.
-	src    live.PositionSource
+	src    live.PositionSource[gtid.Set]
 	runSrc func(context.Context)
 	// rt is the live router (built by Listen): every read's decision,
 	// wait, cap, epoch check, outcome metric and trace is its
 	// LiveSession.QueryFunc; the proxy runs the read on the session's own
 	// backend connection. Its metrics are registered on m.reg.
-	rt     *live.Router
+	rt     *live.Router[gtid.Set]
 	policy router.Policy
 	capCfg router.Cap
 
@@ -156,7 +157,7 @@ func (s *Server) newRouter(ctx context.Context) error {
 	for i, b := range s.cfg.Replicas {
 		reps[i] = live.Node{Name: b.Name, Addr: b.Addr}
 	}
-	rt, err := live.New(ctx, live.Config{
+	rt, err := live.New(ctx, live.Config[gtid.Set]{
 		Primary:       live.Node{Name: s.cfg.Primary.Name, Addr: s.cfg.Primary.Addr},
 		Replicas:      reps,
 		User:          s.cfg.Primary.User,

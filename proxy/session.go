@@ -63,7 +63,7 @@ type session struct {
 
 	// ls is the session's causal state in the router (token, watermark,
 	// affinity key); reads go through ls.QueryFunc.
-	ls *live.LiveSession
+	ls *live.LiveSession[gtid.Set]
 
 	stmts map[*stmt.PreparedStmt]*pstmt
 	// prepares mirrors go-mysql's statement id counter (incremented before
@@ -298,20 +298,20 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	case KindSetToken:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
 		if st.Token == "" {
-			s.ls.SetToken(gtid.Token{})
+			s.ls.SetToken(gtid.Set{}, 0)
 			return nil, nil
 		}
 		tok, err := s.parseToken(st.Token, st.TokenForm)
 		if err != nil {
 			return nil, err
 		}
-		s.ls.SetToken(tok)
+		s.ls.SetToken(tok.GTIDs, tok.Epoch)
 		return nil, nil
 	case KindGetToken:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
 		var v *string
-		if tok := s.ls.Token(); !tok.GTIDs.IsEmpty() {
-			txt := tok.String()
+		if set, epoch := s.ls.Token(); !set.IsEmpty() {
+			txt := gtid.Token{Epoch: epoch, GTIDs: set}.String()
 			v = &txt
 		}
 		rs := oneValueResultset("@causal_token", v)
@@ -353,8 +353,8 @@ func (e *relayedServerErr) Unwrap() error { return e.me }
 // readOptions builds the router's per-read options from the statement:
 // its own token (this read only), its consistent_read_id, a session pin,
 // and the wait run on the session's replica connection.
-func (s *session) readOptions(st Stmt) (live.ReadOptions, error) {
-	o := live.ReadOptions{Wait: s.waitOn}
+func (s *session) readOptions(st Stmt) (live.ReadOptions[gtid.Set], error) {
+	o := live.ReadOptions[gtid.Set]{Wait: s.waitOn}
 	if pin := s.pin(st); pin != "" {
 		s.srv.m.primaryReasons.WithLabelValues(pin).Inc()
 		o.Pin = pin
@@ -365,7 +365,7 @@ func (s *session) readOptions(st Stmt) (live.ReadOptions, error) {
 		if err != nil {
 			return o, err
 		}
-		o.Token = tok
+		o.Token, o.TokenEpoch = tok.GTIDs, tok.Epoch
 	}
 	if st.ReadID != "" {
 		o.AffinityKey = hashroute.Hash(st.ReadID)
@@ -415,7 +415,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 // error it returns means nothing reached the client and goes to the
 // router as is. The server's ERR packet, already relayed, counts as a
 // statement error; the watermark read behind the read is the router's.
-func (s *session) routeRelay(st Stmt, o live.ReadOptions, relayOne func(bc *backendConn, t live.Target) (relayOut, error)) (*mysql.Result, error) {
+func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne func(bc *backendConn, t live.Target) (relayOut, error)) (*mysql.Result, error) {
 	var (
 		served  *backendConn
 		out     relayOut
@@ -458,7 +458,7 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions, relayOne func(bc *back
 
 // readFailed turns a read the router did not serve into the client's
 // answer.
-func (s *session) readFailed(err error, served *backendConn, relayed bool, o live.ReadOptions) (*mysql.Result, error) {
+func (s *session) readFailed(err error, served *backendConn, relayed bool, o live.ReadOptions[gtid.Set]) (*mysql.Result, error) {
 	var (
 		rse *relayedServerErr
 		rde *live.ReadError
@@ -497,13 +497,13 @@ func isRelayError(err error) bool {
 // refused is the client's error for a read the router refused; the token
 // named is the read's own (a comment's) when it carried one, else the
 // session's.
-func (s *session) refused(e *live.ReadError, o live.ReadOptions) error {
-	tok := o.Token
-	if tok.GTIDs.IsEmpty() {
-		tok = s.ls.Token()
+func (s *session) refused(e *live.ReadError, o live.ReadOptions[gtid.Set]) error {
+	epoch := o.TokenEpoch
+	if o.Token.IsEmpty() {
+		_, epoch = s.ls.Token()
 	}
 	return s.proxyErr("route_"+e.Reason.String(), codeProxy,
-		"cannot serve this read consistently: %s (token epoch %d, topology epoch %d)", e.Reason, tok.Epoch, s.srv.rt.Epoch())
+		"cannot serve this read consistently: %s (token epoch %d, topology epoch %d)", e.Reason, epoch, s.srv.rt.Epoch())
 }
 
 // relayFailed handles a relay error: the client connection is closed when
@@ -658,17 +658,11 @@ func (s *session) waitOn(_ context.Context, t live.Target, need gtid.Set, d time
 	if err != nil {
 		return false, err
 	}
-	secs := max(d.Seconds(), 0.001)
-	q := "SELECT WAIT_FOR_EXECUTED_GTID_SET('" + need.CompactString() + "', " + strconv.FormatFloat(secs, 'f', 3, 64) + ")"
-	r, err := bc.exec(q)
+	ok, err := mysqlwire.WaitAnswer(bc.exec(mysqlwire.WaitForExecutedQuery(need, d)))
 	if err != nil {
 		return false, backendErr(bc.b, "wait", err)
 	}
-	v, err := r.GetInt(0, 0)
-	if err != nil {
-		return false, backendErr(bc.b, "wait", err)
-	}
-	return v == 0, nil
+	return ok, nil
 }
 
 // flush sends the client's buffered response now.

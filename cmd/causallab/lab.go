@@ -87,7 +87,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.BoolVar(&f.noSim, "no-sim", false, "skip the simulator's prediction")
 	fl.IntVar(&f.simTrials, "sim-trials", 4, "simulator trials averaged for the prediction")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
-	fl.StringVar(&f.via, "via", "router", "routing path: router (package router's live layer over binlogwatch positions) or proxy (causallab proxy in-process, tokens in comments); scalar-token routers always run through the LSN adapter")
+	fl.StringVar(&f.via, "via", "router", "routing path: router (package router/live over binlogwatch positions) or proxy (causallab proxy in-process, tokens in comments); scalar-token routers always run through router/live")
 }
 
 // options builds the scenario options from the flags: the workload flags

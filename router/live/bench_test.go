@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/gtid"
 )
 
 // BenchmarkLiveWait measures, on real MySQL, one write on the primary
@@ -45,7 +46,7 @@ func BenchmarkLiveWait(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			p, reps := liveNodes()
 			pu := topo.Primary()
-			var src PositionSource
+			var src PositionSource[gtid.Set]
 			if c.binlog {
 				g := startGroup(b, ctx)
 				ws, err := NewGroupSource(g, 0, append([]string{p.Name}, namesOf(topo.Replicas())...)...)
@@ -54,7 +55,7 @@ func BenchmarkLiveWait(b *testing.B) {
 				}
 				src = ws
 			} else {
-				pl, err := NewPoller(PollerConfig{Nodes: append([]Node{p}, reps...), User: pu.User, Password: pu.Password, Interval: c.interval})
+				pl, err := NewPoller(PollerConfig[gtid.Set]{Nodes: append([]Node{p}, reps...), User: pu.User, Password: pu.Password, Interval: c.interval})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -64,7 +65,7 @@ func BenchmarkLiveWait(b *testing.B) {
 				defer func() { pcancel(); <-done }()
 				src = pl
 			}
-			r, err := New(ctx, Config{Primary: p, Replicas: reps, User: pu.User, Password: pu.Password, Positions: src, Wait: c.method})
+			r, err := New(ctx, Config[gtid.Set]{Primary: p, Replicas: reps, User: pu.User, Password: pu.Password, Positions: src, Wait: c.method})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -21,15 +20,16 @@ type Node struct {
 }
 
 // ErrNoSessionTracking is returned at connect time when the primary does not
-// send the session's GTIDs in OK packets (CLIENT_SESSION_TRACK not
-// negotiated, session_track_gtids not settable, or gtid_mode not ON):
-// read-your-writes tokens could not be captured, so the router refuses to
-// start rather than degrade silently.
+// report the session's write positions (for MySQL: CLIENT_SESSION_TRACK not
+// negotiated, session_track_gtids not settable, or gtid_mode not ON; see
+// Flavor.TrackSession): read-your-writes tokens could not be captured, so
+// the router refuses to start rather than degrade silently.
 var ErrNoSessionTracking = errors.New("router: primary does not report session GTIDs (session tracking)")
 
 // ErrMissingGTID is returned by Session.Exec when a statement changed rows
 // in autocommit mode (or a COMMIT ended a transaction that did) but the OK
-// packet carried no GTID: the session's token cannot be trusted.
+// packet carried no GTID (no position, for the flavor): the session's
+// token cannot be trusted.
 var ErrMissingGTID = errors.New("router: write acknowledged without a GTID")
 
 // ErrArgCount is returned by a read whose arguments do not match the
@@ -43,47 +43,55 @@ var ErrArgCount = mysqlwire.ErrArgCount
 // not run. The session can start a new transaction.
 var ErrTxLost = errors.New("router: the session's open transaction was lost in a failover; the statement was not run")
 
-// dialTracking opens a primary connection and proves that the server sends
-// the session's GTIDs: it asks the server to report changes of
-// session_track_gtids itself and checks that the OK packet of setting it to
-// OWN_GTID says so.
-func dialTracking(ctx context.Context, d *mysqlwire.Dialer, addr string) (*client.Conn, error) {
+// dialTracking opens a primary connection with CLIENT_SESSION_TRACK and
+// has the flavor set it up and prove that the server reports each write's
+// position (Flavor.TrackSession).
+func dialTracking(ctx context.Context, d *mysqlwire.Dialer, addr string, track func(context.Context, SessionConn) error) (*client.Conn, error) {
 	c, err := d.Dial(ctx, addr, true)
 	if err != nil {
 		return nil, err
 	}
-	fail := func(format string, args ...any) (*client.Conn, error) {
+	if err := track(ctx, &sessionConn{c: c}); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("%w: %s: %s", ErrNoSessionTracking, addr, fmt.Sprintf(format, args...))
-	}
-	// session_track_state_change reports any change of session state
-	// (variables, schema, temporary tables, user variables) in the OK
-	// packet: the shared primary pool keeps such a connection with its
-	// session instead of handing it to another.
-	if _, err := mysqlwire.Exec(ctx, c, "SET SESSION session_track_state_change = ON"); err != nil {
-		return fail("enable state-change tracking: %v", err)
-	}
-	if _, err := mysqlwire.Exec(ctx, c, "SET SESSION session_track_system_variables = 'session_track_gtids'"); err != nil {
-		return fail("enable variable tracking: %v", err)
-	}
-	rec := mysqlwire.InstallRecorder(c)
-	rec.Start()
-	_, err = mysqlwire.Exec(ctx, c, "SET SESSION session_track_gtids = OWN_GTID")
-	tr, perr := rec.LastOK()
-	if err != nil {
-		return fail("set session_track_gtids: %v", err)
-	}
-	if perr != nil || !strings.EqualFold(tr.Vars["session_track_gtids"], "OWN_GTID") {
-		return fail("the OK packet carried no session-tracking data (is CLIENT_SESSION_TRACK negotiated?)")
-	}
-	r, err := mysqlwire.Exec(ctx, c, "SELECT @@GLOBAL.gtid_mode")
-	if err != nil {
-		return fail("read gtid_mode: %v", err)
-	}
-	if mode, _ := r.GetString(0, 0); !strings.EqualFold(mode, "ON") {
-		return fail("gtid_mode is %q, want ON", mode)
+		return nil, fmt.Errorf("%w: %s: %v", ErrNoSessionTracking, addr, err)
 	}
 	return c, nil
+}
+
+// sessionConn is the SessionConn a flavor gets: a primary connection whose
+// responses are recorded (the tracking comes from the router's own copy of
+// the OK packet). broken is set by an error that leaves the connection
+// unusable (anything but the server's refusal of a statement).
+type sessionConn struct {
+	c      *client.Conn
+	broken bool
+}
+
+var _ SessionConn = (*sessionConn)(nil)
+
+// Exec implements SessionConn.
+func (s *sessionConn) Exec(ctx context.Context, query string) (Ack, error) {
+	rec := mysqlwire.InstallRecorder(s.c)
+	rec.Start()
+	_, err := mysqlwire.Exec(ctx, s.c, query)
+	tr, perr := rec.LastOK()
+	if err != nil {
+		s.broken = s.broken || !mysqlwire.IsServerError(err)
+		return Ack{}, err
+	}
+	if perr != nil && !errors.Is(perr, mysqlwire.ErrNoOK) {
+		return Ack{}, perr
+	}
+	return Ack{GTID: tr.GTID, StateChanged: tr.StateChanged, Vars: tr.Vars}, nil
+}
+
+// ReadValue implements SessionConn.
+func (s *sessionConn) ReadValue(ctx context.Context, query string) (string, error) {
+	v, err := mysqlwire.ReadValue(ctx, s.c, query)
+	if err != nil && !mysqlwire.IsServerError(err) {
+		s.broken = true
+	}
+	return v, err
 }
 
 // pool keeps idle connections per node address.

@@ -10,17 +10,19 @@ import (
 
 // LiveState is the live router's topology state that a decision reads. The
 // Router keeps one under its lock; DecideLive reads it without I/O.
-type LiveState struct {
+type LiveState[P gtid.Position[P]] struct {
+	// Flavor measures how far a replica is behind the primary.
+	Flavor Flavor[P]
 	// Primary is the current primary.
 	Primary Node
 	// Replicas are the configured replicas, in hashing order.
 	Replicas []Node
 	// Epoch is the current topology epoch.
 	Epoch uint64
-	// PrimaryPos is a lower bound of the primary's executed set: read at
-	// New/Failover, raised by every GTID the primary acknowledges to a
+	// PrimaryPos is a lower bound of the primary's executed position: read
+	// at New/Failover, raised by every write the primary acknowledges to a
 	// session and by the PositionSource's view of the primary.
-	PrimaryPos gtid.Set
+	PrimaryPos P
 	// Table is the hashroute table over Replicas (nil without replicas).
 	Table *hashroute.Table
 	// DownUntil holds the nodes skipped after an error, until the time given.
@@ -31,9 +33,9 @@ type LiveState struct {
 }
 
 // LiveRequest is one decision's per-read inputs.
-type LiveRequest struct {
+type LiveRequest[P gtid.Position[P]] struct {
 	// Session is the session's causal state (not modified).
-	Session *router.Session[gtid.Set]
+	Session *router.Session[P]
 	// Policy and Cap are the read's policy and the router's cap (nil: none).
 	Policy *router.Policy
 	Cap    *router.Cap
@@ -46,8 +48,8 @@ type LiveRequest struct {
 	// Waited is how long this read has already waited.
 	Waited time.Duration
 	// Known holds positions proven during this read (a successful
-	// WAIT_FOR_EXECUTED_GTID_SET): merged into the source's view.
-	Known map[string]gtid.Set
+	// server-side wait): merged into the source's view.
+	Known map[string]P
 }
 
 // DecideLive is the live router's whole decision path: it builds Decide's
@@ -56,21 +58,20 @@ type LiveRequest struct {
 // consulted. Router.decide calls it under the router's lock; tests replay
 // recorded inputs through it (the simulator equivalence test).
 //
-// View building: a replica's Applied is src's set for it, raised by
+// View building: a replica's Applied is src's position for it, raised by
 // req.Known; it is Up when src says healthy and it is not held down
-// (DownUntil); Behind is the primary's transaction count minus the
-// replica's (0 when ahead); InFlight from st. The primary's position is
+// (DownUntil); Behind is st.Flavor.Behind (for MySQL, the primary's
+// transaction count minus the replica's, 0 when ahead); InFlight from st. The primary's position is
 // st.PrimaryPos raised by src's view of the primary (PrimaryKnown is always
 // true); the raised position is returned for the caller to store.
 //
 // It returns the decision and the view it was made on.
-func DecideLive(st *LiveState, src PositionSource, req *LiveRequest, b *router.Bucket) (router.Decision, *router.View[gtid.Set], gtid.Set) {
+func DecideLive[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], req *LiveRequest[P], b *router.Bucket) (router.Decision, *router.View[P], P) {
 	prim := st.PrimaryPos
 	if p, ok := src.Position(st.Primary.Name); ok && !prim.Contains(p) {
 		prim = prim.Union(p)
 	}
-	pc := prim.Count()
-	v := &router.View[gtid.Set]{Replicas: make([]router.Replica[gtid.Set], len(st.Replicas)), Primary: prim,
+	v := &router.View[P]{Replicas: make([]router.Replica[P], len(st.Replicas)), Primary: prim,
 		PrimaryKnown: true, Epoch: st.Epoch, Hash: st.Table}
 	for i, n := range st.Replicas {
 		set, healthy := src.Position(n.Name)
@@ -78,13 +79,9 @@ func DecideLive(st *LiveState, src PositionSource, req *LiveRequest, b *router.B
 			set = set.Union(k)
 		}
 		up := healthy && !req.Wall.Before(st.DownUntil[n.Name])
-		var behind int64
-		if c := set.Count(); pc > c {
-			behind = int64(min(pc-c, 1<<62))
-		}
-		v.Replicas[i] = router.Replica[gtid.Set]{Applied: set, Up: up, Behind: behind, InFlight: st.InFlight[n.Name]}
+		v.Replicas[i] = router.Replica[P]{Applied: set, Up: up, Behind: st.Flavor.Behind(prim, set), InFlight: st.InFlight[n.Name]}
 	}
-	in := router.Input[gtid.Set]{Policy: req.Policy, Cap: req.Cap, Session: req.Session, View: v,
+	in := router.Input[P]{Policy: req.Policy, Cap: req.Cap, Session: req.Session, View: v,
 		Now: req.Now, Rand: req.Rand, Waited: req.Waited}
 	return router.Decide(&in, b), v, prim
 }

@@ -40,7 +40,7 @@ type mapSource struct {
 	up  map[string]bool
 }
 
-var _ live.PositionSource = (*mapSource)(nil)
+var _ live.PositionSource[gtid.Set] = (*mapSource)(nil)
 
 func (m *mapSource) Position(n string) (gtid.Set, bool) { return m.pos[n], m.up[n] }
 func (m *mapSource) WaitFor(ctx context.Context, n string, want gtid.Set) error {
@@ -110,7 +110,7 @@ func TestSimLiveEquivalence(t *testing.T) {
 				t.Fatal(err)
 			}
 			src := &mapSource{pos: map[string]gtid.Set{}, up: map[string]bool{}}
-			st := &live.LiveState{Primary: live.Node{Name: "primary", Addr: "sim:p"}, Replicas: nodes, Table: table,
+			st := &live.LiveState[gtid.Set]{Flavor: live.MySQL{}, Primary: live.Node{Name: "primary", Addr: "sim:p"}, Replicas: nodes, Table: table,
 				DownUntil: map[string]time.Time{}, InFlight: map[string]int{}}
 			var bucket router.Bucket
 			n := 0
@@ -148,7 +148,7 @@ func TestSimLiveEquivalence(t *testing.T) {
 				if bucket != r.Bucket {
 					t.Fatalf("decision %d: live bucket %v tokens, sim %v", n, bucket.Tokens(), r.Bucket.Tokens())
 				}
-				req := live.LiveRequest{Session: &ses, Policy: &pol, Cap: &cp, Wall: time.Unix(0, 0),
+				req := live.LiveRequest[gtid.Set]{Session: &ses, Policy: &pol, Cap: &cp, Wall: time.Unix(0, 0),
 					Now: r.Now, Rand: r.Rand, Waited: r.Waited}
 				d, v, _ := live.DecideLive(st, src, &req, &bucket)
 				for i, rep := range r.View.Replicas {

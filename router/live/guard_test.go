@@ -3,6 +3,7 @@ package live
 import (
 	"testing"
 
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/router"
 )
 
@@ -23,7 +24,7 @@ func TestLiveRouterRefusesWhatItCannotCarryOut(t *testing.T) {
 		if err := liveSupports(b.p, b.c); err == nil {
 			t.Errorf("live router accepted %v with cap %+v", b.p, b.c)
 		}
-		s := &LiveSession{}
+		s := &LiveSession[gtid.Set]{}
 		if b.c.PerSecond == 0 {
 			if err := s.SetPolicy(b.p); err == nil {
 				t.Errorf("SetPolicy accepted %v", b.p)

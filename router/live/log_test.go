@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/pingcap/errors"
+
+	"github.com/causallab/causallab/gtid"
 )
 
 // TestQuietLogs: a node error is one WARN line when the node goes down
@@ -17,7 +19,7 @@ import (
 func TestQuietLogs(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r, _ := funcRouter(t, func(c *Config) { c.Logger = log })
+	r, _ := funcRouter(t, func(c *Config[gtid.Set]) { c.Logger = log })
 	traced := errors.Trace(io.ErrUnexpectedEOF)
 	if !strings.Contains(slogAny(traced), ".go:") {
 		t.Fatalf("test premise: slog does not print a traced error's stack: %q", slogAny(traced))

@@ -13,6 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
@@ -99,7 +100,7 @@ func TestNoSessionTracking(t *testing.T) {
 	p, reps := liveNodes()
 	pu := topo.Primary()
 	proxy := startStripProxy(t, p.Addr)
-	cfg := Config{Primary: Node{Name: p.Name, Addr: proxy.ln.Addr().String()}, Replicas: reps,
+	cfg := Config[gtid.Set]{Primary: Node{Name: p.Name, Addr: proxy.ln.Addr().String()}, Replicas: reps,
 		User: pu.User, Password: pu.Password, Positions: &staticSource{}}
 	r, err := New(ctx, cfg)
 	if err == nil {

@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
+
 	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/gtid"
 )
 
 // TestLiveExecGTID: on real MySQL, ExecGTID returns exactly the GTID the
@@ -17,7 +20,7 @@ func TestLiveExecGTID(t *testing.T) {
 	composetest.Need(t, topo)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := newLiveRouter(t, ctx, Config{Positions: &staticSource{}})
+	r := newLiveRouter(t, ctx, Config[gtid.Set]{Positions: &staticSource{}})
 	s := r.NewSession()
 	defer s.Close()
 	mustExec(t, ctx, s, "CREATE DATABASE IF NOT EXISTS rt")
@@ -26,7 +29,7 @@ func TestLiveExecGTID(t *testing.T) {
 	write := func(q string) {
 		t.Helper()
 		before := s.State().Token
-		_, set, err := s.ExecGTID(ctx, q)
+		_, set, err := execGTID(s, ctx, q)
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -43,13 +46,25 @@ func TestLiveExecGTID(t *testing.T) {
 	write("INSERT INTO rt.okrec (v) VALUES (1)")
 	write("INSERT INTO rt.okrec (v) VALUES (2)")
 
-	if _, set, err := s.ExecGTID(ctx, "SELECT 1"); err != nil || !set.IsEmpty() {
+	if _, set, err := execGTID(s, ctx, "SELECT 1"); err != nil || !set.IsEmpty() {
 		t.Fatalf("SELECT: ExecGTID = %v, %v; want an empty set", set, err)
 	}
 	for _, q := range []string{"BEGIN", "INSERT INTO rt.okrec (v) VALUES (3)"} {
-		if _, set, err := s.ExecGTID(ctx, q); err != nil || !set.IsEmpty() {
+		if _, set, err := execGTID(s, ctx, q); err != nil || !set.IsEmpty() {
 			t.Fatalf("%s (open transaction): ExecGTID = %v, %v; want an empty set", q, set, err)
 		}
 	}
 	write("COMMIT")
+}
+
+// execGTID is ExecWrite returning the write's GTID set (empty when none).
+func execGTID(s *LiveSession[gtid.Set], ctx context.Context, q string, args ...any) (*mysql.Result, gtid.Set, error) {
+	res, w, err := s.ExecWrite(ctx, q, args...)
+	return res, w.Pos, err
+}
+
+// gtok is the session's token as a gtid.Token.
+func gtok(s *LiveSession[gtid.Set]) gtid.Token {
+	set, epoch := s.Token()
+	return gtid.Token{Epoch: epoch, GTIDs: set}
 }

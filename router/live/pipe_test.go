@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/router"
 )
@@ -22,7 +23,7 @@ func TestReadStatementCache(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pl := startPoller(t, ctx, 5*time.Millisecond)
-	r := newLiveRouter(t, ctx, Config{Positions: pl, Policy: router.Policy{Kind: router.PolicyTokenRYWMR}, MaxIdle: 1})
+	r := newLiveRouter(t, ctx, Config[gtid.Set]{Positions: pl, Policy: router.Policy{Kind: router.PolicyTokenRYWMR}, MaxIdle: 1})
 	s := r.NewSession()
 	defer s.Close()
 	// A write first: on a fresh topology gtid_executed is empty, and so

@@ -17,22 +17,29 @@ import (
 
 // PositionSource tells the live router what each node has executed.
 // WatchSource (binlogwatch: a binlog stream per node, the recommended
-// source) and Poller (SELECT @@gtid_executed every interval, the baseline)
-// implement it.
-type PositionSource interface {
-	// Position returns a lower bound of the named node's executed GTID set
+// source, GTID sets only) and Poller (the flavor's executed query every
+// interval, the baseline, any flavor) implement it.
+type PositionSource[P gtid.Position[P]] interface {
+	// Position returns a lower bound of the named node's executed position
 	// (never ahead of the node) and whether the source considers the node
-	// healthy. An unknown node is (empty set, false). It must not block.
-	Position(node string) (gtid.Set, bool)
-	// WaitFor blocks until the node's executed set is known to contain
-	// want, or ctx ends (returning ctx's error).
-	WaitFor(ctx context.Context, node string, want gtid.Set) error
+	// healthy. An unknown node is (empty position, false). It must not
+	// block.
+	Position(node string) (P, bool)
+	// WaitFor blocks until the node's executed position is known to
+	// contain want, or ctx ends (returning ctx's error).
+	WaitFor(ctx context.Context, node string, want P) error
 }
 
-var _ PositionSource = (*Poller)(nil)
+var (
+	_ PositionSource[gtid.Set] = (*Poller[gtid.Set])(nil)
+	_ PositionSource[gtid.LSN] = (*Poller[gtid.LSN])(nil)
+)
 
 // PollerConfig configures a Poller.
-type PollerConfig struct {
+type PollerConfig[P gtid.Position[P]] struct {
+	// Flavor gives the query that reads a node's position and its parser.
+	// Nil means MySQL{} for a Poller[gtid.Set].
+	Flavor Flavor[P]
 	// Nodes to poll (replicas, and the primary if the router should know its
 	// position).
 	Nodes []Node
@@ -50,7 +57,14 @@ type PollerConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *PollerConfig) validate() error {
+func (c *PollerConfig[P]) validate() error {
+	if c.Flavor == nil {
+		f, ok := any(MySQL{}).(Flavor[P])
+		if !ok {
+			return fmt.Errorf("router: poller: no Flavor for positions of type %T", *new(P))
+		}
+		c.Flavor = f
+	}
 	if len(c.Nodes) == 0 {
 		return errors.New("router: poller: no nodes")
 	}
@@ -86,39 +100,40 @@ func (c *PollerConfig) validate() error {
 }
 
 // pollState is one published state of a node: immutable once published.
-type pollState struct {
-	set     gtid.Set
+type pollState[P gtid.Position[P]] struct {
+	pos     P
 	lastOK  time.Time
 	changed chan struct{} // closed when replaced
 }
 
-// Poller is the polling PositionSource: one goroutine per node runs SELECT
-// @@GLOBAL.gtid_executed every Interval and publishes the set. It is the
-// baseline against binlogwatch's streams: its view trails a node by up to
-// one interval plus a round trip.
-type Poller struct {
-	cfg    PollerConfig
-	states map[string]*atomic.Pointer[pollState]
+// Poller is the polling PositionSource: one goroutine per node runs the
+// flavor's executed query (for MySQL SELECT @@GLOBAL.gtid_executed) every
+// Interval and publishes the position. It is the baseline against
+// binlogwatch's streams: its view trails a node by up to one interval plus
+// a round trip.
+type Poller[P gtid.Position[P]] struct {
+	cfg    PollerConfig[P]
+	states map[string]*atomic.Pointer[pollState[P]]
 	polls  atomic.Uint64
 	errs   atomic.Uint64
 }
 
 // NewPoller validates cfg. Call Run to start polling.
-func NewPoller(cfg PollerConfig) (*Poller, error) {
+func NewPoller[P gtid.Position[P]](cfg PollerConfig[P]) (*Poller[P], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Poller{cfg: cfg, states: map[string]*atomic.Pointer[pollState]{}}
+	p := &Poller[P]{cfg: cfg, states: map[string]*atomic.Pointer[pollState[P]]{}}
 	for _, n := range cfg.Nodes {
-		ptr := &atomic.Pointer[pollState]{}
-		ptr.Store(&pollState{changed: make(chan struct{})})
+		ptr := &atomic.Pointer[pollState[P]]{}
+		ptr.Store(&pollState[P]{changed: make(chan struct{})})
 		p.states[n.Name] = ptr
 	}
 	return p, nil
 }
 
 // Run polls until ctx ends; it returns ctx's error.
-func (p *Poller) Run(ctx context.Context) error {
+func (p *Poller[P]) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, n := range p.cfg.Nodes {
 		wg.Go(func() { p.pollNode(ctx, n) })
@@ -127,7 +142,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (p *Poller) pollNode(ctx context.Context, n Node) {
+func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 	d := &mysqlwire.Dialer{User: p.cfg.User, Password: p.cfg.Password, Timeout: p.cfg.DialTimeout}
 	ptr := p.states[n.Name]
 	var c *client.Conn
@@ -145,17 +160,22 @@ func (p *Poller) pollNode(ctx context.Context, n Node) {
 			c, err = d.Dial(ctx, n.Addr, false)
 		}
 		if err == nil {
-			var set gtid.Set
-			set, err = mysqlwire.ReadExecuted(ctx, c)
+			var text string
+			var pos P
+			text, err = mysqlwire.ReadValue(ctx, c, p.cfg.Flavor.ExecutedQuery())
+			if err == nil {
+				pos, err = p.cfg.Flavor.ParseExecuted(text)
+			}
 			if err == nil {
 				p.polls.Add(1)
 				old := ptr.Load()
-				if !old.set.Equal(set) || old.lastOK.IsZero() || failing {
-					ptr.Store(&pollState{set: set, lastOK: time.Now(), changed: make(chan struct{})})
+				// Equal positions contain each other.
+				if !(old.pos.Contains(pos) && pos.Contains(old.pos)) || old.lastOK.IsZero() || failing {
+					ptr.Store(&pollState[P]{pos: pos, lastOK: time.Now(), changed: make(chan struct{})})
 					close(old.changed)
 				} else {
-					// Same set: refresh liveness without waking waiters.
-					ptr.Store(&pollState{set: old.set, lastOK: time.Now(), changed: old.changed})
+					// Same position: refresh liveness without waking waiters.
+					ptr.Store(&pollState[P]{pos: old.pos, lastOK: time.Now(), changed: old.changed})
 				}
 				if failing {
 					p.cfg.Logger.Info("poller: node answers again", "node", n.Name)
@@ -182,24 +202,25 @@ func (p *Poller) pollNode(ctx context.Context, n Node) {
 }
 
 // Position implements PositionSource.
-func (p *Poller) Position(node string) (gtid.Set, bool) {
+func (p *Poller[P]) Position(node string) (P, bool) {
 	ptr, ok := p.states[node]
 	if !ok {
-		return gtid.Set{}, false
+		var zero P
+		return zero, false
 	}
 	s := ptr.Load()
-	return s.set, !s.lastOK.IsZero() && time.Since(s.lastOK) < p.cfg.DownAfter
+	return s.pos, !s.lastOK.IsZero() && time.Since(s.lastOK) < p.cfg.DownAfter
 }
 
 // WaitFor implements PositionSource.
-func (p *Poller) WaitFor(ctx context.Context, node string, want gtid.Set) error {
+func (p *Poller[P]) WaitFor(ctx context.Context, node string, want P) error {
 	ptr, ok := p.states[node]
 	if !ok {
 		return fmt.Errorf("router: poller: unknown node %q", node)
 	}
 	for {
 		s := ptr.Load()
-		if s.set.Contains(want) {
+		if s.pos.Contains(want) {
 			return nil
 		}
 		select {
@@ -211,4 +232,4 @@ func (p *Poller) WaitFor(ctx context.Context, node string, want gtid.Set) error 
 }
 
 // Stats returns the number of successful polls and of failed ones.
-func (p *Poller) Stats() (polls, errs uint64) { return p.polls.Load(), p.errs.Load() }
+func (p *Poller[P]) Stats() (polls, errs uint64) { return p.polls.Load(), p.errs.Load() }

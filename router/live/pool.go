@@ -11,16 +11,17 @@ import (
 )
 
 // primaryPool is the router's shared, bounded pool of primary connections
-// for writes. Every connection was opened by dialTracking (session GTIDs
-// proven, session_track_state_change on). At most size connections exist
+// for writes. Every connection was opened by dialTracking (the flavor's
+// session tracking set up and proven). At most size connections exist
 // at once, borrowed or idle: a session borrows one for a write and returns
 // it at once, or keeps it (pinned) while a transaction is open, autocommit
 // is off or the statement changed session state. Thousands of sessions
 // therefore need only size connections to the primary.
 type primaryPool struct {
-	d    *mysqlwire.Dialer
-	m    *liveMetrics
-	slot chan struct{} // one token per connection that may exist
+	d     *mysqlwire.Dialer
+	track func(context.Context, SessionConn) error // Flavor.TrackSession
+	m     *liveMetrics
+	slot  chan struct{} // one token per connection that may exist
 
 	mu   sync.Mutex
 	idle []*primConn
@@ -32,8 +33,8 @@ type primConn struct {
 	node Node
 }
 
-func newPrimaryPool(d *mysqlwire.Dialer, m *liveMetrics, size int) *primaryPool {
-	return &primaryPool{d: d, m: m, slot: make(chan struct{}, size)}
+func newPrimaryPool(d *mysqlwire.Dialer, track func(context.Context, SessionConn) error, m *liveMetrics, size int) *primaryPool {
+	return &primaryPool{d: d, track: track, m: m, slot: make(chan struct{}, size)}
 }
 
 // get borrows a connection to node, waiting for a free slot until ctx
@@ -71,7 +72,7 @@ func (p *primaryPool) get(ctx context.Context, node Node) (*primConn, error) {
 		p.m.poolInUse.Inc()
 		return pc, nil
 	}
-	c, err := dialTracking(ctx, p.d, node.Addr)
+	c, err := dialTracking(ctx, p.d, node.Addr, p.track)
 	if err != nil {
 		<-p.slot
 		return nil, err

@@ -27,7 +27,7 @@ import (
 // every token captured, and the pool never opened more than 16
 // connections. Then session state pins a connection and a transaction
 // pins one until COMMIT.
-func testSharedPool(t *testing.T, ctx context.Context, pl *Poller) {
+func testSharedPool(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
 	const sessions, poolSize, workers = 2000, 16, 32
 	reps := topo.Replicas()
 	if err := topo.StopApplier(ctx, reps[0].Name); err != nil {
@@ -35,14 +35,14 @@ func testSharedPool(t *testing.T, ctx context.Context, pl *Poller) {
 	}
 	defer resetFaults(t, ctx)
 	reg := prometheus.NewRegistry()
-	r := newLiveRouter(t, ctx, Config{Positions: pl, PrimaryPool: poolSize, MaxIdle: workers, Registerer: reg,
+	r := newLiveRouter(t, ctx, Config[gtid.Set]{Positions: pl, PrimaryPool: poolSize, MaxIdle: workers, Registerer: reg,
 		Policy: router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 500 * time.Millisecond, CheckEpoch: true}})
 	setup := r.NewSession()
 	mustExec(t, ctx, setup, "CREATE TABLE IF NOT EXISTS rt.pool (sess INT PRIMARY KEY, v INT NOT NULL)")
 	mustExec(t, ctx, setup, "DELETE FROM rt.pool")
 	setup.Close()
 
-	ss := make([]*LiveSession, sessions)
+	ss := make([]*LiveSession[gtid.Set], sessions)
 	for i := range ss {
 		ss[i] = r.NewSession()
 	}
@@ -58,7 +58,7 @@ func testSharedPool(t *testing.T, ctx context.Context, pl *Poller) {
 		wg.Go(func() {
 			// The worker's own connections (QueryFunc sessions): a tracked
 			// primary connection, one per replica.
-			own, err := dialTracking(ctx, r.dial, r.cfg.Primary.Addr)
+			own, err := dialTracking(ctx, r.dial, r.cfg.Primary.Addr, MySQL{}.TrackSession)
 			if err != nil {
 				note(err)
 				return
@@ -94,14 +94,14 @@ func testSharedPool(t *testing.T, ctx context.Context, pl *Poller) {
 					note(err)
 					continue
 				}
-				if s.Token().GTIDs.IsEmpty() {
+				if gtok(s).GTIDs.IsEmpty() {
 					note(fmt.Errorf("session %d: no token after its write", i))
 					continue
 				}
 				var got int64 = -1
-				var rd *Read
+				var rd *Read[gtid.Set]
 				if viaFunc {
-					rd, err = s.QueryFunc(ctx, s.Policy(), ReadOptions{}, func(ctx context.Context, tg Target) (gtid.Set, error) {
+					rd, err = s.QueryFunc(ctx, s.Policy(), ReadOptions[gtid.Set]{}, func(ctx context.Context, tg Target) (gtid.Set, error) {
 						c := nodeConn[tg.Node.Name]
 						if c == nil {
 							if c, err = r.dial.Dial(ctx, tg.Node.Addr, false); err != nil {
@@ -184,16 +184,16 @@ func testSharedPool(t *testing.T, ctx context.Context, pl *Poller) {
 	s = r.NewSession()
 	mustExec(t, ctx, s, "BEGIN")
 	mustExec(t, ctx, s, "INSERT INTO rt.pool VALUES (?, 1)", sessions+1)
-	if n := testutil.ToFloat64(r.m.poolInUse); n != 1 || !s.Token().GTIDs.IsEmpty() {
-		t.Errorf("in transaction: borrowed %v, token %v (want 1 borrowed, no token yet)", n, s.Token())
+	if n := testutil.ToFloat64(r.m.poolInUse); n != 1 || !gtok(s).GTIDs.IsEmpty() {
+		t.Errorf("in transaction: borrowed %v, token %v (want 1 borrowed, no token yet)", n, gtok(s))
 	}
 	rd, err = s.Query(ctx, "SELECT v FROM rt.pool WHERE sess = ?", sessions+1)
 	if err != nil || rd.Pin != "in-transaction" || rd.Result.RowNumber() != 1 {
 		t.Fatalf("read in transaction: %+v %v", rd, err)
 	}
 	mustExec(t, ctx, s, "COMMIT")
-	if n := testutil.ToFloat64(r.m.poolInUse); n != 0 || s.Token().GTIDs.IsEmpty() {
-		t.Errorf("after COMMIT: borrowed %v, token %v", n, s.Token())
+	if n := testutil.ToFloat64(r.m.poolInUse); n != 0 || gtok(s).GTIDs.IsEmpty() {
+		t.Errorf("after COMMIT: borrowed %v, token %v", n, gtok(s))
 	}
 	s.Close()
 

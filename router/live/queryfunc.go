@@ -27,18 +27,20 @@ type Target struct {
 	// Pin is the session reason of a pinned read (ReadOptions.Pin), "" for
 	// a routed one.
 	Pin string
-	// Watermark: run must return the node's @@GLOBAL.gtid_executed read on
-	// the same connection right after the statement (the sound
-	// monotonic-reads watermark). When false, run returns an empty set.
+	// Watermark: run must return the node's executed position
+	// (Flavor.ExecutedQuery; for MySQL @@GLOBAL.gtid_executed) read on the
+	// same connection right after the statement (the sound monotonic-reads
+	// watermark). When false, run returns the empty position.
 	Watermark bool
 }
 
 // ReadOptions are per-read additions to the session's state.
-type ReadOptions struct {
-	// Token is merged into the session's token for this read only (a token
-	// carried by a statement comment: a pooled connection must not keep
-	// another request's token).
-	Token gtid.Token
+type ReadOptions[P gtid.Position[P]] struct {
+	// Token, issued in TokenEpoch, is merged into the session's token for
+	// this read only (a token carried by a statement comment: a pooled
+	// connection must not keep another request's token). Empty: none.
+	Token      P
+	TokenEpoch uint64
 	// AffinityKey is the read's consistent_read_id hash (0: the session's).
 	AffinityKey uint64
 	// Pin, when set, keeps the read on the primary for a session reason the
@@ -49,7 +51,7 @@ type ReadOptions struct {
 	// Wait, when set and the router waits by WaitGTIDFunction, runs the
 	// wait on the caller's connection to t.Node (ok: the node contains
 	// need). Nil: the router's own read pool. Ignored by WaitWatcher.
-	Wait WaitFunc
+	Wait WaitFunc[P]
 }
 
 // RunFunc runs a read on the caller's own connection to t.Node and
@@ -57,11 +59,11 @@ type ReadOptions struct {
 // a *mysql.MyError is a statement error (counted, returned); a *RunError
 // says what the router should do; any other error marks the node down and
 // the router decides again (at most maxNodeErrors times).
-type RunFunc func(ctx context.Context, t Target) (observed gtid.Set, err error)
+type RunFunc[P gtid.Position[P]] func(ctx context.Context, t Target) (observed P, err error)
 
 // WaitFunc waits up to budget for t.Node to contain need (see
 // ReadOptions.Wait).
-type WaitFunc func(ctx context.Context, t Target, need gtid.Set, budget time.Duration) (ok bool, err error)
+type WaitFunc[P gtid.Position[P]] func(ctx context.Context, t Target, need P, budget time.Duration) (ok bool, err error)
 
 // RunError is an error from a RunFunc with explicit instructions.
 type RunError struct {
@@ -87,14 +89,14 @@ func (e *RunError) Unwrap() error { return e.Err }
 // returns when t.Watermark is set (with WatermarkViewAtDecision, with the
 // view's position instead). A proxy relaying raw packets on its own
 // connections uses it; QueryWith is QueryFunc on the router's read pool.
-func (s *LiveSession) QueryFunc(ctx context.Context, pol router.Policy, o ReadOptions, run RunFunc) (*Read, error) {
+func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o ReadOptions[P], run RunFunc[P]) (*Read[P], error) {
 	r := s.r
 	if o.Pin != "" {
 		return s.pinnedRead(ctx, pol, o.Pin, run)
 	}
 	st := s.st // this read's state: the session's plus the read's own token and key
-	if !o.Token.GTIDs.IsEmpty() {
-		r.recordWrite(&st, o.Token.GTIDs, o.Token.Epoch, st.LastWriteAt)
+	if !isEmpty(o.Token) {
+		r.recordWrite(&st, o.Token, o.TokenEpoch, st.LastWriteAt)
 	}
 	if o.AffinityKey != 0 {
 		st.AffinityKey = o.AffinityKey
@@ -104,7 +106,7 @@ func (s *LiveSession) QueryFunc(ctx context.Context, pol router.Policy, o ReadOp
 		trace     []TraceStep
 		nodeErrs  int
 		refreshed bool
-		known     map[string]gtid.Set // positions proven by WAIT_FOR_EXECUTED_GTID_SET
+		known     map[string]P // positions proven by a server-side wait
 	)
 	needWM := pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait
 	count := func(out Outcome, reason string) {
@@ -179,7 +181,7 @@ func (s *LiveSession) QueryFunc(ctx context.Context, pol router.Policy, o ReadOp
 			}
 			if ok && r.cfg.Wait == WaitGTIDFunction {
 				if known == nil {
-					known = map[string]gtid.Set{}
+					known = map[string]P{}
 				}
 				known[t.Node.Name] = need
 			}
@@ -187,7 +189,7 @@ func (s *LiveSession) QueryFunc(ctx context.Context, pol router.Policy, o ReadOp
 		}
 		// Serve: replica, stale replica or primary.
 		t := Target{Node: primary, Replica: -1, Reason: d.Reason, Watermark: needWM && r.cfg.Watermark == WatermarkAfterRead}
-		var viewPos gtid.Set
+		var viewPos P
 		switch {
 		case d.Action == router.ActReplica || d.Action == router.ActStale:
 			t.Node, t.Replica, t.Outcome = nodes[d.Replica], d.Replica, OutReplica
@@ -259,7 +261,7 @@ func (s *LiveSession) QueryFunc(ctx context.Context, pol router.Policy, o ReadOp
 			r.m.fallbacks.WithLabelValues(d.Reason.String()).Inc()
 		}
 		count(t.Outcome, d.Reason.String())
-		return &Read{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == OutStale, Reason: d.Reason,
+		return &Read[P]{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == OutStale, Reason: d.Reason,
 			Waited: waited, Watermark: wm, Trace: trace}, nil
 	}
 }
@@ -267,7 +269,7 @@ func (s *LiveSession) QueryFunc(ctx context.Context, pol router.Policy, o ReadOp
 // pinnedRead runs a read on the primary for a session reason: no
 // decision, no wait, no retry (a connection lost inside a transaction
 // must reach the client).
-func (s *LiveSession) pinnedRead(ctx context.Context, pol router.Policy, pin string, run RunFunc) (*Read, error) {
+func (s *LiveSession[P]) pinnedRead(ctx context.Context, pol router.Policy, pin string, run RunFunc[P]) (*Read[P], error) {
 	r := s.r
 	r.mu.Lock()
 	primary := r.st.Primary
@@ -297,7 +299,7 @@ func (s *LiveSession) pinnedRead(ctx context.Context, pol router.Policy, pin str
 	if r.cfg.Trace {
 		trace = []TraceStep{{At: r.now(), Decision: router.Decision{Action: router.ActPrimary, Replica: -1}, Node: primary.Name, Note: "pinned: " + pin}}
 	}
-	return &Read{Node: primary.Name, Outcome: OutPrimary, Pin: pin, Trace: trace}, nil
+	return &Read[P]{Node: primary.Name, Outcome: OutPrimary, Pin: pin, Trace: trace}, nil
 }
 
 // need is what a replica must contain for session state st under pol.
@@ -314,7 +316,7 @@ func need[P router.Position[P]](st *router.Session[P], pol *router.Policy) P {
 
 // inFlight adjusts the count of reads running on a node (affinity's
 // rebalance-override mode reads it).
-func (r *Router) inFlight(node string, d int) {
+func (r *Router[P]) inFlight(node string, d int) {
 	r.mu.Lock()
 	if r.st.InFlight[node] += d; r.st.InFlight[node] <= 0 {
 		delete(r.st.InFlight, node)
@@ -322,36 +324,36 @@ func (r *Router) inFlight(node string, d int) {
 	r.mu.Unlock()
 }
 
-// decide calls DecideLive under the router's lock with the router's state
-// and stores the primary position it raised.
-// recordWrite is RecordWrite, with the token widened to each source's
-// prefix when Config.CompactTokens is set.
-func (r *Router) recordWrite(st *router.Session[gtid.Set], set gtid.Set, epoch uint64, at time.Duration) {
-	router.RecordWrite(st, set, epoch, at)
+// recordWrite is RecordWrite, with the token widened by Flavor.Compact
+// (for MySQL to each source's prefix) when Config.CompactTokens is set.
+func (r *Router[P]) recordWrite(st *router.Session[P], pos P, epoch uint64, at time.Duration) {
+	router.RecordWrite(st, pos, epoch, at)
 	if r.cfg.CompactTokens {
-		st.Token = st.Token.Prefixes()
+		st.Token = r.cfg.Flavor.Compact(st.Token)
 	}
 }
 
-func (r *Router) decide(st *router.Session[gtid.Set], pol *router.Policy, waited time.Duration, known map[string]gtid.Set) (router.Decision, *router.View[gtid.Set], []Node, Node, uint64) {
+// decide calls DecideLive under the router's lock with the router's state
+// and stores the primary position it raised.
+func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P) (router.Decision, *router.View[P], []Node, Node, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	req := LiveRequest{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: time.Now(), Now: r.now(),
+	req := LiveRequest[P]{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: time.Now(), Now: r.now(),
 		Rand: r.rng.Uint64(), Waited: waited, Known: known}
 	d, v, prim := DecideLive(&r.st, r.cfg.Positions, &req, &r.bucket)
 	r.st.PrimaryPos = prim
 	return d, v, r.st.Replicas, r.st.Primary, r.st.Epoch
 }
 
-// refreshPrimary reads the primary's @@GLOBAL.gtid_executed on a pooled
-// primary connection and raises the router's bound with it (counted).
-func (r *Router) refreshPrimary(ctx context.Context, primary Node) error {
+// refreshPrimary reads the primary's executed position on a pooled primary
+// connection and raises the router's bound with it (counted).
+func (r *Router[P]) refreshPrimary(ctx context.Context, primary Node) error {
 	r.m.refreshes.Inc()
 	pc, err := r.prim.get(ctx, primary)
 	if err != nil {
 		return err
 	}
-	set, err := mysqlwire.ReadExecuted(ctx, pc.c)
+	set, err := r.readPosition(ctx, pc.c)
 	var me *mysql.MyError
 	r.prim.put(pc, err == nil || errors.As(err, &me))
 	if err != nil {
@@ -366,10 +368,9 @@ func (r *Router) refreshPrimary(ctx context.Context, primary Node) error {
 }
 
 // wait waits up to d for t.Node to contain need, by the configured method
-// (fn, when given, runs WAIT_FOR_EXECUTED_GTID_SET's wait on the caller's
-// connection). ok reports that the node is known to contain need; err a
-// node failure.
-func (r *Router) wait(ctx context.Context, t Target, need gtid.Set, d time.Duration, fn WaitFunc) (ok bool, err error) {
+// (fn, when given, runs the server-side wait on the caller's connection).
+// ok reports that the node is known to contain need; err a node failure.
+func (r *Router[P]) wait(ctx context.Context, t Target, need P, d time.Duration, fn WaitFunc[P]) (ok bool, err error) {
 	t0 := time.Now()
 	defer func() {
 		res := "caught-up"
@@ -398,7 +399,7 @@ func (r *Router) wait(ctx context.Context, t Target, need gtid.Set, d time.Durat
 	// little slack beyond it.
 	wctx, cancel := context.WithTimeout(ctx, d+time.Second)
 	defer cancel()
-	ok, err = mysqlwire.WaitForExecuted(wctx, c, need, d)
+	ok, err = mysqlwire.WaitAnswer(mysqlwire.Exec(wctx, c, r.cfg.Flavor.WaitQuery(need, d)))
 	if err != nil {
 		c.Close()
 		return false, err
@@ -408,25 +409,25 @@ func (r *Router) wait(ctx context.Context, t Target, need gtid.Set, d time.Durat
 }
 
 // run executes a read on n from the router's read pool and, when wantWM,
-// reads n's @@gtid_executed on the same connection right after it:
+// reads n's executed position on the same connection right after it:
 // everything the statement could observe was committed before that read,
-// so the set contains it. Both leave in one write (pipelined:
-// execWithWatermark); a read with args runs the connection's cached
+// so the position contains it. Both leave in one write (pipelined:
+// mysqlwire.ExecPipelined); a read with args runs the connection's cached
 // prepared statement.
-func (r *Router) run(ctx context.Context, n Node, wantWM bool, query string, args ...any) (*mysql.Result, gtid.Set, error) {
+func (r *Router[P]) run(ctx context.Context, n Node, wantWM bool, query string, args ...any) (*mysql.Result, P, error) {
+	var wm P
 	c, err := r.pool.get(ctx, n.Addr)
 	if err != nil {
-		return nil, gtid.Set{}, err
+		return nil, wm, err
 	}
 	if _, ok := mysqlwire.PipeOf(c); ok && (wantWM || len(args) > 0) {
 		follow := ""
 		if wantWM {
-			follow = mysqlwire.ExecutedQuery
+			follow = r.cfg.Flavor.ExecutedQuery()
 		}
 		res, text, err := mysqlwire.ExecPipelined(ctx, c, follow, query, args...)
-		var wm gtid.Set
 		if err == nil && wantWM {
-			if wm, err = gtid.Parse(text); err != nil {
+			if wm, err = r.cfg.Flavor.ParseExecuted(text); err != nil {
 				err = fmt.Errorf("watermark: %w", err)
 			}
 		}
@@ -437,7 +438,7 @@ func (r *Router) run(ctx context.Context, n Node, wantWM bool, query string, arg
 				// not a node fault (no hold-down, no retry elsewhere).
 				err = &RunError{Err: err}
 			}
-			return nil, gtid.Set{}, err
+			return nil, wm, err
 		}
 		r.pool.put(n.Addr, c)
 		return res, wm, nil
@@ -445,13 +446,12 @@ func (r *Router) run(ctx context.Context, n Node, wantWM bool, query string, arg
 	res, err := mysqlwire.Exec(ctx, c, query, args...)
 	if err != nil {
 		r.release(n, c, err)
-		return nil, gtid.Set{}, err
+		return nil, wm, err
 	}
-	var wm gtid.Set
 	if wantWM {
-		if wm, err = mysqlwire.ReadExecuted(ctx, c); err != nil {
+		if wm, err = r.readPosition(ctx, c); err != nil {
 			r.release(n, c, err)
-			return nil, gtid.Set{}, err
+			return nil, wm, err
 		}
 	}
 	r.pool.put(n.Addr, c)
@@ -460,7 +460,7 @@ func (r *Router) run(ctx context.Context, n Node, wantWM bool, query string, arg
 
 // release returns c after a server error or a caller's (ErrArgCount),
 // and closes it after a broken one.
-func (r *Router) release(n Node, c *client.Conn, err error) {
+func (r *Router[P]) release(n Node, c *client.Conn, err error) {
 	var me *mysql.MyError
 	if errors.As(err, &me) || errors.Is(err, ErrArgCount) {
 		r.pool.put(n.Addr, c)

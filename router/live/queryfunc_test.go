@@ -32,12 +32,12 @@ func set(t *testing.T, s string) gtid.Set {
 // primary "p" at uA:1-10, replica "r1" at uA:1-10, replica "r2" at
 // uA:1-5. The primary's address refuses connections (a re-read of its
 // position fails fast).
-func funcRouter(t *testing.T, mut func(*Config)) (*Router, *staticSource) {
+func funcRouter(t *testing.T, mut func(*Config[gtid.Set])) (*Router[gtid.Set], *staticSource) {
 	t.Helper()
 	src := &staticSource{pos: map[string]gtid.Set{
 		"p": set(t, uA+":1-10"), "r1": set(t, uA+":1-10"), "r2": set(t, uA+":1-5"),
 	}, up: map[string]bool{"p": true, "r1": true, "r2": true}}
-	cfg := Config{
+	cfg := Config[gtid.Set]{
 		Primary:     Node{Name: "p", Addr: "127.0.0.1:1"},
 		Replicas:    []Node{{Name: "r1", Addr: "127.0.0.1:1"}, {Name: "r2", Addr: "127.0.0.1:1"}},
 		Policy:      router.Policy{Kind: router.PolicyTokenRYW, CheckEpoch: true},
@@ -84,11 +84,11 @@ func TestQueryFunc(t *testing.T) {
 	myErr := mysql.NewError(1146, "no such table")
 	cases := []struct {
 		name    string
-		cfg     func(*Config)
+		cfg     func(*Config[gtid.Set])
 		src     func(*staticSource)
 		policy  router.PolicyKind
 		token   string // the session's token (epoch 1), "" none
-		opts    func(*testing.T) ReadOptions
+		opts    func(*testing.T) ReadOptions[gtid.Set]
 		errs    []error
 		obs     string
 		wantErr error // errors.Is target, nil: served
@@ -97,7 +97,7 @@ func TestQueryFunc(t *testing.T) {
 		wantOut  Outcome
 		wantPin  string
 		wantDown []string // nodes marked down
-		check    func(*testing.T, *Router, *LiveSession, *Read)
+		check    func(*testing.T, *Router[gtid.Set], *LiveSession[gtid.Set], *Read[gtid.Set])
 	}{
 		{name: "replica with the token", policy: router.PolicyTokenRYW, token: uA + ":8",
 			want: []string{"r1"}, wantOut: OutReplica},
@@ -106,41 +106,41 @@ func TestQueryFunc(t *testing.T) {
 		{name: "nobody has it: fallback", policy: router.PolicyTokenRYW, token: uA + ":8",
 			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
 			want: []string{"p"}, wantOut: OutFallback,
-			check: func(t *testing.T, r *Router, _ *LiveSession, _ *Read) {
+			check: func(t *testing.T, r *Router[gtid.Set], _ *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if n := testutil.ToFloat64(r.m.fallbacks.WithLabelValues(router.ReasonNoReplicaQualifies.String())); n != 1 {
 					t.Errorf("freshness fallbacks = %v, want 1", n)
 				}
 			}},
 		{name: "per-read token is not kept", policy: router.PolicyTokenRYW,
-			opts: func(t *testing.T) ReadOptions {
-				return ReadOptions{Token: gtid.Token{Epoch: 1, GTIDs: set(t, uA+":9")}}
+			opts: func(t *testing.T) ReadOptions[gtid.Set] {
+				return ReadOptions[gtid.Set]{Token: set(t, uA+":9"), TokenEpoch: 1}
 			},
 			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
 			want: []string{"p"}, wantOut: OutFallback,
-			check: func(t *testing.T, _ *Router, s *LiveSession, _ *Read) {
+			check: func(t *testing.T, _ *Router[gtid.Set], s *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if s.State().HasToken {
 					t.Errorf("session kept the read's token: %+v", s.State())
 				}
 			}},
 		{name: "sound watermark from run", policy: router.PolicyTokenRYWMR, obs: uA + ":1-12",
 			want: []string{"r1"}, wantOut: OutReplica,
-			check: func(t *testing.T, _ *Router, s *LiveSession, rd *Read) {
+			check: func(t *testing.T, _ *Router[gtid.Set], s *LiveSession[gtid.Set], rd *Read[gtid.Set]) {
 				if st := s.State(); !st.HasSeen || !st.Seen.Equal(set(t, uA+":1-12")) {
 					t.Errorf("watermark = %v, want what run observed %s", st.Seen, uA+":1-12")
 				}
 			}},
 		{name: "unsound watermark: the view", policy: router.PolicyTokenRYWMR, obs: uA + ":1-12",
-			cfg:  func(c *Config) { c.Watermark = WatermarkViewAtDecision },
+			cfg:  func(c *Config[gtid.Set]) { c.Watermark = WatermarkViewAtDecision },
 			want: []string{"r1"}, wantOut: OutReplica,
-			check: func(t *testing.T, _ *Router, s *LiveSession, _ *Read) {
+			check: func(t *testing.T, _ *Router[gtid.Set], s *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if st := s.State(); !st.Seen.Equal(set(t, uA+":1-10")) {
 					t.Errorf("watermark = %v, want the view's %s", st.Seen, uA+":1-10")
 				}
 			}},
 		{name: "pinned: no decision", policy: router.PolicyTokenRYW, token: uA + ":8",
-			opts: func(*testing.T) ReadOptions { return ReadOptions{Pin: "in_transaction"} },
+			opts: func(*testing.T) ReadOptions[gtid.Set] { return ReadOptions[gtid.Set]{Pin: "in_transaction"} },
 			want: []string{"p"}, wantOut: OutPrimary, wantPin: "in_transaction",
-			check: func(t *testing.T, r *Router, _ *LiveSession, _ *Read) {
+			check: func(t *testing.T, r *Router[gtid.Set], _ *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if n := testutil.CollectAndCount(r.m.decisions); n != 0 {
 					t.Errorf("%d decision series for a pinned read", n)
 				}
@@ -158,15 +158,15 @@ func TestQueryFunc(t *testing.T) {
 			want: []string{"r1"}, wantDown: []string{"r1"}},
 		{name: "RunError caller: node stays up", policy: router.PolicyTokenRYW, token: uA + ":3",
 			errs: []error{&RunError{Err: io.ErrClosedPipe}}, wantErr: io.ErrClosedPipe, want: []string{"r1"},
-			check: func(t *testing.T, r *Router, _ *LiveSession, _ *Read) {
+			check: func(t *testing.T, r *Router[gtid.Set], _ *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if n := testutil.ToFloat64(r.m.reads.WithLabelValues("token-ryw", "error", "caller")); n != 1 {
 					t.Errorf("caller errors = %v", n)
 				}
 			}},
 		{name: "wait on the caller's connection", policy: router.PolicyTokenWait, token: uA + ":8",
 			src: func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-7"); s.pos["r2"] = set(t, uA+":1-5") },
-			opts: func(t *testing.T) ReadOptions {
-				return ReadOptions{Wait: func(_ context.Context, tg Target, need gtid.Set, budget time.Duration) (bool, error) {
+			opts: func(t *testing.T) ReadOptions[gtid.Set] {
+				return ReadOptions[gtid.Set]{Wait: func(_ context.Context, tg Target, need gtid.Set, budget time.Duration) (bool, error) {
 					if tg.Node.Name != "r1" || !need.Equal(set(t, uA+":8")) || budget <= 0 {
 						t.Errorf("wait(%v, %v, %v)", tg.Node.Name, need, budget)
 					}
@@ -174,19 +174,19 @@ func TestQueryFunc(t *testing.T) {
 				}}
 			},
 			want: []string{"r1"}, wantOut: OutReplica,
-			check: func(t *testing.T, _ *Router, _ *LiveSession, rd *Read) {
+			check: func(t *testing.T, _ *Router[gtid.Set], _ *LiveSession[gtid.Set], rd *Read[gtid.Set]) {
 				if rd.Waited <= 0 {
 					t.Errorf("Waited = %v", rd.Waited)
 				}
 			}},
 		{name: "cap fail-fast: run not called", policy: router.PolicyTokenRYW, token: uA + ":8",
-			cfg:  func(c *Config) { c.Cap = router.Cap{PerSecond: 1, Burst: 1, Behavior: router.CapFailFast} },
+			cfg:  func(c *Config[gtid.Set]) { c.Cap = router.Cap{PerSecond: 1, Burst: 1, Behavior: router.CapFailFast} },
 			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
-			opts: func(*testing.T) ReadOptions { return ReadOptions{} },
-			check: func(t *testing.T, r *Router, s *LiveSession, _ *Read) {
+			opts: func(*testing.T) ReadOptions[gtid.Set] { return ReadOptions[gtid.Set]{} },
+			check: func(t *testing.T, r *Router[gtid.Set], s *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				// The first read took the bucket's token; the second is refused.
 				var rr runRec
-				_, err := s.QueryFunc(context.Background(), s.policy, ReadOptions{}, rr.run)
+				_, err := s.QueryFunc(context.Background(), s.policy, ReadOptions[gtid.Set]{}, rr.run)
 				if !errors.Is(err, ErrCapExceeded) || len(rr.calls) != 0 {
 					t.Errorf("second read: err=%v calls=%v", err, rr.calls)
 				}
@@ -194,17 +194,17 @@ func TestQueryFunc(t *testing.T) {
 			want: []string{"p"}, wantOut: OutFallback},
 		{name: "token the primary lacks: timed out after a re-read", policy: router.PolicyTokenRYW, token: uA + ":11",
 			wantErr: ErrTimedOut,
-			check: func(t *testing.T, r *Router, _ *LiveSession, _ *Read) {
+			check: func(t *testing.T, r *Router[gtid.Set], _ *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if n := testutil.ToFloat64(r.m.refreshes); n != 1 {
 					t.Errorf("primary re-reads = %v, want 1", n)
 				}
 			}},
 		{name: "old-epoch token in the primary: re-anchored", policy: router.PolicyTokenRYW, token: uA + ":8",
-			cfg:  func(c *Config) { c.Epoch = 2 },
+			cfg:  func(c *Config[gtid.Set]) { c.Epoch = 2 },
 			want: []string{"r1"}, wantOut: OutReplica,
-			check: func(t *testing.T, _ *Router, s *LiveSession, _ *Read) {
-				if s.Token().Epoch != 2 {
-					t.Errorf("token epoch = %d, want 2", s.Token().Epoch)
+			check: func(t *testing.T, _ *Router[gtid.Set], s *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
+				if gtok(s).Epoch != 2 {
+					t.Errorf("token epoch = %d, want 2", gtok(s).Epoch)
 				}
 			}},
 	}
@@ -219,10 +219,10 @@ func TestQueryFunc(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.token != "" {
-				s.AddToken(gtid.Token{Epoch: 1, GTIDs: set(t, c.token)})
+				s.AddToken(set(t, c.token), 1)
 			}
 			before := s.State()
-			var o ReadOptions
+			var o ReadOptions[gtid.Set]
 			if c.opts != nil {
 				o = c.opts(t)
 			}
@@ -293,25 +293,25 @@ func TestRecordAckAndSetToken(t *testing.T) {
 	// connection: the token holds it, and the primary's bound too, so the
 	// read falls back to the primary instead of timing out.
 	s.RecordAck(set(t, uA+":11"))
-	if tok := s.Token(); tok.Epoch != 1 || !tok.GTIDs.Equal(set(t, uA+":11")) {
+	if tok := gtok(s); tok.Epoch != 1 || !tok.GTIDs.Equal(set(t, uA+":11")) {
 		t.Fatalf("token = %+v", tok)
 	}
 	if !r.st.PrimaryPos.Contains(set(t, uA+":11")) {
 		t.Fatalf("primary bound %v lacks the ack", r.st.PrimaryPos)
 	}
 	var rr runRec
-	rd, err := s.QueryFunc(context.Background(), s.policy, ReadOptions{}, rr.run)
+	rd, err := s.QueryFunc(context.Background(), s.policy, ReadOptions[gtid.Set]{}, rr.run)
 	if err != nil || rd.Outcome != OutFallback || rd.Node != "p" {
 		t.Fatalf("read = %+v, %v", rd, err)
 	}
 	if n := testutil.ToFloat64(r.m.refreshes); n != 0 {
 		t.Errorf("re-read the primary %v times although the ack raised its bound", n)
 	}
-	s.SetToken(gtid.Token{Epoch: 1, GTIDs: set(t, uA+":2")})
-	if tok := s.Token(); !tok.GTIDs.Equal(set(t, uA+":2")) {
+	s.SetToken(set(t, uA+":2"), 1)
+	if tok := gtok(s); !tok.GTIDs.Equal(set(t, uA+":2")) {
 		t.Errorf("SetToken did not replace: %v", tok)
 	}
-	s.SetToken(gtid.Token{})
+	s.SetToken(gtid.Set{}, 0)
 	if s.State().HasToken {
 		t.Error("SetToken(empty) did not clear")
 	}

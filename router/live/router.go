@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/causallab/causallab/gtid"
@@ -24,13 +25,15 @@ const (
 	// WaitAuto (the zero value) picks from the position source, by the
 	// measurements in docs/benchmarks-router.md: WaitWatcher when Positions
 	// is a *WatchSource (binlogwatch: mean wait 0.72 ms, p99 2.7 ms, and no
-	// statement or connection held on the replica per waiting read),
+	// statement or connection held on the replica per waiting read) or the
+	// flavor has no server-side wait (Flavor.WaitQuery ""),
 	// WaitGTIDFunction otherwise (a poller's notification trails by its
 	// interval: p50 1.2 ms at 1 ms, 4.5 ms at 5 ms).
 	WaitAuto WaitMethod = iota
-	// WaitGTIDFunction runs SELECT WAIT_FOR_EXECUTED_GTID_SET(token, s) on a
-	// connection to the replica (p50 0.54 ms, but mean 1.26 ms and p99
-	// 21 ms under load: one blocked server thread per waiting read).
+	// WaitGTIDFunction runs the flavor's server-side wait (for MySQL SELECT
+	// WAIT_FOR_EXECUTED_GTID_SET(token, s)) on a connection to the replica
+	// (p50 0.54 ms, but mean 1.26 ms and p99 21 ms under load: one blocked
+	// server thread per waiting read).
 	WaitGTIDFunction
 	// WaitWatcher waits for the PositionSource's notification (binlogwatch
 	// stream or poller): no statement runs on the replica.
@@ -54,8 +57,9 @@ func (w WaitMethod) String() string {
 type WatermarkMode uint8
 
 const (
-	// WatermarkAfterRead (sound, the default): read @@gtid_executed on the
-	// serving connection right after the statement. Everything the read
+	// WatermarkAfterRead (sound, the default): read the node's executed
+	// position (Flavor.ExecutedQuery, for MySQL @@GLOBAL.gtid_executed) on
+	// the serving connection right after the statement. Everything the read
 	// could have observed was committed before that, so it is contained.
 	WatermarkAfterRead WatermarkMode = iota
 	// WatermarkViewAtDecision (UNSOUND, for comparison only): raise the
@@ -65,8 +69,12 @@ const (
 	WatermarkViewAtDecision
 )
 
-// Config configures a live Router.
-type Config struct {
+// Config configures a live Router over positions of type P.
+type Config[P gtid.Position[P]] struct {
+	// Flavor says how the servers report, expose and wait for positions of
+	// type P. Nil means MySQL{} for a Router[gtid.Set]; any other P needs
+	// one (Scalar{} for gtid.LSN).
+	Flavor Flavor[P]
 	// Primary is the current primary.
 	Primary Node
 	// Replicas in configured order (the hashing list for PolicyAffinity).
@@ -81,7 +89,7 @@ type Config struct {
 	// Positions supplies replica (and optionally primary) positions and
 	// health. Required. Recommended: a *WatchSource over binlogwatch
 	// watchers; a *Poller is the polling baseline.
-	Positions PositionSource
+	Positions PositionSource[P]
 	// Wait selects the wait method for PolicyTokenWait and CapWaitLonger;
 	// the zero value WaitAuto picks from Positions (see WaitAuto).
 	Wait WaitMethod
@@ -127,7 +135,7 @@ type Config struct {
 	Seed uint64
 }
 
-func (c *Config) validate() error {
+func (c *Config[P]) validate() error {
 	if c.Primary.Name == "" || c.Primary.Addr == "" {
 		return errors.New("router: config: primary needs a name and an address")
 	}
@@ -147,6 +155,15 @@ func (c *Config) validate() error {
 	if c.Positions == nil {
 		return errors.New("router: config: no PositionSource")
 	}
+	if c.Flavor == nil {
+		f, ok := any(MySQL{}).(Flavor[P])
+		if !ok {
+			return fmt.Errorf("router: config: no Flavor for positions of type %T", *new(P))
+		}
+		c.Flavor = f
+	}
+	var zero P
+	serverWait := c.Flavor.WaitQuery(zero, time.Second) != ""
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
@@ -161,9 +178,12 @@ func (c *Config) validate() error {
 	}
 	if c.Wait == WaitAuto {
 		c.Wait = WaitGTIDFunction
-		if _, ok := c.Positions.(*WatchSource); ok {
+		if _, ok := any(c.Positions).(*WatchSource); ok || !serverWait {
 			c.Wait = WaitWatcher
 		}
+	}
+	if c.Wait == WaitGTIDFunction && !serverWait {
+		return fmt.Errorf("router: config: flavor %s has no server-side wait: use WaitWatcher", c.Flavor.Name())
 	}
 	if c.Watermark > WatermarkViewAtDecision {
 		return fmt.Errorf("router: config: unknown watermark mode %d", c.Watermark)
@@ -189,26 +209,27 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Router is the live causal read router. Its methods are safe for
-// concurrent use; each Session is used by one goroutine at a time.
-type Router struct {
-	cfg   Config
+// Router is the live causal read router over positions of type P (for
+// MySQL GTID sets, Router[gtid.Set]). Its methods are safe for concurrent
+// use; each LiveSession is used by one goroutine at a time.
+type Router[P gtid.Position[P]] struct {
+	cfg   Config[P]
 	pool  *pool        // idle read connections per node
 	prim  *primaryPool // the shared, bounded write pool
 	dial  *mysqlwire.Dialer
 	m     *liveMetrics
 	start time.Time
 
-	mu     sync.Mutex // guards everything below
-	st     LiveState  // topology, primary position, held-down nodes, in-flight reads
+	mu     sync.Mutex   // guards everything below
+	st     LiveState[P] // topology, primary position, held-down nodes, in-flight reads
 	bucket router.Bucket
 	rng    *rand.Rand
 }
 
 // New validates cfg and builds a Router. It dials the primary once to prove
-// that session GTIDs are reported (ErrNoSessionTracking otherwise); that
+// that write positions are reported (ErrNoSessionTracking otherwise); that
 // connection becomes the first of the shared primary pool.
-func New(ctx context.Context, cfg Config) (*Router, error) {
+func New[P gtid.Position[P]](ctx context.Context, cfg Config[P]) (*Router[P], error) {
 	r, err := build(cfg)
 	if err != nil {
 		return nil, err
@@ -217,16 +238,16 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.st.PrimaryPos, err = mysqlwire.ReadExecuted(ctx, pc.c); err != nil {
+	if r.st.PrimaryPos, err = r.readPosition(ctx, pc.c); err != nil {
 		r.prim.put(pc, false)
-		return nil, fmt.Errorf("router: read the primary's gtid_executed: %w", err)
+		return nil, fmt.Errorf("router: read the primary's position: %w", err)
 	}
 	r.prim.put(pc, true)
 	return r, nil
 }
 
 // build validates cfg and assembles a Router without I/O.
-func build(cfg Config) (*Router, error) {
+func build[P gtid.Position[P]](cfg Config[P]) (*Router[P], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -239,8 +260,8 @@ func build(cfg Config) (*Router, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	r := &Router{cfg: cfg, pool: newPool(d, cfg.MaxIdle), prim: newPrimaryPool(d, m, cfg.PrimaryPool), dial: d, m: m, start: time.Now(),
-		st: LiveState{Primary: cfg.Primary, Replicas: append([]Node(nil), cfg.Replicas...), Epoch: cfg.Epoch,
+	r := &Router[P]{cfg: cfg, pool: newPool(d, cfg.MaxIdle), prim: newPrimaryPool(d, cfg.Flavor.TrackSession, m, cfg.PrimaryPool), dial: d, m: m, start: time.Now(),
+		st: LiveState[P]{Flavor: cfg.Flavor, Primary: cfg.Primary, Replicas: append([]Node(nil), cfg.Replicas...), Epoch: cfg.Epoch,
 			DownUntil: map[string]time.Time{}, InFlight: map[string]int{}}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	if len(cfg.Replicas) > 0 {
 		servers := make([]hashroute.Server, len(cfg.Replicas))
@@ -255,13 +276,13 @@ func build(cfg Config) (*Router, error) {
 }
 
 // Close releases idle connections (read pool and primary pool).
-func (r *Router) Close() {
+func (r *Router[P]) Close() {
 	r.pool.close()
 	r.prim.close()
 }
 
 // Epoch returns the current topology epoch.
-func (r *Router) Epoch() uint64 {
+func (r *Router[P]) Epoch() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.st.Epoch
@@ -269,19 +290,19 @@ func (r *Router) Epoch() uint64 {
 
 // Failover switches the router to a new primary and epoch (e.g. from
 // compose's FailoverResult). replicas is the new configured replica list.
-// It reads the new primary's @@gtid_executed (which, once promoted, holds
-// every transaction of older epochs it will ever have). Sessions' tokens
+// It reads the new primary's executed position (which, once promoted,
+// holds every transaction of older epochs it will ever have). Sessions' tokens
 // from older epochs are then checked against it (Policy.CheckEpoch) on
 // their next read.
-func (r *Router) Failover(ctx context.Context, primary Node, replicas []Node, epoch uint64) error {
+func (r *Router[P]) Failover(ctx context.Context, primary Node, replicas []Node, epoch uint64) error {
 	c, err := r.dial.Dial(ctx, primary.Addr, false)
 	if err != nil {
 		return fmt.Errorf("router: failover: %w", err)
 	}
-	pos, err := mysqlwire.ReadExecuted(ctx, c)
+	pos, err := r.readPosition(ctx, c)
 	c.Close()
 	if err != nil {
-		return fmt.Errorf("router: failover: read the new primary's gtid_executed: %w", err)
+		return fmt.Errorf("router: failover: read the new primary's position: %w", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -304,12 +325,12 @@ func (r *Router) Failover(ctx context.Context, primary Node, replicas []Node, ep
 }
 
 // now is the router's monotonic clock for Decide.
-func (r *Router) now() time.Duration { return time.Since(r.start) }
+func (r *Router[P]) now() time.Duration { return time.Since(r.start) }
 
 // markDown skips a node for DownHold after an error. One WARN line when
 // the node goes down; errors while it is already held down are DEBUG
 // (every error is counted either way).
-func (r *Router) markDown(ctx context.Context, n Node, err error) {
+func (r *Router[P]) markDown(ctx context.Context, n Node, err error) {
 	r.m.nodeDown.WithLabelValues(n.Name).Inc()
 	now := time.Now()
 	r.mu.Lock()
@@ -324,12 +345,22 @@ func (r *Router) markDown(ctx context.Context, n Node, err error) {
 		slog.Duration("hold", r.cfg.DownHold), errAttr(err))
 }
 
+// readPosition reads a node's executed position on c (Flavor.ExecutedQuery).
+func (r *Router[P]) readPosition(ctx context.Context, c *client.Conn) (P, error) {
+	text, err := mysqlwire.ReadValue(ctx, c, r.cfg.Flavor.ExecutedQuery())
+	if err != nil {
+		var zero P
+		return zero, err
+	}
+	return r.cfg.Flavor.ParseExecuted(text)
+}
+
 // LiveSession is one client's causal state on a live Router. Use it from
 // one goroutine at a time.
-type LiveSession struct {
-	r      *Router
+type LiveSession[P gtid.Position[P]] struct {
+	r      *Router[P]
 	policy router.Policy
-	st     router.Session[gtid.Set]
+	st     router.Session[P]
 	// prim is the primary connection borrowed from the router's shared
 	// pool while pinned (nil between autocommit writes).
 	prim    *primConn

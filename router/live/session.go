@@ -82,7 +82,7 @@ func (t TraceStep) String() string {
 }
 
 // Read is a served read.
-type Read struct {
+type Read[P gtid.Position[P]] struct {
 	// Result is the statement's result (nil from QueryFunc: the caller
 	// ran the statement).
 	Result *mysql.Result
@@ -102,7 +102,7 @@ type Read struct {
 	// Waited is the total time spent waiting for replicas.
 	Waited time.Duration
 	// Watermark is the position the session's watermark was raised with.
-	Watermark gtid.Set
+	Watermark P
 	// Trace holds the decisions when Config.Trace is set.
 	Trace []TraceStep
 }
@@ -111,12 +111,12 @@ type Read struct {
 // holds no connection: writes borrow one from the router's shared primary
 // pool, reads one from the per-node read pool (or the caller's own, with
 // QueryFunc).
-func (r *Router) NewSession() *LiveSession {
-	return &LiveSession{r: r, policy: r.cfg.Policy}
+func (r *Router[P]) NewSession() *LiveSession[P] {
+	return &LiveSession[P]{r: r, policy: r.cfg.Policy}
 }
 
 // SetPolicy changes the session's policy.
-func (s *LiveSession) SetPolicy(p router.Policy) error {
+func (s *LiveSession[P]) SetPolicy(p router.Policy) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -128,47 +128,60 @@ func (s *LiveSession) SetPolicy(p router.Policy) error {
 }
 
 // Policy returns the session's policy.
-func (s *LiveSession) Policy() router.Policy { return s.policy }
+func (s *LiveSession[P]) Policy() router.Policy { return s.policy }
 
 // SetConsistentReadID sets the session's affinity key from an id.
-func (s *LiveSession) SetConsistentReadID(id string) { s.st.AffinityKey = hashAffinity(id) }
+func (s *LiveSession[P]) SetConsistentReadID(id string) { s.st.AffinityKey = hashAffinity(id) }
 
 // SetAffinityKey sets the session's affinity key (hashroute.Hash of an id).
-func (s *LiveSession) SetAffinityKey(k uint64) { s.st.AffinityKey = k }
+func (s *LiveSession[P]) SetAffinityKey(k uint64) { s.st.AffinityKey = k }
 
 // State returns a copy of the session's causal state.
-func (s *LiveSession) State() router.Session[gtid.Set] { return s.st }
+func (s *LiveSession[P]) State() router.Session[P] { return s.st }
 
-// Token returns the session's write token (GTID set and epoch) to carry
-// across connections, processes or job payloads.
-func (s *LiveSession) Token() gtid.Token {
+// Token returns the session's write token (the position of its
+// acknowledged writes, empty when none) and the epoch it was issued in,
+// to carry across connections, processes or job payloads (for MySQL as a
+// gtid.Token). The position shares no memory with the session's.
+func (s *LiveSession[P]) Token() (P, uint64) {
+	var zero P
 	if !s.st.HasToken {
-		return gtid.Token{}
+		return zero, 0
 	}
-	return gtid.Token{Epoch: s.st.Epoch, GTIDs: s.st.Token.Clone()}
+	return zero.Union(s.st.Token), s.st.Epoch
 }
 
-// AddToken merges a token carried from elsewhere into the session.
-func (s *LiveSession) AddToken(t gtid.Token) {
-	if t.GTIDs.IsEmpty() {
+// AddToken merges a token carried from elsewhere (position and epoch) into
+// the session. An empty position adds nothing.
+func (s *LiveSession[P]) AddToken(pos P, epoch uint64) {
+	if isEmpty(pos) {
 		return
 	}
-	s.r.recordWrite(&s.st, t.GTIDs.Clone(), t.Epoch, s.st.LastWriteAt)
+	var zero P
+	s.r.recordWrite(&s.st, zero.Union(pos), epoch, s.st.LastWriteAt)
 }
 
-// SetToken replaces the session's token with t (an empty t clears it),
-// e.g. for a proxy's SET @causal_token. The watermark is kept.
-func (s *LiveSession) SetToken(t gtid.Token) {
-	s.st.Token, s.st.HasToken, s.st.Epoch = gtid.Set{}, false, 0
-	s.AddToken(t)
+// SetToken replaces the session's token with pos and epoch (an empty pos
+// clears it), e.g. for a proxy's SET @causal_token. The watermark is kept.
+func (s *LiveSession[P]) SetToken(pos P, epoch uint64) {
+	var zero P
+	s.st.Token, s.st.HasToken, s.st.Epoch = zero, false, 0
+	s.AddToken(pos, epoch)
 }
 
-// RecordAck records a GTID set the primary acknowledged to this session on
-// a connection the router does not own (a proxy's own primary
+// isEmpty reports whether p is the empty position (contained in the zero
+// value, which holds nothing: gtid.Position's contract).
+func isEmpty[P gtid.Position[P]](p P) bool {
+	var zero P
+	return zero.Contains(p)
+}
+
+// RecordAck records a write position the primary acknowledged to this
+// session on a connection the router does not own (a proxy's own primary
 // connection): it joins the session's token (current epoch) and the
 // router's lower bound of the primary's position, as Exec does.
-func (s *LiveSession) RecordAck(set gtid.Set) {
-	if set.IsEmpty() {
+func (s *LiveSession[P]) RecordAck(set P) {
+	if isEmpty(set) {
 		return
 	}
 	r := s.r
@@ -186,11 +199,11 @@ func (s *LiveSession) RecordAck(set gtid.Set) {
 // connection inside a transaction or carrying session state is closed
 // (the server rolls the transaction back), never handed to another
 // session.
-func (s *LiveSession) Close() { s.release(false) }
+func (s *LiveSession[P]) Close() { s.release(false) }
 
 // release gives the pinned primary connection back: to the pool when
 // reusable (and nothing pins it), closed otherwise.
-func (s *LiveSession) release(reusable bool) {
+func (s *LiveSession[P]) release(reusable bool) {
 	if s.prim == nil {
 		return
 	}
@@ -199,7 +212,7 @@ func (s *LiveSession) release(reusable bool) {
 }
 
 // pinReason says why the session keeps its primary connection, or "".
-func (s *LiveSession) pinReason() string {
+func (s *LiveSession[P]) pinReason() string {
 	switch {
 	case s.prim == nil:
 		return ""
@@ -214,26 +227,37 @@ func (s *LiveSession) pinReason() string {
 }
 
 // Exec runs a statement on the primary (writes, transactions) and captures
-// the GTID the primary reports for a committed write into the session's
-// token. The connection is borrowed from the router's shared, bounded
-// primary pool (Config.PrimaryPool; Exec waits for a free one until ctx
-// ends) and returned after the statement, unless a transaction is open,
-// autocommit is off or the statement changed session state (SET, USE,
-// temporary tables, user variables: reported by session_track_state_change):
-// then the session keeps it until the transaction ends (or, for session
-// state, until Close), and reads go to it too. A write acknowledged without
-// a GTID returns ErrMissingGTID (with the result): the token would be
-// wrong.
-func (s *LiveSession) Exec(ctx context.Context, query string, args ...any) (*mysql.Result, error) {
-	res, _, err := s.ExecGTID(ctx, query, args...)
+// the position the primary reports for a committed write (for MySQL its
+// GTID) into the session's token. The connection is borrowed from the
+// router's shared, bounded primary pool (Config.PrimaryPool; Exec waits for
+// a free one until ctx ends) and returned after the statement, unless a
+// transaction is open, autocommit is off or the statement changed session
+// state (SET, USE, temporary tables, user variables: reported by
+// session_track_state_change): then the session keeps it until the
+// transaction ends (or, for session state, until Close), and reads go to
+// it too. A write acknowledged without a position returns ErrMissingGTID
+// (with the result): the token would be wrong.
+func (s *LiveSession[P]) Exec(ctx context.Context, query string, args ...any) (*mysql.Result, error) {
+	res, _, err := s.ExecWrite(ctx, query, args...)
 	return res, err
 }
 
-// ExecGTID is Exec that also returns the GTID set the primary reported for
-// the statement (parsed from the router's own copy of the OK packet, the
-// set Exec added to the session's token): empty when the statement
-// committed nothing (or its transaction is still open) and on every error.
-func (s *LiveSession) ExecGTID(ctx context.Context, query string, args ...any) (*mysql.Result, gtid.Set, error) {
+// Write is what ExecWrite reports of a statement's write.
+type Write[P gtid.Position[P]] struct {
+	// Pos is the write's position (Flavor.WritePosition), the one Exec added
+	// to the session's token; meaningful when OK.
+	Pos P
+	// OK: the statement committed a write and the router tokened it (false
+	// when it committed nothing, its transaction is still open, and on
+	// every error).
+	OK bool
+	// GTID is the GTID text the server tracked for it ("" when none).
+	GTID string
+}
+
+// ExecWrite is Exec that also returns what the primary reported for the
+// statement (parsed from the router's own copy of the OK packet).
+func (s *LiveSession[P]) ExecWrite(ctx context.Context, query string, args ...any) (*mysql.Result, Write[P], error) {
 	r := s.r
 	r.mu.Lock()
 	primary, epoch := r.st.Primary, r.st.Epoch
@@ -246,13 +270,13 @@ func (s *LiveSession) ExecGTID(ctx context.Context, query string, args ...any) (
 		lost := s.inTx
 		s.release(false)
 		if lost {
-			return nil, gtid.Set{}, ErrTxLost
+			return nil, Write[P]{}, ErrTxLost
 		}
 	}
 	if s.prim == nil {
 		pc, err := r.prim.get(ctx, primary)
 		if err != nil {
-			return nil, gtid.Set{}, err
+			return nil, Write[P]{}, err
 		}
 		s.prim = pc
 	}
@@ -265,10 +289,10 @@ func (s *LiveSession) ExecGTID(ctx context.Context, query string, args ...any) (
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
 			s.release(false) // broken connection: a transaction on it is rolled back
-			return nil, gtid.Set{}, err
+			return nil, Write[P]{}, err
 		}
 		s.settle(wasPinned)
-		return nil, gtid.Set{}, err
+		return nil, Write[P]{}, err
 	}
 	nowInTx := s.prim.c.IsInTransaction()
 	if nowInTx && res.AffectedRows > 0 {
@@ -277,15 +301,15 @@ func (s *LiveSession) ExecGTID(ctx context.Context, query string, args ...any) (
 	// The GTID and state change come from the router's own copy of the
 	// response (mysqlwire.Recorder), never from res.SessionTracking (see
 	// package mysqlwire).
-	var g string
+	var ack Ack
 	if tr, err := mysqlwire.ParseLastOK(raw); err == nil {
-		g = tr.GTID
+		ack = Ack{GTID: tr.GTID, StateChanged: tr.StateChanged, Vars: tr.Vars}
 		if tr.StateChanged {
 			s.sticky = true
 		}
 	} else if !errors.Is(err, mysqlwire.ErrNoOK) {
 		s.release(false)
-		return res, gtid.Set{}, fmt.Errorf("%w: %v", ErrMissingGTID, err)
+		return res, Write[P]{}, fmt.Errorf("%w: %v", ErrMissingGTID, err)
 	}
 	ended := s.inTx && !nowInTx
 	wrote := (!nowInTx && !s.inTx && res.AffectedRows > 0) || (ended && s.txDirty)
@@ -293,30 +317,39 @@ func (s *LiveSession) ExecGTID(ctx context.Context, query string, args ...any) (
 	if ended {
 		s.txDirty = false
 	}
-	s.settle(wasPinned)
-	if g == "" {
+	// The write's position, on its own connection before it goes back to
+	// the pool (a flavor may read it there right after the commit).
+	sc := &sessionConn{c: s.prim.c}
+	pos, ok, perr := r.cfg.Flavor.WritePosition(ctx, ack, sc)
+	if sc.broken {
+		s.release(false)
+	} else {
+		s.settle(wasPinned)
+	}
+	w := Write[P]{GTID: ack.GTID}
+	if perr != nil {
+		return res, w, fmt.Errorf("%w: %v", ErrMissingGTID, perr)
+	}
+	if !ok {
 		if wrote {
-			return res, gtid.Set{}, fmt.Errorf("%w: %q affected rows", ErrMissingGTID, mysqlwire.Excerpt(query))
+			return res, w, fmt.Errorf("%w: %q affected rows", ErrMissingGTID, mysqlwire.Excerpt(query))
 		}
-		return res, gtid.Set{}, nil
+		return res, w, nil
 	}
-	set, err := gtid.Parse(g)
-	if err != nil {
-		return res, gtid.Set{}, fmt.Errorf("%w: unparsable GTID %q: %v", ErrMissingGTID, g, err)
-	}
-	r.recordWrite(&s.st, set, epoch, r.now())
+	r.recordWrite(&s.st, pos, epoch, r.now())
 	r.mu.Lock()
-	if r.st.Epoch == epoch && !r.st.PrimaryPos.Contains(set) {
-		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
+	if r.st.Epoch == epoch && !r.st.PrimaryPos.Contains(pos) {
+		r.st.PrimaryPos = r.st.PrimaryPos.Union(pos)
 	}
 	r.mu.Unlock()
 	r.m.writes.Inc()
-	return res, set, nil
+	w.Pos, w.OK = pos, true
+	return res, w, nil
 }
 
 // settle returns the connection to the pool after a statement unless
 // something pins it; a new pin is counted by reason.
-func (s *LiveSession) settle(wasPinned string) {
+func (s *LiveSession[P]) settle(wasPinned string) {
 	why := s.pinReason()
 	if why == "" {
 		s.release(true)
@@ -328,7 +361,7 @@ func (s *LiveSession) settle(wasPinned string) {
 }
 
 // Query routes a read with the session's policy.
-func (s *LiveSession) Query(ctx context.Context, query string, args ...any) (*Read, error) {
+func (s *LiveSession[P]) Query(ctx context.Context, query string, args ...any) (*Read[P], error) {
 	return s.QueryWith(ctx, s.policy, query, args...)
 }
 
@@ -337,12 +370,13 @@ func (s *LiveSession) Query(ctx context.Context, query string, args ...any) (*Re
 // connection (open transaction, autocommit off, session state) the read
 // runs there, pinned. Refused reads return a *ReadError. It is QueryFunc
 // with the router's own connections.
-func (s *LiveSession) QueryWith(ctx context.Context, pol router.Policy, query string, args ...any) (*Read, error) {
+func (s *LiveSession[P]) QueryWith(ctx context.Context, pol router.Policy, query string, args ...any) (*Read[P], error) {
 	r := s.r
-	var o ReadOptions
+	var o ReadOptions[P]
 	o.Pin = s.pinReason()
 	var res *mysql.Result
-	rd, err := s.QueryFunc(ctx, pol, o, func(ctx context.Context, t Target) (gtid.Set, error) {
+	rd, err := s.QueryFunc(ctx, pol, o, func(ctx context.Context, t Target) (P, error) {
+		var wm P
 		if t.Pin != "" {
 			var err error
 			if res, err = mysqlwire.Exec(ctx, s.prim.c, query, args...); err != nil {
@@ -350,11 +384,10 @@ func (s *LiveSession) QueryWith(ctx context.Context, pol router.Policy, query st
 				if !errors.As(err, &me) {
 					s.release(false)
 				}
-				return gtid.Set{}, err
+				return wm, err
 			}
-			return gtid.Set{}, nil
+			return wm, nil
 		}
-		var wm gtid.Set
 		var err error
 		res, wm, err = r.run(ctx, t.Node, t.Watermark, query, args...)
 		return wm, err

@@ -23,8 +23,8 @@ type Watcher interface {
 }
 
 var (
-	_ Watcher        = (*binlogwatch.Watcher)(nil)
-	_ PositionSource = (*WatchSource)(nil)
+	_ Watcher                  = (*binlogwatch.Watcher)(nil)
+	_ PositionSource[gtid.Set] = (*WatchSource)(nil)
 )
 
 // WatchSourceConfig configures a WatchSource.
@@ -64,8 +64,8 @@ func (c *WatchSourceConfig) validate() error {
 	return nil
 }
 
-// WatchSource is the PositionSource backed by package binlogwatch, the
-// router's recommended source: each node's set is the watcher's published
+// WatchSource is the PositionSource of MySQL GTID sets backed by package
+// binlogwatch, the router's recommended source: each node's set is the watcher's published
 // snapshot (a lower bound confirmed against @@gtid_executed, never ahead of
 // the node), read with an atomic load, and WaitFor is the watcher's own
 // notification (a closed channel per publish), with no statement on the

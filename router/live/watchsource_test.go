@@ -140,7 +140,7 @@ func TestWatchSource(t *testing.T) {
 			t.Fatalf("%s unhealthy while streaming", n)
 		}
 	}
-	r := newLiveRouter(t, ctx, Config{Positions: src, Wait: WaitWatcher,
+	r := newLiveRouter(t, ctx, Config[gtid.Set]{Positions: src, Wait: WaitWatcher,
 		Policy: router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second}, Trace: true})
 	s := r.NewSession()
 	defer s.Close()
@@ -260,12 +260,12 @@ func TestWaitAuto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl, err := NewPoller(PollerConfig{Nodes: []Node{{Name: "r1", Addr: "x:1"}}})
+	pl, err := NewPoller(PollerConfig[gtid.Set]{Nodes: []Node{{Name: "r1", Addr: "x:1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		src  PositionSource
+		src  PositionSource[gtid.Set]
 		set  WaitMethod
 		want WaitMethod
 	}{
@@ -275,7 +275,7 @@ func TestWaitAuto(t *testing.T) {
 		{ws, WaitGTIDFunction, WaitGTIDFunction},
 		{pl, WaitWatcher, WaitWatcher},
 	} {
-		cfg := Config{Primary: Node{Name: "p", Addr: "x:0"}, Replicas: []Node{{Name: "r1", Addr: "x:1"}}, Positions: c.src, Wait: c.set}
+		cfg := Config[gtid.Set]{Primary: Node{Name: "p", Addr: "x:0"}, Replicas: []Node{{Name: "r1", Addr: "x:1"}}, Positions: c.src, Wait: c.set}
 		if err := cfg.validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +283,7 @@ func TestWaitAuto(t *testing.T) {
 			t.Errorf("%T with %v: resolved to %v, want %v", c.src, c.set, cfg.Wait, c.want)
 		}
 	}
-	bad := Config{Primary: Node{Name: "p", Addr: "x:0"}, Positions: ws, Wait: WaitWatcher + 1}
+	bad := Config[gtid.Set]{Primary: Node{Name: "p", Addr: "x:0"}, Positions: ws, Wait: WaitWatcher + 1}
 	if err := bad.validate(); err == nil {
 		t.Error("unknown wait method accepted")
 	}
