@@ -351,7 +351,7 @@ func streamFrom(t *testing.T, host string, port uint16, user, pw string, set gti
 // TestServerUUIDChanged: replica2 is killed, its auto.cnf removed and the
 // server started again, so it comes back with a new @@server_uuid (as a
 // replica re-created from a clone would). The watcher must take a fresh
-// snapshot, count a server_uuid_changed resync and report the new UUID.
+// snapshot, count a server-uuid-changed resync and report the new UUID.
 func TestServerUUIDChanged(t *testing.T) {
 	composetest.Need(t, shared)
 	if shared.Backend() != compose.BackendLocal {

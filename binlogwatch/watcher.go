@@ -172,9 +172,9 @@ func (w *Watcher) WaitFor(ctx context.Context, want gtid.Set) error { return w.p
 
 // Resync reasons (the resyncs_total label).
 const (
-	resyncUUIDChanged = "server_uuid_changed"
-	resyncSetShrunk   = "executed_set_shrunk"
-	resyncUnavailable = "binlog_unavailable"
+	resyncUUIDChanged = "server-uuid-changed"
+	resyncSetShrunk   = "executed-set-shrunk"
+	resyncUnavailable = "binlog-unavailable"
 )
 
 // runState is owned by Run's goroutine.

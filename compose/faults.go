@@ -327,7 +327,7 @@ type FailoverResult struct {
 	// OldPrimary and NewPrimary are node names.
 	OldPrimary, NewPrimary string
 	// Epoch is the topology epoch after the failover.
-	Epoch int64
+	Epoch uint64
 	// LostGTIDs is what the old primary had that the new one lacks; ""
 	// when nothing was lost. MySQL: GTID_SUBTRACT(old primary's
 	// gtid_executed, new primary's) in MySQL's GTID-set text form.

@@ -76,7 +76,7 @@ type State struct {
 	// Nodes are every node with its current role.
 	Nodes []Node `json:"nodes"`
 	// Epoch is the topology epoch.
-	Epoch int64 `json:"epoch"`
+	Epoch uint64 `json:"epoch"`
 	// Stats are the fallback counts so far.
 	Stats Stats `json:"stats"`
 	// PendingRepoint maps replicas a failover could not repoint (paused,

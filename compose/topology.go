@@ -123,7 +123,7 @@ type Topology struct {
 
 	mu    sync.Mutex // guards nodes, epoch, dbs, stats
 	nodes []Node     // primary first at start; names are stable
-	epoch int64
+	epoch uint64
 	dbs   map[string]*sql.DB // compose's own pools by node name; users' pools under name+"/user" when the accounts differ
 	stats Stats
 	// pending maps replicas that a failover could not repoint (paused,
@@ -251,7 +251,7 @@ func (t *Topology) Node(name string) (Node, error) {
 }
 
 // Epoch returns the topology epoch: 0 at start, +1 at every failover.
-func (t *Topology) Epoch() int64 {
+func (t *Topology) Epoch() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.epoch

@@ -18,7 +18,7 @@ func BenchmarkChecker(b *testing.B) {
 		for k := range h {
 			h[k] = int64(i + k)
 		}
-		reads[i] = Read{Session: i % sessions, AckedSeq: 1, Own: 1, Hot: h, Outcome: OutReplica}
+		reads[i] = Read{Session: i % sessions, AckedSeq: 1, Own: 1, Hot: h, Outcome: router.OutReplica}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

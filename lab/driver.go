@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
 )
 
@@ -205,7 +206,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		if o.read.Reason != "" {
 			a.reasons[o.read.Reason]++
 		}
-		if o.read.Outcome == OutReplica || o.read.Outcome == OutStale {
+		if o.read.Outcome == router.OutReplica || o.read.Outcome == router.OutStale {
 			if last, ok := a.lastNode[o.sess]; ok && last != o.read.Node {
 				a.switches++
 				a.moved[o.sess] = true
@@ -219,7 +220,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 				a.bins = append(a.bins, binCount{})
 			}
 			a.bins[b].reads++
-			if o.read.Outcome == OutPrimary {
+			if o.read.Outcome == router.OutPrimary || o.read.Outcome == router.OutFallback {
 				a.bins[b].primary++
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/causallab/causallab/router"
 )
 
 // FailRule is one `--fail-on` rule: a metric of a router row compared with
@@ -27,9 +29,9 @@ var failMetrics = map[string]func(*RouterResult) float64{
 	"ryw_pct":     func(r *RouterResult) float64 { return r.RYWPct },
 	"mr_pct":      func(r *RouterResult) float64 { return r.MRPct },
 	"primary_pct": func(r *RouterResult) float64 { return r.PrimaryPct },
-	"timed_out":   func(r *RouterResult) float64 { return float64(r.Outcomes[OutTimedOut.String()]) },
-	"failed_fast": func(r *RouterResult) float64 { return float64(r.Outcomes[OutFailed.String()]) },
-	"errors":      func(r *RouterResult) float64 { return float64(r.Outcomes[OutError.String()]) },
+	"timed_out":   func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutTimedOut.String()]) },
+	"failed_fast": func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutFailedFast.String()]) },
+	"errors":      func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutError.String()]) },
 	"stale":       func(r *RouterResult) float64 { return float64(r.StaleServed) },
 	"lat_p99_ms":  func(r *RouterResult) float64 { return r.LatP99Ms },
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/router"
 )
 
 // Integration tests: real MySQL, one shared topology (TestMain), skipped
@@ -69,7 +70,7 @@ func TestLabViaProxy(t *testing.T) {
 	logResult(t, res)
 	for i := range res.Routers {
 		accounted(t, &res.Routers[i])
-		if n := res.Routers[i].Outcomes[OutProxied.String()]; n == 0 {
+		if n := res.Routers[i].Outcomes[router.OutProxied.String()]; n == 0 {
 			t.Errorf("%s: no read served through the proxy", res.Routers[i].Name)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 type Nodes interface {
 	Primary() compose.Node
 	Replicas() []compose.Node
-	Epoch() int64
+	Epoch() uint64
 }
 
 var _ Nodes = (*compose.Topology)(nil)

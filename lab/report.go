@@ -15,6 +15,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/sim"
 )
 
@@ -70,8 +71,8 @@ func Table(res *Result) *sim.Table {
 			sim.N(r.PrimaryPct), predCell(r.Prediction, func(p *Prediction) float64 { return p.PrimaryPct }),
 			sim.N(r.Worst100msPct), sim.N(r.PeakPrimaryPerSec),
 			sim.N(r.LatP50Ms), sim.N(r.LatP99Ms), predCell(r.Prediction, func(p *Prediction) float64 { return p.LatP99Ms }),
-			sim.N(float64(r.Waited)), sim.N(float64(r.Outcomes[OutTimedOut.String()])),
-			sim.N(float64(r.Outcomes[OutFailed.String()])), sim.N(float64(r.Outcomes[OutError.String()])),
+			sim.N(float64(r.Waited)), sim.N(float64(r.Outcomes[router.OutTimedOut.String()])),
+			sim.N(float64(r.Outcomes[router.OutFailedFast.String()])), sim.N(float64(r.Outcomes[router.OutError.String()])),
 		})
 	}
 	t.Notes = Notes(res)

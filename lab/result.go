@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/sim"
 )
 
@@ -274,15 +275,15 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 	t := &a.tally
 	r := RouterResult{Name: sp.Name, Policy: sp.Policy.String(), Token: string(sp.Token),
 		Reads: t.Reads, Served: t.Served(), RYW: t.RYW, MR: t.MR,
-		Fallbacks: t.Fallbacks, Waited: t.Waited, StaleServed: t.ByOutcome[OutStale],
+		Fallbacks: t.Fallbacks, Waited: t.Waited, StaleServed: t.ByOutcome[router.OutStale],
 		Writes: a.writes, WriteErrors: a.writeErrs, Outcomes: map[string]int64{},
 		DeclaredLosses: t.DeclaredLosses, SessionsMoved: int64(len(a.moved)), ReplicaSwitches: a.switches, Reasons: a.reasons}
-	for o := Outcome(0); o < numOutcomes; o++ {
+	for _, o := range router.Outcomes() {
 		r.Outcomes[o.String()] = t.ByOutcome[o]
 	}
 	r.RYWPct = pct(t.RYW, r.Served)
 	r.MRPct = pct(t.MR, r.Served)
-	r.PrimaryPct = pct(t.ByOutcome[OutPrimary], r.Served)
+	r.PrimaryPct = pct(t.ByOutcome[router.OutPrimary]+t.ByOutcome[router.OutFallback], r.Served)
 	for _, b := range a.bins {
 		if b.reads >= 5 {
 			r.Worst100msPct = max(r.Worst100msPct, pct(int64(b.primary), int64(b.reads)))

@@ -492,10 +492,10 @@ var noteFuncs = template.FuncMap{
 	"pct": func(n, d int64) float64 { return pct(n, d) },
 }
 
-// knownOutcomes are the outcome names a row counts (Outcome.String).
+// knownOutcomes are the outcome names a row counts (router.Outcome.String).
 func knownOutcomes() []string {
-	out := make([]string, 0, numOutcomes)
-	for o := Outcome(0); o < numOutcomes; o++ {
+	out := make([]string, 0, router.NumOutcomes)
+	for _, o := range router.Outcomes() {
 		out = append(out, o.String())
 	}
 	return out

@@ -101,7 +101,7 @@ func TestBuiltinScenariosKeepTheExperiments(t *testing.T) {
 				oldRouter("gated", router.Policy{Kind: router.PolicyTokenRYW}, TokenGTID)}}},
 			noteCheck: func(r RouterResult) string {
 				return fmt.Sprintf("%s: %.2f%% of served reads stale (lacked the session's own write); %.1f%% served from replicas.",
-					r.Name, r.RYWPct, pct(r.Outcomes[OutReplica.String()]+r.Outcomes[OutStale.String()], r.Served))
+					r.Name, r.RYWPct, pct(r.Outcomes[router.OutReplica.String()]+r.Outcomes[router.OutStale.String()], r.Served))
 			}},
 		{name: "failover", cond: "apply-delay", duration: 16 * time.Second, rpw: 3, gapMin: 15 * time.Millisecond, predict: PredictFailover, minReps: 2,
 			runs: []run{{name: "failover", routers: []RouterSpec{
@@ -109,7 +109,7 @@ func TestBuiltinScenariosKeepTheExperiments(t *testing.T) {
 				events: []Event{{At: 8 * time.Second, Kind: EvFailover, Node: "replica1"}}}},
 			noteCheck: func(r RouterResult) string {
 				return fmt.Sprintf("%s: %d reads served without the session's own write (silently stale), %d timed out, %d failed fast (%v).",
-					r.Name, r.RYW, r.Outcomes[OutTimedOut.String()], r.Outcomes[OutFailed.String()], r.Reasons)
+					r.Name, r.RYW, r.Outcomes[router.OutTimedOut.String()], r.Outcomes[router.OutFailedFast.String()], r.Reasons)
 			}},
 		{name: "failover", opts: ScenarioOptions{Config: Config{Duration: 10 * time.Second}, Nodes: map[EventKind]string{EvFailover: "replica3"}},
 			cond: "apply-delay", duration: 10 * time.Second, rpw: 3, gapMin: 15 * time.Millisecond, predict: PredictFailover, minReps: 2,
@@ -193,7 +193,7 @@ func TestBuiltinScenariosKeepTheExperiments(t *testing.T) {
 				}
 			}
 			row := RouterResult{Name: "x", Reads: 10, Served: 8, RYW: 2, MR: 1, RYWPct: 25, SessionsMoved: 3, ReplicaSwitches: 4, DeclaredLosses: 1,
-				Outcomes: map[string]int64{"replica": 5, "primary": 2, "stale": 1, "timed_out": 1, "failed_fast": 1}, Reasons: map[string]int64{"routed": 7, "timed-out": 1}}
+				Outcomes: map[string]int64{"replica": 5, "primary": 2, "stale": 1, "timed-out": 1, "failed-fast": 1}, Reasons: map[string]int64{"routed": 7, "timed-out": 1}}
 			res := &Result{Routers: []RouterResult{row}}
 			if err := sc.addNotes(res); err != nil {
 				t.Fatal(err)
@@ -302,7 +302,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"runs: [{name: a}]\n", "no routers"},
 		{"runs: [{name: a, routers: [any], expect: {b: {ryw: 0}}}]\n", "not among routers"},
 		{"routers: [any]\nnote: '{{.Nope}}'\n", "can't evaluate field Nope"},
-		{"routers: [any]\nnote: '{{outcomes . \"timed-out\"}}'\n", `outcome "timed-out" unknown`},
+		{"routers: [any]\nnote: '{{outcomes . \"timed_out\"}}'\n", `outcome "timed_out" unknown`},
 		{"routers: [any]\nnote: '{{.Name'\n", "note:"},
 	} {
 		sc, err := ParseScenario([]byte(c.in))
@@ -504,7 +504,7 @@ func TestScenarios(t *testing.T) {
 				t.Fatalf("%d failovers", len(res[0].Failovers))
 			}
 			if lost := res[0].Failovers[0].LostGTIDs; lost != "" {
-				if r := row(t, res[0], "epoch-token"); r.Outcomes[OutFailed.String()] == 0 {
+				if r := row(t, res[0], "epoch-token"); r.Outcomes[router.OutFailedFast.String()] == 0 {
 					t.Errorf("epoch-token: writes were lost (%s) but no read failed fast", lost)
 				}
 				if r := row(t, res[0], "lsn-token"); r.RYW == 0 {

@@ -3,6 +3,8 @@ package lab
 import (
 	"fmt"
 	"time"
+
+	"github.com/causallab/causallab/router"
 )
 
 // Ground truth.
@@ -13,43 +15,6 @@ import (
 // rows; every read returns, in one statement (one InnoDB read view), the
 // session's own row and every hot row. docs/lab.md argues why the two checks
 // below find every violation they claim and claim only real ones.
-
-// Outcome is how a read ended. Every read gets exactly one.
-type Outcome uint8
-
-const (
-	// OutReplica: served by a replica the router chose as fresh enough.
-	OutReplica Outcome = iota
-	// OutPrimary: served by the primary (ordinary or fallback; see Read.Fallback).
-	OutPrimary
-	// OutStale: served by a replica the router knew did not qualify
-	// (labelled stale by the fallback cap).
-	OutStale
-	// OutProxied: served through `causallab proxy` (--via proxy), which
-	// does not tell its client which node answered (the proxy's own metrics
-	// do).
-	OutProxied
-	// OutTimedOut: not served, the router's wait budget ran out.
-	OutTimedOut
-	// OutFailed: not served, failed fast with a typed error (write lost in a
-	// failover, fallback cap exceeded).
-	OutFailed
-	// OutError: not served, the database or the network failed (a node down).
-	OutError
-	numOutcomes
-)
-
-var outcomeNames = [...]string{"replica", "primary", "stale", "proxied", "timed_out", "failed_fast", "error"}
-
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
-}
-
-// Served reports whether the read returned rows (and so is checked).
-func (o Outcome) Served() bool { return o <= OutProxied }
 
 // Read is one read as the driver saw it: what the session had been
 // acknowledged when it issued the read, and what the database returned.
@@ -65,11 +30,9 @@ type Read struct {
 	// Hot holds every hot row's version in the answer, indexed by hot row
 	// (meaningful when Outcome.Served()). The checker does not keep it.
 	Hot []int64
-	// Outcome is how the read ended.
-	Outcome Outcome
-	// Fallback is true when the router sent the read to the primary for
-	// freshness (not for policy reasons).
-	Fallback bool
+	// Outcome is how the read ended (router.OutFallback: the router sent it
+	// to the primary for freshness, not for policy reasons).
+	Outcome router.Outcome
 	// Waited is true when the router waited for a replica to catch up.
 	Waited bool
 	// Issued and Done are times since the start of the run.
@@ -169,7 +132,7 @@ type Tally struct {
 	// Reads is every read issued (served or not).
 	Reads int64
 	// ByOutcome counts reads by Outcome.
-	ByOutcome [numOutcomes]int64
+	ByOutcome [router.NumOutcomes]int64
 	// Fallbacks counts freshness fallbacks to the primary.
 	Fallbacks int64
 	// Waited counts reads that waited for a replica.
@@ -188,7 +151,7 @@ type Tally struct {
 func (t *Tally) Add(r *Read, v Verdict) {
 	t.Reads++
 	t.ByOutcome[r.Outcome]++
-	if r.Fallback {
+	if r.Outcome == router.OutFallback {
 		t.Fallbacks++
 	}
 	if r.Waited {
@@ -196,7 +159,7 @@ func (t *Tally) Add(r *Read, v Verdict) {
 	}
 	if v.RYW {
 		t.RYW++
-		if r.Outcome == OutStale {
+		if r.Outcome == router.OutStale {
 			t.StaleRYW++
 		}
 	}
@@ -224,7 +187,13 @@ func (t *Tally) Merge(o *Tally) {
 
 // Served is the number of reads that returned rows.
 func (t *Tally) Served() int64 {
-	return t.ByOutcome[OutReplica] + t.ByOutcome[OutPrimary] + t.ByOutcome[OutStale] + t.ByOutcome[OutProxied]
+	var n int64
+	for o, c := range t.ByOutcome {
+		if router.Outcome(o).Served() {
+			n += c
+		}
+	}
+	return n
 }
 
 // Accounted reports whether every read has exactly one outcome.

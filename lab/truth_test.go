@@ -2,10 +2,12 @@ package lab
 
 import (
 	"testing"
+
+	"github.com/causallab/causallab/router"
 )
 
 func served(sess int, acked, own int64, hot ...int64) *Read {
-	return &Read{Session: sess, AckedSeq: acked, Own: own, Hot: hot, Outcome: OutReplica}
+	return &Read{Session: sess, AckedSeq: acked, Own: own, Hot: hot, Outcome: router.OutReplica}
 }
 
 // TestCheckerCraftedHistories feeds hand-written histories and pins every
@@ -56,25 +58,25 @@ func TestCheckerCraftedHistories(t *testing.T) {
 		}},
 		{"unserved reads show nothing and change nothing", []step{
 			{r: served(0, 0, 0, 5)},
-			{r: &Read{Session: 0, AckedSeq: 3, Outcome: OutTimedOut}},
-			{r: &Read{Session: 0, AckedSeq: 3, Outcome: OutFailed}},
-			{r: &Read{Session: 0, AckedSeq: 3, Outcome: OutError}},
+			{r: &Read{Session: 0, AckedSeq: 3, Outcome: router.OutTimedOut}},
+			{r: &Read{Session: 0, AckedSeq: 3, Outcome: router.OutFailedFast}},
+			{r: &Read{Session: 0, AckedSeq: 3, Outcome: router.OutError}},
 			{r: served(0, 3, 3, 5)},
 		}},
 		{"a declared loss restarts the watermark", []step{
 			{r: served(0, 0, 0, 9)},
-			{r: &Read{Session: 0, Outcome: OutFailed, ResetSeen: true}},
+			{r: &Read{Session: 0, Outcome: router.OutFailedFast, ResetSeen: true}},
 			{r: served(0, 0, 0, 4)}, // lower, but the client was told
 			{r: served(0, 0, 0, 3), mr: true},
 		}},
 		{"a failed read without a declared loss keeps the watermark", []step{
 			{r: served(0, 0, 0, 9)},
-			{r: &Read{Session: 0, Outcome: OutFailed}},
+			{r: &Read{Session: 0, Outcome: router.OutFailedFast}},
 			{r: served(0, 0, 0, 4), mr: true},
 		}},
 		{"stale-labelled reads are judged too", []step{
 			{r: served(0, 0, 0, 5)},
-			{r: &Read{Session: 0, AckedSeq: 1, Own: 0, Hot: []int64{4}, Outcome: OutStale}, ryw: true, mr: true},
+			{r: &Read{Session: 0, AckedSeq: 1, Own: 0, Hot: []int64{4}, Outcome: router.OutStale}, ryw: true, mr: true},
 		}},
 	}
 	for _, tc := range cases {
@@ -193,7 +195,7 @@ func TestCheckerAgainstPrefixModel(t *testing.T) {
 			}
 			p := int(rng.next() % (logLen + 1))
 			own, hv := state(p, s)
-			v, err := c.Check(&Read{Session: s, AckedSeq: ackSeq, Own: own, Hot: hv, Outcome: OutReplica})
+			v, err := c.Check(&Read{Session: s, AckedSeq: ackSeq, Own: own, Hot: hv, Outcome: router.OutReplica})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -84,7 +84,7 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 	}
 	cfg := proxy.Config{Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Users: []proxy.User{{Name: p.User, Password: p.Password}},
 		AuthMethod: mysql.AUTH_NATIVE_PASSWORD, Primary: backend(p.Name, p.Addr()), Policy: name,
-		WaitBudget: sp.Policy.WaitBudget, FallbackPerSecond: sp.Cap.PerSecond, Epoch: uint64(max(e.nodes.Epoch(), 1)),
+		WaitBudget: sp.Policy.WaitBudget, FallbackPerSecond: sp.Cap.PerSecond, Epoch: max(e.nodes.Epoch(), 1),
 		Source: src, Logger: e.cfg.Logger}
 	for _, r := range e.nodes.Replicas() {
 		cfg.Replicas = append(cfg.Replicas, backend(r.Name, r.Addr()))
@@ -201,23 +201,23 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	defer cancel()
 	c, unlock, err := v.conn(rctx, sess)
 	if err != nil {
-		out.Outcome, out.Done = OutError, v.e.since()
+		out.Outcome, out.Done = router.OutError, v.e.since()
 		return
 	}
 	own, err := v.e.cfg.Workload.Read(rctx, annotated{c: c, prefix: prefix}, sess, out.Hot)
 	unlock()
 	out.Done = v.e.since()
 	if err == nil {
-		out.Own, out.Outcome = own, OutProxied
+		out.Own, out.Outcome = own, router.OutProxied
 		return
 	}
-	out.Outcome = OutError
+	out.Outcome = router.OutError
 	if reason, ok := proxyRefusal(err); ok {
 		out.Reason = reason
 		if reason == router.ReasonTimedOut.String() {
-			out.Outcome = OutTimedOut
+			out.Outcome = router.OutTimedOut
 		} else {
-			out.Outcome = OutFailed
+			out.Outcome = router.OutFailedFast
 		}
 	}
 }

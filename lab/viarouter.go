@@ -97,7 +97,7 @@ func newViaRouter[P gtid.Position[P]](ctx context.Context, sp RouterSpec, e *eng
 		reps = append(reps, routerNode(r))
 	}
 	rt, err := live.New(ctx, live.Config[P]{Flavor: f, Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
-		Policy: sp.Policy, Cap: sp.Cap, Positions: src, Epoch: uint64(e.nodes.Epoch()), MaxIdle: e.cfg.Workers, PrimaryPool: e.cfg.Workers,
+		Policy: sp.Policy, Cap: sp.Cap, Positions: src, Epoch: e.nodes.Epoch(), MaxIdle: e.cfg.Workers, PrimaryPool: e.cfg.Workers,
 		Logger: e.cfg.Logger, Seed: e.cfg.Seed})
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
@@ -372,32 +372,17 @@ func (v *viaRouter[P]) read(ctx context.Context, sess int, out *Read) {
 	case errors.As(err, &re):
 		out.Reason = re.Reason.String()
 		out.Waited = re.Waited > 0
-		if re.Reason == router.ReasonTimedOut {
-			out.Outcome = OutTimedOut
-		} else {
-			out.Outcome = OutFailed
-		}
+		out.Outcome = re.Outcome // failed-fast or timed-out, as the router counted it
 		out.ResetSeen = re.Reason == router.ReasonSeenLost
 		return
 	case err != nil || q.read == nil:
-		out.Outcome = OutError
+		out.Outcome = router.OutError
 		return
 	}
 	out.Own = own
 	rd := q.read
 	out.Node, out.Reason, out.Waited = rd.Node, rd.Reason.String(), rd.Waited > 0
-	switch rd.Outcome {
-	case live.OutReplica:
-		out.Outcome = OutReplica
-	case live.OutFallback:
-		out.Outcome, out.Fallback = OutPrimary, true
-	case live.OutPrimary:
-		out.Outcome = OutPrimary
-	case live.OutStale:
-		out.Outcome = OutStale
-	default:
-		out.Outcome = OutError
-	}
+	out.Outcome = rd.Outcome // replica, fallback, primary or stale
 }
 
 // failover tells the live router about a new primary.
@@ -406,7 +391,7 @@ func (v *viaRouter[P]) failover(ctx context.Context, fr compose.FailoverResult) 
 	for _, r := range v.e.nodes.Replicas() {
 		reps = append(reps, routerNode(r))
 	}
-	return v.rt.Failover(ctx, routerNode(v.e.nodes.Primary()), reps, uint64(fr.Epoch))
+	return v.rt.Failover(ctx, routerNode(v.e.nodes.Primary()), reps, fr.Epoch)
 }
 
 func (v *viaRouter[P]) close() {

@@ -48,11 +48,11 @@ func (k Kind) String() string {
 	case KindEnd:
 		return "end"
 	case KindSetToken:
-		return "set_token"
+		return "set-token"
 	case KindGetToken:
-		return "get_token"
+		return "get-token"
 	case KindTrackGTIDs:
-		return "track_gtids"
+		return "track-gtids"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -103,23 +103,23 @@ func (r Reason) String() string {
 	case ReasonTransaction:
 		return "transaction"
 	case ReasonLockingRead:
-		return "locking_read"
+		return "locking-read"
 	case ReasonLockingFunction:
-		return "locking_function"
+		return "locking-function"
 	case ReasonSessionFunction:
-		return "session_function"
+		return "session-function"
 	case ReasonTempTable:
-		return "temp_table"
+		return "temp-table"
 	case ReasonUserVariable:
-		return "user_variable"
+		return "user-variable"
 	case ReasonIntoFile:
-		return "into_file"
+		return "into-file"
 	case ReasonShow:
 		return "show"
 	case ReasonUnclassified:
 		return "unclassified"
 	case ReasonMultiStatement:
-		return "multi_statement"
+		return "multi-statement"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }

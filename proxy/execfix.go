@@ -350,7 +350,7 @@ func (c *execFixConn) next() error {
 	last, err := c.message(length, seq, maxOtherCommand)
 	if errors.Is(err, errTooLarge) {
 		// Fully read and dropped: answer, keep the connection.
-		c.count("command_too_large")
+		c.count("command-too-large")
 		c.writeErr(last+1, mysql.ER_NET_PACKET_TOO_LARGE, fmt.Sprintf(
 			"causallab proxy: command 0x%02x of more than %d bytes refused: the proxy takes at most %d bytes for commands other than COM_QUERY, COM_STMT_PREPARE, COM_STMT_EXECUTE and COM_STMT_SEND_LONG_DATA", cmd, maxOtherCommand, maxOtherCommand))
 		return nil
@@ -463,10 +463,10 @@ func (c *execFixConn) readErr(err error, idle bool) error {
 	}
 	if idle {
 		// MySQL 8.0.24+ says why before closing.
-		c.count("idle_timeout")
+		c.count("idle-timeout")
 		c.writeErr(0, 4031, fmt.Sprintf("causallab proxy: the client was disconnected because of inactivity (idle_timeout %v)", c.lim.idle))
 	} else {
-		c.count("read_timeout")
+		c.count("read-timeout")
 	}
 	return err
 }
@@ -515,7 +515,7 @@ func (c *execFixConn) refuse(length int, seq byte, limit int) (byte, error) {
 	c.buf = c.buf[:0]
 	closing := limit == c.lim.maxPacket
 	if closing {
-		c.count("packet_too_large")
+		c.count("packet-too-large")
 		c.writeErr(seq+1, mysql.ER_NET_PACKET_TOO_LARGE, fmt.Sprintf(
 			"causallab proxy: Got a packet bigger than 'max_allowed_packet' bytes (max_allowed_packet %d)", limit))
 		_ = c.Flush()
@@ -594,7 +594,7 @@ func (c *execFixConn) appendArrived(dst []byte, n int) ([]byte, error) {
 
 // protocolError ends a connection that broke the protocol's framing.
 func (c *execFixConn) protocolError(what string) error {
-	c.count("protocol_error")
+	c.count("protocol-error")
 	return fmt.Errorf("proxy: client protocol error: %s", what)
 }
 
@@ -675,12 +675,12 @@ func (c *execFixConn) keepChunk(ld *stmtLongData, param uint16, n int) error {
 	}
 	switch {
 	case pd.size+n > c.lim.maxPacket:
-		c.count("long_data_too_large")
+		c.count("long-data-too-large")
 		c.refuseLongData(ld, mysql.NewError(mysql.ER_UNKNOWN_ERROR, fmt.Sprintf(
 			"causallab proxy: Parameter of prepared statement which is set through mysql_send_long_data() is longer than 'max_allowed_packet' bytes (max_allowed_packet %d)", c.lim.maxPacket)))
 		return c.discard(n)
 	case !c.budget.take(n):
-		c.count("session_bytes")
+		c.count("session-bytes")
 		c.refuseLongData(ld, mysql.NewError(mysql.ER_UNKNOWN_ERROR, fmt.Sprintf(
 			"causallab proxy: long data refused: the session would hold more than max_session_bytes (%d) of long data, prepared statements and session statements", c.budget.limit)))
 		return c.discard(n)
@@ -753,7 +753,7 @@ func (c *execFixConn) inline(payload []byte, n int, ld *stmtLongData) ([][]byte,
 	nb := (n + 7) >> 3
 	flagAt := 10 + nb
 	if n == 0 || len(payload) < flagAt+1+2*n || payload[flagAt] != 1 {
-		c.count("stmt_execute_unfixable_long_data_unbound")
+		c.count("stmt-execute-unfixable-long-data-unbound")
 		return [][]byte{payload}, nil
 	}
 	nulls := payload[10:flagAt]
@@ -779,7 +779,7 @@ func (c *execFixConn) inline(payload []byte, n int, ld *stmtLongData) ([][]byte,
 		}
 		size, ok := binaryValueSize(types[2*i], values[pos:])
 		if !ok {
-			c.count("stmt_execute_unfixable_long_data_unparsable")
+			c.count("stmt-execute-unfixable-long-data-unparsable")
 			return [][]byte{payload}, nil
 		}
 		pos += size
@@ -789,7 +789,7 @@ func (c *execFixConn) inline(payload []byte, n int, ld *stmtLongData) ([][]byte,
 		pieces = append(pieces, values[run:pos])
 	}
 	if total > c.lim.maxPacket {
-		c.count("packet_too_large")
+		c.count("packet-too-large")
 		return nil, mysql.NewError(mysql.ER_NET_PACKET_TOO_LARGE, fmt.Sprintf(
 			"causallab proxy: the execution with its long data put in is %d bytes, over max_allowed_packet (%d): the proxy sends long data inline", total, c.lim.maxPacket))
 	}
@@ -854,7 +854,7 @@ func (c *execFixConn) fixTypes(payload []byte) []byte {
 		}
 	case 0:
 		if len(sp.types) != 2*sp.n {
-			c.count("stmt_execute_unfixable_types_never_sent")
+			c.count("stmt-execute-unfixable-types-never-sent")
 			return payload
 		}
 		out := c.alt[:0]

@@ -148,7 +148,7 @@ func TestGateCountsWhatItCannotFix(t *testing.T) {
 	if got[0].seq != 2 || got[1].seq != 3 {
 		t.Fatalf("response sequence numbers %d %d, want 2 3", got[0].seq, got[1].seq)
 	}
-	if len(counted) != 1 || counted[0] != "stmt_execute_unfixable_types_never_sent" {
+	if len(counted) != 1 || counted[0] != "stmt-execute-unfixable-types-never-sent" {
 		t.Fatalf("counted %v", counted)
 	}
 }
@@ -223,7 +223,7 @@ func TestGateInlinesLongData(t *testing.T) {
 	// and is counted.
 	bad := execPacket(0, 5, 3, true, types, []byte{1, 0})
 	got, _, counted, _ = runGate(map[uint32]*stmtParams{5: {n: 3}}, testLimits, nil, bytes.NewReader(append(longDataPacket(5, 1, []byte("v")), bad...)))
-	if len(got) != 1 || !bytes.Equal(got[0].payload, bad[4:]) || len(counted) != 1 || counted[0] != "stmt_execute_unfixable_long_data_unparsable" {
+	if len(got) != 1 || !bytes.Equal(got[0].payload, bad[4:]) || len(counted) != 1 || counted[0] != "stmt-execute-unfixable-long-data-unparsable" {
 		t.Fatalf("unparsable execution: %v, counted %v", got, counted)
 	}
 }
@@ -293,7 +293,7 @@ func TestGateRefusesLargeOtherCommands(t *testing.T) {
 	if as := errAnswers(t, written); len(as) != 1 || as[0].code != mysql.ER_NET_PACKET_TOO_LARGE || as[0].seq != 1 {
 		t.Fatalf("answers %v", as)
 	}
-	if len(counted) != 1 || counted[0] != "command_too_large" {
+	if len(counted) != 1 || counted[0] != "command-too-large" {
 		t.Fatalf("counted %v", counted)
 	}
 }
@@ -360,7 +360,7 @@ func TestGateBoundsLongData(t *testing.T) {
 		t.Fatalf("statement 1 within the budget: %d commands", len(got))
 	}
 	as := errAnswers(t, written)
-	if len(as) != 1 || !bytes.Contains([]byte(as[0].msg), []byte("max_session_bytes")) || len(counted) != 1 || counted[0] != "session_bytes" {
+	if len(as) != 1 || !bytes.Contains([]byte(as[0].msg), []byte("max_session_bytes")) || len(counted) != 1 || counted[0] != "session-bytes" {
 		t.Fatalf("answers %v, counted %v", as, counted)
 	}
 }

@@ -9,7 +9,7 @@ import (
 type metrics struct {
 	reg *prometheus.Registry
 	// connections counts client connections by outcome (accepted,
-	// auth_failed, closed).
+	// auth-failed, closed).
 	connections *prometheus.CounterVec
 	// active is the number of open client sessions.
 	active prometheus.Gauge
@@ -17,15 +17,17 @@ type metrics struct {
 	// them (primary, replica, proxy).
 	statements *prometheus.CounterVec
 	// primaryReasons counts statements pinned to the primary, by reason
-	// (classifier reasons plus session pins: in_transaction, autocommit_off,
-	// temp_table_session, locked_tables, user_variables).
+	// (classifier reasons plus session pins, live.Pin: in-transaction,
+	// autocommit-off, temp-table-session, locked-tables, user-variables,
+	// no-replicas).
 	primaryReasons *prometheus.CounterVec
 	// The router's series (causallab_router_reads_total,
 	// freshness_fallbacks_total, reads_waited_total, wait_seconds,
 	// decisions_total, ...) are registered on reg by live.New: the proxy's
 	// reads are counted by the router's own code.
 	// clientErrors counts errors the proxy itself returned, by kind
-	// (bad_token, route_failed, backend_lost, packet_too_large, ...).
+	// (bad-token, route-<router reason>, backend-lost, packet-too-large,
+	// ...).
 	clientErrors *prometheus.CounterVec
 	// backendErrors counts backend connection failures by backend and op.
 	backendErrors *prometheus.CounterVec

@@ -266,7 +266,7 @@ func TestPreparedExecuteDecodedPath(t *testing.T) {
 		t.Fatalf("row %x, want the value 1", row)
 	}
 	m := metricText(t, s)
-	if want := `causallab_proxy_stmt_executes_total{path="decoded",reason="types_never_sent"} 1`; !strings.Contains(m, want) {
+	if want := `causallab_proxy_stmt_executes_total{path="decoded",reason="types-never-sent"} 1`; !strings.Contains(m, want) {
 		t.Errorf("metrics lack %s:\n%s", want, grepLines(m, "causallab_proxy_stmt_executes_total"))
 	}
 }

@@ -259,7 +259,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			// Out of file descriptors, or a connection reset before it
 			// was accepted: back off and keep accepting, as net/http does.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.m.connections.WithLabelValues("accept_error").Inc()
+			s.m.connections.WithLabelValues("accept-error").Inc()
 			s.log.Warn("accept failed; retrying", "err", err.Error(), "retry_in", delay)
 			select {
 			case <-time.After(delay):
@@ -333,7 +333,7 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 // refuseConn answers a connection past max_connections as MySQL does (an
 // ER_CON_COUNT_ERROR packet in place of the greeting) and closes it.
 func (s *Server) refuseConn(c net.Conn) {
-	s.m.connections.WithLabelValues("refused_max_connections").Inc()
+	s.m.connections.WithLabelValues("refused-max-connections").Inc()
 	msg := fmt.Sprintf("causallab proxy: Too many connections (max_connections %d)", s.cfg.MaxConnections)
 	// Before the greeting nothing is negotiated: no SQLSTATE marker (the
 	// client would read "#08004" as the message's start), as MySQL sends it.
@@ -374,9 +374,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	login := &loginHandler{srv: s, sess: sess}
 	cc, err := s.mysqlSrv.NewCustomizedConn(hc, login, sess)
 	if err != nil {
-		outcome := "auth_failed"
+		outcome := "auth-failed"
 		if login.backendFailed {
-			outcome = "backend_failed"
+			outcome = "backend-failed"
 		}
 		s.m.connections.WithLabelValues(outcome).Inc()
 		s.log.Debug("client login failed", "remote", c.RemoteAddr().String(), "outcome", outcome, "err", err.Error())

@@ -165,7 +165,7 @@ func (s *session) ensurePrimary() error {
 	s.primary = nil
 	bc, err := s.dial(&s.srv.cfg.Primary)
 	if err != nil {
-		return s.proxyErr("backend_lost", codeBackendLost, "%v", err)
+		return s.proxyErr("backend-lost", codeBackendLost, "%v", err)
 	}
 	s.primary = bc
 	// Prepared statements of the old connection are gone.
@@ -234,10 +234,10 @@ func (s *session) lostErr(bc *backendConn) error {
 	if bc == s.primary && s.inTx {
 		s.inTx = false
 		s.cc.ClearInTransaction()
-		return s.proxyErr("backend_lost", codeBackendLost,
+		return s.proxyErr("backend-lost", codeBackendLost,
 			"lost the connection to %s inside a transaction: the transaction is rolled back and was not retried", bc.b.Name)
 	}
-	return s.proxyErr("backend_lost", codeBackendLost,
+	return s.proxyErr("backend-lost", codeBackendLost,
 		"lost the connection to %s; the statement may or may not have run and was not retried", bc.b.Name)
 }
 
@@ -287,12 +287,12 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	}
 	if len(query) > s.srv.cfg.MaxAllowedPacket {
 		s.closeAfter = true
-		return nil, s.proxyErr("packet_too_large", mysql.ER_NET_PACKET_TOO_LARGE,
+		return nil, s.proxyErr("packet-too-large", mysql.ER_NET_PACKET_TOO_LARGE,
 			"statement of %d bytes exceeds max_allowed_packet (%d)", len(query), s.srv.cfg.MaxAllowedPacket)
 	}
 	st, err := Classify(query)
 	if err != nil {
-		return nil, s.proxyErr("bad_annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
+		return nil, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
 	}
 	switch st.Kind {
 	case KindSetToken:
@@ -356,7 +356,7 @@ func (e *relayedServerErr) Unwrap() error { return e.me }
 func (s *session) readOptions(st Stmt) (live.ReadOptions[gtid.Set], error) {
 	o := live.ReadOptions[gtid.Set]{Wait: s.waitOn}
 	if pin := s.pin(st); pin != "" {
-		s.srv.m.primaryReasons.WithLabelValues(pin).Inc()
+		s.srv.m.primaryReasons.WithLabelValues(string(pin)).Inc()
 		o.Pin = pin
 		return o, nil
 	}
@@ -472,7 +472,7 @@ func (s *session) readFailed(err error, served *backendConn, relayed bool, o liv
 		// The result reached the client but the watermark could not be
 		// read: the session's monotonic-reads state is unknown. Closing
 		// the client is the explicit, counted way out.
-		s.srv.m.clientErrors.WithLabelValues("watermark_read_failed").Inc()
+		s.srv.m.clientErrors.WithLabelValues("watermark-read-failed").Inc()
 		s.cc.Close()
 		return done(), nil
 	case served != nil && (errors.Is(err, errClientGone) || isRelayError(err)):
@@ -480,13 +480,13 @@ func (s *session) readFailed(err error, served *backendConn, relayed bool, o liv
 	}
 	var be *BackendError
 	if errors.As(err, &be) {
-		return nil, s.proxyErr("backend_lost", codeBackendLost, "%v", be)
+		return nil, s.proxyErr("backend-lost", codeBackendLost, "%v", be)
 	}
 	var me *mysql.MyError
 	if errors.As(err, &me) {
 		return nil, me
 	}
-	return nil, s.proxyErr("backend_lost", codeBackendLost, "%v", err)
+	return nil, s.proxyErr("backend-lost", codeBackendLost, "%v", err)
 }
 
 func isRelayError(err error) bool {
@@ -502,7 +502,7 @@ func (s *session) refused(e *live.ReadError, o live.ReadOptions[gtid.Set]) error
 	if o.Token.IsEmpty() {
 		_, epoch = s.ls.Token()
 	}
-	return s.proxyErr("route_"+e.Reason.String(), codeProxy,
+	return s.proxyErr("route-"+e.Reason.String(), codeProxy,
 		"cannot serve this read consistently: %s (token epoch %d, topology epoch %d)", e.Reason, epoch, s.srv.rt.Epoch())
 }
 
@@ -510,7 +510,7 @@ func (s *session) refused(e *live.ReadError, o live.ReadOptions[gtid.Set]) error
 // part of the response was already written (its protocol state is lost).
 func (s *session) relayFailed(bc *backendConn, err error) (*mysql.Result, error) {
 	if errors.Is(err, errClientGone) {
-		s.srv.m.clientErrors.WithLabelValues("client_gone").Inc()
+		s.srv.m.clientErrors.WithLabelValues("client-gone").Inc()
 		s.cc.Close()
 		return done(), nil
 	}
@@ -518,7 +518,7 @@ func (s *session) relayFailed(bc *backendConn, err error) (*mysql.Result, error)
 	if errors.As(err, &re) {
 		s.srv.m.backendErrors.WithLabelValues(bc.b.Name, re.err.Op).Inc()
 		if re.partial {
-			s.srv.m.clientErrors.WithLabelValues("backend_lost_mid_result").Inc()
+			s.srv.m.clientErrors.WithLabelValues("backend-lost-mid-result").Inc()
 			s.cc.Close()
 			return done(), nil
 		}
@@ -528,20 +528,20 @@ func (s *session) relayFailed(bc *backendConn, err error) (*mysql.Result, error)
 }
 
 // pin returns why a read must stay on the primary for session reasons, or "".
-func (s *session) pin(st Stmt) string {
+func (s *session) pin(st Stmt) live.Pin {
 	switch {
 	case s.inTx:
-		return "in_transaction"
+		return live.PinTransaction
 	case s.autocommitOff:
-		return "autocommit_off"
+		return live.PinAutocommitOff
 	case s.tempTables:
-		return "temp_table_session"
+		return live.PinTempTable
 	case s.lockedTables:
-		return "locked_tables"
+		return live.PinLockedTables
 	case s.userVarsOnPrimary && st.UsesUserVar:
-		return "user_variables"
+		return live.PinUserVariables
 	case len(s.srv.cfg.Replicas) == 0:
-		return "no_replicas"
+		return live.PinNoReplicas
 	}
 	return ""
 }
@@ -583,7 +583,7 @@ func (s *session) recordWrite(g string) {
 	if err != nil {
 		// The server's own text: a parse failure is a bug, never silently
 		// ignored: count it and drop the session's token guarantee loudly.
-		s.srv.m.clientErrors.WithLabelValues("unparsable_session_gtid").Inc()
+		s.srv.m.clientErrors.WithLabelValues("unparsable-session-gtid").Inc()
 		s.srv.log.Error("unparsable session-tracking GTID from the primary", "session", s.id, "err", err.Error())
 		return
 	}
@@ -596,7 +596,7 @@ func (s *session) replayEverywhere(query string) {
 	if len(s.replay) >= s.srv.cfg.MaxReplay || !s.budget.take(len(query)) {
 		// Too many to remember: close replica connections so they are not
 		// left with a different session state, and pin reads to the primary.
-		s.srv.m.primaryReasons.WithLabelValues("replay_overflow").Inc()
+		s.srv.m.primaryReasons.WithLabelValues("replay-overflow").Inc()
 		s.userVarsOnPrimary = true
 		for i, r := range s.replicas {
 			r.close()
@@ -627,24 +627,24 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 	if len(text) > s.srv.cfg.MaxTokenBytes {
 		// Parsing is linear, but the wait on a replica and every set
 		// operation grow with the token: bound it before any of them.
-		return gtid.Token{}, s.proxyErr("token_too_large", codeProxy,
+		return gtid.Token{}, s.proxyErr("token-too-large", codeProxy,
 			"causal token of %d bytes refused: longer than max_token_bytes (%d); compact_tokens keeps the proxy's own tokens to one interval per source",
 			len(text), s.srv.cfg.MaxTokenBytes)
 	}
 	if strings.HasPrefix(text, "g1.") {
 		tok, err := gtid.ParseToken(text)
 		if err != nil {
-			return gtid.Token{}, s.proxyErr("bad_token", codeProxy, "bad causal token: %v", err)
+			return gtid.Token{}, s.proxyErr("bad-token", codeProxy, "bad causal token: %v", err)
 		}
 		if tok.Epoch > s.srv.cfg.Epoch {
-			return gtid.Token{}, s.proxyErr("bad_token", codeProxy,
+			return gtid.Token{}, s.proxyErr("bad-token", codeProxy,
 				"causal token from epoch %d, but the topology is at epoch %d", tok.Epoch, s.srv.cfg.Epoch)
 		}
 		return tok, nil
 	}
 	set, err := gtid.Parse(text)
 	if err != nil {
-		return gtid.Token{}, s.proxyErr("bad_token", codeProxy,
+		return gtid.Token{}, s.proxyErr("bad-token", codeProxy,
 			"unknown causal token format (want g1.<epoch>.<gtid set> or a GTID set): %v", err)
 	}
 	return gtid.Token{Epoch: s.srv.cfg.Epoch, GTIDs: set}, nil
@@ -712,14 +712,14 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 		query = payloadText(payload)
 	}
 	if len(query) > s.srv.cfg.MaxAllowedPacket {
-		return 0, 0, nil, s.proxyErr("packet_too_large", mysql.ER_NET_PACKET_TOO_LARGE, "statement exceeds max_allowed_packet")
+		return 0, 0, nil, s.proxyErr("packet-too-large", mysql.ER_NET_PACKET_TOO_LARGE, "statement exceeds max_allowed_packet")
 	}
 	// Classify the copy: Stmt's Token and ReadID alias the text, and the
 	// statement outlives go-mysql's packet buffer.
 	q := strings.Clone(query)
 	st, err := Classify(q)
 	if err != nil {
-		return 0, 0, nil, s.proxyErr("bad_annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
+		return 0, 0, nil, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
 	}
 	switch st.Kind {
 	case KindSetToken, KindGetToken, KindTrackGTIDs:
@@ -756,7 +756,7 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 // overBudget is the error for what would take the session past
 // max_session_bytes.
 func (s *session) overBudget(what string) error {
-	return s.proxyErr("session_bytes", codeProxy,
+	return s.proxyErr("session-bytes", codeProxy,
 		"%s refused: the session would hold more than max_session_bytes (%d bytes) of prepared statements, session statements and long data; close statements it no longer uses",
 		what, s.budget.limit)
 }
@@ -785,7 +785,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 	key, _ := ctx.(*stmt.PreparedStmt)
 	p := s.stmts[key]
 	if p == nil {
-		return nil, s.proxyErr("unknown_stmt", mysql.ER_UNKNOWN_STMT_HANDLER, "unknown prepared statement")
+		return nil, s.proxyErr("unknown-stmt", mysql.ER_UNKNOWN_STMT_HANDLER, "unknown prepared statement")
 	}
 	if err := s.ensurePrimary(); err != nil {
 		return nil, err
@@ -795,7 +795,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 	if raw != nil {
 		return s.relayExecute(p, raw)
 	}
-	if s.fc != nil && why != "types_never_sent" {
+	if s.fc != nil && why != "types-never-sent" {
 		// go-mysql decoded execFixConn's stand-in, not the client's values.
 		return nil, s.proxyErr("unsupported", mysql.ER_UNKNOWN_ERROR,
 			"COM_STMT_EXECUTE not supported by the proxy (%s: flags 0x%02x; query attributes are not offered)", why, s.fc.execFlags())
@@ -862,7 +862,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		case failed != nil:
 			return nil, s.lostErr(failed)
 		}
-		return nil, s.proxyErr("backend_lost", codeBackendLost, "%v", err)
+		return nil, s.proxyErr("backend-lost", codeBackendLost, "%v", err)
 	}
 	return s.finishExecute(st, res, resG, onPrim), nil
 }
@@ -879,14 +879,14 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 func (s *session) rawExecute(p *pstmt) ([][]byte, string) {
 	switch {
 	case s.fc == nil:
-		return nil, "no_gate"
+		return nil, "no-gate"
 	case s.fc.exec == nil:
-		return nil, "packet_mismatch"
+		return nil, "packet-mismatch"
 	}
 	payload := s.fc.exec[0] // the head: command byte to types
 	// cmd(1) stmt_id(4) flags(1) iteration_count(4) [null_bitmap new_params_bound(1) types values]
 	if len(payload) < 10 || payload[0] != mysql.COM_STMT_EXECUTE || binary.LittleEndian.Uint32(payload[1:5]) != p.id {
-		return nil, "packet_mismatch"
+		return nil, "packet-mismatch"
 	}
 	if payload[5] != 0 { // a cursor, or query attributes (never offered)
 		return nil, "flags"
@@ -894,7 +894,7 @@ func (s *session) rawExecute(p *pstmt) ([][]byte, string) {
 	if n := p.params; n > 0 {
 		flagAt := 10 + (n+7)>>3
 		if len(payload) <= flagAt || payload[flagAt] != 1 {
-			return nil, "types_never_sent"
+			return nil, "types-never-sent"
 		}
 	}
 	return s.fc.exec, ""
@@ -920,7 +920,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 		if i >= 0 {
 			role = "replica"
 		}
-		s.srv.m.statements.WithLabelValues("execute_"+st.Kind.String(), role).Inc()
+		s.srv.m.statements.WithLabelValues("execute-"+st.Kind.String(), role).Inc()
 		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush})
 		clear(bc.pieces)
 		return out, err
@@ -1010,7 +1010,7 @@ func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysq
 			p.onPrimary = cs
 		}
 	}
-	s.srv.m.statements.WithLabelValues("execute_"+p.class.Kind.String(), role).Inc()
+	s.srv.m.statements.WithLabelValues("execute-"+p.class.Kind.String(), role).Inc()
 	if i >= 0 {
 		r, err := cs.Execute(args...)
 		return r, "", err
@@ -1028,7 +1028,7 @@ func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysq
 	if perr != nil {
 		// The write is acknowledged but its GTID unreadable: the session's
 		// token would be wrong. Loud, counted, never silent.
-		s.srv.m.clientErrors.WithLabelValues("unparsable_session_gtid").Inc()
+		s.srv.m.clientErrors.WithLabelValues("unparsable-session-gtid").Inc()
 		return nil, "", mysql.NewError(codeProxy, "causallab proxy: the primary's OK packet could not be read for the write's GTID: "+perr.Error())
 	}
 	return r, tr.GTID, nil

@@ -283,7 +283,7 @@ func TestSysbench(t *testing.T) {
 				}
 			}
 			stats := metricText(t, s)
-			if !strings.Contains(stats, `causallab_proxy_statements_total{kind="execute_read",role="replica"}`) {
+			if !strings.Contains(stats, `causallab_proxy_statements_total{kind="execute-read",role="replica"}`) {
 				t.Errorf("no prepared read reached a replica:\n%s", grepLines(stats, "statements_total"))
 			}
 			if !regexp.MustCompile(`causallab_router_reads_total\{outcome="replica",policy="token-wait",reason="[^"]+"\} [1-9]`).MatchString(stats) {

@@ -4,22 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/hashroute"
 )
-
-// Position is a replication state compared by the decision core.
-//
-// Implementations: gtid.Set (the live router) and the simulator's log
-// positions. Positions are partially ordered: only Contains is asked.
-type Position[P any] interface {
-	// Contains reports whether every transaction of other is also in the
-	// receiver (other ⊆ receiver). It must not allocate or modify either side.
-	Contains(other P) bool
-	// Union returns a position holding every transaction of both. It must not
-	// modify the receiver or other. Used only off the hot path, to raise a
-	// session's monotonic-reads watermark.
-	Union(other P) P
-}
 
 // PolicyKind names a routing rule. The first six kinds are the same in sim
 // and lab; PolicyGlobal is in the decision core and the simulator, and not
@@ -123,6 +110,40 @@ const (
 	ReasonPrimaryUnknown
 )
 
+// Outcome is the typed result of one read, whoever served or refused it:
+// the live router counts it (its metrics' outcome label), the lab judges
+// it against ground truth, the simulator tallies it. Every read gets
+// exactly one.
+type Outcome uint8
+
+const (
+	// OutReplica: served by a replica that qualified.
+	OutReplica Outcome = iota
+	// OutFallback: served by the primary for freshness (no replica
+	// qualified or the wait budget was spent); limited by the cap.
+	OutFallback
+	// OutPrimary: served by the primary for another reason (PolicyWindow,
+	// no replica up, a session pinned to the primary): not a freshness
+	// fallback, not capped.
+	OutPrimary
+	// OutStale: served by a replica that did not qualify, labelled stale
+	// (CapServeStale above the cap).
+	OutStale
+	// OutProxied: served through causallab proxy, which does not tell its
+	// client which node answered (the proxy's own metrics do).
+	OutProxied
+	// OutFailedFast: not served; refused at once with a typed error (cap
+	// exceeded under CapFailFast, write or watermark lost in a failover).
+	OutFailedFast
+	// OutTimedOut: not served after waiting (wait budget and cap wait
+	// spent, or a token nobody can serve).
+	OutTimedOut
+	// OutError: not served; a database, network or context error.
+	OutError
+	// NumOutcomes is the number of outcomes (array sizes).
+	NumOutcomes = int(OutError) + 1
+)
+
 // CapBehavior is what happens to a freshness fallback above the cap.
 type CapBehavior uint8
 
@@ -194,7 +215,7 @@ type Bucket struct {
 }
 
 // Session is the per-session causal state.
-type Session[P Position[P]] struct {
+type Session[P gtid.Position[P]] struct {
 	// Token is the position of the session's acknowledged writes.
 	Token P
 	// HasToken is false until the session's first acknowledged write.
@@ -217,7 +238,7 @@ type Session[P Position[P]] struct {
 }
 
 // Replica is the router's view of one replica.
-type Replica[P Position[P]] struct {
+type Replica[P gtid.Position[P]] struct {
 	// Applied is a lower bound of what the replica has applied (never ahead).
 	Applied P
 	// Up is false when the replica is down or unreachable.
@@ -234,7 +255,7 @@ type Replica[P Position[P]] struct {
 }
 
 // View is the router's view of the topology at decision time.
-type View[P Position[P]] struct {
+type View[P gtid.Position[P]] struct {
 	// Replicas in configured order (the hashing list).
 	Replicas []Replica[P]
 	// Primary is the primary's position; consulted only when PrimaryKnown.
@@ -250,7 +271,7 @@ type View[P Position[P]] struct {
 }
 
 // Input is everything Decide reads.
-type Input[P Position[P]] struct {
+type Input[P gtid.Position[P]] struct {
 	Policy  *Policy
 	Cap     *Cap
 	Session *Session[P]

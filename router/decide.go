@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/hashroute"
 )
 
@@ -101,7 +102,7 @@ import (
 //
 // RetryAfter is the smallest Lag among the up replicas, at least
 // MinRetryAfter.
-func Decide[P Position[P]](in *Input[P], b *Bucket) Decision {
+func Decide[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 	pol, s, v := in.Policy, in.Session, in.View
 	switch pol.Kind {
 	case PolicyAny:
@@ -122,7 +123,7 @@ func Decide[P Position[P]](in *Input[P], b *Bucket) Decision {
 
 // need is what a token-policy read needs of a replica (rule 2): each flag
 // says whether that part is tested.
-type need[P Position[P]] struct {
+type need[P gtid.Position[P]] struct {
 	global, tok, seen bool
 }
 
@@ -134,7 +135,7 @@ func (n need[P]) holds(in *Input[P], a P) bool {
 
 // decideToken handles the token policies (token-ryw, token-ryw-mr,
 // token-wait, global).
-func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
+func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 	pol, s, v := in.Policy, in.Session, in.View
 	global := pol.Kind == PolicyGlobal
 	needSeen := s.HasSeen && pol.Kind != PolicyTokenRYW
@@ -264,7 +265,7 @@ func decideToken[P Position[P]](in *Input[P], b *Bucket) Decision {
 
 // retryAfter is ActDefer's estimate: the smallest Lag of an up replica, at
 // least MinRetryAfter. Off the hot path (only when a read is deferred).
-func retryAfter[P Position[P]](v *View[P]) time.Duration {
+func retryAfter[P gtid.Position[P]](v *View[P]) time.Duration {
 	d := time.Duration(-1)
 	for i := range v.Replicas {
 		if r := &v.Replicas[i]; r.Up && (d < 0 || r.Lag < d) {
@@ -276,7 +277,7 @@ func retryAfter[P Position[P]](v *View[P]) time.Duration {
 
 // nthQualifying returns the index of the k-th (0-based) qualifying replica.
 // For the first 64 replicas it reads the bitmask; beyond, it re-tests.
-func nthQualifying[P Position[P]](in *Input[P], mask uint64, k int, nd need[P]) int {
+func nthQualifying[P gtid.Position[P]](in *Input[P], mask uint64, k int, nd need[P]) int {
 	if c := bits.OnesCount64(mask); k < c {
 		for ; k > 0; k-- {
 			mask &= mask - 1
@@ -300,7 +301,7 @@ func nthQualifying[P Position[P]](in *Input[P], mask uint64, k int, nd need[P]) 
 
 // pickAny returns a uniformly random up replica, or the primary
 // (ReasonNoReplicaUp) when none is up.
-func pickAny[P Position[P]](v *View[P], rnd uint64, reason Reason) Decision {
+func pickAny[P gtid.Position[P]](v *View[P], rnd uint64, reason Reason) Decision {
 	nUp := 0
 	for i := range v.Replicas {
 		if v.Replicas[i].Up {
@@ -358,7 +359,7 @@ func (b *Bucket) Tokens() float64 { return b.tokens }
 // recording the epoch in which it was raised. The watermark keeps the oldest
 // epoch of its parts (an older part is verified only by Decide's epoch rule,
 // after which the caller Reanchors). Off the hot path: Union may allocate.
-func Observe[P Position[P]](s *Session[P], p P, epoch uint64) {
+func Observe[P gtid.Position[P]](s *Session[P], p P, epoch uint64) {
 	if s.HasSeen {
 		s.Seen = s.Seen.Union(p)
 		s.SeenEpoch = min(s.SeenEpoch, epoch)
@@ -374,7 +375,7 @@ func Observe[P Position[P]](s *Session[P], p P, epoch uint64) {
 // write is still checked. Under CheckEpoch with PrimaryKnown, View.Primary
 // must include every write the primary acknowledged (the live router adds
 // acknowledged GTIDs to it), or a fresh token could be judged lost.
-func RecordWrite[P Position[P]](s *Session[P], p P, epoch uint64, now time.Duration) {
+func RecordWrite[P gtid.Position[P]](s *Session[P], p P, epoch uint64, now time.Duration) {
 	if s.HasToken {
 		s.Token = s.Token.Union(p)
 		s.Epoch = min(s.Epoch, epoch)
@@ -404,7 +405,7 @@ func (s *Session[P]) DropSeen() {
 
 // pickAffinity hashes the session's key onto View.Hash under the policy's
 // mode. Replica order is the table's order.
-func pickAffinity[P Position[P]](v *View[P], mode hashroute.Mode, key uint64) Decision {
+func pickAffinity[P gtid.Position[P]](v *View[P], mode hashroute.Mode, key uint64) Decision {
 	if v.Hash == nil || v.Hash.Len() != len(v.Replicas) {
 		return Decision{Action: ActFail, Reason: ReasonInvalidPolicy, Replica: -1}
 	}

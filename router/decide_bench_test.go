@@ -9,7 +9,7 @@ import (
 	"github.com/causallab/causallab/gtid"
 )
 
-var _ Position[gtid.Set] = gtid.Set{}
+var _ gtid.Position[gtid.Set] = gtid.Set{}
 
 // uuidN returns a deterministic server UUID number i.
 func uuidN(i int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", 0x3e11fa47+i, i) }

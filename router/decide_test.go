@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/hashroute"
 )
 
@@ -14,7 +15,7 @@ type lsn int64
 func (a lsn) Contains(b lsn) bool { return a >= b }
 func (a lsn) Union(b lsn) lsn     { return max(a, b) }
 
-var _ Position[lsn] = lsn(0)
+var _ gtid.Position[lsn] = lsn(0)
 
 // bset is a tiny GTID-set stand-in: bit i is transaction i. Transactions of
 // two timelines are distinct bits, so a lost write is never contained.
@@ -23,7 +24,7 @@ type bset uint64
 func (a bset) Contains(b bset) bool { return a&b == b }
 func (a bset) Union(b bset) bset    { return a | b }
 
-var _ Position[bset] = bset(0)
+var _ gtid.Position[bset] = bset(0)
 
 func up(p lsn) Replica[lsn] { return Replica[lsn]{Applied: p, Up: true} }
 func upL(p lsn, lag time.Duration) Replica[lsn] {

@@ -86,6 +86,37 @@ func Reasons() []Reason {
 	return out
 }
 
+var outcomeNames = [...]string{
+	OutReplica:    "replica",
+	OutFallback:   "fallback",
+	OutPrimary:    "primary",
+	OutStale:      "stale",
+	OutProxied:    "proxied",
+	OutFailedFast: "failed-fast",
+	OutTimedOut:   "timed-out",
+	OutError:      "error",
+}
+
+// String returns the outcome's name (metric label, JSON, tables).
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Served reports whether the read returned rows.
+func (o Outcome) Served() bool { return o <= OutProxied }
+
+// Outcomes lists every outcome in declaration order.
+func Outcomes() []Outcome {
+	out := make([]Outcome, NumOutcomes)
+	for i := range out {
+		out[i] = Outcome(i)
+	}
+	return out
+}
+
 // Actions lists every action in declaration order (metric label sets).
 func Actions() []Action {
 	return []Action{ActReplica, ActPrimary, ActWait, ActFail, ActStale, ActDefer}

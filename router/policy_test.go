@@ -99,6 +99,14 @@ func TestNames(t *testing.T) {
 		}
 		seen[n] = true
 	}
+	seenOut := map[string]bool{}
+	for _, o := range Outcomes() {
+		n := o.String()
+		if strings.HasPrefix(n, "outcome(") || seenOut[n] {
+			t.Errorf("outcome %d has name %q", o, n)
+		}
+		seenOut[n] = true
+	}
 	for _, k := range append(PolicyKinds(), PolicyGlobal) {
 		if p, err := ParsePolicy(k.String()); err != nil || p.Kind != k {
 			t.Errorf("kind %v does not round-trip: %v", k, err)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/router"
 )
 
@@ -15,16 +16,9 @@ import (
 // It is generic over the token's position type, and every read decision is
 // router.Decide's.
 
-// ScalarPos is an LSN-like token: one number, compared by value. The new
-// timeline continues numbering where the promoted replica stopped, so a
-// lost write's number is soon "contained" again.
-type ScalarPos uint64
-
-// Contains is >=.
-func (p ScalarPos) Contains(o ScalarPos) bool { return p >= o }
-
-// Union is max.
-func (p ScalarPos) Union(o ScalarPos) ScalarPos { return max(p, o) }
+// The scalar token is gtid.LSN, an LSN-like position: one number, compared
+// by value. The new timeline continues numbering where the promoted replica
+// stopped, so a lost write's number is soon "contained" again.
 
 // TimelinePos is a GTID-set-like position over two sources: transactions
 // 1..Old of the old primary and 1..New of the promoted one. The new timeline
@@ -39,10 +33,7 @@ func (p TimelinePos) Union(o TimelinePos) TimelinePos {
 	return TimelinePos{max(p.Old, o.Old), max(p.New, o.New)}
 }
 
-var (
-	_ router.Position[ScalarPos]   = ScalarPos(0)
-	_ router.Position[TimelinePos] = TimelinePos{}
-)
+var _ gtid.Position[TimelinePos] = TimelinePos{}
 
 // foWorld is one failover trial's drawn world, shared by every token kind.
 type foWorld struct {
@@ -131,7 +122,7 @@ type foCounts struct {
 	reads, lost, silent, timedOut, failedFast, served, reanchored int64
 }
 
-func runFailover[P router.Position[P]](w *foWorld, pol router.Policy, mk func(old, new uint64) P, nr int) foCounts {
+func runFailover[P gtid.Position[P]](w *foWorld, pol router.Policy, mk func(old, new uint64) P, nr int) foCounts {
 	var c foCounts
 	view := router.View[P]{Replicas: make([]router.Replica[P], 0, nr), PrimaryKnown: true, Epoch: 1}
 	idx := make([]int, 0, nr)
@@ -220,7 +211,7 @@ func Failover(ctx context.Context, o Options) (*Report, error) {
 		}
 		for p, pr := range promos {
 			w := drawFailover(&cfg, trial, pr.idx)
-			counts[p*3+0][trial] = runFailover(w, pol, func(o, n uint64) ScalarPos { return ScalarPos(o + n) }, cfg.Replicas)
+			counts[p*3+0][trial] = runFailover(w, pol, func(o, n uint64) gtid.LSN { return gtid.LSN(o + n) }, cfg.Replicas)
 			counts[p*3+1][trial] = runFailover(w, pol, func(o, n uint64) TimelinePos { return TimelinePos{o, n} }, cfg.Replicas)
 			counts[p*3+2][trial] = runFailover(w, epol, func(o, n uint64) TimelinePos { return TimelinePos{o, n} }, cfg.Replicas)
 		}

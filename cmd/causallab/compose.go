@@ -157,7 +157,7 @@ func printStatus(w io.Writer, topo *compose.Topology, sts []compose.NodeStatus, 
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
 			Backend compose.Backend      `json:"backend"`
-			Epoch   int64                `json:"epoch"`
+			Epoch   uint64               `json:"epoch"`
 			Nodes   []compose.NodeStatus `json:"nodes"`
 			Stats   compose.Stats        `json:"stats"`
 		}{topo.Backend(), topo.Epoch(), sts, topo.Stats()})

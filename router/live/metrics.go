@@ -7,40 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Outcome is the typed result of one live read.
-type Outcome uint8
-
-const (
-	// OutReplica: served by a replica that qualified.
-	OutReplica Outcome = iota
-	// OutFallback: served by the primary for freshness (no replica
-	// qualified or the wait budget was spent); limited by the cap.
-	OutFallback
-	// OutPrimary: served by the primary for another reason (PolicyWindow,
-	// no replica up): not a freshness fallback, not capped.
-	OutPrimary
-	// OutStale: served by a replica that did not qualify, labelled stale
-	// (CapServeStale above the cap).
-	OutStale
-	// OutFailedFast: not served; the router decided at once (cap exceeded
-	// under CapFailFast, write or watermark lost in a failover).
-	OutFailedFast
-	// OutTimedOut: not served after waiting (wait budget and cap wait
-	// spent, or a token nobody can serve).
-	OutTimedOut
-	// OutError: not served; a database or context error.
-	OutError
-)
-
-var outcomeNames = [...]string{"replica", "fallback", "primary", "stale", "failed-fast", "timed-out", "error"}
-
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("outcome(%d)", uint8(o))
-}
-
 // liveMetrics are the router's Prometheus collectors.
 type liveMetrics struct {
 	reads     *prometheus.CounterVec   // policy, outcome, reason

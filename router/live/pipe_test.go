@@ -54,7 +54,7 @@ func TestReadStatementCache(t *testing.T) {
 			if got := readInt(t, rd); got != int64(round+i) {
 				t.Fatalf("round %d query %d on %s: %d, want %d", round, i, rd.Node, got, round+i)
 			}
-			if rd.Outcome == OutReplica {
+			if rd.Outcome == router.OutReplica {
 				replicaReads++
 				if rd.Watermark.IsEmpty() {
 					t.Fatalf("round %d query %d on %s: no watermark", round, i, rd.Node)

@@ -134,7 +134,7 @@ func testSharedPool(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
 					note(err)
 					continue
 				}
-				if rd.Outcome == OutReplica {
+				if rd.Outcome == router.OutReplica {
 					replicaReads.Add(1)
 				}
 				if got != int64(i*7) {

@@ -20,13 +20,13 @@ type Target struct {
 	Node Node
 	// Replica indexes the router's replica list, -1 for the primary.
 	Replica int
-	// Outcome is the outcome the read gets if run succeeds (OutReplica,
-	// OutStale, OutFallback or OutPrimary), Reason the decision's reason.
-	Outcome Outcome
+	// Outcome is the outcome the read gets if run succeeds (router.OutReplica,
+	// router.OutStale, router.OutFallback or router.OutPrimary), Reason the decision's reason.
+	Outcome router.Outcome
 	Reason  router.Reason
 	// Pin is the session reason of a pinned read (ReadOptions.Pin), "" for
 	// a routed one.
-	Pin string
+	Pin Pin
 	// Watermark: run must return the node's executed position
 	// (Flavor.ExecutedQuery; for MySQL @@GLOBAL.gtid_executed) read on the
 	// same connection right after the statement (the sound monotonic-reads
@@ -45,9 +45,9 @@ type ReadOptions[P gtid.Position[P]] struct {
 	AffinityKey uint64
 	// Pin, when set, keeps the read on the primary for a session reason the
 	// caller knows (open transaction, temporary table, locked tables...):
-	// no decision, no wait, no retry; counted as OutPrimary with Pin as the
+	// no decision, no wait, no retry; counted as router.OutPrimary with Pin as the
 	// reason label.
-	Pin string
+	Pin Pin
 	// Wait, when set and the router waits by WaitGTIDFunction, runs the
 	// wait on the caller's connection to t.Node (ok: the node contains
 	// need). Nil: the router's own read pool. Ignored by WaitWatcher.
@@ -73,7 +73,7 @@ type RunError struct {
 	// causallab_router_node_errors_total).
 	NodeFailed bool
 	// Retry lets the router decide again (nothing reached the client yet).
-	// Without it the read ends with Err, counted as OutError with reason
+	// Without it the read ends with Err, counted as router.OutError with reason
 	// "node" (NodeFailed) or "caller".
 	Retry bool
 }
@@ -109,7 +109,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		known     map[string]P // positions proven by a server-side wait
 	)
 	needWM := pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait
-	count := func(out Outcome, reason string) {
+	count := func(out router.Outcome, reason string) {
 		r.m.reads.WithLabelValues(pol.Kind.String(), out.String(), reason).Inc()
 		if waited > 0 {
 			r.m.waited.WithLabelValues(pol.Kind.String()).Inc()
@@ -145,22 +145,22 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 					}
 					continue
 				} else if ctx.Err() != nil {
-					count(OutError, "context")
+					count(router.OutError, "context")
 					return nil, ctx.Err()
 				}
 			}
 			if r.cfg.Trace {
 				trace = append(trace, step)
 			}
-			out := OutFailedFast
+			out := router.OutFailedFast
 			if d.Reason == router.ReasonTimedOut || (d.Reason == router.ReasonCapExceeded && waited > 0 && r.cfg.Cap.Behavior == router.CapWaitLonger) {
-				out = OutTimedOut
+				out = router.OutTimedOut
 			}
 			if d.Reason == router.ReasonSeenLost {
 				s.st.DropSeen()
 			}
 			count(out, d.Reason.String())
-			return nil, &ReadError{Reason: d.Reason, Waited: waited, Trace: trace}
+			return nil, &ReadError{Reason: d.Reason, Outcome: out, Waited: waited, Trace: trace}
 		case router.ActWait:
 			need := need(&st, &pol)
 			t := Target{Node: nodes[d.Replica], Replica: d.Replica, Reason: d.Reason}
@@ -173,7 +173,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 				trace = append(trace, step)
 			}
 			if ctx.Err() != nil {
-				count(OutError, "context")
+				count(router.OutError, "context")
 				return nil, ctx.Err()
 			}
 			if werr != nil {
@@ -192,15 +192,15 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		var viewPos P
 		switch {
 		case d.Action == router.ActReplica || d.Action == router.ActStale:
-			t.Node, t.Replica, t.Outcome = nodes[d.Replica], d.Replica, OutReplica
+			t.Node, t.Replica, t.Outcome = nodes[d.Replica], d.Replica, router.OutReplica
 			if d.Action == router.ActStale {
-				t.Outcome = OutStale
+				t.Outcome = router.OutStale
 			}
 			viewPos = v.Replicas[d.Replica].Applied
 		case d.Fallback:
-			t.Outcome, viewPos = OutFallback, v.Primary
+			t.Outcome, viewPos = router.OutFallback, v.Primary
 		default:
-			t.Outcome, viewPos = OutPrimary, v.Primary
+			t.Outcome, viewPos = router.OutPrimary, v.Primary
 		}
 		r.inFlight(t.Node.Name, 1)
 		wm, err := run(ctx, t)
@@ -212,7 +212,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			)
 			switch {
 			case ctx.Err() != nil:
-				count(OutError, "context")
+				count(router.OutError, "context")
 				return nil, err
 			case errors.As(err, &re):
 				step.Note = "run error: " + oneLine(re.Error())
@@ -231,10 +231,10 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 				if re.NodeFailed {
 					reason = "node"
 				}
-				count(OutError, reason)
+				count(router.OutError, reason)
 				return nil, re.Err
 			case errors.As(err, &me):
-				count(OutError, "statement")
+				count(router.OutError, "statement")
 				return nil, err
 			}
 			step.Note = "node error: " + oneLine(err.Error())
@@ -243,7 +243,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			}
 			r.markDown(ctx, t.Node, err)
 			if nodeErrs++; nodeErrs > maxNodeErrors {
-				count(OutError, "node")
+				count(router.OutError, "node")
 				return nil, err
 			}
 			continue
@@ -257,11 +257,11 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			}
 			router.Observe(&s.st, wm, epoch)
 		}
-		if t.Outcome == OutFallback {
+		if t.Outcome == router.OutFallback {
 			r.m.fallbacks.WithLabelValues(d.Reason.String()).Inc()
 		}
 		count(t.Outcome, d.Reason.String())
-		return &Read[P]{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == OutStale, Reason: d.Reason,
+		return &Read[P]{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == router.OutStale, Reason: d.Reason,
 			Waited: waited, Watermark: wm, Trace: trace}, nil
 	}
 }
@@ -269,12 +269,12 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 // pinnedRead runs a read on the primary for a session reason: no
 // decision, no wait, no retry (a connection lost inside a transaction
 // must reach the client).
-func (s *LiveSession[P]) pinnedRead(ctx context.Context, pol router.Policy, pin string, run RunFunc[P]) (*Read[P], error) {
+func (s *LiveSession[P]) pinnedRead(ctx context.Context, pol router.Policy, pin Pin, run RunFunc[P]) (*Read[P], error) {
 	r := s.r
 	r.mu.Lock()
 	primary := r.st.Primary
 	r.mu.Unlock()
-	t := Target{Node: primary, Replica: -1, Outcome: OutPrimary, Pin: pin}
+	t := Target{Node: primary, Replica: -1, Outcome: router.OutPrimary, Pin: pin}
 	r.inFlight(primary.Name, 1)
 	_, err := run(ctx, t)
 	r.inFlight(primary.Name, -1)
@@ -287,23 +287,23 @@ func (s *LiveSession[P]) pinnedRead(ctx context.Context, pol router.Policy, pin 
 		case errors.As(err, &me):
 			reason = "statement"
 		}
-		r.m.reads.WithLabelValues(pol.Kind.String(), OutError.String(), reason).Inc()
+		r.m.reads.WithLabelValues(pol.Kind.String(), router.OutError.String(), reason).Inc()
 		var re *RunError
 		if errors.As(err, &re) {
 			return nil, re.Err
 		}
 		return nil, err
 	}
-	r.m.reads.WithLabelValues(pol.Kind.String(), OutPrimary.String(), pin).Inc()
+	r.m.reads.WithLabelValues(pol.Kind.String(), router.OutPrimary.String(), string(pin)).Inc()
 	var trace []TraceStep
 	if r.cfg.Trace {
-		trace = []TraceStep{{At: r.now(), Decision: router.Decision{Action: router.ActPrimary, Replica: -1}, Node: primary.Name, Note: "pinned: " + pin}}
+		trace = []TraceStep{{At: r.now(), Decision: router.Decision{Action: router.ActPrimary, Replica: -1}, Node: primary.Name, Note: "pinned: " + string(pin)}}
 	}
-	return &Read[P]{Node: primary.Name, Outcome: OutPrimary, Pin: pin, Trace: trace}, nil
+	return &Read[P]{Node: primary.Name, Outcome: router.OutPrimary, Pin: pin, Trace: trace}, nil
 }
 
 // need is what a replica must contain for session state st under pol.
-func need[P router.Position[P]](st *router.Session[P], pol *router.Policy) P {
+func need[P gtid.Position[P]](st *router.Session[P], pol *router.Policy) P {
 	var n P
 	if st.HasToken {
 		n = st.Token

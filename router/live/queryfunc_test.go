@@ -94,18 +94,18 @@ func TestQueryFunc(t *testing.T) {
 		wantErr error // errors.Is target, nil: served
 		// the targets run was called with: node names, outcome of the last
 		want     []string
-		wantOut  Outcome
-		wantPin  string
+		wantOut  router.Outcome
+		wantPin  Pin
 		wantDown []string // nodes marked down
 		check    func(*testing.T, *Router[gtid.Set], *LiveSession[gtid.Set], *Read[gtid.Set])
 	}{
 		{name: "replica with the token", policy: router.PolicyTokenRYW, token: uA + ":8",
-			want: []string{"r1"}, wantOut: OutReplica},
+			want: []string{"r1"}, wantOut: router.OutReplica},
 		{name: "no token: any replica", policy: router.PolicyTokenRYW,
-			want: []string{"r1"}, wantOut: OutReplica},
+			want: []string{"r1"}, wantOut: router.OutReplica},
 		{name: "nobody has it: fallback", policy: router.PolicyTokenRYW, token: uA + ":8",
 			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
-			want: []string{"p"}, wantOut: OutFallback,
+			want: []string{"p"}, wantOut: router.OutFallback,
 			check: func(t *testing.T, r *Router[gtid.Set], _ *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if n := testutil.ToFloat64(r.m.fallbacks.WithLabelValues(router.ReasonNoReplicaQualifies.String())); n != 1 {
 					t.Errorf("freshness fallbacks = %v, want 1", n)
@@ -116,14 +116,14 @@ func TestQueryFunc(t *testing.T) {
 				return ReadOptions[gtid.Set]{Token: set(t, uA+":9"), TokenEpoch: 1}
 			},
 			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
-			want: []string{"p"}, wantOut: OutFallback,
+			want: []string{"p"}, wantOut: router.OutFallback,
 			check: func(t *testing.T, _ *Router[gtid.Set], s *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if s.State().HasToken {
 					t.Errorf("session kept the read's token: %+v", s.State())
 				}
 			}},
 		{name: "sound watermark from run", policy: router.PolicyTokenRYWMR, obs: uA + ":1-12",
-			want: []string{"r1"}, wantOut: OutReplica,
+			want: []string{"r1"}, wantOut: router.OutReplica,
 			check: func(t *testing.T, _ *Router[gtid.Set], s *LiveSession[gtid.Set], rd *Read[gtid.Set]) {
 				if st := s.State(); !st.HasSeen || !st.Seen.Equal(set(t, uA+":1-12")) {
 					t.Errorf("watermark = %v, want what run observed %s", st.Seen, uA+":1-12")
@@ -131,27 +131,27 @@ func TestQueryFunc(t *testing.T) {
 			}},
 		{name: "unsound watermark: the view", policy: router.PolicyTokenRYWMR, obs: uA + ":1-12",
 			cfg:  func(c *Config[gtid.Set]) { c.Watermark = WatermarkViewAtDecision },
-			want: []string{"r1"}, wantOut: OutReplica,
+			want: []string{"r1"}, wantOut: router.OutReplica,
 			check: func(t *testing.T, _ *Router[gtid.Set], s *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if st := s.State(); !st.Seen.Equal(set(t, uA+":1-10")) {
 					t.Errorf("watermark = %v, want the view's %s", st.Seen, uA+":1-10")
 				}
 			}},
 		{name: "pinned: no decision", policy: router.PolicyTokenRYW, token: uA + ":8",
-			opts: func(*testing.T) ReadOptions[gtid.Set] { return ReadOptions[gtid.Set]{Pin: "in_transaction"} },
-			want: []string{"p"}, wantOut: OutPrimary, wantPin: "in_transaction",
+			opts: func(*testing.T) ReadOptions[gtid.Set] { return ReadOptions[gtid.Set]{Pin: PinTransaction} },
+			want: []string{"p"}, wantOut: router.OutPrimary, wantPin: PinTransaction,
 			check: func(t *testing.T, r *Router[gtid.Set], _ *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if n := testutil.CollectAndCount(r.m.decisions); n != 0 {
 					t.Errorf("%d decision series for a pinned read", n)
 				}
-				if n := testutil.ToFloat64(r.m.reads.WithLabelValues("token-ryw", "primary", "in_transaction")); n != 1 {
+				if n := testutil.ToFloat64(r.m.reads.WithLabelValues("token-ryw", "primary", "in-transaction")); n != 1 {
 					t.Errorf("pinned read count = %v", n)
 				}
 			}},
 		{name: "statement error: returned, node stays up", policy: router.PolicyTokenRYW,
 			errs: []error{myErr}, wantErr: myErr, want: []string{"r1"}},
 		{name: "node error: marked down, decided again", policy: router.PolicyTokenRYW, token: uA + ":3",
-			errs: []error{errors.New("broken pipe")}, want: []string{"r1", "r2"}, wantOut: OutReplica,
+			errs: []error{errors.New("broken pipe")}, want: []string{"r1", "r2"}, wantOut: router.OutReplica,
 			wantDown: []string{"r1"}},
 		{name: "RunError no retry", policy: router.PolicyTokenRYW, token: uA + ":3",
 			errs: []error{&RunError{Err: io.ErrUnexpectedEOF, NodeFailed: true}}, wantErr: io.ErrUnexpectedEOF,
@@ -173,7 +173,7 @@ func TestQueryFunc(t *testing.T) {
 					return true, nil
 				}}
 			},
-			want: []string{"r1"}, wantOut: OutReplica,
+			want: []string{"r1"}, wantOut: router.OutReplica,
 			check: func(t *testing.T, _ *Router[gtid.Set], _ *LiveSession[gtid.Set], rd *Read[gtid.Set]) {
 				if rd.Waited <= 0 {
 					t.Errorf("Waited = %v", rd.Waited)
@@ -191,7 +191,7 @@ func TestQueryFunc(t *testing.T) {
 					t.Errorf("second read: err=%v calls=%v", err, rr.calls)
 				}
 			},
-			want: []string{"p"}, wantOut: OutFallback},
+			want: []string{"p"}, wantOut: router.OutFallback},
 		{name: "token the primary lacks: timed out after a re-read", policy: router.PolicyTokenRYW, token: uA + ":11",
 			wantErr: ErrTimedOut,
 			check: func(t *testing.T, r *Router[gtid.Set], _ *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
@@ -201,7 +201,7 @@ func TestQueryFunc(t *testing.T) {
 			}},
 		{name: "old-epoch token in the primary: re-anchored", policy: router.PolicyTokenRYW, token: uA + ":8",
 			cfg:  func(c *Config[gtid.Set]) { c.Epoch = 2 },
-			want: []string{"r1"}, wantOut: OutReplica,
+			want: []string{"r1"}, wantOut: router.OutReplica,
 			check: func(t *testing.T, _ *Router[gtid.Set], s *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
 				if gtok(s).Epoch != 2 {
 					t.Errorf("token epoch = %d, want 2", gtok(s).Epoch)
@@ -301,7 +301,7 @@ func TestRecordAckAndSetToken(t *testing.T) {
 	}
 	var rr runRec
 	rd, err := s.QueryFunc(context.Background(), s.policy, ReadOptions[gtid.Set]{}, rr.run)
-	if err != nil || rd.Outcome != OutFallback || rd.Node != "p" {
+	if err != nil || rd.Outcome != router.OutFallback || rd.Node != "p" {
 		t.Fatalf("read = %+v, %v", rd, err)
 	}
 	if n := testutil.ToFloat64(r.m.refreshes); n != 0 {

@@ -19,6 +19,9 @@ import (
 type ReadError struct {
 	// Reason is the decision's reason.
 	Reason router.Reason
+	// Outcome is router.OutFailedFast (refused at once) or
+	// router.OutTimedOut (refused after waiting), as counted.
+	Outcome router.Outcome
 	// Waited is how long the read waited before failing.
 	Waited time.Duration
 	// Trace holds the decisions when Config.Trace is set.
@@ -88,17 +91,17 @@ type Read[P gtid.Position[P]] struct {
 	Result *mysql.Result
 	// Node is the node that served it.
 	Node string
-	// Outcome is the typed outcome (OutReplica, OutFallback, OutPrimary or
-	// OutStale: Stale is then true and the data may lack the session's
+	// Outcome is the typed outcome (router.OutReplica, router.OutFallback, router.OutPrimary or
+	// router.OutStale: Stale is then true and the data may lack the session's
 	// writes).
-	Outcome Outcome
+	Outcome router.Outcome
 	Stale   bool
 	// Reason is the final decision's reason (zero for a pinned read).
 	Reason router.Reason
 	// Pin is the session reason a pinned read stayed on the primary
-	// (ReadOptions.Pin, or in-transaction/autocommit-off/session-state for
-	// Query), "" for a routed read.
-	Pin string
+	// (ReadOptions.Pin, or PinTransaction, PinAutocommitOff or
+	// PinSessionState for Query), "" for a routed read.
+	Pin Pin
 	// Waited is the total time spent waiting for replicas.
 	Waited time.Duration
 	// Watermark is the position the session's watermark was raised with.
@@ -211,17 +214,44 @@ func (s *LiveSession[P]) release(reusable bool) {
 	s.prim, s.inTx, s.txDirty, s.sticky = nil, false, false, false
 }
 
+// Pin says why a read stays on the primary without a decision: a session
+// reason (Read.Pin, ReadOptions.Pin, the reason label of the metrics). The
+// live router's own sessions pin for the first three; the proxy knows the
+// others from the statements it relays.
+type Pin string
+
+const (
+	// PinTransaction: an explicit transaction is open.
+	PinTransaction Pin = "in-transaction"
+	// PinAutocommitOff: autocommit is off (every statement is in a
+	// transaction).
+	PinAutocommitOff Pin = "autocommit-off"
+	// PinSessionState: the connection carries session state (SET, USE,
+	// temporary tables, user variables: session_track_state_change).
+	PinSessionState Pin = "session-state"
+	// PinTempTable: the session created a temporary table (it exists on
+	// the primary only).
+	PinTempTable Pin = "temp-table-session"
+	// PinLockedTables: the session holds LOCK TABLES.
+	PinLockedTables Pin = "locked-tables"
+	// PinUserVariables: the statement uses user variables set on the
+	// primary.
+	PinUserVariables Pin = "user-variables"
+	// PinNoReplicas: no replica is configured.
+	PinNoReplicas Pin = "no-replicas"
+)
+
 // pinReason says why the session keeps its primary connection, or "".
-func (s *LiveSession[P]) pinReason() string {
+func (s *LiveSession[P]) pinReason() Pin {
 	switch {
 	case s.prim == nil:
 		return ""
 	case s.inTx:
-		return "in-transaction"
+		return PinTransaction
 	case s.sticky:
-		return "session-state"
+		return PinSessionState
 	case !s.prim.c.IsAutoCommit():
-		return "autocommit-off"
+		return PinAutocommitOff
 	}
 	return ""
 }
@@ -349,14 +379,14 @@ func (s *LiveSession[P]) ExecWrite(ctx context.Context, query string, args ...an
 
 // settle returns the connection to the pool after a statement unless
 // something pins it; a new pin is counted by reason.
-func (s *LiveSession[P]) settle(wasPinned string) {
+func (s *LiveSession[P]) settle(wasPinned Pin) {
 	why := s.pinReason()
 	if why == "" {
 		s.release(true)
 		return
 	}
 	if why != wasPinned {
-		s.r.m.pins.WithLabelValues(why).Inc()
+		s.r.m.pins.WithLabelValues(string(why)).Inc()
 	}
 }
 

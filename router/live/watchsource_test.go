@@ -160,7 +160,7 @@ func TestWatchSource(t *testing.T) {
 		if got := readInt(t, rd); got < int64(i) {
 			t.Fatalf("read %d on %s (%v) returned max id %d: RYW violated; trace %v", i, rd.Node, rd.Outcome, got, rd.Trace)
 		}
-		if rd.Outcome == OutReplica {
+		if rd.Outcome == router.OutReplica {
 			replicaReads++
 		}
 		if rd.Waited > 0 {
@@ -208,7 +208,7 @@ func TestWatchSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rd.Outcome != OutFallback || rd.Reason != router.ReasonWaitBudgetSpent || rd.Waited < 250*time.Millisecond || readInt(t, rd) < 41 {
+	if rd.Outcome != router.OutFallback || rd.Reason != router.ReasonWaitBudgetSpent || rd.Waited < 250*time.Millisecond || readInt(t, rd) < 41 {
 		t.Fatalf("both stopped: outcome %v reason %v waited %v node %s; trace %v", rd.Outcome, rd.Reason, rd.Waited, rd.Node, rd.Trace)
 	}
 	// 4. The watcher's notification ends a wait as soon as the applier

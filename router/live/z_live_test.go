@@ -75,7 +75,7 @@ func newLiveRouter(t *testing.T, ctx context.Context, cfg Config[gtid.Set]) *Rou
 	pu := topo.Primary()
 	cfg.Primary, cfg.Replicas, cfg.User, cfg.Password = p, reps, pu.User, pu.Password
 	if cfg.Epoch == 0 {
-		cfg.Epoch = uint64(topo.Epoch())
+		cfg.Epoch = topo.Epoch()
 	}
 	r, err := New(ctx, cfg)
 	if err != nil {
@@ -303,11 +303,11 @@ func runWorkload(t *testing.T, ctx context.Context, r *Router[gtid.Set], sessBas
 			v.reads++
 			for _, x := range []*Read[gtid.Set]{rd, rd2} {
 				switch x.Outcome {
-				case OutStale:
+				case router.OutStale:
 					v.stale++
-				case OutFallback:
+				case router.OutFallback:
 					v.fallback++
-				case OutReplica:
+				case router.OutReplica:
 					v.replica++
 				}
 			}
@@ -331,7 +331,7 @@ func runWorkload(t *testing.T, ctx context.Context, r *Router[gtid.Set], sessBas
 		if readInt(t, rd) < lastSeq[i] {
 			v.ryw++
 		}
-		if rd.Outcome == OutReplica {
+		if rd.Outcome == router.OutReplica {
 			v.replica++
 		}
 	}
@@ -479,7 +479,7 @@ func testWatermarkOnce(t *testing.T, ctx context.Context, mode WatermarkMode, wi
 	mr := readInt(t, rd2) < readInt(t, rd1)
 	t.Logf("watermark mode %d (args %v): second read on %s (%v), count %d after %d, MR violation=%v",
 		mode, withArgs, rd2.Node, rd2.Outcome, readInt(t, rd2), readInt(t, rd1), mr)
-	if mode == WatermarkAfterRead && (mr || rd2.Outcome != OutFallback) {
+	if mode == WatermarkAfterRead && (mr || rd2.Outcome != router.OutFallback) {
 		t.Errorf("sound watermark: second read %v on %s, violation=%v", rd2.Outcome, rd2.Node, mr)
 	}
 	if mode == WatermarkViewAtDecision && !mr {
@@ -521,16 +521,16 @@ func testCap(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
 				}
 			case err != nil:
 				t.Fatal(err)
-			case rd.Outcome == OutFallback:
+			case rd.Outcome == router.OutFallback:
 				fallbacks++
 				if float64(fallbacks) > burst+rate*el+1e-9 {
 					t.Fatalf("%v: %d fallbacks after %.3fs exceed burst %v + %v/s", beh, fallbacks, el, burst, rate)
 				}
-			case rd.Outcome == OutPrimary && rd.Reason == router.ReasonNoReplicaUp:
+			case rd.Outcome == router.OutPrimary && rd.Reason == router.ReasonNoReplicaUp:
 				// The position source briefly saw no replica healthy: an
 				// availability read, not capped and counted apart.
 				avail++
-			case rd.Outcome == OutStale:
+			case rd.Outcome == router.OutStale:
 				stale++
 				if readInt(t, rd) == 0 {
 					staleMissing++
@@ -657,10 +657,10 @@ func testFailover(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
 		t.Fatalf("the session's write %v is not among the lost %v", s.State().Token, lost)
 	}
 	p, reps := liveNodes()
-	if err := r.Failover(ctx, p, reps, uint64(res.Epoch)); err != nil {
+	if err := r.Failover(ctx, p, reps, res.Epoch); err != nil {
 		t.Fatal(err)
 	}
-	if err := sr.Failover(ctx, p, reps, uint64(res.Epoch)); err != nil {
+	if err := sr.Failover(ctx, p, reps, res.Epoch); err != nil {
 		t.Fatal(err)
 	}
 	q := "SELECT COUNT(*) FROM rt.w WHERE sess = 800"
@@ -734,7 +734,7 @@ func newScalarRouter(t *testing.T, ctx context.Context, pol router.Policy) (*Rou
 		}
 	}
 	sr, err := New(ctx, Config[gtid.LSN]{Flavor: Scalar{}, Primary: p, Replicas: reps, User: pu.User, Password: pu.Password,
-		Positions: spl, Policy: pol, Epoch: uint64(topo.Epoch())})
+		Positions: spl, Policy: pol, Epoch: topo.Epoch()})
 	if err != nil {
 		t.Fatal(err)
 	}
