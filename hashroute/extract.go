@@ -3,6 +3,8 @@ package hashroute
 import (
 	"strconv"
 	"strings"
+
+	"github.com/causallab/causallab/internal/sqllex"
 )
 
 // Key is the comment key that carries the id.
@@ -111,75 +113,70 @@ func (e *ExtractError) Error() string {
 // `/* consistent_read_id:<id> */` is a list of one); keys and values are
 // trimmed of ASCII whitespace, the key is matched exactly (case-sensitive)
 // and the value is everything after the first ':' (it may itself contain
-// ':', but not ','). Optimizer hints `/*+ ... */`, executable comments
-// `/*! ... */`, `--` and `#` line comments, string literals ('...', "...")
-// and quoted identifiers (`...`) are skipped and never yield an id; string
-// literals follow MySQL's default sql_mode (backslash escapes and doubled
-// quotes). The key anywhere else (a column name, say) is ignored.
+// ':', but not ','). Optimizer hints `/*+ ... */`, `--` and `#` line
+// comments, string literals ('...', "...") and quoted identifiers (`...`)
+// never yield an id, nor does the SQL inside an executable comment
+// `/*! ... */`. What is a comment is decided by the project's one SQL
+// lexer (internal/sqllex; the proxy's classifier reads the same comments),
+// which follows MySQL's default sql_mode for string literals (backslash
+// escapes and doubled quotes). The key anywhere else (a column name, say)
+// is ignored.
 //
 // Extract does not allocate. It lexes the statement only up to the last
 // occurrence of the key that follows a "/*"; vectorised searches for "/*"
-// and for the key skip the rest. A statement without "/*" costs one
-// byte search; with the comment at the front, the comment's length plus one
-// byte search over the rest.
+// and for the key skip the rest, and the lexer looks only at the bytes
+// that can open a string, an identifier or a comment. A statement without
+// "/*" costs one byte search; with the comment at the front, the comment's
+// length plus one byte search over the rest.
 func Extract(stmt string) Extraction {
 	res := Extraction{Status: NoID, Offset: -1}
-	// next is the next occurrence of the key at or after pos that follows a
-	// "/*" (only those can be in a comment); -1 means none, so stop: nothing
-	// after pos can change the result. Searching for "/*" first is cheap
-	// ('/' is rare in SQL) and keeps the key search off plain SQL.
-	pos, next := 0, -1
-	for pos < len(stmt) {
-		if next < pos {
-			c := indexCommentStart(stmt, pos)
-			if c < 0 {
-				return res
-			}
-			j := strings.Index(stmt[c:], Key)
-			if j < 0 {
-				return res
-			}
-			next = c + j
-		}
-		// Skip plain bytes quickly; only the bytes below can start a token.
-		for pos < next && !isTokenStart(stmt[pos]) {
-			pos++
-		}
-		switch c := stmt[pos]; c {
-		case '\'', '"', '`':
-			pos = skipQuoted(stmt, pos, c)
-		case '#':
-			pos = skipLine(stmt, pos)
-		case '-':
-			if pos+1 < len(stmt) && stmt[pos+1] == '-' && (pos+2 == len(stmt) || isDashCommentSpace(stmt[pos+2])) {
-				pos = skipLine(stmt, pos)
-			} else {
-				pos++
-			}
-		case '/':
-			if pos+1 >= len(stmt) || stmt[pos+1] != '*' {
-				pos++
-				continue
-			}
-			bodyStart := pos + 2
-			end := strings.Index(stmt[bodyStart:], "*/")
-			if end < 0 {
-				// next >= pos here, so the key lies inside this comment.
-				return Extraction{Status: UnterminatedComment, Offset: pos}
-			}
-			bodyEnd := bodyStart + end
-			plain := bodyStart == bodyEnd || (stmt[bodyStart] != '+' && stmt[bodyStart] != '!')
-			if plain && next < bodyEnd {
-				if bad := scanItems(stmt, bodyStart, bodyEnd, next, &res); bad.Status != Found {
-					return bad
+	next := nextKey(stmt, 0)
+	if next < 0 {
+		return res
+	}
+	l := sqllex.Lexer{S: stmt}
+	for {
+		c, ok := l.NextCommentBefore(next)
+		// A comment holds the key only at next or later (next is the
+		// first occurrence after the first "/*" at or after where this
+		// comment was searched from), so one bound test finds it.
+		if end := c.BodyStart + len(c.Body); ok && c.Kind != sqllex.Line && next < end {
+			if k := next - c.BodyStart; k >= 0 {
+				if c.Unterminated {
+					return Extraction{Status: UnterminatedComment, Offset: c.Start}
+				}
+				if c.Kind == sqllex.Block {
+					if bad := scanItems(stmt, c.BodyStart, c.BodyStart+len(c.Body), c.BodyStart+k, &res); bad.Status != Found {
+						return bad
+					}
 				}
 			}
-			pos = bodyEnd + 2
-		default:
-			pos++
+		}
+		if !ok && l.Pos() >= len(stmt) {
+			return res
+		}
+		if !ok || l.Pos() > next {
+			// The key at next is passed (inside this comment, or not in a
+			// comment at all): only a later occurrence can matter.
+			if next = nextKey(stmt, max(l.Pos(), next+1)); next < 0 {
+				return res
+			}
 		}
 	}
-	return res
+}
+
+// nextKey returns the first occurrence of the key at or after pos that
+// follows a "/*" (only those can be in a comment), or -1.
+func nextKey(stmt string, pos int) int {
+	c := indexCommentStart(stmt, pos)
+	if c < 0 {
+		return -1
+	}
+	j := strings.Index(stmt[c:], Key)
+	if j < 0 {
+		return -1
+	}
+	return c + j
 }
 
 // indexCommentStart returns the index of the first "/*" at or after pos, or
@@ -261,61 +258,13 @@ func scanItem(stmt string, start, end int, res *Extraction) Extraction {
 	return Extraction{Status: Found}
 }
 
-// isTokenStart reports whether c can open a string literal, a quoted
-// identifier or a comment: ' " ` # - /.
-func isTokenStart(c byte) bool {
-	const mask = 1<<'\'' | 1<<'"' | 1<<'#' | 1<<'-' | 1<<'/'
-	return c < 64 && (uint64(mask)>>c)&1 != 0 || c == '`'
-}
-
 // trimSpace narrows [i, j) of s to exclude ASCII whitespace at both ends.
 func trimSpace(s string, i, j int) (int, int) {
-	for i < j && isSpace(s[i]) {
+	for i < j && sqllex.IsSpace(s[i]) {
 		i++
 	}
-	for j > i && isSpace(s[j-1]) {
+	for j > i && sqllex.IsSpace(s[j-1]) {
 		j--
 	}
 	return i, j
-}
-
-func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
-}
-
-// isDashCommentSpace: MySQL starts a `--` comment only when the second dash
-// is followed by whitespace or a control character.
-func isDashCommentSpace(c byte) bool { return c <= ' ' || c == 0x7f }
-
-// skipLine returns the index just past the newline ending the line comment
-// starting at pos, or len(s).
-func skipLine(s string, pos int) int {
-	if i := strings.IndexByte(s[pos:], '\n'); i >= 0 {
-		return pos + i + 1
-	}
-	return len(s)
-}
-
-// skipQuoted returns the index just past the literal or quoted identifier
-// opened by quote q at pos, or len(s) when it never closes. A doubled quote
-// is an escaped quote; a backslash escapes the next byte inside '...' and
-// "..." (not inside backticks).
-func skipQuoted(s string, pos int, q byte) int {
-	i := pos + 1
-	for i < len(s) {
-		c := s[i]
-		switch {
-		case c == '\\' && q != '`':
-			i += 2
-		case c == q:
-			if i+1 < len(s) && s[i+1] == q {
-				i += 2
-				continue
-			}
-			return i + 1
-		default:
-			i++
-		}
-	}
-	return len(s)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/causallab/causallab/internal/sqllex"
 )
 
 var long257 = strings.Repeat("x", MaxIDLen+1)
@@ -152,12 +154,24 @@ func TestExtractAllocs(t *testing.T) {
 // referenceExtract is a deliberately simple, independent implementation of
 // the documented extraction rules: it lexes the whole statement into tokens
 // first (no search shortcuts), then reads the plain comments in order.
+// The content of an executable comment /*!...*/ is SQL (a plain comment
+// inside it is a comment, even one that starts with '!').
 func referenceExtract(stmt string) Extraction {
 	type comment struct{ start, bodyStart, bodyEnd int }
 	var comments []comment
 	unterminated := -1
+	inExec := false
 	for i := 0; i < len(stmt); {
 		switch {
+		case inExec && strings.HasPrefix(stmt[i:], "*/"):
+			inExec = false
+			i += 2
+		case !inExec && strings.HasPrefix(stmt[i:], "/*!"):
+			inExec = true
+			i += 3
+			for i < len(stmt) && stmt[i] >= '0' && stmt[i] <= '9' {
+				i++
+			}
 		case stmt[i] == '\'' || stmt[i] == '"' || stmt[i] == '`':
 			q := stmt[i]
 			j := i + 1
@@ -190,7 +204,7 @@ func referenceExtract(stmt string) Extraction {
 				continue
 			}
 			body := stmt[i+2 : i+2+j]
-			if !strings.HasPrefix(body, "+") && !strings.HasPrefix(body, "!") {
+			if !strings.HasPrefix(body, "+") {
 				comments = append(comments, comment{i, i + 2, i + 2 + j})
 			}
 			i += 2 + j + 2
@@ -218,7 +232,7 @@ func referenceExtract(stmt string) Extraction {
 				return Extraction{Status: DuplicateKey, Offset: itemOff}
 			case res.Status == NoID:
 				valOff := strings.Index(stmt[itemOff:], ":") + itemOff + 1
-				for isSpace(stmt[valOff]) {
+				for strings.IndexByte(" \t\n\r\f\v", stmt[valOff]) >= 0 {
 					valOff++
 				}
 				res = Extraction{ID: val, Status: Found, Offset: valOff}
@@ -260,7 +274,7 @@ func FuzzExtract(f *testing.F) {
 				t.Fatalf("offset %d len %d outside or wrong in %q", got.Offset, len(got.ID), stmt)
 			}
 			if got.ID == "" || len(got.ID) > MaxIDLen || strings.ContainsRune(got.ID, ',') ||
-				isSpace(got.ID[0]) || isSpace(got.ID[len(got.ID)-1]) || strings.Contains(got.ID, "*/") {
+				sqllex.IsSpace(got.ID[0]) || sqllex.IsSpace(got.ID[len(got.ID)-1]) || strings.Contains(got.ID, "*/") {
 				t.Fatalf("malformed id %q", got.ID)
 			}
 		case NoID:

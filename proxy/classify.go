@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/internal/sqllex"
 )
 
 // Kind is what a statement does, as far as routing is concerned.
@@ -212,15 +213,16 @@ func (a *annotations) setErr(err error) {
 // ';', each either causal_token:<v> or min_gtid=<v> (':' and '=' both
 // accepted, keys case-insensitive). Other fields (consistent_read_id among
 // them: hashroute.Extract reads it) are ignored: comments are free text.
-func (a *annotations) comment(body string, block bool) {
-	a.block = block && (body == "" || body[0] != '+')
+func (a *annotations) comment(c sqllex.Comment) {
+	a.block = c.Kind == sqllex.Block
+	body := c.Body
 	i := 0
 	for i < len(body) {
-		for i < len(body) && (isSpace(body[i]) || body[i] == ';' || body[i] == ',' || body[i] == '+') {
+		for i < len(body) && (sqllex.IsSpace(body[i]) || body[i] == ';' || body[i] == ',' || body[i] == '+') {
 			i++
 		}
 		start := i
-		for i < len(body) && !isSpace(body[i]) && body[i] != ';' && body[i] != ',' {
+		for i < len(body) && !sqllex.IsSpace(body[i]) && body[i] != ';' && body[i] != ',' {
 			i++
 		}
 		if start < i {
@@ -242,9 +244,9 @@ func (a *annotations) field(f string) {
 	}
 	key, val := f[:sep], f[sep+1:]
 	switch {
-	case equalFoldASCII(key, "CAUSAL_TOKEN"):
+	case sqllex.EqualFoldUpper(key, "CAUSAL_TOKEN"):
 		a.setToken(val, TokenComment)
-	case equalFoldASCII(key, "MIN_GTID"):
+	case sqllex.EqualFoldUpper(key, "MIN_GTID"):
 		a.setToken(val, TokenMinGTID)
 	case a.block && key == hashroute.Key:
 		a.readIDKey = true
@@ -278,18 +280,24 @@ func formKey(f TokenForm) string {
 // closure of its comment callback, and never uses regular expressions.
 func Classify(query string) (Stmt, error) {
 	var a annotations
-	l := lexer{s: query, comment: a.comment}
+	l := sqllex.Lexer{S: query, Comment: a.comment}
 	st := classify(&l)
 	// Comments after the last token are seen only by draining.
-	for t := l.next(); t.kind != tokEOF; t = l.next() {
+	for t := l.Next(); t.Kind != sqllex.EOF; t = l.Next() {
 	}
-	if l.unterminated && st.Kind == KindRead {
-		st.Kind, st.Reason = KindPrimary, ReasonUnclassified
+	switch st.Kind {
+	case KindRead, KindGetToken, KindTrackGTIDs:
+		if l.Unterminated {
+			// A lexically broken statement is neither routed nor answered
+			// by the proxy: the primary refuses it with the server's own
+			// error.
+			st = primary(ReasonUnclassified)
+		}
 	}
 	if a.err != nil {
 		return Stmt{}, a.err
 	}
-	if st.assignsToken || l.unterminated && st.Kind == KindSetToken {
+	if st.assignsToken || l.Unterminated && st.Kind == KindSetToken {
 		return Stmt{}, ErrTokenNotLiteral
 	}
 	if st.Kind != KindSetToken {
@@ -319,63 +327,63 @@ func Classify(query string) (Stmt, error) {
 
 func primary(r Reason) Stmt { return Stmt{Kind: KindPrimary, Reason: r} }
 
-func classify(l *lexer) Stmt {
-	t := l.next()
-	for t.punct('(') {
-		t = l.next()
+func classify(l *sqllex.Lexer) Stmt {
+	t := l.Next()
+	for t.Punct('(') {
+		t = l.Next()
 	}
 	switch {
-	case t.kind != tokWord:
+	case t.Kind != sqllex.Word:
 		return primary(ReasonUnclassified)
-	case t.is("SELECT"), t.is("WITH"), t.is("TABLE"), t.is("VALUES"):
+	case t.Is("SELECT"), t.Is("WITH"), t.Is("TABLE"), t.Is("VALUES"):
 		return classifySelect(l, t)
-	case t.is("SET"):
+	case t.Is("SET"):
 		return classifySet(l)
-	case t.is("USE"):
+	case t.Is("USE"):
 		return Stmt{Kind: KindSession}
-	case t.is("BEGIN"):
+	case t.Is("BEGIN"):
 		// BEGIN NOT ATOMIC is a compound statement only in stored programs.
 		return Stmt{Kind: KindBegin, Reason: ReasonTransaction}
-	case t.is("START"):
-		if n := l.next(); n.is("TRANSACTION") {
+	case t.Is("START"):
+		if n := l.Next(); n.Is("TRANSACTION") {
 			return Stmt{Kind: KindBegin, Reason: ReasonTransaction}
 		}
 		return primary(ReasonWrite) // START REPLICA, START GROUP_REPLICATION...
-	case t.is("COMMIT"):
+	case t.Is("COMMIT"):
 		return Stmt{Kind: KindEnd, Reason: ReasonTransaction}
-	case t.is("ROLLBACK"):
-		for n := l.next(); n.kind != tokEOF; n = l.next() {
-			if n.is("TO") {
+	case t.Is("ROLLBACK"):
+		for n := l.Next(); n.Kind != sqllex.EOF; n = l.Next() {
+			if n.Is("TO") {
 				return primary(ReasonTransaction) // ROLLBACK TO SAVEPOINT
 			}
 		}
 		return Stmt{Kind: KindEnd, Reason: ReasonTransaction}
-	case t.is("SAVEPOINT"), t.is("RELEASE"), t.is("XA"):
+	case t.Is("SAVEPOINT"), t.Is("RELEASE"), t.Is("XA"):
 		return primary(ReasonTransaction)
-	case t.is("LOCK"):
+	case t.Is("LOCK"):
 		return Stmt{Kind: KindPrimary, Reason: ReasonTransaction, LocksTables: true}
-	case t.is("UNLOCK"):
+	case t.Is("UNLOCK"):
 		return Stmt{Kind: KindPrimary, Reason: ReasonTransaction, UnlocksTables: true}
-	case t.is("CREATE"), t.is("DROP"):
-		if n := l.next(); n.is("TEMPORARY") {
+	case t.Is("CREATE"), t.Is("DROP"):
+		if n := l.Next(); n.Is("TEMPORARY") {
 			return Stmt{Kind: KindPrimary, Reason: ReasonTempTable, TempTable: true}
 		}
 		return primary(ReasonWrite)
-	case t.is("INSERT"), t.is("UPDATE"), t.is("DELETE"), t.is("REPLACE"),
-		t.is("ALTER"), t.is("TRUNCATE"), t.is("RENAME"), t.is("GRANT"),
-		t.is("REVOKE"), t.is("LOAD"), t.is("CALL"), t.is("HANDLER"),
-		t.is("OPTIMIZE"), t.is("ANALYZE"), t.is("REPAIR"), t.is("CHECK"),
-		t.is("FLUSH"), t.is("KILL"), t.is("RESET"), t.is("PURGE"),
-		t.is("CHANGE"), t.is("STOP"), t.is("INSTALL"), t.is("UNINSTALL"),
-		t.is("IMPORT"), t.is("PREPARE"), t.is("EXECUTE"), t.is("DEALLOCATE"),
-		t.is("DO"), t.is("CHECKSUM"), t.is("CACHE"), t.is("SHUTDOWN"),
-		t.is("RESTART"), t.is("CLONE"):
+	case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"),
+		t.Is("ALTER"), t.Is("TRUNCATE"), t.Is("RENAME"), t.Is("GRANT"),
+		t.Is("REVOKE"), t.Is("LOAD"), t.Is("CALL"), t.Is("HANDLER"),
+		t.Is("OPTIMIZE"), t.Is("ANALYZE"), t.Is("REPAIR"), t.Is("CHECK"),
+		t.Is("FLUSH"), t.Is("KILL"), t.Is("RESET"), t.Is("PURGE"),
+		t.Is("CHANGE"), t.Is("STOP"), t.Is("INSTALL"), t.Is("UNINSTALL"),
+		t.Is("IMPORT"), t.Is("PREPARE"), t.Is("EXECUTE"), t.Is("DEALLOCATE"),
+		t.Is("DO"), t.Is("CHECKSUM"), t.Is("CACHE"), t.Is("SHUTDOWN"),
+		t.Is("RESTART"), t.Is("CLONE"):
 		st := primary(ReasonWrite)
 		scanUserVars(l, &st)
 		return st
-	case t.is("SHOW"):
+	case t.Is("SHOW"):
 		return primary(ReasonShow)
-	case t.is("DESCRIBE"), t.is("DESC"), t.is("EXPLAIN"):
+	case t.Is("DESCRIBE"), t.Is("DESC"), t.Is("EXPLAIN"):
 		// EXPLAIN ANALYZE runs the statement: only a SELECT may be routed.
 		return classifyExplain(l)
 	}
@@ -383,57 +391,57 @@ func classify(l *lexer) Stmt {
 }
 
 // scanUserVars marks a write that assigns user variables.
-func scanUserVars(l *lexer, st *Stmt) {
-	var prev token
-	for t := l.next(); t.kind != tokEOF; t = l.next() {
-		if t.kind == tokVar {
+func scanUserVars(l *sqllex.Lexer, st *Stmt) {
+	var prev sqllex.Token
+	for t := l.Next(); t.Kind != sqllex.EOF; t = l.Next() {
+		if t.Kind == sqllex.Var {
 			st.UsesUserVar = true
 		}
-		if t.kind == tokAssign && prev.kind == tokVar {
+		if t.Kind == sqllex.Assign && prev.Kind == sqllex.Var {
 			st.SetsUserVar = true
-			st.assignsToken = st.assignsToken || isCausalTokenVar(prev.text)
+			st.assignsToken = st.assignsToken || isCausalTokenVar(prev.Text)
 		}
-		if t.is("INTO") {
-			if n := l.next(); n.kind == tokVar {
+		if t.Is("INTO") {
+			if n := l.Next(); n.Kind == sqllex.Var {
 				st.SetsUserVar, st.UsesUserVar = true, true
-				st.assignsToken = st.assignsToken || isCausalTokenVar(n.text)
+				st.assignsToken = st.assignsToken || isCausalTokenVar(n.Text)
 			}
 		}
 		prev = t
 	}
 }
 
-func classifyExplain(l *lexer) Stmt {
-	for t := l.next(); t.kind != tokEOF; t = l.next() {
+func classifyExplain(l *sqllex.Lexer) Stmt {
+	for t := l.Next(); t.Kind != sqllex.EOF; t = l.Next() {
 		switch {
-		case t.is("SELECT"), t.is("WITH"), t.is("TABLE"):
+		case t.Is("SELECT"), t.Is("WITH"), t.Is("TABLE"):
 			st := classifySelect(l, t)
 			if st.Kind == KindGetToken {
 				return primary(ReasonUnclassified)
 			}
 			return st
-		case t.kind == tokWord && (t.is("ANALYZE") || t.is("FORMAT") || t.is("EXTENDED") || t.is("PARTITIONS") || t.is("TREE") || t.is("JSON") || t.is("TRADITIONAL")):
+		case t.Kind == sqllex.Word && (t.Is("ANALYZE") || t.Is("FORMAT") || t.Is("EXTENDED") || t.Is("PARTITIONS") || t.Is("TREE") || t.Is("JSON") || t.Is("TRADITIONAL")):
 			continue
-		case t.punct('='):
+		case t.Punct('='):
 			continue
-		case t.kind == tokWord:
+		case t.Kind == sqllex.Word:
 			// DESCRIBE tbl [col]: metadata read, routable.
-			if n := l.next(); n.kind == tokEOF || n.kind == tokWord || n.kind == tokIdent || n.punct('.') || n.kind == tokString {
-				if n.kind == tokEOF {
+			if n := l.Next(); n.Kind == sqllex.EOF || n.Kind == sqllex.Word || n.Kind == sqllex.Ident || n.Punct('.') || n.Kind == sqllex.String {
+				if n.Kind == sqllex.EOF {
 					return Stmt{Kind: KindRead}
 				}
-				for m := l.next(); m.kind != tokEOF; m = l.next() {
-					if m.kind == tokWord && (m.is("INSERT") || m.is("UPDATE") || m.is("DELETE") || m.is("REPLACE")) {
+				for m := l.Next(); m.Kind != sqllex.EOF; m = l.Next() {
+					if m.Kind == sqllex.Word && (m.Is("INSERT") || m.Is("UPDATE") || m.Is("DELETE") || m.Is("REPLACE")) {
 						return primary(ReasonWrite)
 					}
 				}
-				if t.is("INSERT") || t.is("UPDATE") || t.is("DELETE") || t.is("REPLACE") || t.is("FOR") {
+				if t.Is("INSERT") || t.Is("UPDATE") || t.Is("DELETE") || t.Is("REPLACE") || t.Is("FOR") {
 					return primary(ReasonWrite)
 				}
 				return Stmt{Kind: KindRead}
 			}
 			return primary(ReasonUnclassified)
-		case t.kind == tokIdent:
+		case t.Kind == sqllex.Ident:
 			return Stmt{Kind: KindRead}
 		default:
 			return primary(ReasonUnclassified)
@@ -443,7 +451,7 @@ func classifyExplain(l *lexer) Stmt {
 }
 
 // classifySelect scans a SELECT (or WITH/TABLE/VALUES) to its end.
-func classifySelect(l *lexer, first token) Stmt {
+func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 	st := Stmt{Kind: KindRead}
 	pin := func(r Reason) {
 		// The first pinning reason wins; later ones are the same outcome.
@@ -451,33 +459,33 @@ func classifySelect(l *lexer, first token) Stmt {
 			st.Kind, st.Reason = KindPrimary, r
 		}
 	}
-	var prev token
+	var prev sqllex.Token
 	words := 0
-	onlyToken := first.is("SELECT")
+	onlyToken := first.Is("SELECT")
 	sawSemicolon := false
 	intoVars := false // inside SELECT ... INTO @a, @b
-	for t := l.next(); t.kind != tokEOF; prev, t = t, l.next() {
+	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
 		if sawSemicolon {
 			pin(ReasonMultiStatement)
 			onlyToken = false
 			continue
 		}
-		if t.punct(';') {
+		if t.Punct(';') {
 			sawSemicolon = true
 			continue
 		}
 		words++
-		intoVars = intoVars && (t.kind == tokVar || t.punct(','))
-		switch t.kind {
-		case tokVar:
+		intoVars = intoVars && (t.Kind == sqllex.Var || t.Punct(','))
+		switch t.Kind {
+		case sqllex.Var:
 			st.UsesUserVar = true
-			if prev.is("INTO") {
+			if prev.Is("INTO") {
 				intoVars = true
 			}
 			if intoVars {
-				st.assignsToken = st.assignsToken || isCausalTokenVar(t.text)
+				st.assignsToken = st.assignsToken || isCausalTokenVar(t.Text)
 			}
-			if words == 1 && isCausalTokenVar(t.text) {
+			if words == 1 && isCausalTokenVar(t.Text) {
 				continue
 			}
 			onlyToken = false
@@ -485,42 +493,42 @@ func classifySelect(l *lexer, first token) Stmt {
 				st.SetsUserVar = true
 				pin(ReasonUserVariable)
 			}
-		case tokAssign:
+		case sqllex.Assign:
 			onlyToken = false
-			if prev.kind == tokVar {
+			if prev.Kind == sqllex.Var {
 				st.SetsUserVar = true
-				st.assignsToken = st.assignsToken || isCausalTokenVar(prev.text)
+				st.assignsToken = st.assignsToken || isCausalTokenVar(prev.Text)
 				pin(ReasonUserVariable)
 			}
-		case tokPunct:
-			if t.punct('(') && prev.kind == tokWord {
+		case sqllex.Punct:
+			if t.Punct('(') && prev.Kind == sqllex.Word {
 				switch {
-				case prev.is("GET_LOCK"), prev.is("RELEASE_LOCK"), prev.is("RELEASE_ALL_LOCKS"),
-					prev.is("IS_FREE_LOCK"), prev.is("IS_USED_LOCK"),
-					prev.is("SERVICE_GET_WRITE_LOCKS"), prev.is("SERVICE_GET_READ_LOCKS"),
-					prev.is("SERVICE_RELEASE_LOCKS"):
+				case prev.Is("GET_LOCK"), prev.Is("RELEASE_LOCK"), prev.Is("RELEASE_ALL_LOCKS"),
+					prev.Is("IS_FREE_LOCK"), prev.Is("IS_USED_LOCK"),
+					prev.Is("SERVICE_GET_WRITE_LOCKS"), prev.Is("SERVICE_GET_READ_LOCKS"),
+					prev.Is("SERVICE_RELEASE_LOCKS"):
 					pin(ReasonLockingFunction)
-				case prev.is("LAST_INSERT_ID"), prev.is("FOUND_ROWS"), prev.is("ROW_COUNT"),
-					prev.is("CONNECTION_ID"), prev.is("WAIT_FOR_EXECUTED_GTID_SET"),
-					prev.is("SOURCE_POS_WAIT"), prev.is("MASTER_POS_WAIT"), prev.is("NEXTVAL"):
+				case prev.Is("LAST_INSERT_ID"), prev.Is("FOUND_ROWS"), prev.Is("ROW_COUNT"),
+					prev.Is("CONNECTION_ID"), prev.Is("WAIT_FOR_EXECUTED_GTID_SET"),
+					prev.Is("SOURCE_POS_WAIT"), prev.Is("MASTER_POS_WAIT"), prev.Is("NEXTVAL"):
 					pin(ReasonSessionFunction)
 				}
 			}
 			onlyToken = false
-		case tokWord:
+		case sqllex.Word:
 			onlyToken = false
 			switch {
-			case t.is("UPDATE") && prev.is("FOR"):
+			case t.Is("UPDATE") && prev.Is("FOR"):
 				pin(ReasonLockingRead)
-			case t.is("SHARE") && prev.is("FOR"):
+			case t.Is("SHARE") && prev.Is("FOR"):
 				pin(ReasonLockingRead)
-			case t.is("SHARE") && prev.is("IN"):
+			case t.Is("SHARE") && prev.Is("IN"):
 				pin(ReasonLockingRead) // LOCK IN SHARE MODE
-			case t.is("OUTFILE") || t.is("DUMPFILE"):
-				if prev.is("INTO") {
+			case t.Is("OUTFILE") || t.Is("DUMPFILE"):
+				if prev.Is("INTO") {
 					pin(ReasonIntoFile)
 				}
-			case t.is("INSERT") || t.is("UPDATE") || t.is("DELETE") || t.is("REPLACE"):
+			case t.Is("INSERT") || t.Is("UPDATE") || t.Is("DELETE") || t.Is("REPLACE"):
 				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
 				pin(ReasonWrite)
 			}
@@ -539,51 +547,51 @@ func isCausalTokenVar(v string) bool {
 	if len(name) >= 2 && (name[0] == '`' || name[0] == '\'' || name[0] == '"') && name[len(name)-1] == name[0] {
 		name = name[1 : len(name)-1]
 	}
-	return equalFoldASCII(name, "CAUSAL_TOKEN")
+	return sqllex.EqualFoldUpper(name, "CAUSAL_TOKEN")
 }
 
 // classifySet classifies SET statements.
-func classifySet(l *lexer) Stmt {
-	t := l.next()
+func classifySet(l *sqllex.Lexer) Stmt {
+	t := l.Next()
 	// SET TRANSACTION applies to the next transaction only: primary.
-	if t.is("TRANSACTION") {
+	if t.Is("TRANSACTION") {
 		return primary(ReasonTransaction)
 	}
-	if t.is("SESSION") || t.is("LOCAL") {
-		n := l.next()
-		if n.is("TRANSACTION") {
+	if t.Is("SESSION") || t.Is("LOCAL") {
+		n := l.Next()
+		if n.Is("TRANSACTION") {
 			return Stmt{Kind: KindSession} // every later transaction
 		}
 		t = n
-	} else if t.is("GLOBAL") || t.is("PERSIST") || t.is("PERSIST_ONLY") || t.is("PASSWORD") || t.is("DEFAULT") || t.is("ROLE") || t.is("RESOURCE") {
+	} else if t.Is("GLOBAL") || t.Is("PERSIST") || t.Is("PERSIST_ONLY") || t.Is("PASSWORD") || t.Is("DEFAULT") || t.Is("ROLE") || t.Is("RESOURCE") {
 		return primary(ReasonWrite)
 	}
 	// SET @causal_token = '<token>' alone.
-	if t.kind == tokVar && isCausalTokenVar(t.text) {
-		eq := l.next()
-		v := l.next()
-		end := l.next()
-		if (eq.punct('=') || eq.kind == tokAssign) && v.kind == tokString && (end.kind == tokEOF || end.punct(';')) &&
-			(end.kind == tokEOF || l.next().kind == tokEOF) {
-			return Stmt{Kind: KindSetToken, Token: unquote(v.text), TokenForm: TokenSet}
+	if t.Kind == sqllex.Var && isCausalTokenVar(t.Text) {
+		eq := l.Next()
+		v := l.Next()
+		end := l.Next()
+		if (eq.Punct('=') || eq.Kind == sqllex.Assign) && v.Kind == sqllex.String && (end.Kind == sqllex.EOF || end.Punct(';')) &&
+			(end.Kind == sqllex.EOF || l.Next().Kind == sqllex.EOF) {
+			return Stmt{Kind: KindSetToken, Token: unquote(v.Text), TokenForm: TokenSet}
 		}
 		// An expression, a subquery, a second target or statement: the
 		// server would set its own @causal_token, not the session's.
 		return Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, assignsToken: true}
 	}
 	if isTrackGTIDs(t) {
-		eq := l.next()
-		v := l.next()
-		end := l.next()
-		if (eq.punct('=') || eq.kind == tokAssign) && end.kind == tokEOF {
-			val := v.text
-			if v.kind == tokString {
+		eq := l.Next()
+		v := l.Next()
+		end := l.Next()
+		if (eq.Punct('=') || eq.Kind == sqllex.Assign) && end.Kind == sqllex.EOF {
+			val := v.Text
+			if v.Kind == sqllex.String {
 				val = unquote(val)
 			}
 			switch {
-			case equalFoldASCII(val, "OFF"), val == "0":
+			case sqllex.EqualFoldUpper(val, "OFF"), val == "0":
 				return Stmt{Kind: KindTrackGTIDs, TrackGTIDs: false}
-			case equalFoldASCII(val, "OWN_GTID"), equalFoldASCII(val, "ALL_GTIDS"), val == "1", val == "2":
+			case sqllex.EqualFoldUpper(val, "OWN_GTID"), sqllex.EqualFoldUpper(val, "ALL_GTIDS"), val == "1", val == "2":
 				return Stmt{Kind: KindTrackGTIDs, TrackGTIDs: true}
 			}
 		}
@@ -594,27 +602,27 @@ func classifySet(l *lexer) Stmt {
 	// session_track_gtids among others, or sets autocommit (the primary's
 	// status flags then pin the session: see session.go).
 	st := Stmt{Kind: KindSession}
-	var prev token
-	for ; t.kind != tokEOF; prev, t = t, l.next() {
+	var prev sqllex.Token
+	for ; t.Kind != sqllex.EOF; prev, t = t, l.Next() {
 		switch {
-		case t.kind == tokVar && isCausalTokenVar(t.text):
+		case t.Kind == sqllex.Var && isCausalTokenVar(t.Text):
 			// A later target (SET @a = 1, @causal_token = ...) is an
 			// assignment the proxy would not evaluate; a use on the right
 			// reads the server's variable, not the token: primary.
 			st := primary(ReasonUnclassified)
-			if prev.punct(',') {
-				n := l.next()
-				st.assignsToken = n.punct('=') || n.kind == tokAssign
+			if prev.Punct(',') {
+				n := l.Next()
+				st.assignsToken = n.Punct('=') || n.Kind == sqllex.Assign
 			}
 			return st
-		case t.kind == tokVar:
+		case t.Kind == sqllex.Var:
 			st.UsesUserVar = true
-		case t.is("SELECT"):
+		case t.Is("SELECT"):
 			return Stmt{Kind: KindPrimary, Reason: ReasonUserVariable, SetsUserVar: true, UsesUserVar: true}
 		case isTrackGTIDs(t):
 			return primary(ReasonUnclassified)
-		case t.punct(';'):
-			if l.next().kind != tokEOF {
+		case t.Punct(';'):
+			if l.Next().Kind != sqllex.EOF {
 				return primary(ReasonMultiStatement)
 			}
 		}
@@ -622,19 +630,19 @@ func classifySet(l *lexer) Stmt {
 	return st
 }
 
-func isTrackGTIDs(t token) bool {
-	switch t.kind {
-	case tokWord:
-		return t.is("SESSION_TRACK_GTIDS")
-	case tokSysVar:
-		name := t.text[2:]
+func isTrackGTIDs(t sqllex.Token) bool {
+	switch t.Kind {
+	case sqllex.Word:
+		return t.Is("SESSION_TRACK_GTIDS")
+	case sqllex.SysVar:
+		name := t.Text[2:]
 		for i := 0; i < len(name); i++ {
 			if name[i] == '.' {
 				name = name[i+1:]
 				break
 			}
 		}
-		return equalFoldASCII(name, "SESSION_TRACK_GTIDS")
+		return sqllex.EqualFoldUpper(name, "SESSION_TRACK_GTIDS")
 	}
 	return false
 }
