@@ -94,6 +94,8 @@ type Lexer struct {
 	Unterminated bool
 
 	i int
+	// last is the comment skipComment passed last.
+	last Comment
 	// inExec is true inside an executable comment /*! ... */: its closing
 	// "*/" is skipped as whitespace.
 	inExec bool
@@ -115,27 +117,23 @@ func isWordByte(c byte) bool {
 	return c == '_' || c == '$' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c >= 0x80
 }
 
-// report hands c to Comment.
-func (l *Lexer) report(c Comment) {
-	if l.Comment != nil {
-		l.Comment(c)
-	}
-}
-
 // skipComment handles a comment or executable-comment delimiter at l.i, if
-// any: it reports the comment (and returns it with ok), or enters or leaves
-// an executable comment. handled is false when l.i starts neither.
-func (l *Lexer) skipComment() (c Comment, ok, handled bool) {
+// any: it passes (and reports) a comment, leaving it in l.last with ok, or
+// enters or leaves an executable comment. handled is false when l.i starts
+// neither.
+func (l *Lexer) skipComment() (ok, handled bool) {
 	s, i := l.S, l.i
 	switch ch := s[i]; {
 	case ch == '#':
-		return l.lineComment(i, i+1), true, true
+		l.lineComment(i, i+1)
+		return true, true
 	case ch == '-' && i+1 < len(s) && s[i+1] == '-' && (i+2 == len(s) || isDashCommentFollower(s[i+2])):
-		return l.lineComment(i, i+2), true, true
+		l.lineComment(i, i+2)
+		return true, true
 	case ch == '*' && l.inExec && i+1 < len(s) && s[i+1] == '/':
 		l.inExec = false
 		l.i += 2
-		return Comment{}, false, true
+		return false, true
 	case ch == '/' && i+1 < len(s) && s[i+1] == '*':
 		if i+2 < len(s) && s[i+2] == '!' && !l.inExec {
 			// Executable comment: /*!50700 SQL */ or /*! SQL */.
@@ -147,9 +145,10 @@ func (l *Lexer) skipComment() (c Comment, ok, handled bool) {
 			if indexFrom(s, j, "*/") < 0 {
 				l.Unterminated = true
 			}
-			return Comment{}, false, true
+			return false, true
 		}
-		c := Comment{Kind: Block, Start: i, BodyStart: i + 2}
+		c := &l.last
+		*c = Comment{Kind: Block, Start: i, BodyStart: i + 2}
 		if i+2 < len(s) && s[i+2] == '+' {
 			c.Kind, c.BodyStart = Hint, i+3
 		}
@@ -162,21 +161,24 @@ func (l *Lexer) skipComment() (c Comment, ok, handled bool) {
 			c.Body = s[c.BodyStart:end]
 			l.i = end + 2
 		}
-		l.report(c)
-		return c, true, true
+		if l.Comment != nil {
+			l.Comment(*c)
+		}
+		return true, true
 	}
-	return Comment{}, false, false
+	return false, false
 }
 
-func (l *Lexer) lineComment(start, body int) Comment {
+func (l *Lexer) lineComment(start, body int) {
 	end := len(l.S)
 	if j := strings.IndexByte(l.S[body:], '\n'); j >= 0 {
 		end = body + j
 	}
-	c := Comment{Kind: Line, Body: l.S[body:end], Start: start, BodyStart: body}
+	l.last = Comment{Kind: Line, Body: l.S[body:end], Start: start, BodyStart: body}
 	l.i = end
-	l.report(c)
-	return c
+	if l.Comment != nil {
+		l.Comment(l.last)
+	}
 }
 
 // indexFrom is strings.Index of sub in s from position from (-1: none).
@@ -200,7 +202,7 @@ func (l *Lexer) skip() {
 		case c != '#' && c != '-' && c != '/' && c != '*':
 			return // cannot open (or close) a comment
 		}
-		if _, _, handled := l.skipComment(); !handled {
+		if _, handled := l.skipComment(); !handled {
 			return
 		}
 	}
@@ -291,20 +293,23 @@ func (l *Lexer) NextComment() (c Comment, ok bool) { return l.NextCommentBefore(
 // comment that starts before limit is passed whole), or at the end.
 func (l *Lexer) NextCommentBefore(limit int) (c Comment, ok bool) {
 	s := l.S
-	for l.i < len(s) && l.i < limit {
-		ch := s[l.i]
-		if !mayOpen(ch) {
-			l.i++
-			continue
+	limit = min(limit, len(s))
+	for l.i < limit {
+		i := l.i
+		for i < limit && !mayOpen(s[i]) {
+			i++
 		}
-		switch ch {
+		if l.i = i; i >= limit {
+			break
+		}
+		switch ch := s[i]; ch {
 		case '\'', '"', '`':
 			l.i = l.quoted(l.i)
 			continue
 		}
-		c, ok, handled := l.skipComment()
+		ok, handled := l.skipComment()
 		if ok {
-			return c, true
+			return l.last, true
 		}
 		if !handled {
 			l.i++
