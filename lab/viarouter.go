@@ -152,6 +152,16 @@ func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.Wai
 		defer wg.Done()
 		_ = g.Run(ctx) // returns once ctx ends; health is in the snapshots
 	}()
+	if err := waitHealthy(ctx, src, names, limit); err != nil {
+		return nil, err
+	}
+	return src, nil
+}
+
+// waitHealthy waits until src reports every named node healthy, or limit
+// passes (a node that is down stays unhealthy in the source, which the
+// router handles); only ctx ending is an error.
+func waitHealthy[P gtid.Position[P]](ctx context.Context, src live.PositionSource[P], names []string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		ok := true
@@ -161,10 +171,10 @@ func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.Wai
 			}
 		}
 		if ok || time.Now().After(deadline) {
-			return src, nil
+			return nil
 		}
 		if !sleepCtx(ctx, 10*time.Millisecond) {
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
@@ -176,8 +186,9 @@ func startWatchSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.Wai
 // node has answered once (or limit passes).
 func startScalarSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup, limit time.Duration) (live.PositionSource[gtid.LSN], error) {
 	var nodes []live.Node
+	var names []string
 	for _, n := range allNodes(topo) {
-		nodes = append(nodes, routerNode(n))
+		nodes, names = append(nodes, routerNode(n)), append(names, n.Name)
 	}
 	p := topo.Primary()
 	pl, err := live.NewPoller(live.PollerConfig[gtid.LSN]{Flavor: live.Scalar{}, Nodes: nodes, User: p.User, Password: p.Password,
@@ -190,21 +201,10 @@ func startScalarSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.Wa
 		defer wg.Done()
 		_ = pl.Run(ctx) // returns once ctx ends; health is in the positions
 	}()
-	deadline := time.Now().Add(limit)
-	for {
-		ok := true
-		for _, n := range nodes {
-			if _, up := pl.Position(n.Name); !up {
-				ok = false
-			}
-		}
-		if ok || time.Now().After(deadline) {
-			return pl, nil
-		}
-		if !sleepCtx(ctx, 10*time.Millisecond) {
-			return nil, ctx.Err()
-		}
+	if err := waitHealthy(ctx, pl, names, limit); err != nil {
+		return nil, err
 	}
+	return pl, nil
 }
 
 // drift starts (d > 0) or stops (d < 0) d outside readers on the named

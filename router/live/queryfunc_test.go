@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
@@ -37,9 +38,10 @@ func funcRouter(t *testing.T, mut func(*Config[gtid.Set])) (*Router[gtid.Set], *
 	src := &staticSource{pos: map[string]gtid.Set{
 		"p": set(t, uA+":1-10"), "r1": set(t, uA+":1-10"), "r2": set(t, uA+":1-5"),
 	}, up: map[string]bool{"p": true, "r1": true, "r2": true}}
+	refused := refusedAddr(t)
 	cfg := Config[gtid.Set]{
-		Primary:     Node{Name: "p", Addr: "127.0.0.1:1"},
-		Replicas:    []Node{{Name: "r1", Addr: "127.0.0.1:1"}, {Name: "r2", Addr: "127.0.0.1:1"}},
+		Primary:     Node{Name: "p", Addr: refused},
+		Replicas:    []Node{{Name: "r1", Addr: refused}, {Name: "r2", Addr: refused}},
 		Policy:      router.Policy{Kind: router.PolicyTokenRYW, CheckEpoch: true},
 		Positions:   src,
 		Epoch:       1,
@@ -326,4 +328,18 @@ func TestErrAttrOneLine(t *testing.T) {
 	if v := a.Value.String(); v != "line one | line two | at stack" {
 		t.Errorf("errAttr = %q", v)
 	}
+}
+
+// refusedAddr is a loopback address nothing listens on (a port the kernel
+// just handed out and took back): a dial is refused at once. A fixed port
+// is not safe on a shared machine (something listened on 127.0.0.1:1).
+func refusedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

@@ -42,10 +42,17 @@ func liveNodes() (Node, []Node) {
 }
 
 func startPoller(t *testing.T, ctx context.Context, interval time.Duration) *Poller[gtid.Set] {
+	return startPollerOf(t, ctx, PollerConfig[gtid.Set]{Interval: interval})
+}
+
+// startPollerOf runs a poller of every node (cfg's Nodes, User and
+// Password filled in) until the test ends, once every node answered.
+func startPollerOf[P gtid.Position[P]](t *testing.T, ctx context.Context, cfg PollerConfig[P]) *Poller[P] {
 	t.Helper()
 	p, reps := liveNodes()
 	pu := topo.Primary()
-	pl, err := NewPoller(PollerConfig[gtid.Set]{Nodes: append([]Node{p}, reps...), User: pu.User, Password: pu.Password, Interval: interval})
+	cfg.Nodes, cfg.User, cfg.Password = append([]Node{p}, reps...), pu.User, pu.Password
+	pl, err := NewPoller(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +62,7 @@ func startPoller(t *testing.T, ctx context.Context, interval time.Duration) *Pol
 	t.Cleanup(func() { cancel(); <-done })
 	// Wait for a first poll of every node.
 	deadline := time.Now().Add(10 * time.Second)
-	for _, n := range append([]Node{p}, reps...) {
+	for _, n := range cfg.Nodes {
 		for {
 			if _, ok := pl.Position(n.Name); ok {
 				break
@@ -570,7 +577,7 @@ func testReplicaDown(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
 	p, reps := liveNodes()
 	pu := topo.Primary()
 	bad := reps[0]
-	bad.Addr = "127.0.0.1:1" // nothing listens: connection refused
+	bad.Addr = refusedAddr(t) // nothing listens: connection refused
 	r, err := New(ctx, Config[gtid.Set]{Primary: p, Replicas: []Node{bad, reps[1]}, User: pu.User, Password: pu.Password,
 		Positions: pl, Policy: router.Policy{Kind: router.PolicyAny}, DownHold: 300 * time.Millisecond, Trace: true})
 	if err != nil {
@@ -711,28 +718,9 @@ func testFailover(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
 // Poller[gtid.LSN] of every node, with policy pol.
 func newScalarRouter(t *testing.T, ctx context.Context, pol router.Policy) (*Router[gtid.LSN], *Poller[gtid.LSN]) {
 	t.Helper()
+	spl := startPollerOf(t, ctx, PollerConfig[gtid.LSN]{Flavor: Scalar{}, Interval: 5 * time.Millisecond})
 	p, reps := liveNodes()
 	pu := topo.Primary()
-	spl, err := NewPoller(PollerConfig[gtid.LSN]{Flavor: Scalar{}, Nodes: append([]Node{p}, reps...), User: pu.User, Password: pu.Password, Interval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = spl.Run(pctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(10 * time.Second)
-	for _, n := range append([]Node{p}, reps...) {
-		for {
-			if _, ok := spl.Position(n.Name); ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("scalar poller never reached %s", n.Name)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	sr, err := New(ctx, Config[gtid.LSN]{Flavor: Scalar{}, Primary: p, Replicas: reps, User: pu.User, Password: pu.Password,
 		Positions: spl, Policy: pol, Epoch: topo.Epoch()})
 	if err != nil {
