@@ -284,3 +284,8 @@ func (c *Config) myCnf(serverID, port int, dir string, bind string) string {
 	}
 	return b.String()
 }
+
+// Validate reports what Start would refuse in c (a command line is checked
+// with it before anything starts). c is not changed: defaults are filled
+// into a copy.
+func (c Config) Validate() error { return c.validate() }

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +56,15 @@ type dockerBackend struct {
 	servers   []*dockerServer
 	// hostOverride, when set, is the only Docker host tried (tests).
 	hostOverride string
+	// topologyID tells this topology's containers from another's
+	// (containerName): topologies run side by side, tests in parallel.
+	topologyID string
+}
+
+// containerName is the name of node's container: causallab-<topology
+// id>-<node>, e.g. causallab-3f9a1c2e-replica1.
+func (b *dockerBackend) containerName(node string) string {
+	return "causallab-" + b.topologyID + "-" + node
 }
 
 var _ backend = (*dockerBackend)(nil)
@@ -127,6 +138,9 @@ func (b *dockerBackend) start(ctx context.Context) (nodes []Node, err error) {
 		return nil, fmt.Errorf("compose: create Docker network: %w", err)
 	}
 	b.networkID, b.network = nw.ID, nw.Name
+	var id [4]byte
+	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+	b.topologyID = hex.EncodeToString(id[:])
 	names := []string{"primary"}
 	for i := 1; i <= b.cfg.Replicas; i++ {
 		names = append(names, fmt.Sprintf("replica%d", i))
@@ -232,7 +246,8 @@ func (b *dockerBackend) run(ctx context.Context, nw *testcontainers.DockerNetwor
 			// entrypoint (mysql:9.7's docker-entrypoint.sh) never runs.
 			testcontainers.WithEntrypoint(b.dockerCommand(s.serverID-1)...),
 			testcontainers.WithExposedPorts(exposed),
-			testcontainers.WithLabels(map[string]string{"causallab.node": s.name}),
+			testcontainers.WithName(b.containerName(s.name)),
+			testcontainers.WithLabels(map[string]string{"causallab.node": s.name, "causallab.topology": b.topologyID}),
 			testcontainers.WithLogger(TestcontainersLogger(b.cfg.Logger)),
 			testcontainers.WithAdditionalLifecycleHooks(hooks...),
 			testcontainers.WithFiles(files...),

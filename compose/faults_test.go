@@ -305,7 +305,7 @@ func TestFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Epoch != 1 || topo.Epoch() != 1 || res.OldPrimary != "primary" || res.NewPrimary != "replica1" || !res.OldPrimaryReachable {
+	if res.Epoch != compose.FirstEpoch+1 || topo.Epoch() != compose.FirstEpoch+1 || res.OldPrimary != "primary" || res.NewPrimary != "replica1" || !res.OldPrimaryReachable {
 		t.Fatalf("result %+v", res)
 	}
 	if res.LostGTIDs != want {
@@ -343,7 +343,7 @@ func TestFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res2.Epoch != 2 || res2.OldPrimaryReachable || topo.Stats().FailoverUnreachableOldPrimary != 1 {
+	if res2.Epoch != compose.FirstEpoch+2 || res2.OldPrimaryReachable || topo.Stats().FailoverUnreachableOldPrimary != 1 {
 		t.Fatalf("second failover %+v, stats %+v", res2, topo.Stats())
 	}
 	if _, err := topo.Failover(ctx, "replica2"); !errors.Is(err, compose.ErrWrongRole) {

@@ -89,6 +89,7 @@ func (l launcher) launch(ctx context.Context, cfg Config, b BuildOptions) (*Topo
 	if _, berr := l.build(ctx, ImageOptions{Engine: engine, Progress: b.Progress, SkipImage: !docker}); berr != nil {
 		return nil, fmt.Errorf("%w; building it failed: %w", err, berr)
 	}
+	b.notify("starting %s on the %s just built...", engineName(engine), what)
 	return l.start(ctx, cfg)
 }
 

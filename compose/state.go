@@ -61,7 +61,9 @@ func (b *localBackend) state() backendState {
 }
 
 // StateVersion is the version of the State layout written by this code.
-const StateVersion = 1
+// Version 1 counted epochs from 0; ParseState reads it as version 2 (epochs
+// from FirstEpoch: one more).
+const StateVersion = 2
 
 // State is what another process needs to find a running topology again
 // (the CLI's state file): its nodes and roles, its epoch, and what the
@@ -221,8 +223,14 @@ func ParseState(b []byte) (State, error) {
 	if err := dec.Decode(&st); err != nil {
 		return State{}, fmt.Errorf("compose: bad state file: %w", err)
 	}
+	if st.Version == 1 { // written before epochs began at FirstEpoch
+		st.Version, st.Epoch = StateVersion, st.Epoch+FirstEpoch
+	}
 	if st.Version != StateVersion {
 		return State{}, fmt.Errorf("compose: bad state file: version %d, want %d", st.Version, StateVersion)
+	}
+	if st.Epoch < FirstEpoch {
+		return State{}, fmt.Errorf("compose: bad state file: epoch %d (epochs begin at %d)", st.Epoch, FirstEpoch)
 	}
 	switch st.Backend {
 	case BackendLocal, BackendDocker, BackendExternal:

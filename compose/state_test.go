@@ -33,6 +33,20 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 }
 
+// A version-1 state file counted epochs from 0: it reads as version 2 with
+// one more (the topology's epoch is the one its tokens carry).
+func TestParseStateVersion1Epoch(t *testing.T) {
+	for v1, want := range map[int64]int64{0: FirstEpoch, 1: FirstEpoch + 1, 4: FirstEpoch + 4} {
+		st := sampleState()
+		st.Version, st.Epoch = 1, v1
+		b, _ := json.Marshal(st)
+		got, err := ParseState(b)
+		if err != nil || got.Version != StateVersion || got.Epoch != want {
+			t.Errorf("version 1, epoch %d: got version %d epoch %d, %v; want epoch %d", v1, got.Version, got.Epoch, err, want)
+		}
+	}
+}
+
 func TestParseStateRejects(t *testing.T) {
 	good, _ := json.Marshal(sampleState())
 	cases := map[string]struct {
@@ -43,6 +57,7 @@ func TestParseStateRejects(t *testing.T) {
 		"not json":        {raw: "{", want: "bad state file"},
 		"unknown field":   {raw: strings.Replace(string(good), `"epoch"`, `"bogus":1,"epoch"`, 1), want: "unknown field"},
 		"version":         {edit: func(s *State) { s.Version = 99 }, want: "version 99"},
+		"epoch 0":         {edit: func(s *State) { s.Epoch = 0 }, want: "epoch 0 (epochs begin at 1)"},
 		"backend":         {edit: func(s *State) { s.Backend = "vm" }, want: `backend "vm"`},
 		"no nodes":        {edit: func(s *State) { s.Nodes = nil }, want: "0 nodes"},
 		"two primaries":   {edit: func(s *State) { s.Nodes[0].Role = RolePrimary }, want: "2 primaries"},

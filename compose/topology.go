@@ -174,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 	case BackendExternal:
 		be = newExternalBackend(&cfg)
 	}
-	t := &Topology{cfg: cfg, be: be, eng: eng, log: cfg.Logger, dbs: map[string]*sql.DB{}, pending: map[string]string{}}
+	t := &Topology{cfg: cfg, be: be, eng: eng, log: cfg.Logger, dbs: map[string]*sql.DB{}, pending: map[string]string{}, epoch: FirstEpoch}
 	began := time.Now()
 	nodes, err := be.start(ctx)
 	if err != nil {
@@ -250,7 +250,14 @@ func (t *Topology) Node(name string) (Node, error) {
 	return Node{}, fmt.Errorf("compose: %w %q (have %v)", ErrUnknownNode, name, names)
 }
 
-// Epoch returns the topology epoch: 0 at start, +1 at every failover.
+// FirstEpoch is a topology's epoch when it starts; every failover adds
+// one. It is the proxy's and the router's first epoch too (a token of
+// epoch 0 is the empty token, gtid.Token.IsZero), so the epoch `causallab
+// status` prints is the one tokens carry.
+const FirstEpoch = 1
+
+// Epoch returns the topology epoch: FirstEpoch at start, +1 at every
+// failover.
 func (t *Topology) Epoch() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -89,14 +89,34 @@ type Config struct {
 	Workload Workload
 	// SkipSetup keeps the existing schema (the caller set it up).
 	SkipSetup bool
-	// Progress, when set, is called about every 250ms with the counts so far.
+	// Progress, when set, is called at the start of each phase and about
+	// every 250ms of the workload and drain with the counts so far.
 	Progress func(Progress)
 	// Logger receives debug detail; default slog.Default().
 	Logger *slog.Logger
 }
 
+// Phase is one phase of a lab run, as Progress reports it.
+type Phase string
+
+const (
+	// PhaseSetUp: schema, the replicas catching up, the condition.
+	PhaseSetUp Phase = "set-up"
+	// PhaseWorkload: writes are offered (Progress.Elapsed of Total).
+	PhaseWorkload Phase = "workload"
+	// PhaseDrain: the writes are in; the reads that follow them finish.
+	PhaseDrain Phase = "drain"
+	// PhaseFit: the simulator's replica model is fitted to the measured lag.
+	PhaseFit Phase = "fit"
+	// PhaseSimulation: the simulator predicts the routers (and a
+	// scenario's own simulator tables).
+	PhaseSimulation Phase = "simulation"
+)
+
 // Progress is a snapshot of a running experiment.
 type Progress struct {
+	// Phase is the phase running.
+	Phase Phase
 	// Elapsed is the wall time since the measurement began.
 	Elapsed time.Duration
 	// Total is the offered run length (all phases).

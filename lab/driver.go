@@ -153,6 +153,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 	var ready []*op
 	wi, inflight := 0, 0
 	var lastProgress time.Duration
+	var lastPhase Phase
 	var total Tally
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -235,9 +236,13 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 
 	for {
 		now := e.since()
-		if progress != nil && now-lastProgress >= 250*time.Millisecond {
-			lastProgress = now
-			progress(Progress{Elapsed: now, Reads: total.Reads, RYW: total.RYW, MR: total.MR})
+		phase := PhaseWorkload
+		if wi >= len(sched) {
+			phase = PhaseDrain
+		}
+		if progress != nil && (now-lastProgress >= 250*time.Millisecond || phase != lastPhase) {
+			lastProgress, lastPhase = now, phase
+			progress(Progress{Phase: phase, Elapsed: now, Reads: total.Reads, RYW: total.RYW, MR: total.MR})
 		}
 		for wi < len(sched) && sched[wi].At <= now {
 			w := sched[wi]
@@ -292,7 +297,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		}
 	}
 	if progress != nil {
-		progress(Progress{Elapsed: e.since(), Reads: total.Reads, RYW: total.RYW, MR: total.MR})
+		progress(Progress{Phase: PhaseDrain, Elapsed: e.since(), Reads: total.Reads, RYW: total.RYW, MR: total.MR})
 	}
 	return accs, chk, nil
 }
@@ -368,6 +373,9 @@ func runGroup(ctx context.Context, topo Faults, cfg *Config, specs []RouterSpec,
 	rctx, cancel := context.WithCancel(ctx)
 	g := &group{topo: topo, cfg: cfg, cancel: cancel}
 	defer g.close()
+	if progress != nil {
+		progress(Progress{Phase: PhaseSetUp})
+	}
 	if err := g.setUp(rctx, ctx); err != nil {
 		return nil, err
 	}

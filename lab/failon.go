@@ -139,3 +139,29 @@ func compare(v float64, op string, t float64) bool {
 	}
 	return false
 }
+
+// CheckFailOn refuses, before anything runs, a rule naming a router that
+// one of sc's runs under o lacks: Failures would report it after the run
+// (a typo must not pass), but it need not cost the run.
+func (sc *Scenario) CheckFailOn(o ScenarioOptions, rules []FailRule) error {
+	for _, r := range sc.runs() {
+		cfg, err := sc.runConfig(r, o, nil)
+		if err == nil {
+			err = cfg.validate()
+		}
+		if err != nil {
+			return fmt.Errorf("%w (scenario %s)", err, r.Name)
+		}
+		names := make([]string, len(cfg.Routers))
+		have := map[string]bool{}
+		for i, sp := range cfg.Routers {
+			names[i], have[sp.Name] = sp.Name, true
+		}
+		for _, rule := range rules {
+			if rule.Router != "" && !have[rule.Router] {
+				return fmt.Errorf("lab: fail-on rule %s names no router of %s (its routers: %s)", rule, r.Name, strings.Join(names, ", "))
+			}
+		}
+	}
+	return nil
+}

@@ -78,3 +78,33 @@ func FuzzParseFailOn(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckFailOn: a rule naming a router a run lacks is refused before
+// the run, with the run's routers; --routers replaces the scenario's.
+func TestCheckFailOn(t *testing.T) {
+	sc, err := BuiltinScenario("routers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := func(s string) []FailRule {
+		r, err := ParseFailOn(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if err := sc.CheckFailOn(ScenarioOptions{}, rules("ryw>0,token-ryw-mr:ryw>0,any:mr_pct>5")); err != nil {
+		t.Errorf("the scenario's own routers refused: %v", err)
+	}
+	err = sc.CheckFailOn(ScenarioOptions{}, rules("bogus:ryw>0"))
+	if err == nil || !strings.Contains(err.Error(), "bogus:ryw>0 names no router of routers") || !strings.Contains(err.Error(), "token-ryw-mr") {
+		t.Errorf("bogus router: %v", err)
+	}
+	only, err := ParseRouters("any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.CheckFailOn(ScenarioOptions{Config: Config{Routers: only}}, rules("token-ryw-mr:ryw>0")); err == nil {
+		t.Error("a router --routers left out was accepted")
+	}
+}

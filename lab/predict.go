@@ -23,6 +23,15 @@ type PredictOptions struct {
 	NoFit bool
 	// Fit bounds the fit of the replica model to the measured lag.
 	Fit FitOptions
+	// OnPhase, when set, is called as the fit (PhaseFit) and the routers'
+	// simulation (PhaseSimulation) begin.
+	OnPhase func(Phase)
+}
+
+func (o *PredictOptions) phase(p Phase) {
+	if o.OnPhase != nil {
+		o.OnPhase(p)
+	}
 }
 
 // SimModel builds the simulator's replica model for a lab run: the SAME
@@ -98,6 +107,7 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 	cfg.Model = &model
 	desc := "same inputs, not fitted: "
 	if !o.NoFit {
+		o.phase(PhaseFit)
 		fit, err := FitLag(ctx, cfg, res.Lag.MeanMs, res.Lag.P99Ms, o.Fit)
 		if err != nil {
 			return fmt.Errorf("lab: predict: %w", err)
@@ -125,6 +135,7 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 		specs[i] = sim.RouterSpec{Name: r.Name, Policy: r.Policy}
 	}
 	cfg.Model = &model
+	o.phase(PhaseSimulation)
 	out, err := sim.Run(ctx, cfg, specs, nil)
 	if err != nil {
 		return fmt.Errorf("lab: simulator prediction: %w", err)

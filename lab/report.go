@@ -27,7 +27,7 @@ type Format = sim.Format
 func ParseFormat(s string) (Format, error) { return sim.ParseFormat(s) }
 
 // na is a cell for a missing prediction.
-var na = sim.Cell{Label: "–"}
+var na = sim.NA()
 
 func predCell(p *Prediction, f func(*Prediction) float64) sim.Cell {
 	if p == nil {

@@ -178,7 +178,11 @@ func RunScenario(ctx context.Context, topo Topology, sc *Scenario, o ScenarioOpt
 			return nil, nil, fmt.Errorf("lab scenario %s: %w", run.Name, err)
 		}
 		if sc.Predict == PredictFit && !o.NoPredict {
-			if err := Predict(ctx, res, cfg.Condition, len(reps), cfg.Routers, o.Predict); err != nil {
+			po := o.Predict
+			if cfg.Progress != nil {
+				po.OnPhase = func(p Phase) { cfg.Progress(Progress{Phase: p}) }
+			}
+			if err := Predict(ctx, res, cfg.Condition, len(reps), cfg.Routers, po); err != nil {
 				return nil, nil, fmt.Errorf("lab scenario %s: %w", run.Name, err)
 			}
 		}
@@ -191,7 +195,10 @@ func RunScenario(ctx context.Context, topo Topology, sc *Scenario, o ScenarioOpt
 		}
 		results = append(results, res)
 	}
-	if !o.NoPredict && len(results) > 0 {
+	if !o.NoPredict && len(results) > 0 && sc.Predict != PredictFit && sc.Predict != PredictNone && sc.Predict != "" {
+		if o.Config.Progress != nil {
+			o.Config.Progress(Progress{Phase: PhaseSimulation})
+		}
 		tables, err := sc.simTables(ctx, results[0], len(reps), o.Predict)
 		if err != nil {
 			return nil, nil, fmt.Errorf("lab scenario %s: simulator: %w", sc.Name, err)

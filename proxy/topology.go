@@ -39,20 +39,23 @@ func ConfigFromTopology(path string) (Config, error) {
 // b is a JSON list of compose nodes, or an object with a "nodes" list (the
 // state file `causallab up` writes). The node with role primary becomes
 // Primary, the nodes with role replica become Replicas in file order, and
-// retired nodes are left out. Only the backends are set; the caller adds
-// users and the rest.
+// retired nodes are left out. Only the backends and, from a state file, the
+// topology's epoch (compose numbers epochs as the proxy does, from 1) are
+// set; the caller adds users and the rest.
 func ConfigFromTopologyJSON(b []byte) (Config, error) {
 	var nodes []topologyNode
+	var epoch uint64
 	if err := json.Unmarshal(b, &nodes); err != nil {
 		var wrapped struct {
 			Nodes []topologyNode `json:"nodes"`
+			Epoch uint64         `json:"epoch"`
 		}
 		if err2 := json.Unmarshal(b, &wrapped); err2 != nil {
 			return Config{}, err
 		}
-		nodes = wrapped.Nodes
+		nodes, epoch = wrapped.Nodes, wrapped.Epoch
 	}
-	var cfg Config
+	cfg := Config{Epoch: epoch}
 	for _, n := range nodes {
 		be := Backend{Name: n.Name, Addr: net.JoinHostPort(n.Host, strconv.Itoa(n.Port)), User: n.User, Password: n.Password}
 		switch n.Role {

@@ -415,3 +415,23 @@ type RouterSpec struct {
 }
 
 func dur(d time.Duration) usec { return usec(d / time.Microsecond) }
+
+// Validate checks o as every experiment would, before any runs: Base's
+// fields against Config's limits (zero fields take defaults), and the
+// window and wait budget (zero: the defaults; negative or above
+// router.MaxDuration: an error). A command line is checked with it before
+// work starts.
+func (o Options) Validate() error {
+	c := o.Base
+	errs := []error{c.validate()}
+	if o.Window < 0 || o.Window > router.MaxDuration {
+		errs = append(errs, fmt.Errorf("window %v: want 0 (the default) .. %v", o.Window, router.MaxDuration))
+	}
+	if o.WaitBudget < 0 || o.WaitBudget > router.MaxDuration {
+		errs = append(errs, fmt.Errorf("wait budget %v: want 0 (the default) .. %v", o.WaitBudget, router.MaxDuration))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	return nil
+}

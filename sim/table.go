@@ -21,7 +21,8 @@ type Column struct {
 	Prec int
 }
 
-// Cell is one table value: a label or a number with an optional spread.
+// Cell is one table value: a label, a number with an optional spread, or a
+// number that is missing (NA).
 type Cell struct {
 	// Label is the text of a label cell (IsNum false).
 	Label string
@@ -31,7 +32,13 @@ type Cell struct {
 	// SD is the sample standard deviation over trials (HasSD true).
 	SD    float64
 	HasSD bool
+	// Missing marks a number that does not exist for this row: "–" in
+	// markdown, an empty CSV cell, null in JSON.
+	Missing bool
 }
+
+// NA is a missing numeric cell.
+func NA() Cell { return Cell{Missing: true} }
 
 // L is a label cell.
 func L(s string) Cell { return Cell{Label: s} }
@@ -110,6 +117,8 @@ func (t *Table) writeMarkdown(w io.Writer) error {
 		b.WriteString("|")
 		for i, c := range row {
 			switch {
+			case c.Missing:
+				b.WriteString(" – |")
 			case !c.IsNum:
 				fmt.Fprintf(&b, " %s |", c.Label)
 			case c.HasSD:
@@ -131,8 +140,22 @@ func (t *Table) writeMarkdown(w io.Writer) error {
 	return err
 }
 
+// csvNum is a number as CSV has it: a whole number as an integer (counts:
+// 1482, not 1482.00), others with two decimals more than markdown shows,
+// and a number that does not exist (NaN, infinite) as an empty cell.
+func csvNum(v float64, prec int) string {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return ""
+	case v == math.Trunc(v) && math.Abs(v) < 1<<53:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', prec+2, 64)
+}
+
 // writeCSV writes a header row then one row per table row; a column with a
 // spread gets a second column KEY_sd. Notes become "# " comment lines first.
+// Missing numbers are empty cells.
 func (t *Table) writeCSV(w io.Writer) error {
 	var b bytes.Buffer
 	for _, n := range t.Notes {
@@ -151,13 +174,20 @@ func (t *Table) writeCSV(w io.Writer) error {
 	for _, row := range t.Rows {
 		rec := []string{t.Name}
 		for i, c := range row {
-			if c.IsNum {
-				rec = append(rec, num(c.Num, t.Columns[i].Prec+2))
-			} else {
+			switch {
+			case c.Missing:
+				rec = append(rec, "")
+			case c.IsNum:
+				rec = append(rec, csvNum(c.Num, t.Columns[i].Prec))
+			default:
 				rec = append(rec, c.Label)
 			}
 			if sd[i] {
-				rec = append(rec, num(c.SD, t.Columns[i].Prec+2))
+				if c.HasSD {
+					rec = append(rec, csvNum(c.SD, t.Columns[i].Prec))
+				} else {
+					rec = append(rec, "")
+				}
 			}
 		}
 		_ = cw.Write(rec)
@@ -207,13 +237,19 @@ func (t *Table) writeJSON(w io.Writer) error {
 		nb, _ := json.Marshal(t.Name)
 		b.Write(nb)
 		for i, c := range row {
-			if c.IsNum {
+			if c.Missing {
+				put(t.Columns[i].Key, nil)
+			} else if c.IsNum {
 				put(t.Columns[i].Key, fnum(c.Num))
 			} else {
 				put(t.Columns[i].Key, c.Label)
 			}
 			if sd[i] {
-				put(t.Columns[i].Key+"_sd", fnum(c.SD))
+				if c.HasSD {
+					put(t.Columns[i].Key+"_sd", fnum(c.SD))
+				} else {
+					put(t.Columns[i].Key+"_sd", nil)
+				}
 			}
 		}
 		b.WriteString("}\n")

@@ -101,15 +101,18 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 			if err := compose.CheckNoneRunning(*statePath); err != nil { // before probing Docker
 				return withExitCode(2, oneLine(fmt.Errorf("%w; run `causallab down` first", err)))
 			}
+			rep := newReporter(cmd.ErrOrStderr(), "up", false)
 			if backend == backendAuto {
 				b, why := compose.ChooseBackend(ctx, image)
-				fmt.Fprintf(cmd.ErrOrStderr(), "causallab: backend %s (auto: %s)\n", b, why)
+				rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 				backend = string(b)
 			}
 			cfg := compose.Config{Replicas: replicas, PrimaryOnly: replicas == 0, Backend: compose.Backend(backend),
 				Image: image, RootFS: rootfs, HostMysqld: hostMysqld, MyCnf: myCnf, Detach: true, Logger: slog.Default()}
 			began := time.Now()
-			topo, err := compose.Up(ctx, *statePath, cfg, buildOptions(cmd.ErrOrStderr(), "causallab: "))
+			rep.Phase("topology start", 0, "backend", cfg.Backend, "replicas", replicas)
+			topo, err := compose.Up(ctx, *statePath, cfg, rep.buildOptions())
+			rep.Done()
 			if errors.Is(err, compose.ErrRunning) {
 				return withExitCode(2, oneLine(fmt.Errorf("%w; run `causallab down` first", err)))
 			}
@@ -123,9 +126,9 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 		},
 	}
 	cmd.Flags().IntVar(&replicas, "replicas", compose.DefaultReplicas, fmt.Sprintf("number of replicas (0..%d)", compose.MaxReplicas))
-	cmd.Flags().StringVar(&backend, "backend", backendAuto, "auto, docker or local (mysqld processes chrooted into the root filesystem); auto: docker when an engine answers and the image exists or can be built, else local")
+	cmd.Flags().StringVar(&backend, "backend", backendAuto, "auto, docker or local (mysqld processes chrooted into the root filesystem); auto: "+autoBackendRule)
 	cmd.Flags().StringVar(&image, "image", "", "Docker image holding mysqld (default causallab/mysql:<version>; e.g. mysql:9.7)")
-	cmd.Flags().StringVar(&rootfs, "rootfs", "", "MySQL root filesystem for --backend local (default ~/.cache/causallab/mysql-rootfs)")
+	cmd.Flags().StringVar(&rootfs, "rootfs", "", "MySQL root filesystem for --backend local (default "+compose.DefaultRootFS()+"; env CAUSALLAB_ROOTFS, CAUSALLAB_CACHE)")
 	cmd.Flags().BoolVar(&hostMysqld, "host-mysqld", false, "with --backend local, run the mysqld on PATH instead of the root filesystem")
 	cmd.Flags().StringArrayVar(&settings, "set", nil, "extra my.cnf setting name=value for every server (repeatable)")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the status as JSON")
@@ -133,14 +136,12 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 	return cmd
 }
 
-// backendAuto is up's default --backend: pick docker or local.
+// backendAuto is the default --backend of up and lab: compose.ChooseBackend
+// picks docker or local, and the command prints which and why.
 const backendAuto = "auto"
 
-// buildOptions reports compose's phases on w, one line each with prefix,
-// and the image build's progress.
-func buildOptions(w io.Writer, prefix string) compose.BuildOptions {
-	return compose.BuildOptions{Progress: w, Notify: func(m string) { fmt.Fprintln(w, prefix+m) }}
-}
+// autoBackendRule is compose.ChooseBackend's rule, as --help says it.
+const autoBackendRule = "docker when a Docker engine answers and the image exists or can be built, else local"
 
 // attach opens the topology recorded in the state file.
 func attach(ctx context.Context, statePath string) (*compose.Topology, error) {
@@ -263,8 +264,34 @@ func newFaultCmd(statePath *string) *cobra.Command {
 	return cmd
 }
 
-// printFault prints what a fault reported.
+// faultDone says what a fault without a report of its own did.
+var faultDone = map[compose.FaultKind]string{
+	compose.FaultKill:         "killed %s",
+	compose.FaultRestart:      "restarted %s",
+	compose.FaultPause:        "paused %s",
+	compose.FaultResume:       "resumed %s",
+	compose.FaultStopApplier:  "stopped the applier (SQL thread) of %s",
+	compose.FaultStartApplier: "started the applier (SQL thread) of %s",
+	compose.FaultHeal:         "healed %s",
+}
+
+// printFault prints what a fault did, and the fault that undoes it.
 func printFault(out io.Writer, f compose.Fault, res compose.FaultResult, err error) {
+	if err == nil {
+		if msg, ok := faultDone[f.Kind]; ok {
+			fmt.Fprintf(out, msg+"\n", f.Node)
+		}
+		if f.Kind == compose.FaultApplyDelay {
+			if f.Delay == 0 {
+				fmt.Fprintf(out, "removed the apply delay of %s\n", f.Node)
+			} else {
+				fmt.Fprintf(out, "%s applies each transaction %ds after its source committed it (SOURCE_DELAY)\n", f.Node, int(f.Delay/time.Second))
+			}
+		}
+		if u, ok := f.Undo(); ok && !(f.Kind == compose.FaultApplyDelay && f.Delay == 0) {
+			fmt.Fprintf(out, "undo: causallab fault %s\n", u)
+		}
+	}
 	switch f.Kind {
 	case compose.FaultPartition:
 		if err == nil {

@@ -26,22 +26,15 @@ type cliResult struct {
 // output and the exit code main would use.
 func runCLI(t *testing.T, ctx context.Context, args ...string) cliResult {
 	t.Helper()
-	root := newRootCmd()
+	return runCLIWithInput(t, ctx, "", args...)
+}
+
+// runCLIWithInput is runCLI with stdin.
+func runCLIWithInput(t *testing.T, ctx context.Context, stdin string, args ...string) cliResult {
+	t.Helper()
 	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	res := cliResult{stdout: out.String(), stderr: errb.String()}
-	if err != nil {
-		res.stderr += "causallab: " + err.Error() + "\n"
-		res.code = 1
-		var ee *exitError
-		if errors.As(err, &ee) {
-			res.code = ee.code
-		}
-	}
-	return res
+	code := run(ctx, args, strings.NewReader(stdin), &out, &errb)
+	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
 }
 
 func (r cliResult) String() string {
@@ -271,11 +264,11 @@ func TestComposeCLI(t *testing.T) {
 	t.Run("failover with a paused replica", func(t *testing.T) {
 		fault(t, 0, "pause", "replica1")
 		r := fault(t, 0, "failover", "replica2")
-		if !strings.Contains(r.stdout, "new primary replica2 (epoch 1)") || !strings.Contains(r.stdout, "deferred replica1 (paused)") {
+		if !strings.Contains(r.stdout, "new primary replica2 (epoch 2)") || !strings.Contains(r.stdout, "deferred replica1 (paused)") {
 			t.Fatalf("failover output: %s", r)
 		}
 		s := status(t)
-		if s.Epoch != 1 || s.node(t, "replica2").Node.Role != compose.RolePrimary || s.node(t, "primary").Node.Role != compose.RoleRetired {
+		if s.Epoch != compose.FirstEpoch+1 || s.node(t, "replica2").Node.Role != compose.RolePrimary || s.node(t, "primary").Node.Role != compose.RoleRetired {
 			t.Fatalf("status after failover: %+v", s)
 		}
 		if n := s.node(t, "replica1"); n.PendingRepoint != "paused" {

@@ -1,16 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/sim"
 )
 
 // hashFlags are the flags shared by `hash explain` and `hash remap`.
@@ -27,15 +26,15 @@ func (f *hashFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.down, "down", "", "comma-separated names of servers that are down")
 	cmd.Flags().StringVar(&f.inflight, "inflight", "", "in-flight work per server for rebalance-override, name:count,... (missing: 0)")
 	cmd.Flags().Float64Var(&f.factor, "factor", hashroute.DefaultRebalanceFactor, "rebalance-override factor")
-	cmd.Flags().StringVar(&f.format, "format", "table", "output format: table or json")
+	cmd.Flags().StringVar(&f.format, "format", "md", "output: md, csv or json (JSON lines, one object per row)")
 	_ = cmd.MarkFlagRequired("servers")
 }
 
 // setup builds the table, the availability with --down applied, and the
 // in-flight counts.
 func (f *hashFlags) setup() (*hashroute.Table, hashroute.Availability, []int, error) {
-	if f.format != "table" && f.format != "json" {
-		return nil, 0, nil, fmt.Errorf("--format %q: want table or json", f.format)
+	if _, err := sim.ParseFormat(f.format); err != nil {
+		return nil, 0, nil, flagError("format", err)
 	}
 	servers, err := hashroute.ParseServers(f.servers)
 	if err != nil {
@@ -113,16 +112,16 @@ is hashed (xxhash64) onto the full configured server list. Modes:
 
 // explainRow is one line of `hash explain` output.
 type explainRow struct {
-	Mode          string   `json:"mode"`
-	ID            string   `json:"id"`
-	Hash          string   `json:"hash"`
-	First         string   `json:"first_choice"`
-	FirstUp       bool     `json:"first_choice_up"`
-	Probes        []string `json:"probes,omitempty"`
-	Server        string   `json:"server"`
-	Reason        string   `json:"reason"`
-	InflightShare float64  `json:"inflight_share,omitempty"`
-	WeightShare   float64  `json:"weight_share,omitempty"`
+	Mode          string
+	ID            string
+	Hash          string
+	First         string
+	FirstUp       bool
+	Probes        []string
+	Server        string
+	Reason        string
+	InflightShare float64
+	WeightShare   float64
 }
 
 func newHashExplainCmd() *cobra.Command {
@@ -147,7 +146,7 @@ func newHashExplainCmd() *cobra.Command {
 			case sql != "":
 				ex := hashroute.Extract(sql)
 				if err := ex.Err(); err != nil {
-					return withExitCode(1, err)
+					return flagError("sql", err)
 				}
 				if ex.Status == hashroute.NoID {
 					fmt.Fprintln(cmd.OutOrStdout(), "no consistent_read_id in the statement: it is routed without hashing")
@@ -186,38 +185,33 @@ func newHashExplainCmd() *cobra.Command {
 	return cmd
 }
 
+// writeExplain prints the rows as a table (sim.Table: md, csv, json).
 func writeExplain(w io.Writer, format string, rows []explainRow) error {
-	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+	title := "hash explain: where the id goes under each mode"
+	if len(rows) > 0 {
+		title = fmt.Sprintf("hash explain: id %q (hash %s) under each mode", rows[0].ID, rows[0].Hash)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODE\tID\tHASH\tFIRST CHOICE\tPROBES\tSERVER\tREASON")
+	t := &sim.Table{Name: "hash_explain", Title: title, Columns: []sim.Column{
+		{Key: "mode", Header: "mode"}, {Key: "first_choice", Header: "first choice"}, {Key: "first_choice_up", Header: "up"},
+		{Key: "probes", Header: "probes"}, {Key: "server", Header: "server"}, {Key: "reason", Header: "reason"},
+		{Key: "load_share", Header: "load share", Prec: 2}, {Key: "weight_share", Header: "weight share", Prec: 2},
+	}}
 	for _, r := range rows {
-		first := r.First
-		if !r.FirstUp {
-			first += " (down)"
+		probes := strings.Join(r.Probes, ">")
+		if probes == "" {
+			probes = "-"
 		}
-		probes := "-"
-		if len(r.Probes) > 0 {
-			probes = strings.Join(r.Probes, ">")
-		}
-		reason := r.Reason
+		load, weight := sim.NA(), sim.NA()
 		if r.Mode == hashroute.RebalanceOverride.String() {
-			reason += fmt.Sprintf(" (load share %.2f, weight share %.2f)", r.InflightShare, r.WeightShare)
+			load, weight = sim.N(r.InflightShare), sim.N(r.WeightShare)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Mode, r.ID, r.Hash, first, probes, r.Server, reason)
+		up := "yes"
+		if !r.FirstUp {
+			up = "no"
+		}
+		t.Rows = append(t.Rows, []sim.Cell{sim.L(r.Mode), sim.L(r.First), sim.L(up), sim.L(probes), sim.L(r.Server), sim.L(r.Reason), load, weight})
 	}
-	return tw.Flush()
-}
-
-// remapRow is one line of `hash remap` output.
-type remapRow struct {
-	hashroute.RemapStats
-	MovedShare      float64 `json:"moved_share"`
-	NeedlessShare   float64 `json:"moved_needlessly_share"`
-	DownWeightShare float64 `json:"down_weight_share"`
+	return t.Write(w, sim.Format(format))
 }
 
 func newHashRemapCmd() *cobra.Command {
@@ -254,20 +248,14 @@ available-only most ids move; rebalance-override moves ids when --inflight is sk
 					downW += float64(tab.Server(i).Weight)
 				}
 			}
-			var rows []remapRow
+			var rows []hashroute.RemapStats
 			for _, m := range hashroute.Modes() {
 				if err := cmd.Context().Err(); err != nil {
 					return err
 				}
-				st := tab.Remap(hashes, m, tab.AllUp(), up, nil, inflight)
-				rows = append(rows, remapRow{
-					RemapStats:      st,
-					MovedShare:      float64(st.Moved) / float64(st.IDs),
-					NeedlessShare:   float64(st.MovedNeedlessly) / float64(st.IDs),
-					DownWeightShare: downW / allW,
-				})
+				rows = append(rows, tab.Remap(hashes, m, tab.AllUp(), up, nil, inflight))
 			}
-			return writeRemap(cmd.OutOrStdout(), f.format, rows)
+			return writeRemap(cmd.OutOrStdout(), f.format, n, splitList(f.down), rows, downW/allW)
 		},
 	}
 	f.register(cmd)
@@ -276,17 +264,22 @@ available-only most ids move; rebalance-override moves ids when --inflight is sk
 	return cmd
 }
 
-func writeRemap(w io.Writer, format string, rows []remapRow) error {
-	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+// writeRemap prints one row per mode (sim.Table: md, csv, json).
+func writeRemap(w io.Writer, format string, n int, down []string, rows []hashroute.RemapStats, downWeightShare float64) error {
+	what := "down: " + strings.Join(down, ", ")
+	if len(down) == 0 {
+		what = "load drift only"
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODE\tIDS\tMOVED\tMOVED %\tMOVED NEEDLESSLY %\tDOWN SERVERS' WEIGHT %")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.2f\t%.2f\n", r.Mode, r.IDs, r.Moved,
-			100*r.MovedShare, 100*r.NeedlessShare, 100*r.DownWeightShare)
+	t := &sim.Table{Name: "hash_remap", Title: fmt.Sprintf("hash remap: ids that change server (%d ids, %s)", n, what), Columns: []sim.Column{
+		{Key: "mode", Header: "mode"}, {Key: "ids", Header: "ids"}, {Key: "moved", Header: "moved"},
+		{Key: "moved_pct", Header: "moved %", Prec: 2}, {Key: "moved_needlessly", Header: "moved needlessly"},
+		{Key: "moved_needlessly_pct", Header: "moved needlessly %", Prec: 2},
+		{Key: "down_weight_pct", Header: "down servers' weight %", Prec: 2},
+	}}
+	for _, st := range rows {
+		pct := func(k int) sim.Cell { return sim.N(100 * float64(k) / float64(st.IDs)) }
+		t.Rows = append(t.Rows, []sim.Cell{sim.L(st.Mode.String()), sim.N(float64(st.IDs)), sim.N(float64(st.Moved)), pct(st.Moved),
+			sim.N(float64(st.MovedNeedlessly)), pct(st.MovedNeedlessly), sim.N(100 * downWeightShare)})
 	}
-	return tw.Flush()
+	return t.Write(w, sim.Format(format))
 }

@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
+	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/lab"
@@ -68,7 +67,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl := cmd.Flags()
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run (when causallab up runs none)")
 	fl.BoolVar(&f.fresh, "fresh", false, "start a topology for the run even when causallab up runs one")
-	fl.StringVar(&f.backend, "backend", "local", "how to run MySQL: local (chrooted mysqld processes) or docker")
+	fl.StringVar(&f.backend, "backend", backendAuto, "how to run the topology started for the run: auto, docker or local (chrooted mysqld processes); auto: "+autoBackendRule)
 	fl.StringVar(&f.primaryDSN, "primary-dsn", "", "attach to your own primary (user:pw@tcp(host:port)/) instead of starting a topology")
 	fl.StringSliceVar(&f.replicaDSNs, "replica-dsn", nil, "your own replicas' DSNs (with --primary-dsn; repeat or comma-separate)")
 	fl.IntVar(&f.sessions, "sessions", sessions, "sessions S")
@@ -90,24 +89,51 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.StringVar(&f.via, "via", "router", "routing path: router (package router/live over binlogwatch positions) or proxy (causallab proxy in-process, tokens in comments); scalar-token routers always run through router/live")
 }
 
-// options builds the scenario options from the flags: the workload flags
-// given on the command line override the scenario's own values.
+// options builds the scenario options from the flags (the workload flags
+// given on the command line override the scenario's own values) and checks
+// every flag that needs no topology: a bad one is a usage error before
+// anything starts.
 func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailRule, lab.Format, error) {
 	var o lab.ScenarioOptions
 	rules, err := lab.ParseFailOn(f.failOn)
 	if err != nil {
-		return o, nil, "", withExitCode(2, err)
+		return o, nil, "", flagError("fail-on", err)
 	}
 	format, err := lab.ParseFormat(f.format)
 	if err != nil {
-		return o, nil, "", withExitCode(2, err)
+		return o, nil, "", flagError("format", err)
+	}
+	switch f.backend {
+	case backendAuto, string(compose.BackendDocker), string(compose.BackendLocal):
+	default:
+		return o, nil, "", usageErrorf("--backend %q: want auto, docker or local", f.backend)
+	}
+	if f.primaryDSN != "" {
+		for _, dsn := range append([]string{f.primaryDSN}, f.replicaDSNs...) {
+			if _, err := mysql.ParseDSN(dsn); err != nil {
+				return o, nil, "", usageErrorf("DSN %q: %v", dsn, err)
+			}
+		}
+	} else if len(f.replicaDSNs) > 0 {
+		return o, nil, "", usageErrorf("--replica-dsn needs --primary-dsn")
+	}
+	if err := (compose.Config{Replicas: f.replicas, Backend: compose.BackendLocal}).Validate(); err != nil {
+		return o, nil, "", flagError("replicas", err)
+	}
+	if f.simTrials < 1 || f.simTrials > 1000 {
+		return o, nil, "", usageErrorf("--sim-trials %d: want 1..1000", f.simTrials)
+	}
+	if f.out != "" {
+		if err := os.MkdirAll(f.out, 0o755); err != nil {
+			return o, nil, "", flagError("out", err)
+		}
 	}
 	cfg := lab.Config{HotRows: f.hotRows, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
 		Mode: lab.Mode(f.mode), Via: lab.Via(f.via)}
 	changed := cmd.Flags().Changed
 	if changed("condition") {
 		if cfg.Condition, err = lab.ParseCondition(f.condition); err != nil {
-			return o, nil, "", withExitCode(2, err)
+			return o, nil, "", flagError("condition", err)
 		}
 	}
 	if changed("sessions") {
@@ -124,20 +150,70 @@ func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailR
 	}
 	if f.routers != "" {
 		if cfg.Routers, err = lab.ParseRouters(f.routers); err != nil {
-			return o, nil, "", withExitCode(2, err)
+			return o, nil, "", flagError("routers", err)
 		}
 	}
 	o = lab.ScenarioOptions{Config: cfg, NoPredict: f.noSim, Predict: lab.PredictOptions{Trials: f.simTrials}}
 	return o, rules, format, nil
 }
 
+// check checks scs under o and the --fail-on rules against their routers,
+// and the nodes the flags name against the topology that will be started
+// (an attached one is checked by the run): all before anything starts.
+func (f *labFlags) check(scs []*lab.Scenario, o lab.ScenarioOptions, rules []lab.FailRule) error {
+	for _, sc := range scs {
+		if err := sc.Check(o); err != nil {
+			return withExitCode(exitUsage, err)
+		}
+		if err := sc.CheckFailOn(o, rules); err != nil {
+			return flagError("fail-on", err)
+		}
+	}
+	if !f.startsTopology() {
+		return nil
+	}
+	for kind, node := range o.Nodes {
+		if node == "" {
+			continue
+		}
+		ok := false
+		for i := 1; i <= f.replicas; i++ {
+			ok = ok || node == fmt.Sprintf("replica%d", i)
+		}
+		if !ok {
+			flag := map[lab.EventKind]string{lab.EvFailover: "promote", lab.EvKill: "down"}[kind]
+			return usageErrorf("--%s %s: the topology started for the run has replicas replica1..replica%d (--replicas)", flag, node, f.replicas)
+		}
+	}
+	return nil
+}
+
+// startsTopology reports whether open will start a topology (no
+// --primary-dsn, and --fresh or no `causallab up` topology running).
+func (f *labFlags) startsTopology() bool {
+	if f.primaryDSN != "" {
+		return false
+	}
+	return f.fresh || compose.CheckNoneRunning(defaultStatePath()) == nil
+}
+
 // open attaches to the topology the flags describe: --primary-dsn, or the
 // one `causallab up` is running (its state file), or else one started for
-// the run (compose.Open; closing it removes only what was started here).
-func (f *labFlags) open(ctx context.Context, errw io.Writer) (*compose.Opened, error) {
+// the run (compose.Open; closing it removes only what was started here) on
+// the backend --backend names (auto: chosen and printed as `up` does).
+func (f *labFlags) open(ctx context.Context, errw io.Writer, rep *reporter) (*compose.Opened, error) {
+	backend := compose.Backend(f.backend)
+	if f.backend == backendAuto {
+		backend = "" // attaching: the topology's own
+		if f.startsTopology() {
+			b, why := compose.ChooseBackend(ctx, "")
+			rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
+			backend = b
+		}
+	}
 	o := compose.OpenOptions{StatePath: defaultStatePath(), Fresh: f.fresh,
-		Config: compose.Config{Replicas: f.replicas, Backend: compose.Backend(f.backend)},
-		Build:  buildOptions(errw, "causallab lab: ")}
+		Config: compose.Config{Replicas: f.replicas, Backend: backend},
+		Build:  rep.buildOptions()}
 	if f.primaryDSN != "" {
 		o.Config = compose.Config{Backend: compose.BackendExternal,
 			External: compose.ExternalConfig{PrimaryDSN: f.primaryDSN, ReplicaDSNs: f.replicaDSNs}}
@@ -149,7 +225,7 @@ func (f *labFlags) open(ctx context.Context, errw io.Writer) (*compose.Opened, e
 	return topo, err
 }
 
-// close closes what open returned, saying so when it fails.
+// closeTopology closes what open returned, saying so when it fails.
 func closeTopology(ctx context.Context, topo *compose.Opened, errw io.Writer) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
@@ -158,26 +234,20 @@ func closeTopology(ctx context.Context, topo *compose.Opened, errw io.Writer) {
 	}
 }
 
-// progress returns a Progress callback drawing a bar on a terminal, and a
-// finish func.
-func (f *labFlags) progress(label string) (func(lab.Progress), func()) {
-	if f.noProgress || !term.IsTerminal(int(os.Stderr.Fd())) {
-		return nil, func() {}
-	}
-	var bar *progressbar.ProgressBar
-	cb := func(p lab.Progress) {
-		if bar == nil {
-			bar = progressbar.NewOptions64(int64(max(p.Total, time.Second)/time.Millisecond),
-				progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(label),
-				progressbar.OptionShowElapsedTimeOnFinish(), progressbar.OptionSetPredictTime(true),
-				progressbar.OptionClearOnFinish())
-		}
-		bar.Describe(fmt.Sprintf("%s  reads %d  RYW %d  MR %d", label, p.Reads, p.RYW, p.MR))
-		_ = bar.Set64(min(int64(p.Elapsed/time.Millisecond), bar.GetMax64()))
-	}
-	return cb, func() {
-		if bar != nil {
-			_ = bar.Finish()
+// progress returns a lab Progress callback that shows each phase of a
+// scenario's run on rep.
+func progress(rep *reporter) func(lab.Progress) {
+	return func(p lab.Progress) {
+		counts := fmt.Sprintf("reads %d RYW %d MR %d", p.Reads, p.RYW, p.MR)
+		switch p.Phase {
+		case lab.PhaseWorkload:
+			rep.Phase(string(p.Phase), int64(max(p.Total, time.Second)/time.Millisecond), "writes_offered_for", p.Total)
+			rep.Set(int64(p.Elapsed/time.Millisecond), counts)
+		case lab.PhaseDrain:
+			rep.Phase(string(p.Phase), 0, "reads", p.Reads, "ryw", p.RYW, "mr", p.MR)
+			rep.Set(0, counts)
+		default:
+			rep.Phase(string(p.Phase), 0)
 		}
 	}
 }
@@ -233,16 +303,16 @@ file) or, when none runs, starts a local topology for the run and removes it aft
 	return cmd
 }
 
-// runScenarios runs scs on one topology and prints the results. It returns
-// the expectations that failed.
+// runScenarios checks every flag, then runs scs on one topology and prints
+// the results. It returns the expectations that failed.
 func (f *labFlags) runScenarios(cmd *cobra.Command, scs []*lab.Scenario, o lab.ScenarioOptions, format lab.Format, rules []lab.FailRule) ([]string, error) {
-	for _, sc := range scs {
-		if err := sc.Check(o); err != nil {
-			return nil, withExitCode(2, err)
-		}
+	if err := f.check(scs, o, rules); err != nil {
+		return nil, err
 	}
 	ctx, errw := cmd.Context(), cmd.ErrOrStderr()
-	topo, err := f.open(ctx, errw)
+	rep := newReporter(errw, "lab", f.noProgress)
+	topo, err := f.open(ctx, errw, rep)
+	rep.Done()
 	if err != nil {
 		return nil, err
 	}
@@ -250,10 +320,10 @@ func (f *labFlags) runScenarios(cmd *cobra.Command, scs []*lab.Scenario, o lab.S
 	var results []*lab.Result
 	var failed []string
 	for _, sc := range scs {
-		prog, finish := f.progress("lab " + sc.Name)
-		o.Config.Progress = prog
+		rep := newReporter(errw, "lab "+sc.Name, f.noProgress)
+		o.Config.Progress = progress(rep)
 		res, fails, err := lab.RunScenario(ctx, topo, sc, o)
-		finish()
+		rep.Done()
 		if err != nil {
 			return nil, err
 		}

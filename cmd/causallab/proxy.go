@@ -91,7 +91,7 @@ prints them) with --user/--password for the clients.`,
 	f.StringVar(&policy, "policy", "", "routing policy (any, affinity, window, token-ryw, token-ryw-mr, token-wait)")
 	f.StringVar(&user, "user", "app", "client user name (with --topology)")
 	f.StringVar(&password, "password", "app", "client password (with --topology)")
-	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default 1)")
+	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default: the --topology state file's, as causallab status prints it; else 1)")
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
 	return cmd

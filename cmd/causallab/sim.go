@@ -7,9 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
@@ -60,60 +58,56 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
 }
 
-func (f *simFlags) options(cmd *cobra.Command) (sim.Options, sim.Format, error) {
+// options builds the simulator's options from the flags and checks them
+// all, as every experiment would, before anything runs (exit code 2).
+func (f *simFlags) options() (sim.Options, sim.Format, error) {
 	var o sim.Options
 	format, err := sim.ParseFormat(f.format)
 	if err != nil {
-		return o, "", err
+		return o, "", flagError("format", err)
 	}
 	mode, err := hashroute.ParseMode(f.hashMode)
 	if err != nil {
-		return o, "", err
+		return o, "", flagError("hash-mode", err)
 	}
 	o.Base = sim.Config{Seed: f.seed, Trials: f.trials, Replicas: f.replicas, WritesPerSec: f.wps,
 		Sessions: f.sessions, Duration: f.duration, Poll: f.poll}
 	if f.world != "" {
 		if o.Base.World, err = sim.ParseWorld(f.world); err != nil {
-			return o, "", err
+			return o, "", flagError("world", err)
 		}
 	}
 	if f.workload != "" {
 		if o.Base.Workload, err = sim.ParseWorkload(f.workload); err != nil {
-			return o, "", err
+			return o, "", flagError("workload", err)
 		}
+	}
+	b, err := router.ParseCapBehavior(f.capBehave)
+	if err != nil {
+		return o, "", flagError("cap-behavior", err)
+	}
+	if f.capExtra < 0 || f.capExtra > router.MaxDuration {
+		return o, "", usageErrorf("--cap-extra-wait %v: want 0..%v", f.capExtra, router.MaxDuration)
+	}
+	cp := router.Cap{PerSecond: f.capPerSec, Behavior: b, ExtraWait: f.capExtra}
+	if err := cp.Validate(); err != nil {
+		return o, "", flagError("cap", err)
 	}
 	if f.capPerSec != 0 {
-		b, err := router.ParseCapBehavior(f.capBehave)
-		if err != nil {
-			return o, "", err
-		}
-		o.Base.Cap = router.Cap{PerSecond: f.capPerSec, Behavior: b, ExtraWait: f.capExtra}
-		if err := o.Base.Cap.Validate(); err != nil {
-			return o, "", err
-		}
+		o.Base.Cap = cp
 	}
 	o.Window, o.WaitBudget, o.HashMode = f.window, f.budget, mode
+	if err := o.Validate(); err != nil {
+		return o, "", withExitCode(exitUsage, err)
+	}
 	return o, format, nil
 }
 
-// progress returns a progress callback drawing a bar on stderr, or nil when
-// stderr is not a terminal.
-func (f *simFlags) progress(label string) (sim.Progress, func()) {
-	if f.noProgress || !term.IsTerminal(int(os.Stderr.Fd())) {
-		return nil, func() {}
-	}
-	var bar *progressbar.ProgressBar
-	return func(done, total int) {
-			if bar == nil {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
-					progressbar.OptionSetDescription(label), progressbar.OptionClearOnFinish())
-			}
-			_ = bar.Set(done)
-		}, func() {
-			if bar != nil {
-				_ = bar.Finish()
-			}
-		}
+// progress shows the simulation as one phase on rep: a bar of trials on a
+// terminal, a log line otherwise.
+func simProgress(rep *reporter) sim.Progress {
+	rep.Phase("simulation", 0)
+	return func(done, total int) { rep.SetOf(int64(done), int64(total), fmt.Sprintf("%d/%d trials", done, total)) }
 }
 
 func newSimCmd() *cobra.Command {
@@ -131,14 +125,14 @@ every experiment and writes the tables, the pictures and a markdown report.`,
 			Short: e.Short,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				o, format, err := f.options(cmd)
+				o, format, err := f.options()
 				if err != nil {
-					return withExitCode(2, err)
+					return err
 				}
-				var done func()
-				o.Progress, done = f.progress(e.Name)
+				pr := newReporter(cmd.ErrOrStderr(), "sim "+e.Name, f.noProgress)
+				o.Progress = simProgress(pr)
 				rep, err := e.Run(cmd.Context(), o)
-				done()
+				pr.Done()
 				if err != nil {
 					return err
 				}
@@ -154,14 +148,14 @@ every experiment and writes the tables, the pictures and a markdown report.`,
 		Short: "every experiment at its default trial counts (with --out: tables, pictures, report)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, format, err := f.options(cmd)
+			o, format, err := f.options()
 			if err != nil {
-				return withExitCode(2, err)
+				return err
 			}
-			var done func()
-			o.Progress, done = f.progress("sim all")
+			pr := newReporter(cmd.ErrOrStderr(), "sim all", f.noProgress)
+			o.Progress = simProgress(pr)
 			reps, err := sim.All(cmd.Context(), o)
-			done()
+			pr.Done()
 			if err != nil {
 				return err
 			}

@@ -194,22 +194,32 @@ func runWatch(ctx context.Context, out io.Writer, f *watchFlags) error {
 	return watchTable(ctx, out, group, f.interval, errc)
 }
 
-// watchLine is one JSON line of `watch --format json`.
+// watchLine is one JSON line of `watch --format json`. A time not known
+// yet (before the watcher's first publish, or its first binlog event) is
+// left out, never written as Go's zero time.
 type watchLine struct {
-	Time       time.Time `json:"time"`
-	Replica    string    `json:"replica"`
-	ServerUUID string    `json:"server_uuid"`
-	Executed   string    `json:"executed"`
-	Health     string    `json:"health"`
-	Reason     string    `json:"reason,omitempty"`
-	LastEvent  time.Time `json:"last_event"`
-	Seq        uint64    `json:"seq"`
-	Behind     int64     `json:"behind"`
+	// Time is when the watcher published this status.
+	Time       *time.Time `json:"time,omitempty"`
+	Replica    string     `json:"replica"`
+	ServerUUID string     `json:"server_uuid"`
+	Executed   string     `json:"executed"`
+	Health     string     `json:"health"`
+	Reason     string     `json:"reason,omitempty"`
+	// LastEvent is when the replica's binlog last sent an event.
+	LastEvent *time.Time `json:"last_event,omitempty"`
+	Seq       uint64     `json:"seq"`
+	Behind    int64      `json:"behind"`
 }
 
 func lineOf(st binlogwatch.ReplicaStatus) watchLine {
-	return watchLine{Time: st.Published, Replica: st.Replica, ServerUUID: st.ServerUUID, Executed: st.Executed.CompactString(),
-		Health: st.Health.String(), Reason: st.Reason, LastEvent: st.LastEvent, Seq: st.Seq, Behind: st.Behind}
+	known := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	return watchLine{Time: known(st.Published), Replica: st.Replica, ServerUUID: st.ServerUUID, Executed: st.Executed.CompactString(),
+		Health: st.Health.String(), Reason: st.Reason, LastEvent: known(st.LastEvent), Seq: st.Seq, Behind: st.Behind}
 }
 
 // lineKey is what makes a JSON line news: a heartbeat moves last_event

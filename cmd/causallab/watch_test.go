@@ -106,6 +106,9 @@ func testWatchJSON(t *testing.T, topo *compose.Topology, extra []string) {
 		if l.Replica != "r1" {
 			t.Fatalf("line for replica %q: %s", l.Replica, s)
 		}
+		if strings.Contains(s, "0001-01-01") || (l.Time != nil && l.Time.IsZero()) {
+			t.Fatalf("line %d carries a zero time: %s", len(got)+1, s)
+		}
 		set, err := gtid.Parse(l.Executed)
 		if err != nil {
 			t.Fatalf("line %d: executed %q: %v", len(got)+1, l.Executed, err)

@@ -326,7 +326,7 @@ func failover(t *testing.T, topo *compose.Topology, hold HoldBack) {
 		t.Fatalf("failover: %v (%+v)", err, res)
 	}
 	t.Logf("failover: %+v", res)
-	if res.NewPrimary != "replica1" || res.OldPrimary != "primary" || !res.OldPrimaryReachable || res.Epoch != 1 {
+	if res.NewPrimary != "replica1" || res.OldPrimary != "primary" || !res.OldPrimaryReachable || res.Epoch != compose.FirstEpoch+1 {
 		t.Fatalf("failover result: %+v", res)
 	}
 	lost := res.LostGTIDs + res.LostWAL
