@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -337,17 +338,26 @@ func sortedKeys(m map[string]string) []string {
 
 func newImageCmd() *cobra.Command {
 	var skipImage bool
+	var engine string
 	cmd := &cobra.Command{
 		Use:   "image",
 		Short: "Build (once, cached) the MySQL root filesystem and, when Docker answers, the Docker image",
-		Long: `image builds the MySQL 9.7 root filesystem with mmdebstrap (installing it if
-missing) under ~/.cache/causallab (or $CAUSALLAB_CACHE), and imports it as the
-Docker image causallab/mysql:<version> when a Docker engine answers. It runs the
-same script as make deps and CI (scripts/ensure-mysql.sh), embedded in the
-binary; a second run only reports what is cached.`,
+		Long: `image builds the MySQL 9.7 root filesystem (or --engine's: MariaDB 11.8,
+PostgreSQL 18) with mmdebstrap (installing it if missing) under ` + compose.DefaultCacheDir() + `
+(env CAUSALLAB_CACHE), and imports it as the Docker image causallab/<engine>:<version>
+when a Docker engine answers. It runs the same script as make deps and CI
+(scripts/ensure-engine.sh), embedded in the binary; a second run only reports
+what is cached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			info, err := compose.EnsureImage(cmd.Context(), compose.ImageOptions{SkipImage: skipImage, Progress: cmd.ErrOrStderr()})
+			e := compose.Engine(engine)
+			if !slices.Contains(compose.Engines(), e) {
+				return usageErrorf("--engine %q: want one of %v", engine, compose.Engines())
+			}
+			rep := newReporter(cmd.ErrOrStderr(), "image", false)
+			rep.Phase("image build", 0, "engine", e)
+			info, err := compose.EnsureImage(cmd.Context(), compose.ImageOptions{Engine: e, SkipImage: skipImage, Progress: &lastLine{r: rep}})
+			rep.Done()
 			if err != nil {
 				return oneLine(err)
 			}
@@ -356,5 +366,6 @@ binary; a second run only reports what is cached.`,
 		},
 	}
 	cmd.Flags().BoolVar(&skipImage, "no-docker", false, "build only the root filesystem (for --backend local)")
+	cmd.Flags().StringVar(&engine, "engine", string(compose.EngineMySQL), "engine: mysql (9.7), mariadb (11.8) or postgres (18)")
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/proxy"
 )
 
 // cliResult is what one in-process run of the CLI produced.
@@ -165,8 +167,11 @@ func TestComposeCLI(t *testing.T) {
 			}
 		}
 		s := status(t)
-		if s.Backend != "local" || len(s.Nodes) != 3 {
+		if s.Backend != "local" || len(s.Nodes) != 3 || s.Epoch != compose.FirstEpoch {
 			t.Fatalf("status --json: %+v", s)
+		}
+		if !strings.HasPrefix(r.stdout, fmt.Sprintf("backend local, epoch %d\n", compose.FirstEpoch)) {
+			t.Fatalf("status table header: %s", r.stdout)
 		}
 		for _, n := range s.Nodes {
 			if n.Health != compose.HealthOK || n.ServerUUID == "" {
@@ -231,8 +236,32 @@ func TestComposeCLI(t *testing.T) {
 		waitHealth(t, "replica2", compose.HealthOK)
 	})
 
+	t.Run("mysql client", func(t *testing.T) { testMySQLClient(t, ctx, state) })
+
+	t.Run("lab exit codes", func(t *testing.T) {
+		// lab attaches to this topology through its state file; a --fail-on
+		// rule that holds is exit 3 after the table is printed.
+		t.Setenv("CAUSALLAB_STATE", state)
+		args := []string{"lab", "routers", "--routers", "any,token-ryw-mr", "--condition", "identical", "--duration", "1s",
+			"--write-rate", "20", "--sessions", "20", "--reads-per-write", "1", "--no-sim"}
+		r := runCLI(t, ctx, append(args, "--fail-on", "any:errors>=0")...)
+		if r.code != exitViolation || !strings.Contains(r.stdout, "| token-ryw-mr |") || !strings.Contains(r.stderr, "rule(s) hold") {
+			t.Fatalf("a rule that holds: want exit 3 after the table: %s", r)
+		}
+		for _, phase := range []string{"set-up", "workload", "drain"} {
+			if !strings.Contains(r.stderr, `msg="lab routers: `+phase+`"`) {
+				t.Errorf("no log line for phase %s:\n%s", phase, r.stderr)
+			}
+		}
+		if r := runCLI(t, ctx, append(args, "--fail-on", "errors<0")...); r.code != exitOK {
+			t.Fatalf("a rule that does not hold: want exit 0: %s", r)
+		}
+	})
+
 	t.Run("applier and delay", func(t *testing.T) {
-		fault(t, 0, "stop-applier", "replica2")
+		if r := fault(t, 0, "stop-applier", "replica2"); r.stdout != "stopped the applier (SQL thread) of replica2\nundo: causallab fault start-applier replica2\n" {
+			t.Fatalf("stop-applier says: %s", r)
+		}
 		if n := status(t).node(t, "replica2"); n.SQLRunning != "No" || n.Health != compose.HealthStopped {
 			t.Fatalf("replica2 with applier stopped: %+v", n)
 		}
@@ -241,7 +270,9 @@ func TestComposeCLI(t *testing.T) {
 		if n := status(t).node(t, "replica2"); n.SourceDelay != 3 || n.SQLRunning != "Yes" {
 			t.Fatalf("replica2 with delay: %+v", n)
 		}
-		fault(t, 0, "apply-delay", "replica2", "0")
+		if r := fault(t, 0, "apply-delay", "replica2", "0"); !strings.Contains(r.stdout, "removed the apply delay of replica2") {
+			t.Fatalf("apply-delay 0 says: %s", r)
+		}
 		waitHealth(t, "replica2", compose.HealthOK)
 	})
 
@@ -337,5 +368,68 @@ func TestComposeCLI(t *testing.T) {
 	}
 	if r := runCLI(t, ctx, st("down")...); r.code != 2 {
 		t.Fatalf("second down: %s", r)
+	}
+}
+
+// testMySQLClient drives `causallab mysql` on the topology of state: a
+// node, standard input, an unknown node, and the README's token tour
+// through an in-process proxy (write, read the token back, carry it on
+// another connection in a comment).
+func testMySQLClient(t *testing.T, ctx context.Context, state string) {
+	st := func(args ...string) []string { return append([]string{"mysql", "--state", state}, args...) }
+	r := runCLI(t, ctx, st("replica1", "--", "-N", "-e", "SELECT @@server_id")...)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "2" {
+		t.Fatalf("mysql replica1: %s", r)
+	}
+	if r := runCLIWithInput(t, ctx, "SELECT 40 + 2 AS answer;\n", st()...); r.code != 0 || !strings.Contains(r.stdout, "answer\n42\n") {
+		t.Fatalf("mysql (the primary) reading statements from stdin: %s", r)
+	}
+	if r := runCLI(t, ctx, st("replica7", "-e", "SELECT 1")...); r.code != exitUsage || !strings.Contains(r.stderr, `unknown node "replica7"`) {
+		t.Fatalf("mysql replica7: %s", r)
+	}
+	if r := runCLI(t, ctx, st("-e", "SELECT nonsense")...); r.code != exitFailure || !strings.Contains(r.stderr, "ERROR 1054") {
+		t.Fatalf("a failing statement: want the client's error and exit 1: %s", r)
+	}
+
+	cfg, err := proxy.ConfigFromTopology(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Users = []proxy.User{{Name: "app", Password: "app"}}
+	cfg.Listen, cfg.Logger = "127.0.0.1:0", slog.Default()
+	srv, err := proxy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if err := srv.Listen(pctx); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(pctx) }()
+	defer func() { stop(); <-served }()
+	px := func(args ...string) cliResult {
+		return runCLI(t, ctx, st(append([]string{"--proxy", srv.Addr(), "proxy"}, args...)...)...)
+	}
+	if r := runCLI(t, ctx, st("-e", "CREATE DATABASE IF NOT EXISTS tour; CREATE TABLE IF NOT EXISTS tour.notes (id INT PRIMARY KEY AUTO_INCREMENT, body TEXT)")...); r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	r = px("--", "-N", "-e", "INSERT INTO tour.notes (body) VALUES ('written through the proxy'); SELECT @causal_token")
+	tok := strings.TrimSpace(r.stdout)
+	// The token carries the topology's epoch, the one status prints.
+	if r.code != 0 || !strings.HasPrefix(tok, fmt.Sprintf("g1.%d.", compose.FirstEpoch)) {
+		t.Fatalf("write and token through the proxy: %s", r)
+	}
+	r = px("--", "-N", "-e", "/* causal_token:"+tok+" */ SELECT body FROM tour.notes ORDER BY id DESC LIMIT 1")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "written through the proxy" {
+		t.Fatalf("read with the token on another connection: %s", r)
+	}
+	// The comment reaches the proxy (the client keeps comments): a token
+	// no server holds is refused, not served stale.
+	set, _, _ := strings.Cut(strings.TrimPrefix(tok, fmt.Sprintf("g1.%d.", compose.FirstEpoch)), ":")
+	r = px("-e", fmt.Sprintf("/* causal_token:g1.%d.%s:1-999999 */ SELECT 1", compose.FirstEpoch, set))
+	if r.code != exitFailure || !strings.Contains(r.stderr, "cannot serve this read consistently") {
+		t.Fatalf("a token from the future: %s", r)
 	}
 }

@@ -124,6 +124,7 @@ type HoldBack func(t *testing.T, ctx context.Context, topo *compose.Topology) er
 // failover comes last and leaves replica1 the primary.
 func Run(t *testing.T, topo *compose.Topology, delay, slack time.Duration, hold HoldBack) {
 	t.Run("Healthy", func(t *testing.T) { healthy(t, topo) })
+	t.Run("Client", func(t *testing.T) { client(t, topo) })
 	t.Run("ReplicatesReadOnly", func(t *testing.T) { replicatesReadOnly(t, topo) })
 	t.Run("StopStartApplier", func(t *testing.T) { stopStartApplier(t, topo) })
 	t.Run("ApplyDelay", func(t *testing.T) { applyDelay(t, topo, delay, slack) })
@@ -143,6 +144,23 @@ func healthy(t *testing.T, topo *compose.Topology) {
 		if st.Node.Role == compose.RoleReplica && (st.IORunning != "Yes" || st.SQLRunning != "Yes" || !st.ReadOnly) {
 			t.Fatalf("replica %s: %+v", st.Node.Name, st)
 		}
+	}
+}
+
+// client runs the engine's own command-line client (mariadb, psql) on a
+// replica: what `causallab mysql NODE` opens.
+func client(t *testing.T, topo *compose.Topology) {
+	args := []string{"-N", "-e", "SELECT 40 + 2"}
+	if topo.Engine() == compose.EnginePostgres {
+		args = []string{"-tAc", "SELECT 40 + 2"}
+	}
+	cmd, err := topo.ClientCommand(compose.ClientOptions{Node: "replica1", Args: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "42" {
+		t.Fatalf("%v: %q, %v", cmd.Args, out, err)
 	}
 }
 
