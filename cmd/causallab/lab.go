@@ -260,7 +260,11 @@ func (f *labFlags) emit(cmd *cobra.Command, results []*lab.Result, format lab.Fo
 		}
 	}
 	if f.out != "" {
-		if err := lab.WriteOut(f.out, results); err != nil {
+		rep := newReporter(cmd.ErrOrStderr(), "lab", f.noProgress)
+		rep.Phase("writing the report", 0, "dir", f.out)
+		err := lab.WriteOut(f.out, results)
+		rep.Done()
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "causallab lab: wrote %s/report.html\n", f.out)
@@ -294,7 +298,8 @@ one older than it had seen (MR), counted from the rows the database returned.
 Each experiment is a built-in scenario folder (lab/scenarios, embedded in the
 binary); ` + "`lab scenario`" + ` runs any folder, yours included.
 Without --primary-dsn it uses the topology ` + "`causallab up`" + ` is running (its state
-file) or, when none runs, starts a local topology for the run and removes it after.`,
+file) or, when none runs, starts one for the run (--backend) and removes it after.
+Every flag is checked before anything starts.`,
 	}
 	for _, x := range experiments {
 		cmd.AddCommand(newLabExperimentCmd(x.name, x.short))

@@ -132,10 +132,12 @@ every experiment and writes the tables, the pictures and a markdown report.`,
 				pr := newReporter(cmd.ErrOrStderr(), "sim "+e.Name, f.noProgress)
 				o.Progress = simProgress(pr)
 				rep, err := e.Run(cmd.Context(), o)
-				pr.Done()
 				if err != nil {
+					pr.Done()
 					return err
 				}
+				f.writing(pr)
+				defer pr.Done()
 				return emit(cmd.OutOrStdout(), f.out, format, e.Name, rep)
 			},
 		}
@@ -155,10 +157,12 @@ every experiment and writes the tables, the pictures and a markdown report.`,
 			pr := newReporter(cmd.ErrOrStderr(), "sim all", f.noProgress)
 			o.Progress = simProgress(pr)
 			reps, err := sim.All(cmd.Context(), o)
-			pr.Done()
 			if err != nil {
+				pr.Done()
 				return err
 			}
+			f.writing(pr)
+			defer pr.Done()
 			w := cmd.OutOrStdout()
 			for i, rep := range reps {
 				if err := emit(w, f.out, format, sim.Experiments()[i].Name, rep); err != nil {
@@ -174,6 +178,16 @@ every experiment and writes the tables, the pictures and a markdown report.`,
 	f.register(all)
 	cmd.AddCommand(all)
 	return cmd
+}
+
+// writing begins the phase that writes --out (the pictures take seconds),
+// or ends the simulation's without one.
+func (f *simFlags) writing(pr *reporter) {
+	if f.out == "" {
+		pr.Done()
+		return
+	}
+	pr.Phase("writing tables and pictures", 0, "dir", f.out)
 }
 
 // emit prints rep's tables and, with out set, writes them and their pictures.
