@@ -144,14 +144,12 @@ func compare(v float64, op string, t float64) bool {
 // one of sc's runs under o lacks: Failures would report it after the run
 // (a typo must not pass), but it need not cost the run.
 func (sc *Scenario) CheckFailOn(o ScenarioOptions, rules []FailRule) error {
-	for _, r := range sc.runs() {
-		cfg, err := sc.runConfig(r, o, nil)
-		if err == nil {
-			err = cfg.validate()
-		}
-		if err != nil {
-			return fmt.Errorf("%w (scenario %s)", err, r.Name)
-		}
+	cfgs, err := sc.checkedConfigs(o)
+	if err != nil {
+		return err
+	}
+	for i, r := range sc.runs() {
+		cfg := cfgs[i]
 		names := make([]string, len(cfg.Routers))
 		have := map[string]bool{}
 		for i, sp := range cfg.Routers {

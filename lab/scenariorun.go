@@ -46,16 +46,25 @@ type ScenarioOptions struct {
 // Check builds every run's configuration of sc under o and validates it,
 // without a topology (the replicas events name are checked at run time).
 func (sc *Scenario) Check(o ScenarioOptions) error {
+	_, err := sc.checkedConfigs(o)
+	return err
+}
+
+// checkedConfigs returns the validated Config of each of sc.runs() under o,
+// built without a topology.
+func (sc *Scenario) checkedConfigs(o ScenarioOptions) ([]Config, error) {
+	var out []Config
 	for _, r := range sc.runs() {
 		cfg, err := sc.runConfig(r, o, nil)
 		if err == nil {
 			err = cfg.validate()
 		}
 		if err != nil {
-			return fmt.Errorf("%w (scenario %s)", err, r.Name)
+			return nil, fmt.Errorf("%w (scenario %s)", err, r.Name)
 		}
+		out = append(out, cfg)
 	}
-	return nil
+	return out, nil
 }
 
 // minReplicas is the fewest replicas sc runs on.
