@@ -36,7 +36,7 @@ func TestStateRoundTrip(t *testing.T) {
 // A version-1 state file counted epochs from 0: it reads as version 2 with
 // one more (the topology's epoch is the one its tokens carry).
 func TestParseStateVersion1Epoch(t *testing.T) {
-	for v1, want := range map[int64]int64{0: FirstEpoch, 1: FirstEpoch + 1, 4: FirstEpoch + 4} {
+	for v1, want := range map[uint64]uint64{0: FirstEpoch, 1: FirstEpoch + 1, 4: FirstEpoch + 4} {
 		st := sampleState()
 		st.Version, st.Epoch = 1, v1
 		b, _ := json.Marshal(st)
