@@ -122,7 +122,7 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 			}
 			elapsed := time.Since(began)
 			slog.Debug("topology up", "elapsed", elapsed)
-			fmt.Fprintf(cmd.ErrOrStderr(), "causallab: %s topology up in %.1fs (state: %s)\n", cfg.Backend, elapsed.Seconds(), *statePath)
+			fmt.Fprintf(cmd.ErrOrStderr(), "causallab up: %s topology up in %.1fs (state: %s)\n", cfg.Backend, elapsed.Seconds(), *statePath)
 			return printStatus(cmd.OutOrStdout(), topo, topo.Status(ctx), jsonOut)
 		},
 	}
@@ -224,7 +224,7 @@ func newDownCmd(statePath *string) *cobra.Command {
 			if err := os.Remove(*statePath); err != nil {
 				return oneLine(err)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "causallab: topology removed in %.1fs\n", time.Since(began).Seconds())
+			fmt.Fprintf(cmd.ErrOrStderr(), "causallab down: topology removed in %.1fs\n", time.Since(began).Seconds())
 			return nil
 		},
 	}

@@ -124,8 +124,8 @@ func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailR
 		return o, nil, "", usageErrorf("--sim-trials %d: want 1..1000", f.simTrials)
 	}
 	if f.out != "" {
-		if err := os.MkdirAll(f.out, 0o755); err != nil {
-			return o, nil, "", flagError("out", err)
+		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
+			return o, nil, "", usageErrorf("--out %s: not a directory", f.out)
 		}
 	}
 	cfg := lab.Config{HotRows: f.hotRows, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
@@ -157,9 +157,8 @@ func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailR
 	return o, rules, format, nil
 }
 
-// check checks scs under o and the --fail-on rules against their routers,
-// and the nodes the flags name against the topology that will be started
-// (an attached one is checked by the run): all before anything starts.
+// check checks scs under o, the --fail-on rules against their routers and
+// the nodes the flags name, and makes --out: all before anything starts.
 func (f *labFlags) check(scs []*lab.Scenario, o lab.ScenarioOptions, rules []lab.FailRule) error {
 	for _, sc := range scs {
 		if err := sc.Check(o); err != nil {
@@ -169,6 +168,20 @@ func (f *labFlags) check(scs []*lab.Scenario, o lab.ScenarioOptions, rules []lab
 			return flagError("fail-on", err)
 		}
 	}
+	if err := f.checkNodes(o); err != nil {
+		return err
+	}
+	if f.out != "" { // last: made only when every check passed
+		if err := os.MkdirAll(f.out, 0o755); err != nil {
+			return flagError("out", err)
+		}
+	}
+	return nil
+}
+
+// checkNodes checks the nodes --promote and --down name against the
+// topology open will start (an attached one is checked by the run).
+func (f *labFlags) checkNodes(o lab.ScenarioOptions) error {
 	if !f.startsTopology() {
 		return nil
 	}
