@@ -30,6 +30,7 @@ const (
 	CondStraggler  = "straggler"
 	CondHeavy      = "heavy"
 	CondApplyDelay = "apply-delay"
+	CondStaggered  = "staggered"
 )
 
 // ConditionSpec is the lag a run produces on purpose. Several conditions
@@ -50,24 +51,31 @@ type ConditionSpec struct {
 	// ApplyDelay is the standing SOURCE_DELAY on every replica (whole
 	// seconds, MySQL's unit); default 1s.
 	ApplyDelay time.Duration
+	// Stagger is the staggered condition's step: replica i (1-based) runs
+	// at SOURCE_DELAY (i-1)×Stagger, so each replica stands behind the one
+	// before it by about Stagger (whole seconds); default 2s: more than a
+	// session's gap between reads (the hash scenarios' 1 s at most) plus
+	// the second by which MySQL's delayed applier moves, so a session moved
+	// to the next replica back sees the world go back on its next read.
+	Stagger time.Duration
 	// Events are scripted faults played during the measurement (failover,
 	// a replica going down, drift, chaos); they need a Disrupter topology.
 	Events []Event
 }
 
-// ParseCondition parses "identical", "straggler", "heavy", "apply-delay" or
-// a '+' combination.
+// ParseCondition parses "identical", "straggler", "heavy", "apply-delay",
+// "staggered" or a '+' combination.
 func ParseCondition(s string) (ConditionSpec, error) {
 	var c ConditionSpec
 	for _, f := range strings.Split(strings.ToLower(strings.TrimSpace(s)), "+") {
 		f = strings.TrimSpace(f)
 		switch f {
-		case CondIdentical, CondStraggler, CondHeavy, CondApplyDelay:
+		case CondIdentical, CondStraggler, CondHeavy, CondApplyDelay, CondStaggered:
 			if !slices.Contains(c.Names, f) {
 				c.Names = append(c.Names, f)
 			}
 		default:
-			return ConditionSpec{}, fmt.Errorf("lab: unknown condition %q (want identical, straggler, heavy, apply-delay, or a '+' combination)", f)
+			return ConditionSpec{}, fmt.Errorf("lab: unknown condition %q (want identical, straggler, heavy, apply-delay, staggered, or a '+' combination)", f)
 		}
 	}
 	return c, c.validate()
@@ -108,6 +116,12 @@ func (c *ConditionSpec) validate() error {
 	if c.ApplyDelay == 0 {
 		c.ApplyDelay = time.Second
 	}
+	if c.Stagger == 0 {
+		c.Stagger = 2 * time.Second
+	}
+	if c.has(CondApplyDelay) && c.has(CondStaggered) {
+		return errors.New("lab: conditions apply-delay and staggered both set SOURCE_DELAY: pick one")
+	}
 	switch {
 	case c.StragglerEvery < 10*time.Millisecond || c.StragglerMin <= 0 || c.StragglerMax < c.StragglerMin:
 		return fmt.Errorf("lab: straggler every %v, stalls [%v, %v] make no sense", c.StragglerEvery, c.StragglerMin, c.StragglerMax)
@@ -115,6 +129,8 @@ func (c *ConditionSpec) validate() error {
 		return fmt.Errorf("lab: heavy every %v of %d rows makes no sense", c.HeavyEvery, c.HeavyRows)
 	case c.ApplyDelay < 0 || c.ApplyDelay%time.Second != 0:
 		return fmt.Errorf("lab: apply delay %v is not a whole, positive number of seconds (MySQL's SOURCE_DELAY unit)", c.ApplyDelay)
+	case c.Stagger < 0 || c.Stagger%time.Second != 0 || c.Stagger > time.Hour:
+		return fmt.Errorf("lab: stagger %v is not a whole, positive number of seconds up to 1h (MySQL's SOURCE_DELAY unit)", c.Stagger)
 	}
 	return nil
 }
@@ -127,23 +143,32 @@ type conditionStats struct {
 	FaultErrors atomic.Int64 // fault calls that failed (each logged once at debug)
 }
 
-// setUp applies standing conditions (apply delay) before the measurement.
+// setUp applies standing conditions (apply delay, staggered delays)
+// before the measurement.
 func (c *ConditionSpec) setUp(ctx context.Context, f Faults) error {
-	if !c.has(CondApplyDelay) {
-		return nil
-	}
-	for _, r := range f.Replicas() {
-		if err := f.SetApplyDelay(ctx, r.Name, c.ApplyDelay); err != nil {
-			return fmt.Errorf("lab: condition apply-delay: %w", err)
+	for i, r := range f.Replicas() {
+		switch {
+		case c.has(CondApplyDelay):
+			if err := f.SetApplyDelay(ctx, r.Name, c.ApplyDelay); err != nil {
+				return fmt.Errorf("lab: condition apply-delay: %w", err)
+			}
+		case c.has(CondStaggered):
+			if err := f.SetApplyDelay(ctx, r.Name, c.StaggerDelay(i)); err != nil {
+				return fmt.Errorf("lab: condition staggered: %w", err)
+			}
 		}
 	}
 	return nil
 }
 
+// StaggerDelay is the staggered condition's SOURCE_DELAY of replica i
+// (0-based): i×Stagger.
+func (c *ConditionSpec) StaggerDelay(i int) time.Duration { return time.Duration(i) * c.Stagger }
+
 // tearDown undoes standing conditions; ctx should outlive the run's.
 func (c *ConditionSpec) tearDown(ctx context.Context, f Faults) error {
 	var errs []error
-	if c.has(CondApplyDelay) {
+	if c.has(CondApplyDelay) || c.has(CondStaggered) {
 		for _, r := range f.Replicas() {
 			errs = append(errs, f.SetApplyDelay(ctx, r.Name, 0))
 		}

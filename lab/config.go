@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 )
 
@@ -67,6 +68,10 @@ type Config struct {
 	Seed uint64
 	// Routers are the routers under test (at least one).
 	Routers []RouterSpec
+	// Weights are the replicas' hashing weights in configured order (the
+	// affinity routers' share of ids per replica, as ProxySQL's hostgroup
+	// weights); empty: every replica 1. When set, one per replica.
+	Weights []int
 	// Mode is Concurrent (default) or Sequential.
 	Mode Mode
 	// Condition is the lag-producing condition (default identical).
@@ -216,6 +221,11 @@ func (c *Config) validate() error {
 	}
 	if len(c.Routers) == 0 {
 		errs = append(errs, errors.New("no routers"))
+	}
+	for i, w := range c.Weights {
+		if w < 1 || w > hashroute.MaxWeight {
+			errs = append(errs, fmt.Errorf("weight %d of replica %d out of range 1..%d", w, i+1, hashroute.MaxWeight))
+		}
 	}
 	if c.Mode == Concurrent && len(c.Routers) > c.Sessions {
 		errs = append(errs, fmt.Errorf("%d routers for %d sessions", len(c.Routers), c.Sessions))

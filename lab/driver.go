@@ -44,6 +44,8 @@ type engine struct {
 	routers []routerRuntime
 	sess    []sessionSync
 	vias    []liveRuntime // the routers run through package router/live
+	proxies []*viaProxy   // the routers run through the in-process proxy
+	down    *downLog      // when nodes were down (the events'), for hashing's came-back rule
 }
 
 func (e *engine) since() time.Duration { return time.Since(e.start) }
@@ -53,6 +55,9 @@ func (e *engine) since() time.Duration { return time.Since(e.start) }
 func (e *engine) drift(name string, d int) {
 	for _, v := range e.vias {
 		v.drift(name, d)
+	}
+	for _, p := range e.proxies {
+		p.drift(name, d)
 	}
 }
 
@@ -100,6 +105,7 @@ type routerAcc struct {
 	writeErrs int64
 	writeLat  []time.Duration
 	behind    []time.Duration // dispatch delay (driver health)
+	hash      *hashAcc        // affinity routers: moves and violations by cause
 }
 
 type binCount struct{ reads, primary int32 }
@@ -118,8 +124,13 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		ss[i].gaps = newRNG(cfg.Seed*0x9e3779b97f4a7c15 ^ uint64(i+1)*0xbf58476d1ce4e5b9)
 	}
 	accs := make([]*routerAcc, len(e.routers))
+	var names []string
+	for _, r := range e.nodes.Replicas() {
+		names = append(names, r.Name)
+	}
 	for i := range accs {
-		accs[i] = &routerAcc{lastNode: map[int]string{}, moved: map[int]bool{}, reasons: map[string]int64{}}
+		accs[i] = &routerAcc{lastNode: map[int]string{}, moved: map[int]bool{}, reasons: map[string]int64{},
+			hash: newHashAcc(e.routers[i].spec(), names, cfg.Sessions, e.down)}
 	}
 
 	jobs := make(chan *op)
@@ -204,6 +215,9 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		}
 		a.tally.Add(&o.read, v)
 		total.Add(&o.read, v)
+		if a.hash != nil {
+			a.hash.observe(o.sess, &o.read, v)
+		}
 		if o.read.Reason != "" {
 			a.reasons[o.read.Reason]++
 		}
@@ -313,7 +327,7 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 	if topo == nil {
 		return nil, errors.New("lab: Run needs a topology")
 	}
-	res := &Result{Condition: cfg.Condition.String(), Mode: string(cfg.Mode), Via: string(cfg.Via), Config: summarize(&cfg)}
+	res := &Result{Condition: cfg.Condition.String(), Mode: string(cfg.Mode), Via: string(cfg.Via), Config: summarize(&cfg), Weights: cfg.Weights}
 	began := time.Now()
 	sched := writeSchedule(cfg.Seed, cfg.WriteRate, cfg.Duration, cfg.Sessions, cfg.HotRows)
 	res.OfferedWrites = len(sched)
@@ -449,6 +463,9 @@ func (g *group) setUp(ctx, parent context.Context) error {
 // GTID-set tokens under ViaProxy, the in-process proxy.
 func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 	cfg, topo := g.cfg, g.topo
+	if n := len(cfg.Weights); n > 0 && n != len(topo.Replicas()) {
+		return fmt.Errorf("lab: %d hashing weights for %d replicas (want one per replica)", n, len(topo.Replicas()))
+	}
 	e := &engine{cfg: cfg, nodes: topo, poll: g.poll, lag: g.lag, sess: make([]sessionSync, cfg.Sessions)}
 	g.e = e
 	g.later(func() {
@@ -509,7 +526,7 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 			e.routers = append(e.routers, v)
 		}
 	}
-	e.vias = g.vias
+	e.vias, e.proxies = g.vias, g.proxies
 	return nil
 }
 
@@ -527,6 +544,7 @@ func (g *group) onFailover(ctx context.Context, fr compose.FailoverResult) error
 func (g *group) run(ctx context.Context, sched []scheduledWrite, progress func(Progress)) (*measurement, error) {
 	cfg, topo, e := g.cfg, g.topo, g.e
 	m := &measurement{cst: &conditionStats{}, events: &eventLog{}}
+	e.down = &m.events.down
 	cctx, ccancel := context.WithCancel(ctx)
 	var evwg sync.WaitGroup // condition and events (not the poller)
 	defer func() { ccancel(); evwg.Wait() }()
@@ -571,6 +589,9 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 	}
 	for _, pr := range g.proxies {
 		res.Notes = append(res.Notes, pr.note(ctx))
+		if n := pr.drifts.errs.Load(); n > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d drift reads failed (the outside load was that much lighter).", pr.sp.Name, n))
+		}
 	}
 	for _, v := range g.vias {
 		if n := v.driftErrors(); n > 0 {
@@ -579,7 +600,17 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 	}
 	for i, a := range m.accs {
 		res.Routers = append(res.Routers, summarizeRouter(g.e.routers[i], a))
+		if a.hash != nil {
+			row := &res.Routers[len(res.Routers)-1]
+			row.Hash = a.hash.result()
+			row.Hash.Reads, row.Hash.RYW = float64(row.Reads), float64(row.RYW)
+			if a.hash.unknown > 0 {
+				res.Notes = append(res.Notes, fmt.Sprintf("%s: %d served reads named no node and could not be attributed.", row.Name, a.hash.unknown))
+			}
+		}
 	}
+	res.Faults = evlog.down.windows(m.measured)
+	res.ReplicaLag = g.lag.perReplica(g.topo.Replicas())
 	res.lagSamples, res.lagUnseen = g.lag.samples()
 	res.Lag = lagStats(res.lagSamples, res.lagUnseen)
 	return res

@@ -97,6 +97,10 @@ type eventLog struct {
 	errs  int
 	// failovers holds the failovers' results.
 	failovers []compose.FailoverResult
+	// start is the run's start (runEvents sets it); down records when
+	// nodes were killed or paused.
+	start time.Time
+	down  downLog
 }
 
 func (l *eventLog) add(format string, args ...any) {
@@ -106,20 +110,38 @@ func (l *eventLog) add(format string, args ...any) {
 }
 
 // runEvents plays events (sorted by At) against d until ctx ends; each
-// event runs on its own goroutine so a long one does not delay the next.
-// drift receives EvDrift's load changes (replica name, delta).
+// event runs on its own goroutine so a long one does not delay the next,
+// except on the same node: an event waits until the node's previous event
+// is over (a kill restarted, a pause resumed), so faults on one node never
+// overlap (a flapping replica is down, then up, then down). The fault
+// windows in the result say when each actually happened. drift receives
+// EvDrift's load changes (replica name, delta).
 func runEvents(ctx context.Context, d Disrupter, events []Event, start time.Time, log *eventLog, drift func(string, int), onFailover func(context.Context, compose.FailoverResult) error, lg *slog.Logger) {
+	log.start = start
 	evs := append([]Event(nil), events...)
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At < evs[j].At })
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	prev := map[string]chan struct{}{} // per node: closed when its last event is over
 	for _, ev := range evs {
 		if !sleepCtx(ctx, time.Until(start.Add(ev.At))) {
 			return
 		}
+		before, over := prev[ev.Node], make(chan struct{})
+		if ev.Node != "" {
+			prev[ev.Node] = over
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(over)
+			if before != nil {
+				select {
+				case <-before:
+				case <-ctx.Done():
+					return
+				}
+			}
 			if err := playEvent(ctx, d, ev, log, drift, onFailover); err != nil {
 				log.mu.Lock()
 				log.errs++
@@ -137,10 +159,12 @@ func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift 
 	undo := context.WithoutCancel(ctx)
 	switch ev.Kind {
 	case EvDrift:
+		log.down.begin(EvDrift, ev.Node, ev.Load, time.Since(log.start))
 		drift(ev.Node, ev.Load)
 		log.add("%s: +%d in flight", ev, ev.Load)
 		sleepCtx(ctx, ev.For)
 		drift(ev.Node, -ev.Load)
+		log.down.end(EvDrift, ev.Node, time.Since(log.start))
 		return nil
 	case EvFailover:
 		return playFailover(ctx, undo, d, ev, log, onFailover)
@@ -155,8 +179,15 @@ func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift 
 	case EvApplyDelay:
 		f.Delay = time.Second
 	}
+	downs := ev.Kind == EvKill || ev.Kind == EvPause
+	if downs {
+		log.down.begin(ev.Kind, ev.Node, 0, time.Since(log.start))
+	}
 	res, err := compose.Inject(ctx, d, f)
 	if err != nil {
+		if downs {
+			log.down.end(ev.Kind, ev.Node, time.Since(log.start))
+		}
 		return err
 	}
 	switch ev.Kind {
@@ -181,6 +212,9 @@ func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift 
 	uctx, cancel := context.WithTimeout(undo, 90*time.Second) // a restart waits for the server
 	defer cancel()
 	_, err = compose.Inject(uctx, d, u)
+	if downs {
+		log.down.end(ev.Kind, ev.Node, time.Since(log.start))
+	}
 	return err
 }
 

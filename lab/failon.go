@@ -23,7 +23,7 @@ type FailRule struct {
 }
 
 // FailMetrics lists the metrics a rule may name.
-var failMetrics = map[string]func(*RouterResult) float64{
+var failMetrics = withHashMetrics(map[string]func(*RouterResult) float64{
 	"ryw":         func(r *RouterResult) float64 { return float64(r.RYW) },
 	"mr":          func(r *RouterResult) float64 { return float64(r.MR) },
 	"ryw_pct":     func(r *RouterResult) float64 { return r.RYWPct },
@@ -34,11 +34,11 @@ var failMetrics = map[string]func(*RouterResult) float64{
 	"errors":      func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutError.String()]) },
 	"stale":       func(r *RouterResult) float64 { return float64(r.StaleServed) },
 	"lat_p99_ms":  func(r *RouterResult) float64 { return r.LatP99Ms },
-}
+})
 
 // FailMetricNames lists the metric names --fail-on accepts.
 func FailMetricNames() []string {
-	return []string{"ryw", "mr", "ryw_pct", "mr_pct", "primary_pct", "timed_out", "failed_fast", "errors", "stale", "lat_p99_ms"}
+	return append([]string{"ryw", "mr", "ryw_pct", "mr_pct", "primary_pct", "timed_out", "failed_fast", "errors", "stale", "lat_p99_ms"}, hashMetricNames()...)
 }
 
 // ParseFailOn parses rules like "ryw>0,mr>0" or "token-ryw-mr:ryw>0,any:ryw_pct>=50".
@@ -113,6 +113,30 @@ func Failures(res *Result, rules []FailRule) []string {
 			v := get(row)
 			if compare(v, rule.Op, rule.Value) {
 				out = append(out, fmt.Sprintf("%s: %s = %g (rule %s)", row.Name, rule.Metric, v, rule))
+			}
+		}
+		if !matched {
+			out = append(out, fmt.Sprintf("rule %s names no router of this run", rule))
+		}
+	}
+	return out
+}
+
+// FailuresAll is Failures over several results of one invocation (lab
+// hash's runs): each rule is checked on every result, and a rule naming a
+// router that none of them has is a failure once.
+func FailuresAll(results []*Result, rules []FailRule) []string {
+	var out []string
+	for _, rule := range rules {
+		matched := false
+		for _, res := range results {
+			for _, f := range Failures(res, []FailRule{rule}) {
+				if !strings.HasPrefix(f, "rule ") {
+					out = append(out, res.Experiment+": "+f)
+				}
+			}
+			for i := range res.Routers {
+				matched = matched || rule.Router == "" || rule.Router == res.Routers[i].Name
 			}
 		}
 		if !matched {

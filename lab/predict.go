@@ -34,6 +34,19 @@ func (o *PredictOptions) phase(p Phase) {
 	}
 }
 
+// defaults fills the unset options.
+func (o *PredictOptions) defaults() {
+	if o.Trials == 0 {
+		o.Trials = 4
+	}
+	if o.RTT == 0 {
+		o.RTT = time.Millisecond
+	}
+	if o.ReadService == 0 {
+		o.ReadService = 500 * time.Microsecond
+	}
+}
+
 // SimModel builds the simulator's replica model for a lab run: the SAME
 // inputs the lab's condition used (stall schedule, heavy transaction
 // period and replay cost, standing delay), plus a healthy ship delay set to
@@ -90,15 +103,7 @@ func meanLogUniform(lo, hi time.Duration) time.Duration {
 // knobs' values, and the lag of the unfitted inputs; a fit that fell short
 // of its tolerance says so there.
 func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int, routers []RouterSpec, o PredictOptions) error {
-	if o.Trials == 0 {
-		o.Trials = 4
-	}
-	if o.RTT == 0 {
-		o.RTT = time.Millisecond
-	}
-	if o.ReadService == 0 {
-		o.ReadService = 500 * time.Microsecond
-	}
+	o.defaults()
 	if len(routers) != len(res.Routers) {
 		return fmt.Errorf("lab: predict: %d routers for %d result rows", len(routers), len(res.Routers))
 	}

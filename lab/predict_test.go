@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestFitLagReachesRecordedLabLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	again.Elapsed = fit.Elapsed
-	if again.String() != fit.String() || again.Model != fit.Model {
+	if again.String() != fit.String() || !reflect.DeepEqual(again.Model, fit.Model) {
 		t.Fatalf("fit not deterministic:\n%s\n%s", fit.String(), again.String())
 	}
 }

@@ -128,6 +128,23 @@ func WriteOut(dir string, results []*Result) error {
 	}
 	var page bytes.Buffer
 	page.WriteString("<!doctype html><meta charset=utf-8><title>causallab lab report</title>\n<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}</style>\n<h1>causallab lab report</h1>\n<p>Measured on real MySQL; violations counted from the rows the database returned (docs/lab.md). The simulator's prediction for the same workload and condition is beside each lab column.</p>\n")
+	allHash := len(results) > 0
+	for _, res := range results {
+		allHash = allHash && IsHashRun(res)
+	}
+	if allHash {
+		var b bytes.Buffer
+		if err := WriteHash(&b, results, sim.FormatMarkdown); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "lab-hash.md"), b.Bytes(), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(&page, "<h2>lab hash</h2>\n<pre>%s</pre>\n", html.EscapeString(HashSummary(results)))
+		for _, n := range hashNotes(results) {
+			fmt.Fprintf(&page, "<p><small>%s</small></p>\n", html.EscapeString(n))
+		}
+	}
 	for _, res := range results {
 		base := "lab-" + res.Experiment
 		t := Table(res)
@@ -154,6 +171,14 @@ func WriteOut(dir string, results []*Result) error {
 			tt.Title = "simulator: " + st.Title
 			fmt.Fprintf(&page, "<h3>%s</h3>\n", html.EscapeString(tt.Title))
 			writeHTMLTable(&page, &tt)
+		}
+		if IsHashRun(res) {
+			// The hashing picture replaces the per-metric bar charts.
+			if err := WriteHashPlot(filepath.Join(dir, base), res); err != nil {
+				return fmt.Errorf("lab: drawing %s: %w", base, err)
+			}
+			fmt.Fprintf(&page, "<p><img src=%q alt=%q style=\"max-width:100%%\"></p>\n", base+".png", "moves and MR violations by cause, "+res.Experiment)
+			continue
 		}
 		for _, m := range []struct {
 			key, title string

@@ -50,6 +50,13 @@ type Result struct {
 	SimTables []*sim.Table `json:"sim_tables,omitempty"`
 	// Failovers are the failovers the run's events performed.
 	Failovers []compose.FailoverResult `json:"failovers,omitempty"`
+	// Faults are the windows nodes were down (kills until restarted,
+	// pauses until resumed), in run time.
+	Faults []FaultWindow `json:"faults,omitempty"`
+	// ReplicaLag is the achieved lag per replica.
+	ReplicaLag []ReplicaLag `json:"replica_lag,omitempty"`
+	// Weights are the replicas' hashing weights (affinity routers).
+	Weights []int `json:"weights,omitempty"`
 	// Notes are experiment-specific remarks (e.g. the failover's lost GTIDs).
 	Notes []string `json:"notes,omitempty"`
 
@@ -118,6 +125,13 @@ func (r *Result) Merge(o *Result) {
 	r.FaultErrors += o.FaultErrors
 	r.SimTables = append(r.SimTables, o.SimTables...)
 	r.Failovers = append(r.Failovers, o.Failovers...)
+	r.Faults = append(r.Faults, o.Faults...)
+	if len(r.ReplicaLag) == 0 {
+		r.ReplicaLag = o.ReplicaLag
+	}
+	if len(r.Weights) == 0 {
+		r.Weights = o.Weights
+	}
 	r.Notes = append(r.Notes, o.Notes...)
 	r.ReadsPerSec = 0
 	if r.MeasureSeconds > 0 {
@@ -240,6 +254,9 @@ type RouterResult struct {
 	DispatchP99Ms float64 `json:"dispatch_p99_ms"`
 	// Prediction is the simulator's figure for the same conditions.
 	Prediction *Prediction `json:"prediction,omitempty"`
+	// Hash attributes an affinity router's moves and MR violations to
+	// their causes (with the simulator's prediction when one was made).
+	Hash *HashResult `json:"hash,omitempty"`
 }
 
 // Prediction is the simulator's row for a router.

@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 )
 
@@ -68,6 +69,9 @@ type Scenario struct {
 	MinReplicas int `yaml:"min_replicas"`
 	// Routers are the routers under test (at least one, unless Runs).
 	Routers []ScenarioRouter `yaml:"routers"`
+	// Weights are the replicas' hashing weights in configured order (as
+	// ProxySQL's hostgroup weights), one per replica; default all 1.
+	Weights []int `yaml:"weights"`
 	// Events are scripted faults; At and For scale with the duration when
 	// a run changes it (ScenarioOptions.Config.Duration).
 	Events []ScenarioEvent `yaml:"events"`
@@ -169,7 +173,9 @@ const (
 	PredictFit PredictKind = "fit"
 	// PredictFailover: the simulator's failover table (sim.Failover).
 	PredictFailover PredictKind = "failover"
-	// PredictHashing: the simulator's hashing table (sim.Hashing).
+	// PredictHashing: the simulator on the same staggered world, faults and
+	// drifts, its attribution of moves and violations beside each affinity
+	// row's (PredictHash).
 	PredictHashing PredictKind = "hashing"
 )
 
@@ -313,6 +319,11 @@ func (sc *Scenario) check() error {
 	}
 	if sc.Duration < 0 || sc.GapMin < 0 || sc.GapMax < 0 || sc.Sessions < 0 || sc.WriteRate < 0 || sc.ReadsPerWrite < 0 || sc.MinReplicas < 0 {
 		return errors.New("negative workload value")
+	}
+	for _, w := range sc.Weights {
+		if w < 1 || w > hashroute.MaxWeight {
+			return fmt.Errorf("weights %v: each 1..%d", sc.Weights, hashroute.MaxWeight)
+		}
 	}
 	if sc.Chaos != nil && sc.Chaos.Every <= 0 {
 		return fmt.Errorf("chaos every %v: want a positive duration", sc.Chaos.Every)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 )
 
@@ -41,6 +42,9 @@ type Read struct {
 	Node string
 	// Reason is the router's reason for the final decision.
 	Reason string
+	// HashReason is hashroute's reason for an affinity read (the router's
+	// own: first choice, reselected, remapped, rebalanced).
+	HashReason hashroute.Reason
 	// ResetSeen is true when the router told the client, with a typed
 	// error, that data the session was shown was lost in a failover
 	// (router.ReasonSeenLost). The checker then restarts the session's

@@ -17,7 +17,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/proxy"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
@@ -48,6 +47,11 @@ type viaProxy struct {
 	toks  []gtid.Token
 	// noToken counts writes after which the proxy returned no token.
 	noToken atomic.Int64
+	// routes holds the proxy's report of each connection's last routed
+	// read (proxy.Config.OnRead), by the connection id the proxy gave.
+	routes sync.Map // uint32 -> proxy.ReadRoute
+	// drifts is the drift events' outside load through the proxy's router.
+	drifts *drifter[gtid.Set]
 }
 
 type proxyConn struct {
@@ -58,12 +62,10 @@ type proxyConn struct {
 var _ routerRuntime = (*viaProxy)(nil)
 
 // proxyPolicyName is the proxy's policy name for p, or an error when the
-// proxy cannot express p (it takes a policy kind, a wait budget, the
-// default window, full-list hashing, and always checks epochs).
+// proxy cannot express p (it takes a policy kind, a hash mode, a wait
+// budget, the default window, and always checks epochs).
 func proxyPolicyName(p router.Policy) (string, error) {
 	switch {
-	case p.Kind == router.PolicyAffinity && p.HashMode != hashroute.FullList:
-		return "", fmt.Errorf("the proxy hashes full-list only, not %s", p.HashMode)
 	case p.Kind == router.PolicyWindow && p.Window != 0 && p.Window != router.DefaultWindow:
 		return "", fmt.Errorf("the proxy's window is fixed at %v", router.DefaultWindow)
 	}
@@ -82,12 +84,19 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 	backend := func(n string, addr string) proxy.Backend {
 		return proxy.Backend{Name: n, Addr: addr, User: p.User, Password: p.Password}
 	}
+	v := &viaProxy{sp: sp, e: e, done: make(chan error, 1),
+		conns: make([]proxyConn, e.cfg.Workers), tokMu: make([]sync.Mutex, e.cfg.Sessions), toks: make([]gtid.Token, e.cfg.Sessions)}
 	cfg := proxy.Config{Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Users: []proxy.User{{Name: p.User, Password: p.Password}},
 		AuthMethod: mysql.AUTH_NATIVE_PASSWORD, Primary: backend(p.Name, p.Addr()), Policy: name,
 		WaitBudget: sp.Policy.WaitBudget, FallbackPerSecond: sp.Cap.PerSecond, Epoch: max(e.nodes.Epoch(), 1),
-		Source: src, Logger: e.cfg.Logger}
-	for _, r := range e.nodes.Replicas() {
-		cfg.Replicas = append(cfg.Replicas, backend(r.Name, r.Addr()))
+		Source: src, Logger: e.cfg.Logger, HashMode: sp.Policy.HashMode.String(),
+		OnRead: func(r proxy.ReadRoute) { v.routes.Store(r.Conn, r) }}
+	var names []string
+	for i, r := range e.nodes.Replicas() {
+		b := backend(r.Name, r.Addr())
+		b.Weight = weightOf(e.cfg.Weights, i)
+		cfg.Replicas = append(cfg.Replicas, b)
+		names = append(names, r.Name)
 	}
 	srv, err := proxy.New(cfg)
 	if err != nil {
@@ -96,9 +105,13 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 	if err := srv.Listen(ctx); err != nil {
 		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
 	}
+	table, err := hashTable(names, e.cfg.Weights)
+	if err != nil {
+		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
+	}
 	pctx, cancel := context.WithCancel(ctx)
-	v := &viaProxy{sp: sp, e: e, srv: srv, cancel: cancel, done: make(chan error, 1),
-		conns: make([]proxyConn, e.cfg.Workers), tokMu: make([]sync.Mutex, e.cfg.Sessions), toks: make([]gtid.Token, e.cfg.Sessions)}
+	v.srv, v.cancel = srv, cancel
+	v.drifts = newDrifter(pctx, srv.Router(), table, names)
 	go func() { v.done <- srv.Serve(pctx) }()
 	return v, nil
 }
@@ -204,7 +217,14 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 		out.Outcome, out.Done = router.OutError, v.e.since()
 		return
 	}
+	id := c.connID()
+	v.routes.Delete(id)
 	own, err := v.e.cfg.Workload.Read(rctx, annotated{c: c, prefix: prefix}, sess, out.Hot)
+	if rt, ok := v.routes.Load(c.connID()); ok && err == nil && c.connID() == id {
+		// The proxy reported the route before the answer left it.
+		r := rt.(proxy.ReadRoute)
+		out.Node, out.Reason, out.HashReason = r.Node, r.Reason.String(), r.HashReason
+	}
 	unlock()
 	out.Done = v.e.since()
 	if err == nil {
@@ -292,8 +312,13 @@ func (v *viaProxy) note(ctx context.Context) string {
 	return fmt.Sprintf("%s via proxy: the proxy counted its reads as %s (writes without a token: %d).", v.sp.Name, strings.Join(parts, ", "), v.noToken.Load())
 }
 
+// drift starts (d > 0) or stops (d < 0) d outside readers on the named
+// replica, through the proxy's router (drifter).
+func (v *viaProxy) drift(name string, d int) { v.drifts.drift(name, d) }
+
 // close stops the proxy and closes the lab's connections to it.
 func (v *viaProxy) close() {
+	v.drifts.close()
 	for i := range v.conns {
 		pc := &v.conns[i]
 		pc.mu.Lock()

@@ -14,7 +14,6 @@ import (
 	"github.com/causallab/causallab/binlogwatch"
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
 )
@@ -68,17 +67,8 @@ type viaRouter[P gtid.Position[P]] struct {
 	sess []*live.LiveSession[P]
 	// noGTID counts writes the router refused to token (ErrMissingGTID).
 	noGTID atomic.Int64
-
-	// ctx bounds the drift readers; table is the hashing table over the
-	// configured replicas (to pick read ids that hash to a node).
-	ctx   context.Context
-	table *hashroute.Table
-	// driftMu guards drifts: per node, the cancel funcs of running drift
-	// readers. driftWG tracks them; driftErrs counts their failed reads.
-	driftMu   sync.Mutex
-	drifts    map[string][]context.CancelFunc
-	driftWG   sync.WaitGroup
-	driftErrs atomic.Int64
+	// drifts is the drift events' outside load through rt.
+	drifts *drifter[P]
 }
 
 var (
@@ -88,33 +78,37 @@ var (
 
 func routerNode(n compose.Node) live.Node { return live.Node{Name: n.Name, Addr: n.Addr()} }
 
+// replicaNodes are the topology's replicas as the live router's nodes,
+// with the run's hashing weights, and their names.
+func replicaNodes(e *engine) ([]live.Node, []string) {
+	var reps []live.Node
+	var names []string
+	for i, r := range e.nodes.Replicas() {
+		n := routerNode(r)
+		n.Weight = weightOf(e.cfg.Weights, i)
+		reps, names = append(reps, n), append(names, r.Name)
+	}
+	return reps, names
+}
+
 // newViaRouter builds the live router for sp with flavor f over positions
 // src.
 func newViaRouter[P gtid.Position[P]](ctx context.Context, sp RouterSpec, e *engine, f live.Flavor[P], src live.PositionSource[P]) (*viaRouter[P], error) {
 	p := e.nodes.Primary()
-	reps := make([]live.Node, 0, len(e.nodes.Replicas()))
-	for _, r := range e.nodes.Replicas() {
-		reps = append(reps, routerNode(r))
-	}
+	reps, names := replicaNodes(e)
 	rt, err := live.New(ctx, live.Config[P]{Flavor: f, Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
 		Policy: sp.Policy, Cap: sp.Cap, Positions: src, Epoch: e.nodes.Epoch(), MaxIdle: e.cfg.Workers, PrimaryPool: e.cfg.Workers,
 		Logger: e.cfg.Logger, Seed: e.cfg.Seed})
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
 	}
-	srv := make([]hashroute.Server, len(reps))
-	for i, r := range reps {
-		srv[i] = hashroute.Server{Name: r.Name, Weight: 1}
-	}
-	var table *hashroute.Table
-	if len(srv) > 0 {
-		if table, err = hashroute.New(hashroute.Config{Servers: srv}); err != nil {
-			rt.Close()
-			return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
-		}
+	table, err := hashTable(names, e.cfg.Weights)
+	if err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
 	}
 	return &viaRouter[P]{sp: sp, e: e, rt: rt, mu: make([]sync.Mutex, e.cfg.Sessions), sess: make([]*live.LiveSession[P], e.cfg.Sessions),
-		ctx: ctx, table: table, drifts: map[string][]context.CancelFunc{}}, nil
+		drifts: newDrifter(ctx, rt, table, names)}, nil
 }
 
 // startWatchSource streams every node's binlog (package binlogwatch) and
@@ -208,62 +202,14 @@ func startScalarSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.Wa
 }
 
 // drift starts (d > 0) or stops (d < 0) d outside readers on the named
-// replica: real reads through this router (SELECT SLEEP(0.2) in a loop,
-// with read ids that hash to the node under full-list), so the router's
-// own in-flight count for the node rises as a load balancer would see it.
-// This is what rebalance-override reacts to.
-func (v *viaRouter[P]) drift(name string, d int) {
-	v.driftMu.Lock()
-	defer v.driftMu.Unlock()
-	if d < 0 {
-		for _, c := range v.drifts[name] {
-			c()
-		}
-		delete(v.drifts, name)
-		return
-	}
-	idx := -1
-	for i, r := range v.e.nodes.Replicas() {
-		if r.Name == name {
-			idx = i
-		}
-	}
-	if idx < 0 || v.table == nil {
-		v.driftErrs.Add(1)
-		return
-	}
-	ids := make([]string, 0, d)
-	for k := 0; len(ids) < d && k < 1_000_000; k++ {
-		id := "drift-" + strconv.Itoa(k)
-		if v.table.First(hashroute.Hash(id)) == idx {
-			ids = append(ids, id)
-		}
-	}
-	ctx, cancel := context.WithCancel(v.ctx)
-	v.drifts[name] = append(v.drifts[name], cancel)
-	pol := router.Policy{Kind: router.PolicyAffinity, HashMode: hashroute.FullList}
-	for _, id := range ids {
-		v.driftWG.Add(1)
-		go func() {
-			defer v.driftWG.Done()
-			s := v.rt.NewSession()
-			s.SetConsistentReadID(id)
-			defer s.Close()
-			for ctx.Err() == nil {
-				if _, err := s.QueryWith(ctx, pol, "SELECT SLEEP(0.2)"); err != nil && ctx.Err() == nil {
-					v.driftErrs.Add(1)
-					sleepCtx(ctx, 50*time.Millisecond)
-				}
-			}
-		}()
-	}
-}
+// replica, through this router (drifter).
+func (v *viaRouter[P]) drift(name string, d int) { v.drifts.drift(name, d) }
 
 func (v *viaRouter[P]) spec() *RouterSpec { return &v.sp }
 
 func (v *viaRouter[P]) counters() (int64, int64) { return v.noGTID.Load(), 0 }
 
-func (v *viaRouter[P]) driftErrors() int64 { return v.driftErrs.Load() }
+func (v *viaRouter[P]) driftErrors() int64 { return v.drifts.errs.Load() }
 
 // session returns the session's LiveSession; v.mu[i] must be held.
 func (v *viaRouter[P]) session(i int) *live.LiveSession[P] {
@@ -382,27 +328,17 @@ func (v *viaRouter[P]) read(ctx context.Context, sess int, out *Read) {
 	out.Own = own
 	rd := q.read
 	out.Node, out.Reason, out.Waited = rd.Node, rd.Reason.String(), rd.Waited > 0
+	out.HashReason = rd.HashReason
 	out.Outcome = rd.Outcome // replica, fallback, primary or stale
 }
 
 // failover tells the live router about a new primary.
 func (v *viaRouter[P]) failover(ctx context.Context, fr compose.FailoverResult) error {
-	reps := make([]live.Node, 0)
-	for _, r := range v.e.nodes.Replicas() {
-		reps = append(reps, routerNode(r))
-	}
+	reps, _ := replicaNodes(v.e)
 	return v.rt.Failover(ctx, routerNode(v.e.nodes.Primary()), reps, fr.Epoch)
 }
 
 func (v *viaRouter[P]) close() {
-	v.driftMu.Lock()
-	for _, cs := range v.drifts {
-		for _, c := range cs {
-			c()
-		}
-	}
-	v.drifts = map[string][]context.CancelFunc{}
-	v.driftMu.Unlock()
-	v.driftWG.Wait()
+	v.drifts.close()
 	v.rt.Close()
 }

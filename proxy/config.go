@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
 )
@@ -36,6 +37,10 @@ type Backend struct {
 	// appear in logs or errors.
 	User     string `yaml:"user"`
 	Password string `yaml:"password"`
+	// Weight is a replica's hashing weight for policy affinity (its share
+	// of consistent_read_ids, as ProxySQL's hostgroup weights),
+	// 1..16777216. Default 1.
+	Weight int `yaml:"weight"`
 }
 
 // Config configures a proxy.
@@ -65,6 +70,11 @@ type Config struct {
 	// affinity, window, token-ryw, token-ryw-mr, token-wait). Default
 	// token-wait.
 	Policy string `yaml:"policy"`
+	// HashMode is policy affinity's hashing: full-list (default: index
+	// the full configured list, reselect only when that server is down),
+	// or, to reproduce their edge cases, available-only or
+	// rebalance-override (hashroute.Mode).
+	HashMode string `yaml:"hash_mode"`
 	// WaitBudget is token-wait's longest wait for a replica before falling
 	// back to the primary. Default router.DefaultWaitBudget.
 	WaitBudget time.Duration `yaml:"wait_budget"`
@@ -152,8 +162,28 @@ type Config struct {
 	// it spares the Go runtime a monitor-thread wake-up per system call
 	// after idling) or "go" (Go's ordinary net.Conn calls).
 	SocketIO string `yaml:"socket_io"`
+	// OnRead, when set, is called for every routed read with where it
+	// goes and why, before the read runs there (so before its answer
+	// reaches the client; again if it is retried on another node). For
+	// in-process embedders and tests: the lab attributes hashed sessions'
+	// moves with it. It must not block.
+	OnRead func(ReadRoute) `yaml:"-"`
 	// Logger receives the proxy's logs. Default slog.Default().
 	Logger *slog.Logger `yaml:"-"`
+}
+
+// ReadRoute is one routed read's destination (Config.OnRead).
+type ReadRoute struct {
+	// Conn is the client connection's id (the MySQL connection id the
+	// client was given at its handshake).
+	Conn uint32
+	// Node names the backend; Replica indexes Config.Replicas (-1: the
+	// primary).
+	Node    string
+	Replica int
+	// Reason is the router's reason, HashReason hashroute's (affinity).
+	Reason     router.Reason
+	HashReason hashroute.Reason
 }
 
 // LoadConfig reads a YAML config file. Unknown keys are an error.
@@ -224,6 +254,12 @@ func (c *Config) validate() error {
 		if names[r.Name] {
 			return fmt.Errorf("proxy: backend name %q used twice", r.Name)
 		}
+		if r.Weight == 0 {
+			r.Weight = 1
+		}
+		if r.Weight < 1 || r.Weight > hashroute.MaxWeight {
+			return fmt.Errorf("proxy: replica %s: weight %d out of range 1..%d", r.Name, r.Weight, hashroute.MaxWeight)
+		}
 		names[r.Name] = true
 	}
 	if c.Policy == "" {
@@ -231,6 +267,9 @@ func (c *Config) validate() error {
 	}
 	if _, err := policyKind(c.Policy); err != nil {
 		return err
+	}
+	if _, err := hashroute.ParseMode(c.HashMode); err != nil {
+		return fmt.Errorf("proxy: hash_mode: %w", err)
 	}
 	if c.WaitBudget == 0 {
 		c.WaitBudget = router.DefaultWaitBudget

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/internal/rawnet"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
@@ -63,6 +64,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	kind, _ := policyKind(cfg.Policy)
+	hashMode, _ := hashroute.ParseMode(cfg.HashMode) // validated
 	s := &Server{
 		cfg:   cfg,
 		log:   cfg.Logger,
@@ -70,6 +72,7 @@ func New(cfg Config) (*Server, error) {
 		conns: map[net.Conn]struct{}{},
 		policy: router.Policy{
 			Kind:       kind,
+			HashMode:   hashMode,
 			Window:     router.DefaultWindow,
 			WaitBudget: cfg.WaitBudget,
 			CheckEpoch: true,
@@ -155,7 +158,7 @@ func (s *Server) newRouter(ctx context.Context) error {
 	}
 	reps := make([]live.Node, len(s.cfg.Replicas))
 	for i, b := range s.cfg.Replicas {
-		reps[i] = live.Node{Name: b.Name, Addr: b.Addr}
+		reps[i] = live.Node{Name: b.Name, Addr: b.Addr, Weight: b.Weight}
 	}
 	rt, err := live.New(ctx, live.Config[gtid.Set]{
 		Primary:       live.Node{Name: s.cfg.Primary.Name, Addr: s.cfg.Primary.Addr},
@@ -180,6 +183,11 @@ func (s *Server) newRouter(ctx context.Context) error {
 	s.rt = rt
 	return nil
 }
+
+// Router is the live router the sessions route through (nil before
+// Listen). An embedder may route its own reads through it: they share the
+// proxy's view, in-flight counts and metrics.
+func (s *Server) Router() *live.Router[gtid.Set] { return s.rt }
 
 // Listen builds the router and opens the listeners (so Addr is known
 // before Serve).

@@ -51,6 +51,10 @@ type session struct {
 
 	primary  *backendConn
 	replicas []*backendConn // lazily opened, index = replica index
+	// replicaFails[i] is the router's failure count of replica i when
+	// replicas[i] was opened (Router.Failures): a connection that
+	// predates a later failure of its node is redialled, not tried.
+	replicaFails []uint64
 
 	// Pins: reads go to the primary while any is set.
 	inTx, autocommitOff, tempTables, lockedTables, userVarsOnPrimary bool
@@ -99,13 +103,14 @@ var _ server.Handler = (*session)(nil)
 func newSession(ctx context.Context, srv *Server) *session {
 	n := len(srv.cfg.Replicas)
 	s := &session{
-		srv:      srv,
-		ctx:      ctx,
-		replicas: make([]*backendConn, n),
-		ls:       srv.rt.NewSession(),
-		stmts:    map[*stmt.PreparedStmt]*pstmt{},
-		params:   map[uint32]*stmtParams{},
-		budget:   &byteBudget{limit: srv.cfg.MaxSessionBytes},
+		srv:          srv,
+		ctx:          ctx,
+		replicas:     make([]*backendConn, n),
+		replicaFails: make([]uint64, n),
+		ls:           srv.rt.NewSession(),
+		stmts:        map[*stmt.PreparedStmt]*pstmt{},
+		params:       map[uint32]*stmtParams{},
+		budget:       &byteBudget{limit: srv.cfg.MaxSessionBytes},
 	}
 	return s
 }
@@ -177,7 +182,8 @@ func (s *session) ensurePrimary() error {
 
 // replica returns the session's connection to replica i, opening it.
 func (s *session) replica(i int) (*backendConn, error) {
-	if bc := s.replicas[i]; bc != nil && !bc.broken {
+	fails := s.srv.rt.Failures(s.srv.cfg.Replicas[i].Name)
+	if bc := s.replicas[i]; bc != nil && !bc.broken && s.replicaFails[i] == fails {
 		return bc, nil
 	}
 	s.replicas[i].close()
@@ -189,7 +195,7 @@ func (s *session) replica(i int) (*backendConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.replicas[i] = bc
+	s.replicas[i], s.replicaFails[i] = bc, fails
 	return bc, nil
 }
 
@@ -425,6 +431,9 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 		bc, err := s.conn(t)
 		if err != nil {
 			return gtid.Set{}, err
+		}
+		if on := s.srv.cfg.OnRead; on != nil {
+			on(ReadRoute{Conn: s.id, Node: t.Node.Name, Replica: t.Replica, Reason: t.Reason, HashReason: t.HashReason})
 		}
 		served = bc
 		out, err = relayOne(bc, t)

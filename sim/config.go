@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 )
 
@@ -97,6 +98,11 @@ type ReplicaModel struct {
 	// StragglerDelay is added to the straggler's ship delay (it sits further
 	// from the primary): a standing lag under its stalls.
 	StragglerDelay time.Duration
+	// ReplicaDelay, when set, adds ReplicaDelay[r] to replica r's ship
+	// delay (replicas beyond its length get none): a standing lag per
+	// replica, as MySQL's SOURCE_DELAY gives. The lab's staggered
+	// condition is predicted with the delays it measured.
+	ReplicaDelay []time.Duration
 	// StallEvery is the mean time between the straggler's stalls (Poisson).
 	StallEvery time.Duration
 	// StallMean is the mean stall length (uniform in [0.5, 1.5]×StallMean).
@@ -274,6 +280,10 @@ type Config struct {
 	Poll time.Duration
 	// Cap is the primary fallback cap (PerSecond 0: no cap).
 	Cap router.Cap
+	// Weights are the replicas' hashing weights for the affinity policy,
+	// in order (as ProxySQL's hostgroup weights); empty: every replica 1,
+	// otherwise one per replica, 1..hashroute.MaxWeight.
+	Weights []int
 	// Faults are replica outages.
 	Faults []Fault
 	// Drifts are outside-load periods.
@@ -369,6 +379,14 @@ func (c *Config) validate() error {
 	if c.Poll < 0 {
 		errs = append(errs, fmt.Errorf("poll %v: must not be negative", c.Poll))
 	}
+	if len(c.Weights) > 0 && len(c.Weights) != c.Replicas {
+		errs = append(errs, fmt.Errorf("%d weights for %d replicas", len(c.Weights), c.Replicas))
+	}
+	for i, w := range c.Weights {
+		if w < 1 || w > hashroute.MaxWeight {
+			errs = append(errs, fmt.Errorf("weight %d of replica %d: want 1..%d", w, i, hashroute.MaxWeight))
+		}
+	}
 	for _, f := range c.Faults {
 		if f.Replica < 0 || f.Replica >= c.Replicas || f.To < f.From || f.From < 0 {
 			errs = append(errs, fmt.Errorf("fault %+v: replica out of range or empty interval", f))
@@ -389,6 +407,11 @@ func (c *Config) validate() error {
 		if m.ShipDelay < 0 || m.ShipJitter < 0 || m.ShipJitter > m.ShipDelay || m.ApplyCost < 0 || m.StragglerDelay < 0 ||
 			m.HeavyProb < 0 || m.HeavyProb > 1 || m.HeavyShare < 0 || m.HeavyShare >= 1 || m.HeavyCost < 0 || (m.Straggler && m.SlowFactor <= 0) {
 			errs = append(errs, fmt.Errorf("replica model %+v: negative or inconsistent", *m))
+		}
+		for r, d := range m.ReplicaDelay {
+			if d < 0 || d > time.Hour {
+				errs = append(errs, fmt.Errorf("replica model: replica %d delay %v out of range 0..1h", r, d))
+			}
 		}
 		if m.HeavyCostByLoad != nil {
 			if err := m.HeavyCostByLoad.validate(); err != nil {

@@ -73,7 +73,7 @@ func RecordDecisions(ctx context.Context, cfg Config, spec RouterSpec, trial int
 	if err != nil {
 		return Result{}, err
 	}
-	return m.result(), nil
+	return e.result(), nil
 }
 
 // decisionRecorder is engine.route's optional hook (engine.rec, nil in

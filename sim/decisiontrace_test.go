@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func testRecordDecisions(t *testing.T, cfg Config) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != res[k][0] {
+			if !reflect.DeepEqual(got, res[k][0]) {
 				t.Fatalf("recorded trial result differs from Run's:\n%+v\n%+v", got, res[k][0])
 			}
 			var decisions int64

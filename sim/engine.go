@@ -19,21 +19,22 @@ type interval struct{ from, to usec }
 // write). A chain has at most one read in flight; under WorkloadChains many
 // chains of one session may be in flight at once.
 type chainState struct {
-	k          int32  // reads of the chain already completed
-	node       int32  // serving node of the read in flight; -1 is the primary
-	issue      usec   // when the read in flight was issued
-	waitStart  usec   // when it started waiting (if waited)
-	token      LogPos // the session's last acknowledged write at issue time
-	shownAt    LogPos // highest position shown to the session before issue (truth)
-	floor      LogPos // writes acknowledged (to any session) before issue (truth)
-	global     LogPos // PolicyGlobal's target: the primary's position when this attempt began
-	obs        LogPos // the position the read observed at its node
-	seen       LogPos // what the router records as observed (Observe at the answer)
-	failed     bool   // the read in flight was failed by the router
-	waited     bool   // the current attempt has waited (waitStart is set)
-	everWaited bool   // the read waited at least once, in any attempt
-	capWaited  bool   // it waited at least once because the cap was spent
-	deferred   bool   // it was deferred at least once (ActDefer) and retried
+	k          int32            // reads of the chain already completed
+	node       int32            // serving node of the read in flight; -1 is the primary
+	issue      usec             // when the read in flight was issued
+	waitStart  usec             // when it started waiting (if waited)
+	token      LogPos           // the session's last acknowledged write at issue time
+	shownAt    LogPos           // highest position shown to the session before issue (truth)
+	floor      LogPos           // writes acknowledged (to any session) before issue (truth)
+	global     LogPos           // PolicyGlobal's target: the primary's position when this attempt began
+	obs        LogPos           // the position the read observed at its node
+	seen       LogPos           // what the router records as observed (Observe at the answer)
+	failed     bool             // the read in flight was failed by the router
+	waited     bool             // the current attempt has waited (waitStart is set)
+	everWaited bool             // the read waited at least once, in any attempt
+	capWaited  bool             // it waited at least once because the cap was spent
+	deferred   bool             // it was deferred at least once (ActDefer) and retried
+	hashWhy    hashroute.Reason // affinity: why the read in flight went to its node
 }
 
 // sessState is the simulator's side of a session: what it has been shown
@@ -54,6 +55,7 @@ type engine struct {
 	heavyCost usec // a heavy record's replay time at this trial's load
 	pol       router.Policy
 	table     *hashroute.Table // affinity hashing over the configured replicas
+	tableW    []int            // the weights table was built with
 
 	h   eventHeap
 	rr  *rand.Rand // router draws
@@ -91,6 +93,7 @@ type engine struct {
 	bucket router.Bucket
 
 	m     *trialMetrics
+	hash  hashTrack // affinity: moves and violations by cause
 	trace *Trace
 	rec   *decisionRecorder // RecordDecisions' hook in route; nil in normal runs
 }
@@ -157,9 +160,10 @@ func (e *engine) reset(cfg *Config, wl *workload, spec *RouterSpec, trial int, m
 		e.cs[i] = chainState{node: -1}
 	}
 	e.queue = cfg.Workload == WorkloadQueue
+	e.hash.reset(spec.Policy.Kind == router.PolicyAffinity, ns, cfg)
 	e.view.Replicas = grow(e.view.Replicas, e.nr)
-	if e.table == nil || e.table.Len() != e.nr {
-		e.table = newHashTable(e.nr)
+	if e.table == nil || e.table.Len() != e.nr || !slices.Equal(e.tableW, cfg.Weights) {
+		e.table, e.tableW = newHashTable(e.nr, cfg.Weights), slices.Clone(cfg.Weights)
 	}
 	e.view.Hash = e.table
 	e.view.Epoch = 0
@@ -273,6 +277,9 @@ func (e *engine) writeArrive(t usec, w int32) {
 		}
 		if m.Straggler && r == 0 {
 			ship += dur(m.StragglerDelay)
+		}
+		if r < len(m.ReplicaDelay) {
+			ship += dur(m.ReplicaDelay[r])
 		}
 		arr := max(e.shipArr[r], c+ship)
 		e.shipArr[r] = arr
@@ -467,6 +474,7 @@ func (e *engine) route(t usec, c int32, waited usec) {
 			m.staleServed++
 		}
 		st.node = int32(d.Replica)
+		st.hashWhy = d.HashReason
 		e.inMove[d.Replica]++
 		e.h.push(t+e.rtt2, evReadReach, c)
 	case router.ActPrimary:
@@ -574,6 +582,7 @@ func (e *engine) readReach(t usec, c int32) {
 	if obs < st.shownAt {
 		m.mr++
 	}
+	e.hashObserve(e.wl.session[c], st.node, st.hashWhy, t, obs < st.shownAt)
 	if obs < st.floor {
 		m.allWrites++
 	}
@@ -631,16 +640,20 @@ func (e *engine) readDone(t usec, c int32) {
 	ss.busy = false
 }
 
-// newHashTable is the affinity router's table over n equally weighted
-// replicas named r0..r(n-1), in configured order.
-func newHashTable(n int) *hashroute.Table {
+// newHashTable is the affinity router's table over n replicas named
+// r0..r(n-1), in configured order, weighted by weights (1 where none).
+func newHashTable(n int, weights []int) *hashroute.Table {
 	srv := make([]hashroute.Server, n)
 	for i := range srv {
-		srv[i] = hashroute.Server{Name: "r" + strconv.Itoa(i), Weight: 1}
+		w := 1
+		if i < len(weights) {
+			w = weights[i]
+		}
+		srv[i] = hashroute.Server{Name: "r" + strconv.Itoa(i), Weight: w}
 	}
 	t, err := hashroute.NewTable(srv)
 	if err != nil {
-		// n is validated to 1..64 by Config.validate, which hashroute accepts.
+		// n and the weights are validated by Config.validate.
 		panic("sim: hashroute table: " + err.Error())
 	}
 	return t

@@ -92,6 +92,9 @@ type Result struct {
 	DeferredMean, DeferredP99 float64
 	// Reasons counts router decisions by router.Reason.
 	Reasons [16]int64
+	// Hash attributes an affinity router's moves and MR violations to
+	// their causes (zero under other policies).
+	Hash HashCauses
 }
 
 func pct(a, b int64) float64 {

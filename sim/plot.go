@@ -1,13 +1,10 @@
 package sim
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
 	"math"
-	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -16,7 +13,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/causallab/causallab/internal/chart"
 )
 
 // WritePlots draws every plot as DIR/NAME.svg and returns the file names.
@@ -38,17 +36,6 @@ func WritePlots(dir string, plots []Plot) ([]string, error) {
 	}
 	return names, nil
 }
-
-// Layout: every chart keeps its legend in a column right of the plotting
-// area (never over the data), and a margin on the right so the last tick
-// label fits even when the viewer's fallback font is wider than the one
-// gonum measured with.
-const (
-	rightMargin = 14 // points
-	legendGap   = 10 // points between the plot and its legend
-	// legendSlack widens the measured legend for a wider fallback font.
-	legendSlack = 1.35
-)
 
 func drawLines(path string, p *Plot) error {
 	pl := plot.New()
@@ -81,26 +68,14 @@ func drawLines(path string, p *Plot) error {
 	if strings.Contains(p.Y, "%") && ymax <= 100 {
 		pl.Y.Max = 100
 	}
-	pl.Y.Tick.Marker = numTicks{}
+	pl.Y.Tick.Marker = chart.NumTicks{}
 	// The x values are the experiment's dial settings: tick each of them.
-	pl.X.Tick.Marker = valueTicks(xs)
-	return save(path, 18*vg.Centimeter, 10*vg.Centimeter, func(dc draw.Canvas) {
-		area, lc := splitLegend(dc, &lg)
+	pl.X.Tick.Marker = chart.ValueTicks(xs)
+	return chart.SaveSVG(path, 18*vg.Centimeter, 10*vg.Centimeter, func(dc draw.Canvas) {
+		area, lc := chart.SplitLegend(dc, &lg)
 		pl.Draw(area)
 		lg.Draw(lc)
 	})
-}
-
-// splitLegend cuts dc into the plotting area and a legend column on the
-// right, with the legend's top level with the top of the plotting area.
-func splitLegend(dc draw.Canvas, lg *plot.Legend) (area, legend draw.Canvas) {
-	lg.Top, lg.Left = true, true
-	lg.Padding = vg.Points(2.5)
-	r := lg.Rectangle(dc)
-	w := vg.Length(float64(r.Max.X-r.Min.X)*legendSlack) + vg.Points(legendGap)
-	area = draw.Crop(dc, 0, -w-vg.Points(rightMargin), 0, 0)
-	legend = draw.Crop(dc, dc.Max.X-dc.Min.X-w+vg.Points(legendGap), -vg.Points(rightMargin), 0, -vg.Points(28))
-	return area, legend
 }
 
 // stripBin is the strip's time bin for read shares.
@@ -143,47 +118,47 @@ func drawStrip(path string, p *Plot) error {
 	lmean.Color, lmean.Width = color.RGBA{R: 90, G: 90, B: 90, A: 255}, vg.Points(1.2)
 	top.Add(lmax, lmean)
 	top.Y.Min = 0
-	top.Y.Tick.Marker = numTicks{}
+	top.Y.Tick.Marker = chart.NumTicks{}
 
 	counts, nodes, after := stripShares(tr, end)
 	bot := plot.New()
 	bot.X.Label.Text = fmt.Sprintf("time (s): the %.0f s of offered writes (%d later reads not drawn)", end, after)
 	bot.Y.Label.Text = "reads per 250 ms (%)"
-	sb := &stackBars{x0: 0, w: float64(stripBin) / 1e6, stacks: counts}
-	sb.colors = append(sb.colors, color.RGBA{R: 30, G: 80, B: 220, A: 255})
+	sb := &chart.StackBars{X0: 0, W: float64(stripBin) / 1e6, Stacks: counts}
+	sb.Colors = append(sb.Colors, color.RGBA{R: 30, G: 80, B: 220, A: 255})
 	greens := []color.RGBA{{R: 25, G: 110, B: 45}, {R: 60, G: 150, B: 75}, {R: 100, G: 180, B: 105}, {R: 145, G: 205, B: 140}, {R: 190, G: 228, B: 180}}
 	for r := range nodes {
 		c := greens[r%len(greens)]
 		c.A = 255
-		sb.colors = append(sb.colors, c)
+		sb.Colors = append(sb.Colors, c)
 	}
-	sb.colors = append(sb.colors, color.RGBA{R: 230, A: 255})
+	sb.Colors = append(sb.Colors, color.RGBA{R: 230, A: 255})
 	bot.Add(sb)
 	bot.Y.Min, bot.Y.Max = 0, 100
-	bot.Y.Tick.Marker = numTicks{}
+	bot.Y.Tick.Marker = chart.NumTicks{}
 
 	lg := plot.NewLegend()
 	lg.Add("worst replica lag", lmax)
 	lg.Add("mean replica lag", lmean)
-	lg.Add("primary", colorBox{sb.colors[0]})
+	lg.Add("primary", chart.ColorBox{C: sb.Colors[0]})
 	for r := range nodes {
 		name := "replica r" + strconv.Itoa(r)
 		if r == 0 && tr.Straggler {
 			name += " (straggler)"
 		}
-		lg.Add(name, colorBox{sb.colors[r+1]})
+		lg.Add(name, chart.ColorBox{C: sb.Colors[r+1]})
 	}
 	if hasAny(counts[nodes+1]) {
-		lg.Add("missed own write", colorBox{sb.colors[nodes+1]})
+		lg.Add("missed own write", chart.ColorBox{C: sb.Colors[nodes+1]})
 	}
 
 	for _, pl := range []*plot.Plot{top, bot} {
 		pl.X.Min, pl.X.Max = 0, end
-		pl.X.Tick.Marker = stepTicks{major: 2, minor: 1}
+		pl.X.Tick.Marker = chart.StepTicks{Major: 2, Minor: 1}
 	}
 	plots := [][]*plot.Plot{{top}, {bot}}
-	return save(path, 24*vg.Centimeter, 15*vg.Centimeter, func(dc draw.Canvas) {
-		area, lc := splitLegend(dc, &lg)
+	return chart.SaveSVG(path, 24*vg.Centimeter, 15*vg.Centimeter, func(dc draw.Canvas) {
+		area, lc := chart.SplitLegend(dc, &lg)
 		cs := plot.Align(plots, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(6)}, area)
 		top.Draw(cs[0][0])
 		bot.Draw(cs[1][0])
@@ -241,131 +216,4 @@ func hasAny(v []float64) bool {
 		}
 	}
 	return false
-}
-
-// stackBars is stacked bars of equal width w from x0: stacks[k][b] is
-// series k's height in bin b, drawn bottom-up in series order.
-type stackBars struct {
-	x0, w  float64
-	stacks [][]float64
-	colors []color.Color
-}
-
-func (s *stackBars) Plot(c draw.Canvas, plt *plot.Plot) {
-	trX, trY := plt.Transforms(&c)
-	if len(s.stacks) == 0 {
-		return
-	}
-	for b := range s.stacks[0] {
-		x0, x1 := trX(s.x0+float64(b)*s.w), trX(s.x0+float64(b+1)*s.w)
-		y := 0.0
-		for k, st := range s.stacks {
-			h := st[b]
-			if h <= 0 {
-				continue
-			}
-			y0, y1 := trY(y), trY(y+h)
-			y += h
-			c.FillPolygon(s.colors[k], c.ClipPolygonXY([]vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}}))
-		}
-	}
-}
-
-func (s *stackBars) DataRange() (xmin, xmax, ymin, ymax float64) {
-	n := 0
-	if len(s.stacks) > 0 {
-		n = len(s.stacks[0])
-	}
-	for b := range n {
-		var t float64
-		for _, st := range s.stacks {
-			t += st[b]
-		}
-		ymax = max(ymax, t)
-	}
-	return s.x0, s.x0 + float64(n)*s.w, 0, ymax
-}
-
-// colorBox is a filled legend thumbnail.
-type colorBox struct{ c color.Color }
-
-func (b colorBox) Thumbnail(c *draw.Canvas) {
-	c.FillPolygon(b.c, []vg.Point{{X: c.Min.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Max.Y}, {X: c.Min.X, Y: c.Max.Y}})
-}
-
-// fmtTick formats a tick value as briefly as it reads (no "250.00").
-func fmtTick(v float64) string {
-	if math.Abs(v) < 1e-9 {
-		return "0"
-	}
-	return strconv.FormatFloat(v, 'g', 6, 64)
-}
-
-// numTicks is gonum's default ticks with plain labels.
-type numTicks struct{}
-
-func (numTicks) Ticks(lo, hi float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(lo, hi)
-	for i := range ts {
-		if ts[i].Label != "" {
-			ts[i].Label = fmtTick(ts[i].Value)
-		}
-	}
-	return ts
-}
-
-// valueTicks ticks every value in xs, labelling those at least 10% of the
-// range from the previously labelled one (the rest get an unlabelled mark).
-type valueTicks []float64
-
-func (v valueTicks) Ticks(lo, hi float64) []plot.Tick {
-	xs := slices.Compact(slices.Sorted(slices.Values(v)))
-	var ts []plot.Tick
-	last := math.Inf(-1)
-	for _, x := range xs {
-		if x < lo || x > hi {
-			continue
-		}
-		t := plot.Tick{Value: x}
-		if x-last >= 0.1*(hi-lo) {
-			t.Label = fmtTick(x)
-			last = x
-		}
-		ts = append(ts, t)
-	}
-	return ts
-}
-
-// stepTicks labels every major units and marks every minor units.
-type stepTicks struct{ major, minor float64 }
-
-func (s stepTicks) Ticks(lo, hi float64) []plot.Tick {
-	var ts []plot.Tick
-	for i := math.Ceil(lo / s.minor); i*s.minor <= hi+1e-9; i++ {
-		x := i * s.minor
-		t := plot.Tick{Value: x}
-		if r := math.Mod(x, s.major); math.Abs(r) < 1e-9 || math.Abs(r-s.major) < 1e-9 {
-			t.Label = fmtTick(x)
-		}
-		ts = append(ts, t)
-	}
-	return ts
-}
-
-// save draws into an SVG of w×h at path. The fonts gonum measured with
-// (Liberation) are metric-compatible with Times New Roman and Arial, so the
-// SVG names those as fallbacks: a viewer without Liberation keeps the
-// layout.
-func save(path string, w, h vg.Length, drawFn func(draw.Canvas)) error {
-	c := vgsvg.New(w, h)
-	drawFn(draw.New(c))
-	var buf bytes.Buffer
-	if _, err := c.WriteTo(&buf); err != nil {
-		return err
-	}
-	out := bytes.ReplaceAll(buf.Bytes(), []byte("font-family:Liberation Serif;"),
-		[]byte("font-family:'Liberation Serif','Times New Roman',Times,serif;"))
-	out = bytes.ReplaceAll(out, []byte("font-family:Liberation Sans;"),
-		[]byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;"))
-	return os.WriteFile(path, out, 0o644)
 }

@@ -58,7 +58,7 @@ func runJobs(ctx context.Context, jobs []*job, progress Progress) error {
 						errs[w] = err
 						return
 					}
-					j.out[k] = m.result()
+					j.out[k] = e.result()
 					if k == 0 {
 						j.lag = m.lag
 					}

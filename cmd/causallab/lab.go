@@ -79,7 +79,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.IntVar(&f.workers, "workers", 24, "driver goroutines (each with a connection per node)")
 	fl.DurationVar(&f.poll, "poll", 5*time.Millisecond, "replica position poll interval")
 	fl.StringVar(&f.mode, "mode", "concurrent", "concurrent (routers share one live workload) or sequential (each alone)")
-	fl.StringVar(&f.condition, "condition", cond, "lag condition: identical, straggler, heavy, apply-delay, or a '+' combination")
+	fl.StringVar(&f.condition, "condition", cond, "lag condition: identical, straggler, heavy, apply-delay, staggered, or a '+' combination")
 	fl.StringVar(&f.format, "format", "md", "output: md, csv or json")
 	fl.StringVar(&f.out, "out", "", "also write tables (md, csv, json), SVG charts and report.html into this directory")
 	fl.StringVar(&f.failOn, "fail-on", "", "exit 3 when a rule holds, e.g. 'ryw>0,mr>0' or 'token-ryw-mr:ryw>0' (metrics: "+strings.Join(lab.FailMetricNames(), ", ")+")")
@@ -267,9 +267,15 @@ func progress(rep *reporter) func(lab.Progress) {
 
 // emit prints the results, writes --out and applies --fail-on.
 func (f *labFlags) emit(cmd *cobra.Command, results []*lab.Result, format lab.Format, rules []lab.FailRule) error {
-	for _, r := range results {
-		if err := lab.Write(cmd.OutOrStdout(), r, format); err != nil {
+	if allHash(results) {
+		if err := lab.WriteHash(cmd.OutOrStdout(), results, format); err != nil {
 			return err
+		}
+	} else {
+		for _, r := range results {
+			if err := lab.Write(cmd.OutOrStdout(), r, format); err != nil {
+				return err
+			}
 		}
 	}
 	if f.out != "" {
@@ -282,23 +288,35 @@ func (f *labFlags) emit(cmd *cobra.Command, results []*lab.Result, format lab.Fo
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "causallab lab: wrote %s/report.html\n", f.out)
 	}
-	var fails []string
-	for _, r := range results {
-		fails = append(fails, lab.Failures(r, rules)...)
-	}
+	fails := lab.FailuresAll(results, rules)
 	if len(fails) > 0 {
 		return withExitCode(3, fmt.Errorf("--fail-on: %d rule(s) hold:\n  %s", len(fails), strings.Join(fails, "\n  ")))
 	}
 	return nil
 }
 
-// experiments are the built-in scenarios `lab` names, with their help.
-var experiments = []struct{ name, short string }{
-	{"routers", "The six routers under one live workload, with the simulator's prediction beside each"},
-	{"gated", "Naive replica reads against GTID-gated reads under a standing lag"},
-	{"failover", "Kill the primary while replicas lag: scalar vs GTID-set vs epoch tokens"},
-	{"hash", "Hashing edge cases on real servers: a replica goes down; load drift under rebalance-override"},
-	{"chaos", "Random faults and one failover under token-ryw-mr+epoch: expect zero violations, every read accounted for"},
+// allHash reports whether results are hashing runs only (one compact
+// table for all of them).
+func allHash(results []*lab.Result) bool {
+	for _, r := range results {
+		if !lab.IsHashRun(r) {
+			return false
+		}
+	}
+	return len(results) > 0
+}
+
+// experiments are the experiments `lab` names, with their help: each is
+// one built-in scenario, or several run on one topology (folders).
+var experiments = []struct {
+	name, short string
+	folders     []string
+}{
+	{"routers", "The six routers under one live workload, with the simulator's prediction beside each", nil},
+	{"gated", "Naive replica reads against GTID-gated reads under a standing lag", nil},
+	{"failover", "Kill the primary while replicas lag: scalar vs GTID-set vs epoch tokens", nil},
+	{"hash", "Hashing's edge cases on real servers, by cause: a replica down, the same replica flapping, load drift", []string{"hash-down", "hash-flap", "hash-drift"}},
+	{"chaos", "Random faults and one failover under token-ryw-mr+epoch: expect zero violations, every read accounted for", nil},
 }
 
 func newLabCmd() *cobra.Command {
@@ -315,7 +333,7 @@ file) or, when none runs, starts one for the run (--backend) and removes it afte
 Every flag is checked before anything starts.`,
 	}
 	for _, x := range experiments {
-		cmd.AddCommand(newLabExperimentCmd(x.name, x.short))
+		cmd.AddCommand(newLabExperimentCmd(x.name, x.short, x.folders))
 	}
 	cmd.AddCommand(newLabScenarioCmd())
 	return cmd
@@ -355,12 +373,29 @@ func (f *labFlags) runScenarios(cmd *cobra.Command, scs []*lab.Scenario, o lab.S
 // flags its events take. Its expectations are printed in the notes; the
 // exit code follows --fail-on only (`lab scenario NAME` exits 3 when an
 // expectation fails).
-func newLabExperimentCmd(name, short string) *cobra.Command {
+func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 	var f labFlags
 	var promote, down string
 	var driftLoad int
+	var weights []int
 	var every time.Duration
-	sc, loadErr := lab.BuiltinScenario(name)
+	if folders == nil {
+		folders = []string{name}
+	}
+	var scs []*lab.Scenario
+	var loadErr error
+	for _, n := range folders {
+		sc, err := lab.BuiltinScenario(n)
+		if err != nil {
+			loadErr = err
+			break
+		}
+		scs = append(scs, sc)
+	}
+	var sc *lab.Scenario // the first: its workload gives the flags' defaults
+	if len(scs) > 0 {
+		sc = scs[0]
+	}
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
@@ -375,13 +410,21 @@ func newLabExperimentCmd(name, short string) *cobra.Command {
 			}
 			o.Nodes = map[lab.EventKind]string{lab.EvFailover: promote, lab.EvKill: down}
 			o.DriftLoad, o.ChaosEvery = driftLoad, every
-			_, err = f.runScenarios(cmd, []*lab.Scenario{sc}, o, format, rules)
+			o.Config.Weights = weights
+			_, err = f.runScenarios(cmd, scs, o, format, rules)
 			return err
 		},
 	}
-	if sc != nil {
+	if len(scs) == 1 {
 		cmd.Long = strings.TrimSpace(sc.Description) + "\n\nThis is the built-in scenario " + name + "; `causallab lab scenario " + name +
 			"`\nruns the same and exits 3 when one of its expectations fails."
+	} else if len(scs) > 1 {
+		var b strings.Builder
+		for _, s := range scs {
+			fmt.Fprintf(&b, "%s: %s\n\n", s.Name, strings.TrimSpace(s.Description))
+		}
+		cmd.Long = b.String() + "These are the built-in scenarios " + strings.Join(folders, ", ") + ", run on one topology; `causallab lab scenario " +
+			strings.Join(folders, " ") + "`\nruns the same and exits 3 when one of their expectations fails."
 	}
 	f.register(cmd, sc)
 	fl := cmd.Flags()
@@ -390,8 +433,9 @@ func newLabExperimentCmd(name, short string) *cobra.Command {
 	case "failover":
 		fl.StringVar(&promote, "promote", "", "replica to promote (default: the first)")
 	case "hash":
-		fl.StringVar(&down, "down", "", "replica that goes down (default: the second)")
+		fl.StringVar(&down, "down", "", "replica that goes down and flaps (default: the first, the freshest)")
 		fl.IntVar(&driftLoad, "drift-load", 40, "outside reads in flight added on the first replica during the drift")
+		fl.IntSliceVar(&weights, "weights", nil, "replicas' hashing weights in order, e.g. 2,1,1 (as ProxySQL's hostgroup weights; default 1 each)")
 	case "chaos":
 		fl.DurationVar(&every, "every", 3*time.Second, "mean time between faults")
 	}

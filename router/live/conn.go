@@ -17,6 +17,10 @@ type Node struct {
 	Name string
 	// Addr is host:port.
 	Addr string
+	// Weight is a replica's hashing weight (PolicyAffinity's share of
+	// ids, as ProxySQL's hostgroup weights), 1..hashroute.MaxWeight; 0
+	// means 1. Unused for the primary.
+	Weight int
 }
 
 // ErrNoSessionTracking is returned at connect time when the primary does not
@@ -132,6 +136,19 @@ func (p *pool) put(addr string, c *client.Conn) {
 	}
 	p.mu.Unlock()
 	if c != nil {
+		c.Close()
+	}
+}
+
+// drop closes every idle connection to addr: after a node failure they
+// predate it, and a restarted server has closed them all (each would
+// otherwise fail once and hold the node down once more).
+func (p *pool) drop(addr string) {
+	p.mu.Lock()
+	l := p.idle[addr]
+	delete(p.idle, addr)
+	p.mu.Unlock()
+	for _, c := range l {
 		c.Close()
 	}
 }

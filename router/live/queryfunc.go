@@ -10,6 +10,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/router"
 )
@@ -24,6 +25,9 @@ type Target struct {
 	// router.OutStale, router.OutFallback or router.OutPrimary), Reason the decision's reason.
 	Outcome router.Outcome
 	Reason  router.Reason
+	// HashReason is hashroute's reason for an affinity read (zero
+	// otherwise).
+	HashReason hashroute.Reason
 	// Pin is the session reason of a pinned read (ReadOptions.Pin), "" for
 	// a routed one.
 	Pin Pin
@@ -188,7 +192,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			continue
 		}
 		// Serve: replica, stale replica or primary.
-		t := Target{Node: primary, Replica: -1, Reason: d.Reason, Watermark: needWM && r.cfg.Watermark == WatermarkAfterRead}
+		t := Target{Node: primary, Replica: -1, Reason: d.Reason, HashReason: d.HashReason, Watermark: needWM && r.cfg.Watermark == WatermarkAfterRead}
 		var viewPos P
 		switch {
 		case d.Action == router.ActReplica || d.Action == router.ActStale:
@@ -262,7 +266,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		}
 		count(t.Outcome, d.Reason.String())
 		return &Read[P]{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == router.OutStale, Reason: d.Reason,
-			Waited: waited, Watermark: wm, Trace: trace}, nil
+			HashReason: d.HashReason, Waited: waited, Watermark: wm, Trace: trace}, nil
 	}
 }
 

@@ -147,6 +147,9 @@ func (c *Config[P]) validate() error {
 		if r.Name == "" || r.Addr == "" {
 			return fmt.Errorf("router: config: replica %+v needs a name and an address", r)
 		}
+		if r.Weight < 0 || r.Weight > hashroute.MaxWeight {
+			return fmt.Errorf("router: config: replica %s: weight %d out of range 0..%d", r.Name, r.Weight, hashroute.MaxWeight)
+		}
 		if seen[r.Name] {
 			return fmt.Errorf("router: config: node name %q used twice", r.Name)
 		}
@@ -220,8 +223,9 @@ type Router[P gtid.Position[P]] struct {
 	m     *liveMetrics
 	start time.Time
 
-	mu     sync.Mutex   // guards everything below
-	st     LiveState[P] // topology, primary position, held-down nodes, in-flight reads
+	mu     sync.Mutex        // guards everything below
+	st     LiveState[P]      // topology, primary position, held-down nodes, in-flight reads
+	fails  map[string]uint64 // per node: failures counted by markDown (Failures)
 	bucket router.Bucket
 	rng    *rand.Rand
 }
@@ -264,11 +268,7 @@ func build[P gtid.Position[P]](cfg Config[P]) (*Router[P], error) {
 		st: LiveState[P]{Flavor: cfg.Flavor, Primary: cfg.Primary, Replicas: append([]Node(nil), cfg.Replicas...), Epoch: cfg.Epoch,
 			DownUntil: map[string]time.Time{}, InFlight: map[string]int{}}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	if len(cfg.Replicas) > 0 {
-		servers := make([]hashroute.Server, len(cfg.Replicas))
-		for i, n := range cfg.Replicas {
-			servers[i] = hashroute.Server{Name: n.Name, Weight: 1}
-		}
-		if r.st.Table, err = hashroute.NewTable(servers); err != nil {
+		if r.st.Table, err = hashroute.NewTable(hashServers(cfg.Replicas)); err != nil {
 			return nil, err
 		}
 	}
@@ -311,11 +311,7 @@ func (r *Router[P]) Failover(ctx context.Context, primary Node, replicas []Node,
 	}
 	var table *hashroute.Table
 	if len(replicas) > 0 {
-		servers := make([]hashroute.Server, len(replicas))
-		for i, n := range replicas {
-			servers[i] = hashroute.Server{Name: n.Name, Weight: 1}
-		}
-		if table, err = hashroute.NewTable(servers); err != nil {
+		if table, err = hashroute.NewTable(hashServers(replicas)); err != nil {
 			return err
 		}
 	}
@@ -324,19 +320,46 @@ func (r *Router[P]) Failover(ctx context.Context, primary Node, replicas []Node,
 	return nil
 }
 
+// hashServers is the hashroute server list of replicas, in order.
+func hashServers(replicas []Node) []hashroute.Server {
+	out := make([]hashroute.Server, len(replicas))
+	for i, n := range replicas {
+		out[i] = hashroute.Server{Name: n.Name, Weight: max(n.Weight, 1)}
+	}
+	return out
+}
+
+// Failures is how many failures of the named node the router has
+// counted (each held it down). A caller that keeps its own connections to
+// the node (the proxy's sessions) drops one opened before the latest
+// failure instead of failing on it, which would hold the node down once
+// more: after a restart every connection that predates it is dead.
+func (r *Router[P]) Failures(node string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fails[node]
+}
+
 // now is the router's monotonic clock for Decide.
 func (r *Router[P]) now() time.Duration { return time.Since(r.start) }
 
-// markDown skips a node for DownHold after an error. One WARN line when
-// the node goes down; errors while it is already held down are DEBUG
-// (every error is counted either way).
+// markDown skips a node for DownHold after an error and closes the idle
+// read connections to it (a restarted node has dropped them: each would
+// fail once more and hold the node down for another DownHold). One WARN
+// line when the node goes down; errors while it is already held down are
+// DEBUG (every error is counted either way).
 func (r *Router[P]) markDown(ctx context.Context, n Node, err error) {
 	r.m.nodeDown.WithLabelValues(n.Name).Inc()
 	now := time.Now()
 	r.mu.Lock()
 	wasDown := now.Before(r.st.DownUntil[n.Name])
 	r.st.DownUntil[n.Name] = now.Add(r.cfg.DownHold)
+	if r.fails == nil {
+		r.fails = map[string]uint64{}
+	}
+	r.fails[n.Name]++
 	r.mu.Unlock()
+	r.pool.drop(n.Addr)
 	lvl := slog.LevelWarn
 	if wasDown {
 		lvl = slog.LevelDebug

@@ -9,6 +9,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/router"
 )
@@ -98,6 +99,10 @@ type Read[P gtid.Position[P]] struct {
 	Stale   bool
 	// Reason is the final decision's reason (zero for a pinned read).
 	Reason router.Reason
+	// HashReason is hashroute's reason for an affinity read (first
+	// choice, reselected because the first choice was down, remapped by
+	// available-only, moved by the rebalancer); zero otherwise.
+	HashReason hashroute.Reason
 	// Pin is the session reason a pinned read stayed on the primary
 	// (ReadOptions.Pin, or PinTransaction, PinAutocommitOff or
 	// PinSessionState for Query), "" for a routed read.

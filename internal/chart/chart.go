@@ -1,0 +1,230 @@
+// Package chart holds the drawing helpers the simulator's and the lab's
+// pictures share (gonum/plot): a legend column that never covers the data,
+// stacked bars, plain tick labels, and SVG and PNG output whose text fits.
+package chart
+
+import (
+	"bytes"
+	"image/color"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// Layout: every chart keeps its legend in a column right of the plotting
+// area (never over the data), and a margin on the right so the last tick
+// label fits even when the viewer's fallback font is wider than the one
+// gonum measured with.
+const (
+	rightMargin = 14 // points
+	legendGap   = 10 // points between the plot and its legend
+	// legendSlack widens the measured legend for a wider fallback font.
+	legendSlack = 1.35
+)
+
+// SplitLegend cuts dc into the plotting area and a legend column on the
+// right, with the legend's top level with the top of the plotting area.
+func SplitLegend(dc draw.Canvas, lg *plot.Legend) (area, legend draw.Canvas) {
+	lg.Top, lg.Left = true, true
+	lg.Padding = vg.Points(2.5)
+	r := lg.Rectangle(dc)
+	w := vg.Length(float64(r.Max.X-r.Min.X)*legendSlack) + vg.Points(legendGap)
+	area = draw.Crop(dc, 0, -w-vg.Points(rightMargin), 0, 0)
+	legend = draw.Crop(dc, dc.Max.X-dc.Min.X-w+vg.Points(legendGap), -vg.Points(rightMargin), 0, -vg.Points(28))
+	return area, legend
+}
+
+// StackBars is stacked bars in bins of equal width W from X0:
+// Stacks[k][b] is series k's height in bin b, drawn bottom-up in series
+// order with Colors[k].
+type StackBars struct {
+	X0, W  float64
+	Stacks [][]float64
+	Colors []color.Color
+	// Offset and Frac place the bar inside its bin: it spans
+	// [X0+(b+Offset)·W, X0+(b+Offset+Frac)·W); zero Frac is the full bin.
+	Offset, Frac float64
+}
+
+// Plot implements plot.Plotter.
+func (s *StackBars) Plot(c draw.Canvas, plt *plot.Plot) {
+	trX, trY := plt.Transforms(&c)
+	if len(s.Stacks) == 0 {
+		return
+	}
+	frac := s.Frac
+	if frac <= 0 {
+		frac = 1
+	}
+	for b := range s.Stacks[0] {
+		x0, x1 := trX(s.X0+(float64(b)+s.Offset)*s.W), trX(s.X0+(float64(b)+s.Offset+frac)*s.W)
+		y := 0.0
+		for k, st := range s.Stacks {
+			h := st[b]
+			if h <= 0 {
+				continue
+			}
+			y0, y1 := trY(y), trY(y+h)
+			y += h
+			c.FillPolygon(s.Colors[k], c.ClipPolygonXY([]vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}}))
+		}
+	}
+}
+
+// DataRange implements plot.DataRanger.
+func (s *StackBars) DataRange() (xmin, xmax, ymin, ymax float64) {
+	n := 0
+	if len(s.Stacks) > 0 {
+		n = len(s.Stacks[0])
+	}
+	for b := range n {
+		var t float64
+		for _, st := range s.Stacks {
+			t += st[b]
+		}
+		ymax = max(ymax, t)
+	}
+	return s.X0, s.X0 + float64(n)*s.W, 0, ymax
+}
+
+// ColorBox is a filled legend thumbnail.
+type ColorBox struct{ C color.Color }
+
+// Thumbnail implements plot.Thumbnailer.
+func (b ColorBox) Thumbnail(c *draw.Canvas) {
+	c.FillPolygon(b.C, []vg.Point{{X: c.Min.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Max.Y}, {X: c.Min.X, Y: c.Max.Y}})
+}
+
+// FmtTick formats a tick value as briefly as it reads (no "250.00").
+func FmtTick(v float64) string {
+	if math.Abs(v) < 1e-9 {
+		return "0"
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}
+
+// NumTicks is gonum's default ticks with plain labels.
+type NumTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (NumTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = FmtTick(ts[i].Value)
+		}
+	}
+	return ts
+}
+
+// ValueTicks ticks every value in xs, labelling those at least 10% of the
+// range from the previously labelled one (the rest get an unlabelled mark).
+type ValueTicks []float64
+
+// Ticks implements plot.Ticker.
+func (v ValueTicks) Ticks(lo, hi float64) []plot.Tick {
+	xs := slices.Compact(slices.Sorted(slices.Values(v)))
+	var ts []plot.Tick
+	last := math.Inf(-1)
+	for _, x := range xs {
+		if x < lo || x > hi {
+			continue
+		}
+		t := plot.Tick{Value: x}
+		if x-last >= 0.1*(hi-lo) {
+			t.Label = FmtTick(x)
+			last = x
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// StepTicks labels every major units and marks every minor units.
+type StepTicks struct{ Major, Minor float64 }
+
+// Ticks implements plot.Ticker.
+func (s StepTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for i := math.Ceil(lo / s.Minor); i*s.Minor <= hi+1e-9; i++ {
+		x := i * s.Minor
+		t := plot.Tick{Value: x}
+		if r := math.Mod(x, s.Major); math.Abs(r) < 1e-9 || math.Abs(r-s.Major) < 1e-9 {
+			t.Label = FmtTick(x)
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// SaveSVG draws into an SVG of w×h at path. The fonts gonum measured with
+// (Liberation) are metric-compatible with Times New Roman and Arial, so the
+// SVG names those as fallbacks: a viewer without Liberation keeps the
+// layout.
+func SaveSVG(path string, w, h vg.Length, drawFn func(draw.Canvas)) error {
+	c := vgsvg.New(w, h)
+	drawFn(draw.New(c))
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return err
+	}
+	out := bytes.ReplaceAll(buf.Bytes(), []byte("font-family:Liberation Serif;"),
+		[]byte("font-family:'Liberation Serif','Times New Roman',Times,serif;"))
+	out = bytes.ReplaceAll(out, []byte("font-family:Liberation Sans;"),
+		[]byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;"))
+	return os.WriteFile(path, out, 0o644)
+}
+
+// SavePNG draws into a PNG of w×h at 144 dots per inch at path.
+func SavePNG(path string, w, h vg.Length, drawFn func(draw.Canvas)) error {
+	c := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(144), vgimg.UseBackgroundColor(color.White))
+	drawFn(draw.New(c))
+	var buf bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&buf); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// Save writes base.svg and base.png of the same drawing.
+func Save(base string, w, h vg.Length, drawFn func(draw.Canvas)) error {
+	if err := SaveSVG(base+".svg", w, h, drawFn); err != nil {
+		return err
+	}
+	return SavePNG(base+".png", w, h, drawFn)
+}
+
+// CountTicks ticks whole numbers only (counts), about five labelled
+// steps; a range with nothing in it (hi <= 0) gets 0 and 1, never a
+// negative axis.
+type CountTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (CountTicks) Ticks(lo, hi float64) []plot.Tick {
+	if hi <= 1 {
+		return []plot.Tick{{Value: 0, Label: "0"}, {Value: 1, Label: "1"}}
+	}
+	step := 1.0
+	for _, m := range []float64{1, 2, 5} {
+		for p := 1.0; p < 1e9; p *= 10 {
+			if s := m * p; hi/s <= 6 {
+				if step == 1 || s < step {
+					step = s
+				}
+				break
+			}
+		}
+	}
+	var ts []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi+1e-9; v += step {
+		ts = append(ts, plot.Tick{Value: v, Label: FmtTick(v)})
+	}
+	return ts
+}
