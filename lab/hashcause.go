@@ -19,7 +19,7 @@ import (
 //
 // Every affinity router row carries a HashResult: for each served replica
 // read, hashroute.Tracker is told the serving replica and the router's own
-// hash reason (router.Read.HashReason; through the proxy, its OnRead
+// hash reason (live.Read.HashReason; through the proxy, its OnRead
 // report), and whether that replica was down (killed or paused, from the
 // run's own event log) since the session's previous read. The tracker
 // names each move's cause and the charge of each MR violation the ground
