@@ -165,24 +165,37 @@ func compare(v float64, op string, t float64) bool {
 }
 
 // CheckFailOn refuses, before anything runs, a rule naming a router that
-// one of sc's runs under o lacks: Failures would report it after the run
-// (a typo must not pass), but it need not cost the run.
+// no run of sc under o has: Failures would report it after the run (a
+// typo must not pass), but it need not cost the run.
 func (sc *Scenario) CheckFailOn(o ScenarioOptions, rules []FailRule) error {
-	cfgs, err := sc.checkedConfigs(o)
-	if err != nil {
-		return err
-	}
-	for i, r := range sc.runs() {
-		cfg := cfgs[i]
-		names := make([]string, len(cfg.Routers))
-		have := map[string]bool{}
-		for i, sp := range cfg.Routers {
-			names[i], have[sp.Name] = sp.Name, true
+	return CheckFailOnAll([]*Scenario{sc}, o, rules)
+}
+
+// CheckFailOnAll is CheckFailOn for the scenarios of one invocation (lab
+// hash's three folders): a rule is checked on every run that has its
+// router (FailuresAll), so it is refused only when no run of any of them
+// has that router.
+func CheckFailOnAll(scs []*Scenario, o ScenarioOptions, rules []FailRule) error {
+	have := map[string]bool{}
+	var names, scNames []string
+	for _, sc := range scs {
+		scNames = append(scNames, sc.Name)
+		cfgs, err := sc.checkedConfigs(o)
+		if err != nil {
+			return err
 		}
-		for _, rule := range rules {
-			if rule.Router != "" && !have[rule.Router] {
-				return fmt.Errorf("lab: fail-on rule %s names no router of %s (its routers: %s)", rule, r.Name, strings.Join(names, ", "))
+		for _, cfg := range cfgs {
+			for _, sp := range cfg.Routers {
+				if !have[sp.Name] {
+					have[sp.Name] = true
+					names = append(names, sp.Name)
+				}
 			}
+		}
+	}
+	for _, rule := range rules {
+		if rule.Router != "" && !have[rule.Router] {
+			return fmt.Errorf("lab: fail-on rule %s names no router of %s (its routers: %s)", rule, strings.Join(scNames, ", "), strings.Join(names, ", "))
 		}
 	}
 	return nil

@@ -321,3 +321,24 @@ func TestFailuresAll(t *testing.T) {
 		t.Errorf("%q", f)
 	}
 }
+
+// TestCheckFailOnAllHash: lab hash's rules may name a router of any of
+// its three folders; a router none has is refused before the run.
+func TestCheckFailOnAllHash(t *testing.T) {
+	var scs []*Scenario
+	for _, n := range []string{"hash-down", "hash-flap", "hash-drift"} {
+		sc, err := BuiltinScenario(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scs = append(scs, sc)
+	}
+	ok := mustRules(t, "affinity(full-list):mr_needless>0,affinity(available-only):mr_needless<10,affinity(rebalance-override):mr_needless<10")
+	if err := CheckFailOnAll(scs, ScenarioOptions{}, ok); err != nil {
+		t.Errorf("the CI rules of docs/lab.md refused: %v", err)
+	}
+	err := CheckFailOnAll(scs, ScenarioOptions{}, mustRules(t, "affinity(fulllist):mr>0"))
+	if err == nil || !strings.Contains(err.Error(), "names no router of hash-down, hash-flap, hash-drift") {
+		t.Errorf("a typo: %v", err)
+	}
+}

@@ -164,9 +164,11 @@ func (f *labFlags) check(scs []*lab.Scenario, o lab.ScenarioOptions, rules []lab
 		if err := sc.Check(o); err != nil {
 			return withExitCode(exitUsage, err)
 		}
-		if err := sc.CheckFailOn(o, rules); err != nil {
-			return flagError("fail-on", err)
-		}
+	}
+	// lab hash runs three folders: a rule applies to every run that has
+	// its router, and is a typo only if none has it.
+	if err := lab.CheckFailOnAll(scs, o, rules); err != nil {
+		return flagError("fail-on", err)
 	}
 	if err := f.checkNodes(o); err != nil {
 		return err
