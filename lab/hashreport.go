@@ -55,8 +55,17 @@ var hashCauseLegend = []string{
 // prediction for the same world.
 func HashSummary(results []*Result) string {
 	var b strings.Builder
-	const row = "%-11s%-19s%6s%6s%6s  %6s%6s%6s  %6s\n"
-	fmt.Fprintf(&b, "%-30s%18s  %18s  %6s\n", "", "sessions moved", "MR violations", "")
+	runW, modeW := len("hash-drift")+1, len("rebalance-override")+1
+	for _, res := range results {
+		runW = max(runW, len(res.Experiment)+1)
+		for i := range res.Routers {
+			if h := res.Routers[i].Hash; h != nil {
+				modeW = max(modeW, len(h.Mode)+1)
+			}
+		}
+	}
+	row := fmt.Sprintf("%%-%ds%%-%ds%%6s%%6s%%6s  %%6s%%6s%%6s  %%6s\n", runW, modeW)
+	fmt.Fprintf(&b, "%-*s%18s  %18s\n", runW+modeW, "", "sessions moved", "MR violations")
 	fmt.Fprintf(&b, row, "run", "mode", "down", "need", "back", "down", "need", "back", "RYW")
 	for _, res := range results {
 		run := res.Experiment
