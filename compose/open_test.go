@@ -327,18 +327,29 @@ func TestUpRecordsOrRefuses(t *testing.T) {
 	}
 }
 
-// TestChooseBackendFollowsTheProbe: auto picks docker exactly when the
-// probe finds a usable engine, and always says why.
-func TestChooseBackendFollowsTheProbe(t *testing.T) {
-	ctx := context.Background()
-	b, why := ChooseBackend(ctx, "")
-	probe := ProbeDocker(ctx, "")
-	want := BackendLocal
-	if probe.Usable() {
-		want = BackendDocker
+// TestChooseBackend: auto picks local whenever it can chroot (root), else
+// docker exactly when the probe finds a usable engine, and always says why.
+func TestChooseBackend(t *testing.T) {
+	for _, c := range []struct {
+		root  bool
+		probe DockerProbe
+		want  Backend
+	}{
+		{true, DockerProbe{Engine: true, Image: true}, BackendLocal},
+		{true, DockerProbe{Reason: "no Docker engine answers"}, BackendLocal},
+		{false, DockerProbe{Engine: true, Image: true}, BackendDocker},
+		{false, DockerProbe{Engine: true, Buildable: true}, BackendDocker},
+		{false, DockerProbe{Engine: true, Reason: "image mysql:9.7 is missing"}, BackendLocal},
+		{false, DockerProbe{Reason: "no Docker engine answers"}, BackendLocal},
+	} {
+		b, why := chooseBackend(c.root, c.probe)
+		if b != c.want || why == "" {
+			t.Errorf("chooseBackend(root=%v, %+v) = %s (%q), want %s", c.root, c.probe, b, why, c.want)
+		}
 	}
-	if b != want || why == "" {
-		t.Fatalf("ChooseBackend = %s (%q), probe %+v", b, why, probe)
+	b, why := ChooseBackend(context.Background(), "")
+	if os.Geteuid() == 0 && b != BackendLocal {
+		t.Fatalf("as root ChooseBackend = %s (%q)", b, why)
 	}
 	t.Logf("auto picks %s here: %s", b, why)
 }

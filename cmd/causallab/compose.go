@@ -142,7 +142,7 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 const backendAuto = "auto"
 
 // autoBackendRule is compose.ChooseBackend's rule, as --help says it.
-const autoBackendRule = "docker when a Docker engine answers and the image exists or can be built, else local"
+const autoBackendRule = "local when running as root (chroot), else docker when a Docker engine answers"
 
 // attach opens the topology recorded in the state file.
 func attach(ctx context.Context, statePath string) (*compose.Topology, error) {
