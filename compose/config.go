@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 )
@@ -241,48 +240,19 @@ func (c *Config) applyDelay(i int) time.Duration {
 // myCnf renders the [mysqld] section of server serverID. dir is the
 // server's directory as mysqld sees it ("" for docker: default paths).
 func (c *Config) myCnf(serverID, port int, dir string, bind string) string {
-	set := map[string]string{
-		"server-id":                      fmt.Sprint(serverID),
-		"port":                           fmt.Sprint(port),
-		"bind-address":                   bind,
-		"gtid-mode":                      "ON",
-		"enforce-gtid-consistency":       "ON",
-		"log-bin":                        "binlog",
-		"relay-log":                      "relay",
-		"secure-file-priv":               `""`,
-		"mysqlx":                         "OFF",
-		"skip-name-resolve":              "ON",
-		"innodb_buffer_pool_size":        "64M",
-		"innodb_redo_log_capacity":       "32M",
-		"innodb_doublewrite":             "OFF",
-		"innodb_flush_method":            "nosync",
-		"innodb_flush_log_at_trx_commit": "2",
-		"sync_binlog":                    "0",
-		"performance_schema":             "OFF",
-		"max_connections":                "300",
-		"log_error_verbosity":            "2",
-	}
-	if dir != "" {
-		set["datadir"] = dir + "/data"
-		set["socket"] = dir + "/mysql.sock"
-		set["pid-file"] = dir + "/mysqld.pid"
-		set["log-error"] = dir + "/error.log"
-		set["tmpdir"] = dir
-	}
-	for k, v := range c.MyCnf {
+	set := mysqlFamilyCnf(serverID, port, dir, bind)
+	for k, v := range map[string]string{
+		"gtid-mode":                "ON",
+		"enforce-gtid-consistency": "ON",
+		"secure-file-priv":         `""`,
+		"mysqlx":                   "OFF",
+		"innodb_redo_log_capacity": "32M",
+		"innodb_flush_method":      "nosync",
+		"log_error_verbosity":      "2",
+	} {
 		set[k] = v
 	}
-	keys := make([]string, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	b.WriteString("[mysqld]\n")
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%s\n", k, set[k])
-	}
-	return b.String()
+	return renderSettings("[mysqld]\n", "=", set, c.MyCnf)
 }
 
 // Validate reports what Start would refuse in c (a command line is checked

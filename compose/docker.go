@@ -141,10 +141,6 @@ func (b *dockerBackend) start(ctx context.Context) (nodes []Node, err error) {
 	var id [4]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
 	b.topologyID = hex.EncodeToString(id[:])
-	names := []string{"primary"}
-	for i := 1; i <= b.cfg.Replicas; i++ {
-		names = append(names, fmt.Sprintf("replica%d", i))
-	}
 	// The data template is made while the containers are created; each
 	// container's pre-start hook waits for it.
 	tpl := &dataTemplate{done: make(chan struct{})}
@@ -156,35 +152,15 @@ func (b *dockerBackend) start(ctx context.Context) (nodes []Node, err error) {
 	}()
 	defer func() { <-tpl.done }()
 	var mu sync.Mutex
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
+	for i, name := range serverNames(b.cfg.Replicas) {
 		b.servers = append(b.servers, &dockerServer{name: name, serverID: i + 1})
 	}
-	starting := b.servers
-	if b.spec.cloned {
-		// Replicas clone the running primary (pg_basebackup).
-		if err := b.run(ctx, nw, b.servers[0], &mu, tpl); err != nil {
-			return nil, err
-		}
-		starting = b.servers[1:]
-	}
-	for i, s := range starting {
-		wg.Go(func() {
-			errs[i] = b.run(ctx, nw, s, &mu, tpl)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	// Cloned replicas clone the running primary (pg_basebackup).
+	if err := startServers(b.servers, b.spec.cloned, func(s *dockerServer) error { return b.run(ctx, nw, s, &mu, tpl) }); err != nil {
 		return nil, err
 	}
 	for i, s := range b.servers {
-		role := RoleReplica
-		if i == 0 {
-			role = RolePrimary
-		}
-		nodes = append(nodes, Node{Name: s.name, Role: role, Host: "127.0.0.1", Port: s.hostPort,
-			User: b.cfg.User, Password: b.cfg.Password, PeerHost: s.name, PeerPort: b.spec.peerPort})
+		nodes = append(nodes, b.cfg.startedNode(i, s.name, s.hostPort, s.name, b.spec.peerPort))
 	}
 	return nodes, nil
 }
@@ -309,13 +285,10 @@ func (t tcLogger) Printf(format string, v ...any) {
 	l.Debug("compose: testcontainers: " + strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
+func (s *dockerServer) nodeName() string { return s.name }
+
 func (b *dockerBackend) server(name string) (*dockerServer, error) {
-	for _, s := range b.servers {
-		if s.name == name {
-			return s, nil
-		}
-	}
-	return nil, fmt.Errorf("compose: %w %q", ErrUnknownNode, name)
+	return serverNamed(b.servers, name)
 }
 
 func (b *dockerBackend) containerState(ctx context.Context, s *dockerServer) (*container.State, error) {
@@ -349,24 +322,10 @@ func (b *dockerBackend) kill(ctx context.Context, name string) error {
 		return fmt.Errorf("compose: kill %s: %w", name, err)
 	}
 	// The signal is sent; return once the container (mysqld) has exited.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	return poll(ctx, 10*time.Second, 20*time.Millisecond, func() (bool, error) {
 		st, err := b.containerState(ctx, s)
-		if err != nil {
-			return err
-		}
-		if !st.Running {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("compose: kill %s: container still running after 10s", name)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return err == nil && !st.Running, err
+	}, func() error { return fmt.Errorf("compose: kill %s: container still running after 10s", name) })
 }
 
 func (b *dockerBackend) restart(ctx context.Context, name string) error {
@@ -442,30 +401,23 @@ func (b *dockerBackend) uidGid() (int, int) {
 func (b *dockerBackend) waitSQL(ctx context.Context, s *dockerServer, port int) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	name, limit := s.name, b.cfg.StartTimeout
-	exited := func() bool {
-		st, err := b.containerState(ctx, s)
-		return err == nil && !st.Running
-	}
-	deadline := time.Now().Add(limit)
-	for {
+	var last error
+	err := poll(ctx, limit, 50*time.Millisecond, func() (bool, error) {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := b.spec.ready(pctx, b.cfg, addr)
+		_, last = b.spec.ready(pctx, b.cfg, addr)
 		cancel()
-		if err == nil {
-			return nil
+		if last == nil {
+			return true, nil
 		}
-		if exited() {
-			return fmt.Errorf("compose: %s exited during start-up: %v", name, err)
+		if st, err := b.containerState(ctx, s); err == nil && !st.Running {
+			return false, fmt.Errorf("compose: %s exited during start-up: %v", name, last)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("compose: %s did not answer SQL within %v: %v", name, limit, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("compose: waiting for %s: %w", name, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+		return false, nil
+	}, func() error { return fmt.Errorf("compose: %s did not answer SQL within %v: %v", name, limit, last) })
+	if err != nil && err == ctx.Err() {
+		return fmt.Errorf("compose: waiting for %s: %w", name, err)
 	}
+	return err
 }
 
 func (b *dockerBackend) running(ctx context.Context, name string) (*dockerServer, error) {

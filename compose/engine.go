@@ -176,9 +176,9 @@ type serverSpec struct {
 func engineFor(e Engine) (engine, error) {
 	switch e {
 	case EngineMySQL, "":
-		return mysqlEngine{}, nil
+		return mysqlEngine{mysqlFamily{flavorMySQL}}, nil
 	case EngineMariaDB:
-		return mariadbEngine{}, nil
+		return mariadbEngine{mysqlFamily{flavorMariaDB}}, nil
 	case EnginePostgres:
 		return postgresEngine{}, nil
 	}

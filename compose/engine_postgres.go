@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -127,19 +125,7 @@ func pgConf(cfg *Config, _, i, port int, dir, bind string) string {
 	if i > 0 {
 		set["recovery_min_apply_delay"] = fmt.Sprintf("'%dms'", cfg.applyDelay(i).Milliseconds())
 	}
-	for k, v := range cfg.MyCnf {
-		set[k] = v
-	}
-	keys := make([]string, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s = %s\n", k, set[k])
-	}
-	return b.String()
+	return renderSettings("", " = ", set, cfg.MyCnf)
 }
 
 // pgConnConfig is pgx's configuration for addr with an account.
@@ -187,21 +173,13 @@ func pgConninfo(r, p Node) string {
 // streams from the primary.
 func (e postgresEngine) wire(ctx context.Context, t *Topology) error {
 	p := t.Primary()
-	reps := t.Replicas()
-	errs := make([]error, len(reps))
-	var wg sync.WaitGroup
-	for i, r := range reps {
-		wg.Go(func() { errs[i] = e.awaitStreaming(ctx, t, r, p, t.cfg.StartTimeout) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return parallel(t.Replicas(), func(r Node) error { return e.awaitStreaming(ctx, t, r, p, t.cfg.StartTimeout) })
 }
 
 // awaitStreaming waits until r's WAL receiver streams from p.
 func (postgresEngine) awaitStreaming(ctx context.Context, t *Topology, r, p Node, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
 	var last string
-	for {
+	return poll(ctx, limit, 50*time.Millisecond, func() (bool, error) {
 		var status sql.NullString
 		var port sql.NullInt64
 		db, err := t.db(r)
@@ -210,21 +188,16 @@ func (postgresEngine) awaitStreaming(ctx context.Context, t *Topology, r, p Node
 		}
 		switch {
 		case err == nil && status.String == "streaming" && int(port.Int64) == p.PeerPort:
-			return nil
+			return true, nil
 		case err != nil && !errors.Is(err, sql.ErrNoRows):
 			last = err.Error()
 		default:
 			last = fmt.Sprintf("WAL receiver %q from port %d", status.String, port.Int64)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("compose: %s did not stream from %s within %v (%s)", r.Name, p.Name, limit, last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return false, nil
+	}, func() error {
+		return fmt.Errorf("compose: %s did not stream from %s within %v (%s)", r.Name, p.Name, limit, last)
+	})
 }
 
 // parseConninfo reads host and port from a libpq keyword=value string.
@@ -383,25 +356,19 @@ func (postgresEngine) setReceiver(ctx context.Context, t *Topology, n Node, run 
 
 // awaitNoReceiver waits until standby n runs no WAL receiver.
 func awaitNoReceiver(ctx context.Context, t *Topology, n Node, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		var pid sql.NullInt64
+	var pid sql.NullInt64
+	return poll(ctx, limit, 20*time.Millisecond, func() (bool, error) {
 		err := t.queryRow(ctx, n, "SELECT pid FROM pg_stat_wal_receiver", &pid)
 		switch {
 		case errors.Is(err, sql.ErrNoRows) || (err == nil && !pid.Valid):
-			return nil
+			return true, nil
 		case err != nil:
-			return fmt.Errorf("compose: %s: waiting for its WAL receiver to stop: %w", n.Name, err)
+			return false, fmt.Errorf("compose: %s: waiting for its WAL receiver to stop: %w", n.Name, err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("compose: %s: WAL receiver (pid %d) still running %v after primary_conninfo was cleared", n.Name, pid.Int64, limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return false, nil
+	}, func() error {
+		return fmt.Errorf("compose: %s: WAL receiver (pid %d) still running %v after primary_conninfo was cleared", n.Name, pid.Int64, limit)
+	})
 }
 
 func (postgresEngine) checkApplyDelay(d time.Duration) error {
@@ -425,24 +392,14 @@ func reloadAwait(ctx context.Context, t *Topology, n Node, name, want string, st
 		return err
 	}
 	const limit = 30 * time.Second
-	deadline := time.Now().Add(limit)
-	for {
-		got, err := t.queryString(ctx, n, "SELECT setting FROM pg_settings WHERE name = $1", name)
-		if err != nil {
-			return err
-		}
-		if got == want {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("compose: %s: %s is %q %v after the reload, want %q", n.Name, name, got, limit, want)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	var got string
+	return poll(ctx, limit, 20*time.Millisecond, func() (bool, error) {
+		var err error
+		got, err = t.queryString(ctx, n, "SELECT setting FROM pg_settings WHERE name = $1", name)
+		return got == want, err
+	}, func() error {
+		return fmt.Errorf("compose: %s: %s is %q %v after the reload, want %q", n.Name, name, got, limit, want)
+	})
 }
 
 func (postgresEngine) heavy(ctx context.Context, t *Topology, p Node, rows int) (HeavyResult, error) {
@@ -544,24 +501,11 @@ func (e postgresEngine) promote(ctx context.Context, t *Topology, f *failoverPla
 
 // drain waits until standby n has replayed what it received.
 func (postgresEngine) drain(ctx context.Context, t *Topology, n Node, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
+	return poll(ctx, limit, 10*time.Millisecond, func() (bool, error) {
 		var done bool
-		if err := t.queryRow(ctx, n, "SELECT pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn() OR pg_last_wal_receive_lsn() IS NULL", &done); err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not replayed within %v", limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		err := t.queryRow(ctx, n, "SELECT pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn() OR pg_last_wal_receive_lsn() IS NULL", &done)
+		return done, err
+	}, func() error { return fmt.Errorf("not replayed within %v", limit) })
 }
 
 // waitReplicated polls every standby's pg_last_wal_replay_lsn() until it
@@ -575,24 +519,19 @@ func (postgresEngine) waitReplicated(ctx context.Context, t *Topology, timeout t
 	deadline := time.Now().Add(timeout)
 	var errs []error
 	for _, r := range t.Replicas() {
-		for {
-			at, err := pgLSN(ctx, t, r, "pg_last_wal_replay_lsn()")
-			if err != nil {
-				errs = append(errs, err)
-				break
-			}
-			if at >= target {
-				break
-			}
-			if time.Now().After(deadline) {
-				errs = append(errs, fmt.Errorf("compose: %s did not reach %s within %v (at %s)", r.Name, target, timeout, at))
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(10 * time.Millisecond):
-			}
+		var at gtid.PGLSN
+		err := poll(ctx, time.Until(deadline), 10*time.Millisecond, func() (bool, error) {
+			var err error
+			at, err = pgLSN(ctx, t, r, "pg_last_wal_replay_lsn()")
+			return at >= target, err
+		}, func() error {
+			return fmt.Errorf("compose: %s did not reach %s within %v (at %s)", r.Name, target, timeout, at)
+		})
+		if err != nil && err == ctx.Err() {
+			return err
+		}
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

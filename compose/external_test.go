@@ -8,6 +8,7 @@ import (
 
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/compose/enginetest"
 )
 
 func TestExternalAttachesToRunningTopology(t *testing.T) {
@@ -38,7 +39,7 @@ func TestExternalAttachesToRunningTopology(t *testing.T) {
 	if err := ext.StopApplier(ctx, "replica2"); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(t, ctx, shared, "replica2"); st.SQLRunning != "No" {
+	if st := enginetest.Status(t, ctx, shared, "replica2"); st.SQLRunning != "No" {
 		t.Fatalf("StopApplier through external not seen: %+v", st)
 	}
 	if err := ext.StartApplier(ctx, "replica2"); err != nil {
@@ -47,7 +48,7 @@ func TestExternalAttachesToRunningTopology(t *testing.T) {
 	if mode, err := ext.Partition(ctx, "replica2"); err != nil || mode != compose.PartitionIOThread {
 		t.Fatalf("external Partition = %q, %v", mode, err)
 	}
-	if st := status(t, ctx, shared, "replica2"); st.IORunning != "No" {
+	if st := enginetest.Status(t, ctx, shared, "replica2"); st.IORunning != "No" {
 		t.Fatalf("partition through external not seen: %+v", st)
 	}
 	if err := ext.Heal(ctx, "replica2"); err != nil {
@@ -57,7 +58,7 @@ func TestExternalAttachesToRunningTopology(t *testing.T) {
 	if err := ext.Down(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(t, ctx, shared, "primary"); st.Health != compose.HealthOK {
+	if st := enginetest.Status(t, ctx, shared, "primary"); st.Health != compose.HealthOK {
 		t.Fatalf("external Down touched the primary: %+v", st)
 	}
 	bad := compose.Config{Backend: compose.BackendExternal, External: compose.ExternalConfig{PrimaryDSN: "u:p@tcp(127.0.0.1:1)/"}}
@@ -89,13 +90,12 @@ func TestAttachFromStateFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = att.Resume(context.Background(), "replica1") })
-	if st := status(t, ctx, shared, "replica1"); st.Health != compose.HealthUnreachable {
+	if st := enginetest.Status(t, ctx, shared, "replica1"); st.Health != compose.HealthUnreachable {
 		t.Fatalf("pause through attached copy not seen: %+v", st)
 	}
 	if err := att.Resume(ctx, "replica1"); err != nil {
 		t.Fatal(err)
 	}
-	r1, _ := shared.Node("replica1")
-	id := writeMarker(t, ctx, shared)
-	eventually(t, "replica1 to apply after resume", func() bool { return hasMarker(t, ctx, r1, id) })
+	id := enginetest.Write(t, ctx, shared)
+	enginetest.Eventually(t, "replica1 to apply after resume", func() bool { return enginetest.Has(t, ctx, shared, "replica1", id) })
 }

@@ -26,23 +26,39 @@ const (
 	PartitionIOThread PartitionMode = "io-thread"
 )
 
-func (t *Topology) begin(name string) (Node, error) {
+// onNode runs the fault f on node name, one fault at a time (faultMu).
+func (t *Topology) onNode(name string, f func(n Node) error) error {
+	t.faultMu.Lock()
+	defer t.faultMu.Unlock()
 	n, err := t.Node(name)
 	if err != nil {
-		return Node{}, err
+		return err
 	}
-	return n, nil
+	return f(n)
+}
+
+// onReplica is onNode for a fault only a replica takes (ErrWrongRole).
+func (t *Topology) onReplica(name string, f func(n Node) error) error {
+	return t.onNode(name, func(n Node) error {
+		if err := wantReplica(n); err != nil {
+			return err
+		}
+		return f(n)
+	})
+}
+
+// wantReplica refuses a node that is not a replica with ErrWrongRole.
+func wantReplica(n Node) error {
+	if n.Role != RoleReplica {
+		return fmt.Errorf("compose: %s is %s, not a replica: %w", n.Name, n.Role, ErrWrongRole)
+	}
+	return nil
 }
 
 // Kill stops a node without a clean shutdown (SIGKILL, docker kill).
 // Killing a dead node is a no-op.
 func (t *Topology) Kill(ctx context.Context, name string) error {
-	t.faultMu.Lock()
-	defer t.faultMu.Unlock()
-	if _, err := t.begin(name); err != nil {
-		return err
-	}
-	return t.be.kill(ctx, name)
+	return t.onNode(name, func(Node) error { return t.be.kill(ctx, name) })
 }
 
 // Restart starts a node again with its data kept (stopping it cleanly
@@ -52,57 +68,41 @@ func (t *Topology) Kill(ctx context.Context, name string) error {
 // primary), Restart repoints it to the current primary. A retired former
 // primary is fenced (super_read_only) again.
 func (t *Topology) Restart(ctx context.Context, name string) error {
-	t.faultMu.Lock()
-	defer t.faultMu.Unlock()
-	n, err := t.begin(name)
-	if err != nil {
-		return err
-	}
-	if err := t.be.restart(ctx, name); err != nil {
-		return err
-	}
-	if err := t.eng.restarted(ctx, t, n); err != nil {
-		return err
-	}
-	switch n.Role {
-	case RoleRetired:
-		// A former primary that was dead at its failover was never fenced:
-		// fence it now, or it would come back writable.
-		return t.eng.fence(ctx, t, n)
-	case RoleReplica:
-		return t.follow(ctx, n)
-	}
-	return nil
+	return t.onNode(name, func(n Node) error {
+		if err := t.be.restart(ctx, name); err != nil {
+			return err
+		}
+		if err := t.eng.restarted(ctx, t, n); err != nil {
+			return err
+		}
+		switch n.Role {
+		case RoleRetired:
+			// A former primary that was dead at its failover was never
+			// fenced: fence it now, or it would come back writable.
+			return t.eng.fence(ctx, t, n)
+		case RoleReplica:
+			return t.follow(ctx, n)
+		}
+		return nil
+	})
 }
 
 // Pause freezes a node's process (SIGSTOP, docker pause): it keeps its
 // connections but answers nothing.
 func (t *Topology) Pause(ctx context.Context, name string) error {
-	t.faultMu.Lock()
-	defer t.faultMu.Unlock()
-	if _, err := t.begin(name); err != nil {
-		return err
-	}
-	return t.be.pause(ctx, name)
+	return t.onNode(name, func(Node) error { return t.be.pause(ctx, name) })
 }
 
 // Resume thaws a paused node. A replica that a failover could not repoint
 // while it was paused (it still replicates from a former primary) is then
 // repointed to the current primary.
 func (t *Topology) Resume(ctx context.Context, name string) error {
-	t.faultMu.Lock()
-	defer t.faultMu.Unlock()
-	n, err := t.begin(name)
-	if err != nil {
-		return err
-	}
-	if err := t.be.resume(ctx, name); err != nil {
-		return err
-	}
-	if n.Role == RoleReplica {
+	return t.onNode(name, func(n Node) error {
+		if err := t.be.resume(ctx, name); err != nil || n.Role != RoleReplica {
+			return err
+		}
 		return t.follow(ctx, n)
-	}
-	return nil
+	})
 }
 
 // follow makes replica n replicate from the current primary if it is
@@ -177,40 +177,17 @@ func (t *Topology) repoint(ctx context.Context, r, p Node) (string, error) {
 	return errant, nil
 }
 
-func (t *Topology) replica(name string) (Node, error) {
-	n, err := t.begin(name)
-	if err != nil {
-		return Node{}, err
-	}
-	if n.Role != RoleReplica {
-		return Node{}, fmt.Errorf("compose: %s is %s, not a replica: %w", name, n.Role, ErrWrongRole)
-	}
-	return n, nil
-}
-
 // StopApplier stops a replica's applier (MySQL, MariaDB: the SQL thread;
 // PostgreSQL: pg_wal_replay_pause()); it keeps receiving, so its relay log
 // or received WAL grows and its lag stands.
 func (t *Topology) StopApplier(ctx context.Context, name string) error {
-	t.faultMu.Lock()
-	defer t.faultMu.Unlock()
-	n, err := t.replica(name)
-	if err != nil {
-		return err
-	}
-	return t.eng.setApplier(ctx, t, n, false)
+	return t.onReplica(name, func(n Node) error { return t.eng.setApplier(ctx, t, n, false) })
 }
 
 // StartApplier starts a replica's applier again (PostgreSQL:
 // pg_wal_replay_resume()).
 func (t *Topology) StartApplier(ctx context.Context, name string) error {
-	t.faultMu.Lock()
-	defer t.faultMu.Unlock()
-	n, err := t.replica(name)
-	if err != nil {
-		return err
-	}
-	return t.eng.setApplier(ctx, t, n, true)
+	return t.onReplica(name, func(n Node) error { return t.eng.setApplier(ctx, t, n, true) })
 }
 
 // SetApplyDelay sets a replica's apply delay; 0 removes it. MySQL
@@ -219,16 +196,10 @@ func (t *Topology) StartApplier(ctx context.Context, name string) error {
 // milliseconds; other values are rejected. The applier's running state is
 // kept.
 func (t *Topology) SetApplyDelay(ctx context.Context, name string, d time.Duration) error {
-	t.faultMu.Lock()
-	defer t.faultMu.Unlock()
 	if err := t.eng.checkApplyDelay(d); err != nil {
 		return fmt.Errorf("compose: %w", err)
 	}
-	n, err := t.replica(name)
-	if err != nil {
-		return err
-	}
-	return t.eng.setApplyDelay(ctx, t, n, d)
+	return t.onReplica(name, func(n Node) error { return t.eng.setApplyDelay(ctx, t, n, d) })
 }
 
 // Partition cuts a node off. The docker backend disconnects it from the
@@ -238,43 +209,39 @@ func (t *Topology) SetApplyDelay(ctx context.Context, name string, d time.Durati
 // than a real partition (clients still reach the node) and is counted in
 // Stats().WeakPartitions.
 func (t *Topology) Partition(ctx context.Context, name string) (PartitionMode, error) {
-	t.faultMu.Lock()
-	defer t.faultMu.Unlock()
-	n, err := t.begin(name)
-	if err != nil {
-		return "", err
-	}
-	err = t.be.partition(ctx, name)
-	if err == nil {
-		return PartitionNetwork, nil
-	}
-	if !errors.Is(err, ErrNotSupported) {
-		return "", err
-	}
-	t.mu.Lock()
-	t.stats.WeakPartitions++
-	t.mu.Unlock()
-	t.log.Debug("compose: partition falls back to stopping IO threads", "node", name)
-	return PartitionIOThread, t.receivers(ctx, n, false)
+	var mode PartitionMode
+	err := t.onNode(name, func(n Node) error {
+		err := t.be.partition(ctx, name)
+		if err == nil {
+			mode = PartitionNetwork
+			return nil
+		}
+		if !errors.Is(err, ErrNotSupported) {
+			return err
+		}
+		t.mu.Lock()
+		t.stats.WeakPartitions++
+		t.mu.Unlock()
+		t.log.Debug("compose: partition falls back to stopping IO threads", "node", name)
+		mode = PartitionIOThread
+		return t.receivers(ctx, n, false)
+	})
+	return mode, err
 }
 
 // Heal undoes Partition. A replica that a failover could not repoint while
 // it was cut off is then repointed to the current primary.
 func (t *Topology) Heal(ctx context.Context, name string) error {
-	t.faultMu.Lock()
-	defer t.faultMu.Unlock()
-	n, err := t.begin(name)
-	if err != nil {
-		return err
-	}
-	err = t.be.heal(ctx, name)
-	if errors.Is(err, ErrNotSupported) {
-		err = t.receivers(ctx, n, true)
-	}
-	if err != nil || n.Role != RoleReplica {
-		return err
-	}
-	return t.follow(ctx, n)
+	return t.onNode(name, func(n Node) error {
+		err := t.be.heal(ctx, name)
+		if errors.Is(err, ErrNotSupported) {
+			err = t.receivers(ctx, n, true)
+		}
+		if err != nil || n.Role != RoleReplica {
+			return err
+		}
+		return t.follow(ctx, n)
+	})
 }
 
 // receivers stops or starts the receiving of changes (IO threads, WAL
@@ -383,7 +350,10 @@ type FailoverResult struct {
 func (t *Topology) Failover(ctx context.Context, name string) (FailoverResult, error) {
 	t.faultMu.Lock()
 	defer t.faultMu.Unlock()
-	cand, err := t.replica(name)
+	cand, err := t.Node(name)
+	if err == nil {
+		err = wantReplica(cand)
+	}
 	if err != nil {
 		return FailoverResult{}, err
 	}

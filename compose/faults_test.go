@@ -6,63 +6,13 @@ import (
 	"errors"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/compose/enginetest"
 )
-
-// writeMarker inserts a row with a fresh id into faults.t on the primary and
-// returns the id.
-func writeMarker(t *testing.T, ctx context.Context, topo *compose.Topology) int64 {
-	t.Helper()
-	db := open(t, topo.Primary())
-	mustExec(t, ctx, db, "CREATE DATABASE IF NOT EXISTS faults")
-	mustExec(t, ctx, db, "CREATE TABLE IF NOT EXISTS faults.t (id BIGINT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(64))")
-	res, err := db.ExecContext(ctx, "INSERT INTO faults.t (note) VALUES (?)", t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := res.LastInsertId()
-	return id
-}
-
-func hasMarker(t *testing.T, ctx context.Context, n compose.Node, id int64) bool {
-	t.Helper()
-	db := open(t, n)
-	var c int64
-	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM faults.t WHERE id=?", id).Scan(&c)
-	if err != nil && (strings.Contains(err.Error(), "doesn't exist") || strings.Contains(err.Error(), "Unknown database")) {
-		return false
-	}
-	if err != nil {
-		t.Fatalf("%s: %v", n.Name, err)
-	}
-	return c == 1
-}
-
-// eventually polls cond every 50 ms until it holds or 20 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func status(t *testing.T, ctx context.Context, topo *compose.Topology, name string) compose.NodeStatus {
-	t.Helper()
-	st, err := topo.NodeStatus(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 func TestStopStartApplier(t *testing.T) {
 	composetest.Need(t, shared)
@@ -72,25 +22,25 @@ func TestStopStartApplier(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = shared.StartApplier(context.Background(), "replica1") })
-	id := writeMarker(t, ctx, shared)
+	id := enginetest.Write(t, ctx, shared)
 	gtid := queryStr(t, ctx, open(t, shared.Primary()), "SELECT @@gtid_executed")
 	// The IO thread still receives: the write reaches the relay log but is
 	// not applied.
-	eventually(t, "replica1 to retrieve the write", func() bool {
-		st := status(t, ctx, shared, "replica1")
+	enginetest.Eventually(t, "replica1 to retrieve the write", func() bool {
+		st := enginetest.Status(t, ctx, shared, "replica1")
 		return queryInt(t, ctx, open(t, r1), "SELECT GTID_SUBSET(?, ?)", gtid, st.RetrievedGTIDs+","+st.GTIDExecuted) == 1
 	})
-	if hasMarker(t, ctx, r1, id) {
+	if enginetest.Has(t, ctx, shared, "replica1", id) {
 		t.Fatal("replica1 applied a write with its applier stopped")
 	}
-	st := status(t, ctx, shared, "replica1")
+	st := enginetest.Status(t, ctx, shared, "replica1")
 	if st.SQLRunning != "No" || st.IORunning != "Yes" || st.Health != compose.HealthStopped {
 		t.Fatalf("status with applier stopped: %+v", st)
 	}
 	if err := shared.StartApplier(ctx, "replica1"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica1 to apply", func() bool { return hasMarker(t, ctx, r1, id) })
+	enginetest.Eventually(t, "replica1 to apply", func() bool { return enginetest.Has(t, ctx, shared, "replica1", id) })
 	if err := shared.StopApplier(ctx, "primary"); !errors.Is(err, compose.ErrWrongRole) {
 		t.Fatalf("StopApplier(primary) = %v, want ErrWrongRole", err)
 	}
@@ -102,7 +52,6 @@ func TestStopStartApplier(t *testing.T) {
 func TestSetApplyDelay(t *testing.T) {
 	composetest.Need(t, shared)
 	ctx := testCtx(t)
-	r2, _ := shared.Node("replica2")
 	if err := shared.SetApplyDelay(ctx, "replica2", 1500*time.Millisecond); err == nil {
 		t.Fatal("fractional delay accepted")
 	}
@@ -110,23 +59,23 @@ func TestSetApplyDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = shared.SetApplyDelay(context.Background(), "replica2", 0) })
-	st := status(t, ctx, shared, "replica2")
+	st := enginetest.Status(t, ctx, shared, "replica2")
 	if st.SourceDelay != 2 || st.SQLRunning != "Yes" {
 		t.Fatalf("status after SetApplyDelay: %+v", st)
 	}
-	id := writeMarker(t, ctx, shared)
+	id := enginetest.Write(t, ctx, shared)
 	began := time.Now()
-	if hasMarker(t, ctx, r2, id) && time.Since(began) < 2*time.Second {
+	if enginetest.Has(t, ctx, shared, "replica2", id) && time.Since(began) < 2*time.Second {
 		t.Fatal("replica2 applied a write before its 2 s delay")
 	}
 	// While the write waits out the delay, replica2 is lagging: at least a
 	// second behind, with a received transaction not applied.
 	sawLagging := false
-	eventually(t, "replica2 to apply after its delay", func() bool {
-		if status(t, ctx, shared, "replica2").Health == compose.HealthLagging {
+	enginetest.Eventually(t, "replica2 to apply after its delay", func() bool {
+		if enginetest.Status(t, ctx, shared, "replica2").Health == compose.HealthLagging {
 			sawLagging = true
 		}
-		return hasMarker(t, ctx, r2, id)
+		return enginetest.Has(t, ctx, shared, "replica2", id)
 	})
 	if time.Since(began) < time.Second {
 		t.Fatalf("replica2 applied after %v, inside its 2 s delay", time.Since(began))
@@ -134,12 +83,11 @@ func TestSetApplyDelay(t *testing.T) {
 	if !sawLagging {
 		t.Fatal("replica2 never reported lagging while delayed")
 	}
-	r1, _ := shared.Node("replica1")
-	eventually(t, "replica1 (no delay) to apply", func() bool { return hasMarker(t, ctx, r1, id) })
+	enginetest.Eventually(t, "replica1 (no delay) to apply", func() bool { return enginetest.Has(t, ctx, shared, "replica1", id) })
 	if err := shared.SetApplyDelay(ctx, "replica2", 0); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(t, ctx, shared, "replica2"); st.SourceDelay != 0 {
+	if st := enginetest.Status(t, ctx, shared, "replica2"); st.SourceDelay != 0 {
 		t.Fatalf("delay not removed: %+v", st)
 	}
 }
@@ -152,35 +100,33 @@ func TestPartitionHeal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r1, _ := shared.Node("replica1")
 	switch mode {
 	case compose.PartitionIOThread:
 		if got := shared.Stats().WeakPartitions; got != before+1 {
 			t.Fatalf("WeakPartitions %d, want %d", got, before+1)
 		}
-		st := status(t, ctx, shared, "replica1")
+		st := enginetest.Status(t, ctx, shared, "replica1")
 		if st.IORunning != "No" || st.Health != compose.HealthStopped {
 			t.Fatalf("status of partitioned replica1: %+v", st)
 		}
-		id := writeMarker(t, ctx, shared)
-		r2, _ := shared.Node("replica2")
-		eventually(t, "replica2 to apply", func() bool { return hasMarker(t, ctx, r2, id) })
-		if hasMarker(t, ctx, r1, id) {
+		id := enginetest.Write(t, ctx, shared)
+		enginetest.Eventually(t, "replica2 to apply", func() bool { return enginetest.Has(t, ctx, shared, "replica2", id) })
+		if enginetest.Has(t, ctx, shared, "replica1", id) {
 			t.Fatal("partitioned replica1 received a write")
 		}
 		if err := shared.Heal(ctx, "replica1"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "replica1 to catch up after heal", func() bool { return hasMarker(t, ctx, r1, id) })
+		enginetest.Eventually(t, "replica1 to catch up after heal", func() bool { return enginetest.Has(t, ctx, shared, "replica1", id) })
 	case compose.PartitionNetwork:
-		if st := status(t, ctx, shared, "replica1"); st.Health != compose.HealthUnreachable {
+		if st := enginetest.Status(t, ctx, shared, "replica1"); st.Health != compose.HealthUnreachable {
 			t.Fatalf("status of partitioned replica1: %+v", st)
 		}
-		id := writeMarker(t, ctx, shared)
+		id := enginetest.Write(t, ctx, shared)
 		if err := shared.Heal(ctx, "replica1"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "replica1 to catch up after heal", func() bool { return hasMarker(t, ctx, r1, id) })
+		enginetest.Eventually(t, "replica1 to catch up after heal", func() bool { return enginetest.Has(t, ctx, shared, "replica1", id) })
 	default:
 		t.Fatalf("mode %q", mode)
 	}
@@ -226,28 +172,26 @@ func TestPauseResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = shared.Resume(context.Background(), "replica2") })
-	st := status(t, ctx, shared, "replica2")
+	st := enginetest.Status(t, ctx, shared, "replica2")
 	if st.Health != compose.HealthUnreachable {
 		t.Fatalf("paused replica2: %+v", st)
 	}
 	if err := shared.Resume(ctx, "replica2"); err != nil {
 		t.Fatal(err)
 	}
-	r2, _ := shared.Node("replica2")
-	id := writeMarker(t, ctx, shared)
-	eventually(t, "resumed replica2 to apply", func() bool { return hasMarker(t, ctx, r2, id) })
+	id := enginetest.Write(t, ctx, shared)
+	enginetest.Eventually(t, "resumed replica2 to apply", func() bool { return enginetest.Has(t, ctx, shared, "replica2", id) })
 }
 
 func TestKillRestart(t *testing.T) {
 	composetest.Need(t, shared)
 	ctx := testCtx(t)
-	r1, _ := shared.Node("replica1")
-	id := writeMarker(t, ctx, shared)
-	eventually(t, "replica1 to apply", func() bool { return hasMarker(t, ctx, r1, id) })
+	id := enginetest.Write(t, ctx, shared)
+	enginetest.Eventually(t, "replica1 to apply", func() bool { return enginetest.Has(t, ctx, shared, "replica1", id) })
 	if err := shared.Kill(ctx, "replica1"); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(t, ctx, shared, "replica1"); st.Health != compose.HealthUnreachable {
+	if st := enginetest.Status(t, ctx, shared, "replica1"); st.Health != compose.HealthUnreachable {
 		t.Fatalf("killed replica1: %+v", st)
 	}
 	if err := shared.Kill(ctx, "replica1"); err != nil {
@@ -256,35 +200,35 @@ func TestKillRestart(t *testing.T) {
 	if err := shared.Pause(ctx, "replica1"); !errors.Is(err, compose.ErrNodeDown) {
 		t.Fatalf("Pause of dead node = %v, want ErrNodeDown", err)
 	}
-	id2 := writeMarker(t, ctx, shared)
+	id2 := enginetest.Write(t, ctx, shared)
 	if err := shared.Restart(ctx, "replica1"); err != nil {
 		t.Fatal(err)
 	}
-	if !hasMarker(t, ctx, r1, id) {
+	if !enginetest.Has(t, ctx, shared, "replica1", id) {
 		t.Fatal("restart lost data")
 	}
-	eventually(t, "restarted replica1 to catch up", func() bool { return hasMarker(t, ctx, r1, id2) })
+	enginetest.Eventually(t, "restarted replica1 to catch up", func() bool { return enginetest.Has(t, ctx, shared, "replica1", id2) })
 	// Seconds_Behind_Source can read 1 for a moment after catching up.
-	eventually(t, "restarted replica1 to be healthy", func() bool {
-		return status(t, ctx, shared, "replica1").Health == compose.HealthOK
+	enginetest.Eventually(t, "restarted replica1 to be healthy", func() bool {
+		return enginetest.Status(t, ctx, shared, "replica1").Health == compose.HealthOK
 	})
-	if st := status(t, ctx, shared, "replica1"); !st.ReadOnly {
+	if st := enginetest.Status(t, ctx, shared, "replica1"); !st.ReadOnly {
 		t.Fatalf("restarted replica1 is writable: %+v", st)
 	}
 	// Restart of a running primary: clean shutdown, replicas reconnect.
 	if err := shared.Restart(ctx, "primary"); err != nil {
 		t.Fatal(err)
 	}
-	id3 := writeMarker(t, ctx, shared)
+	id3 := enginetest.Write(t, ctx, shared)
 	for _, r := range shared.Replicas() {
-		eventually(t, r.Name+" to reconnect after primary restart", func() bool { return hasMarker(t, ctx, r, id3) })
+		enginetest.Eventually(t, r.Name+" to reconnect after primary restart", func() bool { return enginetest.Has(t, ctx, shared, r.Name, id3) })
 	}
 }
 
 func TestFailover(t *testing.T) {
 	topo := composetest.Start(t, compose.Config{Replicas: 2})
 	ctx := testCtx(t)
-	first := writeMarker(t, ctx, topo)
+	first := enginetest.Write(t, ctx, topo)
 	if err := topo.WaitReplicated(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +238,7 @@ func TestFailover(t *testing.T) {
 	for _, r := range topo.Replicas() {
 		mustExec(t, ctx, open(t, r), "STOP REPLICA IO_THREAD")
 	}
-	lost := writeMarker(t, ctx, topo)
+	lost := enginetest.Write(t, ctx, topo)
 	pdb := open(t, topo.Primary())
 	r1, _ := topo.Node("replica1")
 	want := queryStr(t, ctx, pdb, "SELECT GTID_SUBTRACT(@@gtid_executed, ?)", queryStr(t, ctx, open(t, r1), "SELECT @@gtid_executed"))
@@ -320,17 +264,16 @@ func TestFailover(t *testing.T) {
 	if old, _ := topo.Node("primary"); old.Role != compose.RoleRetired {
 		t.Fatalf("old primary role %s", old.Role)
 	}
-	if _, err := pdb.ExecContext(ctx, "INSERT INTO faults.t (note) VALUES ('fenced?')"); err == nil {
+	if _, err := pdb.ExecContext(ctx, "INSERT INTO faults.markers (note) VALUES ('fenced?')"); err == nil {
 		t.Fatal("old primary still accepts writes")
 	}
-	if !hasMarker(t, ctx, r1, first) || hasMarker(t, ctx, r1, lost) {
+	if !enginetest.Has(t, ctx, topo, "replica1", first) || enginetest.Has(t, ctx, topo, "replica1", lost) {
 		t.Fatal("new primary's data is not what it had replicated")
 	}
 	// The new primary takes writes and replica2 follows it.
-	after := writeMarker(t, ctx, topo)
-	r2, _ := topo.Node("replica2")
-	eventually(t, "replica2 to follow the new primary", func() bool { return hasMarker(t, ctx, r2, after) })
-	if st := status(t, ctx, topo, "replica2"); st.Source != net.JoinHostPort(r1.PeerHost, strconv.Itoa(r1.PeerPort)) || st.Health != compose.HealthOK {
+	after := enginetest.Write(t, ctx, topo)
+	enginetest.Eventually(t, "replica2 to follow the new primary", func() bool { return enginetest.Has(t, ctx, topo, "replica2", after) })
+	if st := enginetest.Status(t, ctx, topo, "replica2"); st.Source != net.JoinHostPort(r1.PeerHost, strconv.Itoa(r1.PeerPort)) || st.Health != compose.HealthOK {
 		t.Fatalf("replica2 after failover: %+v", st)
 	}
 
@@ -349,7 +292,7 @@ func TestFailover(t *testing.T) {
 	if _, err := topo.Failover(ctx, "replica2"); !errors.Is(err, compose.ErrWrongRole) {
 		t.Fatalf("failover to the primary = %v, want ErrWrongRole", err)
 	}
-	if id := writeMarker(t, ctx, topo); !hasMarker(t, ctx, r2, id) {
+	if id := enginetest.Write(t, ctx, topo); !enginetest.Has(t, ctx, topo, "replica2", id) {
 		t.Fatal("replica2 as primary lost a write")
 	}
 	// replica1 died as primary (writable, persisted) and was never fenced:
@@ -357,10 +300,10 @@ func TestFailover(t *testing.T) {
 	if err := topo.Restart(ctx, "replica1"); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(t, ctx, topo, "replica1"); !st.ReadOnly || st.Node.Role != compose.RoleRetired {
+	if st := enginetest.Status(t, ctx, topo, "replica1"); !st.ReadOnly || st.Node.Role != compose.RoleRetired {
 		t.Fatalf("restarted former primary: %+v", st)
 	}
-	if _, err := open(t, r1).ExecContext(ctx, "INSERT INTO faults.t (note) VALUES ('fenced?')"); err == nil {
+	if _, err := open(t, r1).ExecContext(ctx, "INSERT INTO faults.markers (note) VALUES ('fenced?')"); err == nil {
 		t.Fatal("restarted former primary accepts writes")
 	}
 }
@@ -373,7 +316,7 @@ func TestFailover(t *testing.T) {
 func TestFailoverDeferredReplicas(t *testing.T) {
 	topo := composetest.Start(t, compose.Config{Replicas: 3})
 	ctx := testCtx(t)
-	before := writeMarker(t, ctx, topo)
+	before := enginetest.Write(t, ctx, topo)
 	if err := topo.WaitReplicated(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -387,9 +330,9 @@ func TestFailoverDeferredReplicas(t *testing.T) {
 	// would break their replication (real MySQL behaviour, documented).
 	mustExec(t, ctx, open(t, r2), "STOP REPLICA IO_THREAD")
 	const lostID = 1_000_000
-	mustExec(t, ctx, open(t, topo.Primary()), "INSERT INTO faults.t (id, note) VALUES (?, 'lost')", lostID)
-	eventually(t, "replica1 and replica3 to apply the write replica2 misses", func() bool {
-		return hasMarker(t, ctx, r1, lostID) && hasMarker(t, ctx, r3, lostID)
+	mustExec(t, ctx, open(t, topo.Primary()), "INSERT INTO faults.markers (id, note) VALUES (?, 'lost')", lostID)
+	enginetest.Eventually(t, "replica1 and replica3 to apply the write replica2 misses", func() bool {
+		return enginetest.Has(t, ctx, topo, "replica1", lostID) && enginetest.Has(t, ctx, topo, "replica3", lostID)
 	})
 	if err := topo.Pause(ctx, "replica1"); err != nil {
 		t.Fatal(err)
@@ -412,12 +355,12 @@ func TestFailoverDeferredReplicas(t *testing.T) {
 	if res.LostGTIDs == "" {
 		t.Fatal("the write replica2 missed is not reported lost")
 	}
-	if got := status(t, ctx, topo, "replica3").PendingRepoint; got != "down" {
+	if got := enginetest.Status(t, ctx, topo, "replica3").PendingRepoint; got != "down" {
 		t.Fatalf("replica3 pending %q, want down", got)
 	}
 	// Written on the new primary while replica1 is paused and replica3
 	// dead: they catch up on it from the new primary when back.
-	after := writeMarker(t, ctx, topo)
+	after := enginetest.Write(t, ctx, topo)
 
 	// The pending marks survive a state file round trip (the CLI runs
 	// each fault in its own process).
@@ -438,11 +381,11 @@ func TestFailoverDeferredReplicas(t *testing.T) {
 	pdb := open(t, r2)
 	want := net.JoinHostPort(r2.PeerHost, strconv.Itoa(r2.PeerPort))
 	for _, r := range []compose.Node{r1, r3} {
-		eventually(t, r.Name+" to apply the new primary's write", func() bool { return hasMarker(t, ctx, r, after) })
-		if !hasMarker(t, ctx, r, before) {
+		enginetest.Eventually(t, r.Name+" to apply the new primary's write", func() bool { return enginetest.Has(t, ctx, topo, r.Name, after) })
+		if !enginetest.Has(t, ctx, topo, r.Name, before) {
 			t.Fatalf("%s lost a write the new primary has", r.Name)
 		}
-		st := status(t, ctx, topo, r.Name)
+		st := enginetest.Status(t, ctx, topo, r.Name)
 		if st.Source != want || st.PendingRepoint != "" || st.IORunning != "Yes" || st.SQLRunning != "Yes" {
 			t.Fatalf("%s after coming back: %+v", r.Name, st)
 		}
@@ -466,8 +409,8 @@ func TestFailoverDeferredReplicas(t *testing.T) {
 	if err := topo.Restart(ctx, "replica1"); err != nil {
 		t.Fatal(err)
 	}
-	last := writeMarker(t, ctx, topo)
-	eventually(t, "restarted replica1 to follow", func() bool { return hasMarker(t, ctx, r1, last) })
+	last := enginetest.Write(t, ctx, topo)
+	enginetest.Eventually(t, "restarted replica1 to follow", func() bool { return enginetest.Has(t, ctx, topo, "replica1", last) })
 }
 
 func mustJSON(t *testing.T, v any) []byte {

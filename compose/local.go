@@ -202,11 +202,7 @@ func (b *localBackend) start(ctx context.Context) (nodes []Node, err error) {
 	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(owner+"\n"), 0o644); err != nil {
 		return nil, err
 	}
-	names := []string{"primary"}
-	for i := 1; i <= b.cfg.Replicas; i++ {
-		names = append(names, fmt.Sprintf("replica%d", i))
-	}
-	for i, name := range names {
+	for i, name := range serverNames(b.cfg.Replicas) {
 		s := b.newServer(name, i+1, filepath.Join(dir, name))
 		if err := os.MkdirAll(s.hostDir, 0o755); err != nil {
 			return nil, err
@@ -237,35 +233,18 @@ func (b *localBackend) start(ctx context.Context) (nodes []Node, err error) {
 			}
 		}
 	}
-	starting := b.servers
-	if b.spec.cloned {
-		if err := b.startFresh(ctx, first, nil); err != nil {
-			return nil, err
+	err = startServers(b.servers, b.spec.cloned, func(s *localServer) error {
+		var clone func() error
+		if b.spec.cloned && s != first {
+			clone = func() error { return b.clone(ctx, s, first) }
 		}
-		starting = b.servers[1:]
-	}
-	errs := make([]error, len(starting))
-	var wg sync.WaitGroup
-	for i, s := range starting {
-		wg.Go(func() {
-			var clone func() error
-			if b.spec.cloned {
-				clone = func() error { return b.clone(ctx, s, first) }
-			}
-			errs[i] = b.startFresh(ctx, s, clone)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+		return b.startFresh(ctx, s, clone)
+	})
+	if err != nil {
 		return nil, err
 	}
 	for i, s := range b.servers {
-		role := RoleReplica
-		if i == 0 {
-			role = RolePrimary
-		}
-		nodes = append(nodes, Node{Name: s.name, Role: role, Host: "127.0.0.1", Port: s.port,
-			User: b.cfg.User, Password: b.cfg.Password, PeerHost: "127.0.0.1", PeerPort: s.port})
+		nodes = append(nodes, b.cfg.startedNode(i, s.name, s.port, "127.0.0.1", s.port))
 	}
 	return nodes, nil
 }
@@ -601,14 +580,9 @@ func (s *localServer) ours(pid int) bool {
 	return pidMatches(pid, s.marker)
 }
 
-func (b *localBackend) server(name string) (*localServer, error) {
-	for _, s := range b.servers {
-		if s.name == name {
-			return s, nil
-		}
-	}
-	return nil, fmt.Errorf("compose: %w %q", ErrUnknownNode, name)
-}
+func (s *localServer) nodeName() string { return s.name }
+
+func (b *localBackend) server(name string) (*localServer, error) { return serverNamed(b.servers, name) }
 
 // alive reports the pid of s if its process runs.
 func (s *localServer) alive() (int, chan struct{}) {
@@ -871,24 +845,12 @@ func (b *localBackend) resume(ctx context.Context, name string) error {
 // awaitCondition polls the node's process state until done holds, for at
 // most 5 s.
 func (b *localBackend) awaitCondition(ctx context.Context, name string, done func(condition) bool) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := b.condition(ctx, name)
-		if err != nil {
-			return err
-		}
-		if done(c) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("compose: %s: process state still %q after 5s", name, c)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
-	}
+	var c condition
+	return poll(ctx, 5*time.Second, time.Millisecond, func() (bool, error) {
+		var err error
+		c, err = b.condition(ctx, name)
+		return err == nil && done(c), err
+	}, func() error { return fmt.Errorf("compose: %s: process state still %q after 5s", name, c) })
 }
 
 func (b *localBackend) condition(_ context.Context, name string) (condition, error) {

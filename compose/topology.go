@@ -104,6 +104,51 @@ type backend interface {
 	offline(ctx context.Context, name, script string) error
 }
 
+// serverNames are the node names of a topology with replicas replicas:
+// primary, replica1, replica2...
+func serverNames(replicas int) []string {
+	names := []string{"primary"}
+	for i := 1; i <= replicas; i++ {
+		names = append(names, fmt.Sprintf("replica%d", i))
+	}
+	return names
+}
+
+// startServers starts a backend's servers (primary first): all at once,
+// or, when the replicas are cloned from the running primary, the primary
+// before the others.
+func startServers[S any](servers []S, cloned bool, start func(S) error) error {
+	if cloned {
+		if err := start(servers[0]); err != nil {
+			return err
+		}
+		servers = servers[1:]
+	}
+	return parallel(servers, start)
+}
+
+// startedNode is the node of the server a backend started as its i-th
+// (0: the primary), reached by this process at 127.0.0.1:port and by its
+// peers at peerHost:peerPort, with the configured account.
+func (c *Config) startedNode(i int, name string, port int, peerHost string, peerPort int) Node {
+	role := RoleReplica
+	if i == 0 {
+		role = RolePrimary
+	}
+	return Node{Name: name, Role: role, Host: "127.0.0.1", Port: port, User: c.User, Password: c.Password, PeerHost: peerHost, PeerPort: peerPort}
+}
+
+// serverNamed is the backend server of node name.
+func serverNamed[S interface{ nodeName() string }](servers []S, name string) (S, error) {
+	for _, s := range servers {
+		if s.nodeName() == name {
+			return s, nil
+		}
+	}
+	var none S
+	return none, fmt.Errorf("compose: %w %q", ErrUnknownNode, name)
+}
+
 // condition is a server's process state as its backend sees it.
 type condition string
 
