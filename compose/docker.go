@@ -291,6 +291,16 @@ func (b *dockerBackend) server(name string) (*dockerServer, error) {
 	return serverNamed(b.servers, name)
 }
 
+// serverState is the server of node name and its container's state.
+func (b *dockerBackend) serverState(ctx context.Context, name string) (*dockerServer, *container.State, error) {
+	s, err := b.server(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := b.containerState(ctx, s)
+	return s, st, err
+}
+
 func (b *dockerBackend) containerState(ctx context.Context, s *dockerServer) (*container.State, error) {
 	cli, err := b.client(ctx)
 	if err != nil {
@@ -307,11 +317,7 @@ func (b *dockerBackend) containerState(ctx context.Context, s *dockerServer) (*c
 }
 
 func (b *dockerBackend) kill(ctx context.Context, name string) error {
-	s, err := b.server(name)
-	if err != nil {
-		return err
-	}
-	st, err := b.containerState(ctx, s)
+	s, st, err := b.serverState(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -329,11 +335,7 @@ func (b *dockerBackend) kill(ctx context.Context, name string) error {
 }
 
 func (b *dockerBackend) restart(ctx context.Context, name string) error {
-	s, err := b.server(name)
-	if err != nil {
-		return err
-	}
-	st, err := b.containerState(ctx, s)
+	s, st, err := b.serverState(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -421,11 +423,7 @@ func (b *dockerBackend) waitSQL(ctx context.Context, s *dockerServer, port int) 
 }
 
 func (b *dockerBackend) running(ctx context.Context, name string) (*dockerServer, error) {
-	s, err := b.server(name)
-	if err != nil {
-		return nil, err
-	}
-	st, err := b.containerState(ctx, s)
+	s, st, err := b.serverState(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -463,11 +461,7 @@ func (b *dockerBackend) onRunning(ctx context.Context, name, verb string, op fun
 }
 
 func (b *dockerBackend) condition(ctx context.Context, name string) (condition, error) {
-	s, err := b.server(name)
-	if err != nil {
-		return "", err
-	}
-	st, err := b.containerState(ctx, s)
+	_, st, err := b.serverState(ctx, name)
 	if err != nil {
 		return "", err
 	}
