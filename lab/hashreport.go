@@ -180,7 +180,7 @@ func WriteHash(w io.Writer, results []*Result, f Format) error {
 	switch f {
 	case sim.FormatJSON:
 		for _, r := range results {
-			if err := Write(w, r, f); err != nil {
+			if err := Write(w, r, f, true); err != nil {
 				return err
 			}
 		}

@@ -118,7 +118,7 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 			return fmt.Errorf("lab: predict: %w", err)
 		}
 		if len(fit.Knobs) == 0 {
-			status := "within the fit's tolerance"
+			status := "lag within the fit's tolerance"
 			if !fit.Reached {
 				status = "NOT within the fit's tolerance (" + fit.Reason + ")"
 			}
@@ -156,6 +156,9 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 			p.LagP99Ms += t.LagP99
 		}
 		n := float64(len(out[i]))
+		p.RYWSD = trialSD(out[i], func(t sim.Result) float64 { return t.RYWPct })
+		p.MRSD = trialSD(out[i], func(t sim.Result) float64 { return t.MRPct })
+		p.PrimarySD = trialSD(out[i], func(t sim.Result) float64 { return t.PrimaryPct })
 		p.RYWPct /= n
 		p.MRPct /= n
 		p.PrimaryPct /= n
@@ -166,6 +169,25 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 	}
 	res.SimModel = desc + describeModel(&model)
 	return nil
+}
+
+// trialSD is the sample standard deviation of f over the trials (0 for
+// fewer than two).
+func trialSD(trials []sim.Result, f func(sim.Result) float64) float64 {
+	if len(trials) < 2 {
+		return 0
+	}
+	var sum float64
+	for _, t := range trials {
+		sum += f(t)
+	}
+	mean := sum / float64(len(trials))
+	var ss float64
+	for _, t := range trials {
+		d := f(t) - mean
+		ss += d * d
+	}
+	return math.Sqrt(ss / float64(len(trials)-1))
 }
 
 // describeModel is a replica model in one line.

@@ -118,7 +118,7 @@ func (f *LagFit) String() string {
 	}
 	fmt.Fprintf(&b, "; %d probes, %.1f s", f.Probes, f.Elapsed.Seconds())
 	if f.Reached {
-		b.WriteString("; within tolerance")
+		b.WriteString("; lag within tolerance (only the lag is fitted)")
 	} else {
 		fmt.Fprintf(&b, "; NOT REACHED: %s", f.Reason)
 	}

@@ -268,7 +268,7 @@ func TestPredictNoKnob(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "Simulator lag not fitted (the condition has no heavy records and no straggler") ||
-		!strings.Contains(res.Notes[0], ", within the fit's tolerance") || !strings.HasPrefix(res.SimModel, "same inputs, not fitted: ") {
+		!strings.Contains(res.Notes[0], ", lag within the fit's tolerance") || !strings.HasPrefix(res.SimModel, "same inputs, not fitted: ") {
 		t.Fatalf("notes %q, model %q", res.Notes, res.SimModel)
 	}
 	// the same run with a lag the standing delay cannot explain

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,11 +38,14 @@ func predCell(p *Prediction, f func(*Prediction) float64) sim.Cell {
 }
 
 // Table renders a result as the routers table: lab columns with the
-// simulator's prediction beside them.
+// simulator's prediction beside them. Its compact view (sim.Table.Compact,
+// what a terminal shows by default) keeps seven columns, each percentage
+// as "lab/sim", and two notes: the setup with the lag, and whether the
+// simulator's figures agree with the lab's (Disagreements).
 func Table(res *Result) *sim.Table {
 	t := &sim.Table{
 		Name:  "lab-" + res.Experiment,
-		Title: fmt.Sprintf("lab %s: real MySQL (%s, %s, via %s) beside the simulator", res.Experiment, res.Condition, res.Mode, res.Via),
+		Title: fmt.Sprintf("lab %s: real MySQL beside the simulator (%s, via %s)", res.Experiment, res.Condition, res.Via),
 		Columns: []sim.Column{
 			{Key: "router", Header: "router", Prec: 0},
 			{Key: "reads", Header: "reads", Prec: 0},
@@ -76,23 +80,127 @@ func Table(res *Result) *sim.Table {
 		})
 	}
 	t.Notes = Notes(res)
+	predicted := len(res.Routers) > 0 && res.Routers[0].Prediction != nil
+	pair := func(k string) string {
+		if predicted {
+			return "sim_" + k
+		}
+		return ""
+	}
+	t.Brief = []sim.BriefColumn{{Key: "router"}, {Key: "reads"},
+		{Key: "ryw_pct", Header: "RYW %", Pair: pair("ryw_pct")}, {Key: "mr_pct", Header: "MR %", Pair: pair("mr_pct")},
+		{Key: "primary_pct", Header: "primary %", Pair: pair("primary_pct")}, {Key: "waited"}, {Key: "read_p99_ms", Header: "p99 ms"}}
+	t.BriefNotes = briefNotes(res)
 	return t
 }
 
+// briefNotes are the compact view's two notes: the setup with the lag
+// achieved, then the simulator's agreement and the expectations.
+func briefNotes(res *Result) []string {
+	c := res.Config
+	setup := fmt.Sprintf("%d sessions, %g writes/s for %g s (%s, via %s); lag mean %s, p99 %s",
+		c.Sessions, c.WriteRate, c.DurationSec, res.Condition, res.Via, fmtMs(res.Lag.MeanMs), fmtMs(res.Lag.P99Ms))
+	var second []string
+	if len(res.Routers) > 0 && res.Routers[0].Prediction != nil {
+		p := res.Routers[0].Prediction
+		setup += fmt.Sprintf("; the simulator's: mean %s, p99 %s. %% cells: lab/sim.", fmtMs(p.LagMeanMs), fmtMs(p.LagP99Ms))
+		second = append(second, agreementNote(res))
+	} else {
+		setup += "."
+	}
+	var failed []string
+	for _, n := range res.Notes {
+		switch {
+		case strings.HasPrefix(n, "Expectations of scenario "):
+			second = append(second, n)
+		case strings.HasPrefix(n, "Expectation failed: "):
+			failed = append(failed, n)
+		}
+	}
+	second = append(second, "Every column and note: --wide, or --out DIR.")
+	return append([]string{setup, strings.Join(second, " ")}, failed...)
+}
+
+// Disagreement is a figure on which the lab and the simulator differ by
+// more than the trial spread.
+type Disagreement struct {
+	Router, Metric string
+	// Lab and Sim are the two figures (percent); Tol is the difference
+	// the spread allows.
+	Lab, Sim, Tol float64
+}
+
+// Disagreements compares each router's RYW %, MR % and primary % with the
+// simulator's prediction. The spread allowed is two standard deviations
+// of the difference: the simulator's over its trials, and the lab's
+// sampling error as a binomial share of its served reads (at the two
+// figures' mean; the lab ran once, so this is the only spread it has,
+// and since a session's reads are not independent it is a lower bound:
+// a disagreement is flagged sooner rather than later). Only the lag is
+// fitted (Predict): these figures are outputs of the simulator, so a
+// disagreement is a real miss of its model.
+func Disagreements(res *Result) []Disagreement {
+	var out []Disagreement
+	for i := range res.Routers {
+		r := &res.Routers[i]
+		p := r.Prediction
+		if p == nil {
+			continue
+		}
+		for _, m := range []struct {
+			name         string
+			lab, sim, sd float64
+		}{{"RYW", r.RYWPct, p.RYWPct, p.RYWSD}, {"MR", r.MRPct, p.MRPct, p.MRSD}, {"primary", r.PrimaryPct, p.PrimaryPct, p.PrimarySD}} {
+			q := (m.lab + m.sim) / 200
+			se := 0.0
+			if r.Served > 0 {
+				se = 100 * math.Sqrt(q*(1-q)/float64(r.Served))
+			}
+			tol := 2 * math.Sqrt(m.sd*m.sd+se*se)
+			if math.Abs(m.lab-m.sim) > tol {
+				out = append(out, Disagreement{Router: r.Name, Metric: m.name, Lab: m.lab, Sim: m.sim, Tol: tol})
+			}
+		}
+	}
+	return out
+}
+
+// agreementNote says in words whether the simulator's violation and
+// primary figures agree with the lab's (Disagreements).
+func agreementNote(res *Result) string {
+	ds := Disagreements(res)
+	n := 0
+	for i := range res.Routers {
+		if res.Routers[i].Prediction != nil {
+			n += 3
+		}
+	}
+	if len(ds) == 0 {
+		return fmt.Sprintf("The simulator agrees with the lab within the trial spread on all %d RYW, MR and primary figures.", n)
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = fmt.Sprintf("%s %s %.1f%% lab vs %.1f%% sim", d.Router, d.Metric, d.Lab, d.Sim)
+	}
+	return fmt.Sprintf("The simulator is off beyond the trial spread on %d of %d RYW, MR and primary figures (only its lag is fitted): %s.",
+		len(ds), n, strings.Join(parts, "; "))
+}
+
 // Notes are the lines printed under a table: setup, achieved lag beside
-// the simulator's, and the experiment's own remarks.
+// the simulator's, whether the simulator's figures agree with the lab's,
+// and the experiment's own remarks.
 func Notes(res *Result) []string {
 	c := res.Config
 	n := []string{
-		fmt.Sprintf("Setup: seed %d, %d sessions, %g writes/s offered for %gs (%d writes), %d reads per write, gaps %g–%g ms log-uniform, %d hot rows, %d workers; routed via %s (GTID-token positions from binlog streams; scalar-token positions and the lag measurement polled every %g ms).",
-			c.Seed, c.Sessions, c.WriteRate, c.DurationSec, res.OfferedWrites, c.ReadsPerWrite, c.GapMinMs, c.GapMaxMs, c.HotRows, c.Workers, res.Via, c.PollMs),
+		fmt.Sprintf("Setup: %s routers, seed %d, %d sessions, %g writes/s offered for %gs (%d writes), %d reads per write, gaps %g–%g ms log-uniform, %d hot rows, %d workers; routed via %s (GTID-token positions from binlog streams; scalar-token positions and the lag measurement polled every %g ms).",
+			res.Mode, c.Seed, c.Sessions, c.WriteRate, c.DurationSec, res.OfferedWrites, c.ReadsPerWrite, c.GapMinMs, c.GapMaxMs, c.HotRows, c.Workers, res.Via, c.PollMs),
 		fmt.Sprintf("Achieved lag (lab, write ack to first poll holding it, every replica): mean %.1f ms, p50 %.1f ms, p99 %.1f ms over %d samples (%d never seen).",
 			res.Lag.MeanMs, res.Lag.P50Ms, res.Lag.P99Ms, res.Lag.Samples, res.Lag.Unseen),
 	}
 	if len(res.Routers) > 0 && res.Routers[0].Prediction != nil {
 		p := res.Routers[0].Prediction
 		n = append(n, fmt.Sprintf("Simulator lag (its model fitted to the measured lag unless a note says otherwise): mean %.1f ms, p99 %.1f ms (model: %s). Violation %% columns are per served read (lab) and per read (sim).",
-			p.LagMeanMs, p.LagP99Ms, res.SimModel))
+			p.LagMeanMs, p.LagP99Ms, res.SimModel), agreementNote(res)+" Spread: 2 SD of the difference (the simulator's trials, the lab's binomial sampling error).")
 	}
 	n = append(n, fmt.Sprintf("Driver: %.0f reads/s over %.1f s measured (%.1f s with setup); condition did %d stalls, %d heavy transactions, %d fault errors; %d position polls, %d failed.",
 		res.ReadsPerSec, res.MeasureSeconds, res.ElapsedSeconds, res.Stalls, res.HeavyTxns, res.FaultErrors, res.Polls, res.PollErrors))
@@ -100,18 +208,26 @@ func Notes(res *Result) []string {
 	return n
 }
 
-// Write renders res in format f to w.
-func Write(w io.Writer, res *Result, f Format) error {
+// Write renders res in format f to w: in markdown the compact tables
+// unless wide (every column and note); CSV and JSON always hold
+// everything.
+func Write(w io.Writer, res *Result, f Format, wide bool) error {
 	if f == sim.FormatJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	if err := Table(res).Write(w, f); err != nil {
+	view := func(t *sim.Table) *sim.Table {
+		if f == sim.FormatMarkdown && !wide {
+			return t.Compact()
+		}
+		return t
+	}
+	if err := view(Table(res)).Write(w, f); err != nil {
 		return err
 	}
 	for _, t := range res.SimTables {
-		tt := *t
+		tt := *view(t)
 		tt.Title = "simulator: " + t.Title
 		if err := tt.Write(w, f); err != nil {
 			return err
@@ -158,7 +274,7 @@ func WriteOut(dir string, results []*Result) error {
 			}
 		}
 		var jb bytes.Buffer
-		if err := Write(&jb, res, sim.FormatJSON); err != nil {
+		if err := Write(&jb, res, sim.FormatJSON, true); err != nil {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(dir, base+".json"), jb.Bytes(), 0o644); err != nil {

@@ -268,6 +268,12 @@ type Prediction struct {
 	// LagMeanMs and LagP99Ms are the simulator's own achieved lag.
 	LagMeanMs float64 `json:"lag_mean_ms"`
 	LagP99Ms  float64 `json:"lag_p99_ms"`
+	// RYWSD, MRSD and PrimarySD are the sample standard deviations of the
+	// percentages over the simulator's trials (0 with one trial): the
+	// trial spread Agreement judges the lab's figures against.
+	RYWSD     float64 `json:"ryw_pct_sd"`
+	MRSD      float64 `json:"mr_pct_sd"`
+	PrimarySD float64 `json:"primary_pct_sd"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

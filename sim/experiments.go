@@ -288,6 +288,9 @@ func RoutersTable(ctx context.Context, name, title string, cfg Config, specs []R
 		cols = append(cols, deferColumns...)
 	}
 	t := &Table{Name: name, Title: title, Columns: cols}
+	t.Brief = []BriefColumn{{Key: "router"}, {Key: "ryw_pct", Header: "RYW %", SD: true}, {Key: "mr_pct", Header: "MR %", SD: true},
+		{Key: "all_writes_pct", Header: "all-writes %"}, {Key: "primary_pct"}, {Key: "worst_100ms_pct", Header: "worst 100ms %"},
+		{Key: "read_p99_ms", Header: "p99 ms"}}
 	for k, s := range specs {
 		row := routerRow(s.Name, res[k])
 		if capped {
@@ -382,6 +385,8 @@ func WindowExp(ctx context.Context, o Options) (*Report, error) {
 	t := &Table{Name: "window", Title: "Window dial: primary share against protection", Columns: []Column{
 		{"window_ms", "W ms", 0}, {"primary_pct", "primary %", 1}, {"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2},
 		{"worst_100ms_pct", "worst 100 ms %", 1}, {"lag_mean_ms", "lag mean ms", 0}, {"lag_p99_ms", "lag p99 ms", 0}}}
+	t.Brief = []BriefColumn{{Key: "window_ms"}, {Key: "primary_pct", SD: true}, {Key: "ryw_pct", Header: "RYW %", SD: true},
+		{Key: "mr_pct", Header: "MR %", SD: true}, {Key: "worst_100ms_pct", Header: "worst 100ms %"}, {Key: "lag_mean_ms"}}
 	pl := Plot{Name: "window-dial", Title: "The window dial", X: "window W (ms)", Y: "% of reads",
 		Lines: []Line{{Name: "primary share %"}, {Name: "RYW kept %"}}}
 	for i, w := range ws {
@@ -408,6 +413,8 @@ func Load(ctx context.Context, o Options) (*Report, error) {
 		{"writes_per_sec", "writes/s", 0}, {"lag_mean_ms", "lag mean ms", 0}, {"lag_p99_ms", "lag p99 ms", 0},
 		{"target_lag_mean_ms", "target mean", 0}, {"target_lag_p99_ms", "target p99", 0},
 		{"primary_pct", "primary %", 1}, {"worst_100ms_pct", "worst 100 ms %", 1}, {"peak_primary_rps", "peak primary r/s", 0}}}
+	t.Brief = []BriefColumn{{Key: "writes_per_sec"}, {Key: "lag_mean_ms"}, {Key: "lag_p99_ms"}, {Key: "primary_pct", SD: true},
+		{Key: "worst_100ms_pct", Header: "worst 100ms %"}, {Key: "peak_primary_rps", Header: "peak r/s"}}
 	pl := Plot{Name: "load-primary-share", Title: "Primary share against offered load (token-ryw-mr)", X: "offered writes/s", Y: "% of reads",
 		Lines: []Line{{Name: "primary share %"}, {Name: "worst 100 ms %"}}}
 	for i, r := range rates {
@@ -437,6 +444,8 @@ func WorldsExp(ctx context.Context, o Options) (*Report, error) {
 		{"any_ryw_pct", "any: RYW viol. %", 2}, {"any_mr_pct", "any: MR viol. %", 2},
 		{"mr_primary_pct", "token-ryw-mr: primary %", 1}, {"mr_worst_100ms_pct", "token-ryw-mr: worst 100 ms %", 1}}}
 	for i, w := range Worlds {
+		t.Brief = []BriefColumn{{Key: "world"}, {Key: "lag_mean_ms"}, {Key: "lag_p99_ms"}, {Key: "any_ryw_pct", Header: "any RYW %"},
+			{Key: "any_mr_pct", Header: "any MR %"}, {Key: "mr_primary_pct", Header: "ryw-mr primary %"}}
 		a, m := res[i][0], res[i][1]
 		t.Rows = append(t.Rows, []Cell{L(string(w)), S(lagMean(a, pools[i])), N(lagP99(pools[i])), N(targets[w][0]), N(targets[w][1]),
 			S(stat(a, fRYW)), S(stat(a, fMR)), S(stat(m, fPrim)), S(stat(m, fWorst))})
@@ -470,6 +479,8 @@ func Fleet(ctx context.Context, o Options) (*Report, error) {
 		{"any_ryw_pct", "any: RYW viol. %", 2}, {"any_mr_pct", "any: MR viol. %", 2},
 		{"mr_primary_pct", "token-ryw-mr: primary %", 1}, {"mr_worst_100ms_pct", "token-ryw-mr: worst 100 ms %", 1}}}
 	for i, p := range pts {
+		t.Brief = []BriefColumn{{Key: "world"}, {Key: "replicas"}, {Key: "lag_mean_ms"}, {Key: "any_ryw_pct", Header: "any RYW %"},
+			{Key: "any_mr_pct", Header: "any MR %"}, {Key: "mr_primary_pct", Header: "ryw-mr primary %"}}
 		a, m := res[i][0], res[i][1]
 		t.Rows = append(t.Rows, []Cell{L(string(p.w)), N(float64(p.n)), S(lagMean(a, pools[i])), N(lagP99(pools[i])),
 			S(stat(a, fRYW)), S(stat(a, fMR)), S(stat(m, fPrim)), S(stat(m, fWorst))})
@@ -498,6 +509,8 @@ func Contention(ctx context.Context, o Options) (*Report, error) {
 	t := &Table{Name: "contention", Title: "Contention: primary reads share the write FIFO", Columns: []Column{
 		{"router", "router", 0}, {"write_mean_ms", "write mean ms", 2}, {"write_p99_ms", "write p99 ms", 2},
 		{"primary_pct", "primary %", 1}, {"peak_primary_rps", "peak primary r/s", 0}, {"ryw_pct", "RYW viol. %", 2}, {"read_p99_ms", "read p99 ms", 1}}}
+	t.Brief = []BriefColumn{{Key: "router"}, {Key: "write_mean_ms", Header: "write ms"}, {Key: "write_p99_ms", Header: "write p99"},
+		{Key: "primary_pct"}, {Key: "ryw_pct", Header: "RYW %"}, {Key: "read_p99_ms", Header: "read p99"}}
 	for k, s := range specs {
 		rs := res[k]
 		t.Rows = append(t.Rows, []Cell{L(s.Name), S(stat(rs, fWMean)), S(stat(rs, fWP99)), S(stat(rs, fPrim)), S(stat(rs, fPeak)),
@@ -526,6 +539,8 @@ func Wait(ctx context.Context, o Options) (*Report, error) {
 		{"router", "router", 0}, {"budget_ms", "B ms", 0}, {"primary_pct", "primary %", 1}, {"waited_pct", "waited %", 2}, {"timeouts_pct", "timeouts %", 2},
 		{"read_mean_ms", "read mean ms", 1}, {"read_p50_ms", "read p50 ms", 1}, {"read_p99_ms", "read p99 ms", 1},
 		{"worst_100ms_pct", "worst 100 ms %", 1}, {"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}, {"all_writes_pct", "all-writes viol. %", 2}}}
+	t.Brief = []BriefColumn{{Key: "router"}, {Key: "budget_ms"}, {Key: "primary_pct"}, {Key: "waited_pct"}, {Key: "timeouts_pct"},
+		{Key: "read_p50_ms", Header: "p50 ms"}, {Key: "read_p99_ms", Header: "p99 ms"}, {Key: "all_writes_pct", Header: "all-writes %"}}
 	// The p99 of both is the budget itself (more than 1% of reads wait it
 	// out), so the picture shows the mean and the median.
 	pl := Plot{Name: "wait-budget", Title: "Wait budget: read latency (p99 = B for both)", X: "budget B (ms)", Y: "read latency (ms)"}
@@ -585,6 +600,8 @@ func CapExp(ctx context.Context, o Options) (*Report, error) {
 		{"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}, {"read_p99_ms", "read p99 ms", 1}}
 	cols = append(append(cols, capColumns...), deferColumns...)
 	t := &Table{Name: "cap", Title: "Fallback cap and defer under a lag spike (token-ryw-mr)", Columns: cols}
+	t.Brief = []BriefColumn{{Key: "cap_per_sec", Header: "C/s"}, {Key: "behavior"}, {Key: "primary_pct"}, {Key: "worst_100ms_pct", Header: "worst %"},
+		{Key: "cap_stale_pct", Header: "stale %"}, {Key: "cap_failed_pct", Header: "failed %"}, {Key: "read_p99_ms", Header: "p99 ms"}}
 	for i, p := range pts {
 		rs := res[i][0]
 		b := p.b.String()

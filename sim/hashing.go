@@ -51,6 +51,8 @@ func Hashing(ctx context.Context, o Options) (*Report, error) {
 	t := &Table{Name: "hashing", Title: "Affinity hashing modes: monotonic reads under trouble", Columns: []Column{
 		{"scenario", "fleet", 0}, {"mode", "hash mode", 0}, {"mr_pct", "MR viol. %", 3}, {"ryw_pct", "RYW viol. %", 2},
 		{"moved_pct", "moved off first choice %", 2}, {"primary_pct", "primary %", 1}}}
+	t.Brief = []BriefColumn{{Key: "scenario"}, {Key: "mode"}, {Key: "mr_pct", Header: "MR %", SD: true}, {Key: "ryw_pct", Header: "RYW %"},
+		{Key: "moved_pct", Header: "moved %"}, {Key: "primary_pct"}}
 	for i, sc := range scs {
 		for k, m := range modes {
 			rs := res[i][k]

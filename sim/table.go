@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -59,6 +60,154 @@ type Table struct {
 	Rows    [][]Cell
 	// Notes are printed under the table: the setup and the achieved lag.
 	Notes []string
+	// Brief is the table's compact view, what a terminal shows by default
+	// (Compact): these columns only, in this order. Empty: the table has
+	// no compact view (it is narrow enough as it is).
+	Brief []BriefColumn
+	// BriefNotes replace Notes in the compact view (nil: Notes).
+	BriefNotes []string
+}
+
+// BriefColumn is one column of a table's compact view.
+type BriefColumn struct {
+	// Key is the full table's column shown.
+	Key string
+	// Header is the compact header (empty: the column's own).
+	Header string
+	// SD keeps the cell's ± spread (it is dropped otherwise).
+	SD bool
+	// Pair is a second column's key shown in the same cell as "a/b"
+	// (the lab's figure beside the simulator's).
+	Pair string
+}
+
+// TermWidth is the terminal width the compact views fit.
+const TermWidth = 80
+
+// Compact returns t's compact view, what a terminal shows by default: the
+// Brief columns (every column, spreads dropped, when Brief is empty), as
+// many of them from the left as fit TermWidth, and BriefNotes (or Notes)
+// wrapped to TermWidth, with a note naming the columns left out. A table
+// that fits as it is keeps every column (its notes wrapped).
+func (t *Table) Compact() *Table {
+	if len(t.Brief) == 0 && t.width() <= TermWidth {
+		c := *t
+		c.Notes = nil
+		for _, n := range t.Notes {
+			c.Notes = append(c.Notes, Wrap(n, TermWidth)...)
+		}
+		return &c
+	}
+	brief := t.Brief
+	if len(brief) == 0 {
+		for _, c := range t.Columns {
+			brief = append(brief, BriefColumn{Key: c.Key})
+		}
+	}
+	idx := map[string]int{}
+	for i, c := range t.Columns {
+		idx[c.Key] = i
+	}
+	c := &Table{Name: t.Name, Title: t.Title, Rows: make([][]Cell, len(t.Rows))}
+	shown := map[string]bool{}
+	for _, b := range brief {
+		i, ok := idx[b.Key]
+		if !ok {
+			continue
+		}
+		col := t.Columns[i]
+		if b.Header != "" {
+			col.Header = b.Header
+		}
+		j, paired := idx[b.Pair]
+		next := &Table{Columns: append(slices.Clone(c.Columns), col), Rows: make([][]Cell, len(t.Rows))}
+		for r, row := range t.Rows {
+			cell := row[i]
+			if !b.SD {
+				cell.HasSD, cell.SD = false, 0
+			}
+			if paired {
+				cell = L(cellText(row[i], col.Prec, false) + "/" + cellText(row[j], t.Columns[j].Prec, false))
+			}
+			next.Rows[r] = append(slices.Clone(c.Rows[r]), cell)
+		}
+		if len(c.Columns) > 0 && next.width() > TermWidth {
+			break
+		}
+		c.Columns, c.Rows = next.Columns, next.Rows
+		shown[b.Key], shown[b.Pair] = true, true
+	}
+	notes := t.BriefNotes
+	if notes == nil {
+		notes = t.Notes
+	}
+	var left []string
+	for _, col := range t.Columns {
+		if !shown[col.Key] {
+			left = append(left, col.Header)
+		}
+	}
+	if t.BriefNotes == nil {
+		if len(left) > 0 {
+			notes = append(slices.Clone(notes), "Left out here (--wide shows them, and every ± spread): "+strings.Join(left, ", ")+".")
+		} else {
+			notes = append(slices.Clone(notes), "Every ± spread: --wide.")
+		}
+	}
+	for _, n := range notes {
+		c.Notes = append(c.Notes, Wrap(n, TermWidth)...)
+	}
+	return c
+}
+
+// width is the widest line of t's markdown rows (header included).
+func (t *Table) width() int {
+	w := 1
+	for _, c := range t.Columns {
+		w += len([]rune(c.Header)) + 3
+	}
+	for _, row := range t.Rows {
+		rw := 1
+		for i, c := range row {
+			rw += len([]rune(cellText(c, t.Columns[i].Prec, true))) + 3
+		}
+		w = max(w, rw)
+	}
+	return w
+}
+
+// cellText is a cell as markdown shows it.
+func cellText(c Cell, prec int, sd bool) string {
+	switch {
+	case c.Missing:
+		return "–"
+	case !c.IsNum:
+		return c.Label
+	case c.HasSD && sd:
+		return num(c.Num, prec) + " ± " + num(c.SD, prec)
+	}
+	return num(c.Num, prec)
+}
+
+// Wrap breaks s into lines of at most width characters at spaces (a word
+// longer than width gets a line of its own).
+func Wrap(s string, width int) []string {
+	var lines []string
+	var cur strings.Builder
+	for _, w := range strings.Fields(s) {
+		if cur.Len() > 0 && len([]rune(cur.String()))+1+len([]rune(w)) > width {
+			lines = append(lines, cur.String())
+			cur.Reset()
+		}
+		if cur.Len() > 0 {
+			cur.WriteByte(' ')
+		}
+		cur.WriteString(w)
+	}
+	if cur.Len() > 0 {
+		lines = append(lines, cur.String())
+	}
+	return lines
 }
 
 // Format is an output format.
@@ -116,16 +265,7 @@ func (t *Table) writeMarkdown(w io.Writer) error {
 	for _, row := range t.Rows {
 		b.WriteString("|")
 		for i, c := range row {
-			switch {
-			case c.Missing:
-				b.WriteString(" – |")
-			case !c.IsNum:
-				fmt.Fprintf(&b, " %s |", c.Label)
-			case c.HasSD:
-				fmt.Fprintf(&b, " %s ± %s |", num(c.Num, t.Columns[i].Prec), num(c.SD, t.Columns[i].Prec))
-			default:
-				fmt.Fprintf(&b, " %s |", num(c.Num, t.Columns[i].Prec))
-			}
+			fmt.Fprintf(&b, " %s |", cellText(c, t.Columns[i].Prec, true))
 		}
 		b.WriteString("\n")
 	}

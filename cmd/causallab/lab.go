@@ -34,6 +34,7 @@ type labFlags struct {
 	condition   string
 	routers     string
 	format      string
+	wide        bool
 	out         string
 	failOn      string
 	noSim       bool
@@ -80,7 +81,8 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.DurationVar(&f.poll, "poll", 5*time.Millisecond, "replica position poll interval")
 	fl.StringVar(&f.mode, "mode", "concurrent", "concurrent (routers share one live workload) or sequential (each alone)")
 	fl.StringVar(&f.condition, "condition", cond, "lag condition: identical, straggler, heavy, apply-delay, staggered, or a '+' combination")
-	fl.StringVar(&f.format, "format", "md", "output: md, csv or json")
+	fl.StringVar(&f.format, "format", "md", "output: md (the compact table, fits 80 columns), csv or json (every column)")
+	fl.BoolVar(&f.wide, "wide", false, "md: every column and note (the compact table is what README shows)")
 	fl.StringVar(&f.out, "out", "", "also write tables (md, csv, json), SVG charts and report.html into this directory")
 	fl.StringVar(&f.failOn, "fail-on", "", "exit 3 when a rule holds, e.g. 'ryw>0,mr>0' or 'token-ryw-mr:ryw>0' (metrics: "+strings.Join(lab.FailMetricNames(), ", ")+")")
 	fl.BoolVar(&f.noSim, "no-sim", false, "skip the simulator's prediction")
@@ -269,13 +271,13 @@ func progress(rep *reporter) func(lab.Progress) {
 
 // emit prints the results, writes --out and applies --fail-on.
 func (f *labFlags) emit(cmd *cobra.Command, results []*lab.Result, format lab.Format, rules []lab.FailRule) error {
-	if allHash(results) {
+	if allHash(results) && !f.wide {
 		if err := lab.WriteHash(cmd.OutOrStdout(), results, format); err != nil {
 			return err
 		}
 	} else {
 		for _, r := range results {
-			if err := lab.Write(cmd.OutOrStdout(), r, format); err != nil {
+			if err := lab.Write(cmd.OutOrStdout(), r, format, f.wide); err != nil {
 				return err
 			}
 		}

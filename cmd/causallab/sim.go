@@ -32,6 +32,7 @@ type simFlags struct {
 	capBehave  string
 	capExtra   time.Duration
 	format     string
+	wide       bool
 	out        string
 	noProgress bool
 }
@@ -53,7 +54,8 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	fs.Float64Var(&f.capPerSec, "cap", 0, "primary fallbacks allowed per second (0: no cap)")
 	fs.StringVar(&f.capBehave, "cap-behavior", "wait-longer", "above the cap: wait-longer, fail-fast, serve-stale, defer")
 	fs.DurationVar(&f.capExtra, "cap-extra-wait", 200*time.Millisecond, "wait-longer's extra wait")
-	fs.StringVar(&f.format, "format", "md", "output: md, csv or json (JSON lines, one object per row)")
+	fs.StringVar(&f.format, "format", "md", "output: md (wide tables in their compact view, fits 80 columns), csv or json (JSON lines, one object per row; every column)")
+	fs.BoolVar(&f.wide, "wide", false, "md: every column and note")
 	fs.StringVar(&f.out, "out", "", "also write every table (md, csv, json) and the pictures (SVG) under this folder")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
 }
@@ -138,7 +140,7 @@ every experiment and writes the tables, the pictures and a markdown report.`,
 				}
 				f.writing(pr)
 				defer pr.Done()
-				return emit(cmd.OutOrStdout(), f.out, format, e.Name, rep)
+				return emit(cmd.OutOrStdout(), f.out, format, f.wide, rep)
 			},
 		}
 		f.register(sub)
@@ -164,8 +166,8 @@ every experiment and writes the tables, the pictures and a markdown report.`,
 			f.writing(pr)
 			defer pr.Done()
 			w := cmd.OutOrStdout()
-			for i, rep := range reps {
-				if err := emit(w, f.out, format, sim.Experiments()[i].Name, rep); err != nil {
+			for _, rep := range reps {
+				if err := emit(w, f.out, format, f.wide, rep); err != nil {
 					return err
 				}
 			}
@@ -190,9 +192,13 @@ func (f *simFlags) writing(pr *reporter) {
 	pr.Phase("writing tables and pictures", 0, "dir", f.out)
 }
 
-// emit prints rep's tables and, with out set, writes them and their pictures.
-func emit(w io.Writer, out string, format sim.Format, name string, rep *sim.Report) error {
+// emit prints rep's tables (in markdown their compact view unless wide)
+// and, with out set, writes them in full and their pictures.
+func emit(w io.Writer, out string, format sim.Format, wide bool, rep *sim.Report) error {
 	for _, t := range rep.Tables {
+		if format == sim.FormatMarkdown && !wide {
+			t = t.Compact()
+		}
 		if err := t.Write(w, format); err != nil {
 			return err
 		}
