@@ -131,6 +131,15 @@ func hashNotes(results []*Result) []string {
 			fs = append(fs, fmt.Sprintf("%s %s %.1f–%.1f s", f.Node, what, f.FromSec, f.ToSec))
 		}
 		line := fmt.Sprintf("%s: %s.", res.Experiment, strings.Join(fs, "; "))
+		noSim := 0
+		for i := range res.Routers {
+			if h := res.Routers[i].Hash; h != nil && h.Sim == nil {
+				noSim++
+			}
+		}
+		if noSim > 0 {
+			line += fmt.Sprintf(" No simulator row for %d of its %d modes (the prediction did not run): the picture has only the lab's bars.", noSim, len(res.Routers))
+		}
 		for _, n := range res.Notes {
 			if strings.HasPrefix(n, "Expectations of scenario") || strings.HasPrefix(n, "Expectation failed") {
 				line += " " + n

@@ -15,6 +15,9 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/causallab/causallab/internal/chart"
 
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/sim"
@@ -236,14 +239,16 @@ func Write(w io.Writer, res *Result, f Format, wide bool) error {
 	return nil
 }
 
-// WriteOut writes DIR/<name>.md, .csv, .json, a bar chart per metric (SVG)
-// and DIR/report.html holding everything.
+// WriteOut writes DIR/<name>.md, .csv, .json (every column and note), a
+// bar chart per metric (SVG and PNG) and DIR/report.html holding
+// everything.
 func WriteOut(dir string, results []*Result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var page bytes.Buffer
-	page.WriteString("<!doctype html><meta charset=utf-8><title>causallab lab report</title>\n<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}</style>\n<h1>causallab lab report</h1>\n<p>Measured on real MySQL; violations counted from the rows the database returned (docs/lab.md). The simulator's prediction for the same workload and condition is beside each lab column.</p>\n")
+	page.WriteString(sim.HTMLHead("causallab lab report"))
+	page.WriteString("<h1>causallab lab report</h1>\n<p>Measured on real MySQL; violations counted from the rows the database returned (docs/lab.md). The simulator's prediction for the same workload and condition is beside each lab column.</p>\n")
 	allHash := len(results) > 0
 	for _, res := range results {
 		allHash = allHash && IsHashRun(res)
@@ -281,12 +286,12 @@ func WriteOut(dir string, results []*Result) error {
 			return err
 		}
 		fmt.Fprintf(&page, "<h2>%s</h2>\n", html.EscapeString(t.Title))
-		writeHTMLTable(&page, t)
+		t.WriteHTML(&page)
 		for _, st := range res.SimTables {
 			tt := *st
 			tt.Title = "simulator: " + st.Title
 			fmt.Fprintf(&page, "<h3>%s</h3>\n", html.EscapeString(tt.Title))
-			writeHTMLTable(&page, &tt)
+			tt.WriteHTML(&page)
 		}
 		if IsHashRun(res) {
 			// The hashing picture replaces the per-metric bar charts.
@@ -305,41 +310,21 @@ func WriteOut(dir string, results []*Result) error {
 			{"mr", "MR violations (% of reads)", func(r *RouterResult) float64 { return r.MRPct }, func(p *Prediction) float64 { return p.MRPct }},
 			{"primary", "Reads on the primary (%)", func(r *RouterResult) float64 { return r.PrimaryPct }, func(p *Prediction) float64 { return p.PrimaryPct }},
 		} {
-			name := base + "-" + m.key + ".svg"
+			name := base + "-" + m.key
 			if err := barChart(filepath.Join(dir, name), res, m.title, m.lab, m.sim); err != nil {
 				return fmt.Errorf("lab: drawing %s: %w", name, err)
 			}
-			fmt.Fprintf(&page, "<p><img src=%q alt=%q></p>\n", name, m.title)
+			fmt.Fprintf(&page, "<p><img src=%q alt=%q style=\"max-width:100%%\"></p>\n", name+".png", m.title)
 		}
 	}
 	return os.WriteFile(filepath.Join(dir, "report.html"), page.Bytes(), 0o644)
 }
 
-func writeHTMLTable(b *bytes.Buffer, t *sim.Table) {
-	b.WriteString("<table><tr>")
-	for _, c := range t.Columns {
-		fmt.Fprintf(b, "<th>%s</th>", html.EscapeString(c.Header))
-	}
-	b.WriteString("</tr>\n")
-	for _, row := range t.Rows {
-		b.WriteString("<tr>")
-		for i, c := range row {
-			s := c.Label
-			if c.IsNum {
-				s = fmt.Sprintf("%.*f", t.Columns[i].Prec, c.Num)
-			}
-			fmt.Fprintf(b, "<td>%s</td>", html.EscapeString(s))
-		}
-		b.WriteString("</tr>\n")
-	}
-	b.WriteString("</table>\n")
-	for _, n := range t.Notes {
-		fmt.Fprintf(b, "<p><small>%s</small></p>\n", html.EscapeString(n))
-	}
-}
-
-// barChart draws lab and simulator values side by side per router.
-func barChart(path string, res *Result, title string, lab func(*RouterResult) float64, simf func(*Prediction) float64) error {
+// barChart draws lab and simulator values side by side per router, as
+// base.svg and base.png: the legend in a column of its own (never over a
+// bar), the y axis from 0 (to 100 for shares near it; 0..1 when every
+// value is 0, never a negative axis).
+func barChart(base string, res *Result, title string, lab func(*RouterResult) float64, simf func(*Prediction) float64) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.Y.Label.Text = "%"
@@ -347,12 +332,15 @@ func barChart(path string, res *Result, title string, lab func(*RouterResult) fl
 	lv := make(plotter.Values, len(res.Routers))
 	sv := make(plotter.Values, len(res.Routers))
 	hasSim := false
+	ymax := 0.0
 	for i := range res.Routers {
 		r := &res.Routers[i]
 		names[i] = r.Name
 		lv[i] = lab(r)
+		ymax = max(ymax, lv[i])
 		if r.Prediction != nil {
 			sv[i] = simf(r.Prediction)
+			ymax = max(ymax, sv[i])
 			hasSim = true
 		}
 	}
@@ -362,22 +350,39 @@ func barChart(path string, res *Result, title string, lab func(*RouterResult) fl
 		return err
 	}
 	lb.Color = plotutil.Color(0)
-	lb.Offset = -w / 2
-	p.Add(lb)
-	p.Legend.Add("lab (real MySQL)", lb)
+	lb.LineStyle.Width = 0
+	lg := plot.NewLegend()
+	lg.Add("lab (real MySQL)", chart.ColorBox{C: lb.Color})
 	if hasSim {
+		lb.Offset = -w / 2
 		sb, err := plotter.NewBarChart(sv, w)
 		if err != nil {
 			return err
 		}
 		sb.Color = plotutil.Color(1)
+		sb.LineStyle.Width = 0
 		sb.Offset = w / 2
 		p.Add(sb)
-		p.Legend.Add("simulator", sb)
+		lg.Add("simulator", chart.ColorBox{C: sb.Color})
 	}
-	p.Legend.Top = true
+	p.Add(lb)
+	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
+	p.Y.Min, p.Y.Max = 0, math.Max(1, ymax*1.08)
+	if ymax == 0 {
+		p.Title.Text += ": 0 for every router"
+	}
+	if ymax > 80 {
+		p.Y.Max = 100
+	}
+	p.Y.Tick.Marker = chart.NumTicks{}
 	p.NominalX(names...)
-	return p.Save(18*vg.Centimeter, 10*vg.Centimeter, path)
+	p.X.Tick.Label.Rotation = math.Pi / 9
+	p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
+	return chart.Save(base, 20*vg.Centimeter, 10*vg.Centimeter, func(dc draw.Canvas) {
+		area, lc := chart.SplitLegend(dc, &lg)
+		p.Draw(area)
+		lg.Draw(lc)
+	})
 }
 
 // Summary is a one-line verdict per router, for logs.

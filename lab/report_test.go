@@ -2,6 +2,8 @@ package lab
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -72,5 +74,38 @@ func TestDisagreementsSaySo(t *testing.T) {
 	}
 	if n := agreementNote(res); !strings.Contains(n, "agrees with the lab within the trial spread on all 6") {
 		t.Errorf("agreement note %q", n)
+	}
+}
+
+// TestWriteOutDrawsEveryPicture: --out holds the tables in full, each
+// bar chart as SVG and PNG, and report.html showing the PNGs.
+func TestWriteOutDrawsEveryPicture(t *testing.T) {
+	dir := t.TempDir()
+	if d := os.Getenv("CAUSALLAB_TEST_OUT"); d != "" { // to look at the pictures
+		dir = d
+	}
+	res := reportResult()
+	res.Routers[0].MRPct, res.Routers[1].MRPct = 0, 0 // an all-zero chart
+	if err := WriteOut(dir, []*Result{res}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"ryw", "mr", "primary"} {
+		for _, ext := range []string{".svg", ".png"} {
+			st, err := os.Stat(filepath.Join(dir, "lab-routers-"+m+ext))
+			if err != nil || st.Size() < 1000 {
+				t.Errorf("lab-routers-%s%s: %v (%v bytes)", m, ext, err, st)
+			}
+		}
+		if !bytes.Contains(page, []byte(`src="lab-routers-`+m+`.png"`)) {
+			t.Errorf("report.html does not show lab-routers-%s.png", m)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "lab-routers.md"))
+	if err != nil || !bytes.Contains(md, []byte("peak primary r/s")) {
+		t.Errorf("lab-routers.md is not the full table (%v):\n%s", err, md)
 	}
 }

@@ -17,17 +17,19 @@ import (
 	"github.com/causallab/causallab/internal/chart"
 )
 
-// WritePlots draws every plot as DIR/NAME.svg and returns the file names.
+// WritePlots draws every plot as DIR/NAME.svg and DIR/NAME.png and
+// returns the SVG files' names.
 func WritePlots(dir string, plots []Plot) ([]string, error) {
 	var names []string
 	for i := range plots {
 		p := &plots[i]
 		name := p.Name + ".svg"
+		base := filepath.Join(dir, p.Name)
 		var err error
 		if p.Strip != nil {
-			err = drawStrip(filepath.Join(dir, name), p)
+			err = drawStrip(base, p)
 		} else {
-			err = drawLines(filepath.Join(dir, name), p)
+			err = drawLines(base, p)
 		}
 		if err != nil {
 			return names, fmt.Errorf("sim: drawing %s: %w", name, err)
@@ -37,7 +39,7 @@ func WritePlots(dir string, plots []Plot) ([]string, error) {
 	return names, nil
 }
 
-func drawLines(path string, p *Plot) error {
+func drawLines(base string, p *Plot) error {
 	pl := plot.New()
 	pl.Title.Text, pl.X.Label.Text, pl.Y.Label.Text = p.Title, p.X, p.Y
 	pl.Add(plotter.NewGrid())
@@ -71,7 +73,7 @@ func drawLines(path string, p *Plot) error {
 	pl.Y.Tick.Marker = chart.NumTicks{}
 	// The x values are the experiment's dial settings: tick each of them.
 	pl.X.Tick.Marker = chart.ValueTicks(xs)
-	return chart.SaveSVG(path, 18*vg.Centimeter, 10*vg.Centimeter, func(dc draw.Canvas) {
+	return chart.Save(base, 18*vg.Centimeter, 10*vg.Centimeter, func(dc draw.Canvas) {
 		area, lc := chart.SplitLegend(dc, &lg)
 		pl.Draw(area)
 		lg.Draw(lc)
@@ -86,7 +88,7 @@ const stripBin = 250 * usPerMs
 // it, per 250 ms bin, the share of the reads that reached each node, the
 // primary at the bottom of each stack. Reads that missed the session's own
 // write are stacked on top in red (none under a token router).
-func drawStrip(path string, p *Plot) error {
+func drawStrip(base string, p *Plot) error {
 	tr := p.Strip
 	end := tr.DurationMs / 1000
 	if end <= 0 {
@@ -157,7 +159,7 @@ func drawStrip(path string, p *Plot) error {
 		pl.X.Tick.Marker = chart.StepTicks{Major: 2, Minor: 1}
 	}
 	plots := [][]*plot.Plot{{top}, {bot}}
-	return chart.SaveSVG(path, 24*vg.Centimeter, 15*vg.Centimeter, func(dc draw.Canvas) {
+	return chart.Save(base, 24*vg.Centimeter, 15*vg.Centimeter, func(dc draw.Canvas) {
 		area, lc := chart.SplitLegend(dc, &lg)
 		cs := plot.Align(plots, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(6)}, area)
 		top.Draw(cs[0][0])

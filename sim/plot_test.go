@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"os"
@@ -68,5 +69,36 @@ func TestStripPicture(t *testing.T) {
 	}
 	if len(b) > 100_000 {
 		t.Errorf("strip SVG is %d bytes: keep it under 100 kB", len(b))
+	}
+	if png, err := os.ReadFile(filepath.Join(dir, "strip.png")); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Errorf("no PNG beside the SVG: %v", err)
+	}
+}
+
+// TestReportHTML: sim all --out's report.html holds every table and shows
+// every picture as PNG.
+func TestReportHTML(t *testing.T) {
+	dir := t.TempDir()
+	tb := &Table{Name: "x", Title: "X table", Columns: []Column{{"router", "router", 0}, {"ryw_pct", "RYW %", 2}},
+		Rows: [][]Cell{{L("any"), S(Stat{Mean: 1.5, SD: 0.5})}}, Notes: []string{"a <note>"}}
+	reps := make([]*Report, len(Experiments()))
+	for i := range reps {
+		reps[i] = &Report{}
+	}
+	reps[0] = &Report{Tables: []*Table{tb}, Plots: []Plot{{Name: "pic", Title: "Pic"}}}
+	if err := WriteReport(dir, reps); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<h3>X table</h3>", "<td>1.50 ± 0.50</td>", "a &lt;note&gt;", `src="pic.png"`, "<h2>" + Experiments()[1].Name + "</h2>"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("report.html lacks %q:\n%s", want, page)
+		}
+	}
+	if md, err := os.ReadFile(filepath.Join(dir, "report.md")); err != nil || !strings.Contains(string(md), "![Pic](pic.svg)") {
+		t.Errorf("report.md: %v\n%s", err, md)
 	}
 }

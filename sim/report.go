@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -48,13 +50,42 @@ func All(ctx context.Context, o Options) ([]*Report, error) {
 	return reps, nil
 }
 
-// WriteReport writes DIR/report.md: every table in markdown, each followed
-// by links to its pictures (which WritePlots has drawn into DIR).
+// WriteReport writes DIR/report.md and DIR/report.html: every table in
+// full, each followed by its pictures (which WritePlots has drawn into
+// DIR: the markdown links the SVGs, the page shows the PNGs).
 func WriteReport(dir string, reps []*Report) error {
+	if err := writeReportMD(dir, reps); err != nil {
+		return err
+	}
+	return writeReportHTML(dir, reps)
+}
+
+// reportIntro is the report's first paragraph.
+const reportIntro = "Every table below was produced by `causallab sim all` with the seed and setup noted under it; " +
+	"the same seed and flags reproduce it byte for byte. Tables are also in CSV and JSON lines beside this file."
+
+func writeReportHTML(dir string, reps []*Report) error {
+	var b bytes.Buffer
+	b.WriteString(HTMLHead("causallab simulator report"))
+	fmt.Fprintf(&b, "<h1>causallab simulator report</h1>\n<p>%s</p>\n", html.EscapeString(strings.ReplaceAll(reportIntro, "`", "")))
+	exps := Experiments()
+	for i, rep := range reps {
+		fmt.Fprintf(&b, "<h2>%s</h2>\n", html.EscapeString(exps[i].Name))
+		for _, t := range rep.Tables {
+			fmt.Fprintf(&b, "<h3>%s</h3>\n", html.EscapeString(t.Title))
+			t.WriteHTML(&b)
+		}
+		for _, p := range rep.Plots {
+			fmt.Fprintf(&b, "<p><img src=%q alt=%q style=\"max-width:100%%\"></p>\n", p.Name+".png", p.Title)
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "report.html"), b.Bytes(), 0o644)
+}
+
+func writeReportMD(dir string, reps []*Report) error {
 	var b bytes.Buffer
 	b.WriteString("# causallab simulator report\n\n")
-	b.WriteString("Every table below was produced by `causallab sim all` with the seed and setup noted under it; ")
-	b.WriteString("the same seed and flags reproduce it byte for byte. Tables are also in CSV and JSON lines beside this file.\n\n")
+	b.WriteString(reportIntro + "\n\n")
 	exps := Experiments()
 	for i, rep := range reps {
 		fmt.Fprintf(&b, "## %s\n\n", exps[i].Name)

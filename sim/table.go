@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"math"
 	"slices"
@@ -396,4 +397,32 @@ func (t *Table) writeJSON(w io.Writer) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// HTMLHead is the head of the HTML reports (sim all --out, lab --out).
+func HTMLHead(title string) string {
+	return "<!doctype html><meta charset=utf-8><title>" + html.EscapeString(title) + "</title>\n" +
+		"<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse}" +
+		"td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}</style>\n"
+}
+
+// WriteHTML writes t as an HTML table (every column, spreads as ±) with
+// its notes as small paragraphs.
+func (t *Table) WriteHTML(b *bytes.Buffer) {
+	b.WriteString("<table><tr>")
+	for _, c := range t.Columns {
+		fmt.Fprintf(b, "<th>%s</th>", html.EscapeString(c.Header))
+	}
+	b.WriteString("</tr>\n")
+	for _, row := range t.Rows {
+		b.WriteString("<tr>")
+		for i, c := range row {
+			fmt.Fprintf(b, "<td>%s</td>", html.EscapeString(cellText(c, t.Columns[i].Prec, true)))
+		}
+		b.WriteString("</tr>\n")
+	}
+	b.WriteString("</table>\n")
+	for _, n := range t.Notes {
+		fmt.Fprintf(b, "<p><small>%s</small></p>\n", html.EscapeString(n))
+	}
 }

@@ -56,7 +56,7 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.capExtra, "cap-extra-wait", 200*time.Millisecond, "wait-longer's extra wait")
 	fs.StringVar(&f.format, "format", "md", "output: md (wide tables in their compact view, fits 80 columns), csv or json (JSON lines, one object per row; every column)")
 	fs.BoolVar(&f.wide, "wide", false, "md: every column and note")
-	fs.StringVar(&f.out, "out", "", "also write every table (md, csv, json) and the pictures (SVG) under this folder")
+	fs.StringVar(&f.out, "out", "", "also write every table in full (md, csv, json), the pictures (SVG and PNG), report.md and report.html under this folder")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
 }
 
@@ -118,7 +118,9 @@ func newSimCmd() *cobra.Command {
 		Short: "Run the deterministic simulator's experiments",
 		Long: `sim runs one experiment of the deterministic simulator and prints its table.
 The same seed and flags give byte-identical output. "sim all --out DIR" runs
-every experiment and writes the tables, the pictures and a markdown report.`,
+every experiment and writes the tables, the pictures (SVG and PNG) and a report
+(report.md and report.html). On a terminal (md) wide tables print in their
+compact view; --wide prints every column.`,
 	}
 	for _, e := range sim.Experiments() {
 		f := &simFlags{}
