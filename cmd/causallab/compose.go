@@ -218,7 +218,11 @@ func newDownCmd(statePath *string) *cobra.Command {
 				return err
 			}
 			began := time.Now()
-			if err := topo.Down(cmd.Context()); err != nil {
+			rep := newReporter(cmd.ErrOrStderr(), "down", false)
+			rep.Phase("topology down", 0, "backend", topo.Backend())
+			err = topo.Down(cmd.Context())
+			rep.Done()
+			if err != nil {
 				return oneLine(fmt.Errorf("down: %w (state file %s kept)", err, *statePath))
 			}
 			if err := os.Remove(*statePath); err != nil {
@@ -248,7 +252,11 @@ func newFaultCmd(statePath *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// A failover or a restart takes seconds: a phase of its own.
+			rep := newReporter(cmd.ErrOrStderr(), "fault", false)
+			rep.Phase(faultPhase(f), 0, "kind", f.Kind, "node", f.Node)
 			res, ferr := compose.Inject(ctx, topo, f)
+			rep.Done()
 			printFault(cmd.OutOrStdout(), f, res, ferr)
 			// Save what changed (pids, roles, epoch), even on error.
 			serr := compose.WriteStateFile(*statePath, topo.State())
@@ -263,6 +271,14 @@ func newFaultCmd(statePath *string) *cobra.Command {
 	}
 	addStateFlag(cmd, statePath)
 	return cmd
+}
+
+// faultPhase names the phase a fault runs as ("failover replica1").
+func faultPhase(f compose.Fault) string {
+	if f.Node == "" {
+		return string(f.Kind)
+	}
+	return string(f.Kind) + " " + f.Node
 }
 
 // faultDone says what a fault without a report of its own did.

@@ -298,6 +298,9 @@ func TestComposeCLI(t *testing.T) {
 		if !strings.Contains(r.stdout, "new primary replica2 (epoch 2)") || !strings.Contains(r.stdout, "deferred replica1 (paused)") {
 			t.Fatalf("failover output: %s", r)
 		}
+		if !strings.Contains(r.stderr, "fault: failover replica2") { // its phase, as a log line off a terminal
+			t.Fatalf("failover shows no phase: %s", r)
+		}
 		s := status(t)
 		if s.Epoch != compose.FirstEpoch+1 || s.node(t, "replica2").Node.Role != compose.RolePrimary || s.node(t, "primary").Node.Role != compose.RoleRetired {
 			t.Fatalf("status after failover: %+v", s)
@@ -344,7 +347,7 @@ func TestComposeCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	down := runCLI(t, ctx, st("down")...)
-	if down.code != 0 || !strings.Contains(down.stderr, "topology removed") {
+	if down.code != 0 || !strings.Contains(down.stderr, "topology removed") || !strings.Contains(down.stderr, "down: topology down") {
 		t.Fatalf("down: %s", down)
 	}
 	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
