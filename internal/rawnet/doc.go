@@ -5,11 +5,10 @@
 // entersyscall, and entersyscall wakes the runtime's monitor thread
 // (sysmon) when the whole process was idle. A proxy serving one client at a
 // time is idle between every request and every backend response, so each
-// query paid for a futex wake-up of sysmon, its 20 µs nanosleep and its
-// going back to sleep: measured with sysbench oltp_point_select at one
-// thread, a Go byte forwarder made 5.6 context switches per query against
-// MySQL Router's 2.0, and used twice its CPU per query
-// (docs/benchmarks-proxy.md, session 3).
+// query paid for a futex wake-up of sysmon, its nanosleep and its going
+// back to sleep: several context switches per query where MySQL Router
+// makes two (measured: docs/benchmarks-proxy.md, "Throughput and added
+// latency").
 //
 // A read or write on a non-blocking socket never blocks, so it needs none
 // of what entersyscall provides (handing the P to another thread while the
