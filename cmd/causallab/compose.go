@@ -252,9 +252,17 @@ func newFaultCmd(statePath *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// A failover or a restart takes seconds: a phase of its own.
+			if f.Node != "" { // before the phase: a typo is a usage error, not a fault run
+				if _, err := topo.Node(f.Node); err != nil {
+					return withExitCode(exitUsage, oneLine(err))
+				}
+			}
+			// A failover, a restart or a heavy transaction takes seconds:
+			// a phase of its own (a bar on a terminal, a log line otherwise).
 			rep := newReporter(cmd.ErrOrStderr(), "fault", false)
-			rep.Phase(faultPhase(f), 0, "kind", f.Kind, "node", f.Node)
+			if slowFaults[f.Kind] {
+				rep.Phase(faultPhase(f), 0, "kind", f.Kind, "node", f.Node)
+			}
 			res, ferr := compose.Inject(ctx, topo, f)
 			rep.Done()
 			printFault(cmd.OutOrStdout(), f, res, ferr)
@@ -272,6 +280,11 @@ func newFaultCmd(statePath *string) *cobra.Command {
 	addStateFlag(cmd, statePath)
 	return cmd
 }
+
+// slowFaults are the faults that take seconds (they wait for servers to
+// stop, start, catch up or commit): each shows its phase.
+var slowFaults = map[compose.FaultKind]bool{compose.FaultFailover: true, compose.FaultRestart: true,
+	compose.FaultResume: true, compose.FaultHeavy: true}
 
 // faultPhase names the phase a fault runs as ("failover replica1").
 func faultPhase(f compose.Fault) string {
