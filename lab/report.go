@@ -92,7 +92,20 @@ func Table(res *Result) *sim.Table {
 	}
 	t.Brief = []sim.BriefColumn{{Key: "router"}, {Key: "reads"},
 		{Key: "ryw_pct", Header: "RYW %", Pair: pair("ryw_pct")}, {Key: "mr_pct", Header: "MR %", Pair: pair("mr_pct")},
-		{Key: "primary_pct", Header: "primary %", Pair: pair("primary_pct")}, {Key: "waited"}, {Key: "read_p99_ms", Header: "p99 ms"}}
+		{Key: "primary_pct", Header: "primary %", Pair: pair("primary_pct")}}
+	// Reads that failed are the result of a failover or a chaos run: their
+	// columns come before waited and p99, which give way when the view
+	// would be wider than a terminal.
+	for _, o := range []struct{ key, outcome string }{{"timed_out", router.OutTimedOut.String()},
+		{"failed_fast", router.OutFailedFast.String()}, {"errors", router.OutError.String()}} {
+		for i := range res.Routers {
+			if res.Routers[i].Outcomes[o.outcome] > 0 {
+				t.Brief = append(t.Brief, sim.BriefColumn{Key: o.key})
+				break
+			}
+		}
+	}
+	t.Brief = append(t.Brief, sim.BriefColumn{Key: "waited"}, sim.BriefColumn{Key: "read_p99_ms", Header: "p99 ms"})
 	t.BriefNotes = briefNotes(res)
 	return t
 }

@@ -109,3 +109,29 @@ func TestWriteOutDrawsEveryPicture(t *testing.T) {
 		t.Errorf("lab-routers.md is not the full table (%v):\n%s", err, md)
 	}
 }
+
+// TestCompactShowsFailedReads: when reads timed out or failed fast (a
+// failover), the compact view shows those columns, still within 80.
+func TestCompactShowsFailedReads(t *testing.T) {
+	res := reportResult()
+	res.Routers[0].Outcomes = map[string]int64{"timed-out": 260}
+	res.Routers[1].Outcomes = map[string]int64{"failed-fast": 260, "error": 3}
+	c := Table(res).Compact()
+	var heads []string
+	for _, col := range c.Columns {
+		heads = append(heads, col.Key)
+	}
+	got := strings.Join(heads, ",")
+	if !strings.Contains(got, "timed_out,failed_fast,errors") {
+		t.Errorf("compact columns %s lack the failed reads", got)
+	}
+	var b bytes.Buffer
+	if err := c.Write(&b, sim.FormatMarkdown); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(b.String(), "\n") {
+		if n := utf8.RuneCountInString(l); n > sim.TermWidth {
+			t.Errorf("line of %d characters: %q", n, l)
+		}
+	}
+}
