@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -212,5 +213,29 @@ func TestReporterLogLines(t *testing.T) {
 	b.Notify("topology up in 4.9s")
 	if n := strings.Count(logs.String(), "\n"); n != 3 || !strings.Contains(logs.String(), `msg="up: image build"`) || !strings.Contains(logs.String(), `msg="up: topology up in 4.9s"`) || strings.Contains(logs.String(), "downloading") {
 		t.Errorf("compose's notes logged as:\n%s", logs.String())
+	}
+}
+
+// TestSimCompactAndWide: on its default format a wide table prints in its
+// compact view, every line within 80 columns, and says what --wide adds;
+// --wide prints every column.
+func TestSimCompactAndWide(t *testing.T) {
+	ctx := context.Background()
+	args := []string{"sim", "routers", "--trials", "2", "--duration", "1s", "--no-progress"}
+	r := runCLI(t, ctx, args...)
+	if r.code != exitOK {
+		t.Fatalf("sim routers: %s", r)
+	}
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if n := utf8.RuneCountInString(l); n > 80 {
+			t.Errorf("compact line of %d characters: %q", n, l)
+		}
+	}
+	if !strings.Contains(r.stdout, "--wide shows them") || strings.Contains(r.stdout, "peak primary r/s |") {
+		t.Errorf("compact output:\n%s", r.stdout)
+	}
+	w := runCLI(t, ctx, append(args, "--wide")...)
+	if w.code != exitOK || !strings.Contains(w.stdout, "| peak primary r/s |") || !strings.Contains(w.stdout, " ± ") {
+		t.Errorf("--wide output: %s", w)
 	}
 }
