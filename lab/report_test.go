@@ -44,6 +44,17 @@ func TestCompactTableFitsATerminal(t *testing.T) {
 			t.Errorf("compact output lacks %q:\n%s", want, out)
 		}
 	}
+	noSim := reportResult()
+	for i := range noSim.Routers {
+		noSim.Routers[i].Prediction = nil
+	}
+	b.Reset()
+	if err := Write(&b, noSim, sim.FormatMarkdown, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| token-ryw-mr | 2094 | 0.00 | 0.00 | 42.3 | 12 | 158.7 |") || strings.Contains(b.String(), "simulator") && strings.Contains(b.String(), "agrees") {
+		t.Errorf("compact output without a prediction:\n%s", b.String())
+	}
 	var w bytes.Buffer
 	if err := Write(&w, reportResult(), sim.FormatMarkdown, true); err != nil {
 		t.Fatal(err)
