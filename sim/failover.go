@@ -222,7 +222,7 @@ func Failover(ctx context.Context, o Options) (*Report, error) {
 	t := &Table{Name: "failover", Title: "Failover: what each token does with a write the new timeline lost", Columns: []Column{
 		{"promoted", "promoted", 0}, {"token", "token", 0}, {"reads", "reads after failover", 0}, {"lost_write_reads", "reads whose write was lost", 1},
 		{"silent", "served without own write", 1}, {"timed_out", "timed out", 1}, {"failed_fast", "failed fast", 1}, {"reanchored", "re-anchored", 1}}}
-	t.Brief = []BriefColumn{{Key: "promoted"}, {Key: "token"}, {Key: "silent", Header: "missed own write", SD: true},
+	t.Brief = []BriefColumn{{Key: "promoted"}, {Key: "token"}, {Key: "silent", Header: "missed own write"},
 		{Key: "timed_out"}, {Key: "failed_fast"}, {Key: "reanchored"}}
 	for p, pr := range promos {
 		for k, name := range kinds {
