@@ -8,9 +8,8 @@ import (
 	"github.com/causallab/causallab/hashroute"
 )
 
-// PolicyKind names a routing rule. The first six kinds are the same in sim
-// and lab; PolicyGlobal is in the decision core and the simulator, and not
-// yet in the live router (see PolicyKinds).
+// PolicyKind names a routing rule. Every kind is the same in the
+// simulator, the live router, the proxy and the lab.
 type PolicyKind uint8
 
 const (
@@ -140,8 +139,11 @@ const (
 	OutTimedOut
 	// OutError: not served; a database, network or context error.
 	OutError
+	// OutDeferred: not served and not sent to the primary: the router
+	// answered "retry after" (ActDefer, Policy.Defer or CapDefer).
+	OutDeferred
 	// NumOutcomes is the number of outcomes (array sizes).
-	NumOutcomes = int(OutError) + 1
+	NumOutcomes = int(OutDeferred) + 1
 )
 
 // CapBehavior is what happens to a freshness fallback above the cap.

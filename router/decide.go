@@ -242,7 +242,7 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 
 	// Rule 6: never the primary for freshness.
 	if pol.Defer {
-		return Decision{Action: ActDefer, Reason: reason, Replica: -1, RetryAfter: retryAfter(v), Reanchor: reanchor}
+		return Decision{Action: ActDefer, Reason: reason, Replica: -1, RetryAfter: RetryAfter(v), Reanchor: reanchor}
 	}
 
 	// Rule 7: the cap.
@@ -258,14 +258,16 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 				WaitFor: limit - in.Waited, Reanchor: reanchor}
 		}
 	case CapDefer:
-		return Decision{Action: ActDefer, Reason: ReasonCapExceeded, Replica: -1, RetryAfter: retryAfter(v), Reanchor: reanchor}
+		return Decision{Action: ActDefer, Reason: ReasonCapExceeded, Replica: -1, RetryAfter: RetryAfter(v), Reanchor: reanchor}
 	}
 	return Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1, Reanchor: reanchor}
 }
 
-// retryAfter is ActDefer's estimate: the smallest Lag of an up replica, at
-// least MinRetryAfter. Off the hot path (only when a read is deferred).
-func retryAfter[P gtid.Position[P]](v *View[P]) time.Duration {
+// RetryAfter is ActDefer's estimate: the smallest Lag of an up replica, at
+// least MinRetryAfter. Off the hot path (only when a read is deferred). A
+// caller that learns the replicas' Lag only after a deferral (the live
+// router) fills it in and calls RetryAfter on the same view.
+func RetryAfter[P gtid.Position[P]](v *View[P]) time.Duration {
 	d := time.Duration(-1)
 	for i := range v.Replicas {
 		if r := &v.Replicas[i]; r.Up && (d < 0 || r.Lag < d) {

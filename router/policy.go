@@ -40,13 +40,10 @@ func (k PolicyKind) String() string {
 	return "policy(" + strconv.Itoa(int(k)) + ")"
 }
 
-// PolicyKinds lists the six kinds the live router, the proxy and the lab
-// run, in declaration order. PolicyGlobal is not among them: the decision
-// core and the simulator carry it out, but the live router does not yet
-// capture the primary's executed position per read (Input.Global); it
-// joins this list when it does. ParsePolicy accepts every kind.
+// PolicyKinds lists every kind, in declaration order: the simulator, the
+// live router, the proxy and the lab run them all.
 func PolicyKinds() []PolicyKind {
-	return []PolicyKind{PolicyAny, PolicyAffinity, PolicyWindow, PolicyTokenRYW, PolicyTokenRYWMR, PolicyTokenWait}
+	return []PolicyKind{PolicyAny, PolicyAffinity, PolicyWindow, PolicyTokenRYW, PolicyTokenRYWMR, PolicyTokenWait, PolicyGlobal}
 }
 
 // IsToken reports whether the kind honours session tokens.
@@ -95,6 +92,7 @@ var outcomeNames = [...]string{
 	OutFailedFast: "failed-fast",
 	OutTimedOut:   "timed-out",
 	OutError:      "error",
+	OutDeferred:   "deferred",
 }
 
 // String returns the outcome's name (metric label, JSON, tables).

@@ -30,6 +30,9 @@ type LiveState[P gtid.Position[P]] struct {
 	// InFlight counts the reads in flight per node name (affinity's
 	// rebalance-override mode reads it).
 	InFlight map[string]int
+	// Commits records when the primary's position grew (nil: deferrals
+	// carry router.MinRetryAfter).
+	Commits *CommitLog[P]
 }
 
 // LiveRequest is one decision's per-read inputs.
@@ -50,6 +53,10 @@ type LiveRequest[P gtid.Position[P]] struct {
 	// Known holds positions proven during this read (a successful
 	// server-side wait): merged into the source's view.
 	Known map[string]P
+	// Global and GlobalKnown are PolicyGlobal's target for this read
+	// (router.Input.Global), captured once before its first decision.
+	Global      P
+	GlobalKnown bool
 }
 
 // DecideLive is the live router's whole decision path: it builds Decide's
@@ -64,6 +71,10 @@ type LiveRequest[P gtid.Position[P]] struct {
 // transaction count minus the replica's, 0 when ahead); InFlight from st. The primary's position is
 // st.PrimaryPos raised by src's view of the primary (PrimaryKnown is always
 // true); the raised position is returned for the caller to store.
+//
+// A deferral (ActDefer) gets its retry estimate from st.Commits: each up
+// replica's Lag is filled in (CommitLog.Lag at req.Wall) and RetryAfter is
+// router.RetryAfter of that view; without a log, router.MinRetryAfter.
 //
 // It returns the decision and the view it was made on.
 func DecideLive[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], req *LiveRequest[P], b *router.Bucket) (router.Decision, *router.View[P], P) {
@@ -82,6 +93,15 @@ func DecideLive[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], req
 		v.Replicas[i] = router.Replica[P]{Applied: set, Up: up, Behind: st.Flavor.Behind(prim, set), InFlight: st.InFlight[n.Name]}
 	}
 	in := router.Input[P]{Policy: req.Policy, Cap: req.Cap, Session: req.Session, View: v,
-		Now: req.Now, Rand: req.Rand, Waited: req.Waited}
-	return router.Decide(&in, b), v, prim
+		Now: req.Now, Rand: req.Rand, Waited: req.Waited, Global: req.Global, GlobalKnown: req.GlobalKnown}
+	d := router.Decide(&in, b)
+	if d.Action == router.ActDefer && st.Commits != nil {
+		for i := range v.Replicas {
+			if rep := &v.Replicas[i]; rep.Up {
+				rep.Lag = st.Commits.Lag(rep.Applied, req.Wall)
+			}
+		}
+		d.RetryAfter = router.RetryAfter(v)
+	}
+	return d, v, prim
 }

@@ -28,6 +28,10 @@ type liveMetrics struct {
 	poolWaits    prometheus.Counter
 	poolWaitSecs prometheus.Histogram
 	pins         *prometheus.CounterVec // reason
+	// deferrals counts deferred reads (outcome deferred) by reason;
+	// globals the PolicyGlobal targets captured, by source and result.
+	deferrals *prometheus.CounterVec // reason
+	globals   *prometheus.CounterVec // source, result
 }
 
 func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
@@ -86,12 +90,20 @@ func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
 			Namespace: "causallab", Subsystem: "router", Name: "primary_pins_total",
 			Help: "Statements after which a session kept its primary connection (transaction, autocommit-off, session-state).",
 		}, []string{"reason"}),
+		deferrals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "deferrals_total",
+			Help: "Reads deferred (answered with retry-after, the primary not used), by reason.",
+		}, []string{"reason"}),
+		globals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "global_targets_total",
+			Help: "Read-all-writes (global) targets captured, by source (primary-query, view) and result (ok, error: the read then treats the target as unknown).",
+		}, []string{"source", "result"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.reads, m.fallbacks, m.waited, m.waitSecs, m.nodeDown, m.writes,
-		m.decisions, m.refreshes, m.poolInUse, m.poolDials, m.poolWaits, m.poolWaitSecs, m.pins} {
+		m.decisions, m.refreshes, m.poolInUse, m.poolDials, m.poolWaits, m.poolWaitSecs, m.pins, m.deferrals, m.globals} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

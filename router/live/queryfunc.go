@@ -112,15 +112,24 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		refreshed bool
 		known     map[string]P // positions proven by a server-side wait
 	)
-	needWM := pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait
+	needWM := pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait || pol.Kind == router.PolicyGlobal
 	count := func(out router.Outcome, reason string) {
 		r.m.reads.WithLabelValues(pol.Kind.String(), out.String(), reason).Inc()
 		if waited > 0 {
 			r.m.waited.WithLabelValues(pol.Kind.String()).Inc()
 		}
 	}
+	var gl glob[P]
+	if pol.Kind == router.PolicyGlobal {
+		// The read's target, fixed for every decision of this read.
+		var err error
+		if gl.pos, gl.known, err = r.globalTarget(ctx); err != nil {
+			count(router.OutError, "context")
+			return nil, err
+		}
+	}
 	for {
-		d, v, nodes, primary, epoch := r.decide(&st, &pol, waited, known)
+		d, v, nodes, primary, epoch := r.decide(&st, &pol, waited, known, gl)
 		r.m.decisions.WithLabelValues(d.Action.String(), d.Reason.String()).Inc()
 		node := ""
 		if d.Replica >= 0 && d.Replica < len(nodes) && d.Action != router.ActPrimary && d.Action != router.ActFail {
@@ -165,8 +174,14 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			}
 			count(out, d.Reason.String())
 			return nil, &ReadError{Reason: d.Reason, Outcome: out, Waited: waited, Trace: trace}
+		case router.ActDefer:
+			if r.cfg.Trace {
+				trace = append(trace, step)
+			}
+			count(router.OutDeferred, d.Reason.String())
+			return nil, r.deferred(d, waited, trace)
 		case router.ActWait:
-			need := need(&st, &pol)
+			need := readNeed(&st, &pol, gl.pos, gl.known)
 			t := Target{Node: nodes[d.Replica], Replica: d.Replica, Reason: d.Reason}
 			t0 := time.Now()
 			ok, werr := r.wait(ctx, t, need, d.WaitFor, o.Wait)
@@ -337,14 +352,24 @@ func (r *Router[P]) recordWrite(st *router.Session[P], pos P, epoch uint64, at t
 	}
 }
 
+// glob is a PolicyGlobal read's target (router.Input.Global).
+type glob[P gtid.Position[P]] struct {
+	pos   P
+	known bool
+}
+
 // decide calls DecideLive under the router's lock with the router's state
 // and stores the primary position it raised.
-func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P) (router.Decision, *router.View[P], []Node, Node, uint64) {
+func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P, gl glob[P]) (router.Decision, *router.View[P], []Node, Node, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	req := LiveRequest[P]{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: time.Now(), Now: r.now(),
-		Rand: r.rng.Uint64(), Waited: waited, Known: known}
+	wall := time.Now()
+	req := LiveRequest[P]{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: wall, Now: r.now(),
+		Rand: r.rng.Uint64(), Waited: waited, Known: known, Global: gl.pos, GlobalKnown: gl.known}
 	d, v, prim := DecideLive(&r.st, r.cfg.Positions, &req, &r.bucket)
+	if !r.st.PrimaryPos.Contains(prim) {
+		r.st.Commits.Record(wall, prim)
+	}
 	r.st.PrimaryPos = prim
 	return d, v, r.st.Replicas, r.st.Primary, r.st.Epoch
 }
@@ -366,6 +391,7 @@ func (r *Router[P]) refreshPrimary(ctx context.Context, primary Node) error {
 	r.mu.Lock()
 	if r.st.Primary == primary && !r.st.PrimaryPos.Contains(set) {
 		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
+		r.st.Commits.Record(time.Now(), r.st.PrimaryPos)
 	}
 	r.mu.Unlock()
 	return nil

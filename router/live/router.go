@@ -90,7 +90,13 @@ type Config[P gtid.Position[P]] struct {
 	// health. Required. Recommended: a *WatchSource over binlogwatch
 	// watchers; a *Poller is the polling baseline.
 	Positions PositionSource[P]
-	// Wait selects the wait method for PolicyTokenWait and CapWaitLonger;
+	// Global selects where a PolicyGlobal read's target comes from: the
+	// zero value GlobalPrimaryQuery reads the primary's executed position
+	// per read (sound); GlobalView uses the router's view of it (no round
+	// trip). See GlobalSource.
+	Global GlobalSource
+	// Wait selects the wait method for PolicyTokenWait, PolicyGlobal and
+	// CapWaitLonger;
 	// the zero value WaitAuto picks from Positions (see WaitAuto).
 	Wait WaitMethod
 	// Watermark selects how reads raise the monotonic-reads watermark.
@@ -173,8 +179,8 @@ func (c *Config[P]) validate() error {
 	if err := c.Cap.Validate(); err != nil {
 		return err
 	}
-	if err := liveSupports(c.Policy, c.Cap); err != nil {
-		return err
+	if c.Global > GlobalView {
+		return fmt.Errorf("router: config: unknown global source %d", c.Global)
 	}
 	if c.Wait > WaitWatcher {
 		return fmt.Errorf("router: config: unknown wait method %d", c.Wait)
@@ -266,7 +272,8 @@ func build[P gtid.Position[P]](cfg Config[P]) (*Router[P], error) {
 	}
 	r := &Router[P]{cfg: cfg, pool: newPool(d, cfg.MaxIdle), prim: newPrimaryPool(d, cfg.Flavor.TrackSession, m, cfg.PrimaryPool), dial: d, m: m, start: time.Now(),
 		st: LiveState[P]{Flavor: cfg.Flavor, Primary: cfg.Primary, Replicas: append([]Node(nil), cfg.Replicas...), Epoch: cfg.Epoch,
-			DownUntil: map[string]time.Time{}, InFlight: map[string]int{}}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+			DownUntil: map[string]time.Time{}, InFlight: map[string]int{},
+			Commits: NewCommitLog[P](defaultCommitLogSize, defaultCommitLogResolution)}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	if len(cfg.Replicas) > 0 {
 		if r.st.Table, err = hashroute.NewTable(hashServers(cfg.Replicas)); err != nil {
 			return nil, err
@@ -316,6 +323,7 @@ func (r *Router[P]) Failover(ctx context.Context, primary Node, replicas []Node,
 		}
 	}
 	r.st.Primary, r.st.Replicas, r.st.Epoch, r.st.PrimaryPos, r.st.Table = primary, append([]Node(nil), replicas...), epoch, pos, table
+	r.st.Commits.Reset()
 	r.cfg.Logger.Info("router: failover", "primary", primary.Name, "epoch", epoch)
 	return nil
 }
@@ -394,20 +402,3 @@ type LiveSession[P gtid.Position[P]] struct {
 
 // hashAffinity hashes a consistent_read_id like hashroute (xxhash64).
 func hashAffinity(id string) uint64 { return hashroute.Hash(id) }
-
-// liveSupports rejects what the decision core can decide but the live
-// router cannot yet carry out: PolicyGlobal (it needs the primary's executed
-// position captured per read, Input.Global) and deferral (Policy.Defer,
-// CapDefer: ActDefer needs a typed deferral error). Without this check such
-// a read would be served from the primary or fail obscurely.
-func liveSupports(p router.Policy, c router.Cap) error {
-	switch {
-	case p.Kind == router.PolicyGlobal:
-		return fmt.Errorf("router: policy %v: not supported by the live router yet (decision core and simulator only; docs/router.md)", p)
-	case p.Defer:
-		return fmt.Errorf("router: policy %v: defer is not supported by the live router yet (docs/router.md)", p)
-	case c.PerSecond > 0 && c.Behavior == router.CapDefer:
-		return errors.New("router: cap behaviour defer is not supported by the live router yet (docs/router.md)")
-	}
-	return nil
-}

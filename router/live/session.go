@@ -16,20 +16,30 @@ import (
 
 // ReadError is the typed error of a read the router refused to serve. It
 // matches ErrCapExceeded, ErrWriteLost, ErrSeenLost, ErrTimedOut or
-// ErrInvalidPolicy with errors.Is.
+// ErrInvalidPolicy (by Reason) and ErrDeferred (by Outcome) with
+// errors.Is.
 type ReadError struct {
 	// Reason is the decision's reason.
 	Reason router.Reason
-	// Outcome is router.OutFailedFast (refused at once) or
-	// router.OutTimedOut (refused after waiting), as counted.
+	// Outcome is router.OutFailedFast (refused at once),
+	// router.OutTimedOut (refused after waiting) or router.OutDeferred
+	// (deferred: retry after RetryAfter), as counted.
 	Outcome router.Outcome
 	// Waited is how long the read waited before failing.
 	Waited time.Duration
+	// RetryAfter is a deferred read's estimate of when to try again
+	// (router.Decision.RetryAfter: the least time lag among the up
+	// replicas, from the router's commit log; at least
+	// router.MinRetryAfter); zero for the other outcomes.
+	RetryAfter time.Duration
 	// Trace holds the decisions when Config.Trace is set.
 	Trace []TraceStep
 }
 
 func (e *ReadError) Error() string {
+	if e.Outcome == router.OutDeferred {
+		return deferredMessage(e)
+	}
 	return fmt.Sprintf("router: read not served: %v (after waiting %v)", e.Reason, e.Waited)
 }
 
@@ -46,14 +56,17 @@ func (e *ReadError) Is(target error) bool {
 		return e.Reason == router.ReasonTimedOut
 	case ErrInvalidPolicy:
 		return e.Reason == router.ReasonInvalidPolicy
+	case ErrDeferred:
+		return e.Outcome == router.OutDeferred
 	}
 	return false
 }
 
-// Retryable reports whether retrying later may succeed (cap exceeded, or a
-// timeout while replicas catch up). A lost write is not retryable.
+// Retryable reports whether retrying later may succeed (deferred, cap
+// exceeded, or a timeout while replicas catch up). A lost write is not
+// retryable.
 func (e *ReadError) Retryable() bool {
-	return e.Reason == router.ReasonCapExceeded || e.Reason == router.ReasonTimedOut
+	return e.Outcome == router.OutDeferred || e.Reason == router.ReasonCapExceeded || e.Reason == router.ReasonTimedOut
 }
 
 // Sentinels for ReadError reasons.
@@ -128,9 +141,6 @@ func (s *LiveSession[P]) SetPolicy(p router.Policy) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if err := liveSupports(p, router.Cap{}); err != nil {
-		return err
-	}
 	s.policy = p
 	return nil
 }
@@ -197,6 +207,7 @@ func (s *LiveSession[P]) RecordAck(set P) {
 	epoch := r.st.Epoch
 	if !r.st.PrimaryPos.Contains(set) {
 		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
+		r.st.Commits.Record(time.Now(), r.st.PrimaryPos)
 	}
 	r.mu.Unlock()
 	r.recordWrite(&s.st, set, epoch, r.now())
@@ -375,6 +386,7 @@ func (s *LiveSession[P]) ExecWrite(ctx context.Context, query string, args ...an
 	r.mu.Lock()
 	if r.st.Epoch == epoch && !r.st.PrimaryPos.Contains(pos) {
 		r.st.PrimaryPos = r.st.PrimaryPos.Union(pos)
+		r.st.Commits.Record(time.Now(), r.st.PrimaryPos)
 	}
 	r.mu.Unlock()
 	r.m.writes.Inc()
