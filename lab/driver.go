@@ -23,6 +23,36 @@ type sessionSync struct {
 	acked int64
 }
 
+// hotAcks is, per hot row, the highest version a write was acknowledged
+// with (any session, any router of the run): the all-writes check's floor.
+type hotAcks struct {
+	mu sync.Mutex
+	v  []int64
+}
+
+// ack raises hot row h's floor to ver (0: unknown, ignored).
+func (a *hotAcks) ack(h int, ver int64) {
+	a.mu.Lock()
+	if h >= 0 && h < len(a.v) && ver > a.v[h] {
+		a.v[h] = ver
+	}
+	a.mu.Unlock()
+}
+
+// issue fills out's floors (AckedSeq from ss, AckedHot from a) as a read is
+// issued.
+func (a *hotAcks) issue(ss *sessionSync, out *Read) {
+	ss.mu.Lock()
+	out.AckedSeq = ss.acked
+	ss.mu.Unlock()
+	a.mu.Lock()
+	if len(out.AckedHot) != len(a.v) {
+		out.AckedHot = make([]int64, len(a.v))
+	}
+	copy(out.AckedHot, a.v)
+	a.mu.Unlock()
+}
+
 // sessionSched is the scheduler goroutine's own state of one session.
 type sessionSched struct {
 	router       int              // index into engine.routers
@@ -43,6 +73,7 @@ type engine struct {
 	start   time.Time
 	routers []routerRuntime
 	sess    []sessionSync
+	hot     *hotAcks      // acknowledged hot versions (all-writes truth)
 	vias    []liveRuntime // the routers run through package router/live
 	proxies []*viaProxy   // the routers run through the in-process proxy
 	down    *downLog      // when nodes were down (the events'), for hashing's came-back rule
@@ -170,7 +201,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 	defer timer.Stop()
 
 	newRead := func(sess int, at time.Duration) *op {
-		return &op{sess: sess, due: at, read: Read{Session: sess, Hot: make([]int64, cfg.HotRows)}}
+		return &op{sess: sess, due: at, read: Read{Session: sess, Hot: make([]int64, cfg.HotRows), AckedHot: make([]int64, cfg.HotRows)}}
 	}
 	scheduleRead := func(sess int, now time.Duration) {
 		s := &ss[sess]
@@ -466,7 +497,8 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 	if n := len(cfg.Weights); n > 0 && n != len(topo.Replicas()) {
 		return fmt.Errorf("lab: %d hashing weights for %d replicas (want one per replica)", n, len(topo.Replicas()))
 	}
-	e := &engine{cfg: cfg, nodes: topo, poll: g.poll, lag: g.lag, sess: make([]sessionSync, cfg.Sessions)}
+	e := &engine{cfg: cfg, nodes: topo, poll: g.poll, lag: g.lag, sess: make([]sessionSync, cfg.Sessions),
+		hot: &hotAcks{v: make([]int64, cfg.HotRows)}}
 	g.e = e
 	g.later(func() {
 		for _, pr := range g.proxies {

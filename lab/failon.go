@@ -24,21 +24,24 @@ type FailRule struct {
 
 // FailMetrics lists the metrics a rule may name.
 var failMetrics = withHashMetrics(map[string]func(*RouterResult) float64{
-	"ryw":         func(r *RouterResult) float64 { return float64(r.RYW) },
-	"mr":          func(r *RouterResult) float64 { return float64(r.MR) },
-	"ryw_pct":     func(r *RouterResult) float64 { return r.RYWPct },
-	"mr_pct":      func(r *RouterResult) float64 { return r.MRPct },
-	"primary_pct": func(r *RouterResult) float64 { return r.PrimaryPct },
-	"timed_out":   func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutTimedOut.String()]) },
-	"failed_fast": func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutFailedFast.String()]) },
-	"errors":      func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutError.String()]) },
-	"stale":       func(r *RouterResult) float64 { return float64(r.StaleServed) },
-	"lat_p99_ms":  func(r *RouterResult) float64 { return r.LatP99Ms },
+	"ryw":            func(r *RouterResult) float64 { return float64(r.RYW) },
+	"mr":             func(r *RouterResult) float64 { return float64(r.MR) },
+	"ryw_pct":        func(r *RouterResult) float64 { return r.RYWPct },
+	"mr_pct":         func(r *RouterResult) float64 { return r.MRPct },
+	"all_writes":     func(r *RouterResult) float64 { return float64(r.AllWrites) },
+	"all_writes_pct": func(r *RouterResult) float64 { return r.AllWritesPct },
+	"deferred":       func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutDeferred.String()]) },
+	"primary_pct":    func(r *RouterResult) float64 { return r.PrimaryPct },
+	"timed_out":      func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutTimedOut.String()]) },
+	"failed_fast":    func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutFailedFast.String()]) },
+	"errors":         func(r *RouterResult) float64 { return float64(r.Outcomes[router.OutError.String()]) },
+	"stale":          func(r *RouterResult) float64 { return float64(r.StaleServed) },
+	"lat_p99_ms":     func(r *RouterResult) float64 { return r.LatP99Ms },
 })
 
 // FailMetricNames lists the metric names --fail-on accepts.
 func FailMetricNames() []string {
-	return append([]string{"ryw", "mr", "ryw_pct", "mr_pct", "primary_pct", "timed_out", "failed_fast", "errors", "stale", "lat_p99_ms"}, hashMetricNames()...)
+	return append([]string{"ryw", "mr", "ryw_pct", "mr_pct", "all_writes", "all_writes_pct", "deferred", "primary_pct", "timed_out", "failed_fast", "errors", "stale", "lat_p99_ms"}, hashMetricNames()...)
 }
 
 // ParseFailOn parses rules like "ryw>0,mr>0" or "token-ryw-mr:ryw>0,any:ryw_pct>=50".

@@ -208,8 +208,15 @@ type RouterResult struct {
 	MR     int64   `json:"mr"`
 	RYWPct float64 `json:"ryw_pct"`
 	MRPct  float64 `json:"mr_pct"`
-	// Outcomes counts reads by outcome (replica, primary, stale, timed_out,
-	// failed_fast, error); they sum to Reads.
+	// AllWrites counts served reads that lacked a write acknowledged to
+	// any session before they were issued (read-all-writes, the guarantee
+	// of the global policy; includes the RYW violations); AllWritesPct is
+	// per served read.
+	AllWrites    int64   `json:"all_writes"`
+	AllWritesPct float64 `json:"all_writes_pct"`
+	// Outcomes counts reads by outcome (router.Outcome names: replica,
+	// fallback, primary, stale, proxied, failed-fast, timed-out, error,
+	// deferred); they sum to Reads.
 	Outcomes map[string]int64 `json:"outcomes"`
 	// PrimaryPct is the share of served reads served by the primary.
 	PrimaryPct float64 `json:"primary_pct"`
@@ -297,7 +304,7 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 	sp := rt.spec()
 	t := &a.tally
 	r := RouterResult{Name: sp.Name, Policy: sp.Policy.String(), Token: string(sp.Token),
-		Reads: t.Reads, Served: t.Served(), RYW: t.RYW, MR: t.MR,
+		Reads: t.Reads, Served: t.Served(), RYW: t.RYW, MR: t.MR, AllWrites: t.AllWrites,
 		Fallbacks: t.Fallbacks, Waited: t.Waited, StaleServed: t.ByOutcome[router.OutStale],
 		Writes: a.writes, WriteErrors: a.writeErrs, Outcomes: map[string]int64{},
 		DeclaredLosses: t.DeclaredLosses, SessionsMoved: int64(len(a.moved)), ReplicaSwitches: a.switches, Reasons: a.reasons}
@@ -306,6 +313,7 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 	}
 	r.RYWPct = pct(t.RYW, r.Served)
 	r.MRPct = pct(t.MR, r.Served)
+	r.AllWritesPct = pct(t.AllWrites, r.Served)
 	r.PrimaryPct = pct(t.ByOutcome[router.OutPrimary]+t.ByOutcome[router.OutFallback], r.Served)
 	for _, b := range a.bins {
 		if b.reads >= 5 {

@@ -468,6 +468,12 @@ func TestScenarios(t *testing.T) {
 					t.Errorf("%s: no simulator prediction", r.Name)
 				}
 			}
+			// The all-writes check sees other sessions' writes missing
+			// where nothing protects them (global's zero is its
+			// expectation in the scenario).
+			if r := row(t, res[0], "any"); r.AllWrites == 0 {
+				t.Errorf("any: no read lacked another session's acknowledged write under lag %+v", res[0].Lag)
+			}
 			// affinity(full-list) keeps a session on one replica only while
 			// that replica looks up: a failed position poll (an overloaded
 			// machine) makes the router reselect, which may legitimately go

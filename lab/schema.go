@@ -38,7 +38,10 @@ type Execer interface {
 //   - Write commits, in ONE transaction, the session's own row at version
 //     seq (never lowering it) and an increment of hot row hot; it returns
 //     the transaction's GTID (empty when the connection did not report one)
-//     as Execer.ExecuteWrite of the committing statement returned it.
+//     as Execer.ExecuteWrite of the committing statement returned it, and
+//     the version the increment gave the hot row (WriteAck.Hot; 0 when the
+//     workload cannot tell, which leaves that write out of the all-writes
+//     check).
 //   - Read answers from ONE read view (one statement, or one consistent
 //     snapshot transaction) the session's own row version and every hot
 //     row's version into hot (len(hot) == the hot row count).
@@ -47,9 +50,20 @@ type Workload interface {
 	// sessions sessions and hot hot rows.
 	Setup(ctx context.Context, primary Execer, sessions, hot int) error
 	// Write is the session's write.
-	Write(ctx context.Context, primary Execer, session int, seq int64, hot int) (gtid string, err error)
+	Write(ctx context.Context, primary Execer, session int, seq int64, hot int) (WriteAck, error)
 	// Read is the session's read.
 	Read(ctx context.Context, node Execer, session int, hot []int64) (own int64, err error)
+}
+
+// WriteAck is what a Workload's write reports.
+type WriteAck struct {
+	// GTID is the transaction's GTID as Execer.ExecuteWrite returned it (""
+	// when the connection reported none).
+	GTID string
+	// Hot is the version the write gave its hot row: every read issued
+	// after the write was acknowledged must see at least it (the
+	// all-writes check). 0: unknown, the write is left out of that check.
+	Hot int64
 }
 
 // DefaultWorkload is the lab's schema: database causallab_lab with
@@ -58,7 +72,9 @@ type Workload interface {
 //	hot(id INT PRIMARY KEY, version BIGINT)      a few shared rows
 //
 // A write is one autocommit multi-table UPDATE (one transaction, one round
-// trip, its GTID in the OK packet); a read is one SELECT (one read view).
+// trip, its GTID in the OK packet, the hot row's new version as the OK
+// packet's last insert id through LAST_INSERT_ID(expr)); a read is one
+// SELECT (one read view).
 type DefaultWorkload struct {
 	// Database is the schema name; default "causallab_lab".
 	Database string
@@ -124,7 +140,7 @@ func insertRows(ctx context.Context, ex Execer, table string, n int) error {
 func (w *DefaultWorkload) WriteQuery(session int, seq int64, hot int) string {
 	db := w.db()
 	return "UPDATE " + db + ".session s, " + db + ".hot h SET s.version = GREATEST(s.version, " +
-		strconv.FormatInt(seq, 10) + "), h.version = h.version + 1 WHERE s.id = " +
+		strconv.FormatInt(seq, 10) + "), h.version = LAST_INSERT_ID(h.version + 1) WHERE s.id = " +
 		strconv.Itoa(session) + " AND h.id = " + strconv.Itoa(hot)
 }
 
@@ -136,16 +152,22 @@ func (w *DefaultWorkload) ReadQuery(session int) string {
 		"), id, version FROM " + db + ".hot ORDER BY id"
 }
 
-// Write implements Workload.
-func (w *DefaultWorkload) Write(ctx context.Context, primary Execer, session int, seq int64, hot int) (string, error) {
+// Write implements Workload. The hot row's new version is the OK packet's
+// last insert id (LAST_INSERT_ID(expr) in WriteQuery).
+func (w *DefaultWorkload) Write(ctx context.Context, primary Execer, session int, seq int64, hot int) (WriteAck, error) {
 	r, g, err := primary.ExecuteWrite(ctx, w.WriteQuery(session, seq, hot))
 	if err != nil {
-		return "", err
+		if r != nil {
+			// A write that committed without a tracked GTID still reports
+			// its hot version (the ground truth judges reads against it).
+			return WriteAck{GTID: g, Hot: int64(r.InsertId)}, err
+		}
+		return WriteAck{}, err
 	}
 	if r.AffectedRows == 0 {
-		return "", fmt.Errorf("lab: write of session %d seq %d changed no row (schema not set up?)", session, seq)
+		return WriteAck{}, fmt.Errorf("lab: write of session %d seq %d changed no row (schema not set up?)", session, seq)
 	}
-	return g, nil
+	return WriteAck{GTID: g, Hot: int64(r.InsertId)}, nil
 }
 
 // Read implements Workload.

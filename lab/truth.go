@@ -13,9 +13,11 @@ import (
 // A violation is counted only from what the database returned, never from
 // what a router believed. Every write carries a per-session sequence number
 // (Seq) that the session's own row stores, and bumps one of a few shared hot
-// rows; every read returns, in one statement (one InnoDB read view), the
-// session's own row and every hot row. docs/lab.md argues why the two checks
-// below find every violation they claim and claim only real ones.
+// rows, reporting the version it gave it; every read returns, in one
+// statement (one InnoDB read view), the session's own row and every hot row.
+// docs/lab.md argues why the three checks below (read-your-writes,
+// monotonic reads, all-writes) find every violation they claim and claim
+// only real ones.
 
 // Read is one read as the driver saw it: what the session had been
 // acknowledged when it issued the read, and what the database returned.
@@ -25,6 +27,10 @@ type Read struct {
 	// AckedSeq is the Seq of the session's last write acknowledged before the
 	// read was issued; 0 when it had none.
 	AckedSeq int64
+	// AckedHot holds, per hot row, the highest version any session's write
+	// had been acknowledged with before the read was issued (WriteAck.Hot):
+	// the all-writes check's floor. nil: not checked.
+	AckedHot []int64
 	// Own is the version the session's own row held in the serving node's
 	// answer (meaningful when Outcome.Served()).
 	Own int64
@@ -62,6 +68,11 @@ type Verdict struct {
 	MR bool
 	// MRRow is the first hot row that went backwards (when MR).
 	MRRow int
+	// AllWrites: the answer lacked a write acknowledged to some session
+	// before the read was issued (read-all-writes, the guarantee of
+	// router.PolicyGlobal): its own write (RYW) or a hot row below
+	// Read.AckedHot.
+	AllWrites bool
 }
 
 // sessionTruth is the checker's state for one session.
@@ -108,9 +119,18 @@ func (c *Checker) Check(r *Read) (Verdict, error) {
 	if len(r.Hot) != c.hot {
 		return Verdict{}, fmt.Errorf("lab: read of session %d returned %d hot rows, want %d", r.Session, len(r.Hot), c.hot)
 	}
+	if r.AckedHot != nil && len(r.AckedHot) != c.hot {
+		return Verdict{}, fmt.Errorf("lab: read of session %d carries %d acknowledged hot versions, want %d", r.Session, len(r.AckedHot), c.hot)
+	}
 	var v Verdict
 	if r.Own < r.AckedSeq {
 		v.RYW = true
+	}
+	v.AllWrites = v.RYW
+	for h, floor := range r.AckedHot {
+		if r.Hot[h] < floor {
+			v.AllWrites = true
+		}
 	}
 	st := &c.sessions[r.Session]
 	if st.seen == nil {
@@ -141,8 +161,9 @@ type Tally struct {
 	Fallbacks int64
 	// Waited counts reads that waited for a replica.
 	Waited int64
-	// RYW and MR count violations among served reads.
-	RYW, MR int64
+	// RYW and MR count violations among served reads; AllWrites the served
+	// reads that lacked a write acknowledged to anyone before they began.
+	RYW, MR, AllWrites int64
 	// StaleRYW counts RYW violations among reads served labelled stale
 	// (known to the router; included in RYW).
 	StaleRYW int64
@@ -170,6 +191,9 @@ func (t *Tally) Add(r *Read, v Verdict) {
 	if v.MR {
 		t.MR++
 	}
+	if v.AllWrites {
+		t.AllWrites++
+	}
 	if r.ResetSeen {
 		t.DeclaredLosses++
 	}
@@ -185,6 +209,7 @@ func (t *Tally) Merge(o *Tally) {
 	t.Waited += o.Waited
 	t.RYW += o.RYW
 	t.MR += o.MR
+	t.AllWrites += o.AllWrites
 	t.StaleRYW += o.StaleRYW
 	t.DeclaredLosses += o.DeclaredLosses
 }

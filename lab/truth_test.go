@@ -116,6 +116,44 @@ func TestCheckerCraftedHistories(t *testing.T) {
 	}
 }
 
+// TestCheckerAllWrites pins the all-writes verdict on crafted reads: a hot
+// row below the acknowledged floor, the session's own write missing, and
+// neither.
+func TestCheckerAllWrites(t *testing.T) {
+	c, err := NewChecker(2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withFloor := func(r *Read, floor ...int64) *Read { r.AckedHot = floor; return r }
+	var tally Tally
+	for i, s := range []struct {
+		r        *Read
+		all, ryw bool
+	}{
+		{r: withFloor(served(0, 0, 0, 3, 4), 3, 4)},                          // exactly the floor
+		{r: withFloor(served(1, 0, 0, 5, 4), 3, 4)},                          // above it
+		{r: withFloor(served(1, 0, 0, 5, 4), 5, 5), all: true},               // another session's write to row 1 missing
+		{r: withFloor(served(0, 2, 1, 9, 9), 3, 4), all: true, ryw: true},    // its own write missing
+		{r: served(0, 0, 0, 9, 9)},                                           // no floor: not checked
+		{r: withFloor(&Read{Session: 0, Outcome: router.OutDeferred}, 9, 9)}, // not served: nothing shown
+	} {
+		v, err := c.Check(s.r)
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if v.AllWrites != s.all || v.RYW != s.ryw {
+			t.Errorf("read %d: verdict %+v, want all-writes=%v ryw=%v", i, v, s.all, s.ryw)
+		}
+		tally.Add(s.r, v)
+	}
+	if tally.AllWrites != 2 || tally.ByOutcome[router.OutDeferred] != 1 || !tally.Accounted() {
+		t.Errorf("tally %+v", tally)
+	}
+	if _, err := c.Check(withFloor(served(0, 0, 0, 1, 1), 1)); err == nil {
+		t.Error("a floor of the wrong length accepted")
+	}
+}
+
 func TestCheckerRejectsMisfits(t *testing.T) {
 	if _, err := NewChecker(0, 1); err == nil {
 		t.Fatal("zero sessions accepted")
@@ -142,9 +180,10 @@ func TestCheckerRejectsMisfits(t *testing.T) {
 // TestCheckerAgainstPrefixModel replays random prefix histories: a log of
 // writes (session, hot row), states as prefixes of it, and sessions reading
 // states in arbitrary order. The checker must flag exactly the reads whose
-// prefix misses the session's acknowledged write (RYW) or is shorter than a
-// prefix the session already read (MR): on one timeline, the checks are
-// complete as well as sound.
+// prefix misses the session's acknowledged write (RYW), is shorter than a
+// prefix the session already read (MR) or misses any session's
+// acknowledged write (all-writes): on one timeline, the checks are complete
+// as well as sound.
 func TestCheckerAgainstPrefixModel(t *testing.T) {
 	const (
 		sessions = 5
@@ -178,6 +217,7 @@ func TestCheckerAgainstPrefixModel(t *testing.T) {
 			return own, hv
 		}
 		c, _ := NewChecker(sessions, hot)
+		ackedAll := 0 // every write of log[:ackedAll] was acknowledged to its session
 		maxSeen := make([]int, sessions)
 		acked := make([]int, sessions) // log index+1 of the last acked write
 		for step := 0; step < 100; step++ {
@@ -193,9 +233,11 @@ func TestCheckerAgainstPrefixModel(t *testing.T) {
 			if acked[s] > 0 {
 				ackSeq = log[acked[s]-1].seq
 			}
+			ackedAll = max(ackedAll, committed)
+			_, floor := state(ackedAll, s) // each hot row's version after the acknowledged prefix
 			p := int(rng.next() % (logLen + 1))
 			own, hv := state(p, s)
-			v, err := c.Check(&Read{Session: s, AckedSeq: ackSeq, Own: own, Hot: hv, Outcome: router.OutReplica})
+			v, err := c.Check(&Read{Session: s, AckedSeq: ackSeq, AckedHot: floor, Own: own, Hot: hv, Outcome: router.OutReplica})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,9 +246,13 @@ func TestCheckerAgainstPrefixModel(t *testing.T) {
 			// transaction moved a hot row: every write moves one, so any
 			// shorter prefix is backwards.
 			wantMR := p < maxSeen[s]
-			if v.RYW != wantRYW || v.MR != wantMR {
-				t.Fatalf("trial %d step %d: session %d prefix %d acked %d maxSeen %d: got %+v want ryw=%v mr=%v",
-					trial, step, s, p, acked[s], maxSeen[s], v, wantRYW, wantMR)
+			// All-writes: p misses an acknowledged write of anyone (every
+			// write moves a hot row, so any prefix shorter than the
+			// acknowledged one shows a hot row below its floor).
+			wantAll := p < ackedAll
+			if v.RYW != wantRYW || v.MR != wantMR || v.AllWrites != wantAll {
+				t.Fatalf("trial %d step %d: session %d prefix %d acked %d (all %d) maxSeen %d: got %+v want ryw=%v mr=%v all-writes=%v",
+					trial, step, s, p, acked[s], ackedAll, maxSeen[s], v, wantRYW, wantMR, wantAll)
 			}
 			maxSeen[s] = max(maxSeen[s], p)
 		}

@@ -142,10 +142,11 @@ func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) erro
 		return err
 	}
 	defer unlock()
-	g, err := v.e.cfg.Workload.Write(wctx, c, sess, seq, hot)
+	ack, err := v.e.cfg.Workload.Write(wctx, c, sess, seq, hot)
 	if err != nil {
 		return err
 	}
+	g := ack.GTID
 	r, err := c.Execute(wctx, "SELECT @causal_token")
 	var text string
 	if err == nil {
@@ -162,6 +163,7 @@ func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) erro
 	ss.mu.Lock()
 	ss.acked = seq
 	ss.mu.Unlock()
+	v.e.hot.ack(hot, ack.Hot)
 	if text == "" {
 		// The write stands (the ground truth judges later reads against
 		// it) but no token protects it: counted, and reported.
@@ -198,10 +200,7 @@ func (a annotated) ExecuteWrite(ctx context.Context, q string) (*mysql.Result, s
 }
 
 func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
-	ss := &v.e.sess[sess]
-	ss.mu.Lock()
-	out.AckedSeq = ss.acked
-	ss.mu.Unlock()
+	v.e.hot.issue(&v.e.sess[sess], out)
 	v.tokMu[sess].Lock()
 	tok := v.toks[sess]
 	v.tokMu[sess].Unlock()

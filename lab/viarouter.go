@@ -280,7 +280,8 @@ func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) 
 	defer cancel()
 	// Exec borrows a connection of the router's shared, bounded primary
 	// pool (Config.PrimaryPool) for the autocommit write and gives it back.
-	g, err := v.e.cfg.Workload.Write(wctx, primaryExec[P]{s}, sess, seq, hot)
+	ack, err := v.e.cfg.Workload.Write(wctx, primaryExec[P]{s}, sess, seq, hot)
+	g := ack.GTID
 	if errors.Is(err, live.ErrMissingGTID) {
 		// The write committed but the router could not token it: the ground
 		// truth still judges later reads against it.
@@ -294,6 +295,7 @@ func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) 
 	ss.mu.Lock()
 	ss.acked = seq
 	ss.mu.Unlock()
+	v.e.hot.ack(hot, ack.Hot)
 	if gt, perr := gtid.ParseGTID(g); g != "" && perr == nil {
 		v.e.lag.ack(gt, time.Now()) // lag measurement only
 	}
@@ -303,10 +305,7 @@ func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) 
 func (v *viaRouter[P]) read(ctx context.Context, sess int, out *Read) {
 	v.mu[sess].Lock()
 	defer v.mu[sess].Unlock()
-	ss := &v.e.sess[sess]
-	ss.mu.Lock()
-	out.AckedSeq = ss.acked
-	ss.mu.Unlock()
+	v.e.hot.issue(&v.e.sess[sess], out)
 	s := v.session(sess)
 	rctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
 	defer cancel()
