@@ -102,18 +102,20 @@ func FuzzParseReadRows(f *testing.F) {
 
 func TestProxyRefusal(t *testing.T) {
 	for _, c := range []struct {
-		err    error
-		reason string
-		ok     bool
+		err      error
+		reason   string
+		deferred bool
+		ok       bool
 	}{
-		{mysql.NewError(mysql.ER_UNKNOWN_ERROR, "causallab proxy: cannot serve this read consistently: "+router.ReasonTimedOut.String()+" (token epoch 1, topology epoch 1)"), router.ReasonTimedOut.String(), true},
-		{fmt.Errorf("lab: x: %w", mysql.NewError(mysql.ER_UNKNOWN_ERROR, "causallab proxy: cannot serve this read consistently: write-lost-in-failover (token epoch 1, topology epoch 2)")), "write-lost-in-failover", true},
-		{mysql.NewError(mysql.ER_UNKNOWN_ERROR, "causallab proxy: backend lost"), "", false},
-		{errors.New("causallab proxy: cannot serve this read consistently: timed-out"), "", false},
+		{mysql.NewError(mysql.ER_UNKNOWN_ERROR, "causallab proxy: cannot serve this read consistently: "+router.ReasonTimedOut.String()+" (token epoch 1, topology epoch 1)"), router.ReasonTimedOut.String(), false, true},
+		{fmt.Errorf("lab: x: %w", mysql.NewError(mysql.ER_UNKNOWN_ERROR, "causallab proxy: cannot serve this read consistently: write-lost-in-failover (token epoch 1, topology epoch 2)")), "write-lost-in-failover", false, true},
+		{mysql.NewError(1205, "causallab proxy: read deferred: wait-budget-spent; retry after 144 ms (no replica holds what the read needs; the primary was not used)"), "wait-budget-spent", true, true},
+		{mysql.NewError(mysql.ER_UNKNOWN_ERROR, "causallab proxy: backend lost"), "", false, false},
+		{errors.New("causallab proxy: cannot serve this read consistently: timed-out"), "", false, false},
 	} {
-		r, ok := proxyRefusal(c.err)
-		if r != c.reason || ok != c.ok {
-			t.Errorf("%v: (%q, %v), want (%q, %v)", c.err, r, ok, c.reason, c.ok)
+		r, d, ok := proxyRefusal(c.err)
+		if r != c.reason || d != c.deferred || ok != c.ok {
+			t.Errorf("%v: (%q, %v, %v), want (%q, %v, %v)", c.err, r, d, ok, c.reason, c.deferred, c.ok)
 		}
 	}
 }

@@ -231,11 +231,14 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 		return
 	}
 	out.Outcome = router.OutError
-	if reason, ok := proxyRefusal(err); ok {
+	if reason, deferred, ok := proxyRefusal(err); ok {
 		out.Reason = reason
-		if reason == router.ReasonTimedOut.String() {
+		switch {
+		case deferred:
+			out.Outcome = router.OutDeferred
+		case reason == router.ReasonTimedOut.String():
 			out.Outcome = router.OutTimedOut
-		} else {
+		default:
 			out.Outcome = router.OutFailedFast
 		}
 	}
@@ -243,18 +246,23 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 
 // proxyRefusal recognises the proxy's answer to a read the router refused
 // ("causallab proxy: cannot serve this read consistently: <reason> (...)")
-// and returns the router's reason.
-func proxyRefusal(err error) (string, bool) {
+// or deferred ("causallab proxy: read deferred: <reason>; retry after ...",
+// whatever its configured error code) and returns the router's reason.
+func proxyRefusal(err error) (reason string, deferred, ok bool) {
 	var me *mysql.MyError
 	if !errors.As(err, &me) {
-		return "", false
+		return "", false, false
 	}
 	rest, ok := strings.CutPrefix(me.Message, "causallab proxy: cannot serve this read consistently: ")
 	if !ok {
-		return "", false
+		if rest, ok = strings.CutPrefix(me.Message, "causallab proxy: read deferred: "); !ok {
+			return "", false, false
+		}
+		reason, _, _ = strings.Cut(rest, ";")
+		return reason, true, reason != ""
 	}
-	reason, _, _ := strings.Cut(rest, " ")
-	return reason, reason != ""
+	reason, _, _ = strings.Cut(rest, " ")
+	return reason, false, reason != ""
 }
 
 // outcomes reads the proxy's own count of reads by outcome

@@ -67,9 +67,22 @@ type Config struct {
 	// Replicas are the replicas, in the configured (hashing) order.
 	Replicas []Backend `yaml:"replicas"`
 	// Policy names the routing rule (router.ParsePolicy names: any,
-	// affinity, window, token-ryw, token-ryw-mr, token-wait). Default
-	// token-wait.
+	// affinity, window, token-ryw, token-ryw-mr, token-wait, global).
+	// Default token-wait. A client may choose another per session or per
+	// statement (SET @causal_policy, /* causal_policy=... */).
 	Policy string `yaml:"policy"`
+	// GlobalSource is where a global (read-all-writes) read's target
+	// comes from: "primary-query" (default: the primary's
+	// @@GLOBAL.gtid_executed per read, sound) or "view" (the position
+	// source's view of the primary and the proxy's own acknowledged
+	// writes, no round trip; live.GlobalSource).
+	GlobalSource string `yaml:"global_source"`
+	// DeferErrorCode is the MySQL error code of a deferred read's error
+	// (a policy with +defer: no replica held what the read needs within
+	// its budget, the primary was not used; the message says when to
+	// retry). Default 1105 (ER_UNKNOWN_ERROR, as the proxy's other
+	// refusals), 1000..65535.
+	DeferErrorCode uint16 `yaml:"defer_error_code"`
 	// HashMode is policy affinity's hashing: full-list (default: index
 	// the full configured list, reselect only when that server is down),
 	// or, to reproduce their edge cases, available-only or
@@ -266,6 +279,9 @@ func (c *Config) validate() error {
 		c.Policy = router.PolicyTokenWait.String()
 	}
 	if _, err := policyKind(c.Policy); err != nil {
+		return err
+	}
+	if err := c.validatePolicySelect(); err != nil {
 		return err
 	}
 	if _, err := hashroute.ParseMode(c.HashMode); err != nil {

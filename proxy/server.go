@@ -167,6 +167,7 @@ func (s *Server) newRouter(ctx context.Context) error {
 		Password:      s.cfg.Primary.Password,
 		Policy:        s.policy,
 		Cap:           s.capCfg,
+		Global:        s.cfg.globalSource(),
 		Positions:     s.src,
 		Wait:          wait,
 		Epoch:         s.cfg.Epoch,

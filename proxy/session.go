@@ -296,6 +296,11 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		return nil, s.proxyErr("packet-too-large", mysql.ER_NET_PACKET_TOO_LARGE,
 			"statement of %d bytes exceeds max_allowed_packet (%d)", len(query), s.srv.cfg.MaxAllowedPacket)
 	}
+	if handled, res, restore, err := s.selectPolicy(query); handled || err != nil {
+		return res, err // SET / SELECT @causal_policy (policyselect.go)
+	} else if restore != nil {
+		defer restore() // a /* causal_policy=... */ statement
+	}
 	st, err := Classify(query)
 	if err != nil {
 		return nil, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
@@ -507,6 +512,9 @@ func isRelayError(err error) bool {
 // named is the read's own (a comment's) when it carried one, else the
 // session's.
 func (s *session) refused(e *live.ReadError, o live.ReadOptions[gtid.Set]) error {
+	if errors.Is(e, live.ErrDeferred) {
+		return s.deferredErr(e)
+	}
 	epoch := o.TokenEpoch
 	if o.Token.IsEmpty() {
 		_, epoch = s.ls.Token()
@@ -726,6 +734,9 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	// Classify the copy: Stmt's Token and ReadID alias the text, and the
 	// statement outlives go-mysql's packet buffer.
 	q := strings.Clone(query)
+	if err := s.checkPreparePolicy(q); err != nil {
+		return 0, 0, nil, err
+	}
 	st, err := Classify(q)
 	if err != nil {
 		return 0, 0, nil, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))

@@ -1,0 +1,172 @@
+package proxy
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+)
+
+// TestPolicySelection: a client chooses the routing policy through the
+// proxy, per session (SET @causal_policy) and per statement (a
+// /* causal_policy=... */ comment), on the shared real topology with every
+// replica's applier stopped. A write straight to the primary (no token
+// anywhere) is missed by token-ryw-mr reads and seen by global ones; a
+// deferred read gets the configured error code and a retry estimate, and a
+// retry once the appliers run is served.
+func TestPolicySelection(t *testing.T) {
+	s := startProxy(t, func(c *Config) { c.Policy, c.DeferErrorCode = "token-ryw-mr", 1205 })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := openDB(t, s, "tls=skip-verify")
+	emptyTable(t, db, "ppol", "c", "id INT PRIMARY KEY, n INT")
+	mustExec(t, db, "INSERT INTO ppol.c VALUES (1, 0)")
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range topo.Replicas() {
+		if err := topo.StopApplier(ctx, r.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := false
+	startAppliers := func() {
+		if started {
+			return
+		}
+		started = true
+		for _, r := range topo.Replicas() {
+			if err := topo.StartApplier(ctx, r.Name); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+			t.Error(err)
+		}
+	}
+	defer startAppliers()
+	pdb, err := topo.DB(topo.Primary().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pdb.ExecContext(ctx, "UPDATE ppol.c SET n = 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	read := func(q string) int {
+		t.Helper()
+		var n int
+		if err := conn.QueryRowContext(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	policy := func() string {
+		t.Helper()
+		var p string
+		if err := conn.QueryRowContext(ctx, "SELECT @causal_policy").Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := policy(); p != "token-ryw-mr+epoch" {
+		t.Errorf("the configured policy reads %q", p)
+	}
+	if n := read("SELECT n FROM ppol.c WHERE id = 1"); n != 0 {
+		t.Fatalf("token-ryw-mr saw the outside write (n=%d) with every applier stopped: the test cannot tell", n)
+	}
+	// Per statement: this read only.
+	if n := read("/* causal_policy=global(0) */ SELECT n FROM ppol.c WHERE id = 1"); n != 1 {
+		t.Errorf("a global read (comment) missed a write acknowledged before it: n=%d", n)
+	}
+	if p := policy(); p != "token-ryw-mr+epoch" {
+		t.Errorf("after a statement's policy the session's reads %q", p)
+	}
+	// Per session. The watermark the global read raised keeps the
+	// session's later reads off the stale replicas now, so a fresh
+	// connection shows the session policy's own effect.
+	mustExec(t, conn, "SET @causal_policy = 'global(100ms)'")
+	if p := policy(); p != "global(100ms)+epoch" {
+		t.Errorf("SET @causal_policy then reads %q", p)
+	}
+	if n := read("SELECT n FROM ppol.c WHERE id = 1"); n != 1 {
+		t.Errorf("a global read (session) missed a write acknowledged before it: n=%d", n)
+	}
+	mustExec(t, conn, "SET @causal_policy = ''")
+	if p := policy(); p != "token-ryw-mr+epoch" {
+		t.Errorf("SET @causal_policy = '' reads %q, want the configured policy", p)
+	}
+	var me *gomysql.MySQLError
+	if _, err := conn.ExecContext(ctx, "SET @causal_policy = 'fastest'"); !errors.As(err, &me) || !strings.Contains(me.Message, "unknown policy") {
+		t.Errorf("a bad policy: %v", err)
+	}
+	if _, err := conn.ExecContext(ctx, "SET @causal_policy = CONCAT('glo', 'bal')"); !errors.As(err, &me) || !strings.Contains(me.Message, "@causal_policy can only be set") {
+		t.Errorf("an expression: %v", err)
+	}
+	if _, err := db.PrepareContext(ctx, "/* causal_policy=global */ SELECT n FROM ppol.c WHERE id = ?"); !errors.As(err, &me) || !strings.Contains(me.Message, "prepared statement") {
+		t.Errorf("a policy comment in a prepared statement: %v", err)
+	}
+
+	// Deferral: a write through the proxy (the session's token), then a
+	// read that may not fall back.
+	mustExec(t, conn, "UPDATE ppol.c SET n = 2 WHERE id = 1")
+	mustExec(t, conn, "SET @causal_policy = 'token-wait(30ms)+defer'")
+	var n int
+	err = conn.QueryRowContext(ctx, "SELECT n FROM ppol.c WHERE id = 1").Scan(&n)
+	if !errors.As(err, &me) || me.Number != 1205 || !strings.Contains(me.Message, "read deferred: wait-budget-spent; retry after ") {
+		t.Fatalf("deferred read: %v, want error 1205 naming the deferral", err)
+	}
+	t.Logf("deferred: %d %s", me.Number, me.Message)
+	m := metricText(t, s)
+	if l := linesWithAll(m, "causallab_router_reads_total{", `outcome="deferred"`); !strings.HasSuffix(l, "} 1") {
+		t.Errorf("reads_total{outcome=deferred}: %q, want one line counting 1", l)
+	}
+	if l := linesWithAll(m, "causallab_router_reads_total{", `policy="token-wait"`, `outcome="fallback"`); l != "" {
+		t.Errorf("a fallback under +defer: %s", l)
+	}
+	if l := linesWithAll(m, "causallab_router_deferrals_total{", `reason="wait-budget-spent"`); !strings.HasSuffix(l, "} 1") {
+		t.Errorf("deferrals_total: %q", l)
+	}
+	startAppliers()
+	if err := retryDeferred(ctx, conn, "SELECT n FROM ppol.c WHERE id = 1", &n); err != nil || n != 2 {
+		t.Fatalf("retry after the appliers started: n=%d %v", n, err)
+	}
+}
+
+// linesWithAll returns the metric lines holding every sub.
+func linesWithAll(s string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		ok := !strings.HasPrefix(l, "#")
+		for _, sub := range subs {
+			ok = ok && strings.Contains(l, sub)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// retryDeferred runs q until it is not deferred (error 1205), at most 20
+// times, sleeping 50 ms between tries.
+func retryDeferred(ctx context.Context, conn *sql.Conn, q string, dst *int) error {
+	var err error
+	for range 20 {
+		err = conn.QueryRowContext(ctx, q).Scan(dst)
+		var me *gomysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1205 {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
