@@ -10,6 +10,7 @@ import (
 
 	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/router/live"
 )
 
 // Mode says how several routers share a run.
@@ -90,6 +91,10 @@ type Config struct {
 	// Via is the routing path: ViaRouter (default) or ViaProxy. Scalar
 	// (TokenLSN) routers always run through package router/live.
 	Via Via
+	// GlobalSource is where the global routers' live routers take a read's
+	// target (live.GlobalSource: the zero value reads the primary's
+	// executed set per read; GlobalView uses the router's view of it).
+	GlobalSource live.GlobalSource
 	// Workload is the schema and read/write paths; default DefaultWorkload.
 	Workload Workload
 	// SkipSetup keeps the existing schema (the caller set it up).
@@ -208,6 +213,9 @@ func (c *Config) validate() error {
 	if c.ReadTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("read timeout %v below 10ms", c.ReadTimeout))
 	}
+	if c.GlobalSource > live.GlobalView {
+		errs = append(errs, fmt.Errorf("unknown global source %d", c.GlobalSource))
+	}
 	if c.Via != ViaRouter && c.Via != ViaProxy {
 		errs = append(errs, fmt.Errorf("unknown path %q (want router or proxy)", c.Via))
 	}
@@ -295,3 +303,7 @@ func ParseRouters(s string) ([]RouterSpec, error) {
 	}
 	return out, nil
 }
+
+// ParseGlobalSource parses a global routers' target source name
+// (primary-query or view) for Config.GlobalSource.
+func ParseGlobalSource(s string) (live.GlobalSource, error) { return live.ParseGlobalSource(s) }

@@ -222,6 +222,9 @@ func Notes(res *Result) []string {
 	}
 	n = append(n, fmt.Sprintf("Driver: %.0f reads/s over %.1f s measured (%.1f s with setup); condition did %d stalls, %d heavy transactions, %d fault errors; %d position polls, %d failed.",
 		res.ReadsPerSec, res.MeasureSeconds, res.ElapsedSeconds, res.Stalls, res.HeavyTxns, res.FaultErrors, res.Polls, res.PollErrors))
+	if c.GlobalSource != "" {
+		n = append(n, fmt.Sprintf("Global routers take each read's target from %s (live.GlobalSource); all-writes viol. %%: served reads lacking a write acknowledged to any session before they were issued.", c.GlobalSource))
+	}
 	n = append(n, res.Notes...)
 	return n
 }

@@ -155,12 +155,21 @@ type ConfigSummary struct {
 	Seed          uint64  `json:"seed"`
 	Workers       int     `json:"workers"`
 	PollMs        float64 `json:"poll_ms"`
+	// GlobalSource is the global routers' target source (live.GlobalSource
+	// name); empty when no router is global.
+	GlobalSource string `json:"global_source,omitempty"`
 }
 
 func summarize(c *Config) ConfigSummary {
-	return ConfigSummary{Sessions: c.Sessions, HotRows: c.HotRows, WriteRate: c.WriteRate,
+	s := ConfigSummary{Sessions: c.Sessions, HotRows: c.HotRows, WriteRate: c.WriteRate,
 		DurationSec: c.Duration.Seconds(), ReadsPerWrite: c.ReadsPerWrite,
 		GapMinMs: ms(c.GapMin), GapMaxMs: ms(c.GapMax), Seed: c.Seed, Workers: c.Workers, PollMs: ms(c.PollInterval)}
+	for _, r := range c.Routers {
+		if r.Policy.Kind == router.PolicyGlobal {
+			s.GlobalSource = c.GlobalSource.String()
+		}
+	}
+	return s
 }
 
 // LagStats is the achieved replication lag over every (write, replica).

@@ -89,7 +89,7 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 	cfg := proxy.Config{Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Users: []proxy.User{{Name: p.User, Password: p.Password}},
 		AuthMethod: mysql.AUTH_NATIVE_PASSWORD, Primary: backend(p.Name, p.Addr()), Policy: name,
 		WaitBudget: sp.Policy.WaitBudget, FallbackPerSecond: sp.Cap.PerSecond, Epoch: max(e.nodes.Epoch(), 1),
-		Source: src, Logger: e.cfg.Logger, HashMode: sp.Policy.HashMode.String(),
+		Source: src, Logger: e.cfg.Logger, HashMode: sp.Policy.HashMode.String(), GlobalSource: e.cfg.GlobalSource.String(),
 		OnRead: func(r proxy.ReadRoute) { v.routes.Store(r.Conn, r) }}
 	var names []string
 	for i, r := range e.nodes.Replicas() {

@@ -97,7 +97,7 @@ func newViaRouter[P gtid.Position[P]](ctx context.Context, sp RouterSpec, e *eng
 	p := e.nodes.Primary()
 	reps, names := replicaNodes(e)
 	rt, err := live.New(ctx, live.Config[P]{Flavor: f, Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
-		Policy: sp.Policy, Cap: sp.Cap, Positions: src, Epoch: e.nodes.Epoch(), MaxIdle: e.cfg.Workers, PrimaryPool: e.cfg.Workers,
+		Policy: sp.Policy, Cap: sp.Cap, Global: e.cfg.GlobalSource, Positions: src, Epoch: e.nodes.Epoch(), MaxIdle: e.cfg.Workers, PrimaryPool: e.cfg.Workers,
 		Logger: e.cfg.Logger, Seed: e.cfg.Seed})
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)

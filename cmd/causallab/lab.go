@@ -41,6 +41,7 @@ type labFlags struct {
 	simTrials   int
 	noProgress  bool
 	via         string
+	globalSrc   string
 	fresh       bool
 }
 
@@ -88,6 +89,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.BoolVar(&f.noSim, "no-sim", false, "skip the simulator's prediction")
 	fl.IntVar(&f.simTrials, "sim-trials", 4, "simulator trials averaged for the prediction")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
+	fl.StringVar(&f.globalSrc, "global-source", "primary-query", "where global routers take a read's target: primary-query (the primary's executed set per read) or view (the router's view of the primary, no round trip)")
 	fl.StringVar(&f.via, "via", "router", "routing path: router (package router/live over binlogwatch positions) or proxy (causallab proxy in-process, tokens in comments); scalar-token routers always run through router/live")
 }
 
@@ -130,8 +132,12 @@ func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailR
 			return o, nil, "", usageErrorf("--out %s: not a directory", f.out)
 		}
 	}
+	gsrc, err := lab.ParseGlobalSource(f.globalSrc)
+	if err != nil {
+		return o, nil, "", flagError("global-source", err)
+	}
 	cfg := lab.Config{HotRows: f.hotRows, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
-		Mode: lab.Mode(f.mode), Via: lab.Via(f.via)}
+		Mode: lab.Mode(f.mode), Via: lab.Via(f.via), GlobalSource: gsrc}
 	changed := cmd.Flags().Changed
 	if changed("condition") {
 		if cfg.Condition, err = lab.ParseCondition(f.condition); err != nil {

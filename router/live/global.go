@@ -123,3 +123,13 @@ func readNeed[P gtid.Position[P]](st *router.Session[P], pol *router.Policy, glo
 	}
 	return n
 }
+
+// ParseGlobalSource parses primary-query or view.
+func ParseGlobalSource(s string) (GlobalSource, error) {
+	for _, g := range []GlobalSource{GlobalPrimaryQuery, GlobalView} {
+		if s == g.String() {
+			return g, nil
+		}
+	}
+	return 0, fmt.Errorf("router: unknown global source %q (want primary-query or view)", s)
+}

@@ -67,8 +67,16 @@ func TestCommitLog(t *testing.T) {
 }
 
 func TestGlobalSourceConfig(t *testing.T) {
+	for _, g := range []GlobalSource{GlobalPrimaryQuery, GlobalView} {
+		if p, err := ParseGlobalSource(g.String()); err != nil || p != g {
+			t.Errorf("%v does not round-trip: %v %v", g, p, err)
+		}
+	}
 	if GlobalPrimaryQuery.String() != "primary-query" || GlobalView.String() != "view" {
 		t.Errorf("names %q %q", GlobalPrimaryQuery, GlobalView)
+	}
+	if _, err := ParseGlobalSource("primary"); err == nil || !strings.Contains(err.Error(), `"primary"`) {
+		t.Errorf("bad name: %v", err)
 	}
 	r, _ := funcRouter(t, nil)
 	cfg := r.cfg
