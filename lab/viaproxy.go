@@ -64,12 +64,29 @@ var _ routerRuntime = (*viaProxy)(nil)
 // proxyPolicyName is the proxy's policy name for p, or an error when the
 // proxy cannot express p (it takes a policy kind, a hash mode, a wait
 // budget, the default window, and always checks epochs).
+// A +defer policy is carried by every read's causal_policy annotation
+// instead (readAnnotation).
 func proxyPolicyName(p router.Policy) (string, error) {
 	switch {
 	case p.Kind == router.PolicyWindow && p.Window != 0 && p.Window != router.DefaultWindow:
 		return "", fmt.Errorf("the proxy's window is fixed at %v", router.DefaultWindow)
 	}
 	return p.Kind.String(), nil
+}
+
+// readAnnotation is the comment a read of session sess carries: its
+// affinity id, its token (when it has one) and, for a +defer policy, the
+// policy itself (the proxy's configuration has no defer; the statement's
+// annotation sets it for that read).
+func readAnnotation(p router.Policy, sess int, tok gtid.Token) string {
+	prefix := "/* consistent_read_id:session-" + strconv.Itoa(sess)
+	if !tok.IsZero() {
+		prefix += ", causal_token:" + tok.String()
+	}
+	if p.Defer {
+		prefix += ", causal_policy=" + p.String()
+	}
+	return prefix + " */ "
 }
 
 func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.PositionSource[gtid.Set]) (*viaProxy, error) {
@@ -204,11 +221,7 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	v.tokMu[sess].Lock()
 	tok := v.toks[sess]
 	v.tokMu[sess].Unlock()
-	prefix := "/* consistent_read_id:session-" + strconv.Itoa(sess)
-	if !tok.IsZero() {
-		prefix += ", causal_token:" + tok.String()
-	}
-	prefix += " */ "
+	prefix := readAnnotation(v.sp.Policy, sess, tok)
 	rctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
 	defer cancel()
 	c, unlock, err := v.conn(rctx, sess)

@@ -119,3 +119,21 @@ func validConfig() Config {
 	return Config{Users: []User{{Name: "a", Password: "b"}}, Primary: Backend{Addr: "127.0.0.1:3306"},
 		Replicas: []Backend{{Addr: "127.0.0.1:3307"}}}
 }
+
+// TestPolicyAnnotationBesideOthers: causal_policy in one comment with a
+// consistent_read_id and a causal_token (the lab's reads through the proxy
+// carry all three) leaves the other two readable.
+func TestPolicyAnnotationBesideOthers(t *testing.T) {
+	q := "/* consistent_read_id:session-7, causal_token:g1.1.3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5, causal_policy=token-wait(400ms)+epoch+defer */ SELECT 1"
+	st, err := Classify(q)
+	if err != nil || st.Kind != KindRead || st.ReadID != "session-7" || st.Token != "g1.1.3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5" {
+		t.Fatalf("Classify: %+v %v", st, err)
+	}
+	ps, err := parsePolicyStmt(q)
+	if err != nil || ps.kind != policyComment || ps.text != "token-wait(400ms)+epoch+defer" {
+		t.Fatalf("parsePolicyStmt: %+v %v", ps, err)
+	}
+	if p, err := router.ParsePolicy(ps.text); err != nil || !p.Defer || !p.CheckEpoch {
+		t.Fatalf("ParsePolicy(%q): %+v %v", ps.text, p, err)
+	}
+}
