@@ -151,6 +151,7 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 			p.RYWPct += t.RYWPct
 			p.MRPct += t.MRPct
 			p.PrimaryPct += t.PrimaryPct
+			p.AllWritesPct += t.AllWritesPct
 			p.LatP99Ms += t.ReadP99
 			p.LagMeanMs += t.LagMean
 			p.LagP99Ms += t.LagP99
@@ -162,6 +163,7 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 		p.RYWPct /= n
 		p.MRPct /= n
 		p.PrimaryPct /= n
+		p.AllWritesPct /= n
 		p.LatP99Ms /= n
 		p.LagMeanMs /= n
 		p.LagP99Ms /= n

@@ -57,6 +57,7 @@ func Table(res *Result) *sim.Table {
 			{Key: "mr_pct", Header: "MR viol. %", Prec: 2},
 			{Key: "sim_mr_pct", Header: "sim MR %", Prec: 2},
 			{Key: "all_writes_pct", Header: "all-writes viol. %", Prec: 2},
+			{Key: "sim_all_writes_pct", Header: "sim all-writes %", Prec: 2},
 			{Key: "primary_pct", Header: "primary %", Prec: 1},
 			{Key: "sim_primary_pct", Header: "sim primary %", Prec: 1},
 			{Key: "worst_100ms_pct", Header: "worst 100 ms %", Prec: 1},
@@ -68,6 +69,7 @@ func Table(res *Result) *sim.Table {
 			{Key: "timed_out", Header: "timed out", Prec: 0},
 			{Key: "failed_fast", Header: "failed fast", Prec: 0},
 			{Key: "errors", Header: "errors", Prec: 0},
+			{Key: "deferred", Header: "deferred", Prec: 0},
 		},
 	}
 	for i := range res.Routers {
@@ -76,12 +78,13 @@ func Table(res *Result) *sim.Table {
 			sim.L(r.Name), sim.N(float64(r.Reads)),
 			sim.N(r.RYWPct), predCell(r.Prediction, func(p *Prediction) float64 { return p.RYWPct }),
 			sim.N(r.MRPct), predCell(r.Prediction, func(p *Prediction) float64 { return p.MRPct }),
-			sim.N(r.AllWritesPct),
+			sim.N(r.AllWritesPct), predCell(r.Prediction, func(p *Prediction) float64 { return p.AllWritesPct }),
 			sim.N(r.PrimaryPct), predCell(r.Prediction, func(p *Prediction) float64 { return p.PrimaryPct }),
 			sim.N(r.Worst100msPct), sim.N(r.PeakPrimaryPerSec),
 			sim.N(r.LatP50Ms), sim.N(r.LatP99Ms), predCell(r.Prediction, func(p *Prediction) float64 { return p.LatP99Ms }),
 			sim.N(float64(r.Waited)), sim.N(float64(r.Outcomes[router.OutTimedOut.String()])),
 			sim.N(float64(r.Outcomes[router.OutFailedFast.String()])), sim.N(float64(r.Outcomes[router.OutError.String()])),
+			sim.N(float64(r.Outcomes[router.OutDeferred.String()])),
 		})
 	}
 	t.Notes = Notes(res)
@@ -95,11 +98,18 @@ func Table(res *Result) *sim.Table {
 	t.Brief = []sim.BriefColumn{{Key: "router"}, {Key: "reads"},
 		{Key: "ryw_pct", Header: "RYW %", Pair: pair("ryw_pct")}, {Key: "mr_pct", Header: "MR %", Pair: pair("mr_pct")},
 		{Key: "primary_pct", Header: "primary %", Pair: pair("primary_pct")}}
+	for i := range res.Routers {
+		if strings.HasPrefix(res.Routers[i].Policy, router.PolicyGlobal.String()) {
+			// A global router's guarantee is judged by the all-writes check.
+			t.Brief = append(t.Brief, sim.BriefColumn{Key: "all_writes_pct", Header: "all-writes %", Pair: pair("all_writes_pct")})
+			break
+		}
+	}
 	// Reads that failed are the result of a failover or a chaos run: their
 	// columns come before waited and p99, which give way when the view
 	// would be wider than a terminal.
 	for _, o := range []struct{ key, outcome string }{{"timed_out", router.OutTimedOut.String()},
-		{"failed_fast", router.OutFailedFast.String()}, {"errors", router.OutError.String()}} {
+		{"failed_fast", router.OutFailedFast.String()}, {"errors", router.OutError.String()}, {"deferred", router.OutDeferred.String()}} {
 		for i := range res.Routers {
 			if res.Routers[i].Outcomes[o.outcome] > 0 {
 				t.Brief = append(t.Brief, sim.BriefColumn{Key: o.key})

@@ -280,7 +280,10 @@ type Prediction struct {
 	RYWPct     float64 `json:"ryw_pct"`
 	MRPct      float64 `json:"mr_pct"`
 	PrimaryPct float64 `json:"primary_pct"`
-	LatP99Ms   float64 `json:"lat_p99_ms"`
+	// AllWritesPct is the share of reads that missed a write acknowledged
+	// to anyone before they began (the simulator's all-writes count).
+	AllWritesPct float64 `json:"all_writes_pct"`
+	LatP99Ms     float64 `json:"lat_p99_ms"`
 	// LagMeanMs and LagP99Ms are the simulator's own achieved lag.
 	LagMeanMs float64 `json:"lag_mean_ms"`
 	LagP99Ms  float64 `json:"lag_p99_ms"`
