@@ -29,6 +29,12 @@ type metrics struct {
 	// (bad-token, route-<router reason>, backend-lost, packet-too-large,
 	// ...).
 	clientErrors *prometheus.CounterVec
+	// serverErrors counts routed reads the serving node answered with an
+	// ERR packet (a syntax error, an unknown table: the statement's
+	// outcome, relayed to the client), by the router's outcome (replica,
+	// primary, fallback, stale). The router counts such a read where it
+	// was served, not as outcome "error".
+	serverErrors *prometheus.CounterVec
 	// backendErrors counts backend connection failures by backend and op.
 	backendErrors *prometheus.CounterVec
 	// replayFailures counts session replays that failed on a backend.
@@ -54,6 +60,8 @@ func newMetrics() *metrics {
 			Name: "causallab_proxy_primary_statements_total", Help: "Statements kept on the primary, by reason."}, []string{"reason"}),
 		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_client_errors_total", Help: "Errors the proxy returned to clients, by kind."}, []string{"kind"}),
+		serverErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_read_server_errors_total", Help: "Routed reads the serving node answered with an error packet, by the router's outcome."}, []string{"outcome"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_backend_errors_total", Help: "Backend failures by backend and operation."}, []string{"backend", "op"}),
 		replayFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -63,7 +71,7 @@ func newMetrics() *metrics {
 	}
 	m.executesRaw = m.executes.WithLabelValues("raw", "")
 	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
-		m.clientErrors, m.backendErrors, m.replayFailures, m.executes,
+		m.clientErrors, m.serverErrors, m.backendErrors, m.replayFailures, m.executes,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -513,6 +513,47 @@ func TestMysqlCLI(t *testing.T) {
 	if !strings.Contains(string(out), "42") {
 		t.Fatalf("mysql client output: %s", out)
 	}
+	// The mysql client (9.x) probes the server with "select $$" at
+	// connect and ignores the 1064 it gets: a read the replica served
+	// (its answer an error), not a router error (issue 21).
+	m := metricText(t, s)
+	if e := grepLines(m, `causallab_router_reads_total{outcome="error"`); e != "" {
+		t.Errorf("a mysql CLI session counted router errors:\n%s", e)
+	}
+}
+
+// TestServerRefusedReadCountsWhereServed: a read the serving node refuses
+// when it runs (a subquery returning two rows, plain and prepared) reaches the client with the
+// server's code and counts in causallab_proxy_read_server_errors_total,
+// not as a router error outcome.
+func TestServerRefusedReadCountsWhereServed(t *testing.T) {
+	s := startProxy(t, nil)
+	db := openDB(t, s, "")
+	var me *gomysql.MySQLError
+	var v int
+	err := db.QueryRow("SELECT (SELECT 1 UNION SELECT 2)").Scan(&v)
+	if !errors.As(err, &me) || me.Number != 1242 {
+		t.Fatalf("plain read: %v, want 1242", err)
+	}
+	// interpolateParams=false: a prepared read (raw path).
+	err = db.QueryRow("SELECT (SELECT 1 UNION SELECT 2) + ?", 1).Scan(&v)
+	if !errors.As(err, &me) || me.Number != 1242 {
+		t.Fatalf("prepared read: %v, want 1242", err)
+	}
+	m := metricText(t, s)
+	if e := grepLines(m, `causallab_router_reads_total{outcome="error"`); e != "" {
+		t.Errorf("refused reads counted as router errors:\n%s", e)
+	}
+	var n float64
+	for _, l := range strings.Split(grepLines(m, "causallab_proxy_read_server_errors_total{"), "\n") {
+		var v float64
+		if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
+			n += v
+		}
+	}
+	if n != 2 {
+		t.Errorf("causallab_proxy_read_server_errors_total = %v, want 2 (a plain and a prepared read)\n%s", n, m)
+	}
 }
 
 func TestHealthzAndMetrics(t *testing.T) {

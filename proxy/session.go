@@ -353,14 +353,6 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	return done(), nil
 }
 
-// errRelayedServerErr is run's answer when the server's ERR packet was
-// already relayed to the client: a statement error for the router's count
-// (it wraps a *mysql.MyError), nothing more to write.
-type relayedServerErr struct{ me *mysql.MyError }
-
-func (e *relayedServerErr) Error() string { return e.me.Error() }
-func (e *relayedServerErr) Unwrap() error { return e.me }
-
 // readOptions builds the router's per-read options from the statement:
 // its own token (this read only), its consistent_read_id, a session pin,
 // and the wait run on the session's replica connection.
@@ -451,7 +443,11 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 		}
 		relayed = true
 		if out.serverErr {
-			return gtid.Set{}, &relayedServerErr{me: mysql.NewError(out.code, "relayed")}
+			// The node served the read; its answer was the server's
+			// refusal of the statement (already with the client). That is
+			// the statement's outcome, not the router's: counted here,
+			// and the read counts where it was served.
+			s.srv.m.serverErrors.WithLabelValues(t.Outcome.String()).Inc()
 		}
 		if t.Watermark {
 			if out.wmErr != nil {
@@ -473,13 +469,8 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 // readFailed turns a read the router did not serve into the client's
 // answer.
 func (s *session) readFailed(err error, served *backendConn, relayed bool, o live.ReadOptions[gtid.Set]) (*mysql.Result, error) {
-	var (
-		rse *relayedServerErr
-		rde *live.ReadError
-	)
+	var rde *live.ReadError
 	switch {
-	case errors.As(err, &rse):
-		return done(), nil // the server's error is already with the client
 	case errors.As(err, &rde):
 		return nil, s.refused(rde, o)
 	case relayed:
@@ -840,6 +831,8 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		resG   string // the GTID of a pinned read-classified statement on the primary
 		onPrim bool
 		failed *backendConn // the connection a node error came from
+		// stmtErr is the server's refusal of the statement.
+		stmtErr *mysql.MyError
 	)
 	_, err = s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t live.Target) (gtid.Set, error) {
 		bc, err := s.conn(t)
@@ -848,9 +841,10 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		}
 		r, g, err := s.executeOn(p, t.Replica, bc, args)
 		if err != nil {
-			var me *mysql.MyError
-			if errors.As(err, &me) {
-				return gtid.Set{}, err
+			if errors.As(err, &stmtErr) {
+				// Served: the server refused the statement (see routeRelay).
+				s.srv.m.serverErrors.WithLabelValues(t.Outcome.String()).Inc()
+				return gtid.Set{}, nil
 			}
 			// Nothing reached the client yet: the router may route around
 			// the node (a pinned read is never retried).
@@ -883,6 +877,9 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 			return nil, s.lostErr(failed)
 		}
 		return nil, s.proxyErr("backend-lost", codeBackendLost, "%v", err)
+	}
+	if stmtErr != nil {
+		return nil, stmtErr
 	}
 	return s.finishExecute(st, res, resG, onPrim), nil
 }
