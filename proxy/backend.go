@@ -73,7 +73,8 @@ func backendErr(b *Backend, op string, err error) *BackendError {
 // dialBackend opens a connection to b with session tracking on and the
 // capabilities the raw relay needs: the classic EOF packets (clients of the
 // proxy never get CLIENT_DEPRECATE_EOF) and no query attributes.
-func dialBackend(ctx context.Context, b *Backend, db string, collation string, cfg *Config) (*backendConn, error) {
+// flags are client capabilities passed on (session.flags).
+func dialBackend(ctx context.Context, b *Backend, db string, collation string, flags uint32, cfg *Config) (*backendConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
@@ -88,7 +89,13 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, c
 				return err
 			}
 		}
-		for _, f := range []uint32{mysql.CLIENT_SESSION_TRACK, mysql.CLIENT_MULTI_RESULTS, mysql.CLIENT_PS_MULTI_RESULTS} {
+		caps := []uint32{mysql.CLIENT_SESSION_TRACK, mysql.CLIENT_MULTI_RESULTS, mysql.CLIENT_PS_MULTI_RESULTS}
+		for _, f := range []uint32{mysql.CLIENT_MULTI_STATEMENTS, mysql.CLIENT_FOUND_ROWS, mysql.CLIENT_LOCAL_FILES} {
+			if flags&f != 0 {
+				caps = append(caps, f)
+			}
+		}
+		for _, f := range caps {
 			if err := c.SetCapability(f); err != nil {
 				return err
 			}
@@ -127,4 +134,24 @@ func (bc *backendConn) exec(query string) (*mysql.Result, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// setOption sends COM_SET_OPTION and reads its answer (EOF, or the
+// server's error).
+func (bc *backendConn) setOption(opt uint16) error {
+	c := bc.conn
+	c.ResetSequence()
+	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_SET_OPTION, byte(opt), byte(opt >> 8)}); err != nil {
+		bc.broken = true
+		return err
+	}
+	pkt, err := c.ReadPacket()
+	if err != nil {
+		bc.broken = true
+		return err
+	}
+	if len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER {
+		return c.HandleErrorPacket(pkt)
+	}
+	return nil
 }

@@ -684,3 +684,60 @@ func unquote(s string) string {
 	}
 	return string(b)
 }
+
+// MultiEffects is what the statements of a multi-statement query (a
+// COM_QUERY with CLIENT_MULTI_STATEMENTS) leave in the session beyond
+// writes, which the proxy cannot replay on replicas piece by piece: the
+// query runs on the primary as one command.
+type MultiEffects struct {
+	// Session: a piece changes session state (SET, USE, SET NAMES,
+	// session_track_gtids, @causal_token) or could not be classified
+	// (a broken annotation).
+	Session bool
+	// TempTable, LocksTables, UnlocksTables, SetsUserVar: as Stmt's, for
+	// any piece.
+	TempTable, LocksTables, UnlocksTables, SetsUserVar bool
+}
+
+// ClassifyMulti splits query at its top-level semicolons (quotes,
+// comments and executable comments understood by the lexer) and
+// classifies each piece. ok is false for a query of one statement. A
+// semicolon inside a stored program's body splits it too: its SETs then
+// count as session statements, which pins more than needed, never less.
+func ClassifyMulti(query string) (e MultiEffects, ok bool) {
+	l := sqllex.Lexer{S: query}
+	start, pieces := 0, 0
+	piece := func(end int) {
+		text := query[start:end]
+		start = end + 1
+		if strings.TrimSpace(text) == "" {
+			return
+		}
+		pieces++
+		st, err := Classify(text)
+		if err != nil {
+			e.Session = true
+			return
+		}
+		switch st.Kind {
+		case KindSession, KindSetToken, KindGetToken, KindTrackGTIDs:
+			e.Session = true
+		}
+		e.TempTable = e.TempTable || st.TempTable
+		e.LocksTables = e.LocksTables || st.LocksTables
+		e.UnlocksTables = e.UnlocksTables || st.UnlocksTables
+		e.SetsUserVar = e.SetsUserVar || st.SetsUserVar
+	}
+	for t := l.Next(); t.Kind != sqllex.EOF; t = l.Next() {
+		if t.Punct(';') {
+			piece(t.Pos)
+		}
+	}
+	if start < len(query) {
+		piece(len(query))
+	}
+	if pieces < 2 {
+		return MultiEffects{}, false
+	}
+	return e, true
+}

@@ -305,3 +305,28 @@ func BenchmarkClassifyWithToken(b *testing.B) {
 		}
 	}
 }
+
+func TestClassifyMulti(t *testing.T) {
+	for _, c := range []struct {
+		q     string
+		multi bool
+		want  MultiEffects
+	}{
+		{"SELECT 1", false, MultiEffects{}},
+		{"SET a = 1;", false, MultiEffects{}},
+		{"DO 1; DO 2", true, MultiEffects{}},
+		{"UPDATE t SET v = 1; UPDATE t SET v = 2;", true, MultiEffects{}},
+		{"DO 1; SET SESSION sql_mode = ''", true, MultiEffects{Session: true}},
+		{"SELECT ';'; USE db", true, MultiEffects{Session: true}},
+		{"SELECT 1 /* ; SET a=1 */; DO 2", true, MultiEffects{}},
+		{"DO 1; CREATE TEMPORARY TABLE t (a INT)", true, MultiEffects{TempTable: true}},
+		{"DO 1; LOCK TABLES t READ", true, MultiEffects{LocksTables: true}},
+		{"DO 1; SET @causal_token = 'x'", true, MultiEffects{Session: true}},
+		{"DO 1; SELECT 2 INTO @v", true, MultiEffects{SetsUserVar: true}},
+	} {
+		got, multi := ClassifyMulti(c.q)
+		if multi != c.multi || got != c.want {
+			t.Errorf("ClassifyMulti(%q) = %+v, %v; want %+v, %v", c.q, got, multi, c.want, c.multi)
+		}
+	}
+}

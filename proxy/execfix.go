@@ -104,6 +104,10 @@ type execFixConn struct {
 	// COM_STMT_RESET and (by the session) COM_STMT_CLOSE.
 	longData map[uint32]*stmtLongData
 
+	// file holds one packet of a LOAD DATA LOCAL INFILE file being
+	// relayed (filePacket), apart from buf (the statement's text).
+	file []byte
+
 	// wbuf holds coalesced writes; werr is the first write error.
 	wbuf []byte
 	werr error
@@ -403,6 +407,32 @@ func (c *execFixConn) substitute(cmd, seq, last byte) error {
 	c.cmd, c.seq = cmd, last+1
 	c.deliver(seq, stand)
 	return nil
+}
+
+// filePacket reads one packet of the file a client sends in answer to
+// LOAD DATA LOCAL INFILE's request (not a command): its payload, valid
+// until the next call, and its sequence number. An empty payload ends the
+// file. What the proxy buffered for the client (the request) is flushed
+// first. A packet longer than max_allowed_packet ends the connection
+// (MySQL refuses it the same way, 1153).
+func (c *execFixConn) filePacket() ([]byte, byte, error) {
+	if err := c.Flush(); err != nil {
+		return nil, 0, err
+	}
+	if cap(c.file) > keepMax {
+		c.file = nil
+	}
+	hdr, err := c.header(false)
+	if err != nil {
+		return nil, 0, err
+	}
+	length, seq := packetLen(hdr), hdr[3]
+	if length > c.lim.maxPacket {
+		c.count("packet-too-large")
+		return nil, seq, fmt.Errorf("proxy: a LOAD DATA LOCAL packet of %d bytes exceeds max_allowed_packet (%d)", length, c.lim.maxPacket)
+	}
+	c.file, err = c.appendArrived(c.file[:0], length)
+	return c.file, seq, err
 }
 
 // packetLen is a packet header's payload length.

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -130,6 +132,8 @@ type handshakeConn struct {
 	// packets counts the packets seen; through: pass bytes unchecked.
 	packets int
 	through bool
+	// greeted: the greeting was written (Write).
+	greeted bool
 }
 
 // errPreAuthPacket: a client packet before login was longer than
@@ -161,6 +165,49 @@ func (h *handshakeConn) Read(p []byte) (int, error) {
 	h.remain -= n
 	h.stepAside()
 	return n, err
+}
+
+// greetingFlags are capabilities MySQL offers that go-mysql v1.16.0's
+// server cannot be told to offer (its SetCapability takes LOCAL_FILES and
+// the multi-results flags only): the proxy passes them on to the backends
+// (passedFlags), so it offers them. Clients keep only flags the server
+// offered (go-sql-driver, libmysqlclient): without them multiStatements
+// and clientFoundRows were silently off.
+const greetingFlags = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_FOUND_ROWS
+
+// Write passes the server's writes on, adding greetingFlags to the
+// greeting (the first packet, protocol version 10).
+func (h *handshakeConn) Write(p []byte) (int, error) {
+	if h.greeted {
+		return h.Conn.Write(p)
+	}
+	h.greeted = true
+	return h.Conn.Write(offerFlags(p, greetingFlags))
+}
+
+// offerFlags returns the greeting packet pkt (header included) with flags
+// added to its capabilities (a copy), or pkt unchanged when it is not a
+// protocol-10 greeting.
+func offerFlags(pkt []byte, flags uint32) []byte {
+	// header(4) protocol(1) version(NUL-terminated) connection id(4)
+	// auth data(8) filler(1) capabilities low(2) charset(1) status(2)
+	// capabilities high(2)
+	if len(pkt) < 5 || pkt[3] != 0 || pkt[4] != 10 || packetLen(pkt) != len(pkt)-4 {
+		return pkt
+	}
+	nul := bytes.IndexByte(pkt[5:], 0)
+	if nul < 0 {
+		return pkt
+	}
+	lo := 5 + nul + 1 + 4 + 8 + 1
+	hi := lo + 2 + 1 + 2
+	if len(pkt) < hi+2 {
+		return pkt
+	}
+	out := bytes.Clone(pkt)
+	binary.LittleEndian.PutUint16(out[lo:], binary.LittleEndian.Uint16(out[lo:])|uint16(flags))
+	binary.LittleEndian.PutUint16(out[hi:], binary.LittleEndian.Uint16(out[hi:])|uint16(flags>>16))
+	return out
 }
 
 // stepAside lets TLS through once the SSLRequest was read.

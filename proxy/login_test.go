@@ -268,3 +268,38 @@ func TestMaxConnections(t *testing.T) {
 		t.Fatalf("after the half-open connections: %v", err)
 	}
 }
+
+// TestOfferFlags: the greeting go-mysql writes gets CLIENT_MULTI_STATEMENTS
+// and CLIENT_FOUND_ROWS added (clients keep only what the server offers);
+// anything else passes unchanged.
+func TestOfferFlags(t *testing.T) {
+	caps := uint32(mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_SSL | mysql.CLIENT_SESSION_TRACK)
+	p := []byte{10}
+	p = append(append(p, "9.7.0-causallab"...), 0)
+	p = append(p, 1, 0, 0, 0)                // connection id
+	p = append(p, 1, 2, 3, 4, 5, 6, 7, 8, 0) // auth data, filler
+	p = append(p, byte(caps), byte(caps>>8), 45, 2, 0, byte(caps>>16), byte(caps>>24), 21)
+	p = append(p, make([]byte, 10)...)
+	pkt := append([]byte{byte(len(p)), byte(len(p) >> 8), byte(len(p) >> 16), 0}, p...)
+	out := offerFlags(pkt, greetingFlags)
+	lo := 4 + 1 + len("9.7.0-causallab") + 1 + 4 + 9
+	got := uint32(out[lo]) | uint32(out[lo+1])<<8 | uint32(out[lo+5])<<16 | uint32(out[lo+6])<<24
+	if got != caps|greetingFlags {
+		t.Fatalf("capabilities %#x, want %#x", got, caps|greetingFlags)
+	}
+	if !bytes.Equal(out[:lo], pkt[:lo]) || !bytes.Equal(out[lo+7:], pkt[lo+7:]) || out[lo+2] != 45 {
+		t.Fatal("offerFlags changed more than the capability bytes")
+	}
+	if pkt[lo] != byte(caps) {
+		t.Fatal("offerFlags changed its input")
+	}
+	for _, other := range [][]byte{
+		{1, 0, 0, 0, 0xff},                        // an error packet
+		{3, 0, 0, 1, 10, 'a', 'b'},                // not sequence 0
+		append([]byte{5, 0, 0, 0, 10}, "abcd"...), // no NUL
+	} {
+		if o := offerFlags(other, greetingFlags); !bytes.Equal(o, other) {
+			t.Errorf("offerFlags(% x) = % x, want it unchanged", other, o)
+		}
+	}
+}

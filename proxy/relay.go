@@ -70,12 +70,16 @@ type relayReq struct {
 	// flush sends the client's buffered response before the watermark's
 	// answer is read (nil: nothing to flush).
 	flush func() error
+	// file reads the client's next LOAD DATA LOCAL INFILE packet
+	// (execFixConn.filePacket). Nil: the server's request for a local
+	// file is answered with an empty file, the client never asked.
+	file func() ([]byte, byte, error)
 }
 
 // relay sends a COM_QUERY to bc and streams the response to the client
 // (see relayCmd).
-func relay(cc *server.Conn, bc *backendConn, query string, wantGTIDs bool) (relayOut, error) {
-	return relayQuery(cc, bc, query, relayReq{op: "query", wantGTIDs: wantGTIDs})
+func relay(cc *server.Conn, bc *backendConn, query string, wantGTIDs bool, file func() ([]byte, byte, error)) (relayOut, error) {
+	return relayQuery(cc, bc, query, relayReq{op: "query", wantGTIDs: wantGTIDs, file: file})
 }
 
 // relayQuery relays the COM_QUERY of query with req's options.
@@ -101,7 +105,7 @@ func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) 
 		bc.broken = true
 		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
 	}
-	out, err := relayResponse(cc, bc, req.op, req.wantGTIDs)
+	out, err := relayResponse(cc, bc, req)
 	if !req.watermark || bc.broken {
 		return out, err
 	}
@@ -236,7 +240,8 @@ func (bc *backendConn) readWatermark() (gtid.Set, error) {
 }
 
 // relayResponse streams one command's response from bc to the client.
-func relayResponse(cc *server.Conn, bc *backendConn, op string, wantGTIDs bool) (relayOut, error) {
+func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
+	op, wantGTIDs := req.op, req.wantGTIDs
 	var out relayOut
 	written := false
 	clientOK := true
@@ -288,13 +293,13 @@ func relayResponse(cc *server.Conn, bc *backendConn, op string, wantGTIDs bool) 
 			write(pkt)
 			return out, finish(clientOK)
 		case mysql.LocalInFile_HEADER:
-			// LOAD DATA LOCAL: send the empty packet that ends the file and
-			// relay the server's answer; the client's file is never read.
-			bc.conn.Sequence = pkt[3] + 1
-			if err := bc.conn.WritePacket([]byte{0, 0, 0, 0}); err != nil {
-				bc.broken = true
+			if err := relayLocalFile(cc, bc, pkt, req, write); err != nil {
+				if errors.Is(err, errClientGone) {
+					return out, err
+				}
 				return out, &relayError{err: backendErr(bc.b, op, err), partial: written}
 			}
+			written = written || req.file != nil
 			continue
 		}
 		// A result set: column count, column definitions, EOF, rows, EOF.
@@ -330,6 +335,49 @@ func relayResponse(cc *server.Conn, bc *backendConn, op string, wantGTIDs bool) 
 		}
 		if out.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
 			return out, finish(clientOK)
+		}
+	}
+}
+
+// relayLocalFile answers the server's LOCAL INFILE request pkt: with
+// req.file, the request goes to the client and the file's packets, as the
+// client sends them (each one read whole, at most max_allowed_packet),
+// go to the server unchanged until the empty packet that ends it; without,
+// the server gets an empty file. The server's answer follows (relayed by
+// the caller). Sequence numbers continue on each side as MySQL's do.
+func relayLocalFile(cc *server.Conn, bc *backendConn, pkt []byte, req relayReq, write func([]byte)) error {
+	// pkt's header bytes are room for the client's header; the backend
+	// connection counts the sequence.
+	seq := bc.conn.Sequence
+	if req.file == nil {
+		if err := bc.conn.WritePacket([]byte{0, 0, 0, 0}); err != nil {
+			bc.broken = true
+			return err
+		}
+		return nil
+	}
+	write(pkt)
+	var hdr [4]byte
+	for {
+		data, cseq, err := req.file()
+		if err != nil {
+			// The client is gone or broke the protocol mid-file: the
+			// server is waiting for the rest, so the backend connection
+			// is abandoned too.
+			bc.broken = true
+			return errClientGone
+		}
+		n := len(data)
+		hdr = [4]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}
+		if _, err := (&net.Buffers{hdr[:], data}).WriteTo(bc.conn.Conn); err != nil {
+			bc.broken = true
+			return err
+		}
+		seq++
+		cc.Sequence = cseq + 1
+		if n == 0 {
+			bc.conn.Sequence = seq
+			return nil
 		}
 	}
 }

@@ -101,6 +101,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.mysqlSrv = server.NewServerWithAuth(cfg.ServerVersion, mysql.DEFAULT_COLLATION_ID, cfg.AuthMethod, key, tlsConf,
 		authProvider{&server.DefaultAuthenticationProvider{}})
+	// MySQL offers LOCAL INFILE in its greeting (the server variable
+	// local_infile decides later); the proxy relays the file
+	// (relayLocalFile).
+	if err := s.mysqlSrv.SetCapability(mysql.CLIENT_LOCAL_FILES); err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
 	if s.users, s.decoy, err = newUsers(&s.cfg); err != nil {
 		return nil, err
 	}

@@ -61,6 +61,16 @@ type session struct {
 	// closeAfter: close the client connection once the current response
 	// is written (after an oversized packet, as MySQL does).
 	closeAfter bool
+	// flags are the capabilities the client negotiated that change what
+	// a server does with its statements (passedFlags); every backend
+	// connection is opened with them, so the server answers the client's
+	// statements as it would answer the client. COM_SET_OPTION turns
+	// CLIENT_MULTI_STATEMENTS on and off.
+	flags uint32
+	// sessionPinned: a statement changed session state the proxy could
+	// not replay (a session statement inside a multi-statement query):
+	// reads stay on the primary (live.PinSessionState).
+	sessionPinned bool
 	// wantGTIDs: the client asked for session-tracking GTIDs
 	// (SET session_track_gtids = OWN_GTID through the proxy).
 	wantGTIDs bool
@@ -124,6 +134,7 @@ func (s *session) start(cc *server.Conn) error {
 	if col, err := charset.GetCollationByID(int(cc.Charset())); err == nil {
 		s.collation = col.Name
 	}
+	s.flags = cc.Capability() & passedFlags
 	bc, err := s.dial(&s.srv.cfg.Primary)
 	if err != nil {
 		return err
@@ -140,7 +151,7 @@ func (s *session) close() {
 }
 
 func (s *session) dial(b *Backend) (*backendConn, error) {
-	bc, err := dialBackend(s.ctx, b, s.db, s.collation, &s.srv.cfg)
+	bc, err := dialBackend(s.ctx, b, s.db, s.collation, s.flags, &s.srv.cfg)
 	if err != nil {
 		s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
 		return nil, err
@@ -153,6 +164,24 @@ func (s *session) dial(b *Backend) (*backendConn, error) {
 		}
 	}
 	return bc, nil
+}
+
+// passedFlags are the client capabilities passed on to the backends:
+// CLIENT_MULTI_STATEMENTS (several statements in one COM_QUERY),
+// CLIENT_FOUND_ROWS (an UPDATE's affected rows are the rows it matched)
+// and CLIENT_LOCAL_FILES (LOAD DATA LOCAL INFILE, the file relayed from
+// the client, relayLocalFile).
+const passedFlags = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LOCAL_FILES
+
+// localFile is the relay's reader of a LOAD DATA LOCAL INFILE file from
+// the client, or nil when the client did not offer local files (the
+// server then refuses the statement itself: the backend connection does
+// not offer them either).
+func (s *session) localFile() func() ([]byte, byte, error) {
+	if s.fc == nil || s.flags&mysql.CLIENT_LOCAL_FILES == 0 {
+		return nil
+	}
+	return s.fc.filePacket
 }
 
 // proxyErr is an error the proxy returns to the client itself.
@@ -342,7 +371,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
 	s.srv.m.statements.WithLabelValues(st.Kind.String(), "primary").Inc()
-	out, err := relay(s.cc, s.primary, query, s.wantGTIDs)
+	out, err := relay(s.cc, s.primary, query, s.wantGTIDs, s.localFile())
 	if err != nil {
 		return s.relayFailed(s.primary, err)
 	}
@@ -350,7 +379,30 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	if st.Kind == KindSession && !out.serverErr {
 		s.replayEverywhere(query)
 	}
+	if s.flags&mysql.CLIENT_MULTI_STATEMENTS != 0 && strings.IndexByte(query, ';') >= 0 {
+		s.afterMulti(query)
+	}
 	return done(), nil
+}
+
+// afterMulti mirrors what a multi-statement query run on the primary left
+// in the session (ClassifyMulti), whether or not all of it ran: its
+// session statements ran on the primary only, so reads stay there.
+func (s *session) afterMulti(query string) {
+	e, ok := ClassifyMulti(query)
+	if !ok {
+		return
+	}
+	if e.Session {
+		s.sessionPinned = true
+	}
+	s.tempTables = s.tempTables || e.TempTable
+	if e.LocksTables {
+		s.lockedTables = true
+	} else if e.UnlocksTables {
+		s.lockedTables = false
+	}
+	s.userVarsOnPrimary = s.userVarsOnPrimary || e.SetsUserVar
 }
 
 // readOptions builds the router's per-read options from the statement:
@@ -546,6 +598,8 @@ func (s *session) pin(st Stmt) live.Pin {
 		return live.PinTempTable
 	case s.lockedTables:
 		return live.PinLockedTables
+	case s.sessionPinned:
+		return live.PinSessionState
 	case s.userVarsOnPrimary && st.UsesUserVar:
 		return live.PinUserVariables
 	case len(s.srv.cfg.Replicas) == 0:
@@ -1094,7 +1148,7 @@ func (s *session) HandleStmtClose(ctx any) error {
 
 // HandleOtherCommand handles COM_RESET_CONNECTION (session state cleared
 // everywhere) and refuses the rest with a clear error.
-func (s *session) HandleOtherCommand(cmd byte, _ []byte) error {
+func (s *session) HandleOtherCommand(cmd byte, data []byte) error {
 	switch cmd {
 	case mysql.COM_RESET_CONNECTION:
 		for i, r := range s.replicas {
@@ -1112,6 +1166,7 @@ func (s *session) HandleOtherCommand(cmd byte, _ []byte) error {
 			s.fc.dropAllLongData()
 		}
 		s.inTx, s.autocommitOff, s.tempTables, s.lockedTables, s.userVarsOnPrimary = false, false, false, false, false
+		s.sessionPinned = false
 		s.cc.ClearInTransaction()
 		s.wantGTIDs = false
 		key := s.ls.State().AffinityKey
@@ -1121,7 +1176,51 @@ func (s *session) HandleOtherCommand(cmd byte, _ []byte) error {
 		s.primary = nil
 		return s.ensurePrimary()
 	case mysql.COM_SET_OPTION:
-		return s.proxyErr("unsupported", mysql.ER_NOT_SUPPORTED_YET, "multi-statements are not supported through the proxy")
+		return s.setOption(data)
 	}
 	return s.proxyErr("unsupported", mysql.ER_UNKNOWN_COM_ERROR, "command 0x%02x is not supported by the proxy", cmd)
+}
+
+// COM_SET_OPTION's options (MySQL's enum_mysql_set_option).
+const (
+	optionMultiStatementsOn  = 0
+	optionMultiStatementsOff = 1
+)
+
+// setOption handles COM_SET_OPTION (go-mysql answers EOF when it returns
+// nil): CLIENT_MULTI_STATEMENTS on or off for the session, as MySQL does.
+// The primary runs it first (its refusal is the answer); open replica
+// connections follow, and connections opened later are dialled with the
+// new flags. A replica connection that fails it is closed (counted as a
+// replay failure).
+func (s *session) setOption(data []byte) error {
+	if len(data) != 2 {
+		return mysql.NewError(mysql.ER_MALFORMED_PACKET, "Malformed communication packet.")
+	}
+	opt := binary.LittleEndian.Uint16(data)
+	if opt != optionMultiStatementsOn && opt != optionMultiStatementsOff {
+		return mysql.NewError(mysql.ER_UNKNOWN_COM_ERROR, "Unknown command")
+	}
+	if err := s.ensurePrimary(); err != nil {
+		return err
+	}
+	if err := s.primary.setOption(opt); err != nil {
+		return s.backendFailure(s.primary, err)
+	}
+	if opt == optionMultiStatementsOn {
+		s.flags |= mysql.CLIENT_MULTI_STATEMENTS
+	} else {
+		s.flags &^= mysql.CLIENT_MULTI_STATEMENTS
+	}
+	for i, r := range s.replicas {
+		if r == nil || r.broken {
+			continue
+		}
+		if err := r.setOption(opt); err != nil {
+			s.srv.m.replayFailures.WithLabelValues(r.b.Name).Inc()
+			r.close()
+			s.replicas[i] = nil
+		}
+	}
+	return nil
 }
