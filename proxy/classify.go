@@ -34,6 +34,11 @@ const (
 	// by the proxy (the backends always track OWN_GTID); Stmt.TrackGTIDs
 	// holds whether the client now wants GTIDs forwarded.
 	KindTrackGTIDs
+	// KindConnStatus is `SHOW [SESSION | LOCAL] STATUS LIKE '<name>'` for
+	// a status of the client's own link the proxy terminates (Ssl_cipher,
+	// Ssl_version): answered by the proxy (a backend would describe its
+	// link to the proxy); Stmt.Status holds the variable's name.
+	KindConnStatus
 )
 
 func (k Kind) String() string {
@@ -54,6 +59,8 @@ func (k Kind) String() string {
 		return "get-token"
 	case KindTrackGTIDs:
 		return "track-gtids"
+	case KindConnStatus:
+		return "conn-status"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -167,6 +174,8 @@ type Stmt struct {
 	UsesUserVar bool
 	// TrackGTIDs is the client's wish for KindTrackGTIDs.
 	TrackGTIDs bool
+	// Status is KindConnStatus's variable, spelt as connStatus spells it.
+	Status string
 	// assignsToken: the statement assigns @causal_token in a form the
 	// proxy does not evaluate (Classify returns ErrTokenNotLiteral).
 	assignsToken bool
@@ -382,12 +391,41 @@ func classify(l *sqllex.Lexer) Stmt {
 		scanUserVars(l, &st)
 		return st
 	case t.Is("SHOW"):
-		return primary(ReasonShow)
+		return classifyShow(l)
 	case t.Is("DESCRIBE"), t.Is("DESC"), t.Is("EXPLAIN"):
 		// EXPLAIN ANALYZE runs the statement: only a SELECT may be routed.
 		return classifyExplain(l)
 	}
 	return primary(ReasonUnclassified)
+}
+
+// connStatus are the status variables of the client's link that the
+// proxy answers itself (KindConnStatus).
+var connStatus = []string{"Ssl_cipher", "Ssl_version"}
+
+// classifyShow finds KindConnStatus: SHOW [SESSION | LOCAL] STATUS LIKE
+// with a literal naming one of connStatus exactly (case-insensitive, `\_`
+// or `_` for the underscore, no other wildcard). Any other SHOW stays on
+// the primary.
+func classifyShow(l *sqllex.Lexer) Stmt {
+	t := l.Next()
+	if t.Is("SESSION") || t.Is("LOCAL") {
+		t = l.Next()
+	}
+	if !t.Is("STATUS") || !l.Next().Is("LIKE") {
+		return primary(ReasonShow)
+	}
+	lit := l.Next()
+	if lit.Kind != sqllex.String || l.Next().Kind != sqllex.EOF {
+		return primary(ReasonShow)
+	}
+	pat := strings.ReplaceAll(unquote(lit.Text), `\_`, "_")
+	for _, name := range connStatus {
+		if strings.EqualFold(pat, name) {
+			return Stmt{Kind: KindConnStatus, Status: name}
+		}
+	}
+	return primary(ReasonShow)
 }
 
 // scanUserVars marks a write that assigns user variables.

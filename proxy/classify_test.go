@@ -260,7 +260,7 @@ func FuzzClassify(f *testing.F) {
 			}
 			return
 		}
-		if st.Kind > KindTrackGTIDs || st.Reason >= numReasons {
+		if st.Kind > KindConnStatus || st.Reason >= numReasons {
 			t.Fatalf("unknown kind/reason %v/%v", st.Kind, st.Reason)
 		}
 		if st.Kind == KindPrimary && st.Reason == ReasonNone {
@@ -327,6 +327,34 @@ func TestClassifyMulti(t *testing.T) {
 		got, multi := ClassifyMulti(c.q)
 		if multi != c.multi || got != c.want {
 			t.Errorf("ClassifyMulti(%q) = %+v, %v; want %+v, %v", c.q, got, multi, c.want, c.multi)
+		}
+	}
+}
+
+func TestClassifyConnStatus(t *testing.T) {
+	for q, want := range map[string]string{
+		"SHOW STATUS LIKE 'Ssl_cipher'":          "Ssl_cipher",
+		"show session status like 'ssl_version'": "Ssl_version",
+		`SHOW LOCAL STATUS LIKE 'Ssl\_cipher'`:   "Ssl_cipher",
+		"SHOW STATUS LIKE 'Ssl%'":                "",
+		"SHOW GLOBAL STATUS LIKE 'Ssl_cipher'":   "",
+		"SHOW STATUS LIKE 'Ssl_cipher'; DO 1":    "",
+		"SHOW STATUS":                            "",
+		"SHOW STATUS LIKE 'Ssl_cipher_list'":     "",
+		"SHOW STATUS WHERE Variable_name = 'x'":  "",
+	} {
+		st, err := Classify(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == "" {
+			if st.Kind != KindPrimary || st.Reason != ReasonShow {
+				t.Errorf("%q: %v/%v, want primary/show", q, st.Kind, st.Reason)
+			}
+			continue
+		}
+		if st.Kind != KindConnStatus || st.Status != want {
+			t.Errorf("%q: %v %q, want conn-status %q", q, st.Kind, st.Status, want)
 		}
 	}
 }

@@ -200,3 +200,33 @@ func TestSetOptionMultiStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestConnStatusDescribesClientLink: SHOW STATUS LIKE 'Ssl_cipher' /
+// 'Ssl_version' describe the client's own link, which the proxy
+// terminates (the backend described its plain link to the proxy: an empty
+// cipher for a TLS client); plain clients get empty values.
+func TestConnStatusDescribesClientLink(t *testing.T) {
+	s := startProxy(t, nil)
+	status := func(db *sql.DB, name string) string {
+		t.Helper()
+		var n, v string
+		if err := db.QueryRow("SHOW STATUS LIKE '"+name+"'").Scan(&n, &v); err != nil {
+			t.Fatal(err)
+		}
+		if n != name {
+			t.Fatalf("SHOW STATUS LIKE '%s' named %q", name, n)
+		}
+		return v
+	}
+	secure := openDB(t, s, "tls=skip-verify")
+	if c := status(secure, "Ssl_cipher"); !strings.HasPrefix(c, "TLS_") {
+		t.Fatalf("TLS client: Ssl_cipher %q, want the TLS session's cipher suite", c)
+	}
+	if v := status(secure, "Ssl_version"); !strings.HasPrefix(v, "TLSv1.") {
+		t.Fatalf("TLS client: Ssl_version %q, want TLSv1.x", v)
+	}
+	plain := openDB(t, s, "tls=false")
+	if c := status(plain, "Ssl_cipher"); c != "" {
+		t.Fatalf("plain client: Ssl_cipher %q, want empty", c)
+	}
+}

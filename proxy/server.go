@@ -403,6 +403,10 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	if under == net.Conn(hc) {
 		under = c
 	}
+	if tc, ok := under.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		sess.tls = &st
+	}
 	fc := newExecFixConn(under, sess.params, gateLimits{
 		maxPacket: s.cfg.MaxAllowedPacket,
 		idle:      s.cfg.IdleTimeout,

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -71,6 +72,8 @@ type session struct {
 	// not replay (a session statement inside a multi-statement query):
 	// reads stay on the primary (live.PinSessionState).
 	sessionPinned bool
+	// tls is the client link's TLS state (nil: plain), for KindConnStatus.
+	tls *tls.ConnectionState
 	// wantGTIDs: the client asked for session-tracking GTIDs
 	// (SET session_track_gtids = OWN_GTID through the proxy).
 	wantGTIDs bool
@@ -303,6 +306,35 @@ func oneValueResultset(name string, v *string) *mysql.Resultset {
 	return &mysql.Resultset{Fields: []*mysql.Field{f}, FieldNames: map[string]int{name: 0}, RowDatas: []mysql.RowData{row}}
 }
 
+// connStatus is the value of a status variable of the client's own link
+// (KindConnStatus), as MySQL reports it for its client: the TLS version
+// ("TLSv1.3") and cipher suite of the proxy's TLS session with the client,
+// empty without TLS. Cipher names are Go's (IANA's); for TLS 1.3 they are
+// the names MySQL reports.
+func (s *session) connStatus(name string) string {
+	if s.tls == nil {
+		return ""
+	}
+	switch name {
+	case "Ssl_cipher":
+		return tls.CipherSuiteName(s.tls.CipherSuite)
+	case "Ssl_version":
+		return strings.Replace(tls.VersionName(s.tls.Version), "TLS 1.", "TLSv1.", 1)
+	}
+	return ""
+}
+
+// statusResultset is SHOW STATUS's answer of one row (Variable_name,
+// Value), built by hand like oneValueResultset.
+func statusResultset(name, value string) *mysql.Resultset {
+	fs := []*mysql.Field{
+		{Name: []byte("Variable_name"), Charset: 33, Type: mysql.MYSQL_TYPE_VAR_STRING},
+		{Name: []byte("Value"), Charset: 33, Type: mysql.MYSQL_TYPE_VAR_STRING},
+	}
+	row := append(mysql.PutLengthEncodedString([]byte(name)), mysql.PutLengthEncodedString([]byte(value))...)
+	return &mysql.Resultset{Fields: fs, FieldNames: map[string]int{"Variable_name": 0, "Value": 1}, RowDatas: []mysql.RowData{row}}
+}
+
 // takeCommand returns the client's own command when execFixConn handed
 // go-mysql a stand-in for it (it always does for COM_QUERY,
 // COM_STMT_PREPARE and COM_STMT_EXECUTE), and sets the response's
@@ -360,6 +392,9 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
 		s.wantGTIDs = st.TrackGTIDs
 		return nil, nil
+	case KindConnStatus:
+		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
+		return mysql.NewResult(statusResultset(st.Status, s.connStatus(st.Status))), nil
 	}
 	if err := s.ensurePrimary(); err != nil {
 		return nil, err
@@ -787,6 +822,10 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 		return 0, 0, nil, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
 	}
 	switch st.Kind {
+	case KindConnStatus:
+		// Prepared, it runs on the primary: the status of the proxy's
+		// link to it (docs/proxy.md, limits).
+		st = primary(ReasonShow)
 	case KindSetToken, KindGetToken, KindTrackGTIDs:
 		return 0, 0, nil, s.proxyErr("unsupported", mysql.ER_UNSUPPORTED_PS, "causal token statements cannot be prepared; send them as plain queries")
 	}
