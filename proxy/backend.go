@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -20,6 +21,8 @@ type backendConn struct {
 	conn *client.Conn
 	// broken is set after an I/O error: the connection is unusable.
 	broken bool
+	// used is when a command was last sent (closedWhileIdle).
+	used time.Time
 	// buf is reused for relayed packets; head and pieces build the
 	// command sent (relayReq.cmd).
 	buf    []byte
@@ -114,7 +117,7 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 		c.Close()
 		return nil, backendErr(b, "connect", err)
 	}
-	return &backendConn{b: b, conn: c, buf: make([]byte, 0, 4096)}, nil
+	return &backendConn{b: b, conn: c, buf: make([]byte, 0, 4096), used: time.Now()}, nil
 }
 
 func (bc *backendConn) close() {
@@ -125,6 +128,7 @@ func (bc *backendConn) close() {
 
 // exec runs a statement whose result the proxy consumes itself.
 func (bc *backendConn) exec(query string) (*mysql.Result, error) {
+	bc.used = time.Now()
 	r, err := bc.conn.Execute(query)
 	if err != nil {
 		var me *mysql.MyError
@@ -141,6 +145,7 @@ func (bc *backendConn) exec(query string) (*mysql.Result, error) {
 func (bc *backendConn) setOption(opt uint16) error {
 	c := bc.conn
 	c.ResetSequence()
+	bc.used = time.Now()
 	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_SET_OPTION, byte(opt), byte(opt >> 8)}); err != nil {
 		bc.broken = true
 		return err

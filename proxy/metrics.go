@@ -35,6 +35,12 @@ type metrics struct {
 	// primary, fallback, stale). The router counts such a read where it
 	// was served, not as outcome "error".
 	serverErrors *prometheus.CounterVec
+	// idleClosed counts backend connections the server closed while the
+	// session left them idle (wait_timeout), found before a command was
+	// sent, by backend and what the proxy did: reconnected (the session's
+	// state replayed) or client-closed (state a new connection cannot
+	// restore: the client got 4031 and its connection closed).
+	idleClosed *prometheus.CounterVec
 	// backendErrors counts backend connection failures by backend and op.
 	backendErrors *prometheus.CounterVec
 	// replayFailures counts session replays that failed on a backend.
@@ -62,6 +68,8 @@ func newMetrics() *metrics {
 			Name: "causallab_proxy_client_errors_total", Help: "Errors the proxy returned to clients, by kind."}, []string{"kind"}),
 		serverErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_read_server_errors_total", Help: "Routed reads the serving node answered with an error packet, by the router's outcome."}, []string{"outcome"}),
+		idleClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_idle_closed_total", Help: "Backend connections closed by the server while idle, by backend and what the proxy did (reconnected, client-closed)."}, []string{"backend", "outcome"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_backend_errors_total", Help: "Backend failures by backend and operation."}, []string{"backend", "op"}),
 		replayFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -71,7 +79,7 @@ func newMetrics() *metrics {
 	}
 	m.executesRaw = m.executes.WithLabelValues("raw", "")
 	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
-		m.clientErrors, m.serverErrors, m.backendErrors, m.replayFailures, m.executes,
+		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.executes,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	gomysql "github.com/go-sql-driver/mysql"
@@ -228,5 +229,58 @@ func TestConnStatusDescribesClientLink(t *testing.T) {
 	plain := openDB(t, s, "tls=false")
 	if c := status(plain, "Ssl_cipher"); c != "" {
 		t.Fatalf("plain client: Ssl_cipher %q, want empty", c)
+	}
+}
+
+// TestIdleClosedBackendReconnects: after the backends closed a session's
+// connections idle past its wait_timeout, the next statement reconnects
+// (session statements replayed: wait_timeout itself, sql_mode) when the
+// session holds nothing a new connection would lose, and runs; with a
+// temporary table the client gets MySQL's 4031 and its connection closes
+// (the pool's next connection works).
+func TestIdleClosedBackendReconnects(t *testing.T) {
+	s := startProxy(t, nil)
+	idle := func(db *sql.DB, setup ...string) *sql.Conn {
+		t.Helper()
+		conn, err := db.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range append([]string{"SET SESSION wait_timeout = 1", "SET SESSION sql_mode = 'ANSI_QUOTES'"}, setup...) {
+			mustExec(t, conn, q)
+		}
+		var one int
+		if err := conn.QueryRowContext(context.Background(), "SELECT 1").Scan(&one); err != nil { // opens a replica connection
+			t.Fatal(err)
+		}
+		time.Sleep(2500 * time.Millisecond) // past wait_timeout on every backend
+		return conn
+	}
+	db := openDB(t, s, "")
+	mustExec(t, db, "CREATE DATABASE IF NOT EXISTS ptest")
+	conn := idle(db)
+	mustExec(t, conn, "BEGIN")
+	mustExec(t, conn, "ROLLBACK")
+	var mode string
+	if err := conn.QueryRowContext(context.Background(), "SELECT @@SESSION.sql_mode").Scan(&mode); err != nil || mode != "ANSI_QUOTES" {
+		t.Fatalf("after the reconnect: sql_mode %q, %v; want ANSI_QUOTES (replayed)", mode, err)
+	}
+	conn.Close()
+	if m := grepLines(metricText(t, s), `causallab_proxy_idle_closed_total{backend="primary",outcome="reconnected"}`); m == "" {
+		t.Fatalf("no idle reconnect counted:\n%s", grepLines(metricText(t, s), "idle_closed"))
+	}
+
+	conn = idle(db, "CREATE TEMPORARY TABLE ptest.tmp_idle (a INT)")
+	var me *gomysql.MySQLError
+	if _, err := conn.ExecContext(context.Background(), "INSERT INTO ptest.tmp_idle VALUES (1)"); !errors.As(err, &me) || me.Number != 4031 {
+		t.Fatalf("temporary table lost with the connection: %v, want 4031", err)
+	}
+	conn.Close()
+	var one int
+	if err := db.QueryRow("SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("the pool's next connection: %v", err)
+	}
+	if m := grepLines(metricText(t, s), `outcome="client-closed"`); !strings.Contains(m, "idle_closed") {
+		t.Fatalf("the closed client was not counted:\n%s", grepLines(metricText(t, s), "idle_closed"))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -101,6 +102,7 @@ func relayQuery(cc *server.Conn, bc *backendConn, query string, req relayReq) (r
 // req.watermark, the node's executed set read right after the command is
 // in relayOut.watermark (or the reason it is not, in relayOut.wmErr).
 func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
+	bc.used = time.Now()
 	if err := bc.send(req.cmd, req.watermark); err != nil {
 		bc.broken = true
 		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}

@@ -28,6 +28,9 @@ const (
 	codeProxy = mysql.ER_UNKNOWN_ERROR
 	// codeBackendLost is CR_SERVER_LOST, as a client library would report it.
 	codeBackendLost = 2013
+	// codeClientTimeout is ER_CLIENT_INTERACTION_TIMEOUT, MySQL's answer
+	// when it closes a connection idle past wait_timeout.
+	codeClientTimeout = 4031
 )
 
 // session is the server.Handler of one client connection. The go-mysql
@@ -193,8 +196,24 @@ func (s *session) proxyErr(kind string, code uint16, format string, args ...any)
 	return mysql.NewError(code, "causallab proxy: "+fmt.Sprintf(format, args...))
 }
 
-// ensurePrimary reconnects the primary after a loss (outside transactions).
+// ensurePrimary reconnects the primary after a loss (outside
+// transactions), and before a statement is sent to a primary connection
+// the server closed while it was idle (wait_timeout, closedWhileIdle):
+// the statement was not sent, so when the session holds nothing a new
+// connection cannot restore (reconnectUnsafe) the proxy reconnects, as a
+// driver's pool would; otherwise the client gets MySQL's own 4031 and its
+// connection closes, as MySQL's would have.
 func (s *session) ensurePrimary() error {
+	if s.primary.closedWhileIdle(time.Now()) {
+		s.primary.broken = true
+		if why := s.reconnectUnsafe(); why != "" {
+			s.srv.m.idleClosed.WithLabelValues(s.primary.b.Name, "client-closed").Inc()
+			s.closeAfter = true
+			return s.proxyErr("backend-closed-idle-session", codeClientTimeout,
+				"the primary closed this session's connection while it was idle (wait_timeout): the session's %s cannot be restored on a new one; this connection closes", why)
+		}
+		s.srv.m.idleClosed.WithLabelValues(s.primary.b.Name, "reconnected").Inc()
+	}
 	if s.primary != nil && !s.primary.broken {
 		return nil
 	}
@@ -212,11 +231,36 @@ func (s *session) ensurePrimary() error {
 	return nil
 }
 
-// replica returns the session's connection to replica i, opening it.
+// reconnectUnsafe says what of the session a new primary connection
+// would lose (an open transaction, temporary tables, table locks, user
+// variables, session state run only there), or "" when replaying the
+// session statements restores it all.
+func (s *session) reconnectUnsafe() string {
+	switch {
+	case s.inTx:
+		return "open transaction"
+	case s.tempTables:
+		return "temporary tables"
+	case s.lockedTables:
+		return "table locks"
+	case s.userVarsOnPrimary:
+		return "user variables"
+	case s.sessionPinned:
+		return "session state set in a multi-statement query"
+	}
+	return ""
+}
+
+// replica returns the session's connection to replica i, opening it. A
+// connection the replica closed while it was idle (wait_timeout) is
+// redialled: it holds only replayed state.
 func (s *session) replica(i int) (*backendConn, error) {
 	fails := s.srv.rt.Failures(s.srv.cfg.Replicas[i].Name)
 	if bc := s.replicas[i]; bc != nil && !bc.broken && s.replicaFails[i] == fails {
-		return bc, nil
+		if !bc.closedWhileIdle(time.Now()) {
+			return bc, nil
+		}
+		s.srv.m.idleClosed.WithLabelValues(bc.b.Name, "reconnected").Inc()
 	}
 	s.replicas[i].close()
 	s.replicas[i] = nil

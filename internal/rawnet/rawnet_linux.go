@@ -38,6 +38,11 @@ type conn struct {
 
 var _ net.Conn = (*conn)(nil)
 
+// SyscallConn is the connection's descriptor, as *net.TCPConn's (a
+// caller's own non-blocking checks, such as a peek for a peer that closed
+// an idle connection).
+func (c *conn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
+
 // op is one direction's call state. fn is bound once (a method value) so
 // that a call allocates nothing; mu makes concurrent Reads (or Writes)
 // take turns, as net.Conn's own do.

@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"net"
+	"syscall"
+	"time"
+)
+
+// idleCheckAfter is how long a backend connection must have been unused
+// before a command is sent on it for the proxy to check, first, whether
+// the server closed it meanwhile (wait_timeout): one non-blocking peek,
+// skipped for connections in steady use.
+const idleCheckAfter = time.Second
+
+// closedWhileIdle reports whether the server closed bc, or wrote to it
+// unasked (MySQL 8.0.24+ sends ER_CLIENT_INTERACTION_TIMEOUT before it
+// closes an idle connection), since the proxy last used it. Only a
+// connection idle for idleCheckAfter is checked.
+func (bc *backendConn) closedWhileIdle(now time.Time) bool {
+	if bc == nil || bc.broken || now.Sub(bc.used) < idleCheckAfter {
+		return false
+	}
+	return peerClosed(bc.conn.Conn.Conn)
+}
+
+// peerClosed peeks at c without blocking or consuming: true when the
+// peer closed it, reset it, or sent bytes nobody asked for.
+func peerClosed(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	_ = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		for {
+			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				closed = false // nothing pending: the connection is open
+			default:
+				_ = n    // 0: EOF; more: bytes nobody asked for
+				closed = true // or the connection's error
+			}
+			return true
+		}
+	})
+	return closed
+}
