@@ -45,7 +45,7 @@ func peerClosed(c net.Conn) bool {
 			case err == syscall.EAGAIN:
 				closed = false // nothing pending: the connection is open
 			default:
-				_ = n    // 0: EOF; more: bytes nobody asked for
+				_ = n         // 0: EOF; more: bytes nobody asked for
 				closed = true // or the connection's error
 			}
 			return true
