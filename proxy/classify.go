@@ -82,7 +82,7 @@ const (
 	// ReasonLockingFunction: GET_LOCK, RELEASE_LOCK, IS_FREE_LOCK and friends.
 	ReasonLockingFunction
 	// ReasonSessionFunction: a function whose answer lives in the session on
-	// the primary (LAST_INSERT_ID, FOUND_ROWS, ROW_COUNT).
+	// the primary (LAST_INSERT_ID, CONNECTION_ID, waits for positions).
 	ReasonSessionFunction
 	// ReasonTempTable: CREATE/DROP TEMPORARY TABLE.
 	ReasonTempTable
@@ -99,6 +99,12 @@ const (
 	ReasonUnclassified
 	// ReasonMultiStatement: more than one statement in one query.
 	ReasonMultiStatement
+	// ReasonPreviousStatement: the statement reads what the session's
+	// previous statement left on the connection that ran it (SHOW
+	// WARNINGS, SHOW ERRORS, SHOW COUNT(*) WARNINGS, @@warning_count,
+	// @@error_count, FOUND_ROWS(), ROW_COUNT()): it runs where the previous
+	// one ran (session.last), which may be a replica.
+	ReasonPreviousStatement
 	numReasons
 )
 
@@ -128,6 +134,8 @@ func (r Reason) String() string {
 		return "unclassified"
 	case ReasonMultiStatement:
 		return "multi-statement"
+	case ReasonPreviousStatement:
+		return "previous-statement"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
@@ -409,6 +417,10 @@ var connStatus = []string{"Ssl_cipher", "Ssl_version"}
 // the primary.
 func classifyShow(l *sqllex.Lexer) Stmt {
 	t := l.Next()
+	if t.Is("WARNINGS") || t.Is("ERRORS") || t.Is("COUNT") {
+		// SHOW WARNINGS [LIMIT ...], SHOW ERRORS, SHOW COUNT(*) WARNINGS
+		return primary(ReasonPreviousStatement)
+	}
 	if t.Is("SESSION") || t.Is("LOCAL") {
 		t = l.Next()
 	}
@@ -502,6 +514,7 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 	onlyToken := first.Is("SELECT")
 	sawSemicolon := false
 	intoVars := false // inside SELECT ... INTO @a, @b
+	previous := false // reads what the previous statement left (FOUND_ROWS, @@warning_count)
 	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
 		if sawSemicolon {
 			pin(ReasonMultiStatement)
@@ -531,6 +544,11 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 				st.SetsUserVar = true
 				pin(ReasonUserVariable)
 			}
+		case sqllex.SysVar:
+			onlyToken = false
+			if n := sysVarName(t); sqllex.EqualFoldUpper(n, "WARNING_COUNT") || sqllex.EqualFoldUpper(n, "ERROR_COUNT") {
+				previous = true
+			}
 		case sqllex.Assign:
 			onlyToken = false
 			if prev.Kind == sqllex.Var {
@@ -546,7 +564,9 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 					prev.Is("SERVICE_GET_WRITE_LOCKS"), prev.Is("SERVICE_GET_READ_LOCKS"),
 					prev.Is("SERVICE_RELEASE_LOCKS"):
 					pin(ReasonLockingFunction)
-				case prev.Is("LAST_INSERT_ID"), prev.Is("FOUND_ROWS"), prev.Is("ROW_COUNT"),
+				case prev.Is("FOUND_ROWS"), prev.Is("ROW_COUNT"):
+					previous = true
+				case prev.Is("LAST_INSERT_ID"),
 					prev.Is("CONNECTION_ID"), prev.Is("WAIT_FOR_EXECUTED_GTID_SET"),
 					prev.Is("SOURCE_POS_WAIT"), prev.Is("MASTER_POS_WAIT"), prev.Is("NEXTVAL"):
 					pin(ReasonSessionFunction)
@@ -562,6 +582,10 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 				pin(ReasonLockingRead)
 			case t.Is("SHARE") && prev.Is("IN"):
 				pin(ReasonLockingRead) // LOCK IN SHARE MODE
+			case t.Is("SQL_CALC_FOUND_ROWS"):
+				// Its FOUND_ROWS() would be spoilt on a replica by the
+				// watermark read the proxy runs there right after it.
+				pin(ReasonSessionFunction)
 			case t.Is("OUTFILE") || t.Is("DUMPFILE"):
 				if prev.Is("INTO") {
 					pin(ReasonIntoFile)
@@ -576,6 +600,11 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 	}
 	if onlyToken && words == 1 {
 		return Stmt{Kind: KindGetToken}
+	}
+	// Any other reason to stay on the primary wins over following the
+	// previous statement.
+	if previous && st.Kind == KindRead {
+		st.Kind, st.Reason = KindPrimary, ReasonPreviousStatement
 	}
 	return st
 }
@@ -673,16 +702,21 @@ func isTrackGTIDs(t sqllex.Token) bool {
 	case sqllex.Word:
 		return t.Is("SESSION_TRACK_GTIDS")
 	case sqllex.SysVar:
-		name := t.Text[2:]
-		for i := 0; i < len(name); i++ {
-			if name[i] == '.' {
-				name = name[i+1:]
-				break
-			}
-		}
-		return sqllex.EqualFoldUpper(name, "SESSION_TRACK_GTIDS")
+		return sqllex.EqualFoldUpper(sysVarName(t), "SESSION_TRACK_GTIDS")
 	}
 	return false
+}
+
+// sysVarName is a system variable token's name without @@ and its scope
+// (@@SESSION.x, @@GLOBAL.x).
+func sysVarName(t sqllex.Token) string {
+	name := t.Text[2:]
+	for i := 0; i < len(name); i++ {
+		if name[i] == '.' {
+			return name[i+1:]
+		}
+	}
+	return name
 }
 
 // unquote strips the quotes of a string literal and undoes backslash and

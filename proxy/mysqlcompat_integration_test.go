@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -282,5 +283,68 @@ func TestIdleClosedBackendReconnects(t *testing.T) {
 	}
 	if m := grepLines(metricText(t, s), `outcome="client-closed"`); !strings.Contains(m, "idle_closed") {
 		t.Fatalf("the closed client was not counted:\n%s", grepLines(metricText(t, s), "idle_closed"))
+	}
+}
+
+// TestPreviousStatementFollowsItsBackend: SHOW WARNINGS, @@warning_count
+// and SHOW COUNT(*) WARNINGS answer for the backend that ran the previous
+// statement: a read a replica served (its warning, not an earlier
+// primary statement's); after a primary statement, the primary's. SQL_CALC_FOUND_ROWS stays on the primary and
+// FOUND_ROWS() follows it. Policy token-ryw: under the watermark policies
+// the read behind a replica read clears its warnings (docs/proxy.md).
+func TestPreviousStatementFollowsItsBackend(t *testing.T) {
+	var mu sync.Mutex
+	var nodes []string
+	s := startProxy(t, func(c *Config) {
+		c.Policy = "token-ryw"
+		c.OnRead = func(r ReadRoute) {
+			mu.Lock()
+			nodes = append(nodes, r.Node)
+			mu.Unlock()
+		}
+	})
+	db := openDB(t, s, "")
+	db.SetMaxOpenConns(1)
+	// check runs stmt, then one of the three diagnostics statements (each
+	// is a statement of its own: a SELECT clears what it reads).
+	check := func(stmt, want string) {
+		t.Helper()
+		for _, diag := range []string{"SELECT @@warning_count", "SHOW COUNT(*) WARNINGS", "SHOW WARNINGS"} {
+			mu.Lock()
+			nodes = nodes[:0]
+			mu.Unlock()
+			var v any
+			if err := db.QueryRow(stmt).Scan(&v); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			served := strings.Join(nodes, ",")
+			mu.Unlock()
+			if diag != "SHOW WARNINGS" {
+				var n int
+				if err := db.QueryRow(diag).Scan(&n); err != nil || n != 1 {
+					t.Fatalf("%s (served by %q), then %s: %d, %v; want 1", stmt, served, diag, n, err)
+				}
+				continue
+			}
+			var level, msg string
+			var code int
+			if err := db.QueryRow(diag).Scan(&level, &code, &msg); err != nil || !strings.Contains(msg, want) {
+				t.Fatalf("%s (served by %q), then SHOW WARNINGS: %q, %v; want %q", stmt, served, msg, err, want)
+			}
+		}
+	}
+	check("DO CAST('2primary' AS SIGNED)", "2primary") // the primary's
+	for i := 0; i < 3; i++ {
+		check("SELECT CAST('1replica' AS SIGNED)", "1replica") // a replica's
+	}
+	emptyTable(t, db, "ptest", "calc", "id INT PRIMARY KEY")
+	mustExec(t, db, "INSERT INTO ptest.calc VALUES (1), (2), (3)")
+	var id, found int
+	if err := db.QueryRow("SELECT SQL_CALC_FOUND_ROWS id FROM ptest.calc ORDER BY id LIMIT 1").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow("SELECT FOUND_ROWS()").Scan(&found); err != nil || found != 3 {
+		t.Fatalf("FOUND_ROWS() = %d, %v; want 3", found, err)
 	}
 }

@@ -75,6 +75,9 @@ type session struct {
 	// not replay (a session statement inside a multi-statement query):
 	// reads stay on the primary (live.PinSessionState).
 	sessionPinned bool
+	// last is the backend connection that ran the session's previous
+	// statement (ReasonPreviousStatement statements follow it).
+	last *backendConn
 	// tls is the client link's TLS state (nil: plain), for KindConnStatus.
 	tls *tls.ConnectionState
 	// wantGTIDs: the client asked for session-tracking GTIDs
@@ -446,11 +449,21 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	if st.Kind == KindRead {
 		return s.readQuery(query, st)
 	}
+	if st.Reason == ReasonPreviousStatement {
+		if bc := s.previous(); bc != nil {
+			s.srv.m.statements.WithLabelValues(st.Kind.String(), "replica").Inc()
+			if _, err := relay(s.cc, bc, query, s.wantGTIDs, nil); err != nil {
+				return s.relayFailed(bc, err)
+			}
+			return done(), nil
+		}
+	}
 	if st.Kind == KindPrimary {
 		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
 	s.srv.m.statements.WithLabelValues(st.Kind.String(), "primary").Inc()
 	out, err := relay(s.cc, s.primary, query, s.wantGTIDs, s.localFile())
+	s.last = s.primary
 	if err != nil {
 		return s.relayFailed(s.primary, err)
 	}
@@ -462,6 +475,26 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		s.afterMulti(query)
 	}
 	return done(), nil
+}
+
+// previous returns the replica connection that ran the session's
+// previous statement, for a statement that reads what it left there
+// (ReasonPreviousStatement: warnings, FOUND_ROWS): nil when that was the
+// primary, or when the connection is gone (closed, redialled, or closed
+// by the server while idle: what it held is lost, the primary answers).
+func (s *session) previous() *backendConn {
+	if s.last == nil || s.last == s.primary || s.last.broken {
+		return nil
+	}
+	for _, r := range s.replicas {
+		if r == s.last {
+			if r.closedWhileIdle(time.Now()) {
+				return nil
+			}
+			return r
+		}
+	}
+	return nil
 }
 
 // afterMulti mirrors what a multi-statement query run on the primary left
@@ -563,7 +596,7 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 		if on := s.srv.cfg.OnRead; on != nil {
 			on(ReadRoute{Conn: s.id, Node: t.Node.Name, Replica: t.Replica, Reason: t.Reason, HashReason: t.HashReason})
 		}
-		served = bc
+		served, s.last = bc, bc
 		out, err = relayOne(bc, t)
 		if err != nil {
 			var re *relayError
@@ -954,6 +987,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 		}
 		r, g, err := s.executeOn(p, -1, s.primary, args)
+		s.last = s.primary
 		if err != nil {
 			return nil, s.backendFailure(s.primary, err)
 		}
@@ -977,6 +1011,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 			return gtid.Set{}, err
 		}
 		r, g, err := s.executeOn(p, t.Replica, bc, args)
+		s.last = bc
 		if err != nil {
 			if errors.As(err, &stmtErr) {
 				// Served: the server refused the statement (see routeRelay).
@@ -1084,6 +1119,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 		}
 		out, err := send(s.primary, -1, false)
+		s.last = s.primary
 		if err != nil {
 			var me *mysql.MyError
 			if errors.As(err, &me) { // the prepare on a reconnected primary failed
