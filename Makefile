@@ -3,7 +3,7 @@
 GO ?= go
 export TESTCONTAINERS_RYUK_DISABLED := true
 
-.PHONY: all build deps test test-docker test-short vet bench fmt
+.PHONY: all build deps test test-driver-suite test-docker test-short vet bench fmt
 
 all: build
 
@@ -20,11 +20,19 @@ deps:
 	./scripts/install-bench-tools.sh
 
 # test: every package, integration tests against real MySQL, MariaDB and
-# PostgreSQL included.
+# PostgreSQL included; then go-sql-driver/mysql's own suite direct and
+# through the proxy (scripts/driver-suite.sh: about 2 minutes, each run
+# bounded by CAUSALLAB_DRIVER_SUITE_TIMEOUT).
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 45m ./...
+	$(MAKE) test-driver-suite
 	$(MAKE) test-docker
+
+# test-driver-suite: go-sql-driver/mysql's suite must pass through the proxy
+# as it passes direct, but for scripts/driver-suite.allow (docs/proxy.md).
+test-driver-suite:
+	CAUSALLAB_DRIVER_SUITE_TIMEOUT=$${CAUSALLAB_DRIVER_SUITE_TIMEOUT:-10m} ./scripts/driver-suite.sh
 
 # test-docker: compose's integration tests again on the docker backend, when
 # a Docker engine answers (the local backend ran in `test`).

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -347,4 +348,30 @@ func TestPreviousStatementFollowsItsBackend(t *testing.T) {
 	if err := db.QueryRow("SELECT FOUND_ROWS()").Scan(&found); err != nil || found != 3 {
 		t.Fatalf("FOUND_ROWS() = %d, %v; want 3", found, err)
 	}
+}
+
+// TestLongDataChunkOf16MiB: a COM_STMT_SEND_LONG_DATA chunk of 16 MiB or
+// more arrives in two wire packets (the first of 0xffffff bytes); the
+// gate joins them and the execution binds the whole value (it failed with
+// "Malform packet"; 15.99 MiB worked). Chunks of 16 MiB - 1, exactly
+// 0xffffff payload bytes with the command header, and 17 MiB.
+func TestLongDataChunkOf16MiB(t *testing.T) {
+	s := startProxy(t, nil)
+	rc := rawLogin(t, s.Addr(), "app", "apppw", false)
+	id, n := rc.prepare("SELECT LENGTH(?)")
+	if n != 1 {
+		t.Fatalf("%d parameters", n)
+	}
+	for _, size := range []int{16<<20 - 1, 0xffffff - 7, 17 << 20} {
+		rc.longData(id, 0, bytes.Repeat([]byte("z"), size))
+		if a, rows := rc.executeBlob(id); a.kind != "data" || len(rows) != 1 || binaryBigint(rows[0]) != int64(size) {
+			t.Fatalf("a long-data chunk of %d bytes: %v, rows %d (first %v), want LENGTH %d", size, a, len(rows), func() int64 {
+				if len(rows) > 0 {
+					return binaryBigint(rows[0])
+				}
+				return -1
+			}(), size)
+		}
+	}
+	served(t, rc)
 }

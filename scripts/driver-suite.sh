@@ -10,8 +10,9 @@
 #   scripts/driver-suite.sh -run 'TestMultiQuery|TestLoadData'
 #                                      only these tests (go test -run)
 #
-# Environment: CAUSALLAB_DRIVER_SUITE_OUT (directory for the two logs and the
-# comparison; default: a temporary directory, printed), CAUSALLAB_DRIVER_SUITE_POLICY
+# Environment: CAUSALLAB_DRIVER_SUITE_OUT (directory for the two suites' logs,
+# the proxy's own log and metrics, and the comparison; default: a temporary
+# directory, printed), CAUSALLAB_DRIVER_SUITE_POLICY
 # (the proxy's routing policy; default token-ryw-mr), CAUSALLAB_DRIVER_SUITE_TIMEOUT
 # (per run, go test -timeout; default 15m).
 # Needs what `make deps` installs (the MySQL root filesystem). Loopback only.
@@ -79,8 +80,9 @@ chroot "$rootfs" mysql -h "${primary%:*}" -P "${primary#*:}" -ucausallab -pcausa
 	-e 'CREATE DATABASE IF NOT EXISTS gotest' 2>/dev/null
 
 pport=$(free_port)
-"$bin" proxy --topology "$state" --listen "127.0.0.1:$pport" --http "" \
-	--user causallab --password causallab --policy "$policy" >"$out/proxy.log" 2>&1 &
+hport=$(free_port)
+"$bin" -v proxy --topology "$state" --listen "127.0.0.1:$pport" --http "127.0.0.1:$hport" \
+	--user causallab --password causallab --policy "$policy" >"$out/proxy-server.log" 2>&1 &
 proxy_pid=$!
 for _ in $(seq 1 100); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$pport") 2>/dev/null; then break; fi
@@ -104,6 +106,9 @@ run_suite() { # name addr
 }
 run_suite direct "$primary"
 run_suite proxy "127.0.0.1:$pport"
+# The proxy's counters after the run, beside its log (proxy-server.log).
+python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+	"http://127.0.0.1:$hport/metrics" >"$out/proxy-metrics.txt" 2>/dev/null || log "could not read the proxy's metrics"
 
 count() { grep -c " $2\$" "$out/$1.results" || true; }
 for n in direct proxy; do
