@@ -182,6 +182,10 @@ type Stmt struct {
 	UsesUserVar bool
 	// TrackGTIDs is the client's wish for KindTrackGTIDs.
 	TrackGTIDs bool
+	// PinsSession: the statement set session state the proxy does not
+	// replay (a system variable set from a subquery): once it ran, the
+	// session's reads stay on the primary (live.PinSessionState).
+	PinsSession bool
 	// Status is KindConnStatus's variable, spelt as connStatus spells it.
 	Status string
 	// assignsToken: the statement assigns @causal_token in a form the
@@ -670,7 +674,23 @@ func classifySet(l *sqllex.Lexer) Stmt {
 	// status flags then pin the session: see session.go).
 	st := Stmt{Kind: KindSession}
 	var prev sqllex.Token
+	// target: t begins an assignment (the statement's start, or after a
+	// comma outside parentheses); sysTarget: some target is a system
+	// variable, not a user variable.
+	target, sysTarget, depth := true, false, 0
 	for ; t.Kind != sqllex.EOF; prev, t = t, l.Next() {
+		if target {
+			sysTarget = sysTarget || t.Kind != sqllex.Var
+			target = false
+		}
+		switch {
+		case t.Punct('('):
+			depth++
+		case t.Punct(')'):
+			depth--
+		case t.Punct(',') && depth == 0:
+			target = true
+		}
 		switch {
 		case t.Kind == sqllex.Var && isCausalTokenVar(t.Text):
 			// A later target (SET @a = 1, @causal_token = ...) is an
@@ -685,7 +705,21 @@ func classifySet(l *sqllex.Lexer) Stmt {
 		case t.Kind == sqllex.Var:
 			st.UsesUserVar = true
 		case t.Is("SELECT"):
-			return Stmt{Kind: KindPrimary, Reason: ReasonUserVariable, SetsUserVar: true, UsesUserVar: true}
+			// A subquery's value could differ on a lagging replica: run on
+			// the primary only; a system variable set so pins the session
+			// (its value is the primary's alone).
+			for n := l.Next(); n.Kind != sqllex.EOF && !sysTarget; n = l.Next() {
+				switch {
+				case n.Punct('('):
+					depth++
+				case n.Punct(')'):
+					depth--
+				case n.Punct(',') && depth == 0:
+					n = l.Next()
+					sysTarget = n.Kind != sqllex.Var && n.Kind != sqllex.EOF
+				}
+			}
+			return Stmt{Kind: KindPrimary, Reason: ReasonUserVariable, SetsUserVar: true, UsesUserVar: true, PinsSession: sysTarget}
 		case isTrackGTIDs(t):
 			return primary(ReasonUnclassified)
 		case t.Punct(';'):

@@ -366,3 +366,22 @@ func TestClassifyConnStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestClassifySetFromSubquery(t *testing.T) {
+	for q, pins := range map[string]bool{
+		"SET sql_mode = (SELECT REPLACE(@@sql_mode, 'ONLY_FULL_GROUP_BY', ''))": true,
+		"SET SESSION sql_mode = (SELECT 'ANSI')":                                true,
+		"SET @a = (SELECT 1)":                                                   false,
+		"SET @a = (SELECT 1), @@SESSION.sql_mode = 'x'":                         true,
+		"SET @a = (SELECT MAX(id) FROM t), @b = 2":                              false,
+		"SET @a = CONCAT('x', (SELECT 1))":                                      false,
+	} {
+		st, err := Classify(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Kind != KindPrimary || st.PinsSession != pins {
+			t.Errorf("%q: %v PinsSession=%v, want primary PinsSession=%v", q, st.Kind, st.PinsSession, pins)
+		}
+	}
+}

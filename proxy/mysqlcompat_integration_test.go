@@ -375,3 +375,28 @@ func TestLongDataChunkOf16MiB(t *testing.T) {
 	}
 	served(t, rc)
 }
+
+// TestSetFromSubqueryPins: SET sql_mode = (SELECT REPLACE(@@sql_mode,
+// ...)) runs on the primary only (a subquery's value could differ on a
+// replica), so the session's reads stay there (session-state) and see the
+// new sql_mode: replicas kept the old one and GROUP BY reads failed with
+// 1055 there.
+func TestSetFromSubqueryPins(t *testing.T) {
+	s := startProxy(t, nil)
+	db := openDB(t, s, "")
+	db.SetMaxOpenConns(1)
+	var mode string
+	if err := db.QueryRow("SELECT @@SESSION.sql_mode").Scan(&mode); err != nil || !strings.Contains(mode, "ONLY_FULL_GROUP_BY") {
+		t.Fatalf("default sql_mode %q, %v: the test needs ONLY_FULL_GROUP_BY", mode, err)
+	}
+	mustExec(t, db, "SET sql_mode = (SELECT REPLACE(@@sql_mode, 'ONLY_FULL_GROUP_BY', ''))")
+	for i := 0; i < 10; i++ {
+		if err := db.QueryRow("SELECT @@SESSION.sql_mode").Scan(&mode); err != nil || strings.Contains(mode, "ONLY_FULL_GROUP_BY") {
+			t.Fatalf("read %d: sql_mode %q, %v: served without the session's SET", i, mode, err)
+		}
+		var n, c int
+		if err := db.QueryRow("SELECT n, COUNT(*) FROM (SELECT 1 AS n, 2 AS m) x GROUP BY m").Scan(&n, &c); err != nil {
+			t.Fatalf("read %d: a GROUP BY needing the new sql_mode: %v", i, err)
+		}
+	}
+}

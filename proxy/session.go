@@ -72,7 +72,8 @@ type session struct {
 	// CLIENT_MULTI_STATEMENTS on and off.
 	flags uint32
 	// sessionPinned: a statement changed session state the proxy could
-	// not replay (a session statement inside a multi-statement query):
+	// not replay (a session statement inside a multi-statement query, a
+	// system variable SET from a subquery):
 	// reads stay on the primary (live.PinSessionState).
 	sessionPinned bool
 	// last is the backend connection that ran the session's previous
@@ -249,7 +250,7 @@ func (s *session) reconnectUnsafe() string {
 	case s.userVarsOnPrimary:
 		return "user variables"
 	case s.sessionPinned:
-		return "session state set in a multi-statement query"
+		return "session state set on the primary only (a multi-statement query, a SET from a subquery)"
 	}
 	return ""
 }
@@ -746,6 +747,9 @@ func (s *session) afterPrimary(st Stmt, out relayOut) {
 	}
 	if st.SetsUserVar {
 		s.userVarsOnPrimary = true
+	}
+	if st.PinsSession {
+		s.sessionPinned = true
 	}
 	if out.gtid != "" {
 		s.recordWrite(out.gtid)
