@@ -400,3 +400,59 @@ func TestSetFromSubqueryPins(t *testing.T) {
 		}
 	}
 }
+
+// TestResetConnectionResetsSession: COM_RESET_CONNECTION (pools send it)
+// resets what MySQL resets: the open transaction, session variables, and
+// the proxy's own session state, its causal token and its pins.
+func TestResetConnectionResetsSession(t *testing.T) {
+	s := startProxy(t, nil)
+	rc := rawLogin(t, s.Addr(), "app", "apppw", false)
+	exec := func(q string) *mysql.Result {
+		t.Helper()
+		r, err := rc.cc.Execute(q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return r
+	}
+	value := func(q string) (string, bool) {
+		t.Helper()
+		r := exec(q)
+		if null, err := r.IsNull(0, 0); err != nil || null {
+			return "", false
+		}
+		v, err := r.GetString(0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, true
+	}
+	exec("CREATE DATABASE IF NOT EXISTS ptest")
+	exec("CREATE TABLE IF NOT EXISTS ptest.reset (a INT)")
+	exec("INSERT INTO ptest.reset VALUES (1)")
+	if _, ok := value("SELECT @causal_token"); !ok {
+		t.Fatal("no token after a write")
+	}
+	exec("SET SESSION sql_mode = 'ANSI_QUOTES'")
+	exec("BEGIN")
+	rc.write(0, []byte{mysql.COM_RESET_CONNECTION})
+	if a := rc.reply(); a.kind != "ok" {
+		t.Fatalf("COM_RESET_CONNECTION: %v", a)
+	}
+	if tok, ok := value("SELECT @causal_token"); ok {
+		t.Fatalf("token %q kept across COM_RESET_CONNECTION", tok)
+	}
+	if mode, _ := value("SELECT @@SESSION.sql_mode"); mode == "ANSI_QUOTES" {
+		t.Fatal("sql_mode kept across COM_RESET_CONNECTION")
+	}
+	if r := exec("DO 1"); r.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
+		t.Fatal("transaction still open after COM_RESET_CONNECTION")
+	}
+	before := grepLines(metricText(t, s), `reason="in-transaction"`)
+	for range 3 {
+		value("SELECT 1")
+	}
+	if after := grepLines(metricText(t, s), `reason="in-transaction"`); after != before {
+		t.Fatalf("reads pinned as in-transaction after COM_RESET_CONNECTION:\n%s\n%s", before, after)
+	}
+}
