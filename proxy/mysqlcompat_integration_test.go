@@ -456,3 +456,46 @@ func TestResetConnectionResetsSession(t *testing.T) {
 		t.Fatalf("reads pinned as in-transaction after COM_RESET_CONNECTION:\n%s\n%s", before, after)
 	}
 }
+
+// TestReplicaRefusingSessionIsNotANodeFault: a session whose database a
+// replica does not have (created on the primary without the binary log,
+// as a lagging replica would lack it) reads it through the primary, and
+// no replica is marked down for the other sessions: a session error is
+// not a node fault.
+func TestReplicaRefusingSessionIsNotANodeFault(t *testing.T) {
+	s := startProxy(t, nil)
+	p := topo.Primary()
+	direct, err := sql.Open("mysql", p.User+":"+p.Password+"@tcp("+p.Addr()+")/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	dc, err := direct.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, dc, "SET SESSION sql_log_bin = 0")
+	mustExec(t, dc, "CREATE DATABASE IF NOT EXISTS ponlyprimary")
+	mustExec(t, dc, "CREATE TABLE IF NOT EXISTS ponlyprimary.t (a INT)")
+	defer func() {
+		_, _ = dc.ExecContext(context.Background(), "DROP DATABASE IF EXISTS ponlyprimary")
+		dc.Close()
+	}()
+
+	db := openDB(t, s, "")
+	db.SetMaxOpenConns(1)
+	mustExec(t, db, "USE ponlyprimary")
+	for i := 0; i < 5; i++ {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM t").Scan(&n); err != nil {
+			t.Fatalf("read %d in a database only the primary has: %v", i, err)
+		}
+	}
+	m := metricText(t, s)
+	if e := grepLines(m, "causallab_router_node_errors_total{"); e != "" {
+		t.Fatalf("a replica refusing the session's database was counted as a node error:\n%s", e)
+	}
+	if !strings.Contains(m, `causallab_proxy_primary_statements_total{reason="replica-refused-session"}`) {
+		t.Fatalf("the fallback to the primary was not counted:\n%s", grepLines(m, "primary_statements_total"))
+	}
+}

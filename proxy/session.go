@@ -554,9 +554,35 @@ func (s *session) conn(t live.Target) (*backendConn, error) {
 	}
 	bc, err := s.replica(t.Replica)
 	if err != nil {
+		if refusedSession(err) {
+			// The replica is up; it refused this session's state (a
+			// database it has not received yet): not a node fault.
+			return nil, &live.RunError{Err: &sessionRefusedError{err}}
+		}
 		return nil, &live.RunError{Err: err, NodeFailed: true, Retry: true}
 	}
 	return bc, nil
+}
+
+// sessionRefusedError: a replica refused to take the session's state on a
+// new connection (refusedSession). The read is run again pinned to the
+// primary (routeRelay).
+type sessionRefusedError struct{ err error }
+
+func (e *sessionRefusedError) Error() string { return e.err.Error() }
+func (e *sessionRefusedError) Unwrap() error { return e.err }
+
+// refusedSession reports whether opening a replica connection failed
+// because the server refused the session's own state: the handshake's
+// database unknown there (ER_BAD_DB_ERROR, a lagging replica), or a
+// replayed session statement refused. Anything else (unreachable, 1040,
+// the proxy's account refused) is the node's.
+func refusedSession(err error) bool {
+	var be *BackendError
+	if !errors.As(err, &be) || be.Code == 0 {
+		return false
+	}
+	return be.Op == "replay" || be.Op == "connect" && be.Code == mysql.ER_BAD_DB_ERROR
 }
 
 // readQuery routes a COM_QUERY read through the router (ls.QueryFunc) and
@@ -627,6 +653,14 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 	}
 	if err == nil {
 		return done(), nil
+	}
+	var sre *sessionRefusedError
+	if !relayed && o.Pin == "" && errors.As(err, &sre) {
+		// Nothing reached the client: run it where the session's state
+		// is, once (counted by the router as pinned, session-state).
+		s.srv.m.primaryReasons.WithLabelValues("replica-refused-session").Inc()
+		o.Pin = live.PinSessionState
+		return s.routeRelay(st, o, relayOne)
 	}
 	return s.readFailed(err, served, relayed, o)
 }
