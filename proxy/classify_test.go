@@ -256,10 +256,18 @@ func FuzzClassify(f *testing.F) {
 		"SET @x = (SELECT 1)", "CREATE TEMPORARY TABLE t (a int)", "EXPLAIN FOR CONNECTION 1",
 		// Refusals the check must accept (FuzzClassify once flagged the first).
 		"/*consistent_read_id", "SET @causal_token = CONCAT('a', 'b')", "SELECT 1 INTO @causal_token",
+		// Multi-statement queries, SHOW, SET from a subquery.
+		"DO 1; SET sql_mode = ''", "SELECT ';'; USE db;", "SHOW STATUS LIKE 'Ssl_cipher'", "SHOW COUNT(*) WARNINGS",
+		"SET @a = (SELECT 1), sql_mode = 'x'", "SELECT @@warning_count", "SELECT SQL_CALC_FOUND_ROWS 1",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, q string) {
+		if e, multi := ClassifyMulti(q); !multi && e != (MultiEffects{}) {
+			t.Fatalf("ClassifyMulti(%q): effects %+v for one statement", q, e)
+		} else if multi && !strings.Contains(q, ";") {
+			t.Fatalf("ClassifyMulti(%q): several statements without a semicolon", q)
+		}
 		st, err := Classify(q)
 		if err != nil {
 			if !errors.Is(err, ErrEmptyAnnotation) && !errors.Is(err, ErrConflictingTokens) &&
@@ -273,6 +281,9 @@ func FuzzClassify(f *testing.F) {
 		}
 		if st.Kind == KindPrimary && st.Reason == ReasonNone {
 			t.Fatalf("primary without a reason for %q", q)
+		}
+		if st.Kind == KindConnStatus && st.Status != "Ssl_cipher" && st.Status != "Ssl_version" {
+			t.Fatalf("conn-status %q for %q", st.Status, q)
 		}
 		if st.Kind == KindRead && st.Reason != ReasonNone {
 			t.Fatalf("read with a reason %v for %q", st.Reason, q)
