@@ -13,7 +13,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/internal/rawnet"
 )
 
 // Dialer opens go-mysql client connections with one set of credentials.
@@ -22,11 +21,19 @@ type Dialer struct {
 	User, Password, DB string
 	// Timeout bounds one connection attempt (and the dial's context).
 	Timeout time.Duration
+	// IOTimeout bounds every read and write on the connections
+	// (DeadlineConn: a call without progress for that long fails and the
+	// connection is cut). Zero means DefaultIOTimeout.
+	IOTimeout time.Duration
 	// PlainIO keeps Go's ordinary socket calls; by default connections
 	// read and write with raw system calls (package rawnet), which spare
 	// the Go runtime a monitor-thread wake-up after each idle spell.
 	PlainIO bool
 }
+
+// DefaultIOTimeout is Dialer.IOTimeout's default: longer than any
+// statement a router runs should take, short of forever.
+const DefaultIOTimeout = time.Hour
 
 // Dial connects to addr. With track it asks for CLIENT_SESSION_TRACK (the
 // server then reports session state, GTIDs included, in OK packets).
@@ -39,10 +46,11 @@ func (d *Dialer) Dial(ctx context.Context, addr string, track bool) (*client.Con
 		}
 		return nil
 	}
-	dial := (&net.Dialer{Timeout: d.Timeout}).DialContext
-	if !d.PlainIO {
-		dial = rawnet.WrapDial(dial)
+	iot := d.IOTimeout
+	if iot <= 0 {
+		iot = DefaultIOTimeout
 	}
+	dial := DeadlineDial(&net.Dialer{Timeout: d.Timeout}, iot, d.PlainIO, nil)
 	c, err := client.ConnectWithDialer(dctx, "", addr, d.User, d.Password, d.DB, dial, opt)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", addr, err)
