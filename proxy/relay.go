@@ -257,6 +257,11 @@ func relayResponse(cc *server.Conn, bc *backendConn, op string, wantGTIDs bool) 
 			bc.broken = true
 			return nil, &relayError{err: backendErr(bc.b, op, err), partial: written}
 		}
+		if bc.watched {
+			// The replica answers: from here on only backend_timeout
+			// bounds it (a cut would close the client mid-result).
+			bc.unwatch()
+		}
 		if len(pkt) == 4 {
 			bc.broken = true
 			return nil, &relayError{err: &BackendError{Backend: bc.b.Name, Op: op, Msg: "empty packet"}, partial: written}

@@ -140,10 +140,18 @@ func (s *session) close() {
 }
 
 func (s *session) dial(b *Backend) (*backendConn, error) {
-	bc, err := dialBackend(s.ctx, b, s.db, s.collation, &s.srv.cfg)
+	var healthy func() bool
+	if b != &s.srv.cfg.Primary {
+		healthy = s.healthy(b)
+	}
+	bc, err := dialBackend(s.ctx, b, s.db, s.collation, &s.srv.cfg, healthy)
 	if err != nil {
 		s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
 		return nil, err
+	}
+	if healthy != nil && len(s.replay) > 0 {
+		bc.watch(healthy)
+		defer bc.unwatch()
 	}
 	for _, q := range s.replay {
 		if _, err := bc.exec(q); err != nil {
@@ -441,11 +449,22 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 			on(ReadRoute{Conn: s.id, Node: t.Node.Name, Replica: t.Replica, Reason: t.Reason, HashReason: t.HashReason})
 		}
 		served = bc
+		if t.Replica >= 0 {
+			bc.watch(s.healthy(bc.b))
+		}
 		out, err = relayOne(bc, t)
+		bc.unwatch()
 		if err != nil {
 			var re *relayError
 			if !errors.As(err, &re) && !errors.Is(err, errClientGone) {
 				return gtid.Set{}, err
+			}
+			if re != nil && !re.partial && bc.unresponsive() {
+				// Nothing reached the client: the read is decided again
+				// (another replica, or the primary as a fallback the cap
+				// counts), the replica held down.
+				s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "unresponsive").Inc()
+				return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, "unresponsive", errUnresponsive), NodeFailed: true, Retry: true}
 			}
 			return gtid.Set{}, &live.RunError{Err: err, NodeFailed: re != nil}
 		}
@@ -667,19 +686,86 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 	return gtid.Token{Epoch: s.srv.cfg.Epoch, GTIDs: set}, nil
 }
 
+// waitSlack is how long past its budget a server-side wait may take to
+// answer (its own timeout is the budget) before the proxy gives up on it.
+const waitSlack = 100 * time.Millisecond
+
 // waitOn is the router's WaitFunc: WAIT_FOR_EXECUTED_GTID_SET on the
 // session's own connection to the replica (live.WaitGTIDFunction; with
-// live.WaitWatcher the router waits on the position source instead).
-func (s *session) waitOn(_ context.Context, t live.Target, need gtid.Set, d time.Duration) (bool, error) {
+// live.WaitWatcher the router waits on the position source instead), with
+// the remaining budget d as its timeout. The wait is bounded on the
+// socket too: by d plus waitSlack, by ctx, and by the replica's health
+// (watch). One that outlives its budget (a server busy with a huge
+// token answers long after its timeout) is given up: the connection is
+// cut, the wait killed on the server (KILL QUERY on a connection of its
+// own) and the wait reported as timed out, which holds no replica down.
+// One the watchdog cut is a node failure.
+func (s *session) waitOn(ctx context.Context, t live.Target, need gtid.Set, d time.Duration) (bool, error) {
 	bc, err := s.conn(t)
 	if err != nil {
 		return false, err
 	}
-	ok, err := mysqlwire.WaitAnswer(bc.exec(mysqlwire.WaitForExecutedQuery(need, d)))
-	if err != nil {
-		return false, backendErr(bc.b, "wait", err)
+	if err := ctx.Err(); err != nil {
+		return false, err
 	}
-	return ok, nil
+	stop := context.AfterFunc(ctx, func() { bc.dc.Cut(ctx.Err()) })
+	limit := time.Now().Add(d + waitSlack)
+	bc.dc.Limit(limit)
+	bc.watch(s.healthy(bc.b))
+	ok, err := mysqlwire.WaitAnswer(bc.exec(mysqlwire.WaitForExecutedQuery(need, d)))
+	bc.unwatch()
+	bc.dc.Limit(time.Time{})
+	stop()
+	switch {
+	case err == nil:
+		return ok, nil
+	case bc.unresponsive():
+		s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "unresponsive").Inc()
+		return false, backendErr(bc.b, "wait", errUnresponsive)
+	case ctx.Err() != nil:
+		s.killWait(bc)
+		return false, ctx.Err()
+	case !time.Now().Before(limit):
+		// The socket's limit passed (go-mysql's error does not keep the
+		// net.Error).
+		s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "wait-overran").Inc()
+		s.killWait(bc)
+		return false, nil
+	}
+	return false, backendErr(bc.b, "wait", err)
+}
+
+// killWait ends a wait the proxy gave up on: the connection is closed
+// (out of step), and KILL QUERY runs on a connection of its own in the
+// background (bounded by connect_timeout; at most maxKills at once, more
+// are counted and left to the wait's own timeout).
+func (s *session) killWait(bc *backendConn) {
+	bc.broken = true
+	id := bc.conn.GetConnectionID()
+	b := bc.b
+	bc.close()
+	select {
+	case s.srv.kills <- struct{}{}:
+	default:
+		s.srv.m.backendErrors.WithLabelValues(b.Name, "kill-skipped").Inc()
+		return
+	}
+	s.srv.wg.Go(func() {
+		defer func() { <-s.srv.kills }()
+		if err := killQuery(s.ctx, b, id, &s.srv.cfg); err != nil {
+			s.srv.m.backendErrors.WithLabelValues(b.Name, "kill").Inc()
+			s.srv.log.Debug("KILL QUERY of an overrun wait failed", "backend", b.Name, "err", err.Error())
+		}
+	})
+}
+
+// healthy is b's health as the position source reports it (the
+// watchdog's check).
+func (s *session) healthy(b *Backend) func() bool {
+	return func() bool {
+		_, ok := s.srv.src.Position(b.Name)
+		return ok
+	}
 }
 
 // flush sends the client's buffered response now.

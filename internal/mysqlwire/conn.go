@@ -50,11 +50,20 @@ func (d *Dialer) Dial(ctx context.Context, addr string, track bool) (*client.Con
 	if iot <= 0 {
 		iot = DefaultIOTimeout
 	}
-	dial := DeadlineDial(&net.Dialer{Timeout: d.Timeout}, iot, d.PlainIO, nil)
+	var dc *DeadlineConn
+	dial := DeadlineDial(&net.Dialer{Timeout: d.Timeout}, iot, d.PlainIO, func(c *DeadlineConn) {
+		// The handshake is bounded by the connection attempt's timeout
+		// (go-mysql's handshake does not watch the context).
+		dc = c
+		if d.Timeout > 0 {
+			c.Limit(time.Now().Add(d.Timeout))
+		}
+	})
 	c, err := client.ConnectWithDialer(dctx, "", addr, d.User, d.Password, d.DB, dial, opt)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", addr, err)
 	}
+	dc.Limit(time.Time{})
 	return c, nil
 }
 
