@@ -143,3 +143,89 @@ func testHugeTokenWaitBounded(t *testing.T, maxTok, n int) {
 		}
 	}
 }
+
+// Issue 13, finding 7: with connections already open to both replicas,
+// pausing both (SIGSTOP: the sockets stay open, nothing answers) made the
+// session's next read hang until the client gave up (30-90 s). Now a read
+// on a replica that does not answer while its position source reports it
+// unhealthy is cut, the replica held down, and the read decided again: it
+// ends on the primary. A write then a read of it (token-wait: the read
+// waits for a paused replica first) ends the same way.
+func TestReadOnPausedReplicas(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		nodes = map[string]int{}
+		last  string
+	)
+	s := startProxy(t, func(c *Config) {
+		c.OnRead = func(r ReadRoute) {
+			mu.Lock()
+			nodes[r.Node]++
+			last = r.Node
+			mu.Unlock()
+		}
+	})
+	db := openDB(t, s, "tls=skip-verify&readTimeout=30s&writeTimeout=30s")
+	db.SetMaxOpenConns(1)
+	emptyTable(t, db, "paused", "t", "id INT PRIMARY KEY")
+	var one int
+	// Open the session's connections to both replicas (reads spread over
+	// them: token-wait without a token goes to any replica).
+	for i := 0; ; i++ {
+		if err := db.QueryRow("SELECT 1").Scan(&one); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		both := nodes[topo.Replicas()[0].Name] > 0 && nodes[topo.Replicas()[1].Name] > 0
+		mu.Unlock()
+		if both {
+			break
+		}
+		if i > 500 {
+			t.Fatalf("500 reads did not reach both replicas: %v", nodes)
+		}
+	}
+	ctx := context.Background()
+	for _, r := range topo.Replicas() {
+		if err := topo.Pause(ctx, r.Name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := topo.Resume(context.Background(), r.Name); err != nil {
+				t.Errorf("resume %s: %v", r.Name, err)
+			}
+		})
+	}
+	check := func(what string, run func() error) {
+		t.Helper()
+		t0 := time.Now()
+		err := run()
+		took := time.Since(t0)
+		mu.Lock()
+		node := last
+		mu.Unlock()
+		t.Logf("%s: %v on %s after %v", what, err, node, took)
+		if err != nil {
+			t.Fatalf("%s with both replicas paused: %v after %v", what, err, took)
+		}
+		if node != topo.Primary().Name {
+			t.Fatalf("%s with both replicas paused served by %s", what, node)
+		}
+		// A generous bound: each paused replica is given up within about
+		// a second (the position source's down-after, 500 ms, plus the
+		// watchdog's probe); unbounded, the read hung until the client's
+		// read timeout (30 s).
+		if took > 20*time.Second {
+			t.Fatalf("%s with both replicas paused took %v", what, took)
+		}
+	}
+	check("a read", func() error { return db.QueryRow("SELECT 1").Scan(&one) })
+	mustExec(t, db, "INSERT INTO paused.t VALUES (1)")
+	check("a read of the session's write", func() error {
+		return db.QueryRow("SELECT COUNT(*) FROM paused.t WHERE id = 1").Scan(&one)
+	})
+	if one != 1 {
+		t.Fatalf("the session's write read back as %d rows", one)
+	}
+	t.Log(grepLines(metricText(t, s), "backend_errors", "reads_total", "node_errors", "fallbacks"))
+}
