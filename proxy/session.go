@@ -686,15 +686,11 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 	return gtid.Token{Epoch: s.srv.cfg.Epoch, GTIDs: set}, nil
 }
 
-// waitSlack is how long past its budget a server-side wait may take to
-// answer (its own timeout is the budget) before the proxy gives up on it.
-const waitSlack = 100 * time.Millisecond
-
 // waitOn is the router's WaitFunc: WAIT_FOR_EXECUTED_GTID_SET on the
 // session's own connection to the replica (live.WaitGTIDFunction; with
 // live.WaitWatcher the router waits on the position source instead), with
 // the remaining budget d as its timeout. The wait is bounded on the
-// socket too: by d plus waitSlack, by ctx, and by the replica's health
+// socket too: by d plus mysqlwire.WaitSlack, by ctx, and by the replica's health
 // (watch). One that outlives its budget (a server busy with a huge
 // token answers long after its timeout) is given up: the connection is
 // cut, the wait killed on the server (KILL QUERY on a connection of its
@@ -709,7 +705,7 @@ func (s *session) waitOn(ctx context.Context, t live.Target, need gtid.Set, d ti
 		return false, err
 	}
 	stop := context.AfterFunc(ctx, func() { bc.dc.Cut(ctx.Err()) })
-	limit := time.Now().Add(d + waitSlack)
+	limit := time.Now().Add(d + mysqlwire.WaitSlack)
 	bc.dc.Limit(limit)
 	bc.watch(s.healthy(bc.b))
 	ok, err := mysqlwire.WaitAnswer(bc.exec(mysqlwire.WaitForExecutedQuery(need, d)))

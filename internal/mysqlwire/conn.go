@@ -154,6 +154,10 @@ func WaitSeconds(d time.Duration) string {
 	return strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
 }
 
+// WaitSlack is how long past its own timeout a wait function may take to
+// answer before the caller gives up on it (and kills it).
+const WaitSlack = 100 * time.Millisecond
+
 // WaitForExecutedQuery is SELECT WAIT_FOR_EXECUTED_GTID_SET(set, timeout):
 // it answers 0 once the server's gtid_executed contains set, 1 when the
 // timeout passed. It is built from a parsed set, whose canonical text holds
