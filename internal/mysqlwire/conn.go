@@ -79,11 +79,12 @@ func WithCtx[T any](ctx context.Context, c *client.Conn, run func() (T, error)) 
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	r, err := run()
 	if !stop() {
-		// ctx ended while the exchange ran: report the context's error.
+		// ctx ended while the exchange ran: report the context's error
+		// (its cause, when it was given one).
 		if err == nil {
-			err = ctx.Err()
+			err = context.Cause(ctx)
 		} else {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
 		}
 	}
 	return r, err

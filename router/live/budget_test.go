@@ -80,3 +80,56 @@ func TestHugeTokenWaitBounded(t *testing.T) {
 	}
 	r.Close() // waits for the kill
 }
+
+// TestReadOnPausedReplicas: with idle read connections open to both
+// replicas, both are paused (SIGSTOP: sockets open, nothing answers). The
+// next read is cut on each replica once the position source reports it
+// unhealthy, each is held down, and the read ends on the primary (it hung
+// until the socket's deadline).
+func TestReadOnPausedReplicas(t *testing.T) {
+	composetest.Need(t, topo)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pl := startPoller(t, ctx, 5*time.Millisecond)
+	r := newLiveRouter(t, ctx, Config[gtid.Set]{Positions: pl, Policy: router.Policy{Kind: router.PolicyAny}})
+	s := r.NewSession()
+	defer s.Close()
+	used := map[string]bool{}
+	for i := 0; len(used) < len(r.cfg.Replicas); i++ {
+		rd, err := s.Query(ctx, "SELECT 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		used[rd.Node] = true
+		if i > 500 {
+			t.Fatalf("500 reads did not reach every replica: %v", used)
+		}
+	}
+	for _, n := range topo.Replicas() {
+		if err := topo.Pause(ctx, n.Name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := topo.Resume(context.Background(), n.Name); err != nil {
+				t.Errorf("resume %s: %v", n.Name, err)
+			}
+		})
+	}
+	t0 := time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	defer rcancel()
+	rd, err := s.Query(rctx, "SELECT 1")
+	took := time.Since(t0)
+	if err != nil {
+		t.Fatalf("a read with both replicas paused: %v after %v", err, took)
+	}
+	t.Logf("a read with both replicas paused: %s (%v) after %v", rd.Node, rd.Outcome, took)
+	if rd.Node != r.cfg.Primary.Name {
+		t.Fatalf("a read with both replicas paused served by %s", rd.Node)
+	}
+	// Generous for a loaded machine: each replica is given up about
+	// 0.5-0.6 s after the pause (the poller's down-after plus a probe).
+	if took > 20*time.Second {
+		t.Fatalf("a read with both replicas paused took %v", took)
+	}
+}
