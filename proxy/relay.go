@@ -70,6 +70,9 @@ type relayReq struct {
 	// flush sends the client's buffered response before the watermark's
 	// answer is read (nil: nothing to flush).
 	flush func() error
+	// healthy, for a replica, is its health for the watchdog while the
+	// watermark's answer is read (nil: not watched).
+	healthy func() bool
 }
 
 // relay sends a COM_QUERY to bc and streams the response to the client
@@ -110,7 +113,13 @@ func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) 
 	if req.flush != nil && err == nil {
 		_ = req.flush() // a failure surfaces at the client's next read
 	}
+	if req.healthy != nil {
+		// A replica that stops before the watermark's answer is cut as
+		// one that stops before the command's.
+		bc.watch(req.healthy)
+	}
 	out.watermark, out.wmErr = bc.readWatermark()
+	bc.unwatch()
 	return out, err
 }
 

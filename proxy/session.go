@@ -80,6 +80,9 @@ type session struct {
 	// (replayBytes).
 	budget      *byteBudget
 	replayBytes int
+	// healthFns[i] is replica i's health check for the watchdog (built
+	// once: watchFor).
+	healthFns []func() bool
 }
 
 // pstmt is a client's prepared statement, prepared on each backend that
@@ -423,7 +426,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
-		return relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush})
+		return relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush, healthy: s.watchFor(bc, t.Replica)})
 	})
 }
 
@@ -449,8 +452,8 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 			on(ReadRoute{Conn: s.id, Node: t.Node.Name, Replica: t.Replica, Reason: t.Reason, HashReason: t.HashReason})
 		}
 		served = bc
-		if t.Replica >= 0 {
-			bc.watch(s.healthy(bc.b))
+		if h := s.watchFor(bc, t.Replica); h != nil {
+			bc.watch(h)
 		}
 		out, err = relayOne(bc, t)
 		bc.unwatch()
@@ -755,6 +758,21 @@ func (s *session) killWait(bc *backendConn) {
 	})
 }
 
+// watchFor is the watchdog's health check for bc, replica index i (nil
+// for the primary: a write is never cut for a health verdict).
+func (s *session) watchFor(bc *backendConn, i int) func() bool {
+	if i < 0 {
+		return nil
+	}
+	if s.healthFns == nil {
+		s.healthFns = make([]func() bool, len(s.srv.cfg.Replicas))
+	}
+	if s.healthFns[i] == nil {
+		s.healthFns[i] = s.healthy(bc.b)
+	}
+	return s.healthFns[i]
+}
+
 // healthy is b's health as the position source reports it (the
 // watchdog's check).
 func (s *session) healthy(b *Backend) func() bool {
@@ -1023,7 +1041,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues("execute-"+st.Kind.String(), role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush})
+		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush, healthy: s.watchFor(bc, i)})
 		clear(bc.pieces)
 		return out, err
 	}
