@@ -208,6 +208,28 @@ var attacks = []attack{
 		served(t, rc)
 		rc.nc.Close()
 	}},
+	{"tokens at the limit nobody holds, on 4 connections", func(t *testing.T, s *Server) {
+		// Admitted: each read waits its budget on a replica (the wait
+		// given up and killed if it overruns) and is refused.
+		n := 100
+		for len(hugeToken("3e11fa47-71ca-11e1-9e33-c80aa9429563", n+50)) <= s.cfg.MaxTokenBytes {
+			n += 50
+		}
+		q := append([]byte{mysql.COM_QUERY}, "/* causal_token:"+hugeToken("3e11fa47-71ca-11e1-9e33-c80aa9429563", n)+" */ SELECT 1"...)
+		var rcs []*rawConn
+		for range 4 {
+			rc := rawLogin(t, s.Addr(), "app", "apppw", false)
+			rc.write(0, q)
+			rcs = append(rcs, rc)
+		}
+		for _, rc := range rcs {
+			if a := rc.reply(); a.kind != "err" || !strings.Contains(a.msg, "cannot serve") {
+				t.Fatalf("a token nobody holds: %v", a)
+			}
+			served(t, rc)
+			rc.nc.Close()
+		}
+	}},
 	{"long-data floods on 8 connections", func(t *testing.T, s *Server) {
 		for range 8 {
 			rc := rawLogin(t, s.Addr(), "app", "apppw", false)
