@@ -946,6 +946,12 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		if err != nil {
 			return gtid.Set{}, err
 		}
+		if h := s.watchFor(bc, t.Replica); h != nil {
+			// The decoded result is buffered: the whole exchange is
+			// watched (nothing reaches the client before it ends).
+			bc.watch(h)
+			defer bc.unwatch()
+		}
 		r, g, err := s.executeOn(p, t.Replica, bc, args)
 		if err != nil {
 			var me *mysql.MyError
@@ -955,8 +961,12 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 			// Nothing reached the client yet: the router may route around
 			// the node (a pinned read is never retried).
 			bc.broken, failed = true, bc
-			s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "execute").Inc()
-			return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, "execute", err), NodeFailed: true, Retry: true}
+			op := "execute"
+			if bc.unresponsive() {
+				op, err = "unresponsive", errUnresponsive
+			}
+			s.srv.m.backendErrors.WithLabelValues(bc.b.Name, op).Inc()
+			return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, op, err), NodeFailed: true, Retry: true}
 		}
 		res, resG, onPrim = r, g, bc == s.primary
 		if t.Watermark {
