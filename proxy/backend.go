@@ -5,24 +5,37 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/internal/mysqlwire"
-	"github.com/causallab/causallab/internal/rawnet"
 )
 
 // backendConn is one connection from a client session to one server.
 type backendConn struct {
 	b    *Backend
 	conn *client.Conn
+	// dc is the socket below conn: every read and write has a deadline
+	// (Config.BackendTimeout), Limit bounds a wait by its budget, Cut
+	// ends a read the watchdog gave up on.
+	dc *mysqlwire.DeadlineConn
 	// broken is set after an I/O error: the connection is unusable.
 	broken bool
 	// used is when a command was last sent (closedWhileIdle).
 	used time.Time
+	// The watchdog (watch): while watched, every watchProbe the node's
+	// health is checked (healthy) and the connection cut when it is
+	// unhealthy. watched is the I/O goroutine's mirror of watching.
+	wmu      sync.Mutex
+	watching bool
+	healthy  func() bool
+	timer    *time.Timer
+	watched  bool
 	// buf is reused for relayed packets; head and pieces build the
 	// command sent (relayReq.cmd).
 	buf    []byte
@@ -77,14 +90,26 @@ func backendErr(b *Backend, op string, err error) *BackendError {
 // capabilities the raw relay needs: the classic EOF packets (clients of the
 // proxy never get CLIENT_DEPRECATE_EOF) and no query attributes.
 // flags are client capabilities passed on (session.flags).
-func dialBackend(ctx context.Context, b *Backend, db string, collation string, flags uint32, cfg *Config) (*backendConn, error) {
+// The whole attempt (handshake and set-up) is bounded by connect_timeout
+// and, when healthy is given (a replica), cut once the position source
+// reports the server unhealthy.
+func dialBackend(ctx context.Context, b *Backend, db string, collation string, flags uint32, cfg *Config, healthy func() bool) (*backendConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
-	dial := d.DialContext
-	if cfg.SocketIO == "raw" {
-		dial = rawnet.WrapDial(dial)
-	}
+	var (
+		dc   *mysqlwire.DeadlineConn
+		stop = func() {}
+	)
+	defer func() { stop() }()
+	dial := mysqlwire.DeadlineDial(&net.Dialer{Timeout: cfg.ConnectTimeout}, cfg.BackendTimeout, cfg.SocketIO != "raw", func(c *mysqlwire.DeadlineConn) {
+		// go-mysql's handshake does not watch the context: the attempt's
+		// timeout bounds it on the socket.
+		dc = c
+		c.Limit(time.Now().Add(cfg.ConnectTimeout))
+		if healthy != nil {
+			stop = watchDial(c, healthy)
+		}
+	})
 	c, err := client.ConnectWithDialer(dctx, "", b.Addr, b.User, b.Password, db, dial, func(c *client.Conn) error {
 		c.UnsetCapability(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
 		if collation != "" {
@@ -115,13 +140,20 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 	}
 	if _, err := c.Execute("SET SESSION session_track_gtids = OWN_GTID"); err != nil {
 		c.Close()
+		if errors.Is(dc.CutReason(), errUnresponsive) {
+			err = errUnresponsive
+		}
 		return nil, backendErr(b, "connect", err)
 	}
-	return &backendConn{b: b, conn: c, buf: make([]byte, 0, 4096), used: time.Now()}, nil
+	stop()
+	stop = func() {}
+	dc.Limit(time.Time{})
+	return &backendConn{b: b, conn: c, dc: dc, buf: make([]byte, 0, 4096), used: time.Now()}, nil
 }
 
 func (bc *backendConn) close() {
 	if bc != nil && bc.conn != nil {
+		bc.unwatch()
 		_ = bc.conn.Close()
 	}
 }
@@ -159,4 +191,110 @@ func (bc *backendConn) setOption(opt uint16) error {
 		return c.HandleErrorPacket(pkt)
 	}
 	return nil
+}
+
+// errUnresponsive is the cut reason of a replica that did not start
+// answering while the position source reported it unhealthy (watch).
+var errUnresponsive = errors.New("the replica did not answer and its position source reports it unhealthy")
+
+// watchProbe is how often a watched read checks its node's health.
+const watchProbe = 100 * time.Millisecond
+
+// watch starts the watchdog for a command about to be sent to a replica:
+// until unwatch (the response's first packet, the wait's answer), the
+// connection is cut (errUnresponsive) once healthy reports false. A read
+// cut before anything reached the client is decided again elsewhere.
+func (bc *backendConn) watch(healthy func() bool) {
+	bc.wmu.Lock()
+	bc.watching, bc.healthy, bc.watched = true, healthy, true
+	if bc.timer == nil {
+		bc.timer = time.AfterFunc(watchProbe, bc.probe)
+	} else {
+		bc.timer.Reset(watchProbe)
+	}
+	bc.wmu.Unlock()
+}
+
+// unwatch stops the watchdog.
+func (bc *backendConn) unwatch() {
+	if !bc.watched {
+		return
+	}
+	bc.watched = false
+	bc.wmu.Lock()
+	bc.watching = false
+	bc.wmu.Unlock()
+	bc.timer.Stop()
+}
+
+// probe is the watchdog's check (its timer's goroutine).
+func (bc *backendConn) probe() {
+	bc.wmu.Lock()
+	defer bc.wmu.Unlock()
+	if !bc.watching {
+		return
+	}
+	if bc.healthy() {
+		bc.timer.Reset(watchProbe)
+		return
+	}
+	bc.watching = false
+	bc.dc.Cut(errUnresponsive)
+}
+
+// unresponsive reports whether the watchdog cut the connection.
+func (bc *backendConn) unresponsive() bool {
+	return bc.dc != nil && errors.Is(bc.dc.CutReason(), errUnresponsive)
+}
+
+// killQuery runs KILL QUERY id on b on a connection of its own, bounded by
+// connect_timeout.
+func killQuery(ctx context.Context, b *Backend, id uint32, cfg *Config) error {
+	kctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	d := &mysqlwire.Dialer{User: b.User, Password: b.Password, Timeout: cfg.ConnectTimeout, IOTimeout: cfg.ConnectTimeout, PlainIO: cfg.SocketIO != "raw"}
+	c, err := d.Dial(kctx, b.Addr, false)
+	if err != nil {
+		return backendErr(b, "kill", err)
+	}
+	defer c.Close()
+	if _, err := mysqlwire.Exec(kctx, c, "KILL QUERY "+strconv.FormatUint(uint64(id), 10)); err != nil {
+		var me *mysql.MyError
+		if errors.As(err, &me) && me.Code == mysql.ER_NO_SUCH_THREAD {
+			return nil // the wait ended meanwhile
+		}
+		return backendErr(b, "kill", err)
+	}
+	return nil
+}
+
+// watchDial cuts dc (errUnresponsive) once healthy reports false, checked
+// every watchProbe until stop.
+func watchDial(dc *mysqlwire.DeadlineConn, healthy func() bool) (stop func()) {
+	var (
+		mu   sync.Mutex
+		done bool
+		t    *time.Timer
+	)
+	probe := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		if !healthy() {
+			dc.Cut(errUnresponsive)
+			return
+		}
+		t.Reset(watchProbe)
+	}
+	mu.Lock()
+	t = time.AfterFunc(watchProbe, probe)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+		t.Stop()
+	}
 }

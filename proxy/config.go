@@ -162,8 +162,18 @@ type Config struct {
 	// ShutdownTimeout bounds graceful shutdown: in-flight statements get
 	// this long to finish. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
-	// ConnectTimeout bounds one backend connection attempt. Default 5s.
+	// ConnectTimeout bounds one backend connection attempt, its
+	// handshake included. Default 5s.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// BackendTimeout bounds every read and write on a backend connection
+	// that makes no progress (the server sends nothing while it runs a
+	// statement, so it must exceed the longest statement clients run, as
+	// ProxySQL's default_query_timeout): past it the connection is cut and
+	// the client told the connection was lost. Reads on a replica are also
+	// watched against the position source's health until the replica
+	// starts answering, and waits are bounded by their budget (docs/proxy.md,
+	// Limits). Default 1h, 1s..8760h.
+	BackendTimeout time.Duration `yaml:"backend_timeout"`
 	// CompactTokens widens each session's token to every source's prefix
 	// 1-max after each write (live.Config.CompactTokens): long-lived
 	// client connections then carry one interval per source instead of one
@@ -354,6 +364,12 @@ func (c *Config) validate() error {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = 5 * time.Second
+	}
+	if c.BackendTimeout == 0 {
+		c.BackendTimeout = time.Hour
+	}
+	if c.BackendTimeout < time.Second || c.BackendTimeout > 365*24*time.Hour {
+		return fmt.Errorf("proxy: backend_timeout %v out of range (1s..8760h)", c.BackendTimeout)
 	}
 	if c.ShutdownTimeout < 0 || c.ConnectTimeout < 0 {
 		return errors.New("proxy: negative timeout")

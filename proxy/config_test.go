@@ -23,7 +23,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if c.MaxConnections != 1000 || c.HandshakeTimeout != 10*time.Second || c.IdleTimeout != 8*time.Hour ||
 		c.ClientReadTimeout != 30*time.Second || c.ClientWriteTimeout != time.Minute ||
-		c.MaxSessionBytes != 64<<20 || c.MaxTokenBytes != 64<<10 {
+		c.MaxSessionBytes != 64<<20 || c.MaxTokenBytes != 64<<10 || c.BackendTimeout != time.Hour {
 		t.Fatalf("limits' defaults not filled: %+v", c)
 	}
 	bad := map[string]func(*Config){
@@ -49,6 +49,8 @@ func TestConfigValidate(t *testing.T) {
 		"session":      func(c *Config) { c.MaxSessionBytes = 100 },
 		"token":        func(c *Config) { c.MaxTokenBytes = -5 },
 		"read timeout": func(c *Config) { c.ClientReadTimeout = -1 },
+		"backend 1ms":  func(c *Config) { c.BackendTimeout = time.Millisecond },
+		"backend <0":   func(c *Config) { c.BackendTimeout = -time.Hour },
 	}
 	for name, mod := range bad {
 		c := good()

@@ -20,7 +20,11 @@ func (bc *backendConn) closedWhileIdle(now time.Time) bool {
 	if bc == nil || bc.broken || now.Sub(bc.used) < idleCheckAfter {
 		return false
 	}
-	return peerClosed(bc.conn.Conn.Conn)
+	c := bc.conn.Conn.Conn
+	if bc.dc != nil {
+		c = bc.dc.Conn // the socket below the deadlines (a DeadlineConn has no SyscallConn)
+	}
+	return peerClosed(c)
 }
 
 // peerClosed peeks at c without blocking or consuming: true when the

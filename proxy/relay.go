@@ -75,6 +75,9 @@ type relayReq struct {
 	// (execFixConn.filePacket). Nil: the server's request for a local
 	// file is answered with an empty file, the client never asked.
 	file func() ([]byte, byte, error)
+	// healthy, for a replica, is its health for the watchdog while the
+	// watermark's answer is read (nil: not watched).
+	healthy func() bool
 }
 
 // relay sends a COM_QUERY to bc and streams the response to the client
@@ -116,7 +119,13 @@ func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) 
 	if req.flush != nil && err == nil {
 		_ = req.flush() // a failure surfaces at the client's next read
 	}
+	if req.healthy != nil {
+		// A replica that stops before the watermark's answer is cut as
+		// one that stops before the command's.
+		bc.watch(req.healthy)
+	}
 	out.watermark, out.wmErr = bc.readWatermark()
+	bc.unwatch()
 	return out, err
 }
 
@@ -263,6 +272,11 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 		if err != nil {
 			bc.broken = true
 			return nil, &relayError{err: backendErr(bc.b, op, err), partial: written}
+		}
+		if bc.watched {
+			// The replica answers: from here on only backend_timeout
+			// bounds it (a cut would close the client mid-result).
+			bc.unwatch()
 		}
 		if len(pkt) == 4 {
 			bc.broken = true

@@ -56,7 +56,13 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+	// kills holds one token per KILL QUERY of an overrun wait in flight
+	// (session.killWait), at most maxKills.
+	kills chan struct{}
 }
+
+// maxKills bounds the KILL QUERY connections of overrun waits at once.
+const maxKills = 16
 
 // New validates cfg and prepares a proxy; Serve runs it.
 func New(cfg Config) (*Server, error) {
@@ -70,6 +76,7 @@ func New(cfg Config) (*Server, error) {
 		log:   cfg.Logger,
 		m:     newMetrics(),
 		conns: map[net.Conn]struct{}{},
+		kills: make(chan struct{}, maxKills),
 		policy: router.Policy{
 			Kind:       kind,
 			HashMode:   hashMode,

@@ -100,6 +100,9 @@ type session struct {
 	// (replayBytes).
 	budget      *byteBudget
 	replayBytes int
+	// healthFns[i] is replica i's health check for the watchdog (built
+	// once: watchFor).
+	healthFns []func() bool
 }
 
 // pstmt is a client's prepared statement, prepared on each backend that
@@ -161,10 +164,18 @@ func (s *session) close() {
 }
 
 func (s *session) dial(b *Backend) (*backendConn, error) {
-	bc, err := dialBackend(s.ctx, b, s.db, s.collation, s.flags, &s.srv.cfg)
+	var healthy func() bool
+	if b != &s.srv.cfg.Primary {
+		healthy = s.healthy(b)
+	}
+	bc, err := dialBackend(s.ctx, b, s.db, s.collation, s.flags, &s.srv.cfg, healthy)
 	if err != nil {
 		s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
 		return nil, err
+	}
+	if healthy != nil && len(s.replay) > 0 {
+		bc.watch(healthy)
+		defer bc.unwatch()
 	}
 	for _, q := range s.replay {
 		if _, err := bc.exec(q); err != nil {
@@ -598,7 +609,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
-		return relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush})
+		return relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush, healthy: s.watchFor(bc, t.Replica)})
 	})
 }
 
@@ -624,11 +635,22 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 			on(ReadRoute{Conn: s.id, Node: t.Node.Name, Replica: t.Replica, Reason: t.Reason, HashReason: t.HashReason})
 		}
 		served, s.last = bc, bc
+		if h := s.watchFor(bc, t.Replica); h != nil {
+			bc.watch(h)
+		}
 		out, err = relayOne(bc, t)
+		bc.unwatch()
 		if err != nil {
 			var re *relayError
 			if !errors.As(err, &re) && !errors.Is(err, errClientGone) {
 				return gtid.Set{}, err
+			}
+			if re != nil && !re.partial && bc.unresponsive() {
+				// Nothing reached the client: the read is decided again
+				// (another replica, or the primary as a fallback the cap
+				// counts), the replica held down.
+				s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "unresponsive").Inc()
+				return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, "unresponsive", errUnresponsive), NodeFailed: true, Retry: true}
 			}
 			return gtid.Set{}, &live.RunError{Err: err, NodeFailed: re != nil}
 		}
@@ -864,17 +886,95 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 
 // waitOn is the router's WaitFunc: WAIT_FOR_EXECUTED_GTID_SET on the
 // session's own connection to the replica (live.WaitGTIDFunction; with
-// live.WaitWatcher the router waits on the position source instead).
-func (s *session) waitOn(_ context.Context, t live.Target, need gtid.Set, d time.Duration) (bool, error) {
+// live.WaitWatcher the router waits on the position source instead), with
+// the remaining budget d as its timeout. The wait is bounded on the
+// socket too: by d plus mysqlwire.WaitSlack, by ctx, and by the replica's health
+// (watch). One that outlives its budget (a server busy with a huge
+// token answers long after its timeout) is given up: the connection is
+// cut, the wait killed on the server (KILL QUERY on a connection of its
+// own) and the wait reported as timed out, which holds no replica down.
+// One the watchdog cut is a node failure.
+func (s *session) waitOn(ctx context.Context, t live.Target, need gtid.Set, d time.Duration) (bool, error) {
 	bc, err := s.conn(t)
 	if err != nil {
 		return false, err
 	}
-	ok, err := mysqlwire.WaitAnswer(bc.exec(mysqlwire.WaitForExecutedQuery(need, d)))
-	if err != nil {
-		return false, backendErr(bc.b, "wait", err)
+	if err := ctx.Err(); err != nil {
+		return false, err
 	}
-	return ok, nil
+	stop := context.AfterFunc(ctx, func() { bc.dc.Cut(ctx.Err()) })
+	limit := time.Now().Add(d + mysqlwire.WaitSlack)
+	bc.dc.Limit(limit)
+	bc.watch(s.healthy(bc.b))
+	ok, err := mysqlwire.WaitAnswer(bc.exec(mysqlwire.WaitForExecutedQuery(need, d)))
+	bc.unwatch()
+	bc.dc.Limit(time.Time{})
+	stop()
+	switch {
+	case err == nil:
+		return ok, nil
+	case bc.unresponsive():
+		s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "unresponsive").Inc()
+		return false, backendErr(bc.b, "wait", errUnresponsive)
+	case ctx.Err() != nil:
+		s.killWait(bc)
+		return false, ctx.Err()
+	case !time.Now().Before(limit):
+		// The socket's limit passed (go-mysql's error does not keep the
+		// net.Error).
+		s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "wait-overran").Inc()
+		s.killWait(bc)
+		return false, nil
+	}
+	return false, backendErr(bc.b, "wait", err)
+}
+
+// killWait ends a wait the proxy gave up on: the connection is closed
+// (out of step), and KILL QUERY runs on a connection of its own in the
+// background (bounded by connect_timeout; at most maxKills at once, more
+// are counted and left to the wait's own timeout).
+func (s *session) killWait(bc *backendConn) {
+	bc.broken = true
+	id := bc.conn.GetConnectionID()
+	b := bc.b
+	bc.close()
+	select {
+	case s.srv.kills <- struct{}{}:
+	default:
+		s.srv.m.backendErrors.WithLabelValues(b.Name, "kill-skipped").Inc()
+		return
+	}
+	s.srv.wg.Go(func() {
+		defer func() { <-s.srv.kills }()
+		if err := killQuery(s.ctx, b, id, &s.srv.cfg); err != nil {
+			s.srv.m.backendErrors.WithLabelValues(b.Name, "kill").Inc()
+			s.srv.log.Debug("KILL QUERY of an overrun wait failed", "backend", b.Name, "err", err.Error())
+		}
+	})
+}
+
+// watchFor is the watchdog's health check for bc, replica index i (nil
+// for the primary: a write is never cut for a health verdict).
+func (s *session) watchFor(bc *backendConn, i int) func() bool {
+	if i < 0 {
+		return nil
+	}
+	if s.healthFns == nil {
+		s.healthFns = make([]func() bool, len(s.srv.cfg.Replicas))
+	}
+	if s.healthFns[i] == nil {
+		s.healthFns[i] = s.healthy(bc.b)
+	}
+	return s.healthFns[i]
+}
+
+// healthy is b's health as the position source reports it (the
+// watchdog's check).
+func (s *session) healthy(b *Backend) func() bool {
+	return func() bool {
+		_, ok := s.srv.src.Position(b.Name)
+		return ok
+	}
 }
 
 // flush sends the client's buffered response now.
@@ -1048,6 +1148,12 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		if err != nil {
 			return gtid.Set{}, err
 		}
+		if h := s.watchFor(bc, t.Replica); h != nil {
+			// The decoded result is buffered: the whole exchange is
+			// watched (nothing reaches the client before it ends).
+			bc.watch(h)
+			defer bc.unwatch()
+		}
 		r, g, err := s.executeOn(p, t.Replica, bc, args)
 		s.last = bc
 		if err != nil {
@@ -1059,8 +1165,12 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 			// Nothing reached the client yet: the router may route around
 			// the node (a pinned read is never retried).
 			bc.broken, failed = true, bc
-			s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "execute").Inc()
-			return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, "execute", err), NodeFailed: true, Retry: true}
+			op := "execute"
+			if bc.unresponsive() {
+				op, err = "unresponsive", errUnresponsive
+			}
+			s.srv.m.backendErrors.WithLabelValues(bc.b.Name, op).Inc()
+			return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, op, err), NodeFailed: true, Retry: true}
 		}
 		res, resG, onPrim = r, g, bc == s.primary
 		if t.Watermark {
@@ -1148,7 +1258,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues("execute-"+st.Kind.String(), role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush})
+		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush, healthy: s.watchFor(bc, i)})
 		clear(bc.pieces)
 		return out, err
 	}

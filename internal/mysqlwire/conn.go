@@ -13,7 +13,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/internal/rawnet"
 )
 
 // Dialer opens go-mysql client connections with one set of credentials.
@@ -22,11 +21,19 @@ type Dialer struct {
 	User, Password, DB string
 	// Timeout bounds one connection attempt (and the dial's context).
 	Timeout time.Duration
+	// IOTimeout bounds every read and write on the connections
+	// (DeadlineConn: a call without progress for that long fails and the
+	// connection is cut). Zero means DefaultIOTimeout.
+	IOTimeout time.Duration
 	// PlainIO keeps Go's ordinary socket calls; by default connections
 	// read and write with raw system calls (package rawnet), which spare
 	// the Go runtime a monitor-thread wake-up after each idle spell.
 	PlainIO bool
 }
+
+// DefaultIOTimeout is Dialer.IOTimeout's default: longer than any
+// statement a router runs should take, short of forever.
+const DefaultIOTimeout = time.Hour
 
 // Dial connects to addr. With track it asks for CLIENT_SESSION_TRACK (the
 // server then reports session state, GTIDs included, in OK packets).
@@ -39,14 +46,24 @@ func (d *Dialer) Dial(ctx context.Context, addr string, track bool) (*client.Con
 		}
 		return nil
 	}
-	dial := (&net.Dialer{Timeout: d.Timeout}).DialContext
-	if !d.PlainIO {
-		dial = rawnet.WrapDial(dial)
+	iot := d.IOTimeout
+	if iot <= 0 {
+		iot = DefaultIOTimeout
 	}
+	var dc *DeadlineConn
+	dial := DeadlineDial(&net.Dialer{Timeout: d.Timeout}, iot, d.PlainIO, func(c *DeadlineConn) {
+		// The handshake is bounded by the connection attempt's timeout
+		// (go-mysql's handshake does not watch the context).
+		dc = c
+		if d.Timeout > 0 {
+			c.Limit(time.Now().Add(d.Timeout))
+		}
+	})
 	c, err := client.ConnectWithDialer(dctx, "", addr, d.User, d.Password, d.DB, dial, opt)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", addr, err)
 	}
+	dc.Limit(time.Time{})
 	return c, nil
 }
 
@@ -62,11 +79,12 @@ func WithCtx[T any](ctx context.Context, c *client.Conn, run func() (T, error)) 
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	r, err := run()
 	if !stop() {
-		// ctx ended while the exchange ran: report the context's error.
+		// ctx ended while the exchange ran: report the context's error
+		// (its cause, when it was given one).
 		if err == nil {
-			err = ctx.Err()
+			err = context.Cause(ctx)
 		} else {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
 		}
 	}
 	return r, err
@@ -136,6 +154,10 @@ func ReadExecuted(ctx context.Context, c *client.Conn) (gtid.Set, error) {
 func WaitSeconds(d time.Duration) string {
 	return strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
 }
+
+// WaitSlack is how long past its own timeout a wait function may take to
+// answer before the caller gives up on it (and kills it).
+const WaitSlack = 100 * time.Millisecond
 
 // WaitForExecutedQuery is SELECT WAIT_FOR_EXECUTED_GTID_SET(set, timeout):
 // it answers 0 once the server's gtid_executed contains set, 1 when the

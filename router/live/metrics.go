@@ -50,7 +50,7 @@ func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
 		}, []string{"policy"}),
 		waitSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "causallab", Subsystem: "router", Name: "wait_seconds",
-			Help:    "Duration of one wait on a replica, by wait method and result.",
+			Help:    "Duration of one wait on a replica, by wait method and result (caught-up, timeout, overran: given up past its budget and killed, error).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"method", "result"}),
 		nodeDown: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -402,11 +405,14 @@ func (r *Router[P]) refreshPrimary(ctx context.Context, primary Node) error {
 // ok reports that the node is known to contain need; err a node failure.
 func (r *Router[P]) wait(ctx context.Context, t Target, need P, d time.Duration, fn WaitFunc[P]) (ok bool, err error) {
 	t0 := time.Now()
+	overran := false
 	defer func() {
 		res := "caught-up"
 		switch {
 		case err != nil:
 			res = "error"
+		case overran:
+			res = "overran"
 		case !ok:
 			res = "timeout"
 		}
@@ -425,17 +431,54 @@ func (r *Router[P]) wait(ctx context.Context, t Target, need P, d time.Duration,
 	if err != nil {
 		return false, err
 	}
-	// The statement itself is bounded by its timeout; give the connection a
-	// little slack beyond it.
-	wctx, cancel := context.WithTimeout(ctx, d+time.Second)
+	// The statement's own timeout is d; the connection gets a little
+	// slack beyond it. A wait that outlives it (a server busy parsing a
+	// huge position answers long after its timeout) is given up: the
+	// connection closed, the wait killed on the server, the read told it
+	// timed out (no node is held down for it).
+	wctx, cancel := context.WithTimeout(ctx, d+mysqlwire.WaitSlack)
 	defer cancel()
 	ok, err = mysqlwire.WaitAnswer(mysqlwire.Exec(wctx, c, r.cfg.Flavor.WaitQuery(need, d)))
 	if err != nil {
+		id := c.GetConnectionID()
 		c.Close()
+		if ctx.Err() == nil && wctx.Err() != nil {
+			overran = true
+			r.killQuery(ctx, t.Node, id)
+			return false, nil
+		}
 		return false, err
 	}
 	r.pool.put(t.Node.Addr, c)
 	return ok, nil
+}
+
+// maxKills bounds the KILL QUERY connections of overrun waits at once.
+const maxKills = 16
+
+// killQuery runs KILL QUERY id on n in the background, on a connection of
+// its own, bounded by the dial timeout (at most maxKills at once; past
+// that the wait is left to its own timeout). Close waits for them.
+func (r *Router[P]) killQuery(ctx context.Context, n Node, id uint32) {
+	select {
+	case r.kills <- struct{}{}:
+	default:
+		return
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DialTimeout)
+	r.killWG.Go(func() {
+		defer func() { <-r.kills }()
+		defer cancel()
+		c, err := r.dial.Dial(kctx, n.Addr, false)
+		if err != nil {
+			r.cfg.Logger.Debug("router: KILL QUERY of an overrun wait: connect", slog.String("node", n.Name), errAttr(err))
+			return
+		}
+		defer c.Close()
+		if _, err := mysqlwire.Exec(kctx, c, "KILL QUERY "+strconv.FormatUint(uint64(id), 10)); err != nil {
+			r.cfg.Logger.Debug("router: KILL QUERY of an overrun wait", slog.String("node", n.Name), errAttr(err))
+		}
+	})
 }
 
 // run executes a read on n from the router's read pool and, when wantWM,
@@ -501,3 +544,47 @@ func (r *Router[P]) release(n Node, c *client.Conn, err error) {
 
 // maxNodeErrors bounds the node errors one read retries past.
 const maxNodeErrors = 3
+
+// ErrUnresponsive is the cause of a read's context when its replica did
+// not answer while its position source reported it unhealthy (the read is
+// then decided again elsewhere; it is never returned to the caller).
+var ErrUnresponsive = errors.New("router: the node did not answer and its position source reports it unhealthy")
+
+// watchProbe is how often a read watched by watchNode checks its node.
+const watchProbe = 100 * time.Millisecond
+
+// watchNode returns a context of ctx that ends (cause ErrUnresponsive)
+// once the position source reports n unhealthy, checked every watchProbe
+// until stop: a statement on a replica that stops answering (a paused
+// server keeps its sockets open) is cut instead of hanging until the
+// socket's deadline.
+func (r *Router[P]) watchNode(ctx context.Context, n Node) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	var (
+		mu   sync.Mutex
+		done bool
+		t    *time.Timer
+	)
+	probe := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		if _, ok := r.cfg.Positions.Position(n.Name); !ok {
+			cancel(ErrUnresponsive)
+			return
+		}
+		t.Reset(watchProbe)
+	}
+	mu.Lock()
+	t = time.AfterFunc(watchProbe, probe)
+	mu.Unlock()
+	return wctx, func() {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+		t.Stop()
+		cancel(nil)
+	}
+}

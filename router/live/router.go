@@ -234,6 +234,11 @@ type Router[P gtid.Position[P]] struct {
 	fails  map[string]uint64 // per node: failures counted by markDown (Failures)
 	bucket router.Bucket
 	rng    *rand.Rand
+
+	// kills holds a token per KILL QUERY of an overrun wait in flight
+	// (killQuery); killWG lets Close wait for them.
+	kills  chan struct{}
+	killWG sync.WaitGroup
 }
 
 // New validates cfg and builds a Router. It dials the primary once to prove
@@ -273,7 +278,8 @@ func build[P gtid.Position[P]](cfg Config[P]) (*Router[P], error) {
 	r := &Router[P]{cfg: cfg, pool: newPool(d, cfg.MaxIdle), prim: newPrimaryPool(d, cfg.Flavor.TrackSession, m, cfg.PrimaryPool), dial: d, m: m, start: time.Now(),
 		st: LiveState[P]{Flavor: cfg.Flavor, Primary: cfg.Primary, Replicas: append([]Node(nil), cfg.Replicas...), Epoch: cfg.Epoch,
 			DownUntil: map[string]time.Time{}, InFlight: map[string]int{},
-			Commits: NewCommitLog[P](defaultCommitLogSize, defaultCommitLogResolution)}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+			Commits: NewCommitLog[P](defaultCommitLogSize, defaultCommitLogResolution)}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		kills: make(chan struct{}, maxKills)}
 	if len(cfg.Replicas) > 0 {
 		if r.st.Table, err = hashroute.NewTable(hashServers(cfg.Replicas)); err != nil {
 			return nil, err
@@ -284,6 +290,7 @@ func build[P gtid.Position[P]](cfg Config[P]) (*Router[P], error) {
 
 // Close releases idle connections (read pool and primary pool).
 func (r *Router[P]) Close() {
+	r.killWG.Wait()
 	r.pool.close()
 	r.prim.close()
 }

@@ -435,6 +435,15 @@ func (s *LiveSession[P]) QueryWith(ctx context.Context, pol router.Policy, query
 			}
 			return wm, nil
 		}
+		if t.Replica >= 0 {
+			// A replica that stops answering (paused, hung) while its
+			// position source reports it unhealthy is given up: the
+			// connection is cut, the node held down, the read decided
+			// again.
+			var stop func()
+			ctx, stop = r.watchNode(ctx, t.Node)
+			defer stop()
+		}
 		var err error
 		res, wm, err = r.run(ctx, t.Node, t.Watermark, query, args...)
 		return wm, err

@@ -201,10 +201,14 @@ func testSocketIO(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, isTCP := c.Conn.Conn.(*net.TCPConn)
+		dc, ok := c.Conn.Conn.(*mysqlwire.DeadlineConn)
+		if !ok {
+			t.Fatalf("plainIO %v: connection is %T, want a *mysqlwire.DeadlineConn (every read and write with a deadline)", plain, c.Conn.Conn)
+		}
+		_, isTCP := dc.Conn.(*net.TCPConn)
 		c.Close()
 		if isTCP != plain {
-			t.Fatalf("plainIO %v: connection is %T", plain, c.Conn.Conn)
+			t.Fatalf("plainIO %v: connection below the deadlines is %T", plain, dc.Conn)
 		}
 		r := newLiveRouter(t, ctx, Config[gtid.Set]{Positions: pl, PlainSocketIO: plain, Policy: router.Policy{Kind: router.PolicyTokenRYW}})
 		s := r.NewSession()
