@@ -45,6 +45,9 @@ type metrics struct {
 	backendErrors *prometheus.CounterVec
 	// replayFailures counts session replays that failed on a backend.
 	replayFailures *prometheus.CounterVec
+	// watermarkFallbacks counts replica reads whose watermark was taken
+	// from another source (session.watermarkFromPrimary), by source.
+	watermarkFallbacks *prometheus.CounterVec
 	// executes counts prepared-statement executions by path: raw (the
 	// client's packet and the binary result relayed unchanged) or decoded
 	// (through go-mysql's client), with why it could not be raw.
@@ -74,12 +77,14 @@ func newMetrics() *metrics {
 			Name: "causallab_proxy_backend_errors_total", Help: "Backend failures by backend and operation."}, []string{"backend", "op"}),
 		replayFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_replay_failures_total", Help: "Session replays that failed, by backend."}, []string{"backend"}),
+		watermarkFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_watermark_fallbacks_total", Help: "Replica reads whose watermark could not be read after the result reached the client and was taken from another source instead, by source (primary: its executed set read afterwards)."}, []string{"source"}),
 		executes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_stmt_executes_total", Help: "Prepared-statement executions by path (raw or decoded) and why not raw."}, []string{"path", "reason"}),
 	}
 	m.executesRaw = m.executes.WithLabelValues("raw", "")
 	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
-		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.executes,
+		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.watermarkFallbacks, m.executes,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -49,6 +50,11 @@ type Server struct {
 	rt     *live.Router[gtid.Set]
 	policy router.Policy
 	capCfg router.Cap
+
+	// wmFault, set only by tests, fails a replica read's watermark after
+	// its result reached the client (session.routeRelay): the fault a
+	// replica that stops between its answer and the watermark's makes.
+	wmFault atomic.Pointer[func(backend string) error]
 
 	ln     net.Listener
 	httpLn net.Listener

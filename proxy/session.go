@@ -662,9 +662,14 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 			// and the read counts where it was served.
 			s.srv.m.serverErrors.WithLabelValues(t.Outcome.String()).Inc()
 		}
+		if f := s.srv.wmFault.Load(); f != nil && t.Watermark && out.wmErr == nil && bc != s.primary {
+			if err := (*f)(bc.b.Name); err != nil {
+				out.wmErr, bc.broken = err, true
+			}
+		}
 		if t.Watermark {
 			if out.wmErr != nil {
-				return gtid.Set{}, &live.RunError{Err: out.wmErr, NodeFailed: true}
+				return s.watermarkFromPrimary(bc, out.wmErr)
 			}
 			return out.watermark, nil
 		}
@@ -685,6 +690,30 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 		return s.routeRelay(st, o, relayOne)
 	}
 	return s.readFailed(err, served, relayed, o)
+}
+
+// watermarkFromPrimary stands in for a replica's watermark that could not
+// be read after its result reached the client (wmErr): the primary's
+// @@GLOBAL.gtid_executed, read now. Within one topology epoch a replica
+// applies only what the primary committed, so what the replica had when it
+// answered is contained in what the primary has afterwards: a sound (more
+// cautious) watermark, and the client keeps its connection. Counted as
+// watermark_fallbacks_total{source="primary"}; when the primary cannot
+// answer either, the read fails with wmErr (the client is then closed,
+// counted as watermark-read-failed).
+func (s *session) watermarkFromPrimary(bc *backendConn, wmErr error) (gtid.Set, error) {
+	if bc == s.primary {
+		return gtid.Set{}, &live.RunError{Err: wmErr, NodeFailed: true}
+	}
+	if err := s.ensurePrimary(); err != nil {
+		return gtid.Set{}, &live.RunError{Err: errors.Join(wmErr, err), NodeFailed: true}
+	}
+	set, err := s.executed(s.primary)
+	if err != nil {
+		return gtid.Set{}, &live.RunError{Err: errors.Join(wmErr, err), NodeFailed: true}
+	}
+	s.srv.m.watermarkFallbacks.WithLabelValues("primary").Inc()
+	return set, nil
 }
 
 // readFailed turns a read the router did not serve into the client's
