@@ -23,17 +23,17 @@ type WaitMethod uint8
 
 const (
 	// WaitAuto (the zero value) picks from the position source, by the
-	// measurements in docs/benchmarks-router.md: WaitWatcher when Positions
-	// is a *WatchSource (binlogwatch: mean wait 0.72 ms, p99 2.7 ms, and no
-	// statement or connection held on the replica per waiting read) or the
-	// flavor has no server-side wait (Flavor.WaitQuery ""),
-	// WaitGTIDFunction otherwise (a poller's notification trails by its
-	// interval: p50 1.2 ms at 1 ms, 4.5 ms at 5 ms).
+	// measurements in docs/benchmarks-router.md ("Waiting for a replica"):
+	// WaitWatcher when Positions is a *WatchSource (binlogwatch: the
+	// shortest waits there, and no statement or connection held on the
+	// replica per waiting read) or the flavor has no server-side wait
+	// (Flavor.WaitQuery ""), WaitGTIDFunction otherwise (a poller's
+	// notification trails by about its interval).
 	WaitAuto WaitMethod = iota
 	// WaitGTIDFunction runs the flavor's server-side wait (for MySQL SELECT
-	// WAIT_FOR_EXECUTED_GTID_SET(token, s)) on a connection to the replica
-	// (p50 0.54 ms, but mean 1.26 ms and p99 21 ms under load: one blocked
-	// server thread per waiting read).
+	// WAIT_FOR_EXECUTED_GTID_SET(token, s)) on a connection to the replica:
+	// one blocked server thread per waiting read, with a long tail under
+	// load (docs/benchmarks-router.md).
 	WaitGTIDFunction
 	// WaitWatcher waits for the PositionSource's notification (binlogwatch
 	// stream or poller): no statement runs on the replica.
@@ -118,8 +118,8 @@ type Config[P gtid.Position[P]] struct {
 	// PlainSocketIO reads and writes MySQL connections with Go's ordinary
 	// net.Conn calls. By default they are raw system calls
 	// (internal/rawnet), which spare the Go runtime a monitor-thread
-	// wake-up after every idle spell: about half the CPU per read at one
-	// client (docs/benchmarks-proxy.md).
+	// wake-up after every idle spell (the CPU it saves per read is
+	// measured in docs/benchmarks-proxy.md).
 	PlainSocketIO bool
 	// CompactTokens widens a session's token after every write to each
 	// source's prefix 1-max (gtid.Set.Prefixes). Without it the token is
