@@ -69,17 +69,23 @@ func newUpCmd(statePath *string) *cobra.Command {
 		settings   []string
 		jsonOut    bool
 		hostMysqld bool
+		engine     string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Start a MySQL topology (primary + replicas) and print its DSNs and status",
-		Long: `up starts one MySQL primary and --replicas replicas wired with GTID
-auto-position, records the topology in a state file so that status, fault and
+		Short: "Start a MySQL, MariaDB or PostgreSQL topology (primary + replicas) and print its DSNs and status",
+		Long: `up starts one primary and --replicas replicas of --engine (MySQL 9.7 wired
+with GTID auto-position, MariaDB 11.8 with MASTER_USE_GTID=slave_pos,
+PostgreSQL 18 streaming standbys with replication slots), records the topology in a state file so that status, fault and
 down find it, and prints each node's DSN and status. Only one topology runs per
-state file. The MySQL root filesystem / image is built first if missing.`,
+state file. The engine's root filesystem / image is built first if missing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			eng := compose.Engine(engine)
+			if !slices.Contains(compose.Engines(), eng) {
+				return usageErrorf("--engine %q: want one of %v", engine, compose.Engines())
+			}
 			switch backend {
 			case backendAuto, string(compose.BackendDocker), string(compose.BackendLocal):
 			default:
@@ -108,7 +114,7 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 				rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 				backend = string(b)
 			}
-			cfg := compose.Config{Replicas: replicas, PrimaryOnly: replicas == 0, Backend: compose.Backend(backend),
+			cfg := compose.Config{Engine: eng, Replicas: replicas, PrimaryOnly: replicas == 0, Backend: compose.Backend(backend),
 				Image: image, RootFS: rootfs, HostMysqld: hostMysqld, MyCnf: myCnf, Detach: true, Logger: slog.Default()}
 			began := time.Now()
 			rep.Phase("topology start", 0, "backend", cfg.Backend, "replicas", replicas)
@@ -131,8 +137,9 @@ state file. The MySQL root filesystem / image is built first if missing.`,
 	cmd.Flags().StringVar(&image, "image", "", "Docker image holding mysqld (default causallab/mysql:<version>; e.g. mysql:9.7)")
 	cmd.Flags().StringVar(&rootfs, "rootfs", "", "MySQL root filesystem for --backend local (default "+compose.DefaultRootFS()+"; env CAUSALLAB_ROOTFS, CAUSALLAB_CACHE)")
 	cmd.Flags().BoolVar(&hostMysqld, "host-mysqld", false, "with --backend local, run the mysqld on PATH instead of the root filesystem")
-	cmd.Flags().StringArrayVar(&settings, "set", nil, "extra my.cnf setting name=value for every server (repeatable)")
+	cmd.Flags().StringArrayVar(&settings, "set", nil, "extra my.cnf (postgresql.conf) setting name=value for every server (repeatable)")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the status as JSON")
+	cmd.Flags().StringVar(&engine, "engine", string(compose.EngineMySQL), "engine: mysql (9.7), mariadb (11.8) or postgres (18)")
 	addStateFlag(cmd, statePath)
 	return cmd
 }

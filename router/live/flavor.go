@@ -19,16 +19,15 @@ import (
 // (Contains and Union, gtid.Position), the flavor says how a server
 // reports, exposes and waits for it.
 //
-// Two flavors exist: MySQL (gtid.Set: GTID sets, the exact token) and
-// Scalar (gtid.LSN: a MySQL server's transaction count compared by value,
-// the LSN-style token whose failover hazard the lab shows). A MariaDB
-// flavor (per-domain GTID positions: session_track_system_variables =
-// last_gtid, @@gtid_current_pos, MASTER_GTID_WAIT) and a PostgreSQL one
-// (commit LSNs: pg_current_wal_lsn() after the commit,
-// pg_last_wal_replay_lsn(), polling or WAIT FOR LSN) implement the same
-// methods.
+// Three flavors exist: MySQL (gtid.Set: GTID sets, the exact token),
+// MariaDB (gtid.MariaDBPosition, flavor_mariadb.go: session_track_system_
+// variables = last_gtid, @@gtid_current_pos, MASTER_GTID_WAIT) and Scalar
+// (gtid.LSN: a MySQL server's transaction count compared by value, the
+// LSN-style token whose failover hazard the lab shows). PostgreSQL speaks
+// another wire protocol: its commit LSNs (gtid.PGLSN) have their own
+// connection layer (flavor_postgres.go) over the same decision path.
 //
-// A Flavor must be safe for concurrent use; the two here are stateless.
+// A Flavor must be safe for concurrent use; those here are stateless.
 type Flavor[P gtid.Position[P]] interface {
 	// Name names the flavor in errors and logs.
 	Name() string
