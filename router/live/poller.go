@@ -113,6 +113,7 @@ type pollState[P gtid.Position[P]] struct {
 // a round trip.
 type Poller[P gtid.Position[P]] struct {
 	cfg    PollerConfig[P]
+	dial   dialValue // opens a poll connection (MySQL protocol, or pgx for NewPGPoller)
 	states map[string]*atomic.Pointer[pollState[P]]
 	polls  atomic.Uint64
 	errs   atomic.Uint64
@@ -123,13 +124,44 @@ func NewPoller[P gtid.Position[P]](cfg PollerConfig[P]) (*Poller[P], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Poller[P]{cfg: cfg, states: map[string]*atomic.Pointer[pollState[P]]{}}
+	d := &mysqlwire.Dialer{User: cfg.User, Password: cfg.Password, Timeout: cfg.DialTimeout}
+	return newPoller(cfg, func(ctx context.Context, addr string) (valueConn, error) {
+		c, err := d.Dial(ctx, addr, false)
+		if err != nil {
+			return nil, err
+		}
+		return mysqlValueConn{c}, nil
+	}), nil
+}
+
+// valueConn is one poll connection: it answers one-value queries.
+type valueConn interface {
+	ReadValue(ctx context.Context, query string) (string, error)
+	Close() error
+}
+
+// dialValue opens a valueConn to addr.
+type dialValue func(ctx context.Context, addr string) (valueConn, error)
+
+// mysqlValueConn is a MySQL-protocol valueConn.
+type mysqlValueConn struct{ c *client.Conn }
+
+func (m mysqlValueConn) ReadValue(ctx context.Context, q string) (string, error) {
+	return mysqlwire.ReadValue(ctx, m.c, q)
+}
+
+func (m mysqlValueConn) Close() error { return m.c.Close() }
+
+// newPoller builds a Poller over validated cfg whose connections dial
+// opens.
+func newPoller[P gtid.Position[P]](cfg PollerConfig[P], dial dialValue) *Poller[P] {
+	p := &Poller[P]{cfg: cfg, dial: dial, states: map[string]*atomic.Pointer[pollState[P]]{}}
 	for _, n := range cfg.Nodes {
 		ptr := &atomic.Pointer[pollState[P]]{}
 		ptr.Store(&pollState[P]{changed: make(chan struct{})})
 		p.states[n.Name] = ptr
 	}
-	return p, nil
+	return p
 }
 
 // Run polls until ctx ends; it returns ctx's error.
@@ -143,9 +175,8 @@ func (p *Poller[P]) Run(ctx context.Context) error {
 }
 
 func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
-	d := &mysqlwire.Dialer{User: p.cfg.User, Password: p.cfg.Password, Timeout: p.cfg.DialTimeout}
 	ptr := p.states[n.Name]
-	var c *client.Conn
+	var c valueConn
 	defer func() {
 		if c != nil {
 			c.Close()
@@ -157,12 +188,12 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 	for {
 		var err error
 		if c == nil {
-			c, err = d.Dial(ctx, n.Addr, false)
+			c, err = p.dial(ctx, n.Addr)
 		}
 		if err == nil {
 			var text string
 			var pos P
-			text, err = mysqlwire.ReadValue(ctx, c, p.cfg.Flavor.ExecutedQuery())
+			text, err = c.ReadValue(ctx, p.cfg.Flavor.ExecutedQuery())
 			if err == nil {
 				pos, err = p.cfg.Flavor.ParseExecuted(text)
 			}

@@ -1,0 +1,242 @@
+// Package postgres_test runs router/live's PostgreSQL flavor (PGRouter,
+// NewPGPoller) against a real PostgreSQL 18 primary and two streaming
+// standbys, shared by the package's tests: tokens from
+// pg_current_wal_lsn() after the commit, waits on polled replay LSNs, and
+// what a failover does to a token whose write was lost.
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/router/live"
+)
+
+// topo is this package's one topology: a primary and two standbys.
+var topo *compose.Topology
+
+func TestMain(m *testing.M) {
+	os.Exit(composetest.Main(m, compose.Config{Engine: compose.EnginePostgres, Replicas: 2}, func(t *compose.Topology) int {
+		topo = t
+		return m.Run()
+	}))
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func node(n compose.Node) live.Node { return live.Node{Name: n.Name, Addr: n.Addr()} }
+
+func replicas() []live.Node {
+	var out []live.Node
+	for _, r := range topo.Replicas() {
+		out = append(out, node(r))
+	}
+	return out
+}
+
+// startPoller polls every node's LSN until the test ends, once each has
+// answered.
+func startPoller(t *testing.T, ctx context.Context) *live.Poller[gtid.PGLSN] {
+	t.Helper()
+	p := topo.Primary()
+	var nodes []live.Node
+	for _, n := range topo.Nodes() {
+		nodes = append(nodes, node(n))
+	}
+	pl, err := live.NewPGPoller(live.PollerConfig[gtid.PGLSN]{Nodes: nodes, User: p.User, Password: p.Password, Interval: 5 * time.Millisecond}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = pl.Run(pctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range nodes {
+		for {
+			if _, ok := pl.Position(n.Name); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("poller never reached %s", n.Name)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return pl
+}
+
+func newRouter(t *testing.T, ctx context.Context, pl *live.Poller[gtid.PGLSN], pol router.Policy) *live.PGRouter {
+	t.Helper()
+	p := topo.Primary()
+	r, err := live.NewPG(ctx, live.PGConfig{Primary: node(p), Replicas: replicas(), User: p.User, Password: p.Password,
+		Policy: pol, Positions: pl, Epoch: topo.Epoch()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func mustExec(t *testing.T, ctx context.Context, s *live.PGSession, q string, args ...any) gtid.PGLSN {
+	t.Helper()
+	_, pos, err := s.Exec(ctx, q, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return pos
+}
+
+// value is the one int8 a read returned, or -1 for no row.
+func value(t *testing.T, rd *live.PGRead) int64 {
+	t.Helper()
+	if len(rd.Rows) == 0 {
+		return -1
+	}
+	v, ok := rd.Rows[0][0].(int64)
+	if !ok {
+		t.Fatalf("read returned %T %v", rd.Rows[0][0], rd.Rows[0][0])
+	}
+	return v
+}
+
+func setup(t *testing.T, ctx context.Context, s *live.PGSession) {
+	t.Helper()
+	mustExec(t, ctx, s, "CREATE TABLE IF NOT EXISTS public.rt (id BIGINT PRIMARY KEY, v BIGINT)")
+}
+
+const upsert = "INSERT INTO public.rt VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v"
+
+// TestTokenWaitSeesOwnWrites: 30 write-then-read rounds each read the
+// session's own value (most on a standby once its replay LSN, polled,
+// reaches the token); a statement error is the caller's; a statement
+// that leaves a transaction open is refused.
+func TestTokenWaitSeesOwnWrites(t *testing.T) {
+	composetest.Need(t, topo)
+	ctx := ctxFor(t)
+	rt := newRouter(t, ctx, startPoller(t, ctx), router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second})
+	s := rt.NewSession()
+	setup(t, ctx, s)
+	onReplica := 0
+	var last gtid.PGLSN
+	for i := range 30 {
+		pos := mustExec(t, ctx, s, upsert, 1, i)
+		if pos == 0 || pos < last {
+			t.Fatalf("round %d: token %s after %s", i, pos, last)
+		}
+		last = pos
+		rd, err := s.Query(ctx, "SELECT v FROM public.rt WHERE id = $1", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := value(t, rd); v != int64(i) {
+			t.Fatalf("round %d: read %d on %s, want own write", i, v, rd.Node)
+		}
+		if rd.Outcome == router.OutReplica {
+			onReplica++
+		}
+	}
+	if onReplica == 0 {
+		t.Fatal("no read served by a standby: the token never qualified one")
+	}
+	if _, err := s.Query(ctx, "SELECT no_such_column FROM public.rt"); err == nil {
+		t.Fatal("a bad statement succeeded")
+	}
+	if _, _, err := s.Exec(ctx, "BEGIN"); !errors.Is(err, live.ErrPGTransaction) {
+		t.Fatalf("BEGIN: %v, want ErrPGTransaction", err)
+	}
+	t.Logf("%d/30 reads on a standby; last token %s", onReplica, last)
+}
+
+// TestZFailoverLostWrite (last: it changes roles). replica1's WAL
+// receiver is cut (compose's partition on the local backend), two
+// sessions write (one through a plain token-wait router, one through a
+// router with the epoch), and replica1 is promoted without those writes:
+// pg_promote replays only what the standby received. Right after the
+// failover the epoch router fails the read fast (ReasonWriteLost). The
+// new primary then writes on its timeline until its LSN passes the lost
+// writes' LSNs; from then on an LSN token names a position the new
+// timeline "has", and both routers serve the reads without the writes.
+func TestZFailoverLostWrite(t *testing.T) {
+	composetest.Need(t, topo)
+	ctx := ctxFor(t)
+	pl := startPoller(t, ctx)
+	plain := newRouter(t, ctx, pl, router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second})
+	epoch := newRouter(t, ctx, pl, router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second, CheckEpoch: true})
+	ps, es, other := plain.NewSession(), epoch.NewSession(), epoch.NewSession()
+	setup(t, ctx, ps)
+	mustExec(t, ctx, ps, upsert, 10, 0)
+	mustExec(t, ctx, ps, upsert, 11, 0)
+	if err := topo.WaitReplicated(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	mode, err := topo.Partition(ctx, "replica1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode != compose.PartitionIOThread {
+		t.Skip("this test cuts replica1's WAL receiver, which needs the local backend")
+	}
+	pp := mustExec(t, ctx, ps, upsert, 10, 1)
+	ep := mustExec(t, ctx, es, upsert, 11, 1)
+	time.Sleep(300 * time.Millisecond)
+	t1 := time.Now()
+	fr, err := topo.Failover(ctx, "replica1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("partition took %v, failover %v", t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+	t.Logf("failover to %s (epoch %d, timeline %d at %s): lost %s (%d bytes)", fr.NewPrimary, fr.Epoch, fr.NewTimeline, fr.SwitchPoint, fr.LostWAL, fr.LostWALBytes)
+	if fr.LostWAL == "" {
+		t.Fatal("the failover lost nothing: the test's premise (a lost write) does not hold")
+	}
+	for _, rt := range []*live.PGRouter{plain, epoch} {
+		if err := rt.Failover(ctx, node(topo.Primary()), replicas(), fr.Epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = es.Query(ctx, "SELECT v FROM public.rt WHERE id = $1", 11)
+	var re *live.ReadError
+	if !errors.As(err, &re) || re.Reason != router.ReasonWriteLost {
+		t.Fatalf("epoch read right after the failover: %v, want a ReadError with ReasonWriteLost", err)
+	}
+	t.Logf("epoch token %s right after the failover: %v (%v)", ep, re.Reason, re.Outcome)
+	need := max(pp, ep)
+	for i := 0; ; i++ {
+		pos := mustExec(t, ctx, other, upsert, 100+i, 2)
+		if pos >= need {
+			t.Logf("new primary's write %d at %s passes the lost tokens' %s", i, pos, need)
+			break
+		}
+		if i > 1000 {
+			t.Fatalf("new primary's writes reached %s, not %s", pos, need)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		s    *live.PGSession
+		id   int
+	}{{"no-epoch", ps, 10}, {"epoch", es, 11}} {
+		rd, err := c.s.Query(ctx, "SELECT v FROM public.rt WHERE id = $1", c.id)
+		if err != nil {
+			t.Fatalf("%s read: %v", c.name, err)
+		}
+		if v := value(t, rd); v == 1 {
+			t.Fatalf("%s read on %s has v = 1: the lost write cannot be on the new timeline", c.name, rd.Node)
+		} else {
+			t.Logf("%s token: read served by %s (%v), v = %d: silently without the session's write", c.name, rd.Node, rd.Outcome, v)
+		}
+	}
+}
