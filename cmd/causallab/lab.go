@@ -389,6 +389,7 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 	var driftLoad int
 	var weights []int
 	var every time.Duration
+	var engines string
 	if folders == nil {
 		folders = []string{name}
 	}
@@ -413,6 +414,9 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if loadErr != nil {
 				return loadErr
+			}
+			if engines != "" {
+				return runEngineFailover(cmd, &f, engines)
 			}
 			o, rules, format, err := f.options(cmd)
 			if err != nil {
@@ -442,6 +446,7 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 	switch name {
 	case "failover":
 		fl.StringVar(&promote, "promote", "", "replica to promote (default: the first)")
+		fl.StringVar(&engines, "engines", "", "run on fresh topologies of these engines instead (comma-separated: mysql,mariadb,postgres): every native token per engine through a real failover; honours --sessions, --duration, --seed, --backend, --format, --no-sim")
 	case "hash":
 		fl.StringVar(&down, "down", "", "replica that goes down and flaps (default: the first, the freshest)")
 		fl.IntVar(&driftLoad, "drift-load", 40, "outside reads in flight added on the first replica during the drift")

@@ -1,0 +1,778 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/router/live"
+	"github.com/causallab/causallab/sim"
+)
+
+// The engines failover experiment (`causallab lab failover --engines`):
+// the same seeded session workload and fault schedule on each engine's
+// real topology (a primary and two replicas), every token the engine
+// offers, each a token-wait router of package router/live, counted from
+// ground truth (the rows the database returned). The schedule: the
+// replicas are held back (MySQL and MariaDB: every replica's applier
+// stopped; PostgreSQL: replica1's WAL receiver cut, since pg_promote
+// replays everything a standby received), the primary is killed and
+// replica1 promoted without draining, the others re-pointed, and every
+// router told; the workload runs on against the new primary.
+
+// EngineToken is one token an engine offers.
+type EngineToken string
+
+const (
+	// TokMySQLGTID: a MySQL GTID set (live.MySQL).
+	TokMySQLGTID EngineToken = "gtid-set"
+	// TokMySQLGTIDEpoch: a GTID set with the topology epoch (CheckEpoch).
+	TokMySQLGTIDEpoch EngineToken = "gtid-set+epoch"
+	// TokMySQLScalar: MySQL's transaction count compared by value
+	// (live.Scalar), the LSN-like token on MySQL.
+	TokMySQLScalar EngineToken = "scalar"
+	// TokMariaDBGTID: a MariaDB GTID position (live.MariaDB).
+	TokMariaDBGTID EngineToken = "gtid-position"
+	// TokMariaDBGTIDEpoch: a MariaDB GTID position with the epoch.
+	TokMariaDBGTIDEpoch EngineToken = "gtid-position+epoch"
+	// TokPGLSN: a PostgreSQL commit LSN (live.Postgres).
+	TokPGLSN EngineToken = "lsn"
+	// TokPGLSNEpoch: a commit LSN with the epoch.
+	TokPGLSNEpoch EngineToken = "lsn+epoch"
+)
+
+// EngineTokens are the tokens each engine offers, in table order.
+func EngineTokens(e compose.Engine) []EngineToken {
+	switch e {
+	case compose.EngineMySQL:
+		return []EngineToken{TokMySQLGTID, TokMySQLGTIDEpoch, TokMySQLScalar}
+	case compose.EngineMariaDB:
+		return []EngineToken{TokMariaDBGTID, TokMariaDBGTIDEpoch}
+	case compose.EnginePostgres:
+		return []EngineToken{TokPGLSN, TokPGLSNEpoch}
+	}
+	return nil
+}
+
+// SimKind is the simulator's failover-table token kind that models tok
+// (sim.Failover's rows): a GTID set never contains a write of a source
+// the new timeline lacks; everything compared by number is "scalar".
+func (tok EngineToken) SimKind() string {
+	switch tok {
+	case TokMySQLGTID:
+		return "GTID set"
+	case TokMySQLGTIDEpoch:
+		return "GTID set + epoch"
+	}
+	return "scalar position (LSN-like)"
+}
+
+// EngineFailoverConfig configures RunEngineFailover.
+type EngineFailoverConfig struct {
+	// Engines to run, one topology each, in order. Required.
+	Engines []compose.Engine
+	// Backend starts the topologies (local or docker). Required.
+	Backend compose.Backend
+	// Sessions per token router; default 16.
+	Sessions int
+	// Duration of the workload on each engine; default 12s.
+	Duration time.Duration
+	// FailoverAt is when the primary is killed; default Duration/2.
+	FailoverAt time.Duration
+	// HoldBack is how long before FailoverAt the replicas are held back;
+	// default 2s.
+	HoldBack time.Duration
+	// WaitBudget is the token-wait routers' budget; default 400ms.
+	WaitBudget time.Duration
+	// ReadTimeout bounds one read or write; default 3s.
+	ReadTimeout time.Duration
+	// ReadsPerWrite is how many reads of its row a session makes after
+	// each write; default 3.
+	ReadsPerWrite int
+	// GapMin and GapMax bound each session's log-uniform pause before each
+	// read and write (as the lab's workload); defaults 15ms and 2s.
+	GapMin, GapMax time.Duration
+	// PollInterval is the position pollers' interval; default 5ms.
+	PollInterval time.Duration
+	// Seed fixes every session's gaps; default 1.
+	Seed uint64
+	// Progress, when set, is told each phase.
+	Progress func(engine compose.Engine, phase string)
+	// Logger receives detail; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *EngineFailoverConfig) validate() error {
+	if len(c.Engines) == 0 {
+		return errors.New("lab: engines failover: no engine")
+	}
+	for _, e := range c.Engines {
+		if !slices.Contains(compose.Engines(), e) {
+			return fmt.Errorf("lab: engines failover: unknown engine %q (want one of %v)", e, compose.Engines())
+		}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Sessions == 0 {
+		c.Sessions = 24
+	}
+	if c.ReadsPerWrite == 0 {
+		c.ReadsPerWrite = 3
+	}
+	def(&c.Duration, 12*time.Second)
+	def(&c.FailoverAt, c.Duration/2)
+	def(&c.HoldBack, time.Second)
+	def(&c.WaitBudget, 400*time.Millisecond)
+	def(&c.ReadTimeout, 3*time.Second)
+	def(&c.GapMin, 15*time.Millisecond)
+	def(&c.GapMax, 2*time.Second)
+	def(&c.PollInterval, 5*time.Millisecond)
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.Sessions < 1 || c.Sessions > 1000:
+		return fmt.Errorf("lab: engines failover: %d sessions per token (want 1..1000)", c.Sessions)
+	case c.Duration < 2*time.Second || c.Duration > 10*time.Minute:
+		return fmt.Errorf("lab: engines failover: duration %v (want 2s..10m)", c.Duration)
+	case c.FailoverAt <= c.HoldBack || c.FailoverAt >= c.Duration:
+		return fmt.Errorf("lab: engines failover: failover at %v must come after the hold-back (%v) and before the end (%v)", c.FailoverAt, c.HoldBack, c.Duration)
+	case c.ReadsPerWrite < 1 || c.ReadsPerWrite > 100:
+		return fmt.Errorf("lab: engines failover: %d reads per write (want 1..100)", c.ReadsPerWrite)
+	case c.GapMin <= 0 || c.GapMax < c.GapMin:
+		return fmt.Errorf("lab: engines failover: gaps %v..%v (want 0 < min <= max)", c.GapMin, c.GapMax)
+	case c.WaitBudget <= 0 || c.ReadTimeout <= c.WaitBudget:
+		return fmt.Errorf("lab: engines failover: wait budget %v must be positive and below the read timeout %v", c.WaitBudget, c.ReadTimeout)
+	}
+	return nil
+}
+
+// EngineTokenRow is one engine x token's counts.
+type EngineTokenRow struct {
+	Engine compose.Engine `json:"engine"`
+	Token  EngineToken    `json:"token"`
+	// Flavor is the live router flavor's name.
+	Flavor string `json:"flavor"`
+	// Writes acknowledged, and writes that failed (the primary's death).
+	Writes      int64 `json:"writes"`
+	WriteErrors int64 `json:"write_errors"`
+	// Reads issued; Served of them answered with rows (replica, fallback
+	// or primary).
+	Reads  int64 `json:"reads"`
+	Served int64 `json:"served"`
+	// Stale: served without the session's last acknowledged write
+	// (silently: the router said it qualified). StaleAfter: of them, after
+	// the failover.
+	Stale      int64 `json:"stale"`
+	StaleAfter int64 `json:"stale_after_failover"`
+	// Backwards: served an older value than the session had already read
+	// (a monotonic-reads violation; after a failover it includes values
+	// the new timeline lost).
+	Backwards int64 `json:"backwards"`
+	// TimedOut and FailedFast: refused by the router, typed.
+	TimedOut   int64 `json:"timed_out"`
+	FailedFast int64 `json:"failed_fast"`
+	// Errors: reads that failed otherwise (a node error past the retries,
+	// the read timeout).
+	Errors int64 `json:"errors"`
+	// OnReplica and Fallback split Served by where it ran.
+	OnReplica int64 `json:"on_replica"`
+	Fallback  int64 `json:"fallback"`
+	// LostSessions: sessions whose last write acknowledged before the
+	// failover the new primary lacked; LostWrites: those writes, summed.
+	LostSessions int64 `json:"lost_sessions"`
+	LostWrites   int64 `json:"lost_writes"`
+	// SimKind names the simulator's failover-table row that models it.
+	SimKind string `json:"sim_kind"`
+}
+
+// EngineFailover is what one engine's failover did.
+type EngineFailover struct {
+	Engine compose.Engine `json:"engine"`
+	// Result is compose's account (lost GTIDs or WAL, repointed, errant).
+	Result compose.FailoverResult `json:"result"`
+	// Seconds is the engine's whole run (start to teardown).
+	Seconds float64 `json:"seconds"`
+}
+
+// EngineFailoverResult is the experiment's answer.
+type EngineFailoverResult struct {
+	Rows      []EngineTokenRow `json:"rows"`
+	Failovers []EngineFailover `json:"failovers"`
+	// Config is the configuration run (defaults filled in).
+	Sessions               int           `json:"sessions_per_token"`
+	ReadsPerWrite          int           `json:"reads_per_write"`
+	GapMin                 time.Duration `json:"gap_min_ns"`
+	GapMax                 time.Duration `json:"gap_max_ns"`
+	DurationSeconds        float64       `json:"duration_seconds"`
+	FailoverAtSeconds      float64       `json:"failover_at_seconds"`
+	HoldBackSeconds        float64       `json:"hold_back_seconds"`
+	WaitBudgetMilliseconds float64       `json:"wait_budget_ms"`
+	Seed                   uint64        `json:"seed"`
+}
+
+// RunEngineFailover runs the experiment on each engine in turn, starting
+// and removing one topology per engine.
+func RunEngineFailover(ctx context.Context, cfg EngineFailoverConfig) (*EngineFailoverResult, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	res := &EngineFailoverResult{Sessions: cfg.Sessions, ReadsPerWrite: cfg.ReadsPerWrite, GapMin: cfg.GapMin, GapMax: cfg.GapMax, DurationSeconds: cfg.Duration.Seconds(), FailoverAtSeconds: cfg.FailoverAt.Seconds(),
+		HoldBackSeconds: cfg.HoldBack.Seconds(), WaitBudgetMilliseconds: float64(cfg.WaitBudget) / 1e6, Seed: cfg.Seed}
+	for _, e := range cfg.Engines {
+		t0 := time.Now()
+		progress(cfg, e, "topology start")
+		topo, err := compose.Start(ctx, compose.Config{Engine: e, Replicas: 2, Backend: cfg.Backend, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("lab: %s topology: %w", e, err)
+		}
+		rows, fr, runErr := runEngine(ctx, &cfg, topo)
+		progress(cfg, e, "topology down")
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		downErr := topo.Down(dctx)
+		cancel()
+		if err := errors.Join(runErr, downErr); err != nil {
+			return nil, fmt.Errorf("lab: %s: %w", e, err)
+		}
+		res.Rows = append(res.Rows, rows...)
+		res.Failovers = append(res.Failovers, EngineFailover{Engine: e, Result: fr, Seconds: time.Since(t0).Seconds()})
+	}
+	return res, nil
+}
+
+func progress(cfg EngineFailoverConfig, e compose.Engine, phase string) {
+	if cfg.Progress != nil {
+		cfg.Progress(e, phase)
+	}
+}
+
+// efRouter is one token's router on one engine, as the workload uses it.
+type efRouter interface {
+	// write sets the session's row to v on the primary (tokened).
+	write(ctx context.Context, sess int, v int64) error
+	// read reads the session's row through the router: v (-1 when no
+	// row) and the router's outcome; a *live.ReadError when refused.
+	read(ctx context.Context, sess int) (v int64, out router.Outcome, err error)
+	// failover tells the router about the new primary.
+	failover(ctx context.Context, primary compose.Node, replicas []compose.Node, epoch uint64) error
+	flavor() string
+	close()
+}
+
+// efTable is the table of token router i: one row per session.
+func efTable(e compose.Engine, i int) string {
+	if e == compose.EnginePostgres {
+		return fmt.Sprintf("public.ef%d", i)
+	}
+	return fmt.Sprintf("ef.t%d", i)
+}
+
+// runEngine runs the workload and the failover on one topology.
+func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology) ([]EngineTokenRow, compose.FailoverResult, error) {
+	e := topo.Engine()
+	toks := EngineTokens(e)
+	var fr compose.FailoverResult
+	progress(*cfg, e, "set-up")
+	if err := efSetup(ctx, topo, len(toks), cfg.Sessions); err != nil {
+		return nil, fr, err
+	}
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		return nil, fr, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer cancel()
+	routers := make([]efRouter, len(toks))
+	defer func() {
+		for _, r := range routers {
+			if r != nil {
+				r.close()
+			}
+		}
+	}()
+	for i, tok := range toks {
+		r, err := newEFRouter(rctx, cfg, topo, tok, efTable(e, i), &bg)
+		if err != nil {
+			return nil, fr, fmt.Errorf("token %s: %w", tok, err)
+		}
+		routers[i] = r
+	}
+	rows := make([]EngineTokenRow, len(toks))
+	acked := make([][]atomic.Int64, len(toks))
+	for i := range acked {
+		acked[i] = make([]atomic.Int64, cfg.Sessions)
+	}
+	var failedOver atomic.Bool
+	start := time.Now()
+	end := start.Add(cfg.Duration)
+	progress(*cfg, e, "workload")
+	var wg sync.WaitGroup
+	var counters = make([]efCounters, len(toks))
+	for i := range toks {
+		for s := range cfg.Sessions {
+			wg.Go(func() {
+				runSession(rctx, cfg, routers[i], s, end, &acked[i][s], &counters[i], &failedOver, uint64(i)<<32|uint64(s))
+			})
+		}
+	}
+	// The fault schedule.
+	var faultErr error
+	if sleepUntil(rctx, start.Add(cfg.FailoverAt-cfg.HoldBack)) {
+		progress(*cfg, e, "hold back")
+		faultErr = holdBack(rctx, topo)
+	}
+	if faultErr == nil && sleepUntil(rctx, start.Add(cfg.FailoverAt)) {
+		progress(*cfg, e, "failover")
+		var err error
+		fr, err = topo.Failover(rctx, "replica1")
+		if err != nil {
+			faultErr = fmt.Errorf("failover: %w", err)
+		} else {
+			failedOver.Store(true)
+			snap := make([][]int64, len(toks))
+			for i := range toks {
+				snap[i] = make([]int64, cfg.Sessions)
+				for s := range cfg.Sessions {
+					snap[i][s] = acked[i][s].Load()
+				}
+			}
+			var errs []error
+			for i, r := range routers {
+				errs = append(errs, r.failover(rctx, topo.Primary(), topo.Replicas(), fr.Epoch))
+				lostS, lostW, err := efLost(rctx, topo, efTable(e, i), snap[i])
+				rows[i].LostSessions, rows[i].LostWrites = lostS, lostW
+				errs = append(errs, err)
+			}
+			errs = append(errs, release(rctx, topo))
+			faultErr = errors.Join(errs...)
+		}
+	}
+	wg.Wait()
+	if faultErr != nil {
+		return nil, fr, faultErr
+	}
+	for i, tok := range toks {
+		c := &counters[i]
+		rows[i] = EngineTokenRow{Engine: e, Token: tok, Flavor: routers[i].flavor(), Writes: c.writes.Load(), WriteErrors: c.writeErrs.Load(),
+			Reads: c.reads.Load(), Served: c.served.Load(), Stale: c.stale.Load(), StaleAfter: c.staleAfter.Load(), Backwards: c.backwards.Load(),
+			TimedOut: c.timedOut.Load(), FailedFast: c.failedFast.Load(), Errors: c.errors.Load(), OnReplica: c.onReplica.Load(),
+			Fallback: c.fallback.Load(), LostSessions: rows[i].LostSessions, LostWrites: rows[i].LostWrites, SimKind: tok.SimKind()}
+	}
+	return rows, fr, nil
+}
+
+// efCounters are one token router's running counts.
+type efCounters struct {
+	writes, writeErrs, reads, served, stale, staleAfter, backwards atomic.Int64
+	timedOut, failedFast, errors, onReplica, fallback              atomic.Int64
+}
+
+// runSession is one session: pause, write v, then ReadsPerWrite times
+// pause and read its row, until end.
+func runSession(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess int, end time.Time, acked *atomic.Int64, c *efCounters, failedOver *atomic.Bool, seed uint64) {
+	rng := rand.New(rand.NewPCG(cfg.Seed, seed))
+	lo, hi := math.Log(float64(cfg.GapMin)), math.Log(float64(cfg.GapMax))
+	gap := func() time.Duration { return time.Duration(math.Exp(lo + rng.Float64()*(hi-lo))) }
+	var v int64
+	seen := int64(-1)
+	for ctx.Err() == nil {
+		if !sleepFor(ctx, gap()) || !time.Now().Before(end) {
+			return
+		}
+		v++
+		wctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
+		err := r.write(wctx, sess, v)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.writeErrs.Add(1)
+		} else {
+			c.writes.Add(1)
+			acked.Store(v)
+		}
+		for range cfg.ReadsPerWrite {
+			if !sleepFor(ctx, gap()) {
+				return
+			}
+			seen = efRead(ctx, cfg, r, sess, acked.Load(), seen, failedOver.Load(), c)
+		}
+	}
+}
+
+// efRead is one read of the session's row, judged against want (the
+// session's last acknowledged value) and seen (the highest it read); it
+// returns the new seen.
+func efRead(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess int, want, seen int64, after bool, c *efCounters) int64 {
+	rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
+	got, out, err := r.read(rctx, sess)
+	cancel()
+	if ctx.Err() != nil {
+		return seen
+	}
+	c.reads.Add(1)
+	var re *live.ReadError
+	switch {
+	case errors.As(err, &re) && re.Outcome == router.OutTimedOut:
+		c.timedOut.Add(1)
+	case errors.As(err, &re):
+		c.failedFast.Add(1)
+	case err != nil:
+		c.errors.Add(1)
+	default:
+		c.served.Add(1)
+		if out == router.OutReplica || out == router.OutStale {
+			c.onReplica.Add(1)
+		} else {
+			c.fallback.Add(1)
+		}
+		if got < want {
+			c.stale.Add(1)
+			if after {
+				c.staleAfter.Add(1)
+			}
+		}
+		if got < seen {
+			c.backwards.Add(1)
+		}
+		seen = max(seen, got)
+	}
+	return seen
+}
+
+func sleepFor(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func sleepUntil(ctx context.Context, at time.Time) bool { return sleepFor(ctx, time.Until(at)) }
+
+// holdBack keeps the replicas from applying what the primary writes next:
+// MySQL and MariaDB stop every replica's applier (compose's failover
+// does not drain a stopped applier); PostgreSQL cuts replica1's WAL
+// receiver (pg_promote replays all a standby received), which needs the
+// local backend.
+func holdBack(ctx context.Context, topo *compose.Topology) error {
+	if topo.Engine() == compose.EnginePostgres {
+		mode, err := topo.Partition(ctx, "replica1")
+		if err != nil {
+			return err
+		}
+		if mode != compose.PartitionIOThread {
+			return fmt.Errorf("postgres hold-back: partition mode %s cuts compose off replica1 too; run with --backend local", mode)
+		}
+		return nil
+	}
+	for _, r := range topo.Replicas() {
+		if err := topo.StopApplier(ctx, r.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release undoes holdBack on the nodes still replicas.
+func release(ctx context.Context, topo *compose.Topology) error {
+	if topo.Engine() == compose.EnginePostgres {
+		return topo.Heal(ctx, "replica1")
+	}
+	var errs []error
+	for _, r := range topo.Replicas() {
+		errs = append(errs, topo.StartApplier(ctx, r.Name))
+	}
+	return errors.Join(errs...)
+}
+
+// efSetup creates one table per token router with a row per session.
+func efSetup(ctx context.Context, topo *compose.Topology, routers, sessions int) error {
+	db, err := topo.DB(topo.Primary().Name)
+	if err != nil {
+		return err
+	}
+	pg := topo.Engine() == compose.EnginePostgres
+	if !pg {
+		if _, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS ef"); err != nil {
+			return err
+		}
+	}
+	for i := range routers {
+		t := efTable(topo.Engine(), i)
+		var vals []string
+		for s := range sessions {
+			vals = append(vals, fmt.Sprintf("(%d, 0)", s))
+		}
+		for _, q := range []string{"DROP TABLE IF EXISTS " + t, "CREATE TABLE " + t + " (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)",
+			"INSERT INTO " + t + " VALUES " + strings.Join(vals, ",")} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+	}
+	return nil
+}
+
+// efLost compares the sessions' acknowledged values with the new
+// primary's rows.
+func efLost(ctx context.Context, topo *compose.Topology, table string, acked []int64) (sessions, writes int64, err error) {
+	db, err := topo.DB(topo.Primary().Name)
+	if err != nil {
+		return 0, 0, err
+	}
+	rows, err := db.QueryContext(ctx, "SELECT id, v FROM "+table)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rows.Close()
+	has := make([]int64, len(acked))
+	for rows.Next() {
+		var id, v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			return 0, 0, err
+		}
+		if id >= 0 && id < int64(len(has)) {
+			has[id] = v
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	for s, a := range acked {
+		if a > has[s] {
+			sessions++
+			writes += a - has[s]
+		}
+	}
+	return sessions, writes, nil
+}
+
+// newEFRouter builds tok's router over its own position poller (run on
+// bg until ctx ends).
+func newEFRouter(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology, tok EngineToken, table string, bg *sync.WaitGroup) (efRouter, error) {
+	pol := router.Policy{Kind: router.PolicyTokenWait, WaitBudget: cfg.WaitBudget}
+	switch tok {
+	case TokMySQLGTIDEpoch, TokMariaDBGTIDEpoch, TokPGLSNEpoch:
+		pol.CheckEpoch = true
+	}
+	switch tok {
+	case TokMySQLGTID, TokMySQLGTIDEpoch:
+		return newEFMySQL[gtid.Set](ctx, cfg, topo, live.MySQL{}, pol, table, bg)
+	case TokMySQLScalar:
+		return newEFMySQL[gtid.LSN](ctx, cfg, topo, live.Scalar{}, pol, table, bg)
+	case TokMariaDBGTID, TokMariaDBGTIDEpoch:
+		return newEFMySQL[gtid.MariaDBPosition](ctx, cfg, topo, live.MariaDB{}, pol, table, bg)
+	case TokPGLSN, TokPGLSNEpoch:
+		return newEFPG(ctx, cfg, topo, pol, table, bg)
+	}
+	return nil, fmt.Errorf("unknown token %q", tok)
+}
+
+func efNodes(topo *compose.Topology) (live.Node, []live.Node, []live.Node) {
+	p := routerNode(topo.Primary())
+	var reps []live.Node
+	for _, r := range topo.Replicas() {
+		reps = append(reps, routerNode(r))
+	}
+	return p, reps, append([]live.Node{p}, reps...)
+}
+
+// runPoller runs pl on bg until ctx ends and waits until every node
+// answered once (or 10 s passed).
+func runPoller[P gtid.Position[P]](ctx context.Context, pl *live.Poller[P], names []string, bg *sync.WaitGroup) error {
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		_ = pl.Run(ctx) // returns once ctx ends; health is in the positions
+	}()
+	return waitHealthy(ctx, pl, names, 10*time.Second)
+}
+
+func nodeNames(ns []live.Node) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// efMySQL is a token router on the MySQL protocol (MySQL, MariaDB).
+type efMySQL[P gtid.Position[P]] struct {
+	rt    *live.Router[P]
+	fname string
+	table string
+	sess  []*live.LiveSession[P]
+}
+
+func newEFMySQL[P gtid.Position[P]](ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology, f live.Flavor[P], pol router.Policy, table string, bg *sync.WaitGroup) (*efMySQL[P], error) {
+	p, reps, all := efNodes(topo)
+	u := topo.Primary()
+	pl, err := live.NewPoller(live.PollerConfig[P]{Flavor: f, Nodes: all, User: u.User, Password: u.Password, Interval: cfg.PollInterval, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := runPoller(ctx, pl, nodeNames(all), bg); err != nil {
+		return nil, err
+	}
+	rt, err := live.New(ctx, live.Config[P]{Flavor: f, Primary: p, Replicas: reps, User: u.User, Password: u.Password, Policy: pol,
+		Positions: pl, Epoch: topo.Epoch(), PrimaryPool: cfg.Sessions, MaxIdle: cfg.Sessions, Logger: cfg.Logger, Seed: cfg.Seed})
+	if err != nil {
+		return nil, err
+	}
+	m := &efMySQL[P]{rt: rt, fname: f.Name(), table: table, sess: make([]*live.LiveSession[P], cfg.Sessions)}
+	for i := range m.sess {
+		m.sess[i] = rt.NewSession()
+	}
+	return m, nil
+}
+
+func (m *efMySQL[P]) write(ctx context.Context, sess int, v int64) error {
+	_, err := m.sess[sess].Exec(ctx, "UPDATE "+m.table+" SET v = ? WHERE id = ?", v, sess)
+	return err
+}
+
+func (m *efMySQL[P]) read(ctx context.Context, sess int) (int64, router.Outcome, error) {
+	rd, err := m.sess[sess].Query(ctx, "SELECT v FROM "+m.table+" WHERE id = ?", sess)
+	if err != nil {
+		return 0, router.OutError, err
+	}
+	if rd.Result == nil || rd.Result.RowNumber() == 0 {
+		return -1, rd.Outcome, nil
+	}
+	v, err := rd.Result.GetInt(0, 0)
+	return v, rd.Outcome, err
+}
+
+func (m *efMySQL[P]) failover(ctx context.Context, primary compose.Node, replicas []compose.Node, epoch uint64) error {
+	var reps []live.Node
+	for _, r := range replicas {
+		reps = append(reps, routerNode(r))
+	}
+	return m.rt.Failover(ctx, routerNode(primary), reps, epoch)
+}
+
+func (m *efMySQL[P]) flavor() string { return m.fname }
+
+func (m *efMySQL[P]) close() {
+	for _, s := range m.sess {
+		s.Close()
+	}
+	m.rt.Close()
+}
+
+// efPG is a token router on PostgreSQL (live.PGRouter).
+type efPG struct {
+	rt    *live.PGRouter
+	table string
+	sess  []*live.PGSession
+}
+
+func newEFPG(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology, pol router.Policy, table string, bg *sync.WaitGroup) (*efPG, error) {
+	p, reps, all := efNodes(topo)
+	u := topo.Primary()
+	pl, err := live.NewPGPoller(live.PollerConfig[gtid.PGLSN]{Nodes: all, User: u.User, Password: u.Password, Interval: cfg.PollInterval, Logger: cfg.Logger}, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := runPoller(ctx, pl, nodeNames(all), bg); err != nil {
+		return nil, err
+	}
+	rt, err := live.NewPG(ctx, live.PGConfig{Primary: p, Replicas: reps, User: u.User, Password: u.Password, Policy: pol, Positions: pl,
+		Epoch: topo.Epoch(), StatementTimeout: cfg.ReadTimeout, MaxConns: int32(max(cfg.Sessions/2, 4)), Logger: cfg.Logger, Seed: cfg.Seed})
+	if err != nil {
+		return nil, err
+	}
+	g := &efPG{rt: rt, table: table, sess: make([]*live.PGSession, cfg.Sessions)}
+	for i := range g.sess {
+		g.sess[i] = rt.NewSession()
+	}
+	return g, nil
+}
+
+func (g *efPG) write(ctx context.Context, sess int, v int64) error {
+	_, _, err := g.sess[sess].Exec(ctx, "UPDATE "+g.table+" SET v = $1 WHERE id = $2", v, sess)
+	return err
+}
+
+func (g *efPG) read(ctx context.Context, sess int) (int64, router.Outcome, error) {
+	rd, err := g.sess[sess].Query(ctx, "SELECT v FROM "+g.table+" WHERE id = $1", sess)
+	if err != nil {
+		return 0, router.OutError, err
+	}
+	if len(rd.Rows) == 0 {
+		return -1, rd.Outcome, nil
+	}
+	v, ok := rd.Rows[0][0].(int64)
+	if !ok {
+		return 0, rd.Outcome, fmt.Errorf("lab: %s: v is %T", g.table, rd.Rows[0][0])
+	}
+	return v, rd.Outcome, nil
+}
+
+func (g *efPG) failover(ctx context.Context, primary compose.Node, replicas []compose.Node, epoch uint64) error {
+	var reps []live.Node
+	for _, r := range replicas {
+		reps = append(reps, routerNode(r))
+	}
+	return g.rt.Failover(ctx, routerNode(primary), reps, epoch)
+}
+
+func (g *efPG) flavor() string { return live.Postgres{}.Name() }
+
+func (g *efPG) close() { g.rt.Close() }
+
+// EngineFailoverTable is the experiment's table, a row per engine x
+// token, with what each failover lost in its notes.
+func EngineFailoverTable(res *EngineFailoverResult) *sim.Table {
+	t := &sim.Table{Name: "failover-engines", Title: "Failover on real engines: what each native token does with a write the new primary lost",
+		Columns: []sim.Column{{Key: "engine", Header: "engine"}, {Key: "token", Header: "token"}, {Key: "reads", Header: "reads"},
+			{Key: "stale", Header: "served without own write"}, {Key: "stale_after", Header: "of them after failover"},
+			{Key: "timed_out", Header: "timed out"}, {Key: "failed_fast", Header: "failed fast"}, {Key: "errors", Header: "errors"},
+			{Key: "on_replica", Header: "on a replica"}, {Key: "fallback", Header: "on the primary"},
+			{Key: "backwards", Header: "went backwards"}, {Key: "lost_sessions", Header: "sessions whose write was lost"},
+			{Key: "sim_kind", Header: "simulator's model"}}}
+	for _, r := range res.Rows {
+		n := func(v int64) sim.Cell { return sim.N(float64(v)) }
+		t.Rows = append(t.Rows, []sim.Cell{sim.L(string(r.Engine)), sim.L(string(r.Token)), n(r.Reads), n(r.Stale), n(r.StaleAfter),
+			n(r.TimedOut), n(r.FailedFast), n(r.Errors), n(r.OnReplica), n(r.Fallback), n(r.Backwards), n(r.LostSessions), sim.L(r.SimKind)})
+	}
+	t.Notes = append(t.Notes, fmt.Sprintf("%d sessions per token, each writing its own row then reading it back %d times (pauses log-uniform %v–%v), %.0f s per engine; "+
+		"the replicas are held back %.0f s before the primary is killed at %.0f s and replica1 promoted without draining; "+
+		"every router token-wait(%gms) over polled positions; seed %d.",
+		res.Sessions, res.ReadsPerWrite, res.GapMin, res.GapMax, res.DurationSeconds, res.HoldBackSeconds, res.FailoverAtSeconds, res.WaitBudgetMilliseconds, res.Seed))
+	for _, f := range res.Failovers {
+		lost := f.Result.LostGTIDs
+		if f.Result.LostWAL != "" {
+			lost = fmt.Sprintf("WAL %s (%d bytes; new timeline %d from %s)", f.Result.LostWAL, f.Result.LostWALBytes, f.Result.NewTimeline, f.Result.SwitchPoint)
+		}
+		if lost == "" {
+			lost = "nothing"
+		}
+		t.Notes = append(t.Notes, fmt.Sprintf("%s: new primary %s (epoch %d) lost %s; the engine's run took %.0f s.", f.Engine, f.Result.NewPrimary, f.Result.Epoch, lost, f.Seconds))
+	}
+	return t
+}
