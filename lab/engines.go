@@ -178,8 +178,8 @@ type EngineTokenRow struct {
 	Reads  int64 `json:"reads"`
 	Served int64 `json:"served"`
 	// Stale: served without the session's last acknowledged write
-	// (silently: the router said it qualified). StaleAfter: of them, after
-	// the failover.
+	// (silently: the router said it qualified). StaleAfter: of them, those
+	// issued after compose's failover returned.
 	Stale      int64 `json:"stale"`
 	StaleAfter int64 `json:"stale_after_failover"`
 	// Backwards: served an older value than the session had already read
@@ -750,7 +750,7 @@ func (g *efPG) close() { g.rt.Close() }
 func EngineFailoverTable(res *EngineFailoverResult) *sim.Table {
 	t := &sim.Table{Name: "failover-engines", Title: "Failover on real engines: what each native token does with a write the new primary lost",
 		Columns: []sim.Column{{Key: "engine", Header: "engine"}, {Key: "token", Header: "token"}, {Key: "reads", Header: "reads"},
-			{Key: "stale", Header: "served without own write"}, {Key: "stale_after", Header: "of them after failover"},
+			{Key: "stale", Header: "served without own write"}, {Key: "stale_after", Header: "of them issued after the failover"},
 			{Key: "timed_out", Header: "timed out"}, {Key: "failed_fast", Header: "failed fast"}, {Key: "errors", Header: "errors"},
 			{Key: "on_replica", Header: "on a replica"}, {Key: "fallback", Header: "on the primary"},
 			{Key: "backwards", Header: "went backwards"}, {Key: "lost_sessions", Header: "sessions whose write was lost"},

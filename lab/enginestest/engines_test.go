@@ -1,0 +1,50 @@
+// Package enginestest runs lab.RunEngineFailover on real MySQL and
+// MariaDB topologies (the experiment starts and removes one per engine;
+// PostgreSQL's routers are covered by router/live/livetest/postgres).
+package enginestest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/lab"
+)
+
+// TestEngineFailover: every read is accounted for exactly once, each
+// failover lost acknowledged writes (the experiment's premise), and the
+// exact tokens (MySQL GTID sets, with or without the epoch) never serve a
+// read silently without the session's write.
+func TestEngineFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real MySQL and MariaDB topologies")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := lab.RunEngineFailover(ctx, lab.EngineFailoverConfig{Engines: []compose.Engine{compose.EngineMySQL, compose.EngineMariaDB},
+		Backend: compose.BackendLocal, Sessions: 12, Duration: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 5 || len(res.Failovers) != 2 {
+		t.Fatalf("%d rows, %d failovers; want 5 and 2", len(res.Rows), len(res.Failovers))
+	}
+	for _, f := range res.Failovers {
+		if f.Result.LostGTIDs == "" {
+			t.Errorf("%s: the failover lost nothing: %+v", f.Engine, f.Result)
+		}
+	}
+	for _, r := range res.Rows {
+		t.Logf("%+v", r)
+		if r.Reads == 0 || r.Writes == 0 {
+			t.Errorf("%s %s: no reads or writes", r.Engine, r.Token)
+		}
+		if r.Served+r.TimedOut+r.FailedFast+r.Errors != r.Reads || r.OnReplica+r.Fallback != r.Served {
+			t.Errorf("%s %s: outcomes do not add up: %+v", r.Engine, r.Token, r)
+		}
+		if r.Engine == compose.EngineMySQL && (r.Token == lab.TokMySQLGTID || r.Token == lab.TokMySQLGTIDEpoch) && r.Stale != 0 {
+			t.Errorf("%s %s: %d reads served without the session's write; a GTID set never allows one", r.Engine, r.Token, r.Stale)
+		}
+	}
+}
