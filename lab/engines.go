@@ -179,7 +179,8 @@ type EngineTokenRow struct {
 	Served int64 `json:"served"`
 	// Stale: served without the session's last acknowledged write
 	// (silently: the router said it qualified). StaleAfter: of them, those
-	// issued after compose's failover returned.
+	// issued once the failover began (the primary's kill); the others were
+	// issued while the first primary lived.
 	Stale      int64 `json:"stale"`
 	StaleAfter int64 `json:"stale_after_failover"`
 	// Backwards: served an older value than the session had already read
@@ -342,12 +343,12 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 	}
 	if faultErr == nil && sleepUntil(rctx, start.Add(cfg.FailoverAt)) {
 		progress(*cfg, e, "failover")
+		failedOver.Store(true) // the kill is the failover's first step
 		var err error
 		fr, err = topo.Failover(rctx, "replica1")
 		if err != nil {
 			faultErr = fmt.Errorf("failover: %w", err)
 		} else {
-			failedOver.Store(true)
 			snap := make([][]int64, len(toks))
 			for i := range toks {
 				snap[i] = make([]int64, cfg.Sessions)
@@ -750,7 +751,7 @@ func (g *efPG) close() { g.rt.Close() }
 func EngineFailoverTable(res *EngineFailoverResult) *sim.Table {
 	t := &sim.Table{Name: "failover-engines", Title: "Failover on real engines: what each native token does with a write the new primary lost",
 		Columns: []sim.Column{{Key: "engine", Header: "engine"}, {Key: "token", Header: "token"}, {Key: "reads", Header: "reads"},
-			{Key: "stale", Header: "served without own write"}, {Key: "stale_after", Header: "of them issued after the failover"},
+			{Key: "stale", Header: "served without own write"}, {Key: "stale_after", Header: "of them issued after the kill"},
 			{Key: "timed_out", Header: "timed out"}, {Key: "failed_fast", Header: "failed fast"}, {Key: "errors", Header: "errors"},
 			{Key: "on_replica", Header: "on a replica"}, {Key: "fallback", Header: "on the primary"},
 			{Key: "backwards", Header: "went backwards"}, {Key: "lost_sessions", Header: "sessions whose write was lost"},
