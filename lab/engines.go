@@ -179,8 +179,8 @@ type EngineTokenRow struct {
 	Served int64 `json:"served"`
 	// Stale: served without the session's last acknowledged write
 	// (silently: the router said it qualified). StaleAfter: of them, those
-	// issued once the failover began (the primary's kill); the others were
-	// issued while the first primary lived.
+	// answered once the failover began (the primary's kill); the others
+	// were answered while the first primary lived.
 	Stale      int64 `json:"stale"`
 	StaleAfter int64 `json:"stale_after_failover"`
 	// Backwards: served an older value than the session had already read
@@ -416,17 +416,21 @@ func runSession(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess
 			if !sleepFor(ctx, gap()) {
 				return
 			}
-			seen = efRead(ctx, cfg, r, sess, acked.Load(), seen, failedOver.Load(), c)
+			seen = efRead(ctx, cfg, r, sess, acked.Load(), seen, failedOver, c)
 		}
 	}
 }
 
 // efRead is one read of the session's row, judged against want (the
 // session's last acknowledged value) and seen (the highest it read); it
-// returns the new seen.
-func efRead(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess int, want, seen int64, after bool, c *efCounters) int64 {
+// returns the new seen. A stale read is counted "after" when it was
+// answered once the failover had begun (failedOver), whenever issued: a
+// read issued before the kill may wait, retry and be served by the new
+// timeline.
+func efRead(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess int, want, seen int64, failedOver *atomic.Bool, c *efCounters) int64 {
 	rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
 	got, out, err := r.read(rctx, sess)
+	after := failedOver.Load()
 	cancel()
 	if ctx.Err() != nil {
 		return seen
@@ -751,7 +755,7 @@ func (g *efPG) close() { g.rt.Close() }
 func EngineFailoverTable(res *EngineFailoverResult) *sim.Table {
 	t := &sim.Table{Name: "failover-engines", Title: "Failover on real engines: what each native token does with a write the new primary lost",
 		Columns: []sim.Column{{Key: "engine", Header: "engine"}, {Key: "token", Header: "token"}, {Key: "reads", Header: "reads"},
-			{Key: "stale", Header: "served without own write"}, {Key: "stale_after", Header: "of them issued after the kill"},
+			{Key: "stale", Header: "served without own write"}, {Key: "stale_after", Header: "of them answered after the kill"},
 			{Key: "timed_out", Header: "timed out"}, {Key: "failed_fast", Header: "failed fast"}, {Key: "errors", Header: "errors"},
 			{Key: "on_replica", Header: "on a replica"}, {Key: "fallback", Header: "on the primary"},
 			{Key: "backwards", Header: "went backwards"}, {Key: "lost_sessions", Header: "sessions whose write was lost"},

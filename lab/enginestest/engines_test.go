@@ -14,7 +14,7 @@ import (
 
 // TestEngineFailover: every read is accounted for exactly once, each
 // failover lost acknowledged writes (the experiment's premise), no read
-// issued before the primary's kill is served without the session's
+// answered before the primary's kill is served without the session's
 // write, and the exact tokens (MySQL GTID sets, with or without the epoch) never serve a
 // read silently without the session's write.
 func TestEngineFailover(t *testing.T) {
@@ -45,7 +45,7 @@ func TestEngineFailover(t *testing.T) {
 			t.Errorf("%s %s: outcomes do not add up: %+v", r.Engine, r.Token, r)
 		}
 		if r.Stale != r.StaleAfter {
-			t.Errorf("%s %s: %d reads issued while the first primary lived were served without the session's write", r.Engine, r.Token, r.Stale-r.StaleAfter)
+			t.Errorf("%s %s: %d reads answered while the first primary lived were served without the session's write", r.Engine, r.Token, r.Stale-r.StaleAfter)
 		}
 		if r.Engine == compose.EngineMySQL && (r.Token == lab.TokMySQLGTID || r.Token == lab.TokMySQLGTIDEpoch) && r.Stale != 0 {
 			t.Errorf("%s %s: %d reads served without the session's write; a GTID set never allows one", r.Engine, r.Token, r.Stale)
