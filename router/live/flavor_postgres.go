@@ -60,8 +60,8 @@ func (Postgres) TrackSession(ctx context.Context, c SessionConn) error {
 const pgWriteLSNQuery = "SELECT pg_current_wal_lsn()::text"
 
 // WritePosition implements Flavor: pg_current_wal_lsn() on the write's
-// connection. PGSession.Exec calls it only after a statement that
-// committed a change (PostgreSQL's command tags carry no position).
+// connection. PGSession.Exec calls it after every statement it ran
+// (PostgreSQL's command tags carry no position).
 func (f Postgres) WritePosition(ctx context.Context, _ Ack, c SessionConn) (gtid.PGLSN, bool, error) {
 	text, err := c.ReadValue(ctx, pgWriteLSNQuery)
 	if err != nil {

@@ -242,11 +242,14 @@ func (s *PGSession) Live() *LiveSession[gtid.PGLSN] { return s.s }
 // statements only (it rolled the transaction back).
 var ErrPGTransaction = errors.New("router: pg: a statement left a transaction open; PGSession.Exec runs autocommit statements only (rolled back)")
 
-// Exec runs one autocommit statement on the primary. When it changed
-// rows, its token (pg_current_wal_lsn() read on the same connection right
-// after the commit) joins the session's and the router's view of the
-// primary, as LiveSession.ExecWrite does; the token is returned (0 when
-// nothing was written).
+// Exec runs one autocommit statement on the primary; its token
+// (pg_current_wal_lsn() read on the same connection right after the
+// commit) joins the session's and the router's view of the primary, as
+// LiveSession.ExecWrite does, and is returned. Every statement is tokened,
+// DDL and statements that changed no rows included: PostgreSQL's command
+// tags do not say whether WAL was written (CREATE TABLE reports 0 rows),
+// and a token past a statement that wrote nothing is still sound, only
+// asks a standby for a little more.
 func (s *PGSession) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, gtid.PGLSN, error) {
 	rt := s.r.rt
 	rt.mu.Lock()
@@ -266,9 +269,6 @@ func (s *PGSession) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	if c.Conn().PgConn().TxStatus() != 'I' {
 		_, rerr := c.Exec(sctx, "ROLLBACK")
 		return tag, 0, errors.Join(ErrPGTransaction, rerr)
-	}
-	if tag.RowsAffected() == 0 {
-		return tag, 0, nil
 	}
 	pos, _, err := Postgres{}.WritePosition(sctx, Ack{}, pgSessionConn{c.Conn()})
 	if err != nil {

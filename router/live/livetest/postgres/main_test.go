@@ -127,6 +127,15 @@ func TestTokenWaitSeesOwnWrites(t *testing.T) {
 	ctx := ctxFor(t)
 	rt := newRouter(t, ctx, startPoller(t, ctx), router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second})
 	s := rt.NewSession()
+	// DDL is tokened too: a table created by the session is there when it
+	// reads it on a standby.
+	ddl := mustExec(t, ctx, s, "CREATE TABLE public.rt_ddl (id BIGINT)")
+	if ddl == 0 {
+		t.Fatal("CREATE TABLE got no token")
+	}
+	if _, err := s.Query(ctx, "SELECT count(*) FROM public.rt_ddl"); err != nil {
+		t.Fatalf("reading the session's new table: %v", err)
+	}
 	setup(t, ctx, s)
 	onReplica := 0
 	var last gtid.PGLSN
