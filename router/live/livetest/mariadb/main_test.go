@@ -138,6 +138,32 @@ func TestTrackSessionProves(t *testing.T) {
 	t.Logf("write position %s, read served by %s (%v)", w.Pos, rd.Node, rd.Outcome)
 }
 
+// TestSharedPrimaryPool: an autocommit write does not pin its primary
+// connection on MariaDB (its OK packet's tracking of last_gtid is not a
+// session state the pool must keep): 20 sessions write through a pool of
+// 2 connections, each write within its own 10 s.
+func TestSharedPrimaryPool(t *testing.T) {
+	composetest.Need(t, topo)
+	ctx := ctxFor(t)
+	p := topo.Primary()
+	rt, err := live.New(ctx, live.Config[pos]{Flavor: live.MariaDB{}, Primary: node(p), Replicas: replicas(), User: p.User, Password: p.Password,
+		Policy: router.Policy{Kind: router.PolicyTokenWait, WaitBudget: time.Second}, Positions: startPoller(t, ctx), PrimaryPool: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	setup(t, ctx, rt.NewSession())
+	for i := range 20 {
+		s := rt.NewSession()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, w, err := s.ExecWrite(wctx, "REPLACE INTO rt.t VALUES (?, ?)", 1000+i, i)
+		cancel()
+		if err != nil || !w.OK {
+			t.Fatalf("session %d's write through a pool of 2: %v (%+v)", i, err, w)
+		}
+	}
+}
+
 // TestTokenWaitSeesOwnWrites: with every wait method, 30 write-then-read
 // rounds each read the session's own value, and once both replicas'
 // appliers are stopped a read waits its budget and falls back to the
