@@ -266,10 +266,27 @@ type View[P gtid.Position[P]] struct {
 	PrimaryKnown bool
 	// Epoch is the current topology epoch (increases at every failover).
 	Epoch uint64
+	// Bases are the promoted primaries' positions at each failover, oldest
+	// first: Bases[i].Pos is what the primary of epoch Bases[i].Epoch held
+	// when it was promoted. Rule 1 needs them for numbered positions (an
+	// LSN, a MariaDB sequence, a scalar): the new timeline's numbers soon
+	// pass a lost write's, so "the current primary contains it" stops
+	// telling a surviving write from a lost one. A token of epoch e
+	// survives only when every base of a later epoch contains it. Empty:
+	// rule 1 consults Primary alone (exact for GTID sets, whose lost
+	// transactions' UUIDs never come back).
+	Bases []EpochBase[P]
 	// Hash is the hashroute table built over Replicas' configured order
 	// (Hash.Len() == len(Replicas), at most hashroute.MaxServers). Required
 	// by PolicyAffinity only; nil otherwise is fine.
 	Hash *hashroute.Table
+}
+
+// EpochBase is the promoted primary's position at the failover that
+// began Epoch (View.Bases).
+type EpochBase[P gtid.Position[P]] struct {
+	Epoch uint64
+	Pos   P
 }
 
 // Input is everything Decide reads.

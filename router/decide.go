@@ -62,8 +62,10 @@ import (
 //
 //  1. Epoch (Policy.CheckEpoch, token policies only): a token whose Epoch is
 //     older than View.Epoch must be contained in the primary (PrimaryKnown
-//     required), else ActFail/ReasonWriteLost; for the MR policies the same
-//     holds for the watermark, else ActFail/ReasonSeenLost.
+//     required) and in every View.Bases entry of a later epoch (what each
+//     promoted primary held when promoted), else ActFail/ReasonWriteLost;
+//     for the MR policies the same holds for the watermark, else
+//     ActFail/ReasonSeenLost.
 //  2. PolicyAny: a uniformly random up replica (Rand).
 //     PolicyAffinity: hashroute's View.Hash.Select(Session.AffinityKey,
 //     Policy.HashMode, up replicas, InFlight counts) (HashReason says why);
@@ -144,13 +146,13 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 	// Rule 1: epochs.
 	if pol.CheckEpoch {
 		if s.HasToken && s.Epoch < v.Epoch {
-			if !v.PrimaryKnown || !v.Primary.Contains(s.Token) {
+			if !survived(v, s.Token, s.Epoch) {
 				return Decision{Action: ActFail, Reason: ReasonWriteLost, Replica: -1}
 			}
 			reanchor = true
 		}
 		if needSeen && s.SeenEpoch < v.Epoch {
-			if !v.PrimaryKnown || !v.Primary.Contains(s.Seen) {
+			if !survived(v, s.Seen, s.SeenEpoch) {
 				return Decision{Action: ActFail, Reason: ReasonSeenLost, Replica: -1}
 			}
 			reanchor = true
@@ -430,4 +432,19 @@ func pickAffinity[P gtid.Position[P]](v *View[P], mode hashroute.Mode, key uint6
 		return Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}
 	}
 	return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: i, HashReason: why}
+}
+
+// survived reports whether p, recorded in epoch, is on the current
+// timeline (rule 1): the primary holds it, and so did every primary
+// promoted since epoch, when it was promoted.
+func survived[P gtid.Position[P]](v *View[P], p P, epoch uint64) bool {
+	if !v.PrimaryKnown || !v.Primary.Contains(p) {
+		return false
+	}
+	for i := range v.Bases {
+		if b := &v.Bases[i]; b.Epoch > epoch && !b.Pos.Contains(p) {
+			return false
+		}
+	}
+	return true
 }

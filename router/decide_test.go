@@ -332,6 +332,61 @@ func TestFailoverTokenKinds(t *testing.T) {
 	}
 }
 
+// TestEpochBasesNumberedPositions: with numbered positions the current
+// primary's position soon passes a lost write's number, so "the primary
+// contains it" stops telling lost from surviving writes (every +epoch read
+// of a lost LSN or MariaDB sequence was served stale in lab failover
+// --engines). Rule 1 checks the promoted primary's position at each later
+// failover (View.Bases): a write above it is lost, one at or below it
+// survived, across several failovers.
+func TestEpochBasesNumberedPositions(t *testing.T) {
+	ms := time.Millisecond
+	pol := Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms, CheckEpoch: true}
+	decide := func(tok lsn, epoch uint64, v View[lsn]) Decision {
+		sess := Session[lsn]{Token: tok, HasToken: true, Epoch: epoch}
+		return Decide(&Input[lsn]{Policy: &pol, Session: &sess, View: &v}, &Bucket{})
+	}
+	// Old primary wrote up to 10; replica1, promoted at 8 (epoch 2), has
+	// written up to 12 since.
+	v := View[lsn]{Replicas: []Replica[lsn]{up(12)}, Primary: 12, PrimaryKnown: true, Epoch: 2,
+		Bases: []EpochBase[lsn]{{Epoch: 2, Pos: 8}}}
+	if d := decide(10, 1, v); d.Action != ActFail || d.Reason != ReasonWriteLost {
+		t.Fatalf("lost write 10 (promoted at 8): %+v, want write lost", d)
+	}
+	if d := decide(8, 1, v); d.Action != ActReplica || !d.Reanchor {
+		t.Fatalf("surviving write 8 (promoted at 8): %+v, want a replica read, re-anchored", d)
+	}
+	if d := decide(11, 2, v); d.Action != ActReplica || d.Reanchor {
+		t.Fatalf("current-epoch write 11: %+v, want a replica read", d)
+	}
+	// Without bases the lost write is (silently) served: today's rule.
+	nb := v
+	nb.Bases = nil
+	if d := decide(10, 1, nb); d.Action != ActReplica {
+		t.Fatalf("no bases: %+v, want the replica read rule 1 cannot catch", d)
+	}
+	// A second failover (epoch 3) promoted at 11: epoch 1's write 7
+	// survived both; epoch 1's 9 was lost at the first (8 < 9) though the
+	// second base passes it; epoch 2's 11 survived, 12 was lost.
+	v3 := View[lsn]{Replicas: []Replica[lsn]{up(20)}, Primary: 20, PrimaryKnown: true, Epoch: 3,
+		Bases: []EpochBase[lsn]{{Epoch: 2, Pos: 8}, {Epoch: 3, Pos: 11}}}
+	for _, c := range []struct {
+		tok   lsn
+		epoch uint64
+		lost  bool
+	}{{7, 1, false}, {9, 1, true}, {11, 2, false}, {12, 2, true}} {
+		d := decide(c.tok, c.epoch, v3)
+		if got := d.Action == ActFail && d.Reason == ReasonWriteLost; got != c.lost {
+			t.Errorf("epoch %d write %d after two failovers: %+v, want lost %v", c.epoch, c.tok, d, c.lost)
+		}
+	}
+	// The watermark is held to the same rule (ReasonSeenLost).
+	sess := Session[lsn]{Seen: 10, HasSeen: true, SeenEpoch: 1}
+	if d := Decide(&Input[lsn]{Policy: &pol, Session: &sess, View: &v}, &Bucket{}); d.Action != ActFail || d.Reason != ReasonSeenLost {
+		t.Fatalf("watermark 10 (promoted at 8): %+v, want seen lost", d)
+	}
+}
+
 func TestBucketRate(t *testing.T) {
 	c := &Cap{PerSecond: 10, Burst: 2, Behavior: CapFailFast}
 	if err := c.Validate(); err != nil {

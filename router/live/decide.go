@@ -23,6 +23,9 @@ type LiveState[P gtid.Position[P]] struct {
 	// at New/Failover, raised by every write the primary acknowledges to a
 	// session and by the PositionSource's view of the primary.
 	PrimaryPos P
+	// Bases are the promoted primaries' positions at each failover
+	// (router.View.Bases), oldest first.
+	Bases []router.EpochBase[P]
 	// Table is the hashroute table over Replicas (nil without replicas).
 	Table *hashroute.Table
 	// DownUntil holds the nodes skipped after an error, until the time given.
@@ -83,7 +86,7 @@ func DecideLive[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], req
 		prim = prim.Union(p)
 	}
 	v := &router.View[P]{Replicas: make([]router.Replica[P], len(st.Replicas)), Primary: prim,
-		PrimaryKnown: true, Epoch: st.Epoch, Hash: st.Table}
+		PrimaryKnown: true, Epoch: st.Epoch, Bases: st.Bases, Hash: st.Table}
 	for i, n := range st.Replicas {
 		set, healthy := src.Position(n.Name)
 		if k, ok := req.Known[n.Name]; ok && !set.Contains(k) {

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/causallab/causallab/gtid"
-	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 )
 
@@ -203,26 +202,6 @@ func (r *PGRouter) Failover(ctx context.Context, primary Node, replicas []Node, 
 		return fmt.Errorf("router: failover: %w", err)
 	}
 	return r.rt.failoverTo(primary, replicas, epoch, pos)
-}
-
-// failoverTo is Router.Failover's state change, once the new primary's
-// position pos is known.
-func (r *Router[P]) failoverTo(primary Node, replicas []Node, epoch uint64, pos P) error {
-	var table *hashroute.Table
-	if len(replicas) > 0 {
-		var err error
-		if table, err = hashroute.NewTable(hashServers(replicas)); err != nil {
-			return err
-		}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if epoch <= r.st.Epoch {
-		return fmt.Errorf("router: failover to epoch %d, current is %d", epoch, r.st.Epoch)
-	}
-	r.st.Primary, r.st.Replicas, r.st.Epoch, r.st.PrimaryPos, r.st.Table = primary, append([]Node(nil), replicas...), epoch, pos, table
-	r.cfg.Logger.Info("router: failover", "primary", primary.Name, "epoch", epoch)
-	return nil
 }
 
 // PGSession is one client's causal state on a PGRouter.

@@ -318,18 +318,27 @@ func (r *Router[P]) Failover(ctx context.Context, primary Node, replicas []Node,
 	if err != nil {
 		return fmt.Errorf("router: failover: read the new primary's position: %w", err)
 	}
+	return r.failoverTo(primary, replicas, epoch, pos)
+}
+
+// failoverTo is Failover's state change (Router's and PGRouter's), once
+// the new primary's position pos is known: pos is also kept as the epoch's
+// base (router.View.Bases), what rule 1 checks older tokens against.
+func (r *Router[P]) failoverTo(primary Node, replicas []Node, epoch uint64, pos P) error {
+	var table *hashroute.Table
+	if len(replicas) > 0 {
+		var err error
+		if table, err = hashroute.NewTable(hashServers(replicas)); err != nil {
+			return err
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if epoch <= r.st.Epoch {
 		return fmt.Errorf("router: failover to epoch %d, current is %d", epoch, r.st.Epoch)
 	}
-	var table *hashroute.Table
-	if len(replicas) > 0 {
-		if table, err = hashroute.NewTable(hashServers(replicas)); err != nil {
-			return err
-		}
-	}
 	r.st.Primary, r.st.Replicas, r.st.Epoch, r.st.PrimaryPos, r.st.Table = primary, append([]Node(nil), replicas...), epoch, pos, table
+	r.st.Bases = append(r.st.Bases, router.EpochBase[P]{Epoch: epoch, Pos: pos})
 	r.st.Commits.Reset()
 	r.cfg.Logger.Info("router: failover", "primary", primary.Name, "epoch", epoch)
 	return nil
