@@ -271,8 +271,9 @@ type efRouter interface {
 	// read reads the session's row through the router: v (-1 when no
 	// row) and the router's outcome; a *live.ReadError when refused.
 	read(ctx context.Context, sess int) (v int64, out router.Outcome, err error)
-	// failover tells the router about the new primary.
-	failover(ctx context.Context, primary compose.Node, replicas []compose.Node, epoch uint64) error
+	// failover tells the router about the new primary (fr: what compose
+	// did, its epoch and, on PostgreSQL, the new timeline's switch point).
+	failover(ctx context.Context, primary compose.Node, replicas []compose.Node, fr compose.FailoverResult) error
 	flavor() string
 	close()
 }
@@ -358,7 +359,7 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 			}
 			var errs []error
 			for i, r := range routers {
-				errs = append(errs, r.failover(rctx, topo.Primary(), topo.Replicas(), fr.Epoch))
+				errs = append(errs, r.failover(rctx, topo.Primary(), topo.Replicas(), fr))
 				lostS, lostW, err := efLost(rctx, topo, efTable(e, i), snap[i])
 				rows[i].LostSessions, rows[i].LostWrites = lostS, lostW
 				errs = append(errs, err)
@@ -672,12 +673,12 @@ func (m *efMySQL[P]) read(ctx context.Context, sess int) (int64, router.Outcome,
 	return v, rd.Outcome, err
 }
 
-func (m *efMySQL[P]) failover(ctx context.Context, primary compose.Node, replicas []compose.Node, epoch uint64) error {
+func (m *efMySQL[P]) failover(ctx context.Context, primary compose.Node, replicas []compose.Node, fr compose.FailoverResult) error {
 	var reps []live.Node
 	for _, r := range replicas {
 		reps = append(reps, routerNode(r))
 	}
-	return m.rt.Failover(ctx, routerNode(primary), reps, epoch)
+	return m.rt.Failover(ctx, routerNode(primary), reps, fr.Epoch)
 }
 
 func (m *efMySQL[P]) flavor() string { return m.fname }
@@ -738,12 +739,22 @@ func (g *efPG) read(ctx context.Context, sess int) (int64, router.Outcome, error
 	return v, rd.Outcome, nil
 }
 
-func (g *efPG) failover(ctx context.Context, primary compose.Node, replicas []compose.Node, epoch uint64) error {
+func (g *efPG) failover(ctx context.Context, primary compose.Node, replicas []compose.Node, fr compose.FailoverResult) error {
 	var reps []live.Node
 	for _, r := range replicas {
 		reps = append(reps, routerNode(r))
 	}
-	return g.rt.Failover(ctx, routerNode(primary), reps, epoch)
+	if fr.SwitchPoint == "" {
+		// No fork point reported: the base is the new primary's position
+		// read after the promotion, which includes the promotion's own
+		// WAL (a lost LSN inside it would pass rule 1).
+		return g.rt.Failover(ctx, routerNode(primary), reps, fr.Epoch)
+	}
+	sw, err := gtid.ParsePGLSN(fr.SwitchPoint)
+	if err != nil {
+		return fmt.Errorf("lab: the failover's switch point: %w", err)
+	}
+	return g.rt.FailoverAt(routerNode(primary), reps, fr.Epoch, sw)
 }
 
 func (g *efPG) flavor() string { return live.Postgres{}.Name() }

@@ -204,6 +204,16 @@ func (r *PGRouter) Failover(ctx context.Context, primary Node, replicas []Node, 
 	return r.rt.failoverTo(primary, replicas, epoch, pos)
 }
 
+// FailoverAt is Failover when the caller knows where the new timeline
+// forked off the old one (the timeline history's switch point, compose's
+// FailoverResult.SwitchPoint): WAL up to it is shared, so a token at or
+// below it survived and one above it was lost. It is the exact base for
+// Policy.CheckEpoch; the position Failover reads after the promotion also
+// covers the promotion's own WAL records, past the fork.
+func (r *PGRouter) FailoverAt(primary Node, replicas []Node, epoch uint64, switchPoint gtid.PGLSN) error {
+	return r.rt.failoverTo(primary, replicas, epoch, switchPoint)
+}
+
 // PGSession is one client's causal state on a PGRouter.
 type PGSession struct {
 	r *PGRouter
