@@ -41,6 +41,16 @@ type backendConn struct {
 	buf    []byte
 	head   [5]byte
 	pieces [][]byte
+	// allGTIDs: the connection negotiated CLIENT_DEPRECATE_EOF and
+	// session_track_gtids=ALL_GTIDS (a replica connection under
+	// Config.WatermarkSource "all-gtids"): results end with an OK packet
+	// carrying the server's whole executed set, rewritten to classic EOF
+	// framing for the client (relayResponse).
+	allGTIDs bool
+	// status is the server status of the connection's last OK or EOF
+	// packet (the status of the EOF packet the relay writes after a
+	// result's column definitions, which a DEPRECATE_EOF server omits).
+	status uint16
 }
 
 // BackendError is a failure to reach or talk to a backend. It never holds
@@ -88,12 +98,14 @@ func backendErr(b *Backend, op string, err error) *BackendError {
 
 // dialBackend opens a connection to b with session tracking on and the
 // capabilities the raw relay needs: the classic EOF packets (clients of the
-// proxy never get CLIENT_DEPRECATE_EOF) and no query attributes.
+// proxy never get CLIENT_DEPRECATE_EOF) and no query attributes; with
+// allGTIDs, CLIENT_DEPRECATE_EOF and session_track_gtids=ALL_GTIDS
+// instead (the relay rewrites the framing, backendConn.allGTIDs).
 // flags are client capabilities passed on (session.flags).
 // The whole attempt (handshake and set-up) is bounded by connect_timeout
 // and, when healthy is given (a replica), cut once the position source
 // reports the server unhealthy.
-func dialBackend(ctx context.Context, b *Backend, db string, collation string, flags uint32, cfg *Config, healthy func() bool) (*backendConn, error) {
+func dialBackend(ctx context.Context, b *Backend, db string, collation string, flags uint32, cfg *Config, healthy func() bool, allGTIDs bool) (*backendConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	var (
@@ -112,6 +124,11 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 	})
 	c, err := client.ConnectWithDialer(dctx, "", b.Addr, b.User, b.Password, db, dial, func(c *client.Conn) error {
 		c.UnsetCapability(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
+		if allGTIDs {
+			if err := c.SetCapability(mysql.CLIENT_DEPRECATE_EOF); err != nil {
+				return err
+			}
+		}
 		if collation != "" {
 			if err := c.SetCollation(collation); err != nil {
 				return err
@@ -133,12 +150,17 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 	if err != nil {
 		return nil, backendErr(b, "connect", err)
 	}
-	if caps := mysqlwire.CapsOf(c); caps != (mysqlwire.Caps{}) {
-		// The raw relay and the pipelined watermark read classic framing.
+	if caps := mysqlwire.CapsOf(c); caps != (mysqlwire.Caps{DeprecateEOF: allGTIDs}) {
+		// The raw relay and the pipelined watermark read the framing
+		// asked for.
 		c.Close()
 		return nil, backendErr(b, "connect", fmt.Errorf("server forced capabilities the relay cannot frame: %+v", caps))
 	}
-	if _, err := c.Execute("SET SESSION session_track_gtids = OWN_GTID"); err != nil {
+	track := "SET SESSION session_track_gtids = OWN_GTID"
+	if allGTIDs {
+		track = "SET SESSION session_track_gtids = ALL_GTIDS"
+	}
+	if _, err := c.Execute(track); err != nil {
 		c.Close()
 		if errors.Is(dc.CutReason(), errUnresponsive) {
 			err = errUnresponsive
@@ -148,7 +170,7 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 	stop()
 	stop = func() {}
 	dc.Limit(time.Time{})
-	return &backendConn{b: b, conn: c, dc: dc, buf: make([]byte, 0, 4096), used: time.Now()}, nil
+	return &backendConn{b: b, conn: c, dc: dc, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, status: mysql.SERVER_STATUS_AUTOCOMMIT}, nil
 }
 
 func (bc *backendConn) close() {

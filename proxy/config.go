@@ -185,6 +185,17 @@ type Config struct {
 	// it spares the Go runtime a monitor-thread wake-up per system call
 	// after idling) or "go" (Go's ordinary net.Conn calls).
 	SocketIO string `yaml:"socket_io"`
+	// WatermarkSource is how a monotonic-reads policy learns a replica's
+	// position after a read (docs/proxy.md, "Watermarks"): "query"
+	// (default: SELECT @@GLOBAL.gtid_executed pipelined behind every
+	// replica read) or "all-gtids" (replica connections negotiate
+	// CLIENT_DEPRECATE_EOF and session_track_gtids=ALL_GTIDS, and an
+	// autocommit read's own final OK packet carries the watermark; the
+	// result framing is rewritten to classic EOF packets for the client;
+	// reads whose OK carries no set, or ran in a transaction, read it
+	// with the query afterwards, counted in
+	// watermark_fallbacks_total{source="replica-query"}).
+	WatermarkSource string `yaml:"watermark_source"`
 	// OnRead, when set, is called for every routed read with where it
 	// goes and why, before the read runs there (so before its answer
 	// reaches the client; again if it is retried on another node). For
@@ -375,6 +386,9 @@ func (c *Config) validate() error {
 		return errors.New("proxy: negative timeout")
 	}
 	if err := oneOf("socket_io", &c.SocketIO, "raw", "go"); err != nil {
+		return err
+	}
+	if err := oneOf("watermark_source", &c.WatermarkSource, "query", "all-gtids"); err != nil {
 		return err
 	}
 	if c.Logger == nil {

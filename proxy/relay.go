@@ -30,6 +30,15 @@ type relayOut struct {
 	// (relayReq.watermark), unless wmErr says why it could not be read.
 	watermark gtid.Set
 	wmErr     error
+	// tracked is the executed set the response's final OK packet carried
+	// on an allGTIDs connection (session_track_gtids=ALL_GTIDS, cloned),
+	// empty when it carried none; trackedInTrans: that OK's status said a
+	// transaction was open.
+	tracked        string
+	trackedInTrans bool
+	// wmFallback: the watermark was read with watermarkQuery after the
+	// response because the final OK carried no usable set.
+	wmFallback bool
 }
 
 // errClientGone: writing to the client failed; the backend response was
@@ -106,6 +115,9 @@ func relayQuery(cc *server.Conn, bc *backendConn, query string, req relayReq) (r
 // in relayOut.watermark (or the reason it is not, in relayOut.wmErr).
 func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
 	bc.used = time.Now()
+	if bc.allGTIDs && req.watermark {
+		return relayTracked(cc, bc, req)
+	}
 	if err := bc.send(req.cmd, req.watermark); err != nil {
 		bc.broken = true
 		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
@@ -125,6 +137,49 @@ func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) 
 		bc.watch(req.healthy)
 	}
 	out.watermark, out.wmErr = bc.readWatermark()
+	bc.unwatch()
+	return out, err
+}
+
+// relayTracked relays a read on an allGTIDs connection and takes its
+// watermark from the final OK packet's ALL_GTIDS set: the server fills it
+// in after the statement ran, when its autocommit transaction has ended,
+// so it contains everything the read saw. When the OK carries no set or
+// says a transaction is open (the set would not bound a snapshot the
+// session keeps reading from), the watermark is read with watermarkQuery
+// after the response (one more round trip, out.wmFallback).
+func relayTracked(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
+	if err := bc.send(req.cmd, false); err != nil {
+		bc.broken = true
+		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
+	}
+	out, err := relayResponse(cc, bc, req)
+	if bc.broken {
+		return out, err
+	}
+	if out.tracked != "" && !out.trackedInTrans {
+		set, perr := gtid.Parse(out.tracked)
+		if perr == nil {
+			out.watermark = set
+			return out, err
+		}
+		// A set the server sent but the proxy cannot read: the query's
+		// answer is used instead (counted as the fallback).
+	}
+	if req.flush != nil && err == nil {
+		_ = req.flush() // a failure surfaces at the client's next read
+	}
+	out.wmFallback = true
+	if req.healthy != nil {
+		bc.watch(req.healthy)
+	}
+	bc.conn.ResetSequence()
+	if werr := bc.conn.WritePacket(appendPacket(nil, watermarkCmd)); werr != nil {
+		bc.broken = true
+		out.wmErr = backendErr(bc.b, "watermark", werr)
+	} else {
+		out.watermark, out.wmErr = bc.readWatermark()
+	}
 	bc.unwatch()
 	return out, err
 }
@@ -234,12 +289,13 @@ func (bc *backendConn) keepBuf(data []byte) {
 }
 
 // readWatermark reads the answer to the pipelined watermarkQuery
-// (mysqlwire.ReadExecutedAnswer; backend connections negotiate neither
-// CLIENT_DEPRECATE_EOF nor query attributes, see dialBackend); after
+// (mysqlwire.ReadExecutedAnswer; backend connections negotiate no query
+// attributes and CLIENT_DEPRECATE_EOF only when allGTIDs, see
+// dialBackend); after
 // anything but the server's refusal the connection is out of step and
 // marked broken.
 func (bc *backendConn) readWatermark() (gtid.Set, error) {
-	set, err := mysqlwire.ReadExecutedAnswer(bc.conn, mysqlwire.Caps{})
+	set, err := mysqlwire.ReadExecutedAnswer(bc.conn, mysqlwire.Caps{DeprecateEOF: bc.allGTIDs})
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
@@ -318,7 +374,10 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 			written = written || req.file != nil
 			continue
 		}
-		// A result set: column count, column definitions, EOF, rows, EOF.
+		// A result set: column count, column definitions, EOF, rows, EOF
+		// (on an allGTIDs connection: no EOF after the columns and an OK
+		// packet with the 0xfe header at the end, each rewritten to the
+		// classic EOF packet for the client, eofFromOK).
 		n, _, _ := mysql.LengthEncodedInt(pkt[4:])
 		write(pkt)
 		for i := uint64(0); i < n; i++ {
@@ -327,15 +386,29 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 			}
 			write(pkt)
 		}
-		if pkt, err = read(); err != nil { // EOF after the columns
-			return out, err
+		if bc.allGTIDs {
+			write(eofPacket(0, bc.status&^mysql.SERVER_SESSION_STATE_CHANGED))
+		} else {
+			if pkt, err = read(); err != nil { // EOF after the columns
+				return out, err
+			}
+			write(pkt)
 		}
-		write(pkt)
 		for {
 			if pkt, err = read(); err != nil {
 				return out, err
 			}
-			if pkt[4] == mysql.EOF_HEADER && len(pkt) < 4+9 {
+			if bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt)-4 < mysql.MaxPayloadLen {
+				// The OK that ends the result (a row starting with 0xfe
+				// fills a whole packet).
+				eof, err := eofFromOK(bc, pkt, &out)
+				if err != nil {
+					return out, err
+				}
+				write(eof)
+				break
+			}
+			if !bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt) < 4+9 {
 				if len(pkt) >= 9 {
 					out.status = binary.LittleEndian.Uint16(pkt[7:9])
 				}
@@ -398,6 +471,38 @@ func relayLocalFile(cc *server.Conn, bc *backendConn, pkt []byte, req relayReq, 
 	}
 }
 
+// eofPacket is a classic EOF packet (with 4 bytes of header room).
+func eofPacket(warnings, status uint16) []byte {
+	return []byte{0, 0, 0, 0, mysql.EOF_HEADER, byte(warnings), byte(warnings >> 8), byte(status), byte(status >> 8)}
+}
+
+// eofFromOK parses the OK packet (0xfe header) that ends a result on an
+// allGTIDs connection and returns the classic EOF packet with its
+// warnings and status (session-state flag cleared: the client gets no
+// tracking block). The status and the tracked executed set go to out.
+func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
+	r := bc.conn.HandleOKPacket(pkt[4:])
+	if r == nil {
+		bc.broken = true
+		return nil, &relayError{err: &BackendError{Backend: bc.b.Name, Op: "query", Msg: "malformed OK packet ending a result"}, partial: true}
+	}
+	noteTracked(bc, r, out)
+	return eofPacket(r.Warnings, r.Status&^mysql.SERVER_SESSION_STATE_CHANGED), nil
+}
+
+// noteTracked records an OK packet's status, and on an allGTIDs
+// connection its tracked executed set, in out (and the status in bc).
+func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
+	out.status, bc.status = r.Status, r.Status
+	if !bc.allGTIDs {
+		return
+	}
+	out.tracked, out.trackedInTrans = "", r.Status&mysql.SERVER_STATUS_IN_TRANS != 0
+	if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
+		out.tracked = strings.Clone(r.SessionTracking.GTID)
+	}
+}
+
 func finish(clientOK bool) error {
 	if !clientOK {
 		return errClientGone
@@ -413,8 +518,12 @@ func relayOK(cc *server.Conn, bc *backendConn, pkt []byte, wantGTIDs bool, out *
 		bc.broken = true
 		return &relayError{err: &BackendError{Backend: bc.b.Name, Op: "query", Msg: "malformed OK packet"}}
 	}
-	out.status = r.Status
-	if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
+	noteTracked(bc, r, out)
+	if bc.allGTIDs {
+		// ALL_GTIDS is not what the client asked to track (OWN_GTID):
+		// the block is never forwarded.
+		wantGTIDs = false
+	} else if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
 		out.gtid = strings.Clone(r.SessionTracking.GTID)
 	}
 	clientTrack := cc.HasCapability(mysql.CLIENT_SESSION_TRACK)

@@ -168,7 +168,8 @@ func (s *session) dial(b *Backend) (*backendConn, error) {
 	if b != &s.srv.cfg.Primary {
 		healthy = s.healthy(b)
 	}
-	bc, err := dialBackend(s.ctx, b, s.db, s.collation, s.flags, &s.srv.cfg, healthy)
+	allGTIDs := healthy != nil && s.srv.cfg.WatermarkSource == "all-gtids"
+	bc, err := dialBackend(s.ctx, b, s.db, s.collation, s.flags, &s.srv.cfg, healthy, allGTIDs)
 	if err != nil {
 		s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
 		return nil, err
@@ -668,6 +669,9 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 			}
 		}
 		if t.Watermark {
+			if out.wmFallback {
+				s.srv.m.watermarkFallbacks.WithLabelValues("replica-query").Inc()
+			}
 			if out.wmErr != nil {
 				return s.watermarkFromPrimary(bc, out.wmErr)
 			}
