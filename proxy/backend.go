@@ -123,12 +123,11 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 		}
 	})
 	c, err := client.ConnectWithDialer(dctx, "", b.Addr, b.User, b.Password, db, dial, func(c *client.Conn) error {
-		c.UnsetCapability(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
+		off := uint32(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
 		if allGTIDs {
-			if err := c.SetCapability(mysql.CLIENT_DEPRECATE_EOF); err != nil {
-				return err
-			}
+			off = mysql.CLIENT_QUERY_ATTRIBUTES // go-mysql asks for DEPRECATE_EOF by default
 		}
+		c.UnsetCapability(off)
 		if collation != "" {
 			if err := c.SetCollation(collation); err != nil {
 				return err

@@ -115,8 +115,10 @@ func TestPreparedExecutePaths(t *testing.T) {
 	}
 }
 
-// TestMonotonicReadsWatermark checks the watermark read that is pipelined
-// behind every replica read under token-wait: with one replica's applier
+// TestMonotonicReadsWatermark checks the replica read's watermark under
+// token-wait and token-ryw-mr, for both watermark sources (the query
+// pipelined behind every replica read, and the ALL_GTIDS set in the
+// read's own final OK packet): with one replica's applier
 // stopped, a session that has seen a row on the other replica never reads
 // without it again, for plain and for prepared reads. Under token-ryw
 // (no monotonic reads) the same reads do go back in time, which shows the
@@ -170,12 +172,23 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 	const reads = 40
 	// run reads the row count under reads consistent_read_ids in order and
 	// returns how many reads went back in time and how many saw the row.
-	run := func(t *testing.T, policy string, prepared bool) (backwards, seen int) {
+	run := func(t *testing.T, policy, source string, prepared bool) (backwards, seen int) {
 		s := startProxy(t, func(c *Config) {
 			c.Policy = policy
 			c.WaitBudget = 20 * time.Millisecond
 			c.FallbackPerSecond = 0
+			c.WatermarkSource = source
 		})
+		if source == "all-gtids" {
+			defer func() {
+				// The reads' own OK packets carried the watermark: no
+				// query was needed after any of them.
+				m := metricText(t, s)
+				if strings.Contains(m, `causallab_proxy_watermark_fallbacks_total{source="replica-query"}`) {
+					t.Errorf("all-gtids reads fell back to the query:\n%s", grepLines(m, "watermark_fallbacks"))
+				}
+			}()
+		}
 		db := openDB(t, s, "")
 		db.SetMaxOpenConns(1)
 		for i := range reads {
@@ -202,21 +215,29 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 				backwards++
 			}
 		}
+		if m := metricText(t, s); !strings.Contains(m, `role="replica"} `) {
+			// Reads served by the primary alone would pass vacuously.
+			t.Errorf("%s %s: no read was served by a replica:\n%s", policy, source, grepLines(m, "statements_total", "backend_errors"))
+		}
 		return backwards, seen
 	}
-	for _, prepared := range []bool{false, true} {
-		name := "query"
-		if prepared {
-			name = "prepared"
+	for _, source := range []string{"query", "all-gtids"} {
+		for _, prepared := range []bool{false, true} {
+			name := source + "/query"
+			if prepared {
+				name = source + "/prepared"
+			}
+			t.Run(name, func(t *testing.T) {
+				for _, policy := range []string{"token-wait", "token-ryw-mr"} {
+					if back, seen := run(t, policy, source, prepared); back != 0 || seen == 0 {
+						t.Errorf("%s: %d of %d reads went back in time after the row was seen (%d saw it)", policy, back, reads, seen)
+					}
+				}
+				if back, seen := run(t, "token-ryw", source, prepared); back == 0 {
+					t.Errorf("token-ryw: no read went back in time (%d saw the row): the scenario has no teeth", seen)
+				}
+			})
 		}
-		t.Run(name, func(t *testing.T) {
-			if back, seen := run(t, "token-wait", prepared); back != 0 || seen == 0 {
-				t.Errorf("token-wait: %d of %d reads went back in time after the row was seen (%d saw it)", back, reads, seen)
-			}
-			if back, seen := run(t, "token-ryw", prepared); back == 0 {
-				t.Errorf("token-ryw: no read went back in time (%d saw the row): the scenario has no teeth", seen)
-			}
-		})
 	}
 }
 
