@@ -84,6 +84,8 @@ type relayReq struct {
 	// (execFixConn.filePacket). Nil: the server's request for a local
 	// file is answered with an empty file, the client never asked.
 	file func() ([]byte, byte, error)
+	// dropTracked: ignore the final OK's ALL_GTIDS set (Server.dropTracked).
+	dropTracked bool
 	// healthy, for a replica, is its health for the watchdog while the
 	// watermark's answer is read (nil: not watched).
 	healthy func() bool
@@ -157,7 +159,7 @@ func relayTracked(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, err
 	if bc.broken {
 		return out, err
 	}
-	if out.tracked != "" && !out.trackedInTrans {
+	if out.tracked != "" && !out.trackedInTrans && !req.dropTracked {
 		set, perr := gtid.Parse(out.tracked)
 		if perr == nil {
 			out.watermark = set

@@ -610,7 +610,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
-		return relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush, healthy: s.watchFor(bc, t.Replica)})
+		return relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush, healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
 	})
 }
 
@@ -1291,7 +1291,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues("execute-"+st.Kind.String(), role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush, healthy: s.watchFor(bc, i)})
+		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush, healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
 		clear(bc.pieces)
 		return out, err
 	}
