@@ -13,7 +13,9 @@
 # Environment: CAUSALLAB_DRIVER_SUITE_OUT (directory for the two suites' logs,
 # the proxy's own log and metrics, and the comparison; default: a temporary
 # directory, printed), CAUSALLAB_DRIVER_SUITE_POLICY
-# (the proxy's routing policy; default token-ryw-mr), CAUSALLAB_DRIVER_SUITE_TIMEOUT
+# (the proxy's routing policy; default token-ryw-mr),
+# CAUSALLAB_DRIVER_SUITE_WATERMARK (the proxy's --watermark-source: query or
+# all-gtids; default the proxy's), CAUSALLAB_DRIVER_SUITE_TIMEOUT
 # (per run, go test -timeout; default 15m).
 # Needs what `make deps` installs (the MySQL root filesystem). Loopback only.
 set -euo pipefail
@@ -25,6 +27,7 @@ if [ "${1:-}" = "-run" ]; then
 	run_re=$2
 fi
 policy=${CAUSALLAB_DRIVER_SUITE_POLICY:-token-ryw-mr}
+wmsource=${CAUSALLAB_DRIVER_SUITE_WATERMARK:-}
 timeout=${CAUSALLAB_DRIVER_SUITE_TIMEOUT:-15m}
 
 log() { echo "driver-suite: $*" >&2; }
@@ -82,7 +85,7 @@ chroot "$rootfs" mysql -h "${primary%:*}" -P "${primary#*:}" -ucausallab -pcausa
 pport=$(free_port)
 hport=$(free_port)
 "$bin" -v proxy --topology "$state" --listen "127.0.0.1:$pport" --http "127.0.0.1:$hport" \
-	--user causallab --password causallab --policy "$policy" >"$out/proxy-server.log" 2>&1 &
+	--user causallab --password causallab --policy "$policy" ${wmsource:+--watermark-source "$wmsource"} >"$out/proxy-server.log" 2>&1 &
 proxy_pid=$!
 for _ in $(seq 1 100); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$pport") 2>/dev/null; then break; fi

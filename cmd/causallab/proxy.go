@@ -16,7 +16,7 @@ func newProxyCmd() *cobra.Command {
 	var (
 		configPath, topologyPath   string
 		listen, httpListen, policy string
-		positions, wait            string
+		positions, wait, wmSource  string
 		user, password             string
 		epoch                      uint64
 	)
@@ -71,6 +71,9 @@ prints them) with --user/--password for the clients.`,
 			if wait != "" {
 				cfg.Wait = wait
 			}
+			if wmSource != "" {
+				cfg.WatermarkSource = wmSource
+			}
 			cfg.Logger = slog.Default()
 			s, err := proxy.New(cfg)
 			if err != nil {
@@ -94,5 +97,6 @@ prints them) with --user/--password for the clients.`,
 	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default: the --topology state file's, as causallab status prints it; else 1)")
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
+	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads learn a replica's position after a read: query (default; SELECT @@GLOBAL.gtid_executed pipelined) or all-gtids (the read's own OK packet, session_track_gtids=ALL_GTIDS)")
 	return cmd
 }
