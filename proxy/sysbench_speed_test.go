@@ -32,7 +32,9 @@ import (
 // Knobs: CAUSALLAB_PROXY_BENCH_TIME (seconds per run, default 10),
 // CAUSALLAB_PROXY_BENCH_ROUNDS (default 3), CAUSALLAB_PROXY_BENCH_THREADS
 // (comma list, default "1,4,16"), CAUSALLAB_PROXY_BENCH_POSITIONS (poll or
-// binlog), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
+// binlog), CAUSALLAB_PROXY_BENCH_POLICIES, CAUSALLAB_PROXY_BENCH_SOCKETIO and
+// CAUSALLAB_PROXY_BENCH_WATERMARK (comma lists: one proxy target per
+// combination), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
 // first run to this file).
 func TestSysbenchSpeed(t *testing.T) {
 	if os.Getenv("CAUSALLAB_PROXY_BENCH") != "1" {
@@ -98,26 +100,35 @@ func TestSysbenchSpeed(t *testing.T) {
 	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_SOCKETIO"); v != "" {
 		socketIOs = strings.Split(v, ",")
 	}
+	// CAUSALLAB_PROXY_BENCH_WATERMARK: comma-separated
+	// Config.WatermarkSource values (query, all-gtids), one proxy target
+	// each per policy and socket I/O (default: the default, query).
+	wmSources := []string{""}
+	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_WATERMARK"); v != "" {
+		wmSources = strings.Split(v, ",")
+	}
 	for _, pol := range policies {
 		for _, sio := range socketIOs {
-			s := startProxy(t, func(c *Config) {
-				c.AuthMethod, c.Positions, c.Policy, c.SocketIO = "mysql_native_password", positions, pol, sio
-			})
-			var tags []string
-			for _, tag := range []string{pol, sio} {
-				if tag != "" {
-					tags = append(tags, tag)
+			for _, wms := range wmSources {
+				s := startProxy(t, func(c *Config) {
+					c.AuthMethod, c.Positions, c.Policy, c.SocketIO, c.WatermarkSource = "mysql_native_password", positions, pol, sio, wms
+				})
+				var tags []string
+				for _, tag := range []string{pol, sio, wms} {
+					if tag != "" {
+						tags = append(tags, tag)
+					}
 				}
+				name := "causallab-proxy"
+				if len(tags) > 0 {
+					name += "(" + strings.Join(tags, ",") + ")"
+				}
+				targets = append(targets, struct {
+					name string
+					tg   sysbenchTarget
+					pid  int
+				}{name, proxyTarget(t, s, false), self})
 			}
-			name := "causallab-proxy"
-			if len(tags) > 0 {
-				name += "(" + strings.Join(tags, ",") + ")"
-			}
-			targets = append(targets, struct {
-				name string
-				tg   sysbenchTarget
-				pid  int
-			}{name, proxyTarget(t, s, false), self})
 		}
 	}
 	if rootfs := os.Getenv("CAUSALLAB_MYSQLROUTER_ROOTFS"); rootfs != "" {
