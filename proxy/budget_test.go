@@ -185,8 +185,13 @@ func testReadOnPausedReplicas(t *testing.T, prepared bool) {
 	emptyTable(t, db, "paused", "t", "id INT PRIMARY KEY")
 	var one int
 	// Open the session's connections to both replicas (reads spread over
-	// them: token-wait without a token goes to any replica).
-	for i := 0; ; i++ {
+	// them). The session's token names its DDL above: a replica that has
+	// not applied it yet does not qualify, so wait for both first (under
+	// load replica2 once stayed behind for all of 500 back-to-back reads).
+	if err := topo.WaitReplicated(context.Background(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); ; {
 		if err := read(db, "SELECT 1 FROM DUAL WHERE 1 = 1", &one); err != nil {
 			t.Fatal(err)
 		}
@@ -196,9 +201,10 @@ func testReadOnPausedReplicas(t *testing.T, prepared bool) {
 		if both {
 			break
 		}
-		if i > 500 {
-			t.Fatalf("500 reads did not reach both replicas: %v", nodes)
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("30 s of reads did not reach both replicas: %v", nodes)
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	ctx := context.Background()
 	for _, r := range topo.Replicas() {
