@@ -219,7 +219,7 @@ func (bc *backendConn) setOption(opt uint16) error {
 var errUnresponsive = errors.New("the replica did not answer and its position source reports it unhealthy")
 
 // watchProbe is how often a watched read checks its node's health.
-const watchProbe = 100 * time.Millisecond
+const watchProbe = mysqlwire.WatchProbe
 
 // watch starts the watchdog for a command about to be sent to a replica:
 // until unwatch (the response's first packet, the wait's answer), the
@@ -289,33 +289,8 @@ func killQuery(ctx context.Context, b *Backend, id uint32, cfg *Config) error {
 	return nil
 }
 
-// watchDial cuts dc (errUnresponsive) once healthy reports false, checked
-// every watchProbe until stop.
+// watchDial cuts dc (errUnresponsive) once healthy reports false
+// (mysqlwire.WatchHealth), until stop.
 func watchDial(dc *mysqlwire.DeadlineConn, healthy func() bool) (stop func()) {
-	var (
-		mu   sync.Mutex
-		done bool
-		t    *time.Timer
-	)
-	probe := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if done {
-			return
-		}
-		if !healthy() {
-			dc.Cut(errUnresponsive)
-			return
-		}
-		t.Reset(watchProbe)
-	}
-	mu.Lock()
-	t = time.AfterFunc(watchProbe, probe)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		done = true
-		mu.Unlock()
-		t.Stop()
-	}
+	return mysqlwire.WatchHealth(healthy, func() { dc.Cut(errUnresponsive) })
 }

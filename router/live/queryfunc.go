@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -550,41 +549,19 @@ const maxNodeErrors = 3
 // then decided again elsewhere; it is never returned to the caller).
 var ErrUnresponsive = errors.New("router: the node did not answer and its position source reports it unhealthy")
 
-// watchProbe is how often a read watched by watchNode checks its node.
-const watchProbe = 100 * time.Millisecond
-
 // watchNode returns a context of ctx that ends (cause ErrUnresponsive)
-// once the position source reports n unhealthy, checked every watchProbe
+// once the position source reports n unhealthy (mysqlwire.WatchHealth),
 // until stop: a statement on a replica that stops answering (a paused
 // server keeps its sockets open) is cut instead of hanging until the
 // socket's deadline.
 func (r *Router[P]) watchNode(ctx context.Context, n Node) (context.Context, func()) {
 	wctx, cancel := context.WithCancelCause(ctx)
-	var (
-		mu   sync.Mutex
-		done bool
-		t    *time.Timer
-	)
-	probe := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if done {
-			return
-		}
-		if _, ok := r.cfg.Positions.Position(n.Name); !ok {
-			cancel(ErrUnresponsive)
-			return
-		}
-		t.Reset(watchProbe)
-	}
-	mu.Lock()
-	t = time.AfterFunc(watchProbe, probe)
-	mu.Unlock()
+	stop := mysqlwire.WatchHealth(func() bool {
+		_, ok := r.cfg.Positions.Position(n.Name)
+		return ok
+	}, func() { cancel(ErrUnresponsive) })
 	return wctx, func() {
-		mu.Lock()
-		done = true
-		mu.Unlock()
-		t.Stop()
+		stop()
 		cancel(nil)
 	}
 }
