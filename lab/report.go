@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -132,7 +134,7 @@ func briefNotes(res *Result) []string {
 	if len(res.Routers) > 0 && res.Routers[0].Prediction != nil {
 		p := res.Routers[0].Prediction
 		setup += fmt.Sprintf("; the simulator's: mean %s, p99 %s. %% cells: lab/sim.", fmtMs(p.LagMeanMs), fmtMs(p.LagP99Ms))
-		second = append(second, agreementNote(res))
+		second = append(second, agreementNote(res, briefDisagreements))
 	} else {
 		setup += "."
 	}
@@ -193,9 +195,15 @@ func Disagreements(res *Result) []Disagreement {
 	return out
 }
 
+// briefDisagreements is how many disagreements the compact view names (the
+// largest, relative to their spread); the full notes name every one.
+const briefDisagreements = 3
+
 // agreementNote says in words whether the simulator's violation and
-// primary figures agree with the lab's (Disagreements).
-func agreementNote(res *Result) string {
+// primary figures agree with the lab's (Disagreements), naming at most
+// limit of them, the largest relative to their spread (0: all, in table
+// order).
+func agreementNote(res *Result, limit int) string {
 	ds := Disagreements(res)
 	n := 0
 	for i := range res.Routers {
@@ -206,12 +214,24 @@ func agreementNote(res *Result) string {
 	if len(ds) == 0 {
 		return fmt.Sprintf("The simulator agrees with the lab within the trial spread on all %d RYW, MR and primary figures.", n)
 	}
-	parts := make([]string, len(ds))
-	for i, d := range ds {
+	named := ds
+	if limit > 0 && len(ds) > limit {
+		named = slices.Clone(ds)
+		slices.SortStableFunc(named, func(a, b Disagreement) int {
+			return cmp.Compare(math.Abs(b.Lab-b.Sim)/b.Tol, math.Abs(a.Lab-a.Sim)/a.Tol)
+		})
+		named = named[:limit]
+	}
+	parts := make([]string, len(named))
+	for i, d := range named {
 		parts[i] = fmt.Sprintf("%s %s %.1f%% lab vs %.1f%% sim", d.Router, d.Metric, d.Lab, d.Sim)
 	}
-	return fmt.Sprintf("The simulator is off beyond the trial spread on %d of %d RYW, MR and primary figures (only its lag is fitted): %s.",
-		len(ds), n, strings.Join(parts, "; "))
+	more := ""
+	if len(named) < len(ds) {
+		more = fmt.Sprintf("; %d more with --wide", len(ds)-len(named))
+	}
+	return fmt.Sprintf("The simulator is off beyond the trial spread on %d of %d RYW, MR and primary figures (only its lag is fitted): %s%s.",
+		len(ds), n, strings.Join(parts, "; "), more)
 }
 
 // Notes are the lines printed under a table: setup, achieved lag beside
@@ -228,7 +248,7 @@ func Notes(res *Result) []string {
 	if len(res.Routers) > 0 && res.Routers[0].Prediction != nil {
 		p := res.Routers[0].Prediction
 		n = append(n, fmt.Sprintf("Simulator lag (its model fitted to the measured lag unless a note says otherwise): mean %.1f ms, p99 %.1f ms (model: %s). Violation %% columns are per served read (lab) and per read (sim).",
-			p.LagMeanMs, p.LagP99Ms, res.SimModel), agreementNote(res)+" Spread: 2 SD of the difference (the simulator's trials, the lab's binomial sampling error).")
+			p.LagMeanMs, p.LagP99Ms, res.SimModel), agreementNote(res, 0)+" Spread: 2 SD of the difference (the simulator's trials, the lab's binomial sampling error).")
 	}
 	n = append(n, fmt.Sprintf("Driver: %.0f reads/s over %.1f s measured (%.1f s with setup); condition did %d stalls, %d heavy transactions, %d fault errors; %d position polls, %d failed.",
 		res.ReadsPerSec, res.MeasureSeconds, res.ElapsedSeconds, res.Stalls, res.HeavyTxns, res.FaultErrors, res.Polls, res.PollErrors))

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,8 +84,26 @@ func TestDisagreementsSaySo(t *testing.T) {
 	if ds := Disagreements(res); len(ds) != 0 {
 		t.Errorf("disagreements %+v, want none", ds)
 	}
-	if n := agreementNote(res); !strings.Contains(n, "agrees with the lab within the trial spread on all 6") {
+	if n := agreementNote(res, 0); !strings.Contains(n, "agrees with the lab within the trial spread on all 6") {
 		t.Errorf("agreement note %q", n)
+	}
+}
+
+// TestAgreementNoteNamesTheLargest: the compact note names the three
+// disagreements largest against their spread and counts the rest; the
+// full one names every one, in table order.
+func TestAgreementNoteNamesTheLargest(t *testing.T) {
+	res := &Result{}
+	for i, gap := range []float64{1, 5, 2, 4, 3} {
+		res.Routers = append(res.Routers, RouterResult{Name: fmt.Sprintf("r%d", i), Served: 1000000,
+			RYWPct: 10 + gap, Prediction: &Prediction{RYWPct: 10, RYWSD: 0.1}})
+	}
+	brief, full := agreementNote(res, briefDisagreements), agreementNote(res, 0)
+	if want := "on 5 of 15 RYW, MR and primary figures (only its lag is fitted): r1 RYW 15.0% lab vs 10.0% sim; r3 RYW 14.0% lab vs 10.0% sim; r4 RYW 13.0% lab vs 10.0% sim; 2 more with --wide."; !strings.Contains(brief, want) {
+		t.Errorf("compact note %q, want it to contain %q", brief, want)
+	}
+	if want := "r0 RYW 11.0% lab vs 10.0% sim; r1 RYW"; !strings.Contains(full, want) || strings.Contains(full, "more with --wide") {
+		t.Errorf("full note %q, want every disagreement in table order", full)
 	}
 }
 
