@@ -264,7 +264,7 @@ func (o *Opened) Close(ctx context.Context) error {
 // in about 5 s against 8 s in containers, and a killed replica answers again
 // within a second where a container took about 14 s on a loaded two-core
 // machine (long enough to turn lab hash's flapping replica into one long
-// outage, docs/results.md).
+// outage, docs/results-hash.md).
 func ChooseBackend(ctx context.Context, image string) (Backend, string) {
 	if os.Geteuid() == 0 {
 		return chooseBackend(true, DockerProbe{})
