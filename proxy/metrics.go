@@ -72,7 +72,7 @@ func newMetrics() *metrics {
 		serverErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_read_server_errors_total", Help: "Routed reads the serving node answered with an error packet, by the router's outcome."}, []string{"outcome"}),
 		idleClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_idle_closed_total", Help: "Backend connections closed by the server while idle, by backend and what the proxy did (reconnected, client-closed)."}, []string{"backend", "outcome"}),
+			Name: "causallab_proxy_idle_closed_total", Help: "Backend connections closed by the server while idle, by backend and what the proxy did (reconnected, resent: a replica read sent again after the close raced the check, client-closed)."}, []string{"backend", "outcome"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_backend_errors_total", Help: "Backend failures by backend and operation."}, []string{"backend", "op"}),
 		replayFailures: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -55,6 +55,10 @@ type Server struct {
 	// its result reached the client (session.routeRelay): the fault a
 	// replica that stops between its answer and the watermark's makes.
 	wmFault atomic.Pointer[func(backend string) error]
+	// skipIdlePeek, set only by tests, makes session.replica skip the idle
+	// check: the race where the server closes a connection just after the
+	// peek found it open (routeRelay sends such a read again).
+	skipIdlePeek atomic.Bool
 	// dropTracked, set only by tests, makes all-gtids reads ignore the
 	// set their final OK carried (as a server that sent none), so the
 	// query fallback runs (relayTracked).

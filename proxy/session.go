@@ -273,7 +273,7 @@ func (s *session) reconnectUnsafe() string {
 func (s *session) replica(i int) (*backendConn, error) {
 	fails := s.srv.rt.Failures(s.srv.cfg.Replicas[i].Name)
 	if bc := s.replicas[i]; bc != nil && !bc.broken && s.replicaFails[i] == fails {
-		if !bc.closedWhileIdle(time.Now()) {
+		if s.srv.skipIdlePeek.Load() || !bc.closedWhileIdle(time.Now()) {
 			return bc, nil
 		}
 		s.srv.m.idleClosed.WithLabelValues(bc.b.Name, "reconnected").Inc()
@@ -636,6 +636,7 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 			on(ReadRoute{Conn: s.id, Node: t.Node.Name, Replica: t.Replica, Reason: t.Reason, HashReason: t.HashReason})
 		}
 		served, s.last = bc, bc
+		idleFor := time.Since(bc.used) // before this command (closedWhileIdle's race)
 		if h := s.watchFor(bc, t.Replica); h != nil {
 			bc.watch(h)
 		}
@@ -652,6 +653,14 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne fun
 				// counts), the replica held down.
 				s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "unresponsive").Inc()
 				return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, "unresponsive", errUnresponsive), NodeFailed: true, Retry: true}
+			}
+			if re != nil && !re.partial && bc != s.primary && idleFor >= idleCheckAfter {
+				// The server closed a connection idle past its wait_timeout
+				// as the read was sent (after the peek found it open):
+				// nothing reached the client, and a replica read is sent
+				// again on a new connection. Not a node fault.
+				s.srv.m.idleClosed.WithLabelValues(bc.b.Name, "resent").Inc()
+				return gtid.Set{}, &live.RunError{Err: err, Retry: true}
 			}
 			return gtid.Set{}, &live.RunError{Err: err, NodeFailed: re != nil}
 		}
