@@ -397,7 +397,7 @@ func runSession(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess
 	var v int64
 	seen := int64(-1)
 	for ctx.Err() == nil {
-		if !sleepFor(ctx, gap()) || !time.Now().Before(end) {
+		if !sleepCtx(ctx, gap()) || !time.Now().Before(end) {
 			return
 		}
 		v++
@@ -414,7 +414,7 @@ func runSession(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess
 			acked.Store(v)
 		}
 		for range cfg.ReadsPerWrite {
-			if !sleepFor(ctx, gap()) {
+			if !sleepCtx(ctx, gap()) {
 				return
 			}
 			seen = efRead(ctx, cfg, r, sess, acked.Load(), seen, failedOver, c)
@@ -466,18 +466,7 @@ func efRead(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess int
 	return seen
 }
 
-func sleepFor(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-func sleepUntil(ctx context.Context, at time.Time) bool { return sleepFor(ctx, time.Until(at)) }
+func sleepUntil(ctx context.Context, at time.Time) bool { return sleepCtx(ctx, time.Until(at)) }
 
 // holdBack keeps the replicas from applying what the primary writes next:
 // MySQL and MariaDB stop every replica's applier (compose's failover
