@@ -53,6 +53,11 @@ type PollerConfig[P gtid.Position[P]] struct {
 	DownAfter time.Duration
 	// DialTimeout bounds one connection attempt. Default 2s.
 	DialTimeout time.Duration
+	// PollTimeout bounds one poll (the query and its answer). A poll that
+	// overruns closes its connection and the next tick dials again, so a
+	// node behind a partition that drops packets is polled afresh once it
+	// answers, not after TCP gives up. Default DownAfter; at most 1m.
+	PollTimeout time.Duration
 	// Logger receives state changes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -93,6 +98,12 @@ func (c *PollerConfig[P]) validate() error {
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 2 * time.Second
 	}
+	if c.PollTimeout == 0 {
+		c.PollTimeout = c.DownAfter
+	}
+	if c.PollTimeout < time.Millisecond || c.PollTimeout > time.Minute {
+		return fmt.Errorf("router: poller: poll timeout %v out of range [1ms, 1m]", c.PollTimeout)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -117,6 +128,8 @@ type Poller[P gtid.Position[P]] struct {
 	states map[string]*atomic.Pointer[pollState[P]]
 	polls  atomic.Uint64
 	errs   atomic.Uint64
+	// overran counts polls cut by PollTimeout (also counted in errs).
+	overran atomic.Uint64
 }
 
 // NewPoller validates cfg. Call Run to start polling.
@@ -193,7 +206,9 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 		if err == nil {
 			var text string
 			var pos P
-			text, err = c.ReadValue(ctx, p.cfg.Flavor.ExecutedQuery())
+			pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
+			text, err = c.ReadValue(pctx, p.cfg.Flavor.ExecutedQuery())
+			cancel()
 			if err == nil {
 				pos, err = p.cfg.Flavor.ParseExecuted(text)
 			}
@@ -219,6 +234,9 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 		}
 		if err != nil && ctx.Err() == nil {
 			p.errs.Add(1)
+			if errors.Is(err, context.DeadlineExceeded) {
+				p.overran.Add(1)
+			}
 			if !failing {
 				p.cfg.Logger.Warn("poller: poll failed", "node", n.Name, errAttr(err))
 			}
@@ -264,3 +282,7 @@ func (p *Poller[P]) WaitFor(ctx context.Context, node string, want P) error {
 
 // Stats returns the number of successful polls and of failed ones.
 func (p *Poller[P]) Stats() (polls, errs uint64) { return p.polls.Load(), p.errs.Load() }
+
+// Overran returns the number of polls cut by PollTimeout (counted in
+// Stats' errs too).
+func (p *Poller[P]) Overran() uint64 { return p.overran.Load() }
