@@ -45,13 +45,9 @@ type session struct {
 	// without a listener): buffered writes, the raw COM_STMT_EXECUTE.
 	fc *execFixConn
 
-	// db is the current default schema (handshake or COM_INIT_DB).
-	db string
-	// collation is the client's handshake collation name.
-	collation string
-	// replay holds the session statements (SET ...) run so far, in order,
-	// replayed on each backend connection the session opens.
-	replay []string
+	// state mirrors what MySQL holds for this session (state.go): it
+	// decides where a read goes and what a new connection replays.
+	state *sessionState
 
 	primary  *backendConn
 	replicas []*backendConn // lazily opened, index = replica index
@@ -60,36 +56,15 @@ type session struct {
 	// predates a later failure of its node is redialled, not tried.
 	replicaFails []uint64
 
-	// Pins: reads go to the primary while any is set.
-	inTx, autocommitOff, tempTables, lockedTables, userVarsOnPrimary bool
 	// closeAfter: close the client connection once the current response
 	// is written (after an oversized packet, as MySQL does).
 	closeAfter bool
-	// flags are the capabilities the client negotiated that change what
-	// a server does with its statements (passedFlags); every backend
-	// connection is opened with them, so the server answers the client's
-	// statements as it would answer the client. COM_SET_OPTION turns
-	// CLIENT_MULTI_STATEMENTS on and off.
-	flags uint32
-	// sessionPinned: a statement changed session state the proxy could
-	// not replay (a session statement inside a multi-statement query, a
-	// system variable SET from a subquery):
-	// reads stay on the primary (live.PinSessionState).
-	sessionPinned bool
-	// last is the backend connection that ran the session's previous
-	// statement (ReasonPreviousStatement statements follow it).
-	last *backendConn
 	// tls is the client link's TLS state (nil: plain), for KindConnStatus.
 	tls *tls.ConnectionState
-	// wantGTIDs: the client asked for session-tracking GTIDs
-	// (SET session_track_gtids = OWN_GTID through the proxy).
-	wantGTIDs bool
-
 	// ls is the session's causal state in the router (token, watermark,
 	// affinity key); reads go through ls.QueryFunc.
 	ls *live.LiveSession[gtid.Set]
 
-	stmts map[*stmt.PreparedStmt]*pstmt
 	// prepares mirrors go-mysql's statement id counter (incremented before
 	// every COM_STMT_PREPARE is handled, failed or not); params maps those
 	// ids to parameter counts for execFixConn.
@@ -97,9 +72,8 @@ type session struct {
 	params   map[uint32]*stmtParams
 	// budget is max_session_bytes: long data (execFixConn), prepared
 	// statement texts (pstmt.cost) and remembered session statements
-	// (replayBytes).
-	budget      *byteBudget
-	replayBytes int
+	// (sessionState.replayBytes).
+	budget *byteBudget
 	// healthFns[i] is replica i's health check for the watchdog (built
 	// once: watchFor).
 	healthFns []func() bool
@@ -131,7 +105,7 @@ func newSession(ctx context.Context, srv *Server) *session {
 		replicas:     make([]*backendConn, n),
 		replicaFails: make([]uint64, n),
 		ls:           srv.rt.NewSession(),
-		stmts:        map[*stmt.PreparedStmt]*pstmt{},
+		state:        newSessionState(),
 		params:       map[uint32]*stmtParams{},
 		budget:       &byteBudget{limit: srv.cfg.MaxSessionBytes},
 	}
@@ -145,9 +119,9 @@ func (s *session) start(cc *server.Conn) error {
 	s.id = cc.ConnectionID()
 	s.ls.SetAffinityKey(hashroute.Hash(strconv.FormatUint(uint64(s.id), 10)))
 	if col, err := charset.GetCollationByID(int(cc.Charset())); err == nil {
-		s.collation = col.Name
+		s.state.collation = col.Name
 	}
-	s.flags = cc.Capability() & passedFlags
+	s.state.flags = cc.Capability() & passedFlags
 	bc, err := s.dial(&s.srv.cfg.Primary)
 	if err != nil {
 		return err
@@ -169,16 +143,16 @@ func (s *session) dial(b *Backend) (*backendConn, error) {
 		healthy = s.healthy(b)
 	}
 	allGTIDs := healthy != nil && s.srv.cfg.WatermarkSource == "all-gtids"
-	bc, err := dialBackend(s.ctx, b, s.db, s.collation, s.flags, &s.srv.cfg, healthy, allGTIDs)
+	bc, err := dialBackend(s.ctx, b, s.state.db, s.state.collation, s.state.flags, &s.srv.cfg, healthy, allGTIDs)
 	if err != nil {
 		s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
 		return nil, err
 	}
-	if healthy != nil && len(s.replay) > 0 {
+	if healthy != nil && len(s.state.replay) > 0 {
 		bc.watch(healthy)
 		defer bc.unwatch()
 	}
-	for _, q := range s.replay {
+	for _, q := range s.state.replay {
 		if _, err := bc.exec(q); err != nil {
 			bc.close()
 			s.srv.m.replayFailures.WithLabelValues(b.Name).Inc()
@@ -200,7 +174,7 @@ const passedFlags = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_FOUND_ROWS | my
 // server then refuses the statement itself: the backend connection does
 // not offer them either).
 func (s *session) localFile() func() ([]byte, byte, error) {
-	if s.fc == nil || s.flags&mysql.CLIENT_LOCAL_FILES == 0 {
+	if s.fc == nil || s.state.flags&mysql.CLIENT_LOCAL_FILES == 0 {
 		return nil
 	}
 	return s.fc.filePacket
@@ -216,17 +190,17 @@ func (s *session) proxyErr(kind string, code uint16, format string, args ...any)
 // transactions), and before a statement is sent to a primary connection
 // the server closed while it was idle (wait_timeout, closedWhileIdle):
 // the statement was not sent, so when the session holds nothing a new
-// connection cannot restore (reconnectUnsafe) the proxy reconnects, as a
+// connection cannot restore (sessionState.reconnectLoss) the proxy reconnects, as a
 // driver's pool would; otherwise the client gets MySQL's own 4031 and its
 // connection closes, as MySQL's would have.
 func (s *session) ensurePrimary() error {
 	if s.primary.closedWhileIdle(time.Now()) {
 		s.primary.broken = true
-		if why := s.reconnectUnsafe(); why != "" {
+		if why := s.state.reconnectLoss(); why != 0 {
 			s.srv.m.idleClosed.WithLabelValues(s.primary.b.Name, "client-closed").Inc()
 			s.closeAfter = true
 			return s.proxyErr("backend-closed-idle-session", codeClientTimeout,
-				"the primary closed this session's connection while it was idle (wait_timeout): the session's %s cannot be restored on a new one; this connection closes", why)
+				"the primary closed this session's connection while it was idle (wait_timeout): the session's %s cannot be restored on a new one; this connection closes", why.phrase())
 		}
 		s.srv.m.idleClosed.WithLabelValues(s.primary.b.Name, "reconnected").Inc()
 	}
@@ -241,30 +215,10 @@ func (s *session) ensurePrimary() error {
 	}
 	s.primary = bc
 	// Prepared statements of the old connection are gone.
-	for _, p := range s.stmts {
+	for _, p := range s.state.stmts {
 		p.onPrimary = nil
 	}
 	return nil
-}
-
-// reconnectUnsafe says what of the session a new primary connection
-// would lose (an open transaction, temporary tables, table locks, user
-// variables, session state run only there), or "" when replaying the
-// session statements restores it all.
-func (s *session) reconnectUnsafe() string {
-	switch {
-	case s.inTx:
-		return "open transaction"
-	case s.tempTables:
-		return "temporary tables"
-	case s.lockedTables:
-		return "table locks"
-	case s.userVarsOnPrimary:
-		return "user variables"
-	case s.sessionPinned:
-		return "session state set on the primary only (a multi-statement query, a SET from a subquery)"
-	}
-	return ""
 }
 
 // replica returns the session's connection to replica i, opening it. A
@@ -280,7 +234,7 @@ func (s *session) replica(i int) (*backendConn, error) {
 	}
 	s.replicas[i].close()
 	s.replicas[i] = nil
-	for _, p := range s.stmts {
+	for _, p := range s.state.stmts {
 		delete(p.onReplica, i)
 	}
 	bc, err := s.dial(&s.srv.cfg.Replicas[i])
@@ -294,16 +248,16 @@ func (s *session) replica(i int) (*backendConn, error) {
 // UseDB handles COM_INIT_DB (and the handshake's database).
 func (s *session) UseDB(db string) error {
 	if s.primary == nil { // during the handshake
-		s.db = strings.Clone(db)
+		s.state.db = strings.Clone(db)
 		return nil
 	}
 	if err := s.ensurePrimary(); err != nil {
 		return err
 	}
 	if err := s.primary.conn.UseDB(db); err != nil {
-		return s.backendFailure(s.primary, err)
+		return s.answerErr(err, s.primary)
 	}
-	s.db = strings.Clone(db)
+	s.state.db = strings.Clone(db)
 	for i, r := range s.replicas {
 		if r != nil && !r.broken {
 			if err := r.conn.UseDB(db); err != nil {
@@ -314,29 +268,6 @@ func (s *session) UseDB(db string) error {
 		}
 	}
 	return nil
-}
-
-// backendFailure turns a backend error into the client's error: the
-// server's own error unchanged, or a lost-connection error.
-func (s *session) backendFailure(bc *backendConn, err error) error {
-	var me *mysql.MyError
-	if errors.As(err, &me) {
-		return me
-	}
-	bc.broken = true
-	s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "query").Inc()
-	return s.lostErr(bc)
-}
-
-func (s *session) lostErr(bc *backendConn) error {
-	if bc == s.primary && s.inTx {
-		s.inTx = false
-		s.cc.ClearInTransaction()
-		return s.proxyErr("backend-lost", codeBackendLost,
-			"lost the connection to %s inside a transaction: the transaction is rolled back and was not retried", bc.b.Name)
-	}
-	return s.proxyErr("backend-lost", codeBackendLost,
-		"lost the connection to %s; the statement may or may not have run and was not retried", bc.b.Name)
 }
 
 // done is the result the go-mysql server writes nothing for: the response
@@ -450,7 +381,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		return mysql.NewResult(rs), nil
 	case KindTrackGTIDs:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
-		s.wantGTIDs = st.TrackGTIDs
+		s.state.wantGTIDs = st.TrackGTIDs
 		return nil, nil
 	case KindConnStatus:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
@@ -465,8 +396,8 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	if st.Reason == ReasonPreviousStatement {
 		if bc := s.previous(); bc != nil {
 			s.srv.m.statements.WithLabelValues(st.Kind.String(), "replica").Inc()
-			if _, err := relay(s.cc, bc, query, s.wantGTIDs, nil); err != nil {
-				return s.relayFailed(bc, err)
+			if _, err := relay(s.cc, bc, query, s.state.wantGTIDs, nil); err != nil {
+				return s.answer(err, bc)
 			}
 			return done(), nil
 		}
@@ -475,17 +406,19 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
 	s.srv.m.statements.WithLabelValues(st.Kind.String(), "primary").Inc()
-	out, err := relay(s.cc, s.primary, query, s.wantGTIDs, s.localFile())
-	s.last = s.primary
+	out, err := relay(s.cc, s.primary, query, s.state.wantGTIDs, s.localFile())
+	s.state.last = s.primary
 	if err != nil {
-		return s.relayFailed(s.primary, err)
+		return s.answer(err, s.primary)
 	}
 	s.afterPrimary(st, out)
 	if st.Kind == KindSession && !out.serverErr {
 		s.replayEverywhere(query)
 	}
-	if s.flags&mysql.CLIENT_MULTI_STATEMENTS != 0 && strings.IndexByte(query, ';') >= 0 {
-		s.afterMulti(query)
+	if s.state.flags&mysql.CLIENT_MULTI_STATEMENTS != 0 && strings.IndexByte(query, ';') >= 0 {
+		if e, ok := ClassifyMulti(query); ok {
+			s.state.afterMulti(e)
+		}
 	}
 	return done(), nil
 }
@@ -496,11 +429,11 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 // primary, or when the connection is gone (closed, redialled, or closed
 // by the server while idle: what it held is lost, the primary answers).
 func (s *session) previous() *backendConn {
-	if s.last == nil || s.last == s.primary || s.last.broken {
+	if s.state.last == nil || s.state.last == s.primary || s.state.last.broken {
 		return nil
 	}
 	for _, r := range s.replicas {
-		if r == s.last {
+		if r == s.state.last {
 			if r.closedWhileIdle(time.Now()) {
 				return nil
 			}
@@ -510,346 +443,16 @@ func (s *session) previous() *backendConn {
 	return nil
 }
 
-// afterMulti mirrors what a multi-statement query run on the primary left
-// in the session (ClassifyMulti), whether or not all of it ran: its
-// session statements ran on the primary only, so reads stay there.
-func (s *session) afterMulti(query string) {
-	e, ok := ClassifyMulti(query)
-	if !ok {
-		return
-	}
-	if e.Session {
-		s.sessionPinned = true
-	}
-	s.tempTables = s.tempTables || e.TempTable
-	if e.LocksTables {
-		s.lockedTables = true
-	} else if e.UnlocksTables {
-		s.lockedTables = false
-	}
-	s.userVarsOnPrimary = s.userVarsOnPrimary || e.SetsUserVar
-}
-
-// readOptions builds the router's per-read options from the statement:
-// its own token (this read only), its consistent_read_id, a session pin,
-// and the wait run on the session's replica connection.
-func (s *session) readOptions(st Stmt) (live.ReadOptions[gtid.Set], error) {
-	o := live.ReadOptions[gtid.Set]{Wait: s.waitOn}
-	if pin := s.pin(st); pin != "" {
-		s.srv.m.primaryReasons.WithLabelValues(string(pin)).Inc()
-		o.Pin = pin
-		return o, nil
-	}
-	if st.Token != "" {
-		tok, err := s.parseToken(st.Token, st.TokenForm)
-		if err != nil {
-			return o, err
-		}
-		o.Token, o.TokenEpoch = tok.GTIDs, tok.Epoch
-	}
-	if st.ReadID != "" {
-		o.AffinityKey = hashroute.Hash(st.ReadID)
-	}
-	return o, nil
-}
-
-// conn returns the session's connection for a router target: the primary
-// (reconnected outside transactions) or replica i (opened lazily). A
-// connection that cannot be opened is a node failure the router may route
-// around (marked down, decided again).
-func (s *session) conn(t live.Target) (*backendConn, error) {
-	if t.Replica < 0 {
-		if err := s.ensurePrimary(); err != nil {
-			return nil, &live.RunError{Err: err, NodeFailed: true}
-		}
-		return s.primary, nil
-	}
-	bc, err := s.replica(t.Replica)
-	if err != nil {
-		if refusedSession(err) {
-			// The replica is up; it refused this session's state (a
-			// database it has not received yet): not a node fault.
-			return nil, &live.RunError{Err: &sessionRefusedError{err}}
-		}
-		return nil, &live.RunError{Err: err, NodeFailed: true, Retry: true}
-	}
-	return bc, nil
-}
-
-// sessionRefusedError: a replica refused to take the session's state on a
-// new connection (refusedSession). The read is run again pinned to the
-// primary (routeRelay).
-type sessionRefusedError struct{ err error }
-
-func (e *sessionRefusedError) Error() string { return e.err.Error() }
-func (e *sessionRefusedError) Unwrap() error { return e.err }
-
-// refusedSession reports whether opening a replica connection failed
-// because the server refused the session's own state: the handshake's
-// database unknown there (ER_BAD_DB_ERROR, a lagging replica), or a
-// replayed session statement refused. Anything else (unreachable, 1040,
-// the proxy's account refused) is the node's.
-func refusedSession(err error) bool {
-	var be *BackendError
-	if !errors.As(err, &be) || be.Code == 0 {
-		return false
-	}
-	return be.Op == "replay" || be.Op == "connect" && be.Code == mysql.ER_BAD_DB_ERROR
-}
-
-// readQuery routes a COM_QUERY read through the router (ls.QueryFunc) and
-// relays it raw from the chosen node on the session's own connection.
-func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
-	o, err := s.readOptions(st)
-	if err != nil {
-		return nil, err
-	}
-	return s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
-		role := "primary"
-		if t.Replica >= 0 {
-			role = "replica"
-		}
-		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
-		return relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.wantGTIDs, watermark: t.Watermark, flush: s.flush, healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
-	})
-}
-
-// routeRelay routes one read through the router (ls.QueryFunc: decision,
-// wait, cap, counting) and runs relayOne on the session's connection to
-// the chosen node. relayOne's relay errors are never retried (the client
-// may have part of the response, or nobody is left to answer); any other
-// error it returns means nothing reached the client and goes to the
-// router as is. The server's ERR packet, already relayed, counts as a
-// statement error; the watermark read behind the read is the router's.
-func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne func(bc *backendConn, t live.Target) (relayOut, error)) (*mysql.Result, error) {
-	var (
-		served  *backendConn
-		out     relayOut
-		relayed bool // the response reached the client
-	)
-	_, err := s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t live.Target) (gtid.Set, error) {
-		bc, err := s.conn(t)
-		if err != nil {
-			return gtid.Set{}, err
-		}
-		if on := s.srv.cfg.OnRead; on != nil {
-			on(ReadRoute{Conn: s.id, Node: t.Node.Name, Replica: t.Replica, Reason: t.Reason, HashReason: t.HashReason})
-		}
-		served, s.last = bc, bc
-		idleFor := time.Since(bc.used) // before this command (closedWhileIdle's race)
-		if h := s.watchFor(bc, t.Replica); h != nil {
-			bc.watch(h)
-		}
-		out, err = relayOne(bc, t)
-		bc.unwatch()
-		if err != nil {
-			var re *relayError
-			if !errors.As(err, &re) && !errors.Is(err, errClientGone) {
-				return gtid.Set{}, err
-			}
-			if re != nil && !re.partial && bc.unresponsive() {
-				// Nothing reached the client: the read is decided again
-				// (another replica, or the primary as a fallback the cap
-				// counts), the replica held down.
-				s.srv.m.backendErrors.WithLabelValues(bc.b.Name, "unresponsive").Inc()
-				return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, "unresponsive", errUnresponsive), NodeFailed: true, Retry: true}
-			}
-			if re != nil && !re.partial && bc != s.primary && idleFor >= idleCheckAfter {
-				// The server closed a connection idle past its wait_timeout
-				// as the read was sent (after the peek found it open):
-				// nothing reached the client, and a replica read is sent
-				// again on a new connection. Not a node fault.
-				s.srv.m.idleClosed.WithLabelValues(bc.b.Name, "resent").Inc()
-				return gtid.Set{}, &live.RunError{Err: err, Retry: true}
-			}
-			return gtid.Set{}, &live.RunError{Err: err, NodeFailed: re != nil}
-		}
-		relayed = true
-		if out.serverErr {
-			// The node served the read; its answer was the server's
-			// refusal of the statement (already with the client). That is
-			// the statement's outcome, not the router's: counted here,
-			// and the read counts where it was served.
-			s.srv.m.serverErrors.WithLabelValues(t.Outcome.String()).Inc()
-		}
-		if f := s.srv.wmFault.Load(); f != nil && t.Watermark && out.wmErr == nil && bc != s.primary {
-			if err := (*f)(bc.b.Name); err != nil {
-				out.wmErr, bc.broken = err, true
-			}
-		}
-		if t.Watermark {
-			if out.wmFallback {
-				s.srv.m.watermarkFallbacks.WithLabelValues("replica-query").Inc()
-			}
-			if out.wmErr != nil {
-				return s.watermarkFromPrimary(bc, out.wmErr)
-			}
-			return out.watermark, nil
-		}
-		return gtid.Set{}, nil
-	})
-	if relayed && served == s.primary {
-		s.afterPrimary(st, out)
-	}
-	if err == nil {
-		return done(), nil
-	}
-	var sre *sessionRefusedError
-	if !relayed && o.Pin == "" && errors.As(err, &sre) {
-		// Nothing reached the client: run it where the session's state
-		// is, once (counted by the router as pinned, session-state).
-		s.srv.m.primaryReasons.WithLabelValues("replica-refused-session").Inc()
-		o.Pin = live.PinSessionState
-		return s.routeRelay(st, o, relayOne)
-	}
-	return s.readFailed(err, served, relayed, o)
-}
-
-// watermarkFromPrimary stands in for a replica's watermark that could not
-// be read after its result reached the client (wmErr): the primary's
-// @@GLOBAL.gtid_executed, read now. Within one topology epoch a replica
-// applies only what the primary committed, so what the replica had when it
-// answered is contained in what the primary has afterwards: a sound (more
-// cautious) watermark, and the client keeps its connection. Counted as
-// watermark_fallbacks_total{source="primary"}; when the primary cannot
-// answer either, the read fails with wmErr (the client is then closed,
-// counted as watermark-read-failed).
-func (s *session) watermarkFromPrimary(bc *backendConn, wmErr error) (gtid.Set, error) {
-	if bc == s.primary {
-		return gtid.Set{}, &live.RunError{Err: wmErr, NodeFailed: true}
-	}
-	if err := s.ensurePrimary(); err != nil {
-		return gtid.Set{}, &live.RunError{Err: errors.Join(wmErr, err), NodeFailed: true}
-	}
-	set, err := s.executed(s.primary)
-	if err != nil {
-		return gtid.Set{}, &live.RunError{Err: errors.Join(wmErr, err), NodeFailed: true}
-	}
-	s.srv.m.watermarkFallbacks.WithLabelValues("primary").Inc()
-	return set, nil
-}
-
-// readFailed turns a read the router did not serve into the client's
-// answer.
-func (s *session) readFailed(err error, served *backendConn, relayed bool, o live.ReadOptions[gtid.Set]) (*mysql.Result, error) {
-	var rde *live.ReadError
-	switch {
-	case errors.As(err, &rde):
-		return nil, s.refused(rde, o)
-	case relayed:
-		// The result reached the client but the watermark could not be
-		// read: the session's monotonic-reads state is unknown. Closing
-		// the client is the explicit, counted way out.
-		s.srv.m.clientErrors.WithLabelValues("watermark-read-failed").Inc()
-		s.cc.Close()
-		return done(), nil
-	case served != nil && (errors.Is(err, errClientGone) || isRelayError(err)):
-		return s.relayFailed(served, err)
-	}
-	var be *BackendError
-	if errors.As(err, &be) {
-		return nil, s.proxyErr("backend-lost", codeBackendLost, "%v", be)
-	}
-	var me *mysql.MyError
-	if errors.As(err, &me) {
-		return nil, me
-	}
-	return nil, s.proxyErr("backend-lost", codeBackendLost, "%v", err)
-}
-
-func isRelayError(err error) bool {
-	var re *relayError
-	return errors.As(err, &re)
-}
-
-// refused is the client's error for a read the router refused; the token
-// named is the read's own (a comment's) when it carried one, else the
-// session's.
-func (s *session) refused(e *live.ReadError, o live.ReadOptions[gtid.Set]) error {
-	if errors.Is(e, live.ErrDeferred) {
-		return s.deferredErr(e)
-	}
-	epoch := o.TokenEpoch
-	if o.Token.IsEmpty() {
-		_, epoch = s.ls.Token()
-	}
-	return s.proxyErr("route-"+e.Reason.String(), codeProxy,
-		"cannot serve this read consistently: %s (token epoch %d, topology epoch %d)", e.Reason, epoch, s.srv.rt.Epoch())
-}
-
-// relayFailed handles a relay error: the client connection is closed when
-// part of the response was already written (its protocol state is lost).
-func (s *session) relayFailed(bc *backendConn, err error) (*mysql.Result, error) {
-	if errors.Is(err, errClientGone) {
-		s.srv.m.clientErrors.WithLabelValues("client-gone").Inc()
-		s.cc.Close()
-		return done(), nil
-	}
-	var re *relayError
-	if errors.As(err, &re) {
-		s.srv.m.backendErrors.WithLabelValues(bc.b.Name, re.err.Op).Inc()
-		if re.partial {
-			s.srv.m.clientErrors.WithLabelValues("backend-lost-mid-result").Inc()
-			s.cc.Close()
-			return done(), nil
-		}
-		return nil, s.lostErr(bc)
-	}
-	return nil, err
-}
-
-// pin returns why a read must stay on the primary for session reasons, or "".
-func (s *session) pin(st Stmt) live.Pin {
-	switch {
-	case s.inTx:
-		return live.PinTransaction
-	case s.autocommitOff:
-		return live.PinAutocommitOff
-	case s.tempTables:
-		return live.PinTempTable
-	case s.lockedTables:
-		return live.PinLockedTables
-	case s.sessionPinned:
-		return live.PinSessionState
-	case s.userVarsOnPrimary && st.UsesUserVar:
-		return live.PinUserVariables
-	case len(s.srv.cfg.Replicas) == 0:
-		return live.PinNoReplicas
-	}
-	return ""
-}
-
-// afterPrimary mirrors the primary's transaction state and records the
-// write's GTID.
+// afterPrimary mirrors what a statement did to the session on the
+// primary and records the write's GTID.
 func (s *session) afterPrimary(st Stmt, out relayOut) {
-	if out.status != 0 || !out.serverErr {
-		s.inTx = out.status&mysql.SERVER_STATUS_IN_TRANS != 0
-		s.autocommitOff = out.status&mysql.SERVER_STATUS_AUTOCOMMIT == 0
-		if s.inTx {
-			s.cc.SetInTransaction()
-		} else {
-			s.cc.ClearInTransaction()
-		}
+	s.state.afterPrimary(st, out.status, out.serverErr)
+	if s.state.inTx() {
+		s.cc.SetInTransaction()
+	} else {
+		s.cc.ClearInTransaction()
 	}
-	if out.serverErr {
-		return
-	}
-	if st.TempTable {
-		s.tempTables = true
-	}
-	if st.LocksTables {
-		s.lockedTables = true
-	}
-	if st.UnlocksTables {
-		s.lockedTables = false
-	}
-	if st.SetsUserVar {
-		s.userVarsOnPrimary = true
-	}
-	if st.PinsSession {
-		s.sessionPinned = true
-	}
-	if out.gtid != "" {
+	if !out.serverErr && out.gtid != "" {
 		s.recordWrite(out.gtid)
 	}
 }
@@ -869,21 +472,18 @@ func (s *session) recordWrite(g string) {
 // replayEverywhere runs a session statement (already run on the primary)
 // on every open replica connection and remembers it for later ones.
 func (s *session) replayEverywhere(query string) {
-	if len(s.replay) >= s.srv.cfg.MaxReplay || !s.budget.take(len(query)) {
+	if !s.state.remember(query, s.srv.cfg.MaxReplay, s.budget) {
 		// Too many to remember: close replica connections so they are not
-		// left with a different session state, and pin reads to the primary.
+		// left with a different session state; reads stay on the primary
+		// (HoldReplayOverflow).
 		s.srv.m.primaryReasons.WithLabelValues("replay-overflow").Inc()
-		s.userVarsOnPrimary = true
 		for i, r := range s.replicas {
 			r.close()
 			s.replicas[i] = nil
 		}
-		s.tempTables = true // pins every later read
 		return
 	}
-	q := strings.Clone(query)
-	s.replay = append(s.replay, q)
-	s.replayBytes += len(q)
+	q := s.state.replay[len(s.state.replay)-1]
 	for i, r := range s.replicas {
 		if r == nil || r.broken {
 			continue
@@ -937,9 +537,9 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 // own) and the wait reported as timed out, which holds no replica down.
 // One the watchdog cut is a node failure.
 func (s *session) waitOn(ctx context.Context, t live.Target, need gtid.Set, d time.Duration) (bool, error) {
-	bc, err := s.conn(t)
-	if err != nil {
-		return false, err
+	bc, rerr := s.conn(t)
+	if rerr != nil {
+		return false, rerr
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -1052,7 +652,7 @@ func (s *session) HandleFieldList(table string, wildcard string) ([]*mysql.Field
 	}
 	fs, err := s.primary.conn.FieldList(table, wildcard)
 	if err != nil {
-		return nil, s.backendFailure(s.primary, err)
+		return nil, s.answerErr(err, s.primary)
 	}
 	return fs, nil
 }
@@ -1098,7 +698,7 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	cs, err := s.primary.conn.Prepare(q)
 	if err != nil {
 		s.budget.give(cost)
-		return 0, 0, nil, s.backendFailure(s.primary, err)
+		return 0, 0, nil, s.answerErr(err, s.primary)
 	}
 	more := 128 * (cs.Params + cs.Columns)
 	if !s.budget.take(more) {
@@ -1110,7 +710,7 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	p := &pstmt{query: q, class: st, id: id, params: cs.Params, onPrimary: cs, onReplica: map[int]*client.Stmt{}, cost: cost}
 	s.params[id] = &stmtParams{n: cs.Params}
 	ctx := &cs.PreparedStmt
-	s.stmts[ctx] = p
+	s.state.stmts[ctx] = p
 	return cs.Params, cs.Columns, ctx, nil
 }
 
@@ -1144,7 +744,7 @@ func (s *session) HandleStmtExecute(ctx any, q string, args []any) (*mysql.Resul
 
 func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, error) {
 	key, _ := ctx.(*stmt.PreparedStmt)
-	p := s.stmts[key]
+	p := s.state.stmts[key]
 	if p == nil {
 		return nil, s.proxyErr("unknown-stmt", mysql.ER_UNKNOWN_STMT_HANDLER, "unknown prepared statement")
 	}
@@ -1167,9 +767,9 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 		}
 		r, g, err := s.executeOn(p, -1, s.primary, args)
-		s.last = s.primary
+		s.state.last = s.primary
 		if err != nil {
-			return nil, s.backendFailure(s.primary, err)
+			return nil, s.answerErr(err, s.primary)
 		}
 		return s.finishExecute(st, r, g, true), nil
 	}
@@ -1178,72 +778,47 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		return nil, err
 	}
 	var (
-		res    *mysql.Result
-		resG   string // the GTID of a pinned read-classified statement on the primary
-		onPrim bool
-		failed *backendConn // the connection a node error came from
+		res  *mysql.Result
+		resG string // the GTID of a pinned read-classified statement on the primary
 		// stmtErr is the server's refusal of the statement.
 		stmtErr *mysql.MyError
 	)
-	_, err = s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t live.Target) (gtid.Set, error) {
-		bc, err := s.conn(t)
-		if err != nil {
-			return gtid.Set{}, err
-		}
-		if h := s.watchFor(bc, t.Replica); h != nil {
-			// The decoded result is buffered: the whole exchange is
-			// watched (nothing reaches the client before it ends).
-			bc.watch(h)
-			defer bc.unwatch()
-		}
+	done, err := s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
+		// The decoded result is buffered and written by go-mysql once the
+		// read is over (nothing reaches the client before).
 		r, g, err := s.executeOn(p, t.Replica, bc, args)
-		s.last = bc
 		if err != nil {
 			if errors.As(err, &stmtErr) {
-				// Served: the server refused the statement (see routeRelay).
-				s.srv.m.serverErrors.WithLabelValues(t.Outcome.String()).Inc()
-				return gtid.Set{}, nil
+				// Served: the server refused the statement.
+				return relayOut{serverErr: true, code: stmtErr.Code}, nil
 			}
 			// Nothing reached the client yet: the router may route around
 			// the node (a pinned read is never retried).
-			bc.broken, failed = true, bc
+			bc.broken = true
 			op := "execute"
 			if bc.unresponsive() {
 				op, err = "unresponsive", errUnresponsive
 			}
 			s.srv.m.backendErrors.WithLabelValues(bc.b.Name, op).Inc()
-			return gtid.Set{}, &live.RunError{Err: backendErr(bc.b, op, err), NodeFailed: true, Retry: true}
+			return relayOut{}, &live.RunError{Err: backendErr(bc.b, op, err), NodeFailed: true, Retry: true}
 		}
-		res, resG, onPrim = r, g, bc == s.primary
+		res, resG = r, g
+		out := relayOut{status: r.Status, gtid: g}
 		if t.Watermark {
-			wm, err := s.executed(bc)
-			if err != nil {
-				bc.broken, failed = true, bc
-				return gtid.Set{}, &live.RunError{Err: err, NodeFailed: true, Retry: true}
+			if out.watermark, out.wmErr = s.executed(bc); out.wmErr != nil {
+				bc.broken = true
 			}
-			return wm, nil
 		}
-		return gtid.Set{}, nil
+		return out, nil
 	})
-	if err != nil {
-		var (
-			rde *live.ReadError
-			me  *mysql.MyError
-		)
-		switch {
-		case errors.As(err, &rde):
-			return nil, s.refused(rde, o)
-		case errors.As(err, &me):
-			return nil, me
-		case failed != nil:
-			return nil, s.lostErr(failed)
-		}
-		return nil, s.proxyErr("backend-lost", codeBackendLost, "%v", err)
-	}
-	if stmtErr != nil {
+	switch {
+	case err != nil || s.cc.Closed():
+		return done, err
+	case stmtErr != nil:
 		return nil, stmtErr
 	}
-	return s.finishExecute(st, res, resG, onPrim), nil
+	// routeRelay mirrored the primary's state (afterPrimary).
+	return s.finishExecute(st, res, resG, false), nil
 }
 
 // rawExecute returns the client's COM_STMT_EXECUTE payload for p when it
@@ -1300,7 +875,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues("execute-"+st.Kind.String(), role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.wantGTIDs, watermark: watermark, flush: s.flush, healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
+		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, flush: s.flush, healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
 		clear(bc.pieces)
 		return out, err
 	}
@@ -1309,16 +884,11 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 		}
 		out, err := send(s.primary, -1, false)
-		s.last = s.primary
+		s.state.last = s.primary
 		if err != nil {
-			var me *mysql.MyError
-			if errors.As(err, &me) { // the prepare on a reconnected primary failed
-				return nil, me
-			}
-			if isRelayError(err) || errors.Is(err, errClientGone) {
-				return s.relayFailed(s.primary, err)
-			}
-			return nil, s.backendFailure(s.primary, err)
+			// The server's refusal (of the prepare on a reconnected
+			// primary), a relay failure or the prepare's I/O failure.
+			return s.answer(err, s.primary)
 		}
 		s.afterPrimary(st, out)
 		return done(), nil
@@ -1329,8 +899,11 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 	}
 	return s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
 		out, err := send(bc, t.Replica, t.Watermark)
-		var me *mysql.MyError
-		if err == nil || errors.As(err, &me) || isRelayError(err) || errors.Is(err, errClientGone) {
+		var (
+			me *mysql.MyError
+			re *relayError
+		)
+		if err == nil || errors.As(err, &me) || errors.As(err, &re) || errors.Is(err, errClientGone) {
 			// A MyError: the statement could not be prepared there;
 			// nothing reached the client, the server's error is the answer.
 			return out, err
@@ -1424,7 +997,7 @@ func (s *session) finishExecute(st Stmt, r *mysql.Result, g string, onPrimary bo
 	// forward them; the client gets the GTID from the private copy only.
 	r.SessionTracking = nil
 	r.Status &^= mysql.SERVER_SESSION_STATE_CHANGED
-	if g != "" && s.wantGTIDs && s.cc.HasCapability(mysql.CLIENT_SESSION_TRACK) {
+	if g != "" && s.state.wantGTIDs && s.cc.HasCapability(mysql.CLIENT_SESSION_TRACK) {
 		r.SessionTracking = &mysql.SessionTrackingInfo{GTID: g}
 		r.Status |= mysql.SERVER_SESSION_STATE_CHANGED
 	}
@@ -1434,11 +1007,11 @@ func (s *session) finishExecute(st Stmt, r *mysql.Result, g string, onPrimary bo
 // HandleStmtClose closes the statement on every backend that prepared it.
 func (s *session) HandleStmtClose(ctx any) error {
 	key, _ := ctx.(*stmt.PreparedStmt)
-	p := s.stmts[key]
+	p := s.state.stmts[key]
 	if p == nil {
 		return nil
 	}
-	delete(s.stmts, key)
+	delete(s.state.stmts, key)
 	delete(s.params, p.id)
 	s.budget.give(p.cost)
 	if s.fc != nil {
@@ -1460,34 +1033,36 @@ func (s *session) HandleStmtClose(ctx any) error {
 func (s *session) HandleOtherCommand(cmd byte, data []byte) error {
 	switch cmd {
 	case mysql.COM_RESET_CONNECTION:
-		for i, r := range s.replicas {
-			r.close()
-			s.replicas[i] = nil
-		}
-		s.replay = nil
-		s.budget.give(s.replayBytes)
-		s.replayBytes = 0
-		for _, p := range s.stmts {
-			s.budget.give(p.cost)
-		}
-		s.stmts = map[*stmt.PreparedStmt]*pstmt{}
-		if s.fc != nil {
-			s.fc.dropAllLongData()
-		}
-		s.inTx, s.autocommitOff, s.tempTables, s.lockedTables, s.userVarsOnPrimary = false, false, false, false, false
-		s.sessionPinned = false
-		s.cc.ClearInTransaction()
-		s.wantGTIDs = false
-		key := s.ls.State().AffinityKey
-		s.ls = s.srv.rt.NewSession()
-		s.ls.SetAffinityKey(key)
-		s.primary.close()
-		s.primary = nil
-		return s.ensurePrimary()
+		return s.resetSession()
 	case mysql.COM_SET_OPTION:
 		return s.setOption(data)
 	}
 	return s.proxyErr("unsupported", mysql.ER_UNKNOWN_COM_ERROR, "command 0x%02x is not supported by the proxy", cmd)
+}
+
+// resetSession is COM_RESET_CONNECTION: the session's state is cleared
+// as MySQL clears it (sessionState.reset: variables, holds, transaction,
+// prepared statements; the schema stays), its causal token and
+// watermark are dropped (its affinity key kept), replica connections are
+// closed and the primary connection replaced by a new one (which MySQL
+// would have reset: the transaction rolled back, locks released).
+func (s *session) resetSession() error {
+	for i, r := range s.replicas {
+		r.close()
+		s.replicas[i] = nil
+	}
+	s.budget.give(s.state.reset())
+	clear(s.params)
+	if s.fc != nil {
+		s.fc.dropAllLongData()
+	}
+	s.cc.ClearInTransaction()
+	key := s.ls.State().AffinityKey
+	s.ls = s.srv.rt.NewSession()
+	s.ls.SetAffinityKey(key)
+	s.primary.close()
+	s.primary = nil
+	return s.ensurePrimary()
 }
 
 // COM_SET_OPTION's options (MySQL's enum_mysql_set_option).
@@ -1514,12 +1089,12 @@ func (s *session) setOption(data []byte) error {
 		return err
 	}
 	if err := s.primary.setOption(opt); err != nil {
-		return s.backendFailure(s.primary, err)
+		return s.answerErr(err, s.primary)
 	}
 	if opt == optionMultiStatementsOn {
-		s.flags |= mysql.CLIENT_MULTI_STATEMENTS
+		s.state.flags |= mysql.CLIENT_MULTI_STATEMENTS
 	} else {
-		s.flags &^= mysql.CLIENT_MULTI_STATEMENTS
+		s.state.flags &^= mysql.CLIENT_MULTI_STATEMENTS
 	}
 	for i, r := range s.replicas {
 		if r == nil || r.broken {

@@ -1,0 +1,589 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	mpacket "github.com/go-mysql-org/go-mysql/packet"
+	"github.com/go-mysql-org/go-mysql/server"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/router/live"
+)
+
+// In-memory tests of the session's relay and error mapping: the client
+// and the backend are the far ends of net.Pipe connections, scripted
+// packet by packet (the model: Vitess go/mysql's conn tests). No MySQL.
+
+// memBackend is a scripted backend: the far end of bc's connection.
+type memBackend struct {
+	t  *testing.T
+	nc net.Conn
+}
+
+// memClient is the far end of the session's client connection: it keeps
+// every packet the proxy writes to the client, until the pipe closes.
+type memClient struct {
+	nc   net.Conn
+	mu   sync.Mutex
+	pkts [][]byte
+	done chan struct{}
+}
+
+func (c *memClient) read() {
+	defer close(c.done)
+	for {
+		_, p, err := readPacket(c.nc)
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		c.pkts = append(c.pkts, p)
+		c.mu.Unlock()
+	}
+}
+
+// packets returns what the client got (after the proxy side closed, or
+// when n packets arrived).
+func (c *memClient) packets(t *testing.T, n int) [][]byte {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		got := len(c.pkts)
+		c.mu.Unlock()
+		if got >= n {
+			break
+		}
+		select {
+		case <-c.done:
+			deadline = time.Now()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([][]byte(nil), c.pkts...)
+}
+
+// memConns returns a backend connection and a client connection over
+// pipes, with the far ends. The backend connection's handshake is real
+// (go-mysql's server side answers it on the far end, then the test
+// scripts the far end's packets); the client side needs none.
+func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient) {
+	t.Helper()
+	bNear, bFar := net.Pipe()
+	cNear, cFar := net.Pipe()
+	t.Cleanup(func() { bNear.Close(); bFar.Close(); cNear.Close(); cFar.Close() })
+	srv := server.NewServer("8.0.40", mysql.DEFAULT_COLLATION_ID, mysql.AUTH_NATIVE_PASSWORD, nil, nil)
+	hs := make(chan error, 1)
+	go func() {
+		_, err := srv.NewConn(bFar, "u", "", server.EmptyHandler{})
+		hs <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.ConnectWithDialer(ctx, "tcp", "mem", "u", "", "", func(context.Context, string, string) (net.Conn, error) {
+		return bNear, nil
+	}, func(c *client.Conn) error {
+		c.UnsetCapability(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
+		return c.SetCapability(mysql.CLIENT_SESSION_TRACK)
+	})
+	if err != nil {
+		t.Fatalf("in-memory handshake: %v", err)
+	}
+	if err := <-hs; err != nil {
+		t.Fatalf("in-memory handshake, server side: %v", err)
+	}
+	bc := &backendConn{
+		b:      &Backend{Name: "replica1"},
+		conn:   c,
+		buf:    make([]byte, 0, 4096),
+		used:   time.Now(),
+		status: mysql.SERVER_STATUS_AUTOCOMMIT,
+	}
+	mc := &memClient{nc: cFar, done: make(chan struct{})}
+	go mc.read()
+	return bc, &memBackend{t: t, nc: bFar}, &server.Conn{Conn: mpacket.NewConn(cNear)}, mc
+}
+
+// command reads the command the proxy sent.
+func (b *memBackend) command() []byte {
+	_, p, err := readPacket(b.nc)
+	if err != nil {
+		b.t.Errorf("backend: reading the command: %v", err)
+	}
+	return p
+}
+
+// send writes payloads as packets numbered from seq.
+func (b *memBackend) send(seq byte, payloads ...[]byte) {
+	for _, p := range payloads {
+		if err := writePackets(b.nc, seq, p); err != nil {
+			b.t.Errorf("backend: write: %v", err)
+			return
+		}
+		seq++
+	}
+}
+
+func okPayload(affected uint64, status uint16) []byte {
+	p := []byte{mysql.OK_HEADER}
+	p = append(p, mysql.PutLengthEncodedInt(affected)...)
+	p = append(p, 0) // insert id
+	return append(p, byte(status), byte(status>>8), 0, 0)
+}
+
+func eofPayload(status uint16) []byte {
+	return []byte{mysql.EOF_HEADER, 0, 0, byte(status), byte(status >> 8)}
+}
+
+func errPayload(code uint16, state, msg string) []byte {
+	p := []byte{mysql.ERR_HEADER, byte(code), byte(code >> 8), '#'}
+	return append(append(p, state...), msg...)
+}
+
+func columnDef(name string) []byte {
+	var p []byte
+	for _, s := range []string{"def", "", "t", "t", name, name} {
+		p = append(p, mysql.PutLengthEncodedString([]byte(s))...)
+	}
+	p = append(p, 0x0c, 33, 0, 255, 0, 0, 0, mysql.MYSQL_TYPE_VAR_STRING, 0, 0, 0, 0, 0)
+	return p
+}
+
+func textRow(vals ...string) []byte {
+	var p []byte
+	for _, v := range vals {
+		p = append(p, mysql.PutLengthEncodedString([]byte(v))...)
+	}
+	return p
+}
+
+// TestRelayResultSetInMemory: a result set goes to the client packet for
+// packet, in order, and the relay learns the final EOF's status.
+func TestRelayResultSetInMemory(t *testing.T) {
+	bc, be, cc, mc := memConns(t)
+	status := uint16(mysql.SERVER_STATUS_AUTOCOMMIT | mysql.SERVER_STATUS_IN_TRANS)
+	want := [][]byte{{1}, columnDef("a"), eofPayload(status), textRow("x"), textRow("y"), eofPayload(status)}
+	go func() {
+		if cmd := be.command(); string(cmd) != "\x03SELECT a FROM t" {
+			t.Errorf("backend got %q", cmd)
+		}
+		be.send(1, want...)
+	}()
+	out, err := relayQuery(cc, bc, "SELECT a FROM t", relayReq{op: "query"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.serverErr || out.status != status {
+		t.Fatalf("relayOut %+v, want status %#x and no server error", out, status)
+	}
+	got := mc.packets(t, len(want))
+	if len(got) != len(want) {
+		t.Fatalf("client got %d packets, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if string(got[i]) != string(want[i]) {
+			t.Fatalf("packet %d: %q, want %q", i, got[i], want[i])
+		}
+	}
+}
+
+// TestRelayServerErrorInMemory: the server's ERR is the client's answer
+// as it came; the relay reports it (code) and the connection stays usable.
+func TestRelayServerErrorInMemory(t *testing.T) {
+	bc, be, cc, mc := memConns(t)
+	erp := errPayload(1146, "42S02", "Table 'app.t' doesn't exist")
+	go func() { be.command(); be.send(1, erp) }()
+	out, err := relayQuery(cc, bc, "SELECT * FROM t", relayReq{op: "query"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.serverErr || out.code != 1146 || bc.broken {
+		t.Fatalf("relayOut %+v broken %v, want server error 1146 on a usable connection", out, bc.broken)
+	}
+	if got := mc.packets(t, 1); len(got) != 1 || string(got[0]) != string(erp) {
+		t.Fatalf("client got %q", got)
+	}
+}
+
+// TestRelayBackendLostInMemory: a backend that closes before answering is
+// a relay error with nothing written; one that closes mid-result is a
+// partial one. Both leave the connection broken.
+func TestRelayBackendLostInMemory(t *testing.T) {
+	for _, mid := range []bool{false, true} {
+		bc, be, cc, mc := memConns(t)
+		go func() {
+			be.command()
+			if mid {
+				be.send(1, []byte{1}, columnDef("a"))
+			}
+			be.nc.Close()
+		}()
+		_, err := relayQuery(cc, bc, "SELECT a FROM t", relayReq{op: "query"})
+		var re *relayError
+		if !errors.As(err, &re) {
+			t.Fatalf("mid=%v: error %v, want a relay error", mid, err)
+		}
+		if re.partial != mid || !bc.broken {
+			t.Fatalf("mid=%v: partial %v broken %v", mid, re.partial, bc.broken)
+		}
+		if n := len(mc.packets(t, 0)); mid && n == 0 {
+			t.Fatalf("mid-result: the client got nothing of the result")
+		}
+	}
+}
+
+// TestRelayClientGoneInMemory: a client that vanished mid-response is
+// errClientGone; the backend's response is read to its end, so the
+// backend connection is left in step.
+func TestRelayClientGoneInMemory(t *testing.T) {
+	bc, be, cc, mc := memConns(t)
+	mc.nc.Close()
+	<-mc.done
+	go func() {
+		be.command()
+		be.send(1, []byte{1}, columnDef("a"), eofPayload(2), textRow("x"), eofPayload(2))
+	}()
+	_, err := relayQuery(cc, bc, "SELECT a FROM t", relayReq{op: "query"})
+	if !errors.Is(err, errClientGone) {
+		t.Fatalf("error %v, want errClientGone", err)
+	}
+	if bc.broken {
+		t.Fatal("the backend connection was given up although its response was read whole")
+	}
+}
+
+// TestRelayOKWithoutTrackingInMemory: an OK with a session-state block
+// goes to a client that did not negotiate CLIENT_SESSION_TRACK without
+// the SERVER_SESSION_STATE_CHANGED flag; affected rows and status pass.
+func TestRelayOKWithoutTrackingInMemory(t *testing.T) {
+	bc, be, cc, mc := memConns(t)
+	status := uint16(mysql.SERVER_STATUS_AUTOCOMMIT | mysql.SERVER_SESSION_STATE_CHANGED)
+	go func() { be.command(); be.send(1, okPayload(3, status)) }()
+	out, err := relayQuery(cc, bc, "UPDATE t SET a = 1", relayReq{op: "query"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.status != status {
+		t.Fatalf("status %#x, want %#x", out.status, status)
+	}
+	got := mc.packets(t, 1)
+	if len(got) != 1 || got[0][0] != mysql.OK_HEADER || got[0][1] != 3 {
+		t.Fatalf("client got %q, want an OK with 3 affected rows", got)
+	}
+	if st := binary.LittleEndian.Uint16(got[0][3:5]); st != mysql.SERVER_STATUS_AUTOCOMMIT {
+		t.Fatalf("client's OK status %#x, want autocommit only", st)
+	}
+}
+
+// memSession is a session with a client connection over a pipe and
+// metrics, for the error mapping (no router, no backends).
+func memSession(t *testing.T) (*session, *memClient) {
+	t.Helper()
+	cNear, cFar := net.Pipe()
+	t.Cleanup(func() { cNear.Close(); cFar.Close() })
+	mc := &memClient{nc: cFar, done: make(chan struct{})}
+	go mc.read()
+	srv := &Server{m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &session{srv: srv, state: newSessionState(), cc: &server.Conn{Conn: mpacket.NewConn(cNear)}, budget: &byteBudget{limit: 1 << 20}}
+	return s, mc
+}
+
+// TestAnswerMapsEveryError: the session's one error mapping, error kind
+// by error kind.
+func TestAnswerMapsEveryError(t *testing.T) {
+	b := &Backend{Name: "replica1"}
+	serverErr := mysql.NewError(1146, "Table 'app.t' doesn't exist")
+	cases := []struct {
+		name   string
+		err    error
+		noConn bool
+		// want: the client's error code (0: none, the client is closed).
+		want    uint16
+		msg     string
+		closed  bool
+		broken  bool
+		primary bool
+		inTx    bool
+	}{
+		{name: "server refusal as it is", err: serverErr, want: 1146, msg: "doesn't exist"},
+		{name: "wrapped server refusal", err: errors.Join(errors.New("prepare"), serverErr), want: 1146},
+		{name: "relay error before any byte", err: &relayError{err: backendErr(b, "query", io.EOF)}, want: codeBackendLost, msg: "lost the connection to replica1"},
+		{name: "relay error mid-result", err: &relayError{err: backendErr(b, "query", io.EOF), partial: true}, closed: true},
+		{name: "client gone", err: errClientGone, closed: true},
+		{name: "backend error", err: backendErr(b, "connect", errors.New("connection refused")), noConn: true, want: codeBackendLost, msg: "backend replica1: connect"},
+		{name: "socket error on a connection", err: io.ErrUnexpectedEOF, want: codeBackendLost, broken: true, msg: "may or may not have run"},
+		{name: "socket error, no connection", err: io.ErrUnexpectedEOF, noConn: true, want: codeBackendLost},
+		{name: "lost primary in a transaction", err: io.ErrUnexpectedEOF, primary: true, inTx: true, want: codeBackendLost, broken: true, msg: "transaction is rolled back"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, _ := memSession(t)
+			var bc *backendConn
+			if !c.noConn {
+				bc = &backendConn{b: b}
+			}
+			if c.primary {
+				s.primary = bc
+			}
+			if c.inTx {
+				s.state.observeStatus(mysql.SERVER_STATUS_AUTOCOMMIT|mysql.SERVER_STATUS_IN_TRANS, false)
+			}
+			res, err := s.answer(c.err, bc)
+			if c.closed {
+				if err != nil || res == nil || !s.cc.Closed() {
+					t.Fatalf("answer = %v, %v, closed %v; want the client closed", res, err, s.cc.Closed())
+				}
+				return
+			}
+			var me *mysql.MyError
+			if !errors.As(err, &me) || me.Code != c.want {
+				t.Fatalf("answer error %v, want code %d", err, c.want)
+			}
+			if !strings.Contains(me.Message, c.msg) {
+				t.Fatalf("message %q does not say %q", me.Message, c.msg)
+			}
+			if s.cc.Closed() {
+				t.Fatal("the client was closed for an error it can be told")
+			}
+			if bc != nil && bc.broken != c.broken {
+				t.Fatalf("broken %v, want %v", bc.broken, c.broken)
+			}
+			if c.inTx && s.state.inTx() {
+				t.Fatal("the mirror still has the lost transaction open")
+			}
+		})
+	}
+}
+
+// TestAnswerNil: no error, nothing to write.
+func TestAnswerNil(t *testing.T) {
+	s, _ := memSession(t)
+	if res, err := s.answer(nil, nil); err != nil || res == nil {
+		t.Fatalf("answer(nil) = %v, %v", res, err)
+	}
+}
+
+// memSource is a position source that reports every node healthy at one
+// executed set.
+type memSource struct{ set gtid.Set }
+
+func (m memSource) Position(string) (gtid.Set, bool)                { return m.set, true }
+func (m memSource) WaitFor(context.Context, string, gtid.Set) error { return nil }
+
+var _ live.PositionSource[gtid.Set] = memSource{}
+
+const memUUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+// memRouted is a session routed by a real router (positions from
+// memSource) over in-memory connections to a primary and one replica.
+func memRouted(t *testing.T, policy string) (s *session, prim, rep *memBackend, mc *memClient) {
+	t.Helper()
+	set, err := gtid.Parse(memUUID + ":1-5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{
+		Listen:   "127.0.0.1:0",
+		Users:    []User{{Name: "app", Password: "apppw"}},
+		Primary:  Backend{Name: "primary", Addr: routerPrimary(t, set.String()), User: "u"},
+		Replicas: []Backend{{Name: "replica1", Addr: "127.0.0.1:2", User: "u"}},
+		Source:   memSource{set},
+		Policy:   policy,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := srv.newRouter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = newSession(ctx, srv)
+	pc, pb, _, _ := memConns(t)
+	pc.b = &srv.cfg.Primary
+	rc, rb, cc, mc := memConns(t)
+	rc.b = &srv.cfg.Replicas[0]
+	s.cc, s.primary, s.replicas[0] = cc, pc, rc
+	return s, pb, rb, mc
+}
+
+// executedAnswer is the answer to watermarkQuery: one row, the set.
+func executedAnswer(set string) [][]byte {
+	return [][]byte{{1}, columnDef("@@GLOBAL.gtid_executed"), eofPayload(2), textRow(set), eofPayload(2)}
+}
+
+// TestRouteRelayReadInMemory: a read with no token goes to the replica,
+// its rows reach the client, the pipelined watermark is read behind it
+// and the replica is the previous statement's backend.
+func TestRouteRelayReadInMemory(t *testing.T) {
+	s, _, rep, mc := memRouted(t, "token-ryw-mr")
+	rows := [][]byte{{1}, columnDef("a"), eofPayload(2), textRow("x"), eofPayload(2)}
+	go func() {
+		if cmd := rep.command(); string(cmd) != "\x03SELECT a FROM t" {
+			t.Errorf("replica got %q", cmd)
+		}
+		if cmd := rep.command(); string(cmd[1:]) != watermarkQuery {
+			t.Errorf("replica got %q, want the watermark query", cmd)
+		}
+		rep.send(1, rows...)
+		rep.send(1, executedAnswer(memUUID+":1-7")...)
+	}()
+	st := mustClassify(t, "SELECT a FROM t")
+	if _, err := s.readQuery("SELECT a FROM t", st); err != nil {
+		t.Fatal(err)
+	}
+	if got := mc.packets(t, len(rows)); len(got) != len(rows) || string(got[3]) != string(textRow("x")) {
+		t.Fatalf("client got %q", got)
+	}
+	if s.state.last != s.replicas[0] {
+		t.Fatal("the previous statement's backend is not the replica that ran it")
+	}
+	if wm := s.ls.State().Seen; wm.String() != memUUID+":1-7" {
+		t.Fatalf("session watermark %q, want the replica's executed set", wm)
+	}
+}
+
+// TestRouteRelayPinnedInMemory: in a transaction (the mirror's status),
+// a read goes to the primary and its status is mirrored back.
+func TestRouteRelayPinnedInMemory(t *testing.T) {
+	s, prim, _, mc := memRouted(t, "token-ryw-mr")
+	inTx := uint16(mysql.SERVER_STATUS_AUTOCOMMIT | mysql.SERVER_STATUS_IN_TRANS)
+	s.state.observeStatus(inTx, false)
+	rows := [][]byte{{1}, columnDef("a"), eofPayload(inTx), textRow("p"), eofPayload(inTx)}
+	go func() {
+		if cmd := prim.command(); string(cmd) != "\x03SELECT a FROM t" {
+			t.Errorf("primary got %q", cmd)
+		}
+		prim.send(1, rows...)
+	}()
+	if _, err := s.readQuery("SELECT a FROM t", mustClassify(t, "SELECT a FROM t")); err != nil {
+		t.Fatal(err)
+	}
+	if got := mc.packets(t, len(rows)); len(got) != len(rows) || string(got[3]) != string(textRow("p")) {
+		t.Fatalf("client got %q", got)
+	}
+	if !s.state.inTx() || s.state.last != s.primary {
+		t.Fatalf("after a pinned read: in transaction %v, last is primary %v", s.state.inTx(), s.state.last == s.primary)
+	}
+}
+
+// TestRouteRelayReplicaLostInMemory: a replica that closes before it
+// answers ends the read with a lost-connection error naming it (nothing
+// reached the client, which keeps its connection); the replica is held
+// down.
+func TestRouteRelayReplicaLostInMemory(t *testing.T) {
+	s, _, rep, _ := memRouted(t, "token-ryw-mr")
+	go func() {
+		rep.command()
+		rep.command()
+		rep.nc.Close()
+	}()
+	_, err := s.readQuery("SELECT a FROM t", mustClassify(t, "SELECT a FROM t"))
+	var me *mysql.MyError
+	if !errors.As(err, &me) || me.Code != codeBackendLost || !strings.Contains(me.Message, "replica1") {
+		t.Fatalf("error %v, want 2013 naming replica1", err)
+	}
+	if s.cc.Closed() {
+		t.Fatal("the client was closed although nothing reached it")
+	}
+	if s.srv.rt.Failures("replica1") == 0 {
+		t.Fatal("the replica that closed mid-read was not counted as failed")
+	}
+}
+
+// TestRouteRelayServerErrorInMemory: the replica's ERR reaches the client
+// as the read's answer; the session keeps both connections.
+func TestRouteRelayServerErrorInMemory(t *testing.T) {
+	s, _, rep, mc := memRouted(t, "token-ryw-mr")
+	erp := errPayload(1146, "42S02", "Table 'app.t' doesn't exist")
+	go func() {
+		rep.command()
+		rep.command()
+		rep.send(1, erp)
+		rep.send(1, executedAnswer(memUUID+":1-5")...)
+	}()
+	if _, err := s.readQuery("SELECT a FROM t", mustClassify(t, "SELECT a FROM t")); err != nil {
+		t.Fatalf("a relayed server error is the client's answer, not the session's: %v", err)
+	}
+	if got := mc.packets(t, 1); len(got) != 1 || string(got[0]) != string(erp) {
+		t.Fatalf("client got %q", got)
+	}
+	if s.replicas[0].broken || s.srv.rt.Failures("replica1") != 0 {
+		t.Fatal("a statement error was taken for a node fault")
+	}
+}
+
+// routerPrimary is what the router itself reads of the primary (its
+// position, at start): go-mysql's server side on a loopback listener,
+// answering every query with the executed set. The session's own
+// connections stay in memory.
+func routerPrimary(t *testing.T, executed string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	srv := server.NewServer("8.0.40", mysql.DEFAULT_COLLATION_ID, mysql.AUTH_NATIVE_PASSWORD, nil, nil)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+				sc, err := srv.NewConn(c, "u", "", positionHandler{executed: executed})
+				if err != nil {
+					return
+				}
+				for !sc.Closed() {
+					if sc.HandleCommand() != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// positionHandler answers what the router's primary connections ask: the
+// session-tracking set-up (its OK reports the variable), gtid_mode, and
+// every other SELECT with the executed set.
+type positionHandler struct {
+	server.EmptyHandler
+	executed string
+}
+
+func (h positionHandler) HandleQuery(q string) (*mysql.Result, error) {
+	u := strings.ToUpper(strings.TrimSpace(q))
+	switch {
+	case strings.Contains(u, "SESSION_TRACK_GTIDS = OWN_GTID"):
+		r := mysql.NewResultReserveResultset(0)
+		r.Status |= mysql.SERVER_SESSION_STATE_CHANGED
+		r.SessionTracking = &mysql.SessionTrackingInfo{Variables: map[string]string{"session_track_gtids": "OWN_GTID"}}
+		return r, nil
+	case strings.Contains(u, "GTID_MODE"):
+		on := "ON"
+		return mysql.NewResult(oneValueResultset("v", &on)), nil
+	case strings.HasPrefix(u, "SELECT"):
+		return mysql.NewResult(oneValueResultset("v", &h.executed)), nil
+	}
+	return nil, nil
+}

@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/stmt"
+
+	"github.com/causallab/causallab/router/live"
+)
+
+// Hold is one thing a session holds on its primary connection that a new
+// (or another session's) connection would not have: why reads stay on the
+// primary, why a lost connection cannot be silently replaced, why the
+// connection may not be handed to another session. A Hold value is a set
+// (bits); zero holds nothing.
+type Hold uint16
+
+// The holds, in the order they are reported (the first one set names the
+// set in one word, Hold.First).
+const (
+	// HoldTransaction: a transaction is open (SERVER_STATUS_IN_TRANS of
+	// the primary's last OK or EOF).
+	HoldTransaction Hold = 1 << iota
+	// HoldAutocommitOff: autocommit is off (SERVER_STATUS_AUTOCOMMIT
+	// clear): every statement opens a transaction.
+	HoldAutocommitOff
+	// HoldTempTable: a CREATE/DROP TEMPORARY TABLE ran (the proxy does not
+	// track which tables still exist: held until a reset).
+	HoldTempTable
+	// HoldLockedTables: LOCK TABLES ran and no UNLOCK TABLES since.
+	HoldLockedTables
+	// HoldNamedLock: a locking function ran (GET_LOCK and friends): the
+	// session may own a named lock (held until a reset: the proxy does not
+	// read whether the lock was granted or released).
+	HoldNamedLock
+	// HoldUserVariables: user variables were set on the primary.
+	HoldUserVariables
+	// HoldSessionState: session state the proxy cannot replay was set on
+	// the primary (a session statement inside a multi-statement query, a
+	// system variable set from a subquery).
+	HoldSessionState
+	// HoldReplayOverflow: more session statements ran than max_replay or
+	// max_session_bytes let the proxy remember: the replay is incomplete.
+	HoldReplayOverflow
+	// HoldPreparedStatements: the session has prepared statements, bound
+	// to the connections that prepared them.
+	HoldPreparedStatements
+
+	holdEnd // one past the last hold
+)
+
+// holdWords are the holds' names (metric labels, errors, docs).
+var holdWords = map[Hold]string{
+	HoldTransaction:        "transaction",
+	HoldAutocommitOff:      "autocommit-off",
+	HoldTempTable:          "temp-table",
+	HoldLockedTables:       "locked-tables",
+	HoldNamedLock:          "named-lock",
+	HoldUserVariables:      "user-variables",
+	HoldSessionState:       "session-state",
+	HoldReplayOverflow:     "replay-overflow",
+	HoldPreparedStatements: "prepared-statements",
+}
+
+// holdPhrases say what a new connection would lose, for the client.
+var holdPhrases = map[Hold]string{
+	HoldTransaction:        "open transaction",
+	HoldAutocommitOff:      "autocommit-off transaction scope",
+	HoldTempTable:          "temporary tables",
+	HoldLockedTables:       "table locks",
+	HoldNamedLock:          "named locks (GET_LOCK)",
+	HoldUserVariables:      "user variables",
+	HoldSessionState:       "session state set on the primary only (a multi-statement query, a SET from a subquery)",
+	HoldReplayOverflow:     "session statements beyond max_replay or max_session_bytes",
+	HoldPreparedStatements: "prepared statements",
+}
+
+// First returns the first hold set in h (0 when h is empty).
+func (h Hold) First() Hold {
+	return h & -h
+}
+
+// Has reports whether every hold of o is in h.
+func (h Hold) Has(o Hold) bool { return h&o == o && o != 0 }
+
+// String names the holds in h, comma-separated, in order ("" when empty).
+func (h Hold) String() string {
+	var b strings.Builder
+	for x := Hold(1); x < holdEnd; x <<= 1 {
+		if h&x != 0 {
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(holdWords[x])
+		}
+	}
+	return b.String()
+}
+
+// phrase says what h's first hold is, for the client.
+func (h Hold) phrase() string { return holdPhrases[h.First()] }
+
+// reconnectLosses are the holds a new primary connection cannot restore
+// by replaying the session statements (prepared statements are prepared
+// again there lazily; autocommit-off is a replayed SET).
+const reconnectLosses = HoldTransaction | HoldTempTable | HoldLockedTables | HoldNamedLock |
+	HoldUserVariables | HoldSessionState | HoldReplayOverflow
+
+// sessionState mirrors what MySQL holds for one client session: the
+// schema, the capabilities, the session statements replayed on every
+// backend connection, the holds (pins), the transaction state read from
+// the primary's server status, the prepared statements and the backend
+// that ran the previous statement (whose warnings, FOUND_ROWS and
+// ROW_COUNT are the session's). It decides where a read may go
+// (readPin), whether a lost connection may be replaced (reconnectLoss),
+// and whether the primary connection may be handed to another session
+// (Shareable). It does no I/O; the session's goroutine owns it.
+type sessionState struct {
+	// db is the current default schema (handshake, COM_INIT_DB, USE).
+	db string
+	// collation is the client's handshake collation name.
+	collation string
+	// flags are the client capabilities passed to the backends
+	// (passedFlags); COM_SET_OPTION turns CLIENT_MULTI_STATEMENTS on/off.
+	flags uint32
+	// wantGTIDs: the client asked for session-tracking GTIDs
+	// (SET session_track_gtids = OWN_GTID through the proxy).
+	wantGTIDs bool
+	// replay holds the session statements (SET ...) run so far, in order,
+	// replayed on each backend connection the session opens; replayBytes
+	// is what they take of the session's budget.
+	replay      []string
+	replayBytes int
+	// held are the holds statements set (all but the three derived ones:
+	// transaction and autocommit from status, prepared statements from
+	// stmts).
+	held Hold
+	// status is the server status of the primary's last OK or EOF.
+	status uint16
+	// stmts are the client's prepared statements.
+	stmts map[*stmt.PreparedStmt]*pstmt
+	// last is the backend connection that ran the previous statement
+	// (ReasonPreviousStatement statements follow it: its warnings, its
+	// FOUND_ROWS).
+	last *backendConn
+}
+
+func newSessionState() *sessionState {
+	return &sessionState{status: mysql.SERVER_STATUS_AUTOCOMMIT, stmts: map[*stmt.PreparedStmt]*pstmt{}}
+}
+
+// inTx reports whether the primary said a transaction is open.
+func (m *sessionState) inTx() bool { return m.status&mysql.SERVER_STATUS_IN_TRANS != 0 }
+
+// Holds returns everything the session holds now.
+func (m *sessionState) Holds() Hold {
+	h := m.held
+	if m.status&mysql.SERVER_STATUS_IN_TRANS != 0 {
+		h |= HoldTransaction
+	}
+	if m.status&mysql.SERVER_STATUS_AUTOCOMMIT == 0 {
+		h |= HoldAutocommitOff
+	}
+	if len(m.stmts) > 0 {
+		h |= HoldPreparedStatements
+	}
+	return h
+}
+
+// Shareable answers whether the session's primary connection may be
+// handed to another session now (between statements): ok when the
+// session holds nothing on it but its replayable session statements
+// (which a new connection replays), else false and every hold that keeps
+// it. Autocommit off counts: every statement then opens a transaction.
+func (m *sessionState) Shareable() (ok bool, why Hold) {
+	h := m.Holds()
+	return h == 0, h
+}
+
+// reconnectLoss returns what of the session a new primary connection
+// would lose (0: replaying the session statements restores it all).
+func (m *sessionState) reconnectLoss() Hold { return m.Holds() & reconnectLosses }
+
+// readPin returns why read st must stay on the primary for session
+// reasons, or "" (replicas is the number of configured replicas).
+func (m *sessionState) readPin(st Stmt, replicas int) live.Pin {
+	h := m.Holds()
+	switch {
+	case h&HoldTransaction != 0:
+		return live.PinTransaction
+	case h&HoldAutocommitOff != 0:
+		return live.PinAutocommitOff
+	case h&HoldTempTable != 0:
+		return live.PinTempTable
+	case h&HoldLockedTables != 0:
+		return live.PinLockedTables
+	case h&(HoldSessionState|HoldReplayOverflow) != 0:
+		return live.PinSessionState
+	case h&HoldUserVariables != 0 && st.UsesUserVar:
+		return live.PinUserVariables
+	case replicas == 0:
+		return live.PinNoReplicas
+	}
+	return ""
+}
+
+// observeStatus takes the transaction state from a primary response's
+// server status (an ERR packet carries none: serverErr with status 0
+// leaves it).
+func (m *sessionState) observeStatus(status uint16, serverErr bool) {
+	if status != 0 || !serverErr {
+		m.status = status
+	}
+}
+
+// afterPrimary mirrors what statement st did to the session on the
+// primary (status is its response's; serverErr: the server refused it).
+func (m *sessionState) afterPrimary(st Stmt, status uint16, serverErr bool) {
+	m.observeStatus(status, serverErr)
+	if serverErr {
+		return
+	}
+	if st.TempTable {
+		m.held |= HoldTempTable
+	}
+	if st.LocksTables {
+		m.held |= HoldLockedTables
+	}
+	if st.UnlocksTables {
+		m.held &^= HoldLockedTables
+	}
+	if st.Reason == ReasonLockingFunction {
+		m.held |= HoldNamedLock
+	}
+	if st.SetsUserVar {
+		m.held |= HoldUserVariables
+	}
+	if st.PinsSession {
+		m.held |= HoldSessionState
+	}
+}
+
+// afterMulti mirrors what a multi-statement query run on the primary left
+// in the session (ClassifyMulti), whether or not all of it ran: its
+// session statements ran on the primary only (not replayed).
+func (m *sessionState) afterMulti(e MultiEffects) {
+	if e.Session {
+		m.held |= HoldSessionState
+	}
+	if e.TempTable {
+		m.held |= HoldTempTable
+	}
+	if e.LocksTables {
+		m.held |= HoldLockedTables
+	} else if e.UnlocksTables {
+		m.held &^= HoldLockedTables
+	}
+	if e.SetsUserVar {
+		m.held |= HoldUserVariables
+	}
+}
+
+// remember adds session statement q (already run on the primary) to the
+// replay, within max statements and the budget; when it does not fit the
+// replay is incomplete (HoldReplayOverflow) and it returns false: replica
+// connections must then be closed, reads stay on the primary.
+func (m *sessionState) remember(q string, max int, budget *byteBudget) bool {
+	if m.held&HoldReplayOverflow != 0 || len(m.replay) >= max || !budget.take(len(q)) {
+		m.held |= HoldReplayOverflow
+		return false
+	}
+	q = strings.Clone(q)
+	m.replay = append(m.replay, q)
+	m.replayBytes += len(q)
+	return true
+}
+
+// reset is COM_RESET_CONNECTION: the session's variables, holds,
+// transaction, prepared statements and previous backend are gone, the
+// schema, collation and capabilities stay (as MySQL keeps them). It
+// returns the bytes the budget gets back.
+func (m *sessionState) reset() (freed int) {
+	freed = m.replayBytes
+	for _, p := range m.stmts {
+		freed += p.cost
+	}
+	m.replay, m.replayBytes = nil, 0
+	m.held = 0
+	m.status = mysql.SERVER_STATUS_AUTOCOMMIT
+	m.stmts = map[*stmt.PreparedStmt]*pstmt{}
+	m.last = nil
+	m.wantGTIDs = false
+	return freed
+}

@@ -1,0 +1,218 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/stmt"
+
+	"github.com/causallab/causallab/router/live"
+)
+
+const (
+	stAutocommit = mysql.SERVER_STATUS_AUTOCOMMIT
+	stInTx       = mysql.SERVER_STATUS_AUTOCOMMIT | mysql.SERVER_STATUS_IN_TRANS
+)
+
+// mustClassify classifies q or fails the test.
+func mustClassify(t *testing.T, q string) Stmt {
+	t.Helper()
+	st, err := Classify(q)
+	if err != nil {
+		t.Fatalf("Classify(%q): %v", q, err)
+	}
+	return st
+}
+
+// TestStateMirror runs statements through the mirror as the primary
+// answered them and checks what it then holds, where a read goes, whether
+// a lost primary connection may be replaced and whether the connection
+// may be shared.
+func TestStateMirror(t *testing.T) {
+	type step struct {
+		q         string
+		status    uint16
+		serverErr bool
+	}
+	cases := []struct {
+		name      string
+		steps     []step
+		holds     Hold
+		pin       live.Pin // for the read "SELECT @a"
+		reconnect Hold     // reconnectLoss
+	}{
+		{name: "fresh", holds: 0},
+		{name: "begin", steps: []step{{"BEGIN", stInTx, false}}, holds: HoldTransaction, pin: live.PinTransaction, reconnect: HoldTransaction},
+		{name: "begin then commit", steps: []step{{"BEGIN", stInTx, false}, {"COMMIT", stAutocommit, false}}},
+		{name: "refused commit keeps the transaction", steps: []step{{"BEGIN", stInTx, false}, {"COMMIT", 0, true}},
+			holds: HoldTransaction, pin: live.PinTransaction, reconnect: HoldTransaction},
+		{name: "autocommit off", steps: []step{{"SET autocommit = 0", 0, false}}, holds: HoldAutocommitOff, pin: live.PinAutocommitOff},
+		{name: "temp table", steps: []step{{"CREATE TEMPORARY TABLE t (a INT)", stAutocommit, false}},
+			holds: HoldTempTable, pin: live.PinTempTable, reconnect: HoldTempTable},
+		{name: "refused temp table", steps: []step{{"CREATE TEMPORARY TABLE t (a INT)", stAutocommit, true}}},
+		{name: "lock tables", steps: []step{{"LOCK TABLES t READ", stAutocommit, false}},
+			holds: HoldLockedTables, pin: live.PinLockedTables, reconnect: HoldLockedTables},
+		{name: "lock then unlock", steps: []step{{"LOCK TABLES t READ", stAutocommit, false}, {"UNLOCK TABLES", stAutocommit, false}}},
+		{name: "named lock", steps: []step{{"SELECT GET_LOCK('x', 0)", stAutocommit, false}},
+			holds: HoldNamedLock, reconnect: HoldNamedLock},
+		{name: "user variable from a SELECT", steps: []step{{"SELECT @a := 1", stAutocommit, false}},
+			holds: HoldUserVariables, pin: live.PinUserVariables, reconnect: HoldUserVariables},
+		{name: "system variable from a subquery", steps: []step{{"SET sql_mode = (SELECT 'ANSI')", stAutocommit, false}},
+			holds: HoldSessionState | HoldUserVariables, pin: live.PinSessionState, reconnect: HoldSessionState | HoldUserVariables},
+		{name: "transaction and temp table", steps: []step{{"CREATE TEMPORARY TABLE t (a INT)", stAutocommit, false}, {"BEGIN", stInTx, false}},
+			holds: HoldTransaction | HoldTempTable, pin: live.PinTransaction, reconnect: HoldTransaction | HoldTempTable},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newSessionState()
+			for _, s := range c.steps {
+				m.afterPrimary(mustClassify(t, s.q), s.status, s.serverErr)
+			}
+			if got := m.Holds(); got != c.holds {
+				t.Errorf("Holds() = %q, want %q", got, c.holds)
+			}
+			ok, why := m.Shareable()
+			if ok != (c.holds == 0) || why != c.holds {
+				t.Errorf("Shareable() = %v, %q; want %v, %q", ok, why, c.holds == 0, c.holds)
+			}
+			if got := m.readPin(mustClassify(t, "SELECT @a"), 2); got != c.pin {
+				t.Errorf("readPin = %q, want %q", got, c.pin)
+			}
+			if got := m.reconnectLoss(); got != c.reconnect {
+				t.Errorf("reconnectLoss() = %q, want %q", got, c.reconnect)
+			}
+		})
+	}
+}
+
+// TestStateReadPin: user variables pin only reads that use them; no
+// replicas pins every read; a transaction outranks the rest.
+func TestStateReadPin(t *testing.T) {
+	m := newSessionState()
+	plain := mustClassify(t, "SELECT 1")
+	if got := m.readPin(plain, 2); got != "" {
+		t.Fatalf("fresh session pins %q", got)
+	}
+	if got := m.readPin(plain, 0); got != live.PinNoReplicas {
+		t.Fatalf("no replicas: pin %q, want %q", got, live.PinNoReplicas)
+	}
+	m.afterPrimary(mustClassify(t, "SELECT @a := 1"), stAutocommit, false)
+	if got := m.readPin(plain, 2); got != "" {
+		t.Fatalf("a read without user variables pinned %q", got)
+	}
+	if got := m.readPin(mustClassify(t, "SELECT @a"), 2); got != live.PinUserVariables {
+		t.Fatalf("a read of @a pinned %q, want %q", got, live.PinUserVariables)
+	}
+	m.observeStatus(stInTx, false)
+	if got := m.readPin(plain, 2); got != live.PinTransaction {
+		t.Fatalf("in a transaction: pin %q, want %q", got, live.PinTransaction)
+	}
+}
+
+// TestStateMulti: a multi-statement query's session statements ran on
+// the primary only; UNLOCK TABLES in one ends the lock.
+func TestStateMulti(t *testing.T) {
+	m := newSessionState()
+	e, ok := ClassifyMulti("SET sql_mode = ''; CREATE TEMPORARY TABLE t (a INT); LOCK TABLES t2 READ")
+	if !ok {
+		t.Fatal("not a multi-statement query")
+	}
+	m.afterMulti(e)
+	want := HoldSessionState | HoldTempTable | HoldLockedTables
+	if got := m.Holds(); got != want {
+		t.Fatalf("Holds() = %q, want %q", got, want)
+	}
+	e, _ = ClassifyMulti("SELECT 1; UNLOCK TABLES")
+	m.afterMulti(e)
+	if got := m.Holds(); got != want&^HoldLockedTables {
+		t.Fatalf("after UNLOCK TABLES: %q", got)
+	}
+}
+
+// TestStateReplay: session statements are remembered in order within
+// max_replay and the byte budget; past either the replay is incomplete,
+// reads are pinned and nothing more is remembered; reset gives the bytes
+// back and keeps the schema.
+func TestStateReplay(t *testing.T) {
+	budget := &byteBudget{limit: 1 << 20}
+	m := newSessionState()
+	m.db = "app"
+	for _, q := range []string{"SET NAMES utf8mb4", "SET sql_mode = ''"} {
+		if !m.remember(q, 2, budget) {
+			t.Fatalf("remember(%q) refused", q)
+		}
+	}
+	if len(m.replay) != 2 || m.replay[0] != "SET NAMES utf8mb4" || m.replay[1] != "SET sql_mode = ''" {
+		t.Fatalf("replay = %q", m.replay)
+	}
+	if ok, why := m.Shareable(); !ok {
+		t.Fatalf("replayable statements only: not shareable (%q)", why)
+	}
+	if m.remember("SET time_zone = '+00:00'", 2, budget) {
+		t.Fatal("a third statement fitted max_replay 2")
+	}
+	if got := m.Holds(); got != HoldReplayOverflow {
+		t.Fatalf("Holds() = %q, want replay-overflow", got)
+	}
+	if got := m.readPin(mustClassify(t, "SELECT 1"), 2); got != live.PinSessionState {
+		t.Fatalf("overflowed replay: pin %q", got)
+	}
+	if m.reconnectLoss() != HoldReplayOverflow {
+		t.Fatalf("reconnectLoss() = %q", m.reconnectLoss())
+	}
+	if m.remember("SET x = 1", 100, budget) {
+		t.Fatal("remembered after an overflow: the replay would have a gap")
+	}
+	used := budget.used
+	p := &pstmt{cost: 700}
+	m.stmts[&stmt.PreparedStmt{}] = p
+	if got := m.Holds(); got != HoldReplayOverflow|HoldPreparedStatements {
+		t.Fatalf("with a prepared statement: %q", got)
+	}
+	freed := m.reset()
+	if want := len("SET NAMES utf8mb4") + len("SET sql_mode = ''") + 700; freed != want {
+		t.Fatalf("reset freed %d, want %d", freed, want)
+	}
+	if used != freed-700 {
+		t.Fatalf("budget used %d, replay bytes %d", used, freed-700)
+	}
+	if m.Holds() != 0 || len(m.replay) != 0 || len(m.stmts) != 0 || m.db != "app" {
+		t.Fatalf("after reset: holds %q replay %q stmts %d db %q", m.Holds(), m.replay, len(m.stmts), m.db)
+	}
+	if m.status != mysql.SERVER_STATUS_AUTOCOMMIT {
+		t.Fatalf("after reset: status %#x", m.status)
+	}
+}
+
+// TestBudgetOverflowReplay: the byte budget, not only the count, ends the
+// replay.
+func TestBudgetOverflowReplay(t *testing.T) {
+	budget := &byteBudget{limit: 10}
+	m := newSessionState()
+	if m.remember("SET sql_mode = 'ANSI'", 100, budget) {
+		t.Fatal("a statement over the byte budget was remembered")
+	}
+	if !m.Holds().Has(HoldReplayOverflow) {
+		t.Fatalf("Holds() = %q", m.Holds())
+	}
+}
+
+// TestHoldNames: every hold has a word and a phrase, String lists them in
+// order, First picks the lowest.
+func TestHoldNames(t *testing.T) {
+	for h := Hold(1); h < holdEnd; h <<= 1 {
+		if holdWords[h] == "" || holdPhrases[h] == "" {
+			t.Errorf("hold %#x has no word or phrase", uint16(h))
+		}
+	}
+	h := HoldUserVariables | HoldTransaction | HoldPreparedStatements
+	if got := h.String(); got != "transaction,user-variables,prepared-statements" {
+		t.Fatalf("String() = %q", got)
+	}
+	if h.First() != HoldTransaction || Hold(0).First() != 0 {
+		t.Fatalf("First() = %q", h.First())
+	}
+	if h.phrase() != "open transaction" {
+		t.Fatalf("phrase() = %q", h.phrase())
+	}
+}
