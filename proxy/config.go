@@ -187,8 +187,11 @@ type Config struct {
 	SocketIO string `yaml:"socket_io"`
 	// WatermarkSource is how a monotonic-reads policy learns a replica's
 	// position after a read (docs/proxy.md, "Watermarks"): "query"
-	// (default: SELECT @@GLOBAL.gtid_executed pipelined behind every
-	// replica read) or "all-gtids" (replica connections negotiate
+	// (default: gtid_executed joined with the replica's received set,
+	// mysqlwire.WatermarkQuery, pipelined behind every replica read) or
+	// "all-gtids" (NOT sound: the OK packet's set is gtid_executed alone,
+	// which can lack a transaction the read saw, docs/router.md "The
+	// commit race"; logged as a warning at start; replica connections negotiate
 	// CLIENT_DEPRECATE_EOF and session_track_gtids=ALL_GTIDS, and an
 	// autocommit read's own final OK packet carries the watermark; the
 	// result framing is rewritten to classic EOF packets for the client;

@@ -56,10 +56,11 @@ type relayError struct {
 func (e *relayError) Error() string { return e.err.Error() }
 func (e *relayError) Unwrap() error { return e.err }
 
-// watermarkQuery reads a node's executed set: the router's sound
-// monotonic-reads watermark when run right after a read on the same
-// connection.
-const watermarkQuery = mysqlwire.ExecutedQuery
+// watermarkQuery reads a node's monotonic-reads watermark, run right
+// after a read on the same connection: gtid_executed joined with the
+// replica's received set (mysqlwire.WatermarkQuery says why gtid_executed
+// alone is not enough).
+const watermarkQuery = mysqlwire.WatermarkQuery
 
 // watermarkCmd is watermarkQuery's COM_QUERY payload (never modified).
 var watermarkCmd = append([]byte{mysql.COM_QUERY}, watermarkQuery...)

@@ -131,6 +131,9 @@ func New(cfg Config) (*Server, error) {
 	if s.users, s.decoy, err = newUsers(&s.cfg); err != nil {
 		return nil, err
 	}
+	if cfg.WatermarkSource == "all-gtids" {
+		s.log.Warn("proxy: watermark_source all-gtids is not sound: the OK packet's gtid_executed can lack a transaction the read saw (docs/router.md, \"The commit race\")")
+	}
 	return s, nil
 }
 

@@ -627,8 +627,9 @@ func (s *session) flush() error {
 	return s.fc.Flush()
 }
 
-// executed reads the node's @@GLOBAL.gtid_executed on the session's
-// connection right after a read (the router's sound watermark).
+// executed reads the node's watermark (watermarkQuery: gtid_executed, on
+// a replica joined with its received set) on the session's connection
+// right after a read.
 func (s *session) executed(bc *backendConn) (gtid.Set, error) {
 	r, err := bc.exec(watermarkQuery)
 	if err != nil {

@@ -115,10 +115,38 @@ func IsServerError(err error) bool {
 	return errors.As(err, &me)
 }
 
-// ExecutedQuery reads a MySQL server's executed GTID set. Run right after
-// a read on the same connection, its answer contains everything the read
-// could observe: the sound monotonic-reads watermark.
+// ExecutedQuery reads a MySQL server's executed GTID set: a lower bound
+// of what the node has applied (a position, never ahead of the node). It
+// is NOT an upper bound of what a read just run there saw: see
+// WatermarkQuery.
 const ExecutedQuery = "SELECT @@GLOBAL.gtid_executed"
+
+// WatermarkQuery reads a monotonic-reads watermark: run right after a read
+// on the same connection, its answer contains every transaction the read
+// could observe. gtid_executed alone does not: MySQL commits a group in
+// the engine (its rows become visible) before it adds the group's GTIDs to
+// gtid_executed (binlog.cc process_commit_stage_queue; on a replica,
+// Commit_order_manager), so a read can see a row whose GTID the set read
+// right after it lacks (router/live TestWatermarkRace measures it). On a
+// replica every transaction it applied was received first, so the
+// received set (performance_schema.replication_connection_status, every
+// channel) joined to gtid_executed bounds the read; on a primary the
+// received set is empty and the gap remains (docs/router.md, "The commit
+// race"). The answer is one GTID set text (pieces joined by commas).
+const WatermarkQuery = "SELECT CONCAT(@@GLOBAL.gtid_executed, ',', IFNULL((SELECT GROUP_CONCAT(RECEIVED_TRANSACTION_SET) FROM performance_schema.replication_connection_status), ''))"
+
+// ReadWatermark runs WatermarkQuery on c and parses the set.
+func ReadWatermark(ctx context.Context, c *client.Conn) (gtid.Set, error) {
+	s, err := ReadValue(ctx, c, WatermarkQuery)
+	if err != nil {
+		return gtid.Set{}, err
+	}
+	set, err := gtid.Parse(s)
+	if err != nil {
+		return gtid.Set{}, fmt.Errorf("parse watermark: %w", err)
+	}
+	return set, nil
+}
 
 // ReadValue runs query on c and returns the first column of its first row
 // as text (a copy).

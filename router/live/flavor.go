@@ -143,6 +143,30 @@ func (MySQL) WritePosition(_ context.Context, ack Ack, _ SessionConn) (gtid.Set,
 // ExecutedQuery implements Flavor.
 func (MySQL) ExecutedQuery() string { return mysqlwire.ExecutedQuery }
 
+// WatermarkQuery implements Watermarker: gtid_executed joined with the
+// replica's received set (mysqlwire.WatermarkQuery: gtid_executed alone
+// can lack a transaction a read saw).
+func (MySQL) WatermarkQuery() string { return mysqlwire.WatermarkQuery }
+
+// Watermarker is a Flavor whose monotonic-reads watermark query differs
+// from its ExecutedQuery: the executed position is a lower bound of what a
+// node applied (positions, waits), the watermark an upper bound of what a
+// read there saw. Its answer is parsed with ParseExecuted.
+type Watermarker interface {
+	WatermarkQuery() string
+}
+
+var _ Watermarker = MySQL{}
+
+// watermarkQuery is f's watermark query: WatermarkQuery when f has one,
+// else ExecutedQuery.
+func watermarkQuery[P gtid.Position[P]](f Flavor[P]) string {
+	if w, ok := any(f).(Watermarker); ok {
+		return w.WatermarkQuery()
+	}
+	return f.ExecutedQuery()
+}
+
 // ParseExecuted implements Flavor.
 func (MySQL) ParseExecuted(text string) (gtid.Set, error) { return gtid.Parse(text) }
 

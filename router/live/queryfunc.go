@@ -33,10 +33,11 @@ type Target struct {
 	// Pin is the session reason of a pinned read (ReadOptions.Pin), "" for
 	// a routed one.
 	Pin Pin
-	// Watermark: run must return the node's executed position
-	// (Flavor.ExecutedQuery; for MySQL @@GLOBAL.gtid_executed) read on the
-	// same connection right after the statement (the sound monotonic-reads
-	// watermark). When false, run returns the empty position.
+	// Watermark: run must return the node's watermark (the flavor's
+	// watermark query, Watermarker; for MySQL gtid_executed joined with the
+	// received set, mysqlwire.WatermarkQuery) read on the same connection
+	// right after the statement. When false, run returns the empty
+	// position.
 	Watermark bool
 }
 
@@ -495,7 +496,7 @@ func (r *Router[P]) run(ctx context.Context, n Node, wantWM bool, query string, 
 	if _, ok := mysqlwire.PipeOf(c); ok && (wantWM || len(args) > 0) {
 		follow := ""
 		if wantWM {
-			follow = r.cfg.Flavor.ExecutedQuery()
+			follow = watermarkQuery(r.cfg.Flavor)
 		}
 		res, text, err := mysqlwire.ExecPipelined(ctx, c, follow, query, args...)
 		if err == nil && wantWM {
@@ -521,7 +522,7 @@ func (r *Router[P]) run(ctx context.Context, n Node, wantWM bool, query string, 
 		return nil, wm, err
 	}
 	if wantWM {
-		if wm, err = r.readPosition(ctx, c); err != nil {
+		if wm, err = r.readWatermark(ctx, c); err != nil {
 			r.release(n, c, err)
 			return nil, wm, err
 		}

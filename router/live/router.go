@@ -392,6 +392,17 @@ func (r *Router[P]) markDown(ctx context.Context, n Node, err error) {
 		slog.Duration("hold", r.cfg.DownHold), errAttr(err))
 }
 
+// readWatermark reads a node's monotonic-reads watermark on c (the
+// flavor's watermark query, see Watermarker).
+func (r *Router[P]) readWatermark(ctx context.Context, c *client.Conn) (P, error) {
+	text, err := mysqlwire.ReadValue(ctx, c, watermarkQuery(r.cfg.Flavor))
+	if err != nil {
+		var zero P
+		return zero, err
+	}
+	return r.cfg.Flavor.ParseExecuted(text)
+}
+
 // readPosition reads a node's executed position on c (Flavor.ExecutedQuery).
 func (r *Router[P]) readPosition(ctx context.Context, c *client.Conn) (P, error) {
 	text, err := mysqlwire.ReadValue(ctx, c, r.cfg.Flavor.ExecutedQuery())
