@@ -122,6 +122,12 @@ func pgConf(cfg *Config, _, i, port int, dir, bind string) string {
 		"logging_collector":            "off",
 		"log_line_prefix":              "'%m [%p] '",
 	}
+	// Commits ask the standbys for a status reply once applied, so the
+	// primary's pg_stat_replication.replay_lsn (walwatch) follows replay
+	// within a round trip, not up to wal_receiver_status_interval later.
+	// No synchronous_standby_names: no commit waits for a standby. Cost:
+	// one status reply per commit per standby (docs/benchmarks-walwatch.md).
+	set["synchronous_commit"] = "remote_apply"
 	if i > 0 {
 		set["recovery_min_apply_delay"] = fmt.Sprintf("'%dms'", cfg.applyDelay(i).Milliseconds())
 	}

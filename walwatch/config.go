@@ -17,8 +17,15 @@ type Standby struct {
 	// ApplicationName is how the standby's WAL receiver names itself to
 	// the primary (application_name in its primary_conninfo), which is the
 	// row of pg_stat_replication that describes it. Default Name (compose
-	// sets application_name to the node's name). Unique.
+	// gives a standby cloned by pg_basebackup -R the default
+	// "walreceiver", so compose's standbys are told apart by Slot). Unique.
+	// Ignored when Slot is set.
 	ApplicationName string
+	// Slot is the physical replication slot the standby streams for
+	// (primary_slot_name): when set, the row of pg_stat_replication whose
+	// walsender holds this slot describes the standby. compose gives each
+	// standby a slot named after the node. Unique.
+	Slot string
 }
 
 // Config configures a Watcher.
@@ -94,10 +101,14 @@ func (c *Config) validate() error {
 		if names[s.Name] {
 			return fmt.Errorf("walwatch: config: standby name %q listed twice", s.Name)
 		}
-		if apps[s.ApplicationName] {
-			return fmt.Errorf("walwatch: config: application_name %q listed twice", s.ApplicationName)
+		key := "app:" + s.ApplicationName
+		if s.Slot != "" {
+			key = "slot:" + s.Slot
 		}
-		names[s.Name], apps[s.ApplicationName] = true, true
+		if apps[key] {
+			return fmt.Errorf("walwatch: config: standby %q: %s listed twice", s.Name, key)
+		}
+		names[s.Name], apps[key] = true, true
 	}
 	if c.Interval == 0 {
 		c.Interval = 10 * time.Millisecond

@@ -1,9 +1,10 @@
 // Package walwatch keeps, for every streaming standby of a PostgreSQL
 // primary, a live lower bound of the standby's replay position, read from
 // the walsender's feedback on the primary: one query of
-// pg_stat_replication per tick (application_name names the standby;
-// replay_lsn, reply_time and the walsender's pid and backend_start come
-// with it), instead of one query per standby.
+// pg_stat_replication per tick (the walsender's replication slot, or its
+// application_name, names the standby; replay_lsn, reply_time and the
+// walsender's pid and backend_start come with it), instead of one query
+// per standby.
 //
 // One goroutine (Run) owns the mutable state (a tracker: pure, no I/O).
 // Every change is published as an immutable Snapshot through an atomic

@@ -17,14 +17,15 @@ import (
 const tickQuery = `SELECT pg_is_in_recovery()::text,
 	CASE WHEN pg_is_in_recovery() THEN '' ELSE (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint)::text END,
 	current_setting('synchronous_commit'),
-	COALESCE(r.application_name, ''), COALESCE(r.pid::text, ''),
+	COALESCE(r.application_name, ''), COALESCE(s.slot_name::text, ''), COALESCE(r.pid::text, ''),
 	COALESCE((extract(epoch FROM r.backend_start) * 1000000)::bigint::text, ''),
 	COALESCE(r.state, ''), COALESCE(r.replay_lsn::text, ''),
 	COALESCE((extract(epoch FROM now() - r.reply_time) * 1000000)::bigint::text, '')
-FROM (SELECT 1) AS one LEFT JOIN pg_stat_replication AS r ON true`
+FROM (SELECT 1) AS one LEFT JOIN pg_stat_replication AS r ON true
+	LEFT JOIN pg_replication_slots AS s ON s.active_pid = r.pid`
 
 // tickColumns is the number of columns of tickQuery.
-const tickColumns = 9
+const tickColumns = 10
 
 // observation is one tick's answer, parsed.
 type observation struct {
@@ -40,7 +41,9 @@ type observation struct {
 
 // walsender is one row of pg_stat_replication.
 type walsender struct {
-	App string
+	// App is application_name; Slot the replication slot the walsender
+	// streams for ("" without one).
+	App, Slot string
 	// Session identifies the walsender: its pid and backend start.
 	Session session
 	// State is the walsender's state (streaming, catchup, startup,
@@ -89,8 +92,8 @@ func parseTick(rows [][]string) (observation, error) {
 		} else if o.InRecovery != rec || o.Timeline != uint32(tli) || o.SyncCommit != r[2] {
 			return observation{}, fmt.Errorf("walwatch: row %d disagrees with row 0 on the server's columns", i)
 		}
-		if r[4] == "" {
-			if len(rows) > 1 || r[3] != "" {
+		if r[5] == "" {
+			if len(rows) > 1 || r[3] != "" || r[4] != "" {
 				return observation{}, fmt.Errorf("walwatch: row %d has no walsender pid", i)
 			}
 			continue
@@ -104,10 +107,11 @@ func parseTick(rows [][]string) (observation, error) {
 	return o, nil
 }
 
-// parseWalsender reads application_name, pid, backend_start, state,
-// replay_lsn and the reply's age.
+// parseWalsender reads application_name, slot_name, pid, backend_start,
+// state, replay_lsn and the reply's age.
 func parseWalsender(c []string) (walsender, error) {
-	w := walsender{App: c[0], State: c[3]}
+	w := walsender{App: c[0], Slot: c[1], State: c[4]}
+	c = append(c[:1:1], c[2:]...)
 	var err error
 	if w.Session.PID, err = strconv.ParseInt(c[1], 10, 64); err != nil || w.Session.PID <= 0 {
 		return walsender{}, fmt.Errorf("pid %q is not a process ID", c[1])

@@ -140,19 +140,29 @@ func (t *tracker) observe(o observation, now time.Time) events {
 		t.sessions = map[string]session{}
 	}
 	t.timeline = o.Timeline
-	byApp := make(map[string]*walsender, len(o.Rows))
-	for i := range o.Rows {
-		w := &o.Rows[i]
+	byKey := make(map[string]*walsender, 2*len(o.Rows))
+	keep := func(k string, w *walsender) {
 		// Two walsenders under one name (a standby reconnecting while its
 		// old walsender has not exited yet): the newer session wins.
-		if prev, ok := byApp[w.App]; !ok || w.Session.Start > prev.Session.Start ||
+		if prev, ok := byKey[k]; !ok || w.Session.Start > prev.Session.Start ||
 			(w.Session.Start == prev.Session.Start && w.Session.PID > prev.Session.PID) {
-			byApp[w.App] = w
+			byKey[k] = w
+		}
+	}
+	for i := range o.Rows {
+		w := &o.Rows[i]
+		keep("app:"+w.App, w)
+		if w.Slot != "" {
+			keep("slot:"+w.Slot, w)
 		}
 	}
 	for _, s := range t.standbys {
 		st := t.states[s.Name]
-		w, ok := byApp[s.ApplicationName]
+		key := "app:" + s.ApplicationName
+		if s.Slot != "" {
+			key = "slot:" + s.Slot
+		}
+		w, ok := byKey[key]
 		if !ok {
 			delete(t.sessions, s.Name)
 			st.Health, st.State, st.PID, st.ReplyAge = HealthMissing, "", 0, 0

@@ -13,11 +13,16 @@ import (
 var t0 = time.Unix(1_700_000_000, 0)
 
 func standbys() []Standby {
-	return []Standby{{Name: "replica1", ApplicationName: "replica1"}, {Name: "replica2", ApplicationName: "r2"}}
+	return []Standby{{Name: "replica1", ApplicationName: "replica1"}, {Name: "replica2", ApplicationName: "walreceiver", Slot: "r2"}}
 }
 
+// row is a walsender; app "r2" is a walreceiver holding slot r2.
 func row(app string, pid, start int64, state string, replay gtid.PGLSN, age time.Duration) walsender {
-	return walsender{App: app, Session: session{pid, start}, State: state, Replay: replay, HasReplay: true, ReplyAge: age, HasReply: true}
+	slot := ""
+	if app == "r2" {
+		app, slot = "walreceiver", "r2"
+	}
+	return walsender{App: app, Slot: slot, Session: session{pid, start}, State: state, Replay: replay, HasReplay: true, ReplyAge: age, HasReply: true}
 }
 
 func obs(tli uint32, rows ...walsender) observation {
@@ -116,7 +121,7 @@ func TestTrackerTimelineSwitch(t *testing.T) {
 func TestParseTick(t *testing.T) {
 	hdr := []string{"false", "2", "remote_apply"}
 	r := func(cols ...string) []string { return append(append([]string(nil), hdr...), cols...) }
-	o, err := parseTick([][]string{r("replica1", "42", "1700000000000000", "streaming", "0/3000148", "1500"), r("r2", "43", "1", "startup", "", "")})
+	o, err := parseTick([][]string{r("replica1", "", "42", "1700000000000000", "streaming", "0/3000148", "1500"), r("r2", "replica2", "43", "1", "startup", "", "")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,28 +131,28 @@ func TestParseTick(t *testing.T) {
 	if w := o.Rows[0]; w.Replay != 0x3000148 || !w.HasReplay || w.ReplyAge != 1500*time.Microsecond || w.Session.PID != 42 {
 		t.Fatalf("%+v", w)
 	}
-	if w := o.Rows[1]; w.HasReplay || w.HasReply {
+	if w := o.Rows[1]; w.HasReplay || w.HasReply || w.Slot != "replica2" || w.State != "startup" {
 		t.Fatalf("NULL replay: %+v", w)
 	}
 	// No walsender: the LEFT JOIN's one row of NULLs.
-	if o, err := parseTick([][]string{r("", "", "", "", "", "")}); err != nil || len(o.Rows) != 0 {
+	if o, err := parseTick([][]string{r("", "", "", "", "", "", "")}); err != nil || len(o.Rows) != 0 {
 		t.Fatalf("no walsender: %+v %v", o, err)
 	}
-	if o, err := parseTick([][]string{{"true", "", "on", "", "", "", "", "", ""}}); err != nil || !o.InRecovery {
+	if o, err := parseTick([][]string{{"true", "", "on", "", "", "", "", "", "", ""}}); err != nil || !o.InRecovery {
 		t.Fatalf("in recovery: %+v %v", o, err)
 	}
 	for name, rows := range map[string][][]string{
 		"no rows":          nil,
 		"short row":        {{"false", "1"}},
-		"bad bool":         {{"maybe", "1", "on", "", "", "", "", "", ""}},
-		"timeline 0":       {{"false", "0", "on", "", "", "", "", "", ""}},
-		"recovery and tli": {{"true", "1", "on", "", "", "", "", "", ""}},
-		"no tli":           {{"false", "", "on", "", "", "", "", "", ""}},
-		"bad pid":          {r("a", "x", "1", "streaming", "0/1", "0")},
-		"bad lsn":          {r("a", "1", "1", "streaming", "zz", "0")},
-		"bad age":          {r("a", "1", "1", "streaming", "0/1", "1.5")},
-		"rows disagree":    {r("a", "1", "1", "streaming", "0/1", "0"), {"false", "3", "remote_apply", "b", "2", "1", "streaming", "0/1", "0"}},
-		"null pid of many": {r("a", "1", "1", "streaming", "0/1", "0"), r("", "", "", "", "", "")},
+		"bad bool":         {{"maybe", "1", "on", "", "", "", "", "", "", ""}},
+		"timeline 0":       {{"false", "0", "on", "", "", "", "", "", "", ""}},
+		"recovery and tli": {{"true", "1", "on", "", "", "", "", "", "", ""}},
+		"no tli":           {{"false", "", "on", "", "", "", "", "", "", ""}},
+		"bad pid":          {r("a", "", "x", "1", "streaming", "0/1", "0")},
+		"bad lsn":          {r("a", "", "1", "1", "streaming", "zz", "0")},
+		"bad age":          {r("a", "", "1", "1", "streaming", "0/1", "1.5")},
+		"rows disagree":    {r("a", "", "1", "1", "streaming", "0/1", "0"), {"false", "3", "remote_apply", "b", "", "2", "1", "streaming", "0/1", "0"}},
+		"null pid of many": {r("a", "", "1", "1", "streaming", "0/1", "0"), r("", "", "", "", "", "", "")},
 	} {
 		if _, err := parseTick(rows); err == nil || !strings.HasPrefix(err.Error(), "walwatch: ") {
 			t.Errorf("%s: %v, want a walwatch error", name, err)
@@ -156,12 +161,12 @@ func TestParseTick(t *testing.T) {
 }
 
 func FuzzParseTick(f *testing.F) {
-	f.Add("false", "1", "on", "replica1", "42", "1700000000000000", "streaming", "0/3000148", "1500")
-	f.Add("true", "", "remote_apply", "", "", "", "", "", "")
-	f.Add("false", "4294967295", "off", "x", "1", "-5", "catchup", "FFFFFFFF/FFFFFFFF", "-100")
-	f.Add("false", "2", "on", "a", "9", "1", "backup", "", "99999999999999999")
-	f.Fuzz(func(t *testing.T, rec, tli, sc, app, pid, start, state, lsn, age string) {
-		r := []string{rec, tli, sc, app, pid, start, state, lsn, age}
+	f.Add("false", "1", "on", "replica1", "", "42", "1700000000000000", "streaming", "0/3000148", "1500")
+	f.Add("true", "", "remote_apply", "", "", "", "", "", "", "")
+	f.Add("false", "4294967295", "off", "x", "s", "1", "-5", "catchup", "FFFFFFFF/FFFFFFFF", "-100")
+	f.Add("false", "2", "on", "a", "a", "9", "1", "backup", "", "99999999999999999")
+	f.Fuzz(func(t *testing.T, rec, tli, sc, app, slot, pid, start, state, lsn, age string) {
+		r := []string{rec, tli, sc, app, slot, pid, start, state, lsn, age}
 		o, err := parseTick([][]string{r, r})
 		if err != nil {
 			return
@@ -172,7 +177,7 @@ func FuzzParseTick(f *testing.F) {
 			}
 		}
 		// The tracker takes whatever parses.
-		tr := newTracker([]Standby{{Name: "n", ApplicationName: app}}, time.Second)
+		tr := newTracker([]Standby{{Name: "n", ApplicationName: app}, {Name: "m", Slot: "s"}}, time.Second)
 		tr.observe(o, t0)
 		if h := tr.states["n"].Health; h == HealthUnknown {
 			t.Fatalf("health still unknown after an observation of %+v", o)
@@ -196,6 +201,7 @@ func TestConfigValidate(t *testing.T) {
 		"no name":       func(c *Config) { c.Standbys = []Standby{{}} },
 		"dup name":      func(c *Config) { c.Standbys = []Standby{{Name: "a"}, {Name: "a", ApplicationName: "b"}} },
 		"dup app":       func(c *Config) { c.Standbys = []Standby{{Name: "a"}, {Name: "b", ApplicationName: "a"}} },
+		"dup slot":      func(c *Config) { c.Standbys = []Standby{{Name: "a", Slot: "s"}, {Name: "b", Slot: "s"}} },
 		"interval":      func(c *Config) { c.Interval = time.Microsecond },
 		"down < tick":   func(c *Config) { c.Interval, c.DownAfter = time.Second, time.Millisecond },
 		"neg timeout":   func(c *Config) { c.QueryTimeout = -1 },
