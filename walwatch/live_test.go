@@ -154,7 +154,7 @@ func TestZPromotion(t *testing.T) {
 		waitHealth(t, w, name, HealthMissing, 60*time.Second)
 	}
 	np := topo.Primary()
-	if err := w.Retarget(ctx, np.Addr()); err != nil {
+	if err := w.Retarget(np.Addr()); err != nil {
 		t.Fatal(err)
 	}
 	st := waitHealth(t, w, "replica2", HealthStreaming, 60*time.Second)

@@ -47,12 +47,8 @@ type Watcher struct {
 	cfg      Config
 	m        *metrics
 	cur      atomic.Pointer[Snapshot]
-	retarget chan retargetReq
-}
-
-type retargetReq struct {
-	addr string
-	done chan struct{}
+	target   atomic.Pointer[string] // the primary Run should watch
+	retarget chan struct{}          // one pending kick for Run (capacity 1)
 }
 
 // New validates cfg. Call Run to start watching.
@@ -65,7 +61,8 @@ func New(cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("walwatch: metrics: %w", err)
 	}
-	w := &Watcher{cfg: cfg, m: m, retarget: make(chan retargetReq)}
+	w := &Watcher{cfg: cfg, m: m, retarget: make(chan struct{}, 1)}
+	w.target.Store(&cfg.Primary)
 	w.cur.Store(&Snapshot{Primary: cfg.Primary, Standbys: newTracker(cfg.Standbys, cfg.StaleAfter).snapshotStates(), changed: make(chan struct{})})
 	return w, nil
 }
@@ -126,23 +123,18 @@ func (w *Watcher) WaitFor(ctx context.Context, name string, want gtid.PGLSN) err
 // Retarget makes Run watch the primary at addr from its next tick (after
 // a failover: the promoted standby's pg_stat_replication). Every session
 // is dropped and every standby is HealthUnknown until the new primary
-// answers. It returns once Run took the request, or ctx's error.
-func (w *Watcher) Retarget(ctx context.Context, addr string) error {
+// answers; Snapshot().Primary says when Run took it. It never blocks: the
+// last address given wins.
+func (w *Watcher) Retarget(addr string) error {
 	if addr == "" {
 		return errors.New("walwatch: retarget: empty address")
 	}
-	req := retargetReq{addr: addr, done: make(chan struct{})}
+	w.target.Store(&addr)
 	select {
-	case w.retarget <- req:
-	case <-ctx.Done():
-		return ctx.Err()
+	case w.retarget <- struct{}{}:
+	default: // a kick is pending: Run reads the latest target
 	}
-	select {
-	case <-req.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
 // publish stores a snapshot from tr's states. It wakes waiters (a new
@@ -198,7 +190,7 @@ func (w *Watcher) record(ev events) {
 // ctx's error. It owns the tracker and the connection.
 func (w *Watcher) Run(ctx context.Context) error {
 	tr := newTracker(w.cfg.Standbys, w.cfg.StaleAfter)
-	primary := w.cur.Load().Primary
+	primary := *w.target.Load()
 	var conn *pgx.Conn
 	closeConn := func() {
 		if conn != nil {
@@ -216,14 +208,24 @@ func (w *Watcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case req := <-w.retarget:
+		case <-w.retarget:
+			addr := *w.target.Load()
+			if addr == primary {
+				continue
+			}
 			closeConn()
-			w.cfg.Logger.Info("walwatch: retarget", "watcher", w.cfg.Name, "from", primary, "to", req.addr)
-			primary = req.addr
+			w.cfg.Logger.Info("walwatch: retarget", "watcher", w.cfg.Name, "from", primary, "to", addr)
+			primary = addr
 			w.record(tr.retarget())
 			w.publish(tr, primary, false, false, time.Time{})
-			close(req.done)
 			failing = false
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(0)
 			continue
 		case <-timer.C:
 		}

@@ -19,7 +19,10 @@ var _ Flavor[gtid.PGLSN] = Postgres{}
 // standby and pg_current_wal_lsn() on the primary, and there is no
 // server-side wait (PostgreSQL 18 has neither WAIT FOR LSN nor
 // pg_wal_replay_wait: compose/enginetest/postgres checks), so routers of
-// this flavor wait on their PositionSource (NewPGPoller).
+// this flavor wait on their PositionSource: NewPGPositions builds one
+// that polls the standbys (NewPGPoller) or reads the primary's walsender
+// feedback (package walwatch), optionally with polling as a counted
+// fallback.
 //
 // Why pg_current_wal_lsn() and not pg_current_wal_insert_lsn(): with
 // synchronous_commit on (the default) the commit record is written and

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/walwatch"
 )
 
 // PGConfig configures a PGRouter: the live router over PostgreSQL commit
@@ -33,8 +35,12 @@ type PGConfig struct {
 	Policy router.Policy
 	// Cap limits freshness fallbacks (zero value: no cap).
 	Cap router.Cap
-	// Positions supplies the nodes' replay positions and health. Required
-	// (NewPGPoller is the polling source).
+	// Positions supplies the nodes' replay positions and health. Required:
+	// NewPGPositions builds the configured kind (polling, the primary's
+	// walsender feedback, or that with polling as a counted fallback);
+	// NewPGPoller is the polling source alone. A source that follows the
+	// primary (a *PGPositionSource) is retargeted by Failover and
+	// FailoverAt.
 	Positions PositionSource[gtid.PGLSN]
 	// Epoch is the topology epoch at start (Failover raises it).
 	Epoch uint64
@@ -201,7 +207,21 @@ func (r *PGRouter) Failover(ctx context.Context, primary Node, replicas []Node, 
 	if err != nil {
 		return fmt.Errorf("router: failover: %w", err)
 	}
+	if err := r.retargetPositions(primary); err != nil {
+		return err
+	}
 	return r.rt.failoverTo(primary, replicas, epoch, pos)
+}
+
+// retargetPositions points a source that follows the primary at the new
+// one.
+func (r *PGRouter) retargetPositions(primary Node) error {
+	if rs, ok := r.cfg.Positions.(pgRetargeter); ok {
+		if err := rs.RetargetPrimary(primary.Addr); err != nil {
+			return fmt.Errorf("router: failover: retarget the position source: %w", err)
+		}
+	}
+	return nil
 }
 
 // FailoverAt is Failover when the caller knows where the new timeline
@@ -211,6 +231,9 @@ func (r *PGRouter) Failover(ctx context.Context, primary Node, replicas []Node, 
 // Policy.CheckEpoch; the position Failover reads after the promotion also
 // covers the promotion's own WAL records, past the fork.
 func (r *PGRouter) FailoverAt(primary Node, replicas []Node, epoch uint64, switchPoint gtid.PGLSN) error {
+	if err := r.retargetPositions(primary); err != nil {
+		return err
+	}
 	return r.rt.failoverTo(primary, replicas, epoch, switchPoint)
 }
 
@@ -419,4 +442,241 @@ func (p pgValueConn) Close() error {
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
 	defer cancel()
 	return p.c.Close(ctx)
+}
+
+// PGPositions names how a PGRouter learns its standbys' replay positions:
+// the explicit choice of PGPositionsConfig.Kind.
+type PGPositions string
+
+const (
+	// PGPositionsPoll polls each standby's pg_last_wal_replay_lsn() (and
+	// the primary's pg_current_wal_lsn()) every interval: one query per
+	// node per tick (NewPGPoller).
+	PGPositionsPoll PGPositions = "poll"
+	// PGPositionsWalsender reads the primary's pg_stat_replication every
+	// interval (package walwatch): one query per tick for every standby,
+	// none on the standbys. A standby the watcher does not vouch for
+	// (missing from pg_stat_replication, no or stale reply, primary
+	// down) is unhealthy.
+	PGPositionsWalsender PGPositions = "walsender"
+	// PGPositionsWalsenderPoll is PGPositionsWalsender with polling as
+	// its fallback: for a standby the watcher does not vouch for, the
+	// standby's own polled pg_last_wal_replay_lsn() is used when the poll
+	// is healthy (a standby cut from the primary still serves reads up to
+	// what it replayed). Every such answer is counted by the watcher's
+	// health (causallab_router_pg_position_fallbacks_total).
+	PGPositionsWalsenderPoll PGPositions = "walsender+poll"
+)
+
+// PGPositionsConfig configures NewPGPositions.
+type PGPositionsConfig struct {
+	// Kind chooses the source. Required.
+	Kind PGPositions
+	// Primary is the current primary; Replicas the standbys.
+	Primary  Node
+	Replicas []Node
+	// User, Password and Database are used on every connection (Database
+	// default "postgres").
+	User, Password, Database string
+	// Slots maps a standby's node name to the physical replication slot it
+	// streams for, by which the walsender source finds its row of
+	// pg_stat_replication (compose names each standby's slot after the
+	// node); a standby not in Slots is found by application_name = its
+	// node name. Unused by PGPositionsPoll.
+	Slots map[string]string
+	// Interval is the tick of the watcher and of the poller. Default 10ms.
+	Interval time.Duration
+	// StaleAfter is walwatch.Config.StaleAfter (default 5s).
+	StaleAfter time.Duration
+	// DialTimeout bounds each connection attempt and query. Default 2s.
+	DialTimeout time.Duration
+	// Registerer receives the metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	// Logger receives state changes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *PGPositionsConfig) validate() error {
+	switch c.Kind {
+	case PGPositionsPoll, PGPositionsWalsender, PGPositionsWalsenderPoll:
+	default:
+		return fmt.Errorf("router: pg positions: kind %q is not %q, %q or %q", c.Kind, PGPositionsPoll, PGPositionsWalsender, PGPositionsWalsenderPoll)
+	}
+	if c.Primary.Name == "" || c.Primary.Addr == "" {
+		return errors.New("router: pg positions: the primary needs a name and an address")
+	}
+	if len(c.Replicas) == 0 {
+		return errors.New("router: pg positions: no replicas")
+	}
+	if c.Interval == 0 {
+		c.Interval = 10 * time.Millisecond
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// PGPositionSource is the PositionSource NewPGPositions builds: a
+// poller, a walwatch watcher, or a watcher with the poller as its counted
+// fallback. Run drives it.
+type PGPositionSource struct {
+	kind      PGPositions
+	watcher   *walwatch.Watcher      // nil for PGPositionsPoll
+	poller    *Poller[gtid.PGLSN]    // nil for PGPositionsWalsender
+	fallbacks *prometheus.CounterVec // node, reason (walwatch health), op (position, wait)
+	nFallback atomic.Uint64
+}
+
+var (
+	_ PositionSource[gtid.PGLSN] = (*PGPositionSource)(nil)
+	_ pgRetargeter               = (*PGPositionSource)(nil)
+)
+
+// pgRetargeter is a position source that must follow the primary across
+// a failover (PGRouter.Failover and FailoverAt tell it).
+type pgRetargeter interface {
+	RetargetPrimary(addr string) error
+}
+
+// NewPGPositions validates cfg and builds the chosen source.
+func NewPGPositions(cfg PGPositionsConfig) (*PGPositionSource, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &PGPositionSource{kind: cfg.Kind, fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "causallab", Subsystem: "router", Name: "pg_position_fallbacks_total",
+		Help: "Standby positions the walsender source did not vouch for, taken from the polling fallback, by node, walwatch health and op (position, wait).",
+	}, []string{"node", "reason", "op"})}
+	if cfg.Kind != PGPositionsWalsender {
+		nodes := append([]Node{cfg.Primary}, cfg.Replicas...)
+		if cfg.Kind == PGPositionsWalsenderPoll {
+			nodes = cfg.Replicas
+		}
+		pl, err := NewPGPoller(PollerConfig[gtid.PGLSN]{Nodes: nodes, User: cfg.User, Password: cfg.Password, Interval: cfg.Interval,
+			DialTimeout: cfg.DialTimeout, Logger: cfg.Logger}, cfg.Database)
+		if err != nil {
+			return nil, err
+		}
+		s.poller = pl
+	}
+	if cfg.Kind != PGPositionsPoll {
+		wc := walwatch.Config{Name: "router", Primary: cfg.Primary.Addr, User: cfg.User, Password: cfg.Password, Database: cfg.Database,
+			Interval: cfg.Interval, QueryTimeout: cfg.DialTimeout, DialTimeout: cfg.DialTimeout, StaleAfter: cfg.StaleAfter,
+			Registerer: cfg.Registerer, Logger: cfg.Logger}
+		for _, r := range cfg.Replicas {
+			wc.Standbys = append(wc.Standbys, walwatch.Standby{Name: r.Name, Slot: cfg.Slots[r.Name]})
+		}
+		w, err := walwatch.New(wc)
+		if err != nil {
+			return nil, err
+		}
+		s.watcher = w
+	}
+	if cfg.Registerer != nil && s.poller != nil && s.watcher != nil {
+		if err := cfg.Registerer.Register(s.fallbacks); err != nil {
+			return nil, fmt.Errorf("router: pg positions: metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Kind is the configured kind.
+func (s *PGPositionSource) Kind() PGPositions { return s.kind }
+
+// Watcher is the walsender watcher (nil for PGPositionsPoll).
+func (s *PGPositionSource) Watcher() *walwatch.Watcher { return s.watcher }
+
+// Fallbacks counts answers taken from the polling fallback.
+func (s *PGPositionSource) Fallbacks() uint64 { return s.nFallback.Load() }
+
+// Run drives the watcher and the poller until ctx ends; it returns ctx's
+// error.
+func (s *PGPositionSource) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if s.watcher != nil {
+		wg.Go(func() { _ = s.watcher.Run(ctx) }) // returns ctx's error
+	}
+	if s.poller != nil {
+		wg.Go(func() { _ = s.poller.Run(ctx) }) // returns ctx's error
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// RetargetPrimary makes the watcher read the new primary's
+// pg_stat_replication (the poller polls every node by name already).
+func (s *PGPositionSource) RetargetPrimary(addr string) error {
+	if s.watcher == nil {
+		return nil
+	}
+	return s.watcher.Retarget(addr)
+}
+
+func (s *PGPositionSource) fellBack(node string, h walwatch.Health, op string) {
+	s.nFallback.Add(1)
+	s.fallbacks.WithLabelValues(node, h.String(), op).Inc()
+}
+
+// Position implements PositionSource.
+func (s *PGPositionSource) Position(node string) (gtid.PGLSN, bool) {
+	if s.watcher == nil {
+		return s.poller.Position(node)
+	}
+	lsn, h := s.watcher.Position(node)
+	if h == walwatch.HealthStreaming {
+		return lsn, true
+	}
+	if s.poller != nil {
+		if p, ok := s.poller.Position(node); ok {
+			s.fellBack(node, h, "position")
+			return p, true
+		}
+	}
+	return lsn, false
+}
+
+// WaitFor implements PositionSource: the watcher's notification; with
+// the fallback, whichever of watcher and poller sees want first (both
+// are lower bounds), the poller's win counted.
+func (s *PGPositionSource) WaitFor(ctx context.Context, node string, want gtid.PGLSN) error {
+	switch {
+	case s.watcher == nil:
+		return s.poller.WaitFor(ctx, node, want)
+	case s.poller == nil:
+		return s.watcher.WaitFor(ctx, node, want)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	polled := make(chan error, 1)
+	go func() { polled <- s.poller.WaitFor(wctx, node, want) }()
+	watched := make(chan error, 1)
+	go func() { watched <- s.watcher.WaitFor(wctx, node, want) }()
+	select {
+	case err := <-watched:
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// An unknown node: the poller decides.
+		err = <-polled
+		return err
+	case err := <-polled:
+		if err != nil {
+			return err
+		}
+		_, h := s.watcher.Position(node)
+		if h == walwatch.HealthStreaming {
+			if lsn, _ := s.watcher.Position(node); lsn >= want {
+				return nil // both saw it
+			}
+		}
+		s.fellBack(node, h, "wait")
+		return nil
+	}
 }

@@ -186,6 +186,16 @@ func TestZFailoverLostWrite(t *testing.T) {
 	pl := startPoller(t, ctx)
 	plain := newRouter(t, ctx, pl, router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second})
 	epoch := newRouter(t, ctx, pl, router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second, CheckEpoch: true})
+	// A router over the primary's walsender feedback: its Failover
+	// retargets the watcher at the new primary.
+	wsrc := startPositions(t, ctx, live.PGPositionsWalsender, nil)
+	ws, err := live.NewPG(ctx, live.PGConfig{Primary: node(topo.Primary()), Replicas: replicas(), User: topo.Primary().User,
+		Password: topo.Primary().Password, Policy: router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second},
+		Positions: wsrc, Epoch: topo.Epoch()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ws.Close)
 	ps, es, other := plain.NewSession(), epoch.NewSession(), epoch.NewSession()
 	setup(t, ctx, ps)
 	mustExec(t, ctx, ps, upsert, 10, 0)
@@ -261,4 +271,33 @@ func TestZFailoverLostWrite(t *testing.T) {
 		}
 	}
 	epochLost("once the new timeline's LSN passed the lost write's")
+	// The walsender router after its Failover: the watcher reads the new
+	// primary's pg_stat_replication, and a session's write on the new
+	// timeline is read back from a standby once its feedback arrives.
+	if err := ws.Failover(ctx, node(topo.Primary()), replicas(), fr.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	waitHealthy(t, wsrc, 30*time.Second, topo.Replicas()...)
+	if got := wsrc.Watcher().Snapshot().Primary; got != topo.Primary().Addr() {
+		t.Fatalf("the watcher reads %s, not the new primary %s", got, topo.Primary().Addr())
+	}
+	wss := ws.NewSession()
+	onReplica := 0
+	for i := range 10 {
+		mustExec(t, ctx, wss, upsert, 30, i)
+		rd, err := wss.Query(ctx, "SELECT v FROM public.rt WHERE id = $1", 30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := value(t, rd); v != int64(i) {
+			t.Fatalf("walsender router after the failover, round %d: read %d on %s", i, v, rd.Node)
+		}
+		if rd.Outcome == router.OutReplica {
+			onReplica++
+		}
+	}
+	if onReplica == 0 {
+		t.Fatal("walsender router after the failover: no read on a standby")
+	}
+	t.Logf("walsender router after the failover: %d/10 reads on a standby (timeline %d)", onReplica, wsrc.Watcher().Snapshot().Timeline)
 }
