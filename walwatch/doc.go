@@ -45,17 +45,28 @@
 // # Freshness
 //
 // The walsender learns a standby's replay position only when the standby
-// sends a status reply. A standby replies when it has written or flushed
-// new WAL (before replaying it, so the reply carries the previous replay
-// position), every wal_receiver_status_interval (default 10 s), and right
-// after replaying a commit record that carries the apply-feedback flag,
-// which the primary sets on commits made with synchronous_commit =
-// remote_apply (PostgreSQL's xact.c XactLogCommitRecord; the standby's
-// xact_redo_commit asks its WAL receiver for an immediate reply). Without
-// synchronous_standby_names, remote_apply does not make the commit wait
-// for any standby. So: set synchronous_commit = remote_apply on the
-// primary (compose does) or on the writers' sessions; otherwise
-// replay_lsn trails the standby by up to wal_receiver_status_interval.
-// Snapshot.ApplyFeedback says what the primary's default is.
-// docs/benchmarks-walwatch.md measures both.
+// sends a status reply (walreceiver.c XLogWalRcvSendReply). A standby
+// replies:
+//
+//   - when it has written or flushed new WAL, before replaying it: the
+//     reply carries the replay position of that moment;
+//   - when its startup process has replayed everything received and is
+//     about to wait for more WAL (xlogrecovery.c,
+//     WaitForWALToBecomeAvailable: once per wait), so an idle or
+//     caught-up standby reports its replay promptly;
+//   - right after replaying a commit record that carries the
+//     apply-feedback flag, which the primary sets on commits made with
+//     synchronous_commit = remote_apply (xact.c XactLogCommitRecord; the
+//     standby's xact_redo_commit asks its WAL receiver for an immediate
+//     reply);
+//   - otherwise every wal_receiver_status_interval (default 10 s).
+//
+// So a standby working through a backlog while WAL keeps arriving reports
+// replay progress only per receive, or at that interval, unless commits
+// ask for feedback. Without synchronous_standby_names, remote_apply does
+// not make a commit wait for any standby; with it, it does (the sync
+// standbys' apply). compose sets synchronous_commit = remote_apply on its
+// PostgreSQL servers; Snapshot.ApplyFeedback says what the primary's
+// default is. hot_standby_feedback sends xmin, not positions: it does not
+// help. docs/benchmarks-walwatch.md measures the freshness.
 package walwatch
