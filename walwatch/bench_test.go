@@ -117,9 +117,9 @@ func pct(d []time.Duration, p float64) time.Duration {
 // the moment replica1's own pg_last_wal_replay_lsn(), polled back to back
 // (the reference), reaches the write's commit LSN to the moment each
 // observer has it: the walwatch watcher at 10 ms and at 1 ms, and a poll
-// of replica1's pg_last_wal_replay_lsn() every 10 ms (the router's polling
-// source at the watcher's rate), all observing the same writes in one
-// run. Writes first with the primary's default synchronous_commit =
+// of replica1's pg_last_wal_replay_lsn() every 10 ms and every 1 ms (the
+// router's polling source at the watchers' rates), all observing the same
+// writes in one run. Writes first with the primary's default synchronous_commit =
 // remote_apply (compose's: the standby replies after each applied
 // commit), then (b.N/10 writes, 10 to 40) with synchronous_commit = on in
 // the writer's session: feedback only when WAL arrives or every
@@ -137,14 +137,16 @@ func BenchmarkFreshness(b *testing.B) {
 	if _, err := pc.Exec(ctx, "CREATE TABLE IF NOT EXISTS public.fresh (id BIGSERIAL PRIMARY KEY, v INT)"); err != nil {
 		b.Fatal(err)
 	}
-	ref, obsW10, obsW1, poll := &observer{name: "reference"}, &observer{name: "walwatch 10ms"}, &observer{name: "walwatch 1ms"}, &observer{name: "poll 10ms"}
+	ref, obsW10, obsW1 := &observer{name: "reference"}, &observer{name: "walwatch 10ms"}, &observer{name: "walwatch 1ms"}
+	poll, poll1 := &observer{name: "poll 10ms"}, &observer{name: "poll 1ms"}
 	var wg sync.WaitGroup
 	octx, stop := context.WithCancel(ctx)
 	pollReplay(b, octx, r1, 0, ref, &wg)
 	pollReplay(b, octx, r1, 10*time.Millisecond, poll, &wg)
+	pollReplay(b, octx, r1, time.Millisecond, poll1, &wg)
 	watch(octx, w10, r1.Name, obsW10, &wg)
 	watch(octx, w1, r1.Name, obsW1, &wg)
-	observers := []*observer{obsW10, obsW1, poll}
+	observers := []*observer{obsW10, poll, obsW1, poll1}
 
 	type phase struct {
 		name   string
@@ -212,7 +214,7 @@ func BenchmarkFreshness(b *testing.B) {
 	b.Logf("machine load average %s -> %s; %v; reference polls: %d (mean period %v)", load0, loadavg(), elapsed.Round(time.Millisecond),
 		ref.rounds.Load(), (elapsed / time.Duration(max(ref.rounds.Load(), 1))).Round(time.Microsecond))
 	for _, p := range phases {
-		row := fmt.Sprintf("synchronous_commit=%s (%d writes):", p.name, len(p.tokens))
+		row := fmt.Sprintf("synchronous_commit=%s (%d writes), p50/p99/max:", p.name, len(p.tokens))
 		for _, o := range observers {
 			var d []time.Duration
 			for _, tok := range p.tokens {
@@ -224,9 +226,9 @@ func BenchmarkFreshness(b *testing.B) {
 				d = append(d, max(to.Sub(tr), 0))
 			}
 			p50, p99, mx := pct(d, 0.5), pct(d, 0.99), slices.Max(d)
-			row += fmt.Sprintf("  %s p50/p99/max %v/%v/%v", o.name, p50.Round(time.Microsecond), p99.Round(time.Microsecond), mx.Round(time.Microsecond))
+			row += fmt.Sprintf("\n\t%-14s %v / %v / %v", o.name, p50.Round(time.Microsecond), p99.Round(time.Microsecond), mx.Round(time.Microsecond))
 			if p.name == "remote_apply" {
-				unit := map[string]string{"walwatch 10ms": "watch10", "walwatch 1ms": "watch1", "poll 10ms": "poll10"}[o.name]
+				unit := map[string]string{"walwatch 10ms": "watch10", "walwatch 1ms": "watch1", "poll 10ms": "poll10", "poll 1ms": "poll1"}[o.name]
 				b.ReportMetric(float64(p50.Microseconds()), unit+"-p50-us")
 				b.ReportMetric(float64(p99.Microseconds()), unit+"-p99-us")
 			}
