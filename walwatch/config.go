@@ -56,9 +56,11 @@ type Config struct {
 	// DialTimeout bounds one connection attempt. Default 2s.
 	DialTimeout time.Duration
 	// StaleAfter marks a standby unhealthy (HealthStale) when its last
-	// status reply, by the primary's clock (now() - reply_time), is older
-	// than this. It must exceed the standbys' wal_receiver_status_interval
-	// (an idle standby replies that often). Default 5s; negative disables.
+	// status reply, by the primary's clock (now() - reply_time, which is
+	// the standby's clock: skew counts), is older than this. It must
+	// exceed the standbys' wal_receiver_status_interval (an idle standby
+	// replies that often; PostgreSQL's default is 10s, compose's 1s).
+	// Default 15s; negative disables.
 	StaleAfter time.Duration
 	// DownAfter marks every standby unhealthy (HealthPrimaryDown) in
 	// Position when no read of pg_stat_replication succeeded for this long
@@ -129,7 +131,7 @@ func (c *Config) validate() error {
 		return errors.New("walwatch: config: negative RetryInterval, QueryTimeout or DialTimeout")
 	}
 	if c.StaleAfter == 0 {
-		c.StaleAfter = 5 * time.Second
+		c.StaleAfter = 15 * time.Second
 	}
 	if c.DownAfter == 0 {
 		c.DownAfter = max(5*c.Interval, 500*time.Millisecond)

@@ -486,7 +486,7 @@ type PGPositionsConfig struct {
 	Slots map[string]string
 	// Interval is the tick of the watcher and of the poller. Default 10ms.
 	Interval time.Duration
-	// StaleAfter is walwatch.Config.StaleAfter (default 5s).
+	// StaleAfter is walwatch.Config.StaleAfter (default 15s).
 	StaleAfter time.Duration
 	// DialTimeout bounds each connection attempt and query. Default 2s.
 	DialTimeout time.Duration
