@@ -36,16 +36,32 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"watcher", "standby"}),
 	}
 	if reg != nil {
-		for _, col := range []prometheus.Collector{m.ticks, m.tickErrors, m.timelineSwitches, m.reconnects, m.regressions, m.health} {
-			if err := reg.Register(col); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					return nil, err
-				}
+		// Watchers sharing a registry share the collectors (the watcher
+		// label tells them apart).
+		for _, c := range []**prometheus.CounterVec{&m.ticks, &m.tickErrors, &m.timelineSwitches, &m.reconnects, &m.regressions} {
+			if err := register(reg, c); err != nil {
+				return nil, err
 			}
+		}
+		if err := register(reg, &m.health); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// register registers *c with reg, or replaces *c with the collector of
+// the same description already registered.
+func register[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
+	err := reg.Register(*c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			*c = existing
+			return nil
+		}
+	}
+	return err
 }
 
 // Stats are a watcher's counters since New.

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/causallab/causallab/gtid"
 )
 
@@ -263,5 +266,26 @@ func TestPublishWakesOnChangeOnly(t *testing.T) {
 	cancel()
 	if err := w.WaitFor(ctx, "replica2", 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", err)
+	}
+}
+
+// TestSharedRegistry: two watchers on one registry share its collectors
+// (labelled by watcher) instead of failing or counting unseen.
+func TestSharedRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var ws []*Watcher
+	for _, name := range []string{"a", "b"} {
+		w, err := New(Config{Name: name, Primary: "127.0.0.1:1", User: "u", Standbys: standbys(), Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	if ws[0].m.ticks != ws[1].m.ticks {
+		t.Fatal("the second watcher did not adopt the registered collector")
+	}
+	ws[1].record(events{TimelineSwitch: true})
+	if n := testutil.ToFloat64(ws[0].m.timelineSwitches.WithLabelValues("b")); n != 1 {
+		t.Fatalf("timeline switches of b through the shared collector: %v", n)
 	}
 }

@@ -578,7 +578,15 @@ func NewPGPositions(cfg PGPositionsConfig) (*PGPositionSource, error) {
 	}
 	if cfg.Registerer != nil && s.poller != nil && s.watcher != nil {
 		if err := cfg.Registerer.Register(s.fallbacks); err != nil {
-			return nil, fmt.Errorf("router: pg positions: metrics: %w", err)
+			var are prometheus.AlreadyRegisteredError
+			existing, ok := (*prometheus.CounterVec)(nil), false
+			if errors.As(err, &are) {
+				existing, ok = are.ExistingCollector.(*prometheus.CounterVec)
+			}
+			if !ok {
+				return nil, fmt.Errorf("router: pg positions: metrics: %w", err)
+			}
+			s.fallbacks = existing // sources sharing a registry share the counter
 		}
 	}
 	return s, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/router"
@@ -82,5 +83,39 @@ func TestPGConfigAndPoller(t *testing.T) {
 	}
 	if _, err := NewPG(context.Background(), PGConfig{Primary: Node{Name: "p", Addr: "127.0.0.1:1"}, Policy: router.Policy{Kind: router.PolicyTokenWait}}); err == nil || !strings.Contains(err.Error(), "PositionSource") {
 		t.Errorf("no position source: %v", err)
+	}
+}
+
+// TestPGPositionsConfig: the kind is an explicit choice (an unknown one
+// is refused, naming it); each kind builds its parts; two sources on one
+// registry share the fallback counter.
+func TestPGPositionsConfig(t *testing.T) {
+	base := PGPositionsConfig{Primary: Node{Name: "primary", Addr: "127.0.0.1:1"}, Replicas: []Node{{Name: "replica1", Addr: "127.0.0.1:2"}}, User: "u"}
+	bad := base
+	bad.Kind = "feedback"
+	if _, err := NewPGPositions(bad); err == nil || !strings.Contains(err.Error(), `"feedback"`) {
+		t.Fatalf("unknown kind: %v", err)
+	}
+	noRep := base
+	noRep.Kind, noRep.Replicas = PGPositionsWalsender, nil
+	if _, err := NewPGPositions(noRep); err == nil {
+		t.Fatal("no replicas accepted")
+	}
+	reg := prometheus.NewRegistry()
+	for _, k := range []PGPositions{PGPositionsPoll, PGPositionsWalsender, PGPositionsWalsenderPoll, PGPositionsWalsenderPoll} {
+		c := base
+		c.Kind, c.Registerer = k, reg
+		s, err := NewPGPositions(c)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if (s.Watcher() != nil) != (k != PGPositionsPoll) || (s.poller != nil) != (k != PGPositionsWalsender) || s.Kind() != k {
+			t.Fatalf("%s: watcher %v, poller %v", k, s.Watcher() != nil, s.poller != nil)
+		}
+		// Nothing ran: no standby is vouched for, and the poller has not
+		// answered either, so there is no fallback to count.
+		if _, ok := s.Position("replica1"); ok || s.Fallbacks() != 0 {
+			t.Fatalf("%s: a standby healthy before any read", k)
+		}
 	}
 }

@@ -1,5 +1,6 @@
 // Package postgres_test runs router/live's PostgreSQL flavor (PGRouter,
-// NewPGPoller) against a real PostgreSQL 18 primary and two streaming
+// NewPGPoller, NewPGPositions: polling or the primary's walsender
+// feedback) against a real PostgreSQL 18 primary and two streaming
 // standbys, shared by the package's tests: tokens from
 // pg_current_wal_lsn() after the commit, waits on polled replay LSNs, and
 // what a failover does to a token whose write was lost.
