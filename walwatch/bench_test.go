@@ -122,8 +122,10 @@ func pct(d []time.Duration, p float64) time.Duration {
 // writes in one run. Writes first with the primary's default synchronous_commit =
 // remote_apply (compose's: the standby replies after each applied
 // commit), then (b.N/10 writes, 10 to 40) with synchronous_commit = on in
-// the writer's session: feedback only when WAL arrives or every
-// wal_receiver_status_interval (1 s in compose).
+// the writer's session: feedback only when WAL arrives, when the standby
+// has caught up, or every wal_receiver_status_interval (1 s in compose).
+// Then bursts of b.N writes in each mode, without and with a 100 ms
+// recovery_min_apply_delay on replica1.
 func BenchmarkFreshness(b *testing.B) {
 	composetest.Need(b, topo)
 	ctx, cancel := context.WithCancel(testCtx(b, 10*time.Minute))
@@ -149,10 +151,13 @@ func BenchmarkFreshness(b *testing.B) {
 	observers := []*observer{obsW10, poll, obsW1, poll1}
 
 	type phase struct {
-		name   string
-		tokens []gtid.PGLSN
+		name, mode string
+		delay      time.Duration // replica1's recovery_min_apply_delay in a burst
+		tokens     []gtid.PGLSN
 	}
-	phases := []*phase{{name: "remote_apply"}, {name: "on"}, {name: "remote_apply, burst"}, {name: "on, burst"}}
+	phases := []*phase{{name: "remote_apply"}, {name: "on"}, {name: "remote_apply, burst", mode: "remote_apply"}, {name: "on, burst", mode: "on"},
+		{name: "remote_apply, burst, 100ms delay", mode: "remote_apply", delay: 100 * time.Millisecond},
+		{name: "on, burst, 100ms delay", mode: "on", delay: 100 * time.Millisecond}}
 	await := func(p *phase, tok gtid.PGLSN) {
 		deadline := time.Now().Add(5 * time.Second)
 		for _, o := range append([]*observer{ref}, observers...) {
@@ -190,13 +195,16 @@ func BenchmarkFreshness(b *testing.B) {
 		write(phases[1], pc)
 	}
 	// Bursts: b.N writes back to back, each phase awaited at its end only
-	// (the standby is busy replaying while WAL keeps arriving).
+	// (the standby is busy replaying while WAL keeps arriving). With an
+	// apply delay, the standby replays the burst after it has all arrived:
+	// no WAL arrives while it works through the backlog.
 	for _, p := range phases[2:] {
-		mode := "remote_apply"
-		if p.name == "on, burst" {
-			mode = "on"
+		if p.delay > 0 {
+			if err := topo.SetApplyDelay(ctx, r1.Name, p.delay); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if _, err := pc.Exec(ctx, "SET synchronous_commit = "+mode); err != nil {
+		if _, err := pc.Exec(ctx, "SET synchronous_commit = "+p.mode); err != nil {
 			b.Fatal(err)
 		}
 		var last gtid.PGLSN
@@ -204,6 +212,11 @@ func BenchmarkFreshness(b *testing.B) {
 			last = insert(p, pc)
 		}
 		await(p, last)
+		if p.delay > 0 {
+			if err := topo.SetApplyDelay(ctx, r1.Name, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	if _, err := pc.Exec(ctx, "RESET synchronous_commit"); err != nil {
 		b.Fatal(err)
