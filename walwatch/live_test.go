@@ -77,6 +77,21 @@ func TestPrimaryUnreachable(t *testing.T) {
 	}
 }
 
+// TestWatchingAStandby: a watcher pointed at a standby (in recovery: no
+// primary, its pg_stat_replication empty) calls every standby
+// not-primary, not healthy.
+func TestWatchingAStandby(t *testing.T) {
+	composetest.Need(t, topo)
+	r2 := mustNode(t, "replica2")
+	w := startWatcher(t, func(c *Config) { c.Primary = r2.Addr() })
+	for _, r := range topo.Replicas() {
+		waitHealth(t, w, r.Name, HealthNotPrimary, 30*time.Second)
+	}
+	if s := w.Snapshot(); !s.PrimaryUp || s.Timeline != 0 {
+		t.Fatalf("snapshot of a standby: up %v, timeline %d", s.PrimaryUp, s.Timeline)
+	}
+}
+
 // TestStandbyStopped: replica2 killed disappears from
 // pg_stat_replication: missing (unhealthy), its last position kept, not
 // 0, and WaitFor on it does not return; restarted, it streams again in a
