@@ -649,7 +649,8 @@ func (s *PGPositionSource) Position(node string) (gtid.PGLSN, bool) {
 
 // WaitFor implements PositionSource: the watcher's notification; with
 // the fallback, whichever of watcher and poller sees want first (both
-// are lower bounds), the poller's win counted.
+// are lower bounds), the poller's win counted when the watcher did not
+// vouch for the node then.
 func (s *PGPositionSource) WaitFor(ctx context.Context, node string, want gtid.PGLSN) error {
 	switch {
 	case s.watcher == nil:
@@ -678,13 +679,12 @@ func (s *PGPositionSource) WaitFor(ctx context.Context, node string, want gtid.P
 		if err != nil {
 			return err
 		}
-		_, h := s.watcher.Position(node)
-		if h == walwatch.HealthStreaming {
-			if lsn, _ := s.watcher.Position(node); lsn >= want {
-				return nil // both saw it
-			}
+		// Counted only when the watcher does not vouch for the node: a
+		// poll that beats a streaming watcher is one lower bound arriving
+		// before the other, not a fallback.
+		if _, h := s.watcher.Position(node); h != walwatch.HealthStreaming {
+			s.fellBack(node, h, "wait")
 		}
-		s.fellBack(node, h, "wait")
 		return nil
 	}
 }
