@@ -31,7 +31,7 @@ func startPositions(t *testing.T, ctx context.Context, kind live.PGPositions, re
 	t.Helper()
 	p := topo.Primary()
 	src, err := live.NewPGPositions(live.PGPositionsConfig{Kind: kind, Primary: node(p), Replicas: replicas(), User: p.User,
-		Password: p.Password, Slots: slots(), Interval: 5 * time.Millisecond, Registerer: reg})
+		Password: p.Password, Slots: slots(), Interval: 5 * time.Millisecond, DialTimeout: dialTimeout, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestWalsenderSourceSeesOwnWrites(t *testing.T) {
 		src := startPositions(t, ctx, kind, nil)
 		p := topo.Primary()
 		rt, err := live.NewPG(ctx, live.PGConfig{Primary: node(p), Replicas: replicas(), User: p.User, Password: p.Password,
-			Policy: router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second}, Positions: src, Epoch: topo.Epoch()})
+			Policy: router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second}, Positions: src, Epoch: topo.Epoch(), DialTimeout: dialTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,16 +124,20 @@ func TestWalsenderFallback(t *testing.T) {
 	if mode != compose.PartitionIOThread {
 		t.Skip("this test cuts replica2's WAL receiver, which needs the local backend")
 	}
+	// Both watchers must have seen the walsender go (on its way out it may
+	// show as stopping: not-streaming, another reason).
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, h := alone.Watcher().Position("replica2")
-		if h == walwatch.HealthMissing {
-			break
+	for _, src := range []*live.PGPositionSource{alone, both} {
+		for {
+			_, h := src.Watcher().Position("replica2")
+			if h == walwatch.HealthMissing {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica2 still %v in the %s watcher after its WAL receiver stopped", h, src.Kind())
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica2 still %v in the watcher after its WAL receiver stopped", h)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	if _, ok := alone.Position("replica2"); ok {
 		t.Fatal("the walsender source vouches for a standby missing from pg_stat_replication")

@@ -30,6 +30,10 @@ func TestMain(m *testing.M) {
 	}))
 }
 
+// dialTimeout bounds connection attempts (and the poll and watch
+// queries): generous, the machine is shared and loaded.
+const dialTimeout = 10 * time.Second
+
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -55,7 +59,7 @@ func startPoller(t *testing.T, ctx context.Context) *live.Poller[gtid.PGLSN] {
 	for _, n := range topo.Nodes() {
 		nodes = append(nodes, node(n))
 	}
-	pl, err := live.NewPGPoller(live.PollerConfig[gtid.PGLSN]{Nodes: nodes, User: p.User, Password: p.Password, Interval: 5 * time.Millisecond}, "")
+	pl, err := live.NewPGPoller(live.PollerConfig[gtid.PGLSN]{Nodes: nodes, User: p.User, Password: p.Password, Interval: 5 * time.Millisecond, DialTimeout: dialTimeout}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +86,7 @@ func newRouter(t *testing.T, ctx context.Context, pl *live.Poller[gtid.PGLSN], p
 	t.Helper()
 	p := topo.Primary()
 	r, err := live.NewPG(ctx, live.PGConfig{Primary: node(p), Replicas: replicas(), User: p.User, Password: p.Password,
-		Policy: pol, Positions: pl, Epoch: topo.Epoch()})
+		Policy: pol, Positions: pl, Epoch: topo.Epoch(), DialTimeout: dialTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +196,7 @@ func TestZFailoverLostWrite(t *testing.T) {
 	wsrc := startPositions(t, ctx, live.PGPositionsWalsender, nil)
 	ws, err := live.NewPG(ctx, live.PGConfig{Primary: node(topo.Primary()), Replicas: replicas(), User: topo.Primary().User,
 		Password: topo.Primary().Password, Policy: router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second},
-		Positions: wsrc, Epoch: topo.Epoch()})
+		Positions: wsrc, Epoch: topo.Epoch(), DialTimeout: dialTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
