@@ -61,9 +61,9 @@
 //     reply);
 //   - otherwise every wal_receiver_status_interval (default 10 s).
 //
-// So a standby working through a backlog while WAL keeps arriving reports
-// replay progress only per receive, or at that interval, unless commits
-// ask for feedback. Without synchronous_standby_names, remote_apply does
+// So a standby working through a backlog reports its progress only when
+// new WAL arrives, when it has caught up, or at that interval, unless
+// commits ask for feedback. Without synchronous_standby_names, remote_apply does
 // not make a commit wait for any standby; with it, it does (the sync
 // standbys' apply). compose sets synchronous_commit = remote_apply on its
 // PostgreSQL servers; Snapshot.ApplyFeedback says what the primary's
