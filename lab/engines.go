@@ -266,11 +266,12 @@ func progress(cfg EngineFailoverConfig, e compose.Engine, phase string) {
 
 // efRouter is one token's router on one engine, as the workload uses it.
 type efRouter interface {
-	// write sets the session's row to v on the primary (tokened).
-	write(ctx context.Context, sess int, v int64) error
-	// read reads the session's row through the router: v (-1 when no
-	// row) and the router's outcome; a *live.ReadError when refused.
-	read(ctx context.Context, sess int) (v int64, out router.Outcome, err error)
+	// writeRow sets row's v on the primary through session sess
+	// (tokened); the failover's sessions each write their own row.
+	writeRow(ctx context.Context, sess, row int, v int64) error
+	// readRow reads row's v through session sess: v (-1 when no row) and
+	// the router's outcome; a *live.ReadError when refused.
+	readRow(ctx context.Context, sess, row int) (v int64, out router.Outcome, err error)
 	// failover tells the router about the new primary (fr: what compose
 	// did, its epoch and, on PostgreSQL, the new timeline's switch point).
 	failover(ctx context.Context, primary compose.Node, replicas []compose.Node, fr compose.FailoverResult) error
@@ -402,7 +403,7 @@ func runSession(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess
 		}
 		v++
 		wctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-		err := r.write(wctx, sess, v)
+		err := r.writeRow(wctx, sess, sess, v)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -430,7 +431,7 @@ func runSession(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess
 // timeline.
 func efRead(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess int, want, seen int64, failedOver *atomic.Bool, c *efCounters) int64 {
 	rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-	got, out, err := r.read(rctx, sess)
+	got, out, err := r.readRow(rctx, sess, sess)
 	after := failedOver.Load()
 	cancel()
 	if ctx.Err() != nil {
@@ -566,14 +567,22 @@ func efLost(ctx context.Context, topo *compose.Topology, table string, acked []i
 	return sessions, writes, nil
 }
 
-// newEFRouter builds tok's router over its own position poller (run on
-// bg until ctx ends).
+// newEFRouter builds tok's token-wait router over its own position poller
+// (run on bg until ctx ends).
 func newEFRouter(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology, tok EngineToken, table string, bg *sync.WaitGroup) (efRouter, error) {
 	pol := router.Policy{Kind: router.PolicyTokenWait, WaitBudget: cfg.WaitBudget}
 	switch tok {
 	case TokMySQLGTIDEpoch, TokMariaDBGTIDEpoch, TokPGLSNEpoch:
 		pol.CheckEpoch = true
 	}
+	return newTokenRouter(ctx, cfg, topo, tok, pol, table, bg)
+}
+
+// newTokenRouter builds a router of tok's flavor with policy pol (the
+// sessions' default), cfg.Sessions sessions, over its own position poller
+// (cfg.PollInterval; run on bg until ctx ends). lab gated --engine builds
+// its naive and gated routers with it too.
+func newTokenRouter(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology, tok EngineToken, pol router.Policy, table string, bg *sync.WaitGroup) (efRouter, error) {
 	switch tok {
 	case TokMySQLGTID, TokMySQLGTIDEpoch:
 		return newEFMySQL[gtid.Set](ctx, cfg, topo, live.MySQL{}, pol, table, bg)
@@ -645,13 +654,13 @@ func newEFMySQL[P gtid.Position[P]](ctx context.Context, cfg *EngineFailoverConf
 	return m, nil
 }
 
-func (m *efMySQL[P]) write(ctx context.Context, sess int, v int64) error {
-	_, err := m.sess[sess].Exec(ctx, "UPDATE "+m.table+" SET v = ? WHERE id = ?", v, sess)
+func (m *efMySQL[P]) writeRow(ctx context.Context, sess, row int, v int64) error {
+	_, err := m.sess[sess].Exec(ctx, "UPDATE "+m.table+" SET v = ? WHERE id = ?", v, row)
 	return err
 }
 
-func (m *efMySQL[P]) read(ctx context.Context, sess int) (int64, router.Outcome, error) {
-	rd, err := m.sess[sess].Query(ctx, "SELECT v FROM "+m.table+" WHERE id = ?", sess)
+func (m *efMySQL[P]) readRow(ctx context.Context, sess, row int) (int64, router.Outcome, error) {
+	rd, err := m.sess[sess].Query(ctx, "SELECT v FROM "+m.table+" WHERE id = ?", row)
 	if err != nil {
 		return 0, router.OutError, err
 	}
@@ -708,13 +717,13 @@ func newEFPG(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topol
 	return g, nil
 }
 
-func (g *efPG) write(ctx context.Context, sess int, v int64) error {
-	_, _, err := g.sess[sess].Exec(ctx, "UPDATE "+g.table+" SET v = $1 WHERE id = $2", v, sess)
+func (g *efPG) writeRow(ctx context.Context, sess, row int, v int64) error {
+	_, _, err := g.sess[sess].Exec(ctx, "UPDATE "+g.table+" SET v = $1 WHERE id = $2", v, row)
 	return err
 }
 
-func (g *efPG) read(ctx context.Context, sess int) (int64, router.Outcome, error) {
-	rd, err := g.sess[sess].Query(ctx, "SELECT v FROM "+g.table+" WHERE id = $1", sess)
+func (g *efPG) readRow(ctx context.Context, sess, row int) (int64, router.Outcome, error) {
+	rd, err := g.sess[sess].Query(ctx, "SELECT v FROM "+g.table+" WHERE id = $1", row)
 	if err != nil {
 		return 0, router.OutError, err
 	}

@@ -33,9 +33,15 @@ func parseEngines(s string) ([]compose.Engine, error) {
 // on one fresh topology per engine (lab.RunEngineFailover), its table and
 // the simulator's failover table.
 func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
-	es, err := parseEngines(engines)
-	if err != nil {
-		return err
+	if bad := changedOutside(cmd, engineFailoverFlags); len(bad) > 0 && f.primaryDSN == "" {
+		return usageErrorf("--engines does not take %s (it takes %s; without --engines those flags run the MySQL scenario)", strings.Join(bad, ", "), strings.Join(prefixed(engineFailoverFlags), ", "))
+	}
+	var es []compose.Engine
+	var err error
+	if engines != enginesAuto {
+		if es, err = parseEngines(engines); err != nil {
+			return err
+		}
 	}
 	format, err := lab.ParseFormat(f.format)
 	if err != nil {
@@ -57,6 +63,18 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 		rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 		backend = b
 	}
+	var skipped []string
+	if engines == enginesAuto {
+		es, skipped = installedEngines(ctx, backend)
+		for _, s := range skipped {
+			rep.Line(s)
+		}
+		if len(es) == 0 {
+			rep.Done()
+			return fmt.Errorf("--engines auto: no engine is installed for the %s backend (%s)", backend, strings.Join(skipped, "; "))
+		}
+		rep.Line(fmt.Sprintf("engines %s (auto: every engine installed for the %s backend)", joinEngines(es), backend))
+	}
 	cfg := lab.EngineFailoverConfig{Engines: es, Backend: backend, Seed: f.seed,
 		Progress: func(e compose.Engine, phase string) { rep.Line(fmt.Sprintf("%s: %s", e, phase)) }}
 	if cmd.Flags().Changed("sessions") {
@@ -71,7 +89,11 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 		return oneLine(err)
 	}
 	out := cmd.OutOrStdout()
-	if err := lab.EngineFailoverTable(res).Write(out, format); err != nil {
+	t := lab.EngineFailoverTable(res)
+	for _, s := range skipped {
+		t.Notes = append(t.Notes, s+".")
+	}
+	if err := t.Write(out, format); err != nil {
 		return err
 	}
 	if f.noSim {
@@ -90,4 +112,12 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 		}
 	}
 	return nil
+}
+
+func joinEngines(es []compose.Engine) string {
+	var s []string
+	for _, e := range es {
+		s = append(s, string(e))
+	}
+	return strings.Join(s, ",")
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/lab"
@@ -390,6 +392,7 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 	var weights []int
 	var every time.Duration
 	var engines string
+	var gf gatedEngineFlags
 	if folders == nil {
 		folders = []string{name}
 	}
@@ -415,8 +418,17 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 			if loadErr != nil {
 				return loadErr
 			}
-			if engines != "" {
+			switch {
+			case name == "failover" && useEngines(cmd):
 				return runEngineFailover(cmd, &f, engines)
+			case name == "gated" && gf.engine != "":
+				return runGatedEngine(cmd, &f, &gf)
+			case name == "gated":
+				for _, n := range gatedEngineOnly {
+					if cmd.Flags().Changed(n) {
+						return usageErrorf("--%s is a flag of the seed harness: it needs --engine", n)
+					}
+				}
 			}
 			o, rules, format, err := f.options(cmd)
 			if err != nil {
@@ -446,7 +458,10 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 	switch name {
 	case "failover":
 		fl.StringVar(&promote, "promote", "", "replica to promote (default: the first)")
-		fl.StringVar(&engines, "engines", "", "run on fresh topologies of these engines instead (comma-separated: mysql,mariadb,postgres): every native token per engine through a real failover; honours --sessions, --duration, --seed, --backend, --format, --no-sim")
+		fl.StringVar(&engines, "engines", enginesAuto, "engines to compare, one fresh topology each (comma-separated: mysql,mariadb,postgres; auto: every engine this machine has, the others named and skipped): every native token per engine through a real failover; honours "+
+			strings.Join(prefixed(engineFailoverFlags), ", ")+"; any other lab flag (--fail-on, --routers, --via, --promote, --out, ...) without --engines runs the single-engine MySQL scenario instead (as `lab scenario failover`)")
+	case "gated":
+		gf.register(cmd)
 	case "hash":
 		fl.StringVar(&down, "down", "", "replica that goes down and flaps (default: the first, the freshest)")
 		fl.IntVar(&driftLoad, "drift-load", 40, "outside reads in flight added on the first replica during the drift")
@@ -506,4 +521,162 @@ Built-in: ` + strings.Join(builtinNames(), ", ") + ".",
 func builtinNames() []string {
 	names, _ := lab.ScenarioNames(lab.Builtin())
 	return names
+}
+
+// enginesAuto is --engines' default: every engine this machine has.
+const enginesAuto = "auto"
+
+// engineFailoverFlags are the flags `lab failover --engines` honours.
+var engineFailoverFlags = []string{"engines", "sessions", "duration", "seed", "backend", "format", "no-sim", "sim-trials", "no-progress"}
+
+// gatedEngineOnly are the flags only `lab gated --engine` takes;
+// gatedEngineFlagsAll every flag it honours.
+var (
+	gatedEngineOnly     = []string{"engine", "apply-delay", "reads", "trials", "sweep-max", "sweep-step", "op-gap"}
+	gatedEngineFlagsAll = append([]string{"sessions", "seed", "backend", "format", "wide", "out", "no-progress"}, gatedEngineOnly...)
+)
+
+func prefixed(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = "--" + n
+	}
+	return out
+}
+
+// changedOutside returns the flags set on cmd's command line that are not
+// in allowed, as --name.
+func changedOutside(cmd *cobra.Command, allowed []string) []string {
+	var out []string
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		if !slices.Contains(allowed, fl.Name) {
+			out = append(out, "--"+fl.Name)
+		}
+	})
+	return out
+}
+
+// useEngines says whether `lab failover` runs the engine comparison
+// (--engines given, or no flag only the MySQL scenario takes) or the
+// single-engine MySQL scenario (such a flag given without --engines).
+func useEngines(cmd *cobra.Command) bool {
+	return cmd.Flags().Changed("engines") || len(changedOutside(cmd, engineFailoverFlags)) == 0
+}
+
+// installedEngines are the engines backend b can start on this machine
+// (compose.Installed: the root filesystem for local, the image for
+// docker), and a line for each one skipped saying why.
+func installedEngines(ctx context.Context, b compose.Backend) ([]compose.Engine, []string) {
+	var have []compose.Engine
+	var skipped []string
+	for _, e := range compose.Engines() {
+		if err := compose.Installed(ctx, e, b); err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s skipped: %s", e, strings.TrimPrefix(err.Error(), "compose: "+string(e)+": ")))
+			continue
+		}
+		have = append(have, e)
+	}
+	return have, skipped
+}
+
+// gatedEngineFlags are `lab gated --engine`'s own flags.
+type gatedEngineFlags struct {
+	engine              string
+	applyDelay          time.Duration
+	reads, trials       int
+	sweepMax, sweepStep time.Duration
+	opGap               time.Duration
+}
+
+func (g *gatedEngineFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&g.engine, "engine", "", "reproduce the published seed harness on a fresh topology of this engine instead (mysql, mariadb or postgres): "+
+		"one replica with --apply-delay, --sessions users (default 300), one seeded stream of --reads reads through a naive and a gated router, then the D-sweep; honours "+
+		strings.Join(prefixed(gatedEngineFlagsAll[:len(gatedEngineFlagsAll)-len(gatedEngineOnly)]), ", "))
+	fl.DurationVar(&g.applyDelay, "apply-delay", 0, "with --engine: the replica's apply delay (default 250ms on postgres, which takes milliseconds; 1s on mysql and mariadb, which take whole seconds)")
+	fl.IntVar(&g.reads, "reads", 3788, "with --engine: reads in the stream")
+	fl.IntVar(&g.trials, "trials", 300, "with --engine: write-wait-read trials at each D of the sweep (0: no sweep)")
+	fl.DurationVar(&g.sweepMax, "sweep-max", 0, "with --engine: the sweep's largest D (default twice the apply delay on postgres, three times on mysql and mariadb)")
+	fl.DurationVar(&g.sweepStep, "sweep-step", 0, "with --engine: the sweep's step (default --sweep-max/20)")
+	fl.DurationVar(&g.opGap, "op-gap", 2*time.Millisecond, "with --engine: mean pause (exponential) before each step of the stream")
+}
+
+// runGatedEngine is `lab gated --engine`: lab.RunGatedEngine on a fresh
+// topology, its two tables (and --out: the tables, the result and the
+// D-sweep's picture).
+func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error {
+	if bad := changedOutside(cmd, gatedEngineFlagsAll); len(bad) > 0 {
+		return usageErrorf("--engine runs the seed harness, which does not take %s (it takes %s)", strings.Join(bad, ", "), strings.Join(prefixed(gatedEngineFlagsAll), ", "))
+	}
+	format, err := lab.ParseFormat(f.format)
+	if err != nil {
+		return flagError("format", err)
+	}
+	switch f.backend {
+	case backendAuto, string(compose.BackendDocker), string(compose.BackendLocal):
+	default:
+		return usageErrorf("--backend %q: want auto, docker or local", f.backend)
+	}
+	if f.out != "" {
+		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
+			return usageErrorf("--out %s: not a directory", f.out)
+		}
+	}
+	cfg := lab.GatedEngineConfig{Engine: compose.Engine(g.engine), Backend: compose.BackendLocal, ApplyDelay: g.applyDelay, Reads: g.reads,
+		Trials: g.trials, SweepMax: g.sweepMax, SweepStep: g.sweepStep, OpGap: g.opGap, Seed: f.seed}
+	switch {
+	case g.trials < 0:
+		return usageErrorf("--trials %d: want 0 (no sweep) or more", g.trials)
+	case g.trials == 0:
+		cfg.Trials = -1
+	}
+	if g.opGap < 0 {
+		return usageErrorf("--op-gap %v: want 0 (no pause) or more", g.opGap)
+	}
+	if g.opGap == 0 {
+		cfg.OpGap = -1
+	}
+	if cmd.Flags().Changed("sessions") {
+		cfg.Users = f.sessions
+	}
+	if err := cfg.Validate(); err != nil {
+		return withExitCode(exitUsage, err)
+	}
+	ctx, errw := cmd.Context(), cmd.ErrOrStderr()
+	rep := newReporter(errw, "lab gated", f.noProgress)
+	cfg.Backend = compose.Backend(f.backend)
+	if f.backend == backendAuto {
+		b, why := compose.ChooseBackend(ctx, "")
+		rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
+		cfg.Backend = b
+	}
+	if err := compose.Installed(ctx, cfg.Engine, cfg.Backend); err != nil {
+		rep.Done()
+		return oneLine(err)
+	}
+	cfg.Progress = func(phase string) { rep.Line(fmt.Sprintf("%s: %s", cfg.Engine, phase)) }
+	res, err := lab.RunGatedEngine(ctx, cfg)
+	rep.Done()
+	if err != nil {
+		return oneLine(err)
+	}
+	out := cmd.OutOrStdout()
+	for i, t := range lab.GatedEngineTables(res) {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		if format == lab.Format("md") && !f.wide {
+			t = t.Compact()
+		}
+		if err := t.Write(out, format); err != nil {
+			return err
+		}
+	}
+	if f.out != "" {
+		if err := lab.WriteGatedEngineOut(f.out, res); err != nil {
+			return err
+		}
+		fmt.Fprintf(errw, "causallab lab gated: wrote %s\n", f.out)
+	}
+	return nil
 }
