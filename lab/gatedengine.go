@@ -264,6 +264,12 @@ type GatedSweepRow struct {
 	// write's acknowledgement to the read's start.
 	MeasuredP50Ms float64 `json:"measured_p50_ms"`
 	MeasuredP99Ms float64 `json:"measured_p99_ms"`
+	// ByWaited and ByWaitedStale re-bin the trials the replica served by
+	// the wait achieved: those whose wait fell in [D, D+step), and how
+	// many of them were stale (a loaded machine delays some reads past
+	// their nominal D).
+	ByWaited      int64 `json:"by_waited_trials"`
+	ByWaitedStale int64 `json:"by_waited_stale"`
 }
 
 // GatedEngineResult is the experiment's answer.
@@ -593,6 +599,14 @@ func runGatedSweep(ctx context.Context, cfg *GatedEngineConfig, r efRouter, step
 		}
 		if !tr.err {
 			waited[tr.step] = append(waited[tr.step], tr.waited)
+		}
+		if !tr.err && !tr.off {
+			if b := int(tr.waited / cfg.SweepStep); b < len(rows) {
+				rows[b].ByWaited++
+				if tr.stale {
+					rows[b].ByWaitedStale++
+				}
+			}
 		}
 	}
 	for s := range rows {
