@@ -270,6 +270,13 @@ type GatedSweepRow struct {
 	// their nominal D).
 	ByWaited      int64 `json:"by_waited_trials"`
 	ByWaitedStale int64 `json:"by_waited_stale"`
+	// EarlyFresh: fresh reads whose achieved wait was below the apply
+	// delay; EarlyExplained: of them, those whose write took long enough
+	// (wait + the write's own latency >= the delay) for its commit to
+	// have come that much before its acknowledgement (the router reads
+	// the token after the commit, on the same connection).
+	EarlyFresh     int64 `json:"early_fresh"`
+	EarlyExplained int64 `json:"early_explained"`
 }
 
 // GatedEngineResult is the experiment's answer.
@@ -512,6 +519,8 @@ type gatedTrial struct {
 	stale, off bool
 	err        bool
 	waited     time.Duration
+	// write is the write's latency (start to acknowledgement).
+	write time.Duration
 }
 
 // runGatedSweep runs the D-sweep through r (the naive router: every read
@@ -557,9 +566,11 @@ func runGatedSweep(ctx context.Context, cfg *GatedEngineConfig, r efRouter, step
 				return
 			}
 			wctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
+			ws := time.Now()
 			err := r.writeRow(wctx, s, i, 1)
 			cancel()
 			acked := time.Now()
+			tr.write = acked.Sub(ws)
 			free <- s
 			if err != nil || !sleepCtx(ctx, time.Until(acked.Add(d))) {
 				return
@@ -599,6 +610,12 @@ func runGatedSweep(ctx context.Context, cfg *GatedEngineConfig, r efRouter, step
 		}
 		if !tr.err {
 			waited[tr.step] = append(waited[tr.step], tr.waited)
+		}
+		if !tr.err && !tr.off && !tr.stale && tr.waited < cfg.ApplyDelay {
+			row.EarlyFresh++
+			if tr.waited+tr.write >= cfg.ApplyDelay {
+				row.EarlyExplained++
+			}
 		}
 		if !tr.err && !tr.off {
 			if b := int(tr.waited / cfg.SweepStep); b < len(rows) {

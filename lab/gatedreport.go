@@ -75,6 +75,15 @@ func GatedEngineTables(res *GatedEngineResult) []*sim.Table {
 			"%.1f s. stale %%: of the reads the replica served at nominal D. waited p50/p99 (ms): the wait achieved, acknowledgement to the read's start. "+
 			"by waited %%: the stale share of the trials whose achieved wait fell in [D, D+step), whatever their nominal D.", res.SweepSeconds))
 	}
+	var early, explained int64
+	for _, r := range res.Sweep {
+		early, explained = early+r.EarlyFresh, explained+r.EarlyExplained
+	}
+	if early > 0 {
+		st.Notes = append(st.Notes, fmt.Sprintf("%d reads were fresh before the apply delay had passed since the acknowledgement; for %d of them the write itself "+
+			"took long enough (wait + write latency >= the delay) that its commit came that much before the acknowledgement "+
+			"(the router reads the token on the write's connection after COMMIT).", early, explained))
+	}
 	return []*sim.Table{rt, st}
 }
 
