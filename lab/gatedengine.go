@@ -271,10 +271,11 @@ type GatedSweepRow struct {
 	ByWaited      int64 `json:"by_waited_trials"`
 	ByWaitedStale int64 `json:"by_waited_stale"`
 	// EarlyFresh: fresh reads whose achieved wait was below the apply
-	// delay; EarlyExplained: of them, those whose write took long enough
-	// (wait + the write's own latency >= the delay) for its commit to
-	// have come that much before its acknowledgement (the router reads
-	// the token after the commit, on the same connection).
+	// delay; EarlyExplained: of them, those whose write and read took
+	// long enough (write latency + wait + read latency >= the delay): the
+	// commit can come that much before the acknowledgement (the router
+	// reads the token after the commit, on the same connection) and the
+	// read's snapshot that much after its start.
 	EarlyFresh     int64 `json:"early_fresh"`
 	EarlyExplained int64 `json:"early_explained"`
 }
@@ -519,8 +520,8 @@ type gatedTrial struct {
 	stale, off bool
 	err        bool
 	waited     time.Duration
-	// write is the write's latency (start to acknowledgement).
-	write time.Duration
+	// write and read are the write's and the read's latency.
+	write, read time.Duration
 }
 
 // runGatedSweep runs the D-sweep through r (the naive router: every read
@@ -582,6 +583,7 @@ func runGatedSweep(ctx context.Context, cfg *GatedEngineConfig, r efRouter, step
 			tr.waited = time.Since(acked)
 			rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
 			got, out, err := r.readRow(rctx, s, i)
+			tr.read = time.Since(acked) - tr.waited
 			cancel()
 			if err != nil {
 				return
@@ -613,7 +615,7 @@ func runGatedSweep(ctx context.Context, cfg *GatedEngineConfig, r efRouter, step
 		}
 		if !tr.err && !tr.off && !tr.stale && tr.waited < cfg.ApplyDelay {
 			row.EarlyFresh++
-			if tr.waited+tr.write >= cfg.ApplyDelay {
+			if tr.write+tr.waited+tr.read >= cfg.ApplyDelay {
 				row.EarlyExplained++
 			}
 		}

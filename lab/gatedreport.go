@@ -80,9 +80,9 @@ func GatedEngineTables(res *GatedEngineResult) []*sim.Table {
 		early, explained = early+r.EarlyFresh, explained+r.EarlyExplained
 	}
 	if early > 0 {
-		st.Notes = append(st.Notes, fmt.Sprintf("%d reads were fresh before the apply delay had passed since the acknowledgement; for %d of them the write itself "+
-			"took long enough (wait + write latency >= the delay) that its commit came that much before the acknowledgement "+
-			"(the router reads the token on the write's connection after COMMIT).", early, explained))
+		st.Notes = append(st.Notes, fmt.Sprintf("%d reads were fresh although their wait was below the apply delay; for %d of them the write and the read "+
+			"took long enough (write latency + wait + read latency >= the delay): the commit can come that much before the acknowledgement "+
+			"(the router reads the token on the write's connection after COMMIT) and the read's snapshot that much after its start.", early, explained))
 	}
 	return []*sim.Table{rt, st}
 }
