@@ -452,6 +452,25 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 		cmd.Long = b.String() + "These are the built-in scenarios " + strings.Join(folders, ", ") + ", run on one topology; `causallab lab scenario " +
 			strings.Join(folders, " ") + "`\nruns the same and exits 3 when one of their expectations fails."
 	}
+	switch name {
+	case "failover":
+		cmd.Long = `By default lab failover compares every engine this machine has (--engines
+auto: MySQL, MariaDB, PostgreSQL, whichever are installed; the others are
+named and skipped): one fresh topology each, every native token through a
+real failover, one table with a row per engine x token. Given a flag only
+the scenario below takes (--fail-on, --routers, --via, --promote, --out, ...)
+and no --engines, it runs that MySQL scenario instead.
+
+` + cmd.Long
+	case "gated":
+		cmd.Long += `
+
+With --engine postgres|mysql|mariadb it reproduces the published seed
+harness instead: a fresh topology of a primary and one delayed replica
+(250 ms recovery_min_apply_delay on PostgreSQL), 300 users, one seeded
+stream of 3,788 reads through a naive and an LSN- or GTID-gated router,
+then the stale share by the wait D after a write (docs/results-gated.md).`
+	}
 	f.register(cmd, sc)
 	fl := cmd.Flags()
 	fl.StringVar(&f.routers, "routers", "", "comma-separated routers instead of the scenario's (e.g. any,token-ryw-mr,token-wait(200ms))")
@@ -459,7 +478,7 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 	case "failover":
 		fl.StringVar(&promote, "promote", "", "replica to promote (default: the first)")
 		fl.StringVar(&engines, "engines", enginesAuto, "engines to compare, one fresh topology each (comma-separated: mysql,mariadb,postgres; auto: every engine this machine has, the others named and skipped): every native token per engine through a real failover; honours "+
-			strings.Join(prefixed(engineFailoverFlags), ", ")+"; any other lab flag (--fail-on, --routers, --via, --promote, --out, ...) without --engines runs the single-engine MySQL scenario instead (as `lab scenario failover`)")
+			strings.Join(prefixed(engineFailoverFlags), ", ")+"; any other lab flag (--fail-on, --routers, --via, --promote, --out, ...) without --engines runs the single-engine MySQL scenario instead (as lab scenario failover)")
 	case "gated":
 		gf.register(cmd)
 	case "hash":
