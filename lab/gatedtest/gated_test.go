@@ -15,8 +15,8 @@ import (
 // TestGatedEngine: on each engine, every read of the stream is accounted
 // for, the gated router never served a read without the user's own write
 // while the naive one did (the reads right after a write, at least), and
-// the window is real: a read at once after the write is always stale, one
-// read long after the apply delay mostly fresh.
+// the window is real: a read at once after the write is stale (unless
+// its own latency spans the delay), one long after the delay mostly fresh.
 func TestGatedEngine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real PostgreSQL and MySQL topologies")
@@ -55,8 +55,17 @@ func TestGatedEngine(t *testing.T) {
 			}
 			now, later := res.Sweep[0], res.Sweep[1]
 			t.Logf("sweep: %+v %+v", now, later)
-			if now.Trials != 40 || now.Errors != 0 || now.OffReplica != 0 || now.Stale != now.Trials {
-				t.Errorf("D=0: %+v; want all 40 trials served by the replica and stale", now)
+			// A read at once after the write is stale unless the write and
+			// the read themselves took the delay (a loaded machine can
+			// stall either): the commit comes no earlier than the write's
+			// start, the read's snapshot no later than its end.
+			if now.Trials != 40 || now.Errors != 0 || now.OffReplica != 0 || now.Stale < now.Trials/2 {
+				t.Errorf("D=0: %+v; want 40 trials served by the replica, most of them stale", now)
+			}
+			for _, r := range res.Sweep {
+				if r.EarlyFresh != r.EarlyExplained {
+					t.Errorf("D=%v ms: %d reads fresh before the apply delay that their own latency does not explain: %+v", r.DelayMs, r.EarlyFresh-r.EarlyExplained, r)
+				}
 			}
 			if later.Trials != 40 || later.Errors != 0 || later.Stale > later.Trials/2 {
 				t.Errorf("D=%v ms: %+v; want most of 40 trials fresh", later.DelayMs, later)
