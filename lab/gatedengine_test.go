@@ -137,7 +137,7 @@ func TestGatedEngineTables(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, want := range []string{"| naive | 100 | 40 | 40.0 | 100.0 | 30 |", "| gated | 100 | 0 | 0.0 | 58.0 | 0 |", "would keep 60.0 %",
+	for _, want := range []string{"| naive | 100 | 40 | 40.0 | 100.0 | 30 |", "| gated | 100 | 0 | 0.0 | 58.0 | 0 |", "fresh on 60.0 %",
 		"37.6 %", "| 0 | 10 | 10 | 100.0 |", "| 250 | 10 | 1 | 10.0 |", "| 500 | 10 | 0 | 0.0 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("tables lack %q:\n%s", want, b.String())

@@ -49,7 +49,8 @@ func GatedEngineTables(res *GatedEngineResult) []*sim.Table {
 		"stale: served without the value of the user's last acknowledged write (ground truth, not the token); % of served reads.")
 	if len(res.Rows) == 2 {
 		nv, g := res.Rows[0], res.Rows[1]
-		rt.Notes = append(rt.Notes, fmt.Sprintf("A perfect gate would keep %.1f %% on the replica (the naive reads that were fresh); gated kept %.1f %%.",
+		rt.Notes = append(rt.Notes, fmt.Sprintf("Naive reads were fresh on %.1f %%: about what a perfect gate keeps on the replica (the routers ran the same stream "+
+			"at once, each on its own table, so not at the very same moments); gated kept %.1f %%.",
 			pctOf(nv.Served-nv.Stale, nv.Served), pctOf(g.OnReplica, g.Served)))
 	}
 	if res.Engine == "postgres" && res.ApplyDelayMs == 250 {
