@@ -38,9 +38,12 @@ const (
 // locks; everything shared lives in *Server.
 type session struct {
 	srv *Server
-	ctx context.Context
-	id  uint32
-	cc  *server.Conn
+	// ctx is the client connection's: every backend call is bound to it
+	// (backendConn.bind); it ends when the session closes.
+	ctx    context.Context
+	cancel context.CancelFunc
+	id     uint32
+	cc     *server.Conn
 	// fc is cc's connection below go-mysql's packet layer (nil in tests
 	// without a listener): buffered writes, the raw COM_STMT_EXECUTE.
 	fc *execFixConn
@@ -99,9 +102,11 @@ var _ server.Handler = (*session)(nil)
 
 func newSession(ctx context.Context, srv *Server) *session {
 	n := len(srv.cfg.Replicas)
+	ctx, cancel := context.WithCancel(ctx)
 	s := &session{
 		srv:          srv,
 		ctx:          ctx,
+		cancel:       cancel,
 		replicas:     make([]*backendConn, n),
 		replicaFails: make([]uint64, n),
 		ls:           srv.rt.NewSession(),
@@ -135,6 +140,7 @@ func (s *session) close() {
 	for _, r := range s.replicas {
 		r.close()
 	}
+	s.cancel()
 }
 
 func (s *session) dial(b *Backend) (*backendConn, error) {
@@ -153,7 +159,7 @@ func (s *session) dial(b *Backend) (*backendConn, error) {
 		defer bc.unwatch()
 	}
 	for _, q := range s.state.replay {
-		if _, err := bc.exec(q); err != nil {
+		if _, err := bc.exec(s.ctx, q); err != nil {
 			bc.close()
 			s.srv.m.replayFailures.WithLabelValues(b.Name).Inc()
 			return nil, backendErr(b, "replay", err)
@@ -254,13 +260,13 @@ func (s *session) UseDB(db string) error {
 	if err := s.ensurePrimary(); err != nil {
 		return err
 	}
-	if err := s.primary.conn.UseDB(db); err != nil {
+	if err := s.primary.do(s.ctx, func() error { return s.primary.conn.UseDB(db) }); err != nil {
 		return s.answerErr(err, s.primary)
 	}
 	s.state.db = strings.Clone(db)
 	for i, r := range s.replicas {
 		if r != nil && !r.broken {
-			if err := r.conn.UseDB(db); err != nil {
+			if err := r.do(s.ctx, func() error { return r.conn.UseDB(db) }); err != nil {
 				s.srv.m.replayFailures.WithLabelValues(r.b.Name).Inc()
 				r.close()
 				s.replicas[i] = nil
@@ -396,7 +402,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	if st.Reason == ReasonPreviousStatement {
 		if bc := s.previous(); bc != nil {
 			s.srv.m.statements.WithLabelValues(st.Kind.String(), "replica").Inc()
-			if _, err := relay(s.cc, bc, query, s.state.wantGTIDs, nil); err != nil {
+			if _, err := relay(s.ctx, s.cc, bc, query, s.state.wantGTIDs, nil); err != nil {
 				return s.answer(err, bc)
 			}
 			return done(), nil
@@ -406,7 +412,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
 	s.srv.m.statements.WithLabelValues(st.Kind.String(), "primary").Inc()
-	out, err := relay(s.cc, s.primary, query, s.state.wantGTIDs, s.localFile())
+	out, err := relay(s.ctx, s.cc, s.primary, query, s.state.wantGTIDs, s.localFile())
 	s.state.last = s.primary
 	if err != nil {
 		return s.answer(err, s.primary)
@@ -488,7 +494,7 @@ func (s *session) replayEverywhere(query string) {
 		if r == nil || r.broken {
 			continue
 		}
-		if _, err := r.exec(q); err != nil {
+		if _, err := r.exec(s.ctx, q); err != nil {
 			s.srv.m.replayFailures.WithLabelValues(r.b.Name).Inc()
 			r.close()
 			s.replicas[i] = nil
@@ -548,7 +554,7 @@ func (s *session) waitOn(ctx context.Context, t live.Target, need gtid.Set, d ti
 	limit := time.Now().Add(d + mysqlwire.WaitSlack)
 	bc.dc.Limit(limit)
 	bc.watch(s.healthy(bc.b))
-	ok, err := mysqlwire.WaitAnswer(bc.exec(mysqlwire.WaitForExecutedQuery(need, d)))
+	ok, err := mysqlwire.WaitAnswer(bc.exec(ctx, mysqlwire.WaitForExecutedQuery(need, d)))
 	bc.unwatch()
 	bc.dc.Limit(time.Time{})
 	stop()
@@ -588,7 +594,8 @@ func (s *session) killWait(bc *backendConn) {
 	}
 	s.srv.wg.Go(func() {
 		defer func() { <-s.srv.kills }()
-		if err := killQuery(s.ctx, b, id, &s.srv.cfg); err != nil {
+		// The kill outlives the session (bounded by connect_timeout).
+		if err := killQuery(context.WithoutCancel(s.ctx), b, id, &s.srv.cfg); err != nil {
 			s.srv.m.backendErrors.WithLabelValues(b.Name, "kill").Inc()
 			s.srv.log.Debug("KILL QUERY of an overrun wait failed", "backend", b.Name, "err", err.Error())
 		}
@@ -631,7 +638,7 @@ func (s *session) flush() error {
 // a replica joined with its received set) on the session's connection
 // right after a read.
 func (s *session) executed(bc *backendConn) (gtid.Set, error) {
-	r, err := bc.exec(watermarkQuery)
+	r, err := bc.exec(s.ctx, watermarkQuery)
 	if err != nil {
 		return gtid.Set{}, backendErr(bc.b, "watermark", err)
 	}
@@ -651,7 +658,11 @@ func (s *session) HandleFieldList(table string, wildcard string) ([]*mysql.Field
 	if err := s.ensurePrimary(); err != nil {
 		return nil, err
 	}
-	fs, err := s.primary.conn.FieldList(table, wildcard)
+	var fs []*mysql.Field
+	err := s.primary.do(s.ctx, func() (err error) {
+		fs, err = s.primary.conn.FieldList(table, wildcard)
+		return err
+	})
 	if err != nil {
 		return nil, s.answerErr(err, s.primary)
 	}
@@ -696,7 +707,11 @@ func (s *session) HandleStmtPrepare(query string) (int, int, any, error) {
 	if !s.budget.take(cost) {
 		return 0, 0, nil, s.overBudget("prepared statement")
 	}
-	cs, err := s.primary.conn.Prepare(q)
+	var cs *client.Stmt
+	err = s.primary.do(s.ctx, func() (err error) {
+		cs, err = s.primary.conn.Prepare(q)
+		return err
+	})
 	if err != nil {
 		s.budget.give(cost)
 		return 0, 0, nil, s.answerErr(err, s.primary)
@@ -876,7 +891,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues("execute-"+st.Kind.String(), role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, flush: s.flush, healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
+		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, flush: s.flush, healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
 		clear(bc.pieces)
 		return out, err
 	}
@@ -927,7 +942,10 @@ func (s *session) prepareOn(p *pstmt, i int, bc *backendConn) (*client.Stmt, err
 	if cs != nil {
 		return cs, nil
 	}
-	cs, err := bc.conn.Prepare(p.query)
+	err := bc.do(s.ctx, func() (err error) {
+		cs, err = bc.conn.Prepare(p.query)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -948,30 +966,27 @@ func (s *session) prepareOn(p *pstmt, i int, bc *backendConn) (*client.Stmt, err
 // concurrency it can hold another connection's bytes (see
 // package mysqlwire).
 func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysql.Result, string, error) {
-	role := "primary"
-	cs := p.onPrimary
-	if i >= 0 {
-		role, cs = "replica", p.onReplica[i]
+	cs, err := s.prepareOn(p, i, bc)
+	if err != nil {
+		return nil, "", err
 	}
-	if cs == nil {
-		var err error
-		if cs, err = bc.conn.Prepare(p.query); err != nil {
-			return nil, "", err
-		}
-		if i >= 0 {
-			p.onReplica[i] = cs
-		} else {
-			p.onPrimary = cs
-		}
+	role := "primary"
+	if i >= 0 {
+		role = "replica"
 	}
 	s.srv.m.statements.WithLabelValues("execute-"+p.class.Kind.String(), role).Inc()
+	var r *mysql.Result
+	execute := func() (err error) {
+		r, err = cs.Execute(args...)
+		return err
+	}
 	if i >= 0 {
-		r, err := cs.Execute(args...)
+		err := bc.do(s.ctx, execute)
 		return r, "", err
 	}
 	rec := mysqlwire.InstallRecorder(bc.conn)
 	rec.Start()
-	r, err := cs.Execute(args...)
+	err = bc.do(s.ctx, execute)
 	tr, perr := rec.LastOK()
 	if errors.Is(perr, mysqlwire.ErrNoOK) {
 		perr = nil // a response without an OK packet carries no GTID
@@ -1029,12 +1044,15 @@ func (s *session) HandleStmtClose(ctx any) error {
 	return nil
 }
 
-// HandleOtherCommand handles COM_RESET_CONNECTION (session state cleared
-// everywhere) and refuses the rest with a clear error.
+// HandleOtherCommand handles COM_RESET_CONNECTION and COM_CHANGE_USER
+// (session state cleared everywhere, session_changeuser.go) and
+// COM_SET_OPTION, and refuses the rest with a clear error.
 func (s *session) HandleOtherCommand(cmd byte, data []byte) error {
 	switch cmd {
 	case mysql.COM_RESET_CONNECTION:
 		return s.resetSession()
+	case mysql.COM_CHANGE_USER:
+		return s.changeUser(data)
 	case mysql.COM_SET_OPTION:
 		return s.setOption(data)
 	}
@@ -1089,7 +1107,7 @@ func (s *session) setOption(data []byte) error {
 	if err := s.ensurePrimary(); err != nil {
 		return err
 	}
-	if err := s.primary.setOption(opt); err != nil {
+	if err := s.primary.setOption(s.ctx, opt); err != nil {
 		return s.answerErr(err, s.primary)
 	}
 	if opt == optionMultiStatementsOn {
@@ -1101,7 +1119,7 @@ func (s *session) setOption(data []byte) error {
 		if r == nil || r.broken {
 			continue
 		}
-		if err := r.setOption(opt); err != nil {
+		if err := r.setOption(s.ctx, opt); err != nil {
 			s.srv.m.replayFailures.WithLabelValues(r.b.Name).Inc()
 			r.close()
 			s.replicas[i] = nil

@@ -18,6 +18,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/server"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/router/live"
 )
 
@@ -93,8 +94,9 @@ func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	dc := mysqlwire.NewDeadlineConn(bNear, time.Minute)
 	c, err := client.ConnectWithDialer(ctx, "tcp", "mem", "u", "", "", func(context.Context, string, string) (net.Conn, error) {
-		return bNear, nil
+		return dc, nil
 	}, func(c *client.Conn) error {
 		c.UnsetCapability(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
 		return c.SetCapability(mysql.CLIENT_SESSION_TRACK)
@@ -108,6 +110,7 @@ func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient
 	bc := &backendConn{
 		b:      &Backend{Name: "replica1"},
 		conn:   c,
+		dc:     dc,
 		buf:    make([]byte, 0, 4096),
 		used:   time.Now(),
 		status: mysql.SERVER_STATUS_AUTOCOMMIT,
@@ -586,4 +589,23 @@ func (h positionHandler) HandleQuery(q string) (*mysql.Result, error) {
 		return mysql.NewResult(oneValueResultset("v", &h.executed)), nil
 	}
 	return nil, nil
+}
+
+// TestSessionContextCutsBackendCallInMemory: a backend call waiting for
+// an answer that never comes ends when the session's context ends, and
+// the connection is given up.
+func TestSessionContextCutsBackendCallInMemory(t *testing.T) {
+	bc, be, _, _ := memConns(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		be.command() // and never answer
+		cancel()
+	}()
+	_, err := bc.exec(ctx, "SELECT SLEEP(1000)")
+	if err == nil || !errors.Is(bc.dc.CutReason(), context.Canceled) {
+		t.Fatalf("exec = %v (cut %v), want the call cut by the context", err, bc.dc.CutReason())
+	}
+	if !bc.broken {
+		t.Fatal("a connection cut mid-answer is not broken")
+	}
 }
