@@ -16,6 +16,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	mpacket "github.com/go-mysql-org/go-mysql/packet"
 	"github.com/go-mysql-org/go-mysql/server"
+	"github.com/go-mysql-org/go-mysql/stmt"
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/mysqlwire"
@@ -607,5 +608,75 @@ func TestSessionContextCutsBackendCallInMemory(t *testing.T) {
 	}
 	if !bc.broken {
 		t.Fatal("a connection cut mid-answer is not broken")
+	}
+}
+
+// prepareOK is COM_STMT_PREPARE's first answer packet.
+func prepareOK(id uint32, columns, params uint16) []byte {
+	p := []byte{0}
+	p = binary.LittleEndian.AppendUint32(p, id)
+	p = binary.LittleEndian.AppendUint16(p, columns)
+	p = binary.LittleEndian.AppendUint16(p, params)
+	return append(p, 0, 0, 0)
+}
+
+// TestDecodedExecuteRoutedInMemory: a prepared execution go-mysql
+// decoded (no client gate: the parameter types never came) takes the same
+// route as every read: prepared lazily on the replica the router chose,
+// executed there, its watermark read, the replica the previous
+// statement's backend; the server's refusal of the execution is the
+// client's answer and no node fault.
+func TestDecodedExecuteRoutedInMemory(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		s, _, rep, _ := memRouted(t, "token-ryw-mr")
+		const q = "SELECT a FROM t WHERE k = ?"
+		key := &stmt.PreparedStmt{}
+		s.state.stmts[key] = &pstmt{query: q, class: mustClassify(t, q), id: 1, params: 1, onReplica: map[int]*client.Stmt{}}
+		erp := errPayload(1146, "42S02", "Table 'app.t' doesn't exist")
+		go func() {
+			if cmd := rep.command(); len(cmd) < 1 || cmd[0] != mysql.COM_STMT_PREPARE || string(cmd[1:]) != q {
+				t.Errorf("replica got %q, want the prepare", cmd)
+				return
+			}
+			rep.send(1, prepareOK(7, 1, 1), columnDef("?"), eofPayload(2), columnDef("a"), eofPayload(2))
+			if cmd := rep.command(); len(cmd) < 5 || cmd[0] != mysql.COM_STMT_EXECUTE || binary.LittleEndian.Uint32(cmd[1:5]) != 7 {
+				t.Errorf("replica got %q, want the execution of statement 7", cmd)
+				return
+			}
+			if refused {
+				rep.send(1, erp) // no watermark read after a refusal
+				return
+			}
+			// Binary row: header 0, NULL bitmap (offset 2), the value.
+			rep.send(1, []byte{1}, columnDef("a"), eofPayload(2), append([]byte{0, 0}, mysql.PutLengthEncodedString([]byte("x"))...), eofPayload(2))
+			if cmd := rep.command(); len(cmd) < 1 || string(cmd[1:]) != watermarkQuery {
+				t.Errorf("replica got %q, want the watermark query", cmd)
+				return
+			}
+			rep.send(1, executedAnswer(memUUID+":1-9")...)
+		}()
+		r, err := s.stmtExecute(key, q, []any{int64(1)})
+		if refused {
+			var me *mysql.MyError
+			if !errors.As(err, &me) || me.Code != 1146 {
+				t.Fatalf("refused execution: %v, want the server's 1146", err)
+			}
+			if s.replicas[0].broken || s.srv.rt.Failures("replica1") != 0 {
+				t.Fatal("the server's refusal was taken for a node fault")
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := r.GetString(0, 0); err != nil || v != "x" {
+			t.Fatalf("result %v %v, want x", v, err)
+		}
+		if s.state.last != s.replicas[0] {
+			t.Fatal("the previous statement's backend is not the replica that ran it")
+		}
+		if wm := s.ls.State().Seen; wm.String() != memUUID+":1-9" {
+			t.Fatalf("session watermark %q, want the replica's executed set", wm)
+		}
 	}
 }

@@ -57,6 +57,7 @@ func TestStateMirror(t *testing.T) {
 			holds: HoldNamedLock, reconnect: HoldNamedLock},
 		{name: "user variable from a SELECT", steps: []step{{"SELECT @a := 1", stAutocommit, false}},
 			holds: HoldUserVariables, pin: live.PinUserVariables, reconnect: HoldUserVariables},
+		{name: "replayed user variable holds nothing", steps: []step{{"SET @a = 1", stAutocommit, false}}},
 		{name: "system variable from a subquery", steps: []step{{"SET sql_mode = (SELECT 'ANSI')", stAutocommit, false}},
 			holds: HoldSessionState | HoldUserVariables, pin: live.PinSessionState, reconnect: HoldSessionState | HoldUserVariables},
 		{name: "transaction and temp table", steps: []step{{"CREATE TEMPORARY TABLE t (a INT)", stAutocommit, false}, {"BEGIN", stInTx, false}},
