@@ -38,12 +38,13 @@ const (
 // locks; everything shared lives in *Server.
 type session struct {
 	srv *Server
-	// ctx is the client connection's: every backend call is bound to it
-	// (backendConn.bind); it ends when the session closes.
-	ctx    context.Context
-	cancel context.CancelFunc
-	id     uint32
-	cc     *server.Conn
+	// ctx is the client connection's (serveConn's: without the server's
+	// cancel, so that statements in flight are not cut at shutdown):
+	// every backend call is bound to it (backendConn.bind), which costs
+	// nothing while it cannot end.
+	ctx context.Context
+	id  uint32
+	cc  *server.Conn
 	// fc is cc's connection below go-mysql's packet layer (nil in tests
 	// without a listener): buffered writes, the raw COM_STMT_EXECUTE.
 	fc *execFixConn
@@ -102,11 +103,9 @@ var _ server.Handler = (*session)(nil)
 
 func newSession(ctx context.Context, srv *Server) *session {
 	n := len(srv.cfg.Replicas)
-	ctx, cancel := context.WithCancel(ctx)
 	s := &session{
 		srv:          srv,
 		ctx:          ctx,
-		cancel:       cancel,
 		replicas:     make([]*backendConn, n),
 		replicaFails: make([]uint64, n),
 		ls:           srv.rt.NewSession(),
@@ -140,7 +139,6 @@ func (s *session) close() {
 	for _, r := range s.replicas {
 		r.close()
 	}
-	s.cancel()
 }
 
 func (s *session) dial(b *Backend) (*backendConn, error) {
