@@ -207,7 +207,7 @@ func TestHoldNames(t *testing.T) {
 		}
 	}
 	h := HoldUserVariables | HoldTransaction | HoldPreparedStatements
-	if got := h.String(); got != "transaction,user-variables,prepared-statements" {
+	if got := h.String(); got != "in-transaction,user-variables,prepared-statements" {
 		t.Fatalf("String() = %q", got)
 	}
 	if h.First() != HoldTransaction || Hold(0).First() != 0 {
@@ -215,5 +215,22 @@ func TestHoldNames(t *testing.T) {
 	}
 	if h.phrase() != "open transaction" {
 		t.Fatalf("phrase() = %q", h.phrase())
+	}
+}
+
+// TestHoldWordsArePinWords: a hold that is also a read pin has the pin's
+// name (one vocabulary).
+func TestHoldWordsArePinWords(t *testing.T) {
+	for h, p := range map[Hold]live.Pin{
+		HoldTransaction:   live.PinTransaction,
+		HoldAutocommitOff: live.PinAutocommitOff,
+		HoldTempTable:     live.PinTempTable,
+		HoldLockedTables:  live.PinLockedTables,
+		HoldUserVariables: live.PinUserVariables,
+		HoldSessionState:  live.PinSessionState,
+	} {
+		if h.String() != string(p) {
+			t.Errorf("hold %q, pin %q", h, p)
+		}
 	}
 }
