@@ -341,6 +341,14 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 			// The replica answers: from here on only backend_timeout
 			// bounds it (a cut would close the client mid-result).
 			bc.unwatch()
+			if bc.unresponsive() {
+				// The watchdog cut the connection as the answer arrived
+				// (after this packet, before the unwatch): the rest of the
+				// answer is lost, but nothing was written to the client,
+				// so the read is decided again elsewhere (runFailed).
+				bc.broken = true
+				return nil, &relayError{err: backendErr(bc.b, op, errUnresponsive), partial: written}
+			}
 		}
 		if len(pkt) == 4 {
 			bc.broken = true

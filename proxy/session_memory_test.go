@@ -31,6 +31,8 @@ import (
 type memBackend struct {
 	t  *testing.T
 	nc net.Conn
+	// hook is the proxy's end of the pipe (hookConn).
+	hook *hookConn
 }
 
 // memClient is the far end of the session's client connection: it keeps
@@ -95,7 +97,8 @@ func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	dc := mysqlwire.NewDeadlineConn(bNear, time.Minute)
+	hc := &hookConn{Conn: bNear}
+	dc := mysqlwire.NewDeadlineConn(hc, time.Minute)
 	c, err := client.ConnectWithDialer(ctx, "tcp", "mem", "u", "", "", func(context.Context, string, string) (net.Conn, error) {
 		return dc, nil
 	}, func(c *client.Conn) error {
@@ -118,7 +121,22 @@ func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient
 	}
 	mc := &memClient{nc: cFar, done: make(chan struct{})}
 	go mc.read()
-	return bc, &memBackend{t: t, nc: bFar}, &server.Conn{Conn: mpacket.NewConn(cNear)}, mc
+	return bc, &memBackend{t: t, nc: bFar, hook: hc}, &server.Conn{Conn: mpacket.NewConn(cNear)}, mc
+}
+
+// hookConn is the proxy's end of a backend pipe, with a hook run right
+// after each write (nil: none).
+type hookConn struct {
+	net.Conn
+	afterWrite func()
+}
+
+func (h *hookConn) Write(p []byte) (int, error) {
+	n, err := h.Conn.Write(p)
+	if h.afterWrite != nil {
+		h.afterWrite()
+	}
+	return n, err
 }
 
 // command reads the command the proxy sent.
@@ -678,5 +696,39 @@ func TestDecodedExecuteRoutedInMemory(t *testing.T) {
 		if wm := s.ls.State().Seen; wm.String() != memUUID+":1-9" {
 			t.Fatalf("session watermark %q, want the replica's executed set", wm)
 		}
+	}
+}
+
+// TestRelayWatchdogCutAsAnswerArrivesInMemory: the watchdog cuts a
+// replica's connection just as its answer arrives (the command sent, the
+// answer's first packet already read into the buffer, the unwatch not yet
+// done). Nothing was written to the client, so the relay reports a
+// failure with nothing written (the read is decided again elsewhere), not
+// one mid-result that would close the client.
+func TestRelayWatchdogCutAsAnswerArrivesInMemory(t *testing.T) {
+	bc, be, cc, mc := memConns(t)
+	go func() {
+		be.command()
+		// One write: the first answer and the first packet of the next,
+		// both in the connection's read buffer after the first relay.
+		b := append(packet(1, okPayload(0, 2)), packet(1, []byte{1})...)
+		if _, err := be.nc.Write(b); err != nil {
+			t.Errorf("backend: %v", err)
+		}
+		be.command() // the second command; the rest never comes
+	}()
+	if _, err := relayQuery(cc, bc, "DO 1", relayReq{op: "query"}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(mc.packets(t, 1))
+	bc.watch(func() bool { return true })
+	be.hook.afterWrite = func() { bc.dc.Cut(errUnresponsive) } // the cut lands as the command is out
+	_, err := relayQuery(cc, bc, "SELECT a FROM t", relayReq{op: "query"})
+	var re *relayError
+	if !errors.As(err, &re) || re.partial || !bc.broken || !bc.unresponsive() {
+		t.Fatalf("error %v (relay error %+v), broken %v: want a failure with nothing written", err, re, bc.broken)
+	}
+	if after := len(mc.packets(t, 0)); after != before {
+		t.Fatalf("the client got %d packets of an answer the relay gave up", after-before)
 	}
 }
