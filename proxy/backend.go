@@ -179,10 +179,42 @@ func (bc *backendConn) close() {
 	}
 }
 
-// exec runs a statement whose result the proxy consumes itself.
-func (bc *backendConn) exec(query string) (*mysql.Result, error) {
+// bind makes the end of ctx (the client session's) cut bc's socket: the
+// read or write in progress, and every later one, fails at once. stop
+// ends the binding. go-mysql's client calls take no context; every call
+// on bc is made under a binding (do, exec, setOption, relayCmd), its
+// deadlines bound it in time.
+func (bc *backendConn) bind(ctx context.Context) (stop func() bool) {
+	if ctx == nil || ctx.Done() == nil || bc.dc == nil {
+		return noStop
+	}
+	return context.AfterFunc(ctx, func() { bc.dc.Cut(ctx.Err()) })
+}
+
+func noStop() bool { return true }
+
+// do runs f, a go-mysql client call on bc.conn (UseDB, Prepare,
+// FieldList, a prepared statement's Execute), bound to ctx. An error
+// that is not the server's leaves bc broken.
+func (bc *backendConn) do(ctx context.Context, f func() error) error {
 	bc.used = time.Now()
+	stop := bc.bind(ctx)
+	err := f()
+	stop()
+	var me *mysql.MyError
+	if err != nil && !errors.As(err, &me) {
+		bc.broken = true
+	}
+	return err
+}
+
+// exec runs a statement whose result the proxy consumes itself, bound to
+// ctx.
+func (bc *backendConn) exec(ctx context.Context, query string) (*mysql.Result, error) {
+	bc.used = time.Now()
+	stop := bc.bind(ctx)
 	r, err := bc.conn.Execute(query)
+	stop()
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
@@ -194,11 +226,12 @@ func (bc *backendConn) exec(query string) (*mysql.Result, error) {
 }
 
 // setOption sends COM_SET_OPTION and reads its answer (EOF, or the
-// server's error).
-func (bc *backendConn) setOption(opt uint16) error {
+// server's error), bound to ctx.
+func (bc *backendConn) setOption(ctx context.Context, opt uint16) error {
 	c := bc.conn
 	c.ResetSequence()
 	bc.used = time.Now()
+	defer bc.bind(ctx)()
 	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_SET_OPTION, byte(opt), byte(opt >> 8)}); err != nil {
 		bc.broken = true
 		return err

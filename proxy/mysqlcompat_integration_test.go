@@ -259,6 +259,16 @@ func TestIdleClosedReplicaReadResent(t *testing.T) {
 		}
 		if i == 0 {
 			time.Sleep(4 * time.Second) // past wait_timeout on every backend
+			// On a loaded machine the position source may have missed
+			// polls meanwhile (a replica not up is no read to resend).
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if _, ok := s.src.Position(s.cfg.Replicas[0].Name); ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the replica's position source never reported it healthy")
+				}
+			}
 		}
 	}
 	m := metricText(t, s)

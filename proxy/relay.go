@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -67,6 +68,9 @@ var watermarkCmd = append([]byte{mysql.COM_QUERY}, watermarkQuery...)
 
 // relayReq is one command relayed raw from a backend to the client.
 type relayReq struct {
+	// ctx is the client session's: its end cuts the backend socket
+	// (backendConn.bind).
+	ctx context.Context
 	// op names the command in errors ("query", "execute").
 	op string
 	// cmd is the command's payload (command byte onward) in pieces, sent
@@ -94,8 +98,8 @@ type relayReq struct {
 
 // relay sends a COM_QUERY to bc and streams the response to the client
 // (see relayCmd).
-func relay(cc *server.Conn, bc *backendConn, query string, wantGTIDs bool, file func() ([]byte, byte, error)) (relayOut, error) {
-	return relayQuery(cc, bc, query, relayReq{op: "query", wantGTIDs: wantGTIDs, file: file})
+func relay(ctx context.Context, cc *server.Conn, bc *backendConn, query string, wantGTIDs bool, file func() ([]byte, byte, error)) (relayOut, error) {
+	return relayQuery(cc, bc, query, relayReq{ctx: ctx, op: "query", wantGTIDs: wantGTIDs, file: file})
 }
 
 // relayQuery relays the COM_QUERY of query with req's options.
@@ -118,6 +122,7 @@ func relayQuery(cc *server.Conn, bc *backendConn, query string, req relayReq) (r
 // in relayOut.watermark (or the reason it is not, in relayOut.wmErr).
 func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
 	bc.used = time.Now()
+	defer bc.bind(req.ctx)()
 	if bc.allGTIDs && req.watermark {
 		return relayTracked(cc, bc, req)
 	}
@@ -336,6 +341,14 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 			// The replica answers: from here on only backend_timeout
 			// bounds it (a cut would close the client mid-result).
 			bc.unwatch()
+			if bc.unresponsive() {
+				// The watchdog cut the connection as the answer arrived
+				// (after this packet, before the unwatch): the rest of the
+				// answer is lost, but nothing was written to the client,
+				// so the read is decided again elsewhere (runFailed).
+				bc.broken = true
+				return nil, &relayError{err: backendErr(bc.b, op, errUnresponsive), partial: written}
+			}
 		}
 		if len(pkt) == 4 {
 			bc.broken = true

@@ -16,8 +16,10 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	mpacket "github.com/go-mysql-org/go-mysql/packet"
 	"github.com/go-mysql-org/go-mysql/server"
+	"github.com/go-mysql-org/go-mysql/stmt"
 
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/router/live"
 )
 
@@ -29,6 +31,8 @@ import (
 type memBackend struct {
 	t  *testing.T
 	nc net.Conn
+	// hook is the proxy's end of the pipe (hookConn).
+	hook *hookConn
 }
 
 // memClient is the far end of the session's client connection: it keeps
@@ -93,8 +97,10 @@ func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	hc := &hookConn{Conn: bNear}
+	dc := mysqlwire.NewDeadlineConn(hc, time.Minute)
 	c, err := client.ConnectWithDialer(ctx, "tcp", "mem", "u", "", "", func(context.Context, string, string) (net.Conn, error) {
-		return bNear, nil
+		return dc, nil
 	}, func(c *client.Conn) error {
 		c.UnsetCapability(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
 		return c.SetCapability(mysql.CLIENT_SESSION_TRACK)
@@ -108,13 +114,29 @@ func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient
 	bc := &backendConn{
 		b:      &Backend{Name: "replica1"},
 		conn:   c,
+		dc:     dc,
 		buf:    make([]byte, 0, 4096),
 		used:   time.Now(),
 		status: mysql.SERVER_STATUS_AUTOCOMMIT,
 	}
 	mc := &memClient{nc: cFar, done: make(chan struct{})}
 	go mc.read()
-	return bc, &memBackend{t: t, nc: bFar}, &server.Conn{Conn: mpacket.NewConn(cNear)}, mc
+	return bc, &memBackend{t: t, nc: bFar, hook: hc}, &server.Conn{Conn: mpacket.NewConn(cNear)}, mc
+}
+
+// hookConn is the proxy's end of a backend pipe, with a hook run right
+// after each write (nil: none).
+type hookConn struct {
+	net.Conn
+	afterWrite func()
+}
+
+func (h *hookConn) Write(p []byte) (int, error) {
+	n, err := h.Conn.Write(p)
+	if h.afterWrite != nil {
+		h.afterWrite()
+	}
+	return n, err
 }
 
 // command reads the command the proxy sent.
@@ -586,4 +608,127 @@ func (h positionHandler) HandleQuery(q string) (*mysql.Result, error) {
 		return mysql.NewResult(oneValueResultset("v", &h.executed)), nil
 	}
 	return nil, nil
+}
+
+// TestSessionContextCutsBackendCallInMemory: a backend call waiting for
+// an answer that never comes ends when the session's context ends, and
+// the connection is given up.
+func TestSessionContextCutsBackendCallInMemory(t *testing.T) {
+	bc, be, _, _ := memConns(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		be.command() // and never answer
+		cancel()
+	}()
+	_, err := bc.exec(ctx, "SELECT SLEEP(1000)")
+	if err == nil || !errors.Is(bc.dc.CutReason(), context.Canceled) {
+		t.Fatalf("exec = %v (cut %v), want the call cut by the context", err, bc.dc.CutReason())
+	}
+	if !bc.broken {
+		t.Fatal("a connection cut mid-answer is not broken")
+	}
+}
+
+// prepareOK is COM_STMT_PREPARE's first answer packet.
+func prepareOK(id uint32, columns, params uint16) []byte {
+	p := []byte{0}
+	p = binary.LittleEndian.AppendUint32(p, id)
+	p = binary.LittleEndian.AppendUint16(p, columns)
+	p = binary.LittleEndian.AppendUint16(p, params)
+	return append(p, 0, 0, 0)
+}
+
+// TestDecodedExecuteRoutedInMemory: a prepared execution go-mysql
+// decoded (no client gate: the parameter types never came) takes the same
+// route as every read: prepared lazily on the replica the router chose,
+// executed there, its watermark read, the replica the previous
+// statement's backend; the server's refusal of the execution is the
+// client's answer and no node fault.
+func TestDecodedExecuteRoutedInMemory(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		s, _, rep, _ := memRouted(t, "token-ryw-mr")
+		const q = "SELECT a FROM t WHERE k = ?"
+		key := &stmt.PreparedStmt{}
+		s.state.stmts[key] = &pstmt{query: q, class: mustClassify(t, q), id: 1, params: 1, onReplica: map[int]*client.Stmt{}}
+		erp := errPayload(1146, "42S02", "Table 'app.t' doesn't exist")
+		go func() {
+			if cmd := rep.command(); len(cmd) < 1 || cmd[0] != mysql.COM_STMT_PREPARE || string(cmd[1:]) != q {
+				t.Errorf("replica got %q, want the prepare", cmd)
+				return
+			}
+			rep.send(1, prepareOK(7, 1, 1), columnDef("?"), eofPayload(2), columnDef("a"), eofPayload(2))
+			if cmd := rep.command(); len(cmd) < 5 || cmd[0] != mysql.COM_STMT_EXECUTE || binary.LittleEndian.Uint32(cmd[1:5]) != 7 {
+				t.Errorf("replica got %q, want the execution of statement 7", cmd)
+				return
+			}
+			if refused {
+				rep.send(1, erp) // no watermark read after a refusal
+				return
+			}
+			// Binary row: header 0, NULL bitmap (offset 2), the value.
+			rep.send(1, []byte{1}, columnDef("a"), eofPayload(2), append([]byte{0, 0}, mysql.PutLengthEncodedString([]byte("x"))...), eofPayload(2))
+			if cmd := rep.command(); len(cmd) < 1 || string(cmd[1:]) != watermarkQuery {
+				t.Errorf("replica got %q, want the watermark query", cmd)
+				return
+			}
+			rep.send(1, executedAnswer(memUUID+":1-9")...)
+		}()
+		r, err := s.stmtExecute(key, q, []any{int64(1)})
+		if refused {
+			var me *mysql.MyError
+			if !errors.As(err, &me) || me.Code != 1146 {
+				t.Fatalf("refused execution: %v, want the server's 1146", err)
+			}
+			if s.replicas[0].broken || s.srv.rt.Failures("replica1") != 0 {
+				t.Fatal("the server's refusal was taken for a node fault")
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := r.GetString(0, 0); err != nil || v != "x" {
+			t.Fatalf("result %v %v, want x", v, err)
+		}
+		if s.state.last != s.replicas[0] {
+			t.Fatal("the previous statement's backend is not the replica that ran it")
+		}
+		if wm := s.ls.State().Seen; wm.String() != memUUID+":1-9" {
+			t.Fatalf("session watermark %q, want the replica's executed set", wm)
+		}
+	}
+}
+
+// TestRelayWatchdogCutAsAnswerArrivesInMemory: the watchdog cuts a
+// replica's connection just as its answer arrives (the command sent, the
+// answer's first packet already read into the buffer, the unwatch not yet
+// done). Nothing was written to the client, so the relay reports a
+// failure with nothing written (the read is decided again elsewhere), not
+// one mid-result that would close the client.
+func TestRelayWatchdogCutAsAnswerArrivesInMemory(t *testing.T) {
+	bc, be, cc, mc := memConns(t)
+	go func() {
+		be.command()
+		// One write: the first answer and the first packet of the next,
+		// both in the connection's read buffer after the first relay.
+		b := append(packet(1, okPayload(0, 2)), packet(1, []byte{1})...)
+		if _, err := be.nc.Write(b); err != nil {
+			t.Errorf("backend: %v", err)
+		}
+		be.command() // the second command; the rest never comes
+	}()
+	if _, err := relayQuery(cc, bc, "DO 1", relayReq{op: "query"}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(mc.packets(t, 1))
+	bc.watch(func() bool { return true })
+	be.hook.afterWrite = func() { bc.dc.Cut(errUnresponsive) } // the cut lands as the command is out
+	_, err := relayQuery(cc, bc, "SELECT a FROM t", relayReq{op: "query"})
+	var re *relayError
+	if !errors.As(err, &re) || re.partial || !bc.broken || !bc.unresponsive() {
+		t.Fatalf("error %v (relay error %+v), broken %v: want a failure with nothing written", err, re, bc.broken)
+	}
+	if after := len(mc.packets(t, 0)); after != before {
+		t.Fatalf("the client got %d packets of an answer the relay gave up", after-before)
+	}
 }

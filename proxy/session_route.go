@@ -100,7 +100,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
-		return relayQuery(s.cc, bc, query, relayReq{op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, flush: s.flush, healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
+		return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, flush: s.flush, healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
 	})
 }
 

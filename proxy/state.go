@@ -50,11 +50,13 @@ const (
 	holdEnd // one past the last hold
 )
 
-// holdWords are the holds' names (metric labels, errors, docs).
+// holdWords are the holds' names (errors, docs); where a hold is also a
+// read pin (live.Pin, the primary_statements reason label) the word is
+// the pin's.
 var holdWords = map[Hold]string{
-	HoldTransaction:        "transaction",
+	HoldTransaction:        "in-transaction",
 	HoldAutocommitOff:      "autocommit-off",
-	HoldTempTable:          "temp-table",
+	HoldTempTable:          "temp-table-session",
 	HoldLockedTables:       "locked-tables",
 	HoldNamedLock:          "named-lock",
 	HoldUserVariables:      "user-variables",

@@ -57,6 +57,7 @@ func TestStateMirror(t *testing.T) {
 			holds: HoldNamedLock, reconnect: HoldNamedLock},
 		{name: "user variable from a SELECT", steps: []step{{"SELECT @a := 1", stAutocommit, false}},
 			holds: HoldUserVariables, pin: live.PinUserVariables, reconnect: HoldUserVariables},
+		{name: "replayed user variable holds nothing", steps: []step{{"SET @a = 1", stAutocommit, false}}},
 		{name: "system variable from a subquery", steps: []step{{"SET sql_mode = (SELECT 'ANSI')", stAutocommit, false}},
 			holds: HoldSessionState | HoldUserVariables, pin: live.PinSessionState, reconnect: HoldSessionState | HoldUserVariables},
 		{name: "transaction and temp table", steps: []step{{"CREATE TEMPORARY TABLE t (a INT)", stAutocommit, false}, {"BEGIN", stInTx, false}},
@@ -206,7 +207,7 @@ func TestHoldNames(t *testing.T) {
 		}
 	}
 	h := HoldUserVariables | HoldTransaction | HoldPreparedStatements
-	if got := h.String(); got != "transaction,user-variables,prepared-statements" {
+	if got := h.String(); got != "in-transaction,user-variables,prepared-statements" {
 		t.Fatalf("String() = %q", got)
 	}
 	if h.First() != HoldTransaction || Hold(0).First() != 0 {
@@ -214,5 +215,22 @@ func TestHoldNames(t *testing.T) {
 	}
 	if h.phrase() != "open transaction" {
 		t.Fatalf("phrase() = %q", h.phrase())
+	}
+}
+
+// TestHoldWordsArePinWords: a hold that is also a read pin has the pin's
+// name (one vocabulary).
+func TestHoldWordsArePinWords(t *testing.T) {
+	for h, p := range map[Hold]live.Pin{
+		HoldTransaction:   live.PinTransaction,
+		HoldAutocommitOff: live.PinAutocommitOff,
+		HoldTempTable:     live.PinTempTable,
+		HoldLockedTables:  live.PinLockedTables,
+		HoldUserVariables: live.PinUserVariables,
+		HoldSessionState:  live.PinSessionState,
+	} {
+		if h.String() != string(p) {
+			t.Errorf("hold %q, pin %q", h, p)
+		}
 	}
 }

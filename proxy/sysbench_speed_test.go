@@ -34,7 +34,9 @@ import (
 // (comma list, default "1,4,16"), CAUSALLAB_PROXY_BENCH_POSITIONS (poll or
 // binlog), CAUSALLAB_PROXY_BENCH_POLICIES, CAUSALLAB_PROXY_BENCH_SOCKETIO and
 // CAUSALLAB_PROXY_BENCH_WATERMARK (comma lists: one proxy target per
-// combination), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
+// combination), CAUSALLAB_PROXY_BENCH_BINARIES (name=path,...: causallab
+// binaries run as `causallab proxy` processes, one target each, e.g. two
+// builds compared in one run), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
 // first run to this file).
 func TestSysbenchSpeed(t *testing.T) {
 	if os.Getenv("CAUSALLAB_PROXY_BENCH") != "1" {
@@ -130,6 +132,14 @@ func TestSysbenchSpeed(t *testing.T) {
 				}{name, proxyTarget(t, s, false), self})
 			}
 		}
+	}
+	names, eports, epids := externalProxies(t, positions) // CAUSALLAB_PROXY_BENCH_BINARIES
+	for i, name := range names {
+		targets = append(targets, struct {
+			name string
+			tg   sysbenchTarget
+			pid  int
+		}{name, sysbenchTarget{host: "127.0.0.1", port: strconv.Itoa(eports[i]), user: "app", password: "apppw"}, epids[i]})
 	}
 	if rootfs := os.Getenv("CAUSALLAB_MYSQLROUTER_ROOTFS"); rootfs != "" {
 		port, pid := startMySQLRouter(t, rootfs, hosts, ports)
