@@ -59,6 +59,8 @@ type scaleDone struct {
 	Errors   map[string]int `json:"errors"`
 	FirstErr string         `json:"first_error,omitempty"`
 	Seconds  float64        `json:"seconds"`
+	// Violations describes the first few violating reads.
+	Violations []string `json:"violations,omitempty"`
 }
 
 func scaleEnv(t *testing.T, key string, def float64) float64 {
@@ -317,6 +319,15 @@ func TestScaleClients(t *testing.T) {
 					return
 				}
 				s.tally.Add(&r, v)
+				if v.RYW || v.MR {
+					mu.Lock()
+					if len(done.Violations) < 10 {
+						done.Violations = append(done.Violations, fmt.Sprintf(
+							"session %d at %.1fs: ryw=%v (own %d, acked %d) mr=%v (hot row %d now %d)",
+							i, time.Since(start).Seconds(), v.RYW, r.Own, r.AckedSeq, v.MR, v.MRRow, r.Hot[v.MRRow]))
+					}
+					mu.Unlock()
+				}
 			}
 		})
 	}

@@ -225,6 +225,7 @@ func TestScale(t *testing.T) {
 		Errors      map[string]int `json:"errors"`
 		FirstErr    string         `json:"first_error"`
 		Seconds     float64        `json:"seconds"`
+		Violations  []string       `json:"violations"`
 	}
 	next("done", &done)
 	stopSampling()
@@ -237,6 +238,9 @@ func TestScale(t *testing.T) {
 	t.Logf("load: %.0f s, %d reads (%d served, %.0f/s), %d writes; read errors %d, write errors %d, reconnects %d, refused reconnects %d %v (first: %s)",
 		done.Seconds, done.Tally.Reads, served, float64(served)/done.Seconds, done.Writes, done.ReadErrors, done.WriteErrors, done.Reconnects, done.Refused, done.Errors, done.FirstErr)
 	t.Logf("load: violations: read-your-writes %d, monotonic reads %d", done.Tally.RYW, done.Tally.MR)
+	for _, v := range done.Violations {
+		t.Logf("load: violation: %s", v)
+	}
 	t.Logf("load: peak backend connections per node (from the servers): %v", peak)
 	t.Logf("%s", grepLines(metricText(t, s), "causallab_proxy_connections_total", "causallab_proxy_backend_errors_total"))
 	t.Logf("machine load: %s", loadavg())
