@@ -305,4 +305,3 @@ func TestPoolClosed(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
