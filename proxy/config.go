@@ -199,6 +199,12 @@ type Config struct {
 	// with the query afterwards, counted in
 	// watermark_fallbacks_total{source="replica-query"}).
 	WatermarkSource string `yaml:"watermark_source"`
+	// Multiplex shares backend connections across client sessions: a
+	// session borrows one from its node's pool (PoolSize, PoolWait) for
+	// each command and gives it back after it unless its state pins it
+	// (docs/proxy.md, "Multiplexing"). Default off: each session owns its
+	// connections.
+	Multiplex bool `yaml:"multiplex"`
 	// PoolSize bounds each node's shared pool of backend connections
 	// (pool.go: the connections client sessions borrow while nothing pins
 	// one to them), idle, lent or being dialled. Default 64, 1..65536.

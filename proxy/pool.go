@@ -116,6 +116,11 @@ const (
 	discardIdleClosed  = "closed-while-idle"
 	discardUnhealthy   = "unhealthy"
 	discardPoolClosed  = "pool-closed"
+	// discardSession: the session closed a borrowed connection (a lost
+	// or replaced connection, COM_RESET_CONNECTION, the session's end).
+	discardSession = "closed-by-session"
+	// discardSchema: the connection had a schema and the borrower none.
+	discardSchema = "schema"
 )
 
 // poolSweep is how often an unhealthy node's idle connections are closed.
@@ -136,6 +141,9 @@ type poolMetrics struct {
 	failures *prometheus.CounterVec
 	discards *prometheus.CounterVec
 	conns    *prometheus.GaugeVec
+	// pinned counts commands after which a session kept the pooled
+	// connections it held, by its first hold (Hold words).
+	pinned *prometheus.CounterVec
 }
 
 func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
@@ -143,11 +151,13 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_acquire_failures_total", Help: "Failed acquisitions of a pooled backend connection, by backend and reason (wait-timeout, canceled, unhealthy, dial-failed, closed)."}, []string{"backend", "reason"}),
 		discards: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed)."}, []string{"backend", "reason"}),
+			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema)."}, []string{"backend", "reason"}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled)."}, []string{"backend", "state"}),
+		pinned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: transaction, autocommit-off, temp-table, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements)."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.failures, m.discards, m.conns)
+	reg.MustRegister(m.failures, m.discards, m.conns, m.pinned)
 	return m
 }
 
@@ -185,11 +195,17 @@ func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func()
 	if allGTIDs {
 		setup = "SET SESSION session_track_gtids = ALL_GTIDS"
 	}
-	return newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, healthy: healthy,
+	var p *pool
+	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, healthy: healthy,
 		setup: setup, resetBound: cfg.ConnectTimeout, m: m,
 		dial: func(ctx context.Context) (*backendConn, error) {
-			return dialBackend(ctx, b, "", "", 0, cfg, healthy, allGTIDs)
+			bc, err := dialBackend(ctx, b, "", poolCollation, 0, cfg, healthy, allGTIDs)
+			if err == nil {
+				bc.home, bc.pooledCollation = p, poolCollation
+			}
+			return bc, err
 		}})
+	return p, err
 }
 
 // run is the owner of the pool's state.
@@ -216,6 +232,7 @@ func (p *pool) run(ctx context.Context) {
 		idle = nil
 		go func() {
 			for _, bc := range gone {
+				bc.home = nil
 				bc.close()
 			}
 		}()
@@ -228,6 +245,7 @@ func (p *pool) run(ctx context.Context) {
 			case p.dialed <- poolGrant{bc: bc, err: err}:
 			case <-p.done:
 				if bc != nil {
+					bc.home = nil
 					bc.close()
 				}
 			}
@@ -402,6 +420,7 @@ func (p *pool) put(bc *backendConn) {
 	case p.puts <- bc:
 	case <-p.done:
 		p.m.discards.WithLabelValues(p.node, discardPoolClosed).Inc()
+		bc.home = nil
 		bc.close()
 	}
 }
@@ -409,6 +428,7 @@ func (p *pool) put(bc *backendConn) {
 // discard closes a lent connection and frees its place.
 func (p *pool) discard(bc *backendConn, reason string) {
 	p.m.discards.WithLabelValues(p.node, reason).Inc()
+	bc.home = nil
 	bc.close()
 	select {
 	case p.puts <- nil:
@@ -417,7 +437,8 @@ func (p *pool) discard(bc *backendConn, reason string) {
 }
 
 // reset runs COM_RESET_CONNECTION on bc and the proxy's session set-up
-// again, within resetBound; on any failure bc is marked broken.
+// again, pipelined (both commands written, then both answers read: one
+// round trip), within resetBound; on any failure bc is marked broken.
 func (p *pool) reset(bc *backendConn) (err error) {
 	bc.dc.Limit(time.Now().Add(p.resetBound))
 	defer bc.dc.Limit(time.Time{})
@@ -427,28 +448,47 @@ func (p *pool) reset(bc *backendConn) (err error) {
 		}
 	}()
 	c := bc.conn
-	c.ResetSequence()
 	bc.used = time.Now()
+	c.ResetSequence()
 	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_RESET_CONNECTION}); err != nil {
 		return err
 	}
-	pkt, err := c.ReadPacket()
+	if p.setup != "" {
+		c.ResetSequence()
+		if err := c.WritePacket(append([]byte{0, 0, 0, 0, mysql.COM_QUERY}, p.setup...)); err != nil {
+			return err
+		}
+	}
+	if err := readOK(bc, "COM_RESET_CONNECTION"); err != nil {
+		return err
+	}
+	if p.setup != "" {
+		c.Sequence = 1 // the set-up's answer follows the reset's
+		if err := readOK(bc, "the session set-up"); err != nil {
+			return err
+		}
+	}
+	bc.status = mysql.SERVER_STATUS_AUTOCOMMIT
+	bc.replayed = false
+	// COM_RESET_CONNECTION restores the handshake's character set (and
+	// keeps the schema).
+	bc.pooledCollation = poolCollation
+	return nil
+}
+
+// readOK reads one answer that must be an OK packet.
+func readOK(bc *backendConn, what string) error {
+	pkt, err := bc.conn.ReadPacket()
 	if err != nil {
 		return err
 	}
 	switch {
 	case len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER:
-		return c.HandleErrorPacket(pkt)
+		return bc.conn.HandleErrorPacket(pkt)
 	case len(pkt) == 0:
-		return errors.New("COM_RESET_CONNECTION: empty answer")
+		return fmt.Errorf("%s: empty answer", what)
 	case pkt[0] != mysql.OK_HEADER:
-		return fmt.Errorf("COM_RESET_CONNECTION: unexpected packet 0x%02x", pkt[0])
-	}
-	bc.status = mysql.SERVER_STATUS_AUTOCOMMIT
-	if p.setup != "" {
-		if _, err := bc.exec(p.setup); err != nil {
-			return err
-		}
+		return fmt.Errorf("%s: unexpected packet 0x%02x", what, pkt[0])
 	}
 	return nil
 }

@@ -50,7 +50,8 @@ import (
 // default 10), _POLICY (default token-ryw-mr), _WATERMARK (default
 // all-gtids), _MAX_CONNECTIONS (each server's max_connections for the run;
 // default: the topology's, restored after), _HEAPPROFILE (a file: the
-// proxy's heap profile with the clients idle), _MAX_BACKEND (when set, the
+// proxy's heap profile with the clients idle), _MULTIPLEX=1 (Config.Multiplex),
+// _POOL_SIZE (Config.PoolSize), _MAX_BACKEND (when set, the
 // test fails above that many backend connections on any node, or on any
 // refusal). Violations always fail it.
 func TestScale(t *testing.T) {
@@ -90,6 +91,10 @@ func TestScale(t *testing.T) {
 	s := startProxy(t, func(c *Config) {
 		c.AuthMethod, c.Policy, c.WatermarkSource = "mysql_native_password", policy, wm
 		c.MaxConnections = clients + 64
+		c.Multiplex = os.Getenv("CAUSALLAB_PROXY_SCALE_MULTIPLEX") == "1"
+		if v := os.Getenv("CAUSALLAB_PROXY_SCALE_POOL_SIZE"); v != "" {
+			c.PoolSize = envInt(t, "CAUSALLAB_PROXY_SCALE_POOL_SIZE", 64)
+		}
 	})
 	heap0, gor0 := proxyHeap()
 
@@ -242,7 +247,7 @@ func TestScale(t *testing.T) {
 		t.Logf("load: violation: %s", v)
 	}
 	t.Logf("load: peak backend connections per node (from the servers): %v", peak)
-	t.Logf("%s", grepLines(metricText(t, s), "causallab_proxy_connections_total", "causallab_proxy_backend_errors_total"))
+	t.Logf("%s", grepLines(metricText(t, s), "causallab_proxy_connections_total", "causallab_proxy_backend_errors_total", "causallab_proxy_pool_"))
 	t.Logf("machine load: %s", loadavg())
 	if done.Tally.RYW > 0 || done.Tally.MR > 0 {
 		t.Errorf("violations: %d read-your-writes, %d monotonic reads", done.Tally.RYW, done.Tally.MR)
