@@ -51,7 +51,7 @@ import (
 // all-gtids), _MAX_CONNECTIONS (each server's max_connections for the run;
 // default: the topology's, restored after), _HEAPPROFILE (a file: the
 // proxy's heap profile with the clients idle), _MULTIPLEX=1 (Config.Multiplex),
-// _POOL_SIZE (Config.PoolSize), _MAX_BACKEND (when set, the
+// _POOL_SIZE, _POOL_WAIT (Config.PoolSize, PoolWait), _MAX_BACKEND (when set, the
 // test fails above that many backend connections on any node, or on any
 // refusal). Violations always fail it.
 func TestScale(t *testing.T) {
@@ -94,6 +94,13 @@ func TestScale(t *testing.T) {
 		c.Multiplex = os.Getenv("CAUSALLAB_PROXY_SCALE_MULTIPLEX") == "1"
 		if v := os.Getenv("CAUSALLAB_PROXY_SCALE_POOL_SIZE"); v != "" {
 			c.PoolSize = envInt(t, "CAUSALLAB_PROXY_SCALE_POOL_SIZE", 64)
+		}
+		if v := os.Getenv("CAUSALLAB_PROXY_SCALE_POOL_WAIT"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatalf("CAUSALLAB_PROXY_SCALE_POOL_WAIT=%q: %v", v, err)
+			}
+			c.PoolWait = d
 		}
 	})
 	heap0, gor0 := proxyHeap()
