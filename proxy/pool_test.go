@@ -108,12 +108,16 @@ func queryString(t *testing.T, bc *backendConn, q string) string {
 // returned connection is reused after COM_RESET_CONNECTION (the session's
 // variables are gone, the proxy's set-up is back), or as it is when clean.
 func TestPoolBoundResetAndReuse(t *testing.T) {
-	p := newTestPool(t, topo.Primary(), 2, 50*time.Millisecond, nil)
+	p := newTestPool(t, topo.Primary(), 2, time.Minute, nil)
 	a, b := mustAcquire(t, p), mustAcquire(t, p)
 	if a.conn.GetConnectionID() == b.conn.GetConnectionID() {
 		t.Fatal("two acquisitions got one connection")
 	}
+	// Full: a short bound now (the dials above get a minute on a loaded
+	// machine; acquire reads the bound in the caller's goroutine).
+	p.wait = 50 * time.Millisecond
 	_, err := p.acquire(context.Background())
+	p.wait = time.Minute
 	wantPoolError(t, err, PoolWaitTimeout)
 	if n := p.failures(PoolWaitTimeout); n != 1 {
 		t.Fatalf("wait-timeout failures counted %v, want 1", n)
