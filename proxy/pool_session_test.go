@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/causallab/causallab/compose/composetest"
 )
 
 // proxyConnsOn counts the primary's connections of the proxy's account
@@ -29,6 +31,7 @@ func proxyConnsOn(t *testing.T, db *sql.DB) int {
 // LAST_INSERT_ID: reset with the connection); an open transaction pins
 // its session (counted) and is rolled back when the client goes.
 func TestMultiplex(t *testing.T) {
+	composetest.Need(t, topo)
 	admin := primaryDB(t, topo)
 	admin.SetMaxOpenConns(1)
 	s := startProxy(t, func(c *Config) {

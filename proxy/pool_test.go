@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/compose/composetest"
 )
 
 func TestPoolConfigValidate(t *testing.T) {
@@ -108,6 +109,7 @@ func queryString(t *testing.T, bc *backendConn, q string) string {
 // returned connection is reused after COM_RESET_CONNECTION (the session's
 // variables are gone, the proxy's set-up is back), or as it is when clean.
 func TestPoolBoundResetAndReuse(t *testing.T) {
+	composetest.Need(t, topo)
 	p := newTestPool(t, topo.Primary(), 2, time.Minute, nil)
 	a, b := mustAcquire(t, p), mustAcquire(t, p)
 	if a.conn.GetConnectionID() == b.conn.GetConnectionID() {
@@ -171,6 +173,7 @@ func TestPoolBoundResetAndReuse(t *testing.T) {
 // TestPoolWaiterServed: an acquisition that waits gets the connection
 // another session returns, in order of arrival.
 func TestPoolWaiterServed(t *testing.T) {
+	composetest.Need(t, topo)
 	p := newTestPool(t, topo.Primary(), 1, time.Minute, nil)
 	a := mustAcquire(t, p)
 	id := a.conn.GetConnectionID()
@@ -199,6 +202,7 @@ func TestPoolWaiterServed(t *testing.T) {
 // fails its reset on release and is discarded, counted; the next
 // acquisition dials a new one.
 func TestPoolResetFails(t *testing.T) {
+	composetest.Need(t, topo)
 	p := newTestPool(t, topo.Primary(), 1, time.Minute, nil)
 	a := mustAcquire(t, p)
 	id := a.conn.GetConnectionID()
@@ -223,6 +227,7 @@ func TestPoolResetFails(t *testing.T) {
 // node's health reported down they fail at once (unhealthy) and the idle
 // connections are dropped; after the restart the pool serves again.
 func TestPoolNodeKilled(t *testing.T) {
+	composetest.Need(t, topo)
 	node := topo.Replicas()[len(topo.Replicas())-1]
 	var up atomic.Bool
 	up.Store(true)
@@ -281,6 +286,7 @@ func TestPoolNodeKilled(t *testing.T) {
 // TestPoolClosed: once the pool's context ends, acquisitions fail with
 // PoolClosed and a connection returned late is closed, not kept.
 func TestPoolClosed(t *testing.T) {
+	composetest.Need(t, topo)
 	p := newTestPool(t, topo.Primary(), 2, time.Minute, nil)
 	a := mustAcquire(t, p)
 	id := a.conn.GetConnectionID()
