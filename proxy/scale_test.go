@@ -48,7 +48,7 @@ import (
 // Knobs: CAUSALLAB_PROXY_SCALE_CLIENTS, _SECONDS (load, default 60), _QPS
 // (per client, default 1), _WRITE_EVERY (one statement in N is a write,
 // default 10), _POLICY (default token-ryw-mr), _WATERMARK (default
-// all-gtids), _MAX_CONNECTIONS (each server's max_connections for the run;
+// query: the sound one), _MAX_CONNECTIONS (each server's max_connections for the run;
 // default: the topology's, restored after), _HEAPPROFILE (a file: the
 // proxy's heap profile with the clients idle), _MULTIPLEX=1 (Config.Multiplex),
 // _POOL_SIZE, _POOL_WAIT (Config.PoolSize, PoolWait), _MAX_BACKEND (when set, the
@@ -62,7 +62,7 @@ func TestScale(t *testing.T) {
 	clients := envInt(t, "CAUSALLAB_PROXY_SCALE_CLIENTS", 2000)
 	seconds := envInt(t, "CAUSALLAB_PROXY_SCALE_SECONDS", 60)
 	policy := envStr("CAUSALLAB_PROXY_SCALE_POLICY", router.PolicyTokenRYWMR.String())
-	wm := envStr("CAUSALLAB_PROXY_SCALE_WATERMARK", "all-gtids")
+	wm := envStr("CAUSALLAB_PROXY_SCALE_WATERMARK", "query")
 	ctx := context.Background()
 
 	nodes := scaleNodes(t)
