@@ -47,6 +47,15 @@ type backendConn struct {
 	// carrying the server's whole executed set, rewritten to classic EOF
 	// framing for the client (relayResponse).
 	allGTIDs bool
+	// home is the pool that lent the connection (nil: the session's
+	// own); close then frees its place there (pool.go). pooledDB and
+	// pooledCollation are its schema and collation (borrow compares the
+	// session's); replayed: session statements were replayed on it, so
+	// it is reset when it goes back.
+	home            *pool
+	pooledDB        string
+	pooledCollation string
+	replayed        bool
 	// status is the server status of the connection's last OK or EOF
 	// packet (the status of the EOF packet the relay writes after a
 	// result's column definitions, which a DEPRECATE_EOF server omits).
@@ -173,6 +182,14 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 }
 
 func (bc *backendConn) close() {
+	if bc != nil && bc.home != nil {
+		// A borrowed connection the session gives up: closed, and its
+		// place in the pool freed.
+		home := bc.home
+		bc.home = nil
+		home.discard(bc, discardSession)
+		return
+	}
 	if bc != nil && bc.conn != nil {
 		bc.unwatch()
 		_ = bc.conn.Close()

@@ -199,6 +199,21 @@ type Config struct {
 	// with the query afterwards, counted in
 	// watermark_fallbacks_total{source="replica-query"}).
 	WatermarkSource string `yaml:"watermark_source"`
+	// Multiplex shares backend connections across client sessions: a
+	// session borrows one from its node's pool (PoolSize, PoolWait) for
+	// each command and gives it back after it unless its state pins it
+	// (docs/proxy.md, "Multiplexing"). Default off: each session owns its
+	// connections.
+	Multiplex bool `yaml:"multiplex"`
+	// PoolSize bounds each node's shared pool of backend connections
+	// (pool.go: the connections client sessions borrow while nothing pins
+	// one to them), idle, lent or being dialled. Default 64, 1..65536.
+	PoolSize int `yaml:"pool_size"`
+	// PoolWait bounds how long a session waits for a pooled connection
+	// when all PoolSize are lent; past it the statement fails with a
+	// PoolError (counted in pool_acquire_failures_total{reason=
+	// wait-timeout}). Default 2s, 1ms..1h.
+	PoolWait time.Duration `yaml:"pool_wait"`
 	// OnRead, when set, is called for every routed read with where it
 	// goes and why, before the read runs there (so before its answer
 	// reaches the client; again if it is retried on another node). For
@@ -366,6 +381,15 @@ func (c *Config) validate() error {
 		if *d.v < time.Millisecond || *d.v > 365*24*time.Hour {
 			return fmt.Errorf("proxy: %s %v out of range (1ms..8760h)", d.key, *d.v)
 		}
+	}
+	if err := defaultInt("pool_size", &c.PoolSize, 64, 1, 1<<16); err != nil {
+		return err
+	}
+	if c.PoolWait == 0 {
+		c.PoolWait = 2 * time.Second
+	}
+	if c.PoolWait < time.Millisecond || c.PoolWait > time.Hour {
+		return fmt.Errorf("proxy: pool_wait %v out of range (1ms..1h)", c.PoolWait)
 	}
 	if c.MaxReplay == 0 {
 		c.MaxReplay = 256

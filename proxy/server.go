@@ -64,6 +64,11 @@ type Server struct {
 	// query fallback runs (relayTracked).
 	dropTracked atomic.Bool
 
+	// pools are the shared backend connection pools by backend name
+	// (Config.Multiplex; nil when off), pm their metrics; run by Serve.
+	pools map[string]*pool
+	pm    *poolMetrics
+
 	ln     net.Listener
 	httpLn net.Listener
 
@@ -271,6 +276,14 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.runSrc != nil {
 		pollWG.Go(func() { s.runSrc(pctx) })
 	}
+	// The pools outlive the sessions (closed after they end, below).
+	poolCtx, stopPools := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPools()
+	if s.cfg.Multiplex {
+		if err := s.startPools(poolCtx); err != nil {
+			return err
+		}
+	}
 	var hs *http.Server
 	if s.httpLn != nil {
 		mux := http.NewServeMux()
@@ -344,6 +357,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.log.Warn("shutdown timeout: closed sessions with statements in flight", "sessions", n)
 		<-finished
 	}
+	stopPools()
+	for _, p := range s.pools {
+		<-p.done
+	}
 	stopPolls()
 	pollWG.Wait()
 	s.rt.Close()
@@ -353,6 +370,31 @@ func (s *Server) Serve(ctx context.Context) error {
 		cancel()
 	}
 	return acceptErr
+}
+
+// startPools starts one pool per backend (Config.Multiplex): the
+// primary's, then each replica's, whose health is its position source's.
+func (s *Server) startPools(ctx context.Context) error {
+	s.pm = newPoolMetrics(s.m.reg)
+	s.pools = map[string]*pool{}
+	p, err := newBackendPool(ctx, &s.cfg.Primary, &s.cfg, nil, false, s.pm)
+	if err != nil {
+		return err
+	}
+	s.pools[s.cfg.Primary.Name] = p
+	for i := range s.cfg.Replicas {
+		b := &s.cfg.Replicas[i]
+		healthy := func() bool {
+			_, ok := s.src.Position(b.Name)
+			return ok
+		}
+		p, err := newBackendPool(ctx, b, &s.cfg, healthy, s.cfg.WatermarkSource == "all-gtids", s.pm)
+		if err != nil {
+			return err
+		}
+		s.pools[b.Name] = p
+	}
+	return nil
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -406,6 +448,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	sctx := context.WithoutCancel(ctx)
 	sess := newSession(sctx, s)
 	defer sess.close()
+	defer sess.park(true) // before close: borrowed connections go back reset
 	// The login, the session's primary connection included, within
 	// handshake_timeout (the backend's own attempt: connect_timeout).
 	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
@@ -445,9 +488,18 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	s.m.connections.WithLabelValues("accepted").Inc()
 	s.m.active.Inc()
 	defer s.m.active.Dec()
+	sess.park(false) // the login's primary connection (multiplex)
 	for !cc.Closed() {
 		if err := cc.HandleCommand(); err != nil || sess.closeAfter {
 			break
+		}
+		if sess.holdsPooled() {
+			// The answer first: a parked primary connection is reset
+			// (a round trip) before it goes back.
+			if err := sess.flush(); err != nil {
+				break
+			}
+			sess.park(false)
 		}
 	}
 	_ = fc.Flush() // the last response (e.g. the error before closeAfter)

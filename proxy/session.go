@@ -140,6 +140,9 @@ func (s *session) close() {
 }
 
 func (s *session) dial(b *Backend) (*backendConn, error) {
+	if p := s.poolFor(b); p != nil {
+		return s.borrow(b, p)
+	}
 	var healthy func() bool
 	if b != &s.srv.cfg.Primary {
 		healthy = s.healthy(b)
@@ -249,7 +252,7 @@ func (s *session) replica(i int) (*backendConn, error) {
 
 // UseDB handles COM_INIT_DB (and the handshake's database).
 func (s *session) UseDB(db string) error {
-	if s.primary == nil { // during the handshake
+	if s.primary == nil && s.cc == nil { // during the handshake
 		s.state.db = strings.Clone(db)
 		return nil
 	}
@@ -388,6 +391,11 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	case KindConnStatus:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
 		return mysql.NewResult(statusResultset(st.Status, s.connStatus(st.Status))), nil
+	}
+	if st.Kind == KindRead && s.srv.pools != nil {
+		// Multiplexing: a read borrows the primary only if the router
+		// sends it there (conn).
+		return s.readQuery(query, st)
 	}
 	if err := s.ensurePrimary(); err != nil {
 		return nil, err

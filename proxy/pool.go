@@ -1,0 +1,494 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A pool is the shared set of backend connections to one node that client
+// sessions borrow a connection from while their state does not pin one
+// (multiplexing, issue 19). It holds at most Config.PoolSize connections
+// (idle, lent or being dialled); a session that finds none free waits in
+// line, for at most Config.PoolWait and its own context, and then fails
+// with a *PoolError, counted in
+// causallab_proxy_pool_acquire_failures_total{backend,reason}.
+//
+// One goroutine (run) owns the pool's state: the idle connections, the
+// number open and the line of waiters. Every I/O (dialling, the reset of a
+// returned connection, closing) happens outside it, in the borrower's
+// goroutine or one started for a dial, so the owner never blocks.
+//
+// A connection comes back through release: one the borrower broke is
+// discarded; one whose session state may have changed is reset
+// (COM_RESET_CONNECTION, then the proxy's own session set-up again) and
+// discarded if that fails; only one the borrower vouches for as unchanged
+// (poolClean) goes back as it is. Every discard is counted in
+// causallab_proxy_pool_discards_total{backend,reason}.
+//
+// The pool is health-aware: with a health function (a replica's, from the
+// position source), an acquisition while the node is unhealthy fails at
+// once (reason unhealthy) and the idle connections are closed, as they are
+// by a sweep every poolSweep while it stays unhealthy; a connection idle
+// for idleCheckAfter is peeked at before it is lent (the server may have
+// closed it: a killed node, wait_timeout) and discarded, the acquisition
+// going on, if so.
+type pool struct {
+	// node names the backend (metric label, errors).
+	node string
+	// size bounds the open connections; wait bounds an acquisition.
+	size int
+	wait time.Duration
+	// dial opens a new connection (dialBackend, bounded by
+	// connect_timeout); healthy, when not nil, is the node's health.
+	dial    func(context.Context) (*backendConn, error)
+	healthy func() bool
+	// setup is re-run on a connection after COM_RESET_CONNECTION (the
+	// session_track_gtids the proxy's relay relies on); resetBound bounds
+	// the reset and it.
+	setup      string
+	resetBound time.Duration
+	m          *poolMetrics
+
+	reqs    chan *poolReq
+	cancels chan *poolReq
+	puts    chan *backendConn // nil: a lent connection was discarded
+	dialed  chan poolGrant
+	done    chan struct{} // closed when run returns
+}
+
+// PoolFailure is why an acquisition failed (the metric's reason label).
+type PoolFailure string
+
+const (
+	// PoolWaitTimeout: no connection came free within Config.PoolWait.
+	PoolWaitTimeout PoolFailure = "wait-timeout"
+	// PoolCanceled: the borrower's context ended first.
+	PoolCanceled PoolFailure = "canceled"
+	// PoolUnhealthy: the node's position source reports it unhealthy.
+	PoolUnhealthy PoolFailure = "unhealthy"
+	// PoolDialFailed: the pool had room but opening a connection failed.
+	PoolDialFailed PoolFailure = "dial-failed"
+	// PoolClosed: the proxy is shutting down.
+	PoolClosed PoolFailure = "closed"
+)
+
+// PoolError is a failed acquisition of a pooled backend connection.
+type PoolError struct {
+	// Backend is the node's configured name.
+	Backend string
+	// Reason is why.
+	Reason PoolFailure
+	// Err is the cause of a dial failure or the context's error.
+	Err error
+}
+
+func (e *PoolError) Error() string {
+	msg := fmt.Sprintf("proxy: backend %s: no pooled connection: %s", e.Backend, e.Reason)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *PoolError) Unwrap() error { return e.Err }
+
+// poolState is what a borrower knows of a connection it gives back.
+type poolState int
+
+const (
+	// poolDirty: the session state may have changed (the default): the
+	// connection is reset before it is lent again.
+	poolDirty poolState = iota
+	// poolClean: nothing ran that changes session state (the server
+	// reported no state change): it goes back as it is.
+	poolClean
+)
+
+// Discard reasons (the metric's label).
+const (
+	discardBroken      = "broken"
+	discardResetFailed = "reset-failed"
+	discardIdleClosed  = "closed-while-idle"
+	discardUnhealthy   = "unhealthy"
+	discardPoolClosed  = "pool-closed"
+	// discardSession: the session closed a borrowed connection (a lost
+	// or replaced connection, COM_RESET_CONNECTION, the session's end).
+	discardSession = "closed-by-session"
+	// discardSchema: the connection had a schema and the borrower none.
+	discardSchema = "schema"
+)
+
+// poolSweep is how often an unhealthy node's idle connections are closed.
+const poolSweep = time.Second
+
+type poolReq struct {
+	reply chan poolGrant // buffered: the owner never blocks on it
+	ack   chan struct{}  // closed when a cancel was handled
+}
+
+type poolGrant struct {
+	bc  *backendConn
+	err error
+}
+
+// poolMetrics are the pools' series (one set per Server, by backend).
+type poolMetrics struct {
+	failures *prometheus.CounterVec
+	discards *prometheus.CounterVec
+	conns    *prometheus.GaugeVec
+	// pinned counts commands after which a session kept the pooled
+	// connections it held, by its first hold (Hold words).
+	pinned *prometheus.CounterVec
+}
+
+func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
+	m := &poolMetrics{
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_pool_acquire_failures_total", Help: "Failed acquisitions of a pooled backend connection, by backend and reason (wait-timeout, canceled, unhealthy, dial-failed, closed)."}, []string{"backend", "reason"}),
+		discards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema)."}, []string{"backend", "reason"}),
+		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled)."}, []string{"backend", "state"}),
+		pinned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: transaction, autocommit-off, temp-table, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements)."}, []string{"reason"}),
+	}
+	reg.MustRegister(m.failures, m.discards, m.conns, m.pinned)
+	return m
+}
+
+// poolConfig is what newPool needs.
+type poolConfig struct {
+	node       string
+	size       int
+	wait       time.Duration
+	dial       func(context.Context) (*backendConn, error)
+	healthy    func() bool
+	setup      string
+	resetBound time.Duration
+	m          *poolMetrics
+}
+
+// newPool starts a pool; it closes when ctx ends (the connections it
+// holds idle closed, waiters failed with PoolClosed).
+func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
+	if pc.size < 1 || pc.wait <= 0 || pc.dial == nil || pc.m == nil || pc.resetBound <= 0 {
+		return nil, fmt.Errorf("proxy: pool %s: bad configuration (size %d, wait %v, reset bound %v)", pc.node, pc.size, pc.wait, pc.resetBound)
+	}
+	p := &pool{node: pc.node, size: pc.size, wait: pc.wait, dial: pc.dial, healthy: pc.healthy,
+		setup: pc.setup, resetBound: pc.resetBound, m: pc.m,
+		reqs: make(chan *poolReq), cancels: make(chan *poolReq), puts: make(chan *backendConn),
+		dialed: make(chan poolGrant), done: make(chan struct{})}
+	go p.run(ctx)
+	return p, nil
+}
+
+// newBackendPool is the pool of b's connections under cfg: dialled as a
+// session's own are, without a default database or client flags (a
+// session that needs others is pinned), at most cfg.PoolSize.
+func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func() bool, allGTIDs bool, m *poolMetrics) (*pool, error) {
+	setup := "SET SESSION session_track_gtids = OWN_GTID"
+	if allGTIDs {
+		setup = "SET SESSION session_track_gtids = ALL_GTIDS"
+	}
+	var p *pool
+	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, healthy: healthy,
+		setup: setup, resetBound: cfg.ConnectTimeout, m: m,
+		dial: func(ctx context.Context) (*backendConn, error) {
+			bc, err := dialBackend(ctx, b, "", poolCollation, 0, cfg, healthy, allGTIDs)
+			if err == nil {
+				bc.home, bc.pooledCollation = p, poolCollation
+			}
+			return bc, err
+		}})
+	return p, err
+}
+
+// run is the owner of the pool's state.
+func (p *pool) run(ctx context.Context) {
+	defer close(p.done)
+	var (
+		idle    []*backendConn // most recently returned last
+		open    int            // idle + lent + dialling
+		waiters []*poolReq
+	)
+	sweep := time.NewTicker(poolSweep)
+	defer sweep.Stop()
+	gauge := func() {
+		p.m.conns.WithLabelValues(p.node, "idle").Set(float64(len(idle)))
+		p.m.conns.WithLabelValues(p.node, "open").Set(float64(open))
+	}
+	dropIdle := func(reason string) {
+		if len(idle) == 0 {
+			return
+		}
+		p.m.discards.WithLabelValues(p.node, reason).Add(float64(len(idle)))
+		open -= len(idle)
+		gone := idle
+		idle = nil
+		go func() {
+			for _, bc := range gone {
+				bc.home = nil
+				bc.close()
+			}
+		}()
+	}
+	startDial := func() {
+		open++
+		go func() {
+			bc, err := p.dial(ctx)
+			select {
+			case p.dialed <- poolGrant{bc: bc, err: err}:
+			case <-p.done:
+				if bc != nil {
+					bc.home = nil
+					bc.close()
+				}
+			}
+		}()
+	}
+	// supply hands bc to the first waiter, or keeps it idle.
+	supply := func(bc *backendConn) {
+		if len(waiters) > 0 {
+			w := waiters[0]
+			waiters = waiters[1:]
+			w.reply <- poolGrant{bc: bc}
+			return
+		}
+		idle = append(idle, bc)
+	}
+	// more starts dials for waiters no dial in flight will serve.
+	dialling := 0
+	more := func() {
+		for dialling < len(waiters) && open < p.size {
+			dialling++
+			startDial()
+		}
+	}
+	for {
+		gauge()
+		select {
+		case <-ctx.Done():
+			for _, w := range waiters {
+				w.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolClosed}}
+			}
+			dropIdle(discardPoolClosed)
+			// Dials in flight and lent connections are closed by their
+			// goroutines (p.done).
+			return
+		case r := <-p.reqs:
+			if p.healthy != nil && !p.healthy() {
+				dropIdle(discardUnhealthy)
+				r.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolUnhealthy}}
+				continue
+			}
+			if n := len(idle); n > 0 {
+				bc := idle[n-1]
+				idle = idle[:n-1]
+				r.reply <- poolGrant{bc: bc}
+				continue
+			}
+			waiters = append(waiters, r)
+			more()
+		case r := <-p.cancels:
+			for i, w := range waiters {
+				if w == r {
+					waiters = append(waiters[:i], waiters[i+1:]...)
+					break
+				}
+			}
+			close(r.ack)
+		case bc := <-p.puts:
+			if bc == nil {
+				open--
+				more()
+				continue
+			}
+			supply(bc)
+		case g := <-p.dialed:
+			dialling--
+			if g.err != nil {
+				open--
+				if len(waiters) > 0 {
+					// The oldest waiter learns of the failure now, not at
+					// its bound; the others get a dial of their own.
+					w := waiters[0]
+					waiters = waiters[1:]
+					w.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolDialFailed, Err: g.err}}
+				}
+				more()
+				continue
+			}
+			supply(g.bc)
+		case <-sweep.C:
+			if p.healthy != nil && !p.healthy() {
+				dropIdle(discardUnhealthy)
+			}
+		}
+	}
+}
+
+// acquire borrows a connection: an idle one, a new one while the pool has
+// room, or the next one returned, within Config.PoolWait and ctx.
+func (p *pool) acquire(ctx context.Context) (*backendConn, error) {
+	bound := time.NewTimer(p.wait)
+	defer bound.Stop()
+	for {
+		r := &poolReq{reply: make(chan poolGrant, 1), ack: make(chan struct{})}
+		select {
+		case p.reqs <- r:
+		case <-ctx.Done():
+			return nil, p.fail(PoolCanceled, ctx.Err())
+		case <-bound.C:
+			return nil, p.fail(PoolWaitTimeout, nil)
+		case <-p.done:
+			return nil, p.fail(PoolClosed, nil)
+		}
+		var g poolGrant
+		select {
+		case g = <-r.reply:
+		case <-bound.C:
+			p.withdraw(r)
+			return nil, p.fail(PoolWaitTimeout, nil)
+		case <-ctx.Done():
+			p.withdraw(r)
+			return nil, p.fail(PoolCanceled, ctx.Err())
+		case <-p.done:
+			// run answered every waiter before it returned.
+			g = <-r.reply
+		}
+		if g.err != nil {
+			var pe *PoolError
+			if errors.As(g.err, &pe) {
+				p.m.failures.WithLabelValues(p.node, string(pe.Reason)).Inc()
+			}
+			return nil, g.err
+		}
+		if g.bc.closedWhileIdle(time.Now()) {
+			p.discard(g.bc, discardIdleClosed)
+			continue
+		}
+		return g.bc, nil
+	}
+}
+
+// withdraw takes r out of the line; a connection granted meanwhile goes
+// back unused.
+func (p *pool) withdraw(r *poolReq) {
+	select {
+	case p.cancels <- r:
+		<-r.ack
+	case <-p.done:
+	}
+	select {
+	case g := <-r.reply:
+		if g.bc != nil {
+			p.put(g.bc)
+		}
+	default:
+	}
+}
+
+func (p *pool) fail(reason PoolFailure, err error) error {
+	p.m.failures.WithLabelValues(p.node, string(reason)).Inc()
+	return &PoolError{Backend: p.node, Reason: reason, Err: err}
+}
+
+// release gives bc back: discarded when broken or when its reset fails,
+// reset first unless state is poolClean.
+func (p *pool) release(bc *backendConn, state poolState) {
+	if bc.broken {
+		p.discard(bc, discardBroken)
+		return
+	}
+	if state != poolClean {
+		if err := p.reset(bc); err != nil {
+			p.discard(bc, discardResetFailed)
+			return
+		}
+	}
+	p.put(bc)
+}
+
+// put hands an unused or reset connection to the owner.
+func (p *pool) put(bc *backendConn) {
+	select {
+	case p.puts <- bc:
+	case <-p.done:
+		p.m.discards.WithLabelValues(p.node, discardPoolClosed).Inc()
+		bc.home = nil
+		bc.close()
+	}
+}
+
+// discard closes a lent connection and frees its place.
+func (p *pool) discard(bc *backendConn, reason string) {
+	p.m.discards.WithLabelValues(p.node, reason).Inc()
+	bc.home = nil
+	bc.close()
+	select {
+	case p.puts <- nil:
+	case <-p.done:
+	}
+}
+
+// reset runs COM_RESET_CONNECTION on bc and the proxy's session set-up
+// again, pipelined (both commands written, then both answers read: one
+// round trip), within resetBound; on any failure bc is marked broken.
+func (p *pool) reset(bc *backendConn) (err error) {
+	bc.dc.Limit(time.Now().Add(p.resetBound))
+	defer bc.dc.Limit(time.Time{})
+	defer func() {
+		if err != nil {
+			bc.broken = true
+		}
+	}()
+	c := bc.conn
+	bc.used = time.Now()
+	c.ResetSequence()
+	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_RESET_CONNECTION}); err != nil {
+		return err
+	}
+	if p.setup != "" {
+		c.ResetSequence()
+		if err := c.WritePacket(append([]byte{0, 0, 0, 0, mysql.COM_QUERY}, p.setup...)); err != nil {
+			return err
+		}
+	}
+	if err := readOK(bc, "COM_RESET_CONNECTION"); err != nil {
+		return err
+	}
+	if p.setup != "" {
+		c.Sequence = 1 // the set-up's answer follows the reset's
+		if err := readOK(bc, "the session set-up"); err != nil {
+			return err
+		}
+	}
+	bc.status = mysql.SERVER_STATUS_AUTOCOMMIT
+	bc.replayed = false
+	// COM_RESET_CONNECTION restores the handshake's character set (and
+	// keeps the schema).
+	bc.pooledCollation = poolCollation
+	return nil
+}
+
+// readOK reads one answer that must be an OK packet.
+func readOK(bc *backendConn, what string) error {
+	pkt, err := bc.conn.ReadPacket()
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER:
+		return bc.conn.HandleErrorPacket(pkt)
+	case len(pkt) == 0:
+		return fmt.Errorf("%s: empty answer", what)
+	case pkt[0] != mysql.OK_HEADER:
+		return fmt.Errorf("%s: unexpected packet 0x%02x", what, pkt[0])
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"errors"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/pingcap/tidb/pkg/parser/charset"
+)
+
+// Multiplexing (Config.Multiplex, docs/proxy.md "Multiplexing"): a session
+// borrows its backend connections from the shared pools (pool.go) when it
+// needs one and gives them back after each command when nothing pins them
+// to it.
+//
+// A session is pinned (keeps every connection it holds) while
+// sessionState.Shareable says no: an open transaction, autocommit off, a
+// temporary table, LOCK TABLES, a named lock, user variables, session
+// state the proxy cannot replay, an overflowing replay, prepared
+// statements. It never borrows at all (dials its own connections, as
+// without multiplexing) when its client asked for capabilities that change
+// what statements return (CLIENT_MULTI_STATEMENTS, CLIENT_FOUND_ROWS). A
+// borrowed connection is given the session's collation (SET NAMES) when
+// it has another.
+// Pooled connections are dialled without CLIENT_LOCAL_FILES: LOAD DATA
+// LOCAL INFILE on one is refused by the server itself. A borrowed connection gets the session's schema
+// and its session statements replayed; the primary's is always reset when
+// it goes back (COM_RESET_CONNECTION: LAST_INSERT_ID and the other values
+// a write leaves in the server's session go with it), a replica's only
+// when session statements were replayed on it.
+
+// poolCollation is the collation pooled connections are dialled with
+// (go-mysql's default, MySQL 8.0+'s utf8mb4 default).
+const poolCollation = mysql.DEFAULT_COLLATION_NAME
+
+// poolFor returns b's pool when the session borrows from it, nil when it
+// dials its own connection (multiplexing off, or the session's
+// capabilities or collation are not the pooled connections').
+func (s *session) poolFor(b *Backend) *pool {
+	if s.srv.pools == nil {
+		return nil
+	}
+	if s.state.flags&^mysql.CLIENT_LOCAL_FILES != 0 {
+		return nil
+	}
+	return s.srv.pools[b.Name]
+}
+
+// borrow lends the session a connection to b from p, with the session's
+// schema and session statements.
+func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
+	for {
+		bc, err := p.acquire(s.ctx)
+		if err != nil {
+			var pe *PoolError
+			if errors.As(err, &pe) && pe.Reason == PoolDialFailed {
+				s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
+			}
+			return nil, err
+		}
+		if bc.pooledDB != s.state.db {
+			if s.state.db == "" {
+				// No way to unset a schema on a connection: another.
+				p.discard(bc, discardSchema)
+				continue
+			}
+			if err := bc.conn.UseDB(s.state.db); err != nil {
+				p.release(bc, poolDirty)
+				return nil, backendErr(b, "replay", err)
+			}
+			bc.pooledDB = s.state.db
+		}
+		if col := s.state.collation; col != "" && col != bc.pooledCollation {
+			c, err := charset.GetCollationByName(col)
+			if err != nil {
+				p.release(bc, poolDirty)
+				return nil, backendErr(b, "replay", err)
+			}
+			if _, err := bc.exec("SET NAMES " + c.CharsetName + " COLLATE " + c.Name); err != nil {
+				p.release(bc, poolDirty)
+				return nil, backendErr(b, "replay", err)
+			}
+			bc.pooledCollation = c.Name
+		}
+		bc.replayed = len(s.state.replay) > 0
+		for _, q := range s.state.replay {
+			if _, err := bc.exec(q); err != nil {
+				p.release(bc, poolDirty)
+				s.srv.m.replayFailures.WithLabelValues(b.Name).Inc()
+				return nil, backendErr(b, "replay", err)
+			}
+		}
+		return bc, nil
+	}
+}
+
+// park gives the session's borrowed connections back after a command
+// unless the session is pinned (counted by reason). With final (the
+// session ends) they go back whatever holds them: the reset rolls back a
+// transaction, drops temporary tables and releases locks as MySQL does
+// when a client disconnects.
+func (s *session) park(final bool) {
+	if s.srv.pools == nil {
+		return
+	}
+	if !final {
+		if ok, why := s.state.Shareable(); !ok {
+			if s.holdsPooled() {
+				s.srv.pm.pinned.WithLabelValues(why.First().String()).Inc()
+			}
+			return
+		}
+	}
+	if bc := s.primary; bc != nil && bc.home != nil {
+		s.primary = nil
+		bc.home.release(bc, poolDirty)
+	}
+	for i, bc := range s.replicas {
+		if bc != nil && bc.home != nil {
+			s.replicas[i] = nil
+			state := poolClean
+			if bc.replayed || final {
+				state = poolDirty
+			}
+			bc.home.release(bc, state)
+		}
+	}
+	// The previous statement's connection is gone: its diagnostics
+	// (SHOW WARNINGS, FOUND_ROWS()) are not the session's any more.
+	s.state.last = nil
+}
+
+// holdsPooled reports whether the session holds a borrowed connection.
+func (s *session) holdsPooled() bool {
+	if s.primary != nil && s.primary.home != nil {
+		return true
+	}
+	for _, bc := range s.replicas {
+		if bc != nil && bc.home != nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,135 @@
+package proxy
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/compose/composetest"
+)
+
+// proxyConnsOn counts the primary's connections of the proxy's account
+// other than db's own and replication's.
+func proxyConnsOn(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+		WHERE USER = ? AND ID <> CONNECTION_ID() AND COMMAND NOT LIKE 'Binlog Dump%'`, topo.Primary().User).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestMultiplex: with multiplex on, eight client sessions writing and
+// reading their own rows at once share a primary pool of two connections
+// (counted on the server), each reads its own writes, and nothing one
+// session leaves on a connection reaches another (user variables,
+// LAST_INSERT_ID: reset with the connection); an open transaction pins
+// its session (counted) and is rolled back when the client goes.
+func TestMultiplex(t *testing.T) {
+	composetest.Need(t, topo)
+	admin := primaryDB(t, topo)
+	admin.SetMaxOpenConns(1)
+	s := startProxy(t, func(c *Config) {
+		c.Multiplex, c.PoolSize, c.PoolWait = true, 2, 30*time.Second
+		c.Policy = "token-ryw-mr"
+	})
+	db := openDB(t, s, "")
+	emptyTable(t, db, "ptest", "mux", "k INT PRIMARY KEY AUTO_INCREMENT, v INT")
+	// The proxy's own connections (its position poller) and the one
+	// pooled connection so far.
+	before := proxyConnsOn(t, admin)
+	if g := grepLines(metricText(t, s), `causallab_proxy_pool_connections{backend="primary",state="open"}`); !strings.HasSuffix(g, " 1") {
+		t.Fatalf("primary pool after one client: %q", g)
+	}
+	ctx := context.Background()
+	const sessions = 8
+	var conns []*sql.Conn
+	for range sessions {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, sessions)
+	for i, c := range conns {
+		wg.Go(func() {
+			for n := range 20 {
+				if _, err := c.ExecContext(ctx, "REPLACE INTO ptest.mux VALUES (?, ?)", 1000+i, n); err != nil {
+					errs <- err
+					return
+				}
+				var v int
+				if err := c.QueryRowContext(ctx, "SELECT v FROM ptest.mux WHERE k = ?", 1000+i).Scan(&v); err != nil || v != n {
+					errs <- fmt.Errorf("session %d: read %d after writing %d (%v)", i, v, n, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := proxyConnsOn(t, admin) - before; n > 1 { // the pool's second connection
+		rows, _ := admin.Query("SELECT ID, COMMAND, IFNULL(INFO,''), TIME FROM information_schema.PROCESSLIST")
+		for rows.Next() {
+			var id, tm int
+			var cmd, info string
+			rows.Scan(&id, &cmd, &info, &tm)
+			t.Logf("%d %s %q %d", id, cmd, info, tm)
+		}
+		rows.Close()
+		t.Fatalf("%d proxy connections on the primary beyond the first pooled one, with a pool of 2", n)
+	}
+
+	// A user variable (a session statement, replayed on each connection
+	// the session borrows) stays the session's: another does not see it.
+	a, b := conns[0], conns[1]
+	mustExec(t, a, "SET @mine = 'a'")
+	var v sql.NullString
+	if err := b.QueryRowContext(ctx, "SELECT @mine").Scan(&v); err != nil || v.Valid {
+		t.Fatalf("another session saw the user variable: %v %v", v, err)
+	}
+	if err := a.QueryRowContext(ctx, "SELECT @mine").Scan(&v); err != nil || v.String != "a" {
+		t.Fatalf("the pinned session lost its variable: %v %v", v, err)
+	}
+	// LAST_INSERT_ID does not travel with the connection.
+	if _, err := b.ExecContext(ctx, "INSERT INTO ptest.mux (v) VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := conns[2].QueryRowContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&id); err != nil || id != 0 {
+		t.Fatalf("another session's LAST_INSERT_ID: %d %v", id, err)
+	}
+	// A transaction pins; a client that leaves one open gets it rolled back.
+	tc := conns[3]
+	mustExec(t, tc, "BEGIN")
+	mustExec(t, tc, "INSERT INTO ptest.mux VALUES (5000, 1)")
+	if !strings.Contains(grepLines(metricText(t, s), "causallab_proxy_pool_pinned_total"), `reason="transaction"`) {
+		t.Fatalf("pin not counted:\n%s", grepLines(metricText(t, s), "causallab_proxy_pool"))
+	}
+	tc.Close()
+	var n int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := conns[4].QueryRowContext(ctx, "SELECT COUNT(*) FROM ptest.mux WHERE k = 5000").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an abandoned transaction's row became visible")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

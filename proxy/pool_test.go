@@ -1,0 +1,317 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/compose/composetest"
+)
+
+func TestPoolConfigValidate(t *testing.T) {
+	c := Config{Users: []User{{Name: "a"}}, Primary: Backend{Addr: "127.0.0.1:1"}}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.PoolSize != 64 || c.PoolWait != 2*time.Second {
+		t.Fatalf("pool defaults: size %d, wait %v", c.PoolSize, c.PoolWait)
+	}
+	for name, mod := range map[string]func(*Config){
+		"size <0":   func(c *Config) { c.PoolSize = -1 },
+		"size big":  func(c *Config) { c.PoolSize = 1 << 20 },
+		"wait <0":   func(c *Config) { c.PoolWait = -time.Second },
+		"wait 1us":  func(c *Config) { c.PoolWait = time.Microsecond },
+		"wait long": func(c *Config) { c.PoolWait = 2 * time.Hour },
+	} {
+		c := Config{Users: []User{{Name: "a"}}, Primary: Backend{Addr: "127.0.0.1:1"}}
+		mod(&c)
+		if err := c.validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := newPool(context.Background(), poolConfig{node: "x"}); err == nil {
+		t.Error("newPool accepted a zero configuration")
+	}
+}
+
+// testPool is a pool on node n of the shared topology, closed with the test.
+type testPool struct {
+	*pool
+	m      *poolMetrics
+	cancel context.CancelFunc
+}
+
+func newTestPool(t *testing.T, n compose.Node, size int, wait time.Duration, healthy func() bool) *testPool {
+	t.Helper()
+	cfg := Config{Users: []User{{Name: "app"}}, Primary: Backend{Addr: n.Addr()}, PoolSize: size, PoolWait: wait,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnectTimeout = 3 * time.Second
+	b := &Backend{Name: n.Name, Addr: n.Addr(), User: n.User, Password: n.Password}
+	m := newPoolMetrics(prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := newBackendPool(ctx, b, &cfg, healthy, false, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-p.done })
+	return &testPool{pool: p, m: m, cancel: cancel}
+}
+
+func (p *testPool) failures(r PoolFailure) float64 {
+	return testutil.ToFloat64(p.m.failures.WithLabelValues(p.node, string(r)))
+}
+
+func (p *testPool) discards(r string) float64 {
+	return testutil.ToFloat64(p.m.discards.WithLabelValues(p.node, r))
+}
+
+func mustAcquire(t *testing.T, p *testPool) *backendConn {
+	t.Helper()
+	bc, err := p.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bc
+}
+
+func wantPoolError(t *testing.T, err error, reason PoolFailure) {
+	t.Helper()
+	var pe *PoolError
+	if !errors.As(err, &pe) || pe.Reason != reason {
+		t.Fatalf("got %v, want a PoolError %s", err, reason)
+	}
+}
+
+func queryString(t *testing.T, bc *backendConn, q string) string {
+	t.Helper()
+	r, err := bc.exec(q)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	v, _ := r.GetString(0, 0)
+	return v
+}
+
+// TestPoolBoundResetAndReuse: the pool never opens more than its size; an
+// acquisition past it waits for its bound and fails typed and counted; a
+// returned connection is reused after COM_RESET_CONNECTION (the session's
+// variables are gone, the proxy's set-up is back), or as it is when clean.
+func TestPoolBoundResetAndReuse(t *testing.T) {
+	composetest.Need(t, topo)
+	p := newTestPool(t, topo.Primary(), 2, time.Minute, nil)
+	a, b := mustAcquire(t, p), mustAcquire(t, p)
+	if a.conn.GetConnectionID() == b.conn.GetConnectionID() {
+		t.Fatal("two acquisitions got one connection")
+	}
+	// Full: a short bound now (the dials above get a minute on a loaded
+	// machine; acquire reads the bound in the caller's goroutine).
+	p.wait = 50 * time.Millisecond
+	_, err := p.acquire(context.Background())
+	p.wait = time.Minute
+	wantPoolError(t, err, PoolWaitTimeout)
+	if n := p.failures(PoolWaitTimeout); n != 1 {
+		t.Fatalf("wait-timeout failures counted %v, want 1", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = p.acquire(ctx)
+	wantPoolError(t, err, PoolCanceled)
+
+	id := a.conn.GetConnectionID()
+	if _, err := a.exec("SET @pooled = 'kept', SESSION sql_mode = 'ANSI_QUOTES'"); err != nil {
+		t.Fatal(err)
+	}
+	p.release(a, poolDirty)
+	a = mustAcquire(t, p)
+	if got := a.conn.GetConnectionID(); got != id {
+		t.Fatalf("released connection %d not reused (got %d)", id, got)
+	}
+	if v := queryString(t, a, "SELECT IFNULL(@pooled, 'reset')"); v != "reset" {
+		t.Fatalf("user variable after the reset: %q", v)
+	}
+	if v := queryString(t, a, "SELECT @@SESSION.sql_mode"); v == "ANSI_QUOTES" {
+		t.Fatalf("sql_mode survived the reset")
+	}
+	if v := queryString(t, a, "SELECT @@SESSION.session_track_gtids"); v != "OWN_GTID" {
+		t.Fatalf("session_track_gtids after the reset: %q (the proxy's set-up not re-run)", v)
+	}
+	// Clean: no reset (the variable is still there).
+	if _, err := a.exec("SET @pooled = 'kept'"); err != nil {
+		t.Fatal(err)
+	}
+	p.release(a, poolClean)
+	a = mustAcquire(t, p)
+	if v := queryString(t, a, "SELECT IFNULL(@pooled, 'reset')"); v != "kept" {
+		t.Fatalf("a clean release was reset: %q", v)
+	}
+	// A broken connection is discarded; its place is free again.
+	a.broken = true
+	p.release(a, poolDirty)
+	if n := p.discards(discardBroken); n != 1 {
+		t.Fatalf("broken discards %v, want 1", n)
+	}
+	c := mustAcquire(t, p)
+	if c.conn.GetConnectionID() == id {
+		t.Fatal("a discarded connection was lent again")
+	}
+	p.release(b, poolDirty)
+	p.release(c, poolDirty)
+}
+
+// TestPoolWaiterServed: an acquisition that waits gets the connection
+// another session returns, in order of arrival.
+func TestPoolWaiterServed(t *testing.T) {
+	composetest.Need(t, topo)
+	p := newTestPool(t, topo.Primary(), 1, time.Minute, nil)
+	a := mustAcquire(t, p)
+	id := a.conn.GetConnectionID()
+	got := make(chan *backendConn)
+	go func() {
+		bc, err := p.acquire(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- bc
+	}()
+	// The waiter is in line once the pool's owner holds it (no timing:
+	// the release below serves it whether it queued first or not).
+	p.release(a, poolDirty)
+	b := <-got
+	if b == nil {
+		t.FailNow()
+	}
+	if b.conn.GetConnectionID() != id {
+		t.Fatalf("waiter got connection %d, want the returned %d", b.conn.GetConnectionID(), id)
+	}
+	p.release(b, poolClean)
+}
+
+// TestPoolResetFails: a connection the server ended while it was lent
+// fails its reset on release and is discarded, counted; the next
+// acquisition dials a new one.
+func TestPoolResetFails(t *testing.T) {
+	composetest.Need(t, topo)
+	p := newTestPool(t, topo.Primary(), 1, time.Minute, nil)
+	a := mustAcquire(t, p)
+	id := a.conn.GetConnectionID()
+	mustExec(t, primaryDB(t, topo), "KILL "+strconv.FormatUint(uint64(id), 10))
+	p.release(a, poolDirty)
+	if n := p.discards(discardResetFailed); n != 1 {
+		t.Fatalf("reset-failed discards %v, want 1", n)
+	}
+	b := mustAcquire(t, p)
+	if b.conn.GetConnectionID() == id {
+		t.Fatal("the killed connection was lent again")
+	}
+	if v := queryString(t, b, "SELECT 'alive'"); v != "alive" {
+		t.Fatalf("new connection: %q", v)
+	}
+	p.release(b, poolDirty)
+}
+
+// TestPoolNodeKilled: a replica is killed while connections sit idle in
+// its pool. Acquisitions find each one closed (peeked before it is lent),
+// discard it, then fail typed when the dial fails (dial-failed); with the
+// node's health reported down they fail at once (unhealthy) and the idle
+// connections are dropped; after the restart the pool serves again.
+func TestPoolNodeKilled(t *testing.T) {
+	composetest.Need(t, topo)
+	node := topo.Replicas()[len(topo.Replicas())-1]
+	var up atomic.Bool
+	up.Store(true)
+	p := newTestPool(t, node, 3, 10*time.Second, up.Load)
+	var held []*backendConn
+	for range 3 {
+		held = append(held, mustAcquire(t, p))
+	}
+	for _, bc := range held {
+		p.release(bc, poolClean)
+	}
+	ctx := context.Background()
+	if err := topo.Kill(ctx, node.Name); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = topo.Restart(context.WithoutCancel(ctx), node.Name)
+		}
+	}()
+	// The idle check peeks only at connections idle for idleCheckAfter.
+	time.Sleep(idleCheckAfter + 100*time.Millisecond)
+	_, err := p.acquire(ctx)
+	wantPoolError(t, err, PoolDialFailed)
+	if n := p.discards(discardIdleClosed); n != 3 {
+		t.Fatalf("closed-while-idle discards %v, want 3", n)
+	}
+	if n := p.failures(PoolDialFailed); n != 1 {
+		t.Fatalf("dial-failed failures %v, want 1", n)
+	}
+	up.Store(false)
+	_, err = p.acquire(ctx)
+	wantPoolError(t, err, PoolUnhealthy)
+
+	if err := topo.Restart(ctx, node.Name); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	up.Store(true)
+	bc := mustAcquire(t, p)
+	if v := queryString(t, bc, "SELECT 'back'"); v != "back" {
+		t.Fatalf("after the restart: %q", v)
+	}
+	// Unhealthy again with a connection idle: the acquisition fails and
+	// the idle connection is closed.
+	p.release(bc, poolClean)
+	up.Store(false)
+	_, err = p.acquire(ctx)
+	wantPoolError(t, err, PoolUnhealthy)
+	if n := p.discards(discardUnhealthy); n != 1 {
+		t.Fatalf("unhealthy discards %v, want 1", n)
+	}
+}
+
+// TestPoolClosed: once the pool's context ends, acquisitions fail with
+// PoolClosed and a connection returned late is closed, not kept.
+func TestPoolClosed(t *testing.T) {
+	composetest.Need(t, topo)
+	p := newTestPool(t, topo.Primary(), 2, time.Minute, nil)
+	a := mustAcquire(t, p)
+	id := a.conn.GetConnectionID()
+	p.cancel()
+	<-p.done
+	_, err := p.acquire(context.Background())
+	wantPoolError(t, err, PoolClosed)
+	p.release(a, poolClean)
+	if n := p.discards(discardPoolClosed); n != 1 {
+		t.Fatalf("pool-closed discards %v, want 1", n)
+	}
+	// The server sees the connection go.
+	db := primaryDB(t, topo)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connection %d still open on the server after the pool closed", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,337 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	rtmetrics "runtime/metrics"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/compose/composetest"
+	"github.com/causallab/causallab/router"
+)
+
+// TestScale is the scale harness (issue 19): CAUSALLAB_PROXY_SCALE_CLIENTS
+// (default 2,000) client connections through one in-process proxy, each a
+// lab session doing point reads and an occasional write, judged against
+// the lab's ground truth (read-your-writes, monotonic reads). The clients
+// run in a child process (TestScaleClients, the same test binary) so that
+// this process's heap is the proxy's. It reports:
+//
+//   - refusals: clients that could not connect (or finish their warm-up
+//     write and read) and statements that failed during the load;
+//   - read-your-writes and monotonic-reads violations (lab.Checker);
+//   - backend connections per node, counted on each server
+//     (information_schema.PROCESSLIST, the proxy's account; the
+//     topology runs with performance_schema off, minus what
+//     was open before the proxy started): with the clients idle and the
+//     highest seen during the load;
+//   - the proxy's live heap per idle client: (live heap with every client
+//     connected and idle - live heap with none) / clients, each read after
+//     a forced GC (runtime/metrics /gc/heap/live:bytes).
+//
+// It runs only with CAUSALLAB_PROXY_SCALE=1 (scripts/proxy-scale.sh):
+//
+//	CAUSALLAB_PROXY_SCALE=1 go test -count=1 -timeout 30m -run '^TestScale$' -v ./proxy/
+//
+// Knobs: CAUSALLAB_PROXY_SCALE_CLIENTS, _SECONDS (load, default 60), _QPS
+// (per client, default 1), _WRITE_EVERY (one statement in N is a write,
+// default 10), _POLICY (default token-ryw-mr), _WATERMARK (default
+// query: the sound one), _MAX_CONNECTIONS (each server's max_connections for the run;
+// default: the topology's, restored after), _HEAPPROFILE (a file: the
+// proxy's heap profile with the clients idle), _MULTIPLEX=1 (Config.Multiplex),
+// _POOL_SIZE, _POOL_WAIT (Config.PoolSize, PoolWait), _MAX_BACKEND (when set, the
+// test fails above that many backend connections on any node, or on any
+// refusal). Violations always fail it.
+func TestScale(t *testing.T) {
+	if os.Getenv("CAUSALLAB_PROXY_SCALE") != "1" {
+		t.Skip("scale run: set CAUSALLAB_PROXY_SCALE=1 (scripts/proxy-scale.sh)")
+	}
+	composetest.Need(t, topo)
+	clients := envInt(t, "CAUSALLAB_PROXY_SCALE_CLIENTS", 2000)
+	seconds := envInt(t, "CAUSALLAB_PROXY_SCALE_SECONDS", 60)
+	policy := envStr("CAUSALLAB_PROXY_SCALE_POLICY", router.PolicyTokenRYWMR.String())
+	wm := envStr("CAUSALLAB_PROXY_SCALE_WATERMARK", "query")
+	ctx := context.Background()
+
+	nodes := scaleNodes(t)
+	if v := os.Getenv("CAUSALLAB_PROXY_SCALE_MAX_CONNECTIONS"); v != "" {
+		n := envInt(t, "CAUSALLAB_PROXY_SCALE_MAX_CONNECTIONS", 0)
+		for _, nd := range nodes {
+			var old int
+			if err := nd.db.QueryRowContext(ctx, "SELECT @@GLOBAL.max_connections").Scan(&old); err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, nd.db, "SET GLOBAL max_connections = "+strconv.Itoa(n))
+			t.Cleanup(func() { _, _ = nd.db.Exec("SET GLOBAL max_connections = " + strconv.Itoa(old)) })
+		}
+	}
+	maxConns := map[string]int{}
+	base := map[string]int{}
+	for _, nd := range nodes {
+		var mc int
+		if err := nd.db.QueryRowContext(ctx, "SELECT @@GLOBAL.max_connections").Scan(&mc); err != nil {
+			t.Fatal(err)
+		}
+		maxConns[nd.name] = mc
+		base[nd.name] = mustCount(t, nd)
+	}
+
+	s := startProxy(t, func(c *Config) {
+		c.AuthMethod, c.Policy, c.WatermarkSource = "mysql_native_password", policy, wm
+		c.MaxConnections = clients + 64
+		c.Multiplex = os.Getenv("CAUSALLAB_PROXY_SCALE_MULTIPLEX") == "1"
+		if v := os.Getenv("CAUSALLAB_PROXY_SCALE_POOL_SIZE"); v != "" {
+			c.PoolSize = envInt(t, "CAUSALLAB_PROXY_SCALE_POOL_SIZE", 64)
+		}
+		if v := os.Getenv("CAUSALLAB_PROXY_SCALE_POOL_WAIT"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatalf("CAUSALLAB_PROXY_SCALE_POOL_WAIT=%q: %v", v, err)
+			}
+			c.PoolWait = d
+		}
+	})
+	heap0, gor0 := proxyHeap()
+
+	child := exec.Command(os.Args[0], "-test.run=^TestScaleClients$", "-test.short", "-test.count=1", "-test.v", "-test.timeout=0")
+	child.Env = append(os.Environ(), "CAUSALLAB_SCALE_CHILD=1", "CAUSALLAB_SCALE_ADDR="+s.Addr(),
+		"CAUSALLAB_SCALE_CLIENTS="+strconv.Itoa(clients), "CAUSALLAB_SCALE_SECONDS="+strconv.Itoa(seconds),
+		"CAUSALLAB_SCALE_QPS="+envStr("CAUSALLAB_PROXY_SCALE_QPS", "1"),
+		"CAUSALLAB_SCALE_WRITE_EVERY="+envStr("CAUSALLAB_PROXY_SCALE_WRITE_EVERY", "10"))
+	child.Stderr = os.Stderr
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	defer func() {
+		if !killed {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		}
+	}()
+	lines := make(chan string)
+	var childOut strings.Builder
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			l := sc.Text()
+			if strings.HasPrefix(l, "SCALE ") {
+				lines <- strings.TrimPrefix(l, "SCALE ")
+			} else {
+				childOut.WriteString(l + "\n")
+			}
+		}
+	}()
+	next := func(kind string, v any) {
+		t.Helper()
+		l, ok := <-lines
+		if !ok {
+			_ = child.Wait()
+			killed = true
+			t.Fatalf("the client process ended before its %q report:\n%s", kind, childOut.String())
+		}
+		rest, found := strings.CutPrefix(l, kind+" ")
+		if !found {
+			t.Fatalf("client process: want a %q report, got %q", kind, l)
+		}
+		if err := json.Unmarshal([]byte(rest), v); err != nil {
+			t.Fatalf("client process %q report: %v", kind, err)
+		}
+	}
+
+	var idle struct {
+		Connected int            `json:"connected"`
+		Refused   int            `json:"refused"`
+		Errors    map[string]int `json:"errors"`
+		FirstErr  string         `json:"first_error"`
+	}
+	next("idle", &idle)
+	heap1, gor1 := proxyHeap()
+	idleBackends := map[string]int{}
+	for _, nd := range nodes {
+		idleBackends[nd.name] = mustCount(t, nd) - base[nd.name]
+	}
+	if f := os.Getenv("CAUSALLAB_PROXY_SCALE_HEAPPROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.Lookup("heap").WriteTo(out, 0); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+	}
+	perClient := 0.0
+	if idle.Connected > 0 {
+		perClient = float64(int64(heap1)-int64(heap0)) / float64(idle.Connected)
+	}
+	t.Logf("idle: %d of %d clients connected, %d refused %v (first: %s)", idle.Connected, clients, idle.Refused, idle.Errors, idle.FirstErr)
+	t.Logf("idle: proxy live heap %.1f MiB -> %.1f MiB: %.1f KiB per idle client; goroutines %d -> %d (%.2f per client)",
+		mib(heap0), mib(heap1), perClient/1024, gor0, gor1, float64(gor1-gor0)/float64(max(idle.Connected, 1)))
+	t.Logf("idle: backend connections per node (from the servers): %v; max_connections %v", idleBackends, maxConns)
+
+	// The load: sample the servers' counts while it runs.
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	peak := map[string]int{}
+	var peakMu sync.Mutex
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		for {
+			for _, nd := range nodes {
+				n, err := backendCount(nd)
+				if err != nil {
+					t.Log(err) // a loaded server: the peak is a lower bound
+					continue
+				}
+				n -= base[nd.name]
+				peakMu.Lock()
+				peak[nd.name] = max(peak[nd.name], n)
+				peakMu.Unlock()
+			}
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	var done struct {
+		Tally struct {
+			Reads     int64                     `json:"Reads"`
+			ByOutcome [router.NumOutcomes]int64 `json:"ByOutcome"`
+			RYW       int64                     `json:"RYW"`
+			MR        int64                     `json:"MR"`
+		} `json:"tally"`
+		Writes      int64          `json:"writes"`
+		WriteErrors int64          `json:"write_errors"`
+		ReadErrors  int64          `json:"read_errors"`
+		Reconnects  int64          `json:"reconnects"`
+		Refused     int64          `json:"refused"`
+		Errors      map[string]int `json:"errors"`
+		FirstErr    string         `json:"first_error"`
+		Seconds     float64        `json:"seconds"`
+		Violations  []string       `json:"violations"`
+	}
+	next("done", &done)
+	stopSampling()
+	sampler.Wait()
+	if err := child.Wait(); err != nil {
+		t.Errorf("client process: %v\n%s", err, childOut.String())
+	}
+	killed = true
+	served := done.Tally.ByOutcome[router.OutProxied]
+	t.Logf("load: %.0f s, %d reads (%d served, %.0f/s), %d writes; read errors %d, write errors %d, reconnects %d, refused reconnects %d %v (first: %s)",
+		done.Seconds, done.Tally.Reads, served, float64(served)/done.Seconds, done.Writes, done.ReadErrors, done.WriteErrors, done.Reconnects, done.Refused, done.Errors, done.FirstErr)
+	t.Logf("load: violations: read-your-writes %d, monotonic reads %d", done.Tally.RYW, done.Tally.MR)
+	for _, v := range done.Violations {
+		t.Logf("load: violation: %s", v)
+	}
+	t.Logf("load: peak backend connections per node (from the servers): %v", peak)
+	t.Logf("%s", grepLines(metricText(t, s), "causallab_proxy_connections_total", "causallab_proxy_backend_errors_total", "causallab_proxy_pool_"))
+	t.Logf("machine load: %s", loadavg())
+	if done.Tally.RYW > 0 || done.Tally.MR > 0 {
+		t.Errorf("violations: %d read-your-writes, %d monotonic reads", done.Tally.RYW, done.Tally.MR)
+	}
+	if served == 0 {
+		t.Errorf("no read was served")
+	}
+	if os.Getenv("CAUSALLAB_PROXY_SCALE_MAX_BACKEND") != "" {
+		limit := envInt(t, "CAUSALLAB_PROXY_SCALE_MAX_BACKEND", 64)
+		for n, c := range peak {
+			if c > limit || idleBackends[n] > limit {
+				t.Errorf("node %s: %d backend connections idle, %d at peak (limit %d)", n, idleBackends[n], c, limit)
+			}
+		}
+		if refused := int64(idle.Refused) + done.Refused + done.ReadErrors + done.WriteErrors; refused > 0 {
+			t.Errorf("%d refusals or failed statements", refused)
+		}
+	}
+}
+
+func envStr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// proxyHeap forces two collections and returns the live heap and the
+// goroutine count.
+func proxyHeap() (uint64, int) {
+	runtime.GC()
+	runtime.GC()
+	s := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	rtmetrics.Read(s)
+	return s[0].Value.Uint64(), runtime.NumGoroutine()
+}
+
+// scaleNode is one server the harness counts connections on.
+type scaleNode struct {
+	name, user string
+	db         *sql.DB
+}
+
+func scaleNodes(t *testing.T) []scaleNode {
+	t.Helper()
+	var out []scaleNode
+	for _, n := range topo.Nodes() {
+		db, err := sql.Open("mysql", n.User+":"+n.Password+"@tcp("+n.Addr()+")/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { db.Close() })
+		out = append(out, scaleNode{name: n.Name, user: n.User, db: db})
+	}
+	return out
+}
+
+// backendCount is the number of client connections of the proxy's
+// account open on the server, its own and replication's left out.
+func backendCount(n scaleNode) (int, error) {
+	var c int
+	err := n.db.QueryRow(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+		WHERE USER = ? AND ID <> CONNECTION_ID() AND COMMAND NOT LIKE 'Binlog Dump%'`, n.user).Scan(&c)
+	if err != nil {
+		return 0, fmt.Errorf("%s: counting connections: %w", n.name, err)
+	}
+	return c, nil
+}
+
+func mustCount(t *testing.T, n scaleNode) int {
+	t.Helper()
+	c, err := backendCount(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
