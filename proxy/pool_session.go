@@ -75,7 +75,7 @@ func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 				p.release(bc, poolDirty)
 				return nil, backendErr(b, "replay", err)
 			}
-			if _, err := bc.exec("SET NAMES " + c.CharsetName + " COLLATE " + c.Name); err != nil {
+			if _, err := bc.exec(s.ctx, "SET NAMES " + c.CharsetName + " COLLATE " + c.Name); err != nil {
 				p.release(bc, poolDirty)
 				return nil, backendErr(b, "replay", err)
 			}
@@ -83,7 +83,7 @@ func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 		}
 		bc.replayed = len(s.state.replay) > 0
 		for _, q := range s.state.replay {
-			if _, err := bc.exec(q); err != nil {
+			if _, err := bc.exec(s.ctx, q); err != nil {
 				p.release(bc, poolDirty)
 				s.srv.m.replayFailures.WithLabelValues(b.Name).Inc()
 				return nil, backendErr(b, "replay", err)

@@ -96,7 +96,7 @@ func wantPoolError(t *testing.T, err error, reason PoolFailure) {
 
 func queryString(t *testing.T, bc *backendConn, q string) string {
 	t.Helper()
-	r, err := bc.exec(q)
+	r, err := bc.exec(t.Context(), q)
 	if err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
@@ -130,7 +130,7 @@ func TestPoolBoundResetAndReuse(t *testing.T) {
 	wantPoolError(t, err, PoolCanceled)
 
 	id := a.conn.GetConnectionID()
-	if _, err := a.exec("SET @pooled = 'kept', SESSION sql_mode = 'ANSI_QUOTES'"); err != nil {
+	if _, err := a.exec(t.Context(), "SET @pooled = 'kept', SESSION sql_mode = 'ANSI_QUOTES'"); err != nil {
 		t.Fatal(err)
 	}
 	p.release(a, poolDirty)
@@ -148,7 +148,7 @@ func TestPoolBoundResetAndReuse(t *testing.T) {
 		t.Fatalf("session_track_gtids after the reset: %q (the proxy's set-up not re-run)", v)
 	}
 	// Clean: no reset (the variable is still there).
-	if _, err := a.exec("SET @pooled = 'kept'"); err != nil {
+	if _, err := a.exec(t.Context(), "SET @pooled = 'kept'"); err != nil {
 		t.Fatal(err)
 	}
 	p.release(a, poolClean)
