@@ -114,7 +114,7 @@ func TestMultiplex(t *testing.T) {
 	tc := conns[3]
 	mustExec(t, tc, "BEGIN")
 	mustExec(t, tc, "INSERT INTO ptest.mux VALUES (5000, 1)")
-	if !strings.Contains(grepLines(metricText(t, s), "causallab_proxy_pool_pinned_total"), `reason="transaction"`) {
+	if !strings.Contains(grepLines(metricText(t, s), "causallab_proxy_pool_pinned_total"), `reason="in-transaction"`) {
 		t.Fatalf("pin not counted:\n%s", grepLines(metricText(t, s), "causallab_proxy_pool"))
 	}
 	tc.Close()
