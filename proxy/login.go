@@ -64,14 +64,20 @@ func (h *loginHandler) OnAuthSuccess(c *server.Conn) error {
 func (h *loginHandler) OnAuthFailure(*server.Conn, error) {}
 
 // loginError is the client's answer when the session's primary connection
-// failed at login: the backend's own code and SQLSTATE when the server
-// refused (too many connections, the proxy's account refused), else
+// failed at login: the backend's own code and SQLSTATE (the code's
+// standard one when the server sent none) when the server refused (too many connections, the proxy's account refused), else
 // CR_CONN_HOST_ERROR (2003), as MySQL Router answers an unreachable
 // server. The text never holds the backend account's credentials.
 func loginError(err error) *mysql.MyError {
 	var be *BackendError
 	if errors.As(err, &be) && be.Code != 0 {
-		return &mysql.MyError{Code: be.Code, State: be.State, Message: "causallab proxy: " + be.Error()}
+		// A refusal before the greeting (1040) carries no SQLSTATE: the
+		// code's own, as MySQL names it (go-mysql's table, else HY000).
+		me := mysql.NewError(be.Code, "causallab proxy: "+be.Error())
+		if be.State != "" {
+			me.State = be.State
+		}
+		return me
 	}
 	return mysql.NewError(2003, "causallab proxy: cannot connect to the primary: "+err.Error())
 }

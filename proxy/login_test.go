@@ -156,6 +156,9 @@ func TestLoginBackendFailureIsTheAnswer(t *testing.T) {
 	if me.Number != mysql.ER_CON_COUNT_ERROR || !strings.Contains(me.Message, "Too many connections") {
 		t.Fatalf("backend at max_connections: %d %s, want 1040", me.Number, me.Message)
 	}
+	if got := string(me.SQLState[:]); got != mysql.MySQLState[mysql.ER_CON_COUNT_ERROR] {
+		t.Errorf("backend at max_connections: SQLSTATE %q, want %q (before, empty: the client printed %q)", got, mysql.MySQLState[mysql.ER_CON_COUNT_ERROR], "causa")
+	}
 	// The account refused.
 	mustExec(t, admin, "ALTER USER 'plimited'@'%' IDENTIFIED BY 'changed'")
 	me = try()
