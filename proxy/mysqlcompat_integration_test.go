@@ -546,3 +546,71 @@ func TestReplicaRefusingSessionIsNotANodeFault(t *testing.T) {
 		t.Fatalf("the fallback to the primary was not counted:\n%s", grepLines(m, "primary_statements_total"))
 	}
 }
+
+// TestReplicaRefusingSessionInWait: the same refusal met when a token-wait
+// read's wait opens the replica connection (the replica lacks the
+// session's token, so the router waits there first) ends the read's
+// routing as the session's error, not the node's: the read is served by
+// the primary, counted, and no replica is marked down. Before, the
+// router held the replica down for a second for every session.
+func TestReplicaRefusingSessionInWait(t *testing.T) {
+	s := startProxy(t, func(c *Config) { c.Policy = "token-wait" })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := openDB(t, s, "")
+	db.SetMaxOpenConns(1)
+	emptyTable(t, db, "prefwait", "c", "id INT PRIMARY KEY, n INT")
+	mustExec(t, db, "INSERT INTO prefwait.c VALUES (1, 0)")
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p := topo.Primary()
+	direct, err := sql.Open("mysql", p.User+":"+p.Password+"@tcp("+p.Addr()+")/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	dc, err := direct.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, dc, "SET SESSION sql_log_bin = 0")
+	mustExec(t, dc, "CREATE DATABASE IF NOT EXISTS ponlyprimaryw")
+	mustExec(t, dc, "CREATE TABLE IF NOT EXISTS ponlyprimaryw.t (a INT)")
+	defer func() {
+		_, _ = dc.ExecContext(context.Background(), "DROP DATABASE IF EXISTS ponlyprimaryw")
+		dc.Close()
+	}()
+	for _, r := range topo.Replicas() {
+		if err := topo.StopApplier(ctx, r.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, r := range topo.Replicas() {
+			if err := topo.StartApplier(ctx, r.Name); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+			t.Error(err)
+		}
+	}()
+	// A write the replicas do not apply: the session's token is ahead of
+	// both, so the read waits on a replica first.
+	mustExec(t, db, "UPDATE prefwait.c SET n = 1 WHERE id = 1")
+	mustExec(t, db, "USE ponlyprimaryw")
+	for i := range 3 {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM t").Scan(&n); err != nil {
+			t.Fatalf("read %d in a database only the primary has, token ahead of the replicas: %v", i, err)
+		}
+	}
+	m := metricText(t, s)
+	if e := grepLines(m, "causallab_router_node_errors_total{"); e != "" {
+		t.Fatalf("a replica refusing the session's database in a wait was counted as a node error:\n%s", e)
+	}
+	if !strings.Contains(m, `causallab_proxy_primary_statements_total{reason="replica-refused-session"}`) {
+		t.Fatalf("the fallback to the primary was not counted:\n%s", grepLines(m, "primary_statements_total"))
+	}
+}

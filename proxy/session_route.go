@@ -203,7 +203,9 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne rel
 		s.srv.m.clientErrors.WithLabelValues("watermark-read-failed").Inc()
 		s.cc.Close()
 		return done(), nil
-	case run.sessionRefused && o.Pin == "":
+	case (run.sessionRefused || errors.As(err, new(*sessionRefusedError))) && o.Pin == "":
+		// (The second: the replica refused the session's state when the
+		// wait opened the connection, before any run.)
 		// Nothing reached the client: run it where the session's state
 		// is, once (counted by the router as pinned, session-state).
 		s.srv.m.primaryReasons.WithLabelValues("replica-refused-session").Inc()

@@ -69,7 +69,9 @@ type ReadOptions[P gtid.Position[P]] struct {
 type RunFunc[P gtid.Position[P]] func(ctx context.Context, t Target) (observed P, err error)
 
 // WaitFunc waits up to budget for t.Node to contain need (see
-// ReadOptions.Wait).
+// ReadOptions.Wait). An error marks the node down and the read is decided
+// again, except a *RunError without NodeFailed: the caller's, which ends
+// the read with its Err (no hold-down).
 type WaitFunc[P gtid.Position[P]] func(ctx context.Context, t Target, need P, budget time.Duration) (ok bool, err error)
 
 // RunError is an error from a RunFunc with explicit instructions.
@@ -199,6 +201,16 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 				return nil, ctx.Err()
 			}
 			if werr != nil {
+				var re *RunError
+				if errors.As(werr, &re) && !re.NodeFailed {
+					// The caller's verdict on the wait (a WaitFunc that
+					// could not start it for a reason of the caller's,
+					// such as a replica refusing the caller's session
+					// state): not a node fault, no hold-down; the read
+					// ends with its error, counted as the caller's.
+					count(router.OutError, "caller")
+					return nil, re.Err
+				}
 				r.markDown(ctx, t.Node, werr)
 			}
 			if ok && r.cfg.Wait == WaitGTIDFunction {

@@ -181,6 +181,27 @@ func TestQueryFunc(t *testing.T) {
 					t.Errorf("Waited = %v", rd.Waited)
 				}
 			}},
+		{name: "wait refused by the caller: read ends, node stays up", policy: router.PolicyTokenWait, token: uA + ":8",
+			src: func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-7"); s.pos["r2"] = set(t, uA+":1-5") },
+			opts: func(t *testing.T) ReadOptions[gtid.Set] {
+				return ReadOptions[gtid.Set]{Wait: func(context.Context, Target, gtid.Set, time.Duration) (bool, error) {
+					return false, &RunError{Err: io.ErrClosedPipe}
+				}}
+			},
+			wantErr: io.ErrClosedPipe,
+			check: func(t *testing.T, r *Router[gtid.Set], _ *LiveSession[gtid.Set], _ *Read[gtid.Set]) {
+				if n := testutil.ToFloat64(r.m.reads.WithLabelValues("token-wait", "error", "caller")); n != 1 {
+					t.Errorf("caller errors = %v, want 1", n)
+				}
+			}},
+		{name: "wait failed on the node: marked down, decided again", policy: router.PolicyTokenWait, token: uA + ":8",
+			src: func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-7"); s.pos["r2"] = set(t, uA+":1-5") },
+			opts: func(t *testing.T) ReadOptions[gtid.Set] {
+				return ReadOptions[gtid.Set]{Wait: func(_ context.Context, tg Target, _ gtid.Set, _ time.Duration) (bool, error) {
+					return false, &RunError{Err: io.ErrUnexpectedEOF, NodeFailed: true}
+				}}
+			},
+			want: []string{"p"}, wantOut: router.OutPrimary, wantDown: []string{"r1", "r2"}},
 		{name: "cap fail-fast: run not called", policy: router.PolicyTokenRYW, token: uA + ":8",
 			cfg:  func(c *Config[gtid.Set]) { c.Cap = router.Cap{PerSecond: 1, Burst: 1, Behavior: router.CapFailFast} },
 			src:  func(s *staticSource) { s.pos["r1"] = set(t, uA+":1-5") },
