@@ -75,7 +75,7 @@ func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 				p.release(bc, poolDirty)
 				return nil, backendErr(b, "replay", err)
 			}
-			if _, err := bc.exec(s.ctx, "SET NAMES " + c.CharsetName + " COLLATE " + c.Name); err != nil {
+			if _, err := bc.exec(s.ctx, "SET NAMES "+c.CharsetName+" COLLATE "+c.Name); err != nil {
 				p.release(bc, poolDirty)
 				return nil, backendErr(b, "replay", err)
 			}
