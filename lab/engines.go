@@ -698,7 +698,8 @@ type efPG struct {
 func newEFPG(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology, pol router.Policy, table string, bg *sync.WaitGroup) (*efPG, error) {
 	p, reps, all := efNodes(topo)
 	u := topo.Primary()
-	pl, err := live.NewPGPoller(live.PollerConfig[gtid.PGLSN]{Nodes: all, User: u.User, Password: u.Password, Interval: cfg.PollInterval, Logger: cfg.Logger}, "")
+	pl, err := live.NewPGPoller(live.PollerConfig[gtid.PGLSN]{Nodes: all, User: u.User, Password: u.Password, Interval: cfg.PollInterval,
+		Primary: p.Name, Logger: cfg.Logger}, "")
 	if err != nil {
 		return nil, err
 	}

@@ -83,6 +83,17 @@ const pgExecutedQuery = "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_
 // ExecutedQuery implements Flavor.
 func (Postgres) ExecutedQuery() string { return pgExecutedQuery }
 
+// pgStandbyQuery reads a standby's replay position: once the node is
+// promoted it stays where recovery ended (PostgreSQL's documentation of
+// pg_last_wal_replay_lsn()), so a promotion the router has not been told
+// of never shows as the new timeline's position.
+const pgStandbyQuery = "SELECT pg_last_wal_replay_lsn()::text"
+
+// StandbyQuery implements StandbyQuerier.
+func (Postgres) StandbyQuery() string { return pgStandbyQuery }
+
+var _ StandbyQuerier = Postgres{}
+
 // ParseExecuted implements Flavor. A standby that has replayed nothing
 // yet answers NULL, which pgx reads as "": the zero LSN.
 func (Postgres) ParseExecuted(text string) (gtid.PGLSN, error) {

@@ -216,6 +216,11 @@ func (r *PGRouter) Failover(ctx context.Context, primary Node, replicas []Node, 
 // retargetPositions points a source that follows the primary at the new
 // one.
 func (r *PGRouter) retargetPositions(primary Node) error {
+	if ps, ok := r.cfg.Positions.(primarySetter); ok {
+		if err := ps.SetPrimary(primary.Name); err != nil {
+			return fmt.Errorf("router: failover: tell the position source the primary: %w", err)
+		}
+	}
 	if rs, ok := r.cfg.Positions.(pgRetargeter); ok {
 		if err := rs.RetargetPrimary(primary.Addr); err != nil {
 			return fmt.Errorf("router: failover: retarget the position source: %w", err)
@@ -536,6 +541,26 @@ var (
 	_ pgRetargeter               = (*PGPositionSource)(nil)
 )
 
+// primarySetter is a position source that polls the primary and the
+// standbys differently (Poller with a StandbyQuerier flavor).
+type primarySetter interface {
+	SetPrimary(name string) error
+}
+
+var (
+	_ primarySetter = (*Poller[gtid.PGLSN])(nil)
+	_ primarySetter = (*PGPositionSource)(nil)
+)
+
+// SetPrimary tells the source's poller, if it has one, which node is the
+// primary (PollerConfig.Primary).
+func (s *PGPositionSource) SetPrimary(name string) error {
+	if s.poller == nil {
+		return nil
+	}
+	return s.poller.SetPrimary(name)
+}
+
 // pgRetargeter is a position source that must follow the primary across
 // a failover (PGRouter.Failover and FailoverAt tell it).
 type pgRetargeter interface {
@@ -557,7 +582,7 @@ func NewPGPositions(cfg PGPositionsConfig) (*PGPositionSource, error) {
 			nodes = cfg.Replicas
 		}
 		pl, err := NewPGPoller(PollerConfig[gtid.PGLSN]{Nodes: nodes, User: cfg.User, Password: cfg.Password, Interval: cfg.Interval,
-			DialTimeout: cfg.DialTimeout, Logger: cfg.Logger}, cfg.Database)
+			DialTimeout: cfg.DialTimeout, Primary: cfg.Primary.Name, Logger: cfg.Logger}, cfg.Database)
 		if err != nil {
 			return nil, err
 		}

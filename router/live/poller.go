@@ -58,6 +58,14 @@ type PollerConfig[P gtid.Position[P]] struct {
 	// node behind a partition that drops packets is polled afresh once it
 	// answers, not after TCP gives up. Default DownAfter; at most 1m.
 	PollTimeout time.Duration
+	// Primary names the node the router writes to. With a flavor that has
+	// a standby query (StandbyQuerier: PostgreSQL), every other node is
+	// polled with it, so a standby promoted before the router is told
+	// (Router/PGRouter Failover calls SetPrimary) keeps reporting what it
+	// replayed, never the new timeline's position, which can pass a lost
+	// write's LSN. Need not be one of Nodes (a poller of standbys only).
+	// "": every node is polled with Flavor.ExecutedQuery.
+	Primary string
 	// Logger receives state changes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -130,6 +138,34 @@ type Poller[P gtid.Position[P]] struct {
 	errs   atomic.Uint64
 	// overran counts polls cut by PollTimeout (also counted in errs).
 	overran atomic.Uint64
+	// primary is the node polled as the primary (PollerConfig.Primary,
+	// SetPrimary).
+	primary atomic.Pointer[string]
+}
+
+// StandbyQuerier is a Flavor with a query for nodes the router treats as
+// standbys: their replay position only, which stays where recovery ended
+// once the node is promoted (PostgreSQL's pg_last_wal_replay_lsn()).
+type StandbyQuerier interface {
+	StandbyQuery() string
+}
+
+// SetPrimary makes name the node polled as the primary (see
+// PollerConfig.Primary); the routers' Failover calls it.
+func (p *Poller[P]) SetPrimary(name string) error {
+	p.primary.Store(&name)
+	return nil
+}
+
+// query is the poll query for node: the flavor's standby query for a node
+// other than the primary, when the flavor has one and a primary is set.
+func (p *Poller[P]) query(node string) string {
+	if sq, ok := any(p.cfg.Flavor).(StandbyQuerier); ok {
+		if prim := p.primary.Load(); prim != nil && *prim != "" && *prim != node {
+			return sq.StandbyQuery()
+		}
+	}
+	return p.cfg.Flavor.ExecutedQuery()
 }
 
 // NewPoller validates cfg. Call Run to start polling.
@@ -169,6 +205,8 @@ func (m mysqlValueConn) Close() error { return m.c.Close() }
 // opens.
 func newPoller[P gtid.Position[P]](cfg PollerConfig[P], dial dialValue) *Poller[P] {
 	p := &Poller[P]{cfg: cfg, dial: dial, states: map[string]*atomic.Pointer[pollState[P]]{}}
+	prim := cfg.Primary
+	p.primary.Store(&prim)
 	for _, n := range cfg.Nodes {
 		ptr := &atomic.Pointer[pollState[P]]{}
 		ptr.Store(&pollState[P]{changed: make(chan struct{})})
@@ -207,7 +245,7 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 			var text string
 			var pos P
 			pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
-			text, err = c.ReadValue(pctx, p.cfg.Flavor.ExecutedQuery())
+			text, err = c.ReadValue(pctx, p.query(n.Name))
 			cancel()
 			if err == nil {
 				pos, err = p.cfg.Flavor.ParseExecuted(text)

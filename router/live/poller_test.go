@@ -94,3 +94,80 @@ func TestPollTimeoutValidated(t *testing.T) {
 		t.Errorf("default poll timeout %v, want DownAfter %v", cfg.PollTimeout, cfg.DownAfter)
 	}
 }
+
+// queryConn records the queries a poll connection was asked and answers
+// each with an LSN.
+type queryConn struct {
+	mu   *sync.Mutex
+	seen map[string]bool
+}
+
+func (q queryConn) ReadValue(_ context.Context, query string) (string, error) {
+	q.mu.Lock()
+	q.seen[query] = true
+	q.mu.Unlock()
+	return "0/16B3748", nil
+}
+func (q queryConn) Close() error { return nil }
+
+// TestPollerStandbyQuery: with a primary named and a flavor that has a
+// standby query (PostgreSQL), every other node is polled with the standby
+// query, which stays where recovery ended once the node is promoted: a
+// standby promoted before the router is told can never report the new
+// timeline's position (past a lost write's LSN, with no timeline in
+// gtid.PGLSN). SetPrimary, which the routers' Failover calls, moves the
+// primary's query to the new primary.
+func TestPollerStandbyQuery(t *testing.T) {
+	cfg := PollerConfig[gtid.PGLSN]{Flavor: Postgres{}, Nodes: []Node{{Name: "p", Addr: "p:5432"}, {Name: "s1", Addr: "s1:5432"}},
+		Interval: time.Millisecond, Primary: "p"}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]map[string]bool{"p:5432": {}, "s1:5432": {}}
+	p := newPoller(cfg, func(_ context.Context, addr string) (valueConn, error) {
+		return queryConn{&mu, seen[addr]}, nil
+	})
+	if q := p.query("s1"); q != pgStandbyQuery {
+		t.Errorf("standby polled with %q, want the standby query", q)
+	}
+	if q := p.query("p"); q != pgExecutedQuery {
+		t.Errorf("primary polled with %q, want the executed query", q)
+	}
+	if err := p.SetPrimary("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if q := p.query("s1"); q != pgExecutedQuery {
+		t.Errorf("new primary polled with %q, want the executed query", q)
+	}
+	if q := p.query("p"); q != pgStandbyQuery {
+		t.Errorf("old primary polled with %q, want the standby query", q)
+	}
+	// The polls themselves use it.
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	for _, n := range []string{"p", "s1"} {
+		if err := p.WaitFor(wctx, n, 0x16B3748); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if !seen["p:5432"][pgStandbyQuery] || seen["p:5432"][pgExecutedQuery] {
+		t.Errorf("old primary's polls: %v", seen["p:5432"])
+	}
+	if !seen["s1:5432"][pgExecutedQuery] || seen["s1:5432"][pgStandbyQuery] {
+		t.Errorf("new primary's polls: %v", seen["s1:5432"])
+	}
+	// Without a primary named, every node gets the executed query (as
+	// before; MySQL's flavor has no standby query at all).
+	q := newPoller(PollerConfig[gtid.PGLSN]{Flavor: Postgres{}, Nodes: cfg.Nodes}, nil)
+	if got := q.query("s1"); got != pgExecutedQuery {
+		t.Errorf("no primary named: %q", got)
+	}
+}
