@@ -43,14 +43,9 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 			return err
 		}
 	}
-	format, err := lab.ParseFormat(f.format)
+	format, err := f.formatAndBackend()
 	if err != nil {
-		return flagError("format", err)
-	}
-	switch f.backend {
-	case backendAuto, string(compose.BackendDocker), string(compose.BackendLocal):
-	default:
-		return usageErrorf("--backend %q: want auto, docker or local", f.backend)
+		return err
 	}
 	if f.primaryDSN != "" {
 		return usageErrorf("--engines starts its own topologies: --primary-dsn does not apply")

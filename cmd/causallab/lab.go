@@ -105,14 +105,9 @@ func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailR
 	if err != nil {
 		return o, nil, "", flagError("fail-on", err)
 	}
-	format, err := lab.ParseFormat(f.format)
+	format, err := f.formatAndBackend()
 	if err != nil {
-		return o, nil, "", flagError("format", err)
-	}
-	switch f.backend {
-	case backendAuto, string(compose.BackendDocker), string(compose.BackendLocal):
-	default:
-		return o, nil, "", usageErrorf("--backend %q: want auto, docker or local", f.backend)
+		return o, nil, "", err
 	}
 	if f.primaryDSN != "" {
 		for _, dsn := range append([]string{f.primaryDSN}, f.replicaDSNs...) {
@@ -627,14 +622,9 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 	if bad := changedOutside(cmd, gatedEngineFlagsAll); len(bad) > 0 {
 		return usageErrorf("--engine runs the seed harness, which does not take %s (it takes %s)", strings.Join(bad, ", "), strings.Join(prefixed(gatedEngineFlagsAll), ", "))
 	}
-	format, err := lab.ParseFormat(f.format)
+	format, err := f.formatAndBackend()
 	if err != nil {
-		return flagError("format", err)
-	}
-	switch f.backend {
-	case backendAuto, string(compose.BackendDocker), string(compose.BackendLocal):
-	default:
-		return usageErrorf("--backend %q: want auto, docker or local", f.backend)
+		return err
 	}
 	if f.out != "" {
 		if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
@@ -698,4 +688,19 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 		fmt.Fprintf(errw, "causallab lab gated: wrote %s\n", f.out)
 	}
 	return nil
+}
+
+// formatAndBackend checks the lab flags every experiment takes: --format
+// (parsed) and --backend (auto, docker or local).
+func (f *labFlags) formatAndBackend() (lab.Format, error) {
+	format, err := lab.ParseFormat(f.format)
+	if err != nil {
+		return format, flagError("format", err)
+	}
+	switch f.backend {
+	case backendAuto, string(compose.BackendDocker), string(compose.BackendLocal):
+	default:
+		return format, usageErrorf("--backend %q: want auto, docker or local", f.backend)
+	}
+	return format, nil
 }
