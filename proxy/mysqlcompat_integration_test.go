@@ -454,26 +454,8 @@ func TestSetFromSubqueryPins(t *testing.T) {
 func TestResetConnectionResetsSession(t *testing.T) {
 	s := startProxy(t, nil)
 	rc := rawLogin(t, s.Addr(), "app", "apppw", false)
-	exec := func(q string) *mysql.Result {
-		t.Helper()
-		r, err := rc.cc.Execute(q)
-		if err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return r
-	}
-	value := func(q string) (string, bool) {
-		t.Helper()
-		r := exec(q)
-		if null, err := r.IsNull(0, 0); err != nil || null {
-			return "", false
-		}
-		v, err := r.GetString(0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v, true
-	}
+	exec := func(q string) *mysql.Result { t.Helper(); return rc.exec(t, q) }
+	value := func(q string) (string, bool) { t.Helper(); return rc.value(t, q) }
 	exec("CREATE DATABASE IF NOT EXISTS ptest")
 	exec("CREATE TABLE IF NOT EXISTS ptest.reset (a INT)")
 	exec("INSERT INTO ptest.reset VALUES (1)")

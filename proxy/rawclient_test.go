@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,4 +160,29 @@ func (r *rawConn) ping() error {
 		return fmt.Errorf("COM_PING answered %v", a)
 	}
 	return nil
+}
+
+// exec runs q on rc's client and fails the test on an error.
+func (rc *rawConn) exec(t testing.TB, q string) *mysql.Result {
+	t.Helper()
+	r, err := rc.cc.Execute(q)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return r
+}
+
+// value runs q and returns its first column of its first row (a copy),
+// false when that is NULL.
+func (rc *rawConn) value(t testing.TB, q string) (string, bool) {
+	t.Helper()
+	r := rc.exec(t, q)
+	if null, err := r.IsNull(0, 0); err != nil || null {
+		return "", false
+	}
+	v, err := r.GetString(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Clone(v), true
 }

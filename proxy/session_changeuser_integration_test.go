@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -65,26 +64,8 @@ func TestChangeUserResetsSession(t *testing.T) {
 	for _, plugin := range []string{mysql.AUTH_CACHING_SHA2_PASSWORD, mysql.AUTH_NATIVE_PASSWORD} {
 		t.Run(plugin, func(t *testing.T) {
 			rc := rawLogin(t, s.Addr(), "app", "apppw", false)
-			exec := func(q string) *mysql.Result {
-				t.Helper()
-				r, err := rc.cc.Execute(q)
-				if err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
-				return r
-			}
-			value := func(q string) (string, bool) {
-				t.Helper()
-				r := exec(q)
-				if null, err := r.IsNull(0, 0); err != nil || null {
-					return "", false
-				}
-				v, err := r.GetString(0, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return strings.Clone(v), true
-			}
+			exec := func(q string) *mysql.Result { t.Helper(); return rc.exec(t, q) }
+			value := func(q string) (string, bool) { t.Helper(); return rc.value(t, q) }
 			exec("CREATE DATABASE IF NOT EXISTS ptest")
 			exec("CREATE DATABASE IF NOT EXISTS ptest2")
 			exec("CREATE TABLE IF NOT EXISTS ptest.cu (a INT)")
