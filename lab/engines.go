@@ -753,7 +753,7 @@ func (g *efPG) failover(ctx context.Context, primary compose.Node, replicas []co
 	if err != nil {
 		return fmt.Errorf("lab: the failover's switch point: %w", err)
 	}
-	return g.rt.FailoverAt(routerNode(primary), reps, fr.Epoch, sw)
+	return g.rt.FailoverAt(ctx, routerNode(primary), reps, fr.Epoch, sw)
 }
 
 func (g *efPG) flavor() string { return live.Postgres{}.Name() }

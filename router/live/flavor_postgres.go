@@ -3,7 +3,9 @@ package live
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/causallab/causallab/gtid"
@@ -93,6 +95,97 @@ const pgStandbyQuery = "SELECT pg_last_wal_replay_lsn()::text"
 func (Postgres) StandbyQuery() string { return pgStandbyQuery }
 
 var _ StandbyQuerier = Postgres{}
+
+// pgPollFlavor is the flavor of a PostgreSQL poller (NewPGPoller):
+// Postgres with its two position queries bound to the router's timeline
+// (setTimeline; PGRouter sets it from its primary at start and on each
+// failover). A node that holds the history file of the next timeline
+// answers NULL, the zero LSN, which contains no token: it has been
+// promoted, or it knows of a promotion and may have replayed the new
+// timeline (a standby streaming from the new primary fetches the history
+// file before it replays past the switch point; pg_rewind copies it), and
+// gtid.PGLSN carries no timeline: a new timeline's LSN past a lost
+// write's would pass its token. The position is read before the file is
+// looked for (a subquery the planner keeps), so an LSN reported with the
+// file absent was on the router's timeline when read. Until a timeline is
+// set the queries are Postgres'. Looking for the file is
+// pg_stat_file(path, true): the poll user needs EXECUTE on it (a
+// superuser, or GRANT EXECUTE ON FUNCTION pg_stat_file(text, boolean));
+// without it every poll fails and no standby is used.
+type pgPollFlavor struct {
+	Postgres
+	q atomic.Pointer[pgTimelineQueries]
+}
+
+// pgTimelineQueries are the poll queries for one timeline.
+type pgTimelineQueries struct {
+	timeline          uint32
+	executed, standby string
+}
+
+var (
+	_ Flavor[gtid.PGLSN] = (*pgPollFlavor)(nil)
+	_ StandbyQuerier     = (*pgPollFlavor)(nil)
+)
+
+// pgOnTimeline wraps position query q (one LSN column named lsn) so it
+// answers NULL on a node that holds timeline tli+1's history file.
+func pgOnTimeline(q string, tli uint32) string {
+	return fmt.Sprintf("SELECT (CASE WHEN (pg_stat_file('pg_wal/%08X.history', true)).size IS NULL THEN s.lsn END)::text FROM (%s OFFSET 0) s", tli+1, q)
+}
+
+// setTimeline binds the queries to timeline tli (0: unbound).
+func (f *pgPollFlavor) setTimeline(tli uint32) {
+	if tli == 0 {
+		f.q.Store(nil)
+		return
+	}
+	f.q.Store(&pgTimelineQueries{timeline: tli,
+		executed: pgOnTimeline("SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn", tli),
+		standby:  pgOnTimeline("SELECT pg_last_wal_replay_lsn() AS lsn", tli)})
+}
+
+// timeline is the bound timeline (0: none).
+func (f *pgPollFlavor) timeline() uint32 {
+	if q := f.q.Load(); q != nil {
+		return q.timeline
+	}
+	return 0
+}
+
+// ExecutedQuery implements Flavor.
+func (f *pgPollFlavor) ExecutedQuery() string {
+	if q := f.q.Load(); q != nil {
+		return q.executed
+	}
+	return pgExecutedQuery
+}
+
+// StandbyQuery implements StandbyQuerier.
+func (f *pgPollFlavor) StandbyQuery() string {
+	if q := f.q.Load(); q != nil {
+		return q.standby
+	}
+	return pgStandbyQuery
+}
+
+// pgTimelineQuery reads a primary's timeline: that of the WAL segment it
+// inserts into (pg_control_checkpoint() lags a promotion until its
+// checkpoint).
+const pgTimelineQuery = "SELECT pg_walfile_name(pg_current_wal_lsn())"
+
+// parsePGTimeline reads the timeline from a WAL file name (its first
+// eight hex digits).
+func parsePGTimeline(walfile string) (uint32, error) {
+	if len(walfile) < 8 {
+		return 0, fmt.Errorf("WAL file name %q: too short for a timeline", walfile)
+	}
+	tli, err := strconv.ParseUint(walfile[:8], 16, 32)
+	if err != nil || tli == 0 {
+		return 0, fmt.Errorf("WAL file name %q: no timeline in its first 8 hex digits", walfile)
+	}
+	return uint32(tli), nil
+}
 
 // ParseExecuted implements Flavor. A standby that has replayed nothing
 // yet answers NULL, which pgx reads as "": the zero LSN.

@@ -112,6 +112,10 @@ func NewPG(ctx context.Context, cfg PGConfig) (*PGRouter, error) {
 	}
 	r := &PGRouter{rt: rt, cfg: cfg, pools: map[string]*pgxpool.Pool{}}
 	pos, err := r.primaryPosition(ctx, cfg.Primary)
+	var tli uint32
+	if err == nil {
+		tli, err = r.primaryTimeline(ctx, cfg.Primary)
+	}
 	if err != nil {
 		r.Close()
 		return nil, err
@@ -119,6 +123,7 @@ func NewPG(ctx context.Context, cfg PGConfig) (*PGRouter, error) {
 	rt.mu.Lock()
 	rt.st.PrimaryPos = pos
 	rt.mu.Unlock()
+	setPollTimeline(cfg.Positions, tli)
 	return r, nil
 }
 
@@ -200,22 +205,65 @@ func (r *PGRouter) primaryPosition(ctx context.Context, n Node) (gtid.PGLSN, err
 	return Postgres{}.ParseExecuted(text)
 }
 
+// primaryTimeline reads primary n's timeline.
+func (r *PGRouter) primaryTimeline(ctx context.Context, n Node) (uint32, error) {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
+	c, err := r.acquire(sctx, n.Addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Release()
+	text, err := pgSessionConn{c.Conn()}.ReadValue(sctx, pgTimelineQuery)
+	if err != nil {
+		return 0, fmt.Errorf("router: read %s's timeline: %w", n.Addr, err)
+	}
+	return parsePGTimeline(text)
+}
+
 // Failover switches the router to a new primary and epoch, as
-// Router.Failover does, reading the new primary's position over pgx.
+// Router.Failover does, reading the new primary's position and timeline
+// over pgx. The router switches first, then its position source is told
+// (retargetPositions): until then the source's poller still answers no
+// position for a node that knows of the new timeline, which makes a read
+// wait or go to the primary, never pass a lost write's token.
 func (r *PGRouter) Failover(ctx context.Context, primary Node, replicas []Node, epoch uint64) error {
 	pos, err := r.primaryPosition(ctx, primary)
 	if err != nil {
 		return fmt.Errorf("router: failover: %w", err)
 	}
-	if err := r.retargetPositions(primary); err != nil {
+	tli, err := r.primaryTimeline(ctx, primary)
+	if err != nil {
+		return fmt.Errorf("router: failover: %w", err)
+	}
+	if err := r.rt.failoverTo(primary, replicas, epoch, pos); err != nil {
 		return err
 	}
-	return r.rt.failoverTo(primary, replicas, epoch, pos)
+	return r.retargetPositions(primary, tli)
+}
+
+// setPollTimeline binds the PostgreSQL pollers of src (a Poller from
+// NewPGPoller, or a PGPositionSource's) to timeline tli (pgPollFlavor).
+func setPollTimeline(src PositionSource[gtid.PGLSN], tli uint32) {
+	var pl *Poller[gtid.PGLSN]
+	switch s := src.(type) {
+	case *Poller[gtid.PGLSN]:
+		pl = s
+	case *PGPositionSource:
+		pl = s.poller
+	}
+	if pl == nil {
+		return
+	}
+	if f, ok := pl.cfg.Flavor.(*pgPollFlavor); ok {
+		f.setTimeline(tli)
+	}
 }
 
 // retargetPositions points a source that follows the primary at the new
-// one.
-func (r *PGRouter) retargetPositions(primary Node) error {
+// one, on timeline tli.
+func (r *PGRouter) retargetPositions(primary Node, tli uint32) error {
+	setPollTimeline(r.cfg.Positions, tli)
 	if ps, ok := r.cfg.Positions.(primarySetter); ok {
 		if err := ps.SetPrimary(primary.Name); err != nil {
 			return fmt.Errorf("router: failover: tell the position source the primary: %w", err)
@@ -234,12 +282,17 @@ func (r *PGRouter) retargetPositions(primary Node) error {
 // FailoverResult.SwitchPoint): WAL up to it is shared, so a token at or
 // below it survived and one above it was lost. It is the exact base for
 // Policy.CheckEpoch; the position Failover reads after the promotion also
-// covers the promotion's own WAL records, past the fork.
-func (r *PGRouter) FailoverAt(primary Node, replicas []Node, epoch uint64, switchPoint gtid.PGLSN) error {
-	if err := r.retargetPositions(primary); err != nil {
+// covers the promotion's own WAL records, past the fork. It reads the new
+// primary's timeline (for the position source, as Failover).
+func (r *PGRouter) FailoverAt(ctx context.Context, primary Node, replicas []Node, epoch uint64, switchPoint gtid.PGLSN) error {
+	tli, err := r.primaryTimeline(ctx, primary)
+	if err != nil {
+		return fmt.Errorf("router: failover: %w", err)
+	}
+	if err := r.rt.failoverTo(primary, replicas, epoch, switchPoint); err != nil {
 		return err
 	}
-	return r.rt.failoverTo(primary, replicas, epoch, switchPoint)
+	return r.retargetPositions(primary, tli)
 }
 
 // PGSession is one client's causal state on a PGRouter.
@@ -401,10 +454,16 @@ func (p pgSessionConn) ReadValue(ctx context.Context, q string) (string, error) 
 // NewPGPoller is the polling PositionSource for PostgreSQL: each node's
 // pg_last_wal_replay_lsn() (standby) or pg_current_wal_lsn() (primary)
 // every cfg.Interval over a pgx connection. cfg.Flavor must be Postgres{}
-// or nil; DialTimeout also bounds each poll.
+// or nil; DialTimeout also bounds each poll. A PGRouter over it binds its
+// queries to the primary's timeline (NewPG, Failover, FailoverAt): a node
+// that knows of a later timeline answers no position (pgPollFlavor), so
+// the poll user needs EXECUTE on pg_stat_file.
 func NewPGPoller(cfg PollerConfig[gtid.PGLSN], database string) (*Poller[gtid.PGLSN], error) {
-	if cfg.Flavor == nil {
-		cfg.Flavor = Postgres{}
+	switch cfg.Flavor.(type) {
+	case nil, Postgres:
+		cfg.Flavor = &pgPollFlavor{}
+	default:
+		return nil, fmt.Errorf("router: pg poller: flavor %s, want Postgres", cfg.Flavor.Name())
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err

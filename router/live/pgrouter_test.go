@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +119,86 @@ func TestPGPositionsConfig(t *testing.T) {
 			t.Fatalf("%s: a standby healthy before any read", k)
 		}
 	}
+}
+
+// TestPGPollTimeline: NewPGPoller's flavor answers Postgres' queries until
+// a timeline is bound; bound to timeline 2, both position queries look
+// for timeline 3's history file after reading the LSN (so a node that
+// knows of a later timeline answers NULL), and rebinding follows the
+// failover's timeline. A PGPositionSource's poller is bound the same way;
+// a flavor other than Postgres is refused.
+func TestPGPollTimeline(t *testing.T) {
+	nodes := []Node{{Name: "p", Addr: "127.0.0.1:1"}, {Name: "s1", Addr: "127.0.0.1:2"}}
+	pl, err := NewPGPoller(PollerConfig[gtid.PGLSN]{Flavor: Postgres{}, Nodes: nodes, Primary: "p"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := pl.cfg.Flavor.(*pgPollFlavor)
+	if !ok {
+		t.Fatalf("NewPGPoller's flavor is %T", pl.cfg.Flavor)
+	}
+	if pl.query("s1") != pgStandbyQuery || pl.query("p") != pgExecutedQuery || f.timeline() != 0 {
+		t.Fatalf("unbound: %q, %q, timeline %d", pl.query("s1"), pl.query("p"), f.timeline())
+	}
+	setPollTimeline(pl, 2)
+	for node, inner := range map[string]string{"s1": "SELECT pg_last_wal_replay_lsn() AS lsn",
+		"p": "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn"} {
+		q := pl.query(node)
+		file, sub := strings.Index(q, "pg_wal/00000003.history"), strings.Index(q, "FROM ("+inner+" OFFSET 0) s")
+		if file < 0 || sub < 0 || !strings.Contains(q, "IS NULL THEN s.lsn END") {
+			t.Errorf("%s on timeline 2: %q", node, q)
+		}
+	}
+	setPollTimeline(pl, 0x1A)
+	if q := pl.query("s1"); !strings.Contains(q, "pg_wal/0000001B.history") || f.timeline() != 0x1A {
+		t.Errorf("timeline 0x1A: %q", q)
+	}
+	setPollTimeline(pl, 0)
+	if pl.query("s1") != pgStandbyQuery {
+		t.Errorf("unbound again: %q", pl.query("s1"))
+	}
+	src, err := NewPGPositions(PGPositionsConfig{Kind: PGPositionsWalsenderPoll, Primary: nodes[0], Replicas: nodes[1:], User: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setPollTimeline(src, 5)
+	if q := src.poller.query("s1"); !strings.Contains(q, "pg_wal/00000006.history") {
+		t.Errorf("a PGPositionSource's poller on timeline 5: %q", q)
+	}
+	setPollTimeline(nil, 5) // no source: nothing to bind
+	if _, err := NewPGPoller(PollerConfig[gtid.PGLSN]{Flavor: &pgPollFlavor{}, Nodes: nodes}, ""); err == nil {
+		t.Error("a flavor other than Postgres accepted")
+	}
+}
+
+// TestParsePGTimeline: the timeline is a WAL file name's first eight hex
+// digits, never 0.
+func TestParsePGTimeline(t *testing.T) {
+	for in, want := range map[string]uint32{"000000010000000000000005": 1, "0000002A000000000000000B": 42, "FFFFFFFF00000000000000FF": 0xFFFFFFFF} {
+		if got, err := parsePGTimeline(in); err != nil || got != want {
+			t.Errorf("%q: %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0000001", "000000000000000000000001", "zz000001000000000000000001", "-0000001000000000000000001"} {
+		if got, err := parsePGTimeline(in); err == nil {
+			t.Errorf("%q: %d accepted", in, got)
+		}
+	}
+}
+
+// FuzzParsePGTimeline: never panics; an accepted name starts with the
+// timeline's eight hex digits.
+func FuzzParsePGTimeline(f *testing.F) {
+	for _, s := range []string{"000000010000000000000005", "", "0000000G", "+0000001"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tli, err := parsePGTimeline(s)
+		if err != nil {
+			return
+		}
+		if tli == 0 || !strings.EqualFold(s[:8], fmt.Sprintf("%08X", tli)) {
+			t.Fatalf("%q: timeline %d", s, tli)
+		}
+	})
 }

@@ -9,6 +9,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -51,15 +52,16 @@ func replicas() []live.Node {
 }
 
 // startPoller polls every node's LSN until the test ends, once each has
-// answered.
-func startPoller(t *testing.T, ctx context.Context) *live.Poller[gtid.PGLSN] {
+// answered; primary is PollerConfig.Primary ("": every node is polled
+// with the executed query).
+func startPoller(t *testing.T, ctx context.Context, primary string) *live.Poller[gtid.PGLSN] {
 	t.Helper()
 	p := topo.Primary()
 	var nodes []live.Node
 	for _, n := range topo.Nodes() {
 		nodes = append(nodes, node(n))
 	}
-	pl, err := live.NewPGPoller(live.PollerConfig[gtid.PGLSN]{Nodes: nodes, User: p.User, Password: p.Password, Interval: 5 * time.Millisecond, DialTimeout: dialTimeout}, "")
+	pl, err := live.NewPGPoller(live.PollerConfig[gtid.PGLSN]{Nodes: nodes, User: p.User, Password: p.Password, Interval: 5 * time.Millisecond, DialTimeout: dialTimeout, Primary: primary}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,7 @@ const upsert = "INSERT INTO public.rt VALUES ($1, $2) ON CONFLICT (id) DO UPDATE
 func TestTokenWaitSeesOwnWrites(t *testing.T) {
 	composetest.Need(t, topo)
 	ctx := ctxFor(t)
-	rt := newRouter(t, ctx, startPoller(t, ctx), router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second})
+	rt := newRouter(t, ctx, startPoller(t, ctx, topo.Primary().Name), router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second})
 	s := rt.NewSession()
 	// DDL is tokened too: a table created by the session is there when it
 	// reads it on a standby.
@@ -177,20 +179,33 @@ func TestTokenWaitSeesOwnWrites(t *testing.T) {
 // receiver is cut (compose's partition on the local backend), two
 // sessions write (one through a plain token-wait router, one through a
 // router with the epoch), and replica1 is promoted without those writes:
-// pg_promote replays only what the standby received. Right after the
-// failover the epoch router, told the new timeline's switch point
-// (FailoverAt), fails the read fast (ReasonWriteLost). The new primary then
-// writes on its timeline until its LSN passes the lost writes' LSNs; from
-// then on an LSN token names a position the new timeline "has": the plain
-// router serves the read without the write, silently, while the epoch
-// router still fails it fast (the token is above the failover's base).
-// Before bases (router.View.Bases) the epoch router served it too.
+// pg_promote replays only what the standby received; replica2, which has
+// them, is rewound (pg_rewind) and streams the new timeline.
+//
+// First the window before the routers are told (lab failover's: compose
+// promotes and repoints, then the routers hear of it): another client
+// writes on the new primary until its LSN passes the lost writes' LSNs,
+// and replica2 replays that. Read then, both sessions must see their own
+// write (from the old primary, fenced but readable) or be refused, never
+// be served a node of the new timeline, whose LSN "has" the lost token:
+// the promoted replica1's pg_current_wal_lsn() and the rewound replica2's
+// pg_last_wal_replay_lsn() are both past it. The plain router's poller
+// polls every node with the executed query (PollerConfig.Primary ""), the
+// epoch router's names the primary (standbys asked their replay LSN
+// only), as lab failover's do.
+//
+// Then the routers are told. The epoch router, told the new timeline's
+// switch point (FailoverAt), fails the read fast (ReasonWriteLost); the
+// plain router serves the read without the write, silently (an LSN token
+// names a position the new timeline "has"), while the epoch router still
+// fails it fast (the token is above the failover's base). Before bases
+// (router.View.Bases) the epoch router served it too.
 func TestZFailoverLostWrite(t *testing.T) {
 	composetest.Need(t, topo)
 	ctx := ctxFor(t)
-	pl := startPoller(t, ctx)
+	pl := startPoller(t, ctx, "")
 	plain := newRouter(t, ctx, pl, router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second})
-	epoch := newRouter(t, ctx, pl, router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second, CheckEpoch: true})
+	epoch := newRouter(t, ctx, startPoller(t, ctx, topo.Primary().Name), router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 2 * time.Second, CheckEpoch: true})
 	// A router over the primary's walsender feedback: its Failover
 	// retargets the watcher at the new primary.
 	wsrc := startPositions(t, ctx, live.PGPositionsWalsender, nil)
@@ -225,9 +240,40 @@ func TestZFailoverLostWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("partition took %v, failover %v", t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
-	t.Logf("failover to %s (epoch %d, timeline %d at %s): lost %s (%d bytes)", fr.NewPrimary, fr.Epoch, fr.NewTimeline, fr.SwitchPoint, fr.LostWAL, fr.LostWALBytes)
+	t.Logf("failover to %s (epoch %d, timeline %d at %s): lost %s (%d bytes); rewound %v", fr.NewPrimary, fr.Epoch, fr.NewTimeline, fr.SwitchPoint, fr.LostWAL, fr.LostWALBytes, fr.Errant)
 	if fr.LostWAL == "" {
 		t.Fatal("the failover lost nothing: the test's premise (a lost write) does not hold")
+	}
+	need := max(pp, ep)
+	newTimelinePast(t, ctx, need)
+	for _, c := range []struct {
+		name string
+		s    *live.PGSession
+		id   int
+	}{{"no-epoch", ps, 10}, {"epoch", es, 11}} {
+		// Each read waits its budget (no standby qualifies) and goes to
+		// the old primary; with a standby of the new timeline counted as
+		// holding the token, every read would be served by it.
+		served := map[string]int{}
+		for range 4 {
+			rd, err := c.s.Query(ctx, "SELECT v FROM public.rt WHERE id = $1", c.id)
+			var re *live.ReadError
+			switch {
+			case errors.As(err, &re):
+				served["refused: "+re.Reason.String()]++
+			case err != nil:
+				t.Fatalf("%s read before the router is told: %v", c.name, err)
+			case value(t, rd) != 1:
+				t.Errorf("%s read before the router is told: served by %s (%v) with v = %d, without the session's write (token %s)",
+					c.name, rd.Node, rd.Outcome, value(t, rd), tokenOf(c.s))
+			default:
+				served[rd.Node]++
+			}
+		}
+		t.Logf("%s token before the router is told: %v", c.name, served)
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	if err := plain.Failover(ctx, node(topo.Primary()), replicas(), fr.Epoch); err != nil {
 		t.Fatal(err)
@@ -236,7 +282,7 @@ func TestZFailoverLostWrite(t *testing.T) {
 	if err != nil {
 		t.Fatalf("switch point %q: %v", fr.SwitchPoint, err)
 	}
-	if err := epoch.FailoverAt(node(topo.Primary()), replicas(), fr.Epoch, sw); err != nil {
+	if err := epoch.FailoverAt(ctx, node(topo.Primary()), replicas(), fr.Epoch, sw); err != nil {
 		t.Fatal(err)
 	}
 	epochLost := func(when string) {
@@ -249,7 +295,6 @@ func TestZFailoverLostWrite(t *testing.T) {
 		t.Logf("epoch token %s %s: %v (%v)", ep, when, re.Reason, re.Outcome)
 	}
 	epochLost("right after the failover")
-	need := max(pp, ep)
 	for i := 0; ; i++ {
 		pos := mustExec(t, ctx, other, upsert, 100+i, 2)
 		if pos >= need {
@@ -305,4 +350,58 @@ func TestZFailoverLostWrite(t *testing.T) {
 		t.Fatal("walsender router after the failover: no read on a standby")
 	}
 	t.Logf("walsender router after the failover: %d/10 reads on a standby (timeline %d)", onReplica, wsrc.Watcher().Snapshot().Timeline)
+}
+
+// newTimelinePast writes on the new primary, as a client other than the
+// routers, until its pg_current_wal_lsn() passes need, and waits until
+// every standby replayed that; it checks that replica2 is on the new
+// timeline past need (the window's premise).
+func newTimelinePast(t *testing.T, ctx context.Context, need gtid.PGLSN) {
+	t.Helper()
+	db, err := topo.DB(topo.Primary().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at gtid.PGLSN
+	for i := 0; at <= need; i++ {
+		if i > 1000 {
+			t.Fatalf("the new primary's writes reached %s, not %s", at, need)
+		}
+		if _, err := db.ExecContext(ctx, upsert, 1000+i, 2); err != nil {
+			t.Fatal(err)
+		}
+		var text string
+		if err := db.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&text); err != nil {
+			t.Fatal(err)
+		}
+		if at, err = gtid.ParsePGLSN(text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := topo.DB("replica2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replay string
+	var tli int64
+	if err := r2.QueryRowContext(ctx, "SELECT pg_last_wal_replay_lsn()::text, received_tli FROM pg_stat_wal_receiver").Scan(&replay, &tli); err != nil {
+		t.Fatal(err)
+	}
+	lsn, err := gtid.ParsePGLSN(replay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lsn <= need || tli < 2 {
+		t.Fatalf("replica2 replayed %s on timeline %d: not past the lost tokens' %s on the new timeline", lsn, tli, need)
+	}
+	t.Logf("new primary at %s, replica2 replayed %s (timeline %d): both past the lost tokens' %s", at, lsn, tli, need)
+}
+
+// tokenOf formats a session's token and its epoch.
+func tokenOf(s *live.PGSession) string {
+	tok, ep := s.Live().Token()
+	return fmt.Sprintf("%s epoch %d", tok, ep)
 }
