@@ -346,8 +346,10 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 	if faultErr == nil && sleepUntil(rctx, start.Add(cfg.FailoverAt)) {
 		progress(*cfg, e, "failover")
 		failedOver.Store(true) // the kill is the failover's first step
-		var err error
-		fr, err = topo.Failover(rctx, "replica1")
+		err := topo.Kill(rctx, topo.Primary().Name)
+		if err == nil {
+			fr, err = topo.Failover(rctx, "replica1")
+		}
 		if err != nil {
 			faultErr = fmt.Errorf("failover: %w", err)
 		} else {

@@ -1,6 +1,7 @@
-// Package enginestest runs lab.RunEngineFailover on real MySQL and
-// MariaDB topologies (the experiment starts and removes one per engine;
-// PostgreSQL's routers are covered by router/live/livetest/postgres).
+// Package enginestest runs lab.RunEngineFailover on real MySQL, MariaDB
+// and PostgreSQL topologies (the experiment starts and removes one per
+// engine, in turn; router/live/livetest/postgres covers PostgreSQL's
+// routers in detail).
 package enginestest
 
 import (
@@ -15,24 +16,24 @@ import (
 // TestEngineFailover: every read is accounted for exactly once, each
 // failover lost acknowledged writes (the experiment's premise), no read
 // answered before the primary's kill is served without the session's
-// write, and the exact tokens (MySQL GTID sets, with or without the epoch) never serve a
-// read silently without the session's write.
+// write, and neither MySQL's GTID set nor any token with the epoch ever
+// serves a read silently without the session's write.
 func TestEngineFailover(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts real MySQL and MariaDB topologies")
+		t.Skip("starts real MySQL, MariaDB and PostgreSQL topologies")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	res, err := lab.RunEngineFailover(ctx, lab.EngineFailoverConfig{Engines: []compose.Engine{compose.EngineMySQL, compose.EngineMariaDB},
+	res, err := lab.RunEngineFailover(ctx, lab.EngineFailoverConfig{Engines: []compose.Engine{compose.EngineMySQL, compose.EngineMariaDB, compose.EnginePostgres},
 		Backend: compose.BackendLocal, Sessions: 12, Duration: 8 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 5 || len(res.Failovers) != 2 {
-		t.Fatalf("%d rows, %d failovers; want 5 and 2", len(res.Rows), len(res.Failovers))
+	if len(res.Rows) != 7 || len(res.Failovers) != 3 {
+		t.Fatalf("%d rows, %d failovers; want 7 and 3", len(res.Rows), len(res.Failovers))
 	}
 	for _, f := range res.Failovers {
-		if f.Result.LostGTIDs == "" {
+		if f.Result.LostGTIDs == "" && f.Result.LostWAL == "" {
 			t.Errorf("%s: the failover lost nothing: %+v", f.Engine, f.Result)
 		}
 	}
@@ -47,8 +48,11 @@ func TestEngineFailover(t *testing.T) {
 		if r.Stale != r.StaleAfter {
 			t.Errorf("%s %s: %d reads answered while the first primary lived were served without the session's write", r.Engine, r.Token, r.Stale-r.StaleAfter)
 		}
-		if r.Engine == compose.EngineMySQL && (r.Token == lab.TokMySQLGTID || r.Token == lab.TokMySQLGTIDEpoch) && r.Stale != 0 {
-			t.Errorf("%s %s: %d reads served without the session's write; a GTID set never allows one", r.Engine, r.Token, r.Stale)
+		switch r.Token {
+		case lab.TokMySQLGTID, lab.TokMySQLGTIDEpoch, lab.TokMariaDBGTIDEpoch, lab.TokPGLSNEpoch:
+			if r.Stale != 0 {
+				t.Errorf("%s %s: %d reads served without the session's write; a GTID set or the epoch never allows one", r.Engine, r.Token, r.Stale)
+			}
 		}
 	}
 }
