@@ -58,9 +58,12 @@ func TestGatedEngine(t *testing.T) {
 			// A read at once after the write is stale unless the write and
 			// the read themselves took the delay (a loaded machine can
 			// stall either): the commit comes no earlier than the write's
-			// start, the read's snapshot no later than its end.
-			if now.Trials != 40 || now.Errors != 0 || now.OffReplica != 0 || now.Stale < now.Trials/2 {
-				t.Errorf("D=0: %+v; want 40 trials served by the replica, most of them stale", now)
+			// start, the read's snapshot no later than its end. So every
+			// D=0 trial is stale or explained by its own latency, and at
+			// least one is stale (a share would depend on the machine's
+			// load: at load 30-50 most trials' own latency spans 200 ms).
+			if now.Trials != 40 || now.Errors != 0 || now.OffReplica != 0 || now.Stale == 0 || now.Stale+now.EarlyExplained != now.Trials {
+				t.Errorf("D=0: %+v; want 40 trials served by the replica, each stale or fresh only because its own write and read took the apply delay, at least one stale", now)
 			}
 			for _, r := range res.Sweep {
 				if r.EarlyFresh != r.EarlyExplained {
