@@ -56,6 +56,10 @@ type backendConn struct {
 	pooledDB        string
 	pooledCollation string
 	replayed        bool
+	// lent is when the pool lent the connection and lentFor what the
+	// borrower needed it for (the hold-time metric's use label).
+	lent    time.Time
+	lentFor string
 	// status is the server status of the connection's last OK or EOF
 	// packet (the status of the EOF packet the relay writes after a
 	// result's column definitions, which a DEPRECATE_EOF server omits).

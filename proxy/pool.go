@@ -144,7 +144,27 @@ type poolMetrics struct {
 	// pinned counts commands after which a session kept the pooled
 	// connections it held, by its first hold (Hold words).
 	pinned *prometheus.CounterVec
+	// acquired counts connections lent, by backend and what the borrower
+	// needed one for (poolUse); hold is how long each was lent (from
+	// the grant to its return: the borrower's commands, the client
+	// flush, the reset) by the same labels; wait is how long acquisitions
+	// waited (granted or failed); reset is the reset's round trip.
+	acquired *prometheus.CounterVec
+	hold     *prometheus.HistogramVec
+	wait     *prometheus.HistogramVec
+	reset    *prometheus.HistogramVec
 }
+
+// What a borrower needs a pooled connection for (the use label).
+const (
+	useLogin = "login"
+	useRead  = "read"
+	useWait  = "wait"
+	useOther = "other"
+)
+
+// poolBuckets are the pools' duration buckets: 100 µs to 4 s.
+var poolBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
 
 func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 	m := &poolMetrics{
@@ -157,7 +177,15 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		pinned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: transaction, autocommit-off, temp-table, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements)."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.failures, m.discards, m.conns, m.pinned)
+	m.acquired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_pool_acquisitions_total", Help: "Pooled backend connections lent, by backend and what the session needed one for (login; read; wait: a router wait on a replica; the statement kind otherwise: primary for a write, session, begin, ...; other: a command that is not a statement)."}, []string{"backend", "use"})
+	m.hold = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "causallab_proxy_pool_hold_seconds", Help: "How long a pooled backend connection was lent (grant to return, its reset included), by backend and use.", Buckets: poolBuckets}, []string{"backend", "use"})
+	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "causallab_proxy_pool_wait_seconds", Help: "How long acquisitions of a pooled backend connection waited (granted or failed), by backend.", Buckets: poolBuckets}, []string{"backend"})
+	m.reset = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "causallab_proxy_pool_reset_seconds", Help: "The reset of a returned pooled connection (COM_RESET_CONNECTION and the proxy's set-up, one round trip), by backend.", Buckets: poolBuckets}, []string{"backend"})
+	reg.MustRegister(m.failures, m.discards, m.conns, m.pinned, m.acquired, m.hold, m.wait, m.reset)
 	return m
 }
 
@@ -335,6 +363,34 @@ func (p *pool) run(ctx context.Context) {
 // acquire borrows a connection: an idle one, a new one while the pool has
 // room, or the next one returned, within Config.PoolWait and ctx.
 func (p *pool) acquire(ctx context.Context) (*backendConn, error) {
+	return p.acquireFor(ctx, useOther)
+}
+
+// acquireFor is acquire for a borrower that needs the connection for use
+// (the metrics' label).
+func (p *pool) acquireFor(ctx context.Context, use string) (*backendConn, error) {
+	start := time.Now()
+	bc, err := p.take(ctx)
+	now := time.Now()
+	p.m.wait.WithLabelValues(p.node).Observe(now.Sub(start).Seconds())
+	if err != nil {
+		return nil, err
+	}
+	p.m.acquired.WithLabelValues(p.node, use).Inc()
+	bc.lent, bc.lentFor = now, use
+	return bc, nil
+}
+
+// returned observes how long bc was lent.
+func (p *pool) returned(bc *backendConn) {
+	if bc.lent.IsZero() {
+		return
+	}
+	p.m.hold.WithLabelValues(p.node, bc.lentFor).Observe(time.Since(bc.lent).Seconds())
+	bc.lent = time.Time{}
+}
+
+func (p *pool) take(ctx context.Context) (*backendConn, error) {
 	bound := time.NewTimer(p.wait)
 	defer bound.Stop()
 	for {
@@ -401,6 +457,7 @@ func (p *pool) fail(reason PoolFailure, err error) error {
 // release gives bc back: discarded when broken or when its reset fails,
 // reset first unless state is poolClean.
 func (p *pool) release(bc *backendConn, state poolState) {
+	defer p.returned(bc)
 	if bc.broken {
 		p.discard(bc, discardBroken)
 		return
@@ -427,6 +484,7 @@ func (p *pool) put(bc *backendConn) {
 
 // discard closes a lent connection and frees its place.
 func (p *pool) discard(bc *backendConn, reason string) {
+	p.returned(bc)
 	p.m.discards.WithLabelValues(p.node, reason).Inc()
 	bc.home = nil
 	bc.close()
@@ -449,6 +507,7 @@ func (p *pool) reset(bc *backendConn) (err error) {
 	}()
 	c := bc.conn
 	bc.used = time.Now()
+	defer func() { p.m.reset.WithLabelValues(p.node).Observe(time.Since(bc.used).Seconds()) }()
 	c.ResetSequence()
 	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_RESET_CONNECTION}); err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/pingcap/tidb/pkg/parser/charset"
+
+	"github.com/causallab/causallab/router/live"
 )
 
 // Multiplexing (Config.Multiplex, docs/proxy.md "Multiplexing"): a session
@@ -49,11 +51,17 @@ func (s *session) poolFor(b *Backend) *pool {
 // schema and session statements.
 func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 	for {
-		bc, err := p.acquire(s.ctx)
+		bc, err := p.acquireFor(s.ctx, s.poolUse())
+		s.poolBusy = false
 		if err != nil {
 			var pe *PoolError
-			if errors.As(err, &pe) && pe.Reason == PoolDialFailed {
-				s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
+			if errors.As(err, &pe) {
+				switch pe.Reason {
+				case PoolDialFailed:
+					s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
+				case PoolWaitTimeout, PoolCanceled, PoolClosed:
+					s.poolBusy = true
+				}
 			}
 			return nil, err
 		}
@@ -93,6 +101,30 @@ func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 	}
 }
 
+// busyRun is the router's verdict on a connection the session could not
+// get because its pool was busy (poolBusy: every connection lent past
+// pool_wait, the session's context ended, the proxy closing), nil for
+// any other failure. That is not the node's fault: the node is not marked
+// down and the read is not routed elsewhere (a busy replica pool would
+// otherwise move its reads onto the primary's pool, and a busy primary
+// pool mark the primary down); the statement fails, counted in
+// causallab_proxy_pool_acquire_failures_total.
+func (s *session) busyRun(err error) *live.RunError {
+	if !s.poolBusy {
+		return nil
+	}
+	s.poolBusy = false
+	return &live.RunError{Err: err}
+}
+
+// poolUse is what the session borrows for now (the metrics' label).
+func (s *session) poolUse() string {
+	if s.use == "" {
+		return useOther
+	}
+	return s.use
+}
+
 // park gives the session's borrowed connections back after a command
 // unless the session is pinned (counted by reason). With final (the
 // session ends) they go back whatever holds them: the reset rolls back a
@@ -102,6 +134,7 @@ func (s *session) park(final bool) {
 	if s.srv.pools == nil {
 		return
 	}
+	s.use = ""
 	if !final {
 		if ok, why := s.state.Shareable(); !ok {
 			if s.holdsPooled() {

@@ -133,3 +133,96 @@ func TestMultiplex(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestMultiplexBusyPoolNotNodeFault: a read that finds its replica's pool
+// busy past pool_wait fails (2013, wait-timeout, counted) and the replica
+// is not marked down: a busy pool is not the node's fault, and routing
+// the read elsewhere moved a busy replica pool's reads onto the primary's
+// (at 2,000 clients the primary's pool then ran out: the scale harness).
+func TestMultiplexBusyPoolNotNodeFault(t *testing.T) {
+	composetest.Need(t, topo)
+	rep := topo.Replicas()[0]
+	s := startProxy(t, func(c *Config) {
+		c.Multiplex, c.PoolSize, c.PoolWait = true, 1, 300*time.Millisecond
+		c.Policy = "token-ryw-mr"
+		c.Replicas = c.Replicas[:1]
+	})
+	db := openDB(t, s, "")
+	ctx := context.Background()
+	a, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, c := range []*sql.Conn{a, b} {
+		if err := c.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Until the proxy's view of the replica qualifies it (its first
+	// positions), reads go to the primary.
+	onReplica := `causallab_proxy_statements_total{kind="read",role="replica"}`
+	for deadline := time.Now().Add(30 * time.Second); grepLines(metricText(t, s), onReplica) == ""; {
+		var v int
+		if err := a.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no read reached the replica")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := grepLines(metricText(t, s), `causallab_proxy_statements_total{kind="read",role="primary"}`)
+	// a holds the replica pool's only connection: a long read there.
+	const sleep = "SELECT SLEEP(10) AS held_replica"
+	held := make(chan error, 1)
+	go func() {
+		var v int
+		held <- a.QueryRowContext(ctx, sleep).Scan(&v)
+	}()
+	rdb, err := sql.Open("mysql", rep.User+":"+rep.Password+"@tcp("+rep.Addr()+")/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := rdb.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = ?", sleep).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holding read never reached the replica:\n%s", grepLines(metricText(t, s), "causallab_proxy_statements_total", "causallab_router_reads_total"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var v int
+	err = b.QueryRowContext(ctx, "SELECT 1").Scan(&v)
+	if err == nil || !strings.Contains(err.Error(), "2013") || !strings.Contains(err.Error(), "wait-timeout") {
+		t.Fatalf("a read past a busy replica pool: %v (value %d), want 2013 wait-timeout", err, v)
+	}
+	m := metricText(t, s)
+	if g := grepLines(m, `causallab_router_node_errors_total{node="`+rep.Name+`"}`); g != "" {
+		t.Fatalf("the busy pool marked the replica down: %s", g)
+	}
+	if g := grepLines(m, `causallab_proxy_pool_acquire_failures_total{backend="`+rep.Name+`",reason="wait-timeout"}`); !strings.HasSuffix(g, " 1") {
+		t.Fatalf("wait-timeout not counted once: %q", g)
+	}
+	if g := grepLines(m, `causallab_proxy_statements_total{kind="read",role="primary"}`); g != before {
+		t.Fatalf("a read went to the primary: %q, before %q", g, before)
+	}
+	if err := <-held; err != nil {
+		t.Fatalf("the holding read: %v", err)
+	}
+	if err := b.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil || v != 1 {
+		t.Fatalf("after the pool came free: %v %d", err, v)
+	}
+}

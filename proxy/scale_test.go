@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +54,9 @@ import (
 // proxy's heap profile with the clients idle), _MULTIPLEX=1 (Config.Multiplex),
 // _POOL_SIZE, _POOL_WAIT (Config.PoolSize, PoolWait), _MAX_BACKEND (when set, the
 // test fails above that many backend connections on any node, or on any
-// refusal). Violations always fail it.
+// refusal), _TASKSET=P:R (the proxy pinned to CPU list P, the clients to R;
+// scripts/proxy-scale.sh then starts the whole test, servers included, on
+// R). Violations always fail it.
 func TestScale(t *testing.T) {
 	if os.Getenv("CAUSALLAB_PROXY_SCALE") != "1" {
 		t.Skip("scale run: set CAUSALLAB_PROXY_SCALE=1 (scripts/proxy-scale.sh)")
@@ -105,7 +108,22 @@ func TestScale(t *testing.T) {
 	})
 	heap0, gor0 := proxyHeap()
 
-	child := exec.Command(os.Args[0], "-test.run=^TestScaleClients$", "-test.short", "-test.count=1", "-test.v", "-test.timeout=0")
+	childArgs := []string{os.Args[0], "-test.run=^TestScaleClients$", "-test.short", "-test.count=1", "-test.v", "-test.timeout=0"}
+	if v := os.Getenv("CAUSALLAB_PROXY_SCALE_TASKSET"); v != "" {
+		// "P:R": this process (the proxy) on CPU list P, the clients on
+		// R; the script started the whole test (the servers with it)
+		// on R.
+		proxyCPUs, rest, ok := strings.Cut(v, ":")
+		if !ok || proxyCPUs == "" || rest == "" {
+			t.Fatalf("CAUSALLAB_PROXY_SCALE_TASKSET=%q: want PROXY_CPUS:REST_CPUS", v)
+		}
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", proxyCPUs, strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
+			t.Fatalf("taskset of the proxy: %v: %s", err, out)
+		}
+		childArgs = append([]string{"taskset", "-c", rest}, childArgs...)
+		t.Logf("taskset: proxy on CPUs %s (GOMAXPROCS %d), clients and servers on %s", proxyCPUs, runtime.GOMAXPROCS(0), rest)
+	}
+	child := exec.Command(childArgs[0], childArgs[1:]...)
 	child.Env = append(os.Environ(), "CAUSALLAB_SCALE_CHILD=1", "CAUSALLAB_SCALE_ADDR="+s.Addr(),
 		"CAUSALLAB_SCALE_CLIENTS="+strconv.Itoa(clients), "CAUSALLAB_SCALE_SECONDS="+strconv.Itoa(seconds),
 		"CAUSALLAB_SCALE_QPS="+envStr("CAUSALLAB_PROXY_SCALE_QPS", "1"),
@@ -193,6 +211,7 @@ func TestScale(t *testing.T) {
 	t.Logf("idle: backend connections per node (from the servers): %v; max_connections %v", idleBackends, maxConns)
 
 	// The load: sample the servers' counts while it runs.
+	sched0, cpu0 := schedLatencies(), processCPU()
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +259,7 @@ func TestScale(t *testing.T) {
 		Violations  []string       `json:"violations"`
 	}
 	next("done", &done)
+	sched1, cpu1 := schedLatencies(), processCPU()
 	stopSampling()
 	sampler.Wait()
 	if err := child.Wait(); err != nil {
@@ -254,7 +274,12 @@ func TestScale(t *testing.T) {
 		t.Logf("load: violation: %s", v)
 	}
 	t.Logf("load: peak backend connections per node (from the servers): %v", peak)
-	t.Logf("%s", grepLines(metricText(t, s), "causallab_proxy_connections_total", "causallab_proxy_backend_errors_total", "causallab_proxy_pool_"))
+	t.Logf("%s", noBuckets(grepLines(metricText(t, s), "causallab_proxy_connections_total", "causallab_proxy_backend_errors_total", "causallab_proxy_pool_",
+		"causallab_proxy_statements_total", "causallab_proxy_primary_statements_total", "causallab_proxy_client_errors_total", "causallab_router_")))
+	t.Logf("%s", histSummaries(metricText(t, s), "causallab_proxy_pool_hold_seconds", "causallab_proxy_pool_wait_seconds", "causallab_proxy_pool_reset_seconds"))
+	stmts := done.Tally.Reads + done.Writes + done.ReadErrors + done.WriteErrors
+	t.Logf("load: proxy CPU %.1f s (%.0f µs per statement, %.2f cores); goroutine run-queue latency %s",
+		(cpu1 - cpu0).Seconds(), float64((cpu1-cpu0).Microseconds())/float64(max(stmts, 1)), (cpu1-cpu0).Seconds()/done.Seconds, sched1.since(sched0))
 	t.Logf("machine load: %s", loadavg())
 	if done.Tally.RYW > 0 || done.Tally.MR > 0 {
 		t.Errorf("violations: %d read-your-writes, %d monotonic reads", done.Tally.RYW, done.Tally.MR)
@@ -334,4 +359,148 @@ func mustCount(t *testing.T, n scaleNode) int {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// noBuckets drops histogram bucket lines from a metrics excerpt.
+func noBuckets(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, "_bucket{") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// schedHist is a copy of the runtime's /sched/latencies:seconds
+// histogram: how long goroutines waited runnable before they ran.
+type schedHist struct {
+	counts  []uint64
+	buckets []float64
+}
+
+func schedLatencies() schedHist {
+	s := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}
+	rtmetrics.Read(s)
+	h := s[0].Value.Float64Histogram()
+	return schedHist{counts: append([]uint64(nil), h.Counts...), buckets: h.Buckets}
+}
+
+// since summarises the latencies recorded after old: p50, p90, p99, max
+// bucket.
+func (h schedHist) since(old schedHist) string {
+	d := make([]uint64, len(h.counts))
+	var n uint64
+	for i := range h.counts {
+		d[i] = h.counts[i]
+		if i < len(old.counts) {
+			d[i] -= old.counts[i]
+		}
+		n += d[i]
+	}
+	if n == 0 {
+		return "(none)"
+	}
+	q := func(f float64) string {
+		want := uint64(f * float64(n))
+		var c uint64
+		for i, v := range d {
+			c += v
+			if c > want {
+				return time.Duration(h.buckets[i+1] * 1e9).Round(time.Microsecond).String()
+			}
+		}
+		return "inf"
+	}
+	return fmt.Sprintf("p50 %s, p90 %s, p99 %s, p99.9 %s (%d samples)", q(0.5), q(0.9), q(0.99), q(0.999), n)
+}
+
+// histSummaries summarises each series of the named histograms in a
+// metrics text: count, mean, and the buckets holding p50, p90 and p99.
+func histSummaries(text string, names ...string) string {
+	type series struct {
+		les    []string
+		counts []float64
+		sum    float64
+		count  float64
+	}
+	all := map[string]*series{}
+	var order []string
+	get := func(k string) *series {
+		if all[k] == nil {
+			all[k] = &series{}
+			order = append(order, k)
+		}
+		return all[k]
+	}
+	for _, l := range strings.Split(text, "\n") {
+		for _, name := range names {
+			rest, ok := strings.CutPrefix(l, name)
+			if !ok {
+				continue
+			}
+			sp := strings.LastIndexByte(rest, ' ')
+			if sp < 0 {
+				continue
+			}
+			v, err := strconv.ParseFloat(rest[sp+1:], 64)
+			if err != nil {
+				continue
+			}
+			lab, kind := rest[:sp], ""
+			switch {
+			case strings.HasPrefix(lab, "_bucket"):
+				kind, lab = "bucket", strings.TrimPrefix(lab, "_bucket")
+			case strings.HasPrefix(lab, "_sum"):
+				kind, lab = "sum", strings.TrimPrefix(lab, "_sum")
+			case strings.HasPrefix(lab, "_count"):
+				kind, lab = "count", strings.TrimPrefix(lab, "_count")
+			default:
+				continue
+			}
+			le := ""
+			if i := strings.Index(lab, `,le="`); i >= 0 {
+				le = strings.TrimSuffix(lab[i+5:], `"}`)
+				lab = lab[:i] + "}"
+			} else if i := strings.Index(lab, `le="`); i >= 0 {
+				le = strings.TrimSuffix(lab[i+4:], `"}`)
+				lab = ""
+			}
+			sr := get(name + lab)
+			switch kind {
+			case "bucket":
+				sr.les, sr.counts = append(sr.les, le), append(sr.counts, v)
+			case "sum":
+				sr.sum = v
+			case "count":
+				sr.count = v
+			}
+		}
+	}
+	var b strings.Builder
+	for _, k := range order {
+		sr := all[k]
+		if sr.count == 0 {
+			continue
+		}
+		q := func(f float64) string {
+			for i, c := range sr.counts {
+				if c >= f*sr.count {
+					return "<=" + sr.les[i]
+				}
+			}
+			return "?"
+		}
+		fmt.Fprintf(&b, "%s: n=%.0f mean=%.4fs p50%s p90%s p99%s\n", k, sr.count, sr.sum/sr.count, q(0.5), q(0.9), q(0.99))
+	}
+	return b.String()
 }

@@ -79,6 +79,11 @@ type session struct {
 	// healthFns[i] is replica i's health check for the watchdog (built
 	// once: watchFor).
 	healthFns []func() bool
+	// use is what the current command borrows pooled connections for
+	// (multiplexing's metrics: poolUse); poolBusy: the last borrow failed
+	// because the pool was busy, not the node (busyRun).
+	use      string
+	poolBusy bool
 }
 
 // pstmt is a client's prepared statement, prepared on each backend that
@@ -124,6 +129,7 @@ func (s *session) start(cc *server.Conn) error {
 		s.state.collation = col.Name
 	}
 	s.state.flags = cc.Capability() & passedFlags
+	s.use = useLogin
 	bc, err := s.dial(&s.srv.cfg.Primary)
 	if err != nil {
 		return err
@@ -362,6 +368,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	if err != nil {
 		return nil, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
 	}
+	s.use, s.poolBusy = st.Kind.String(), false
 	switch st.Kind {
 	case KindSetToken:
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
@@ -547,7 +554,10 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 // own) and the wait reported as timed out, which holds no replica down.
 // One the watchdog cut is a node failure.
 func (s *session) waitOn(ctx context.Context, t live.Target, need gtid.Set, d time.Duration) (bool, error) {
+	use := s.use
+	s.use = useWait
 	bc, rerr := s.conn(t)
+	s.use = use
 	if rerr != nil {
 		return false, rerr
 	}

@@ -50,12 +50,18 @@ func (s *session) readOptions(st Stmt) (live.ReadOptions[gtid.Set], error) {
 func (s *session) conn(t live.Target) (*backendConn, *live.RunError) {
 	if t.Replica < 0 {
 		if err := s.ensurePrimary(); err != nil {
+			if re := s.busyRun(err); re != nil {
+				return nil, re
+			}
 			return nil, &live.RunError{Err: err, NodeFailed: true}
 		}
 		return s.primary, nil
 	}
 	bc, err := s.replica(t.Replica)
 	if err != nil {
+		if re := s.busyRun(err); re != nil {
+			return nil, re // a busy pool (multiplex), not a node fault
+		}
 		if refusedSession(err) {
 			// The replica is up; it refused this session's state (a
 			// database it has not received yet): not a node fault.

@@ -27,9 +27,12 @@ import (
 //
 // Knobs: CAUSALLAB_PROXY_SOAK_CONNS (default 500),
 // CAUSALLAB_PROXY_SOAK_MINUTES (default 5), CAUSALLAB_PROXY_SOAK_QPS per
-// connection (default 2). Each proxy session holds a primary connection and
-// one per replica it reads from, so the test raises max_connections on the
-// topology's servers for its duration (restored after).
+// connection (default 2), CAUSALLAB_PROXY_SOAK_MULTIPLEX=1 (shared backend
+// pools), CAUSALLAB_PROXY_SOAK_TEXT=1 (text queries, not prepared
+// statements). Without multiplexing each proxy session holds a primary
+// connection and one per replica it reads from, so the test raises
+// max_connections on the topology's servers for its duration (restored
+// after).
 func TestSoak(t *testing.T) {
 	if os.Getenv("CAUSALLAB_PROXY_SOAK") != "1" {
 		t.Skip("soak run: set CAUSALLAB_PROXY_SOAK=1")
@@ -59,7 +62,16 @@ func TestSoak(t *testing.T) {
 	}
 	// CAUSALLAB_PROXY_SOAK_SOCKETIO: the proxy's socket_io (default raw).
 	socketIO := os.Getenv("CAUSALLAB_PROXY_SOAK_SOCKETIO")
-	s := startProxy(t, func(c *Config) { c.AuthMethod, c.SocketIO = "mysql_native_password", socketIO })
+	// CAUSALLAB_PROXY_SOAK_MULTIPLEX=1: shared backend pools
+	// (Config.Multiplex, default pool_size and pool_wait).
+	multiplex := os.Getenv("CAUSALLAB_PROXY_SOAK_MULTIPLEX") == "1"
+	// CAUSALLAB_PROXY_SOAK_TEXT=1: the statements as text queries instead
+	// of go-mysql's prepared statements (a prepare, an execute and a
+	// close each).
+	text := os.Getenv("CAUSALLAB_PROXY_SOAK_TEXT") == "1"
+	s := startProxy(t, func(c *Config) {
+		c.AuthMethod, c.SocketIO, c.Multiplex = "mysql_native_password", socketIO, multiplex
+	})
 	mustExec(t, nodes[0], "CREATE DATABASE IF NOT EXISTS soak")
 	mustExec(t, nodes[0], "DROP TABLE IF EXISTS soak.t")
 	mustExec(t, nodes[0], "CREATE TABLE soak.t (id INT PRIMARY KEY, n INT NOT NULL)")
@@ -104,11 +116,19 @@ func TestSoak(t *testing.T) {
 				}
 				id := rng.IntN(1000)
 				var err error
+				var args []any
+				upd, sel := "UPDATE t SET n = n + 1 WHERE id = ?", "SELECT n FROM t WHERE id = ?"
+				if text {
+					upd = "UPDATE t SET n = n + 1 WHERE id = " + strconv.Itoa(id)
+					sel = "SELECT n FROM t WHERE id = " + strconv.Itoa(id)
+				} else {
+					args = []any{id}
+				}
 				if rng.IntN(10) == 0 {
-					_, err = c.Execute("UPDATE t SET n = n + 1 WHERE id = ?", id)
+					_, err = c.Execute(upd, args...)
 				} else {
 					var r interface{ Close() }
-					res, e := c.Execute("SELECT n FROM t WHERE id = ?", id)
+					res, e := c.Execute(sel, args...)
 					err, r = e, res
 					if e == nil {
 						r.Close()
@@ -138,7 +158,8 @@ func TestSoak(t *testing.T) {
 			// Cloned: grepLines may return a substring of the whole
 			// scrape, which the samples would otherwise keep alive (it
 			// showed as heap growth of this test's own).
-			sessions: strings.Clone(grepLines(metricText(t, s), "causallab_proxy_sessions "))}
+			sessions: strings.Clone(strings.ReplaceAll(grepLines(metricText(t, s), "causallab_proxy_sessions ",
+				`causallab_proxy_pool_connections{backend="primary"`, `causallab_proxy_pool_acquire_failures_total`), "\n", " "))}
 	}
 	every := 15 * time.Second
 	end := time.Duration(minutes) * time.Minute

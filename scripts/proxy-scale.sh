@@ -11,11 +11,18 @@
 #
 # Every CAUSALLAB_PROXY_SCALE_* knob TestScale documents passes through
 # (policy, watermark, per-client rate, servers' max_connections, a heap
-# profile, the backend connection limit to enforce).
+# profile, the backend connection limit to enforce). With
+# CAUSALLAB_PROXY_SCALE_TASKSET=P:R (e.g. 0:1) the whole test, and so the
+# servers it starts, runs on CPU list R, and the test then pins the proxy
+# (its own process) to P and starts the clients on R.
 set -eu
 cd "$(dirname "$0")/.."
 export CAUSALLAB_PROXY_SCALE=1
 export CAUSALLAB_PROXY_SCALE_CLIENTS="${1:-${CAUSALLAB_PROXY_SCALE_CLIENTS:-2000}}"
 export CAUSALLAB_PROXY_SCALE_SECONDS="${2:-${CAUSALLAB_PROXY_SCALE_SECONDS:-60}}"
 export TESTCONTAINERS_RYUK_DISABLED=true
-exec ${GO:-go} test -count=1 -timeout 30m -run '^TestScale$' -v ./proxy/
+pin=""
+if [ -n "${CAUSALLAB_PROXY_SCALE_TASKSET:-}" ]; then
+	pin="taskset -c ${CAUSALLAB_PROXY_SCALE_TASKSET#*:}"
+fi
+exec $pin ${GO:-go} test -count=1 -timeout 30m -run '^TestScale$' -v ./proxy/
