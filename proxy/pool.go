@@ -457,7 +457,6 @@ func (p *pool) fail(reason PoolFailure, err error) error {
 // release gives bc back: discarded when broken or when its reset fails,
 // reset first unless state is poolClean.
 func (p *pool) release(bc *backendConn, state poolState) {
-	defer p.returned(bc)
 	if bc.broken {
 		p.discard(bc, discardBroken)
 		return
@@ -468,6 +467,8 @@ func (p *pool) release(bc *backendConn, state poolState) {
 			return
 		}
 	}
+	// Before put: from there bc is another borrower's.
+	p.returned(bc)
 	p.put(bc)
 }
 
