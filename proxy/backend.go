@@ -118,6 +118,15 @@ func backendErr(b *Backend, op string, err error) *BackendError {
 // The whole attempt (handshake and set-up) is bounded by connect_timeout
 // and, when healthy is given (a replica), cut once the position source
 // reports the server unhealthy.
+// backendReadBuffer is the read buffer of a backend connection's go-mysql
+// client (its default is 64 KiB, most of an idle session's memory without
+// multiplexing: docs/benchmarks-proxy.md, "Where the heap goes"). The
+// buffer only batches socket reads: a packet larger than it is read
+// through (bufio reads directly into the packet), so any size is correct;
+// 16 KiB holds a point read's whole answer, as go-mysql's server side
+// (packet.DefaultBufferSize) does for the client's.
+const backendReadBuffer = 16 << 10
+
 func dialBackend(ctx context.Context, b *Backend, db string, collation string, flags uint32, cfg *Config, healthy func() bool, allGTIDs bool) (*backendConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
@@ -136,6 +145,7 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 		}
 	})
 	c, err := client.ConnectWithDialer(dctx, "", b.Addr, b.User, b.Password, db, dial, func(c *client.Conn) error {
+		c.BufferSize = backendReadBuffer
 		off := uint32(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
 		if allGTIDs {
 			off = mysql.CLIENT_QUERY_ATTRIBUTES // go-mysql asks for DEPRECATE_EOF by default
