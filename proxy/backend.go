@@ -39,7 +39,7 @@ type backendConn struct {
 	// buf is reused for relayed packets; head and pieces build the
 	// command sent (relayReq.cmd).
 	buf    []byte
-	head   [5]byte
+	head   [6]byte
 	pieces [][]byte
 	// allGTIDs: the connection negotiated CLIENT_DEPRECATE_EOF and
 	// session_track_gtids=ALL_GTIDS (a replica connection under

@@ -205,7 +205,13 @@ func (s *session) rawExecute(p *pstmt) ([][]byte, string) {
 	if len(payload) < 10 || payload[0] != mysql.COM_STMT_EXECUTE || binary.LittleEndian.Uint32(payload[1:5]) != p.id {
 		return nil, "packet-mismatch"
 	}
-	if payload[5] != 0 { // a cursor, or query attributes (never offered)
+	// PARAMETER_COUNT_AVAILABLE (0x08) says a parameter count follows only
+	// when CLIENT_QUERY_ATTRIBUTES was negotiated; the proxy never offers it,
+	// so the bit changes nothing in the layout (MySQL ignores it then too).
+	// go-mysql's client sets it on every execute with parameters.
+	// relayExecute clears it in what the backend gets. Any other bit is a
+	// cursor.
+	if payload[5]&^mysql.PARAMETER_COUNT_AVAILABLE != 0 {
 		return nil, "flags"
 	}
 	if n := p.params; n > 0 {
@@ -228,11 +234,15 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 		if err != nil {
 			return relayOut{}, err
 		}
-		// The client's payload with the backend's statement id: its first
-		// five bytes in a copy, the rest relayed as it came.
+		// The client's payload with the backend's statement id and flags
+		// 0 (rawExecute let through only PARAMETER_COUNT_AVAILABLE, which
+		// a backend that negotiated query attributes would read as "a
+		// count follows"): its first six bytes in a copy, the rest
+		// relayed as it came.
 		bc.head[0] = mysql.COM_STMT_EXECUTE
 		binary.LittleEndian.PutUint32(bc.head[1:5], cs.ID)
-		bc.pieces = append(append(bc.pieces[:0], bc.head[:5], payload[0][5:]), payload[1:]...)
+		bc.head[5] = 0
+		bc.pieces = append(append(bc.pieces[:0], bc.head[:6], payload[0][6:]), payload[1:]...)
 		role := "primary"
 		if i >= 0 {
 			role = "replica"
