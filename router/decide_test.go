@@ -60,8 +60,8 @@ func TestDecideTable(t *testing.T) {
 		now     time.Duration
 		rnd     uint64
 		waited  time.Duration
-		global  lsn  // Input.Global
-		gKnown  bool // Input.GlobalKnown
+		global  lsn           // Input.Global
+		gKnown  bool          // Input.GlobalKnown
 		pwait   time.Duration // Input.PendingWait
 		want    Decision
 	}
