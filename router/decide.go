@@ -93,7 +93,8 @@ import (
 //     tested as usual), every other replica does not qualify (what the
 //     pending reads saw is unknown until bounded); when it qualifies it
 //     serves, whatever Rand (stickiness). A pending seen on the primary
-//     lets no replica qualify.
+//     lets no replica qualify, and so does one with Input.PendingWait 0
+//     (its node may have restarted since: it is not sticky either).
 //  3. No replica up: the primary, ReasonNoReplicaUp, not a fallback (not
 //     capped, not deferred: an availability fallback).
 //  4. A pending seen, none qualifies: ActWait/ReasonSeenPending (Replica
@@ -166,7 +167,7 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 	// the replica they ran on (-1: the primary, or no longer a replica).
 	pending := s.HasPending && mr
 	sticky := -1
-	if pending && s.PendingReplica >= 0 && s.PendingReplica < len(v.Replicas) {
+	if pending && in.PendingWait > 0 && s.PendingReplica >= 0 && s.PendingReplica < len(v.Replicas) {
 		sticky = s.PendingReplica
 	}
 	var reanchor bool
