@@ -101,8 +101,8 @@ import (
 //     -1, WaitFor Input.PendingWait) while PendingWait > 0: the caller
 //     waits for the bound, calls ResolvePending, and decides again with
 //     Waited increased; with PendingWait 0, a freshness fallback with
-//     ReasonSeenUnknown (rules 5-7; a stale read or a cap wait may only
-//     use the pending reads' replica, else ReasonCapExceeded fails).
+//     ReasonSeenUnknown (rules 5-7, except that an empty bucket never
+//     serves stale nor waits longer: ReasonCapExceeded fails).
 //     Token policy, none qualifies: PolicyTokenWait and PolicyGlobal with
 //     Waited < WaitBudget wait (ActWait) on the up replica with the
 //     smallest Behind (lowest index on ties). Otherwise a freshness
@@ -252,8 +252,8 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 		return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: idx, Reanchor: reanchor}
 	}
 	if pending {
-		// A stale read or a cap wait stays on the pending reads' replica
-		// (the session's pending seen is on one node only).
+		// No stale read or cap wait elsewhere: the session's pending seen
+		// is on one node only (and, unbounded, not sticky).
 		best = -1
 		if sticky >= 0 && v.Replicas[sticky].Up {
 			best = sticky
