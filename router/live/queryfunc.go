@@ -252,7 +252,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			continue
 		}
 		// Serve: replica, stale replica or primary.
-		t := Target{Node: primary, Replica: -1, Reason: d.Reason, HashReason: d.HashReason, Watermark: needWM && r.cfg.Watermark == WatermarkAfterRead}
+		t := Target{Node: primary, Replica: -1, Reason: d.Reason, HashReason: d.HashReason, Watermark: needWM && !lazy && r.cfg.Watermark == WatermarkAfterRead}
 		var viewPos P
 		switch {
 		case d.Action == router.ActReplica || d.Action == router.ActStale:
@@ -266,8 +266,15 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		default:
 			t.Outcome, viewPos = router.OutPrimary, v.Primary
 		}
+		if lazy && t.Replica < 0 {
+			// A read on the primary (a fallback) reads its watermark
+			// after it, pipelined, as WatermarkAfterRead does: bounding
+			// it lazily would make the session's next read wait for a
+			// poll of the primary, whose bound no lagging replica holds.
+			t.Watermark = true
+		}
 		var gen uint64
-		if lazy {
+		if lazy && t.Replica >= 0 {
 			// Before the read begins: a bound must come from a poll
 			// connection open since then (the same server throughout).
 			gen = r.bounder.Generation(t.Node.Name)
@@ -322,8 +329,14 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			trace = append(trace, step)
 		}
 		switch {
-		case lazy:
+		case lazy && t.Replica >= 0:
 			s.notePending(t, gen, time.Now(), epoch)
+		case lazy:
+			// Within an epoch the primary holds everything a replica
+			// showed: its watermark bounds a replica's pending seen too
+			// (an older epoch's is resolved first, rule 1).
+			router.ResolvePending(&s.st, wm)
+			router.Observe(&s.st, wm, epoch)
 		case needWM:
 			if r.cfg.Watermark == WatermarkViewAtDecision {
 				wm = viewPos

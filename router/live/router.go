@@ -79,6 +79,11 @@ const (
 	// for the poll (router.ReasonSeenPending; the wait asks for a poll at
 	// once), or, when none can come (the node restarted or stopped
 	// answering), falls back to the primary (router.ReasonSeenUnknown).
+	// A read served by the primary (a fallback) reads its watermark after
+	// it as WatermarkAfterRead does, and that watermark also bounds a
+	// replica's pending seen (within an epoch the primary holds
+	// everything a replica showed), so a session never waits for a poll
+	// of the primary.
 	// Positions must be a SeenBounder with bounds (a *Poller with
 	// PollerConfig.Bounds).
 	WatermarkLazy
