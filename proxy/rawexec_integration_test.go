@@ -307,7 +307,7 @@ func TestPreparedExecuteDecodedPath(t *testing.T) {
 // several packets) under token-wait, so the watermark query follows a
 // multi-packet command: the response must still be read in step.
 func TestLargeReadWithWatermark(t *testing.T) {
-	s := startProxy(t, nil)
+	s := startProxy(t, func(c *Config) { c.WatermarkSource = "query" })
 	db := openDB(t, s, "")
 	db.SetMaxOpenConns(1)
 	big := strings.Repeat("x", 17<<20)
