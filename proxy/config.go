@@ -186,8 +186,13 @@ type Config struct {
 	// after idling) or "go" (Go's ordinary net.Conn calls).
 	SocketIO string `yaml:"socket_io"`
 	// WatermarkSource is how a monotonic-reads policy learns a replica's
-	// position after a read (docs/proxy.md, "Watermarks"): "query"
-	// (default: gtid_executed joined with the replica's received set,
+	// position after a read (docs/proxy.md, "Watermarks"): "lazy" (the
+	// default with positions poll and no Source: no statement after the
+	// read; the session stays on its replica while it can and, before a
+	// read that must go elsewhere, takes the bound from the poller's next
+	// poll of that replica, live.WatermarkLazy; the poll reads
+	// gtid_executed and the received set in one statement), "query" (the
+	// default otherwise: gtid_executed joined with the replica's received set,
 	// mysqlwire.WatermarkQuery, pipelined behind every replica read) or
 	// "all-gtids" (NOT sound: the OK packet's set is gtid_executed alone,
 	// which can lack a transaction the read saw, docs/router.md "The
@@ -415,8 +420,17 @@ func (c *Config) validate() error {
 	if err := oneOf("socket_io", &c.SocketIO, "raw", "go"); err != nil {
 		return err
 	}
-	if err := oneOf("watermark_source", &c.WatermarkSource, "query", "all-gtids"); err != nil {
+	if c.WatermarkSource == "" {
+		c.WatermarkSource = "query"
+		if c.Source == nil && c.Positions == "poll" {
+			c.WatermarkSource = "lazy"
+		}
+	}
+	if err := oneOf("watermark_source", &c.WatermarkSource, "lazy", "query", "all-gtids"); err != nil {
 		return err
+	}
+	if c.WatermarkSource == "lazy" && c.Source == nil && c.Positions != "poll" {
+		return fmt.Errorf("proxy: watermark_source lazy needs positions poll (the poller bounds reads; a binlog stream cannot), not %q", c.Positions)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -438,6 +452,16 @@ func defaultInt(key string, v *int, def, lo, hi int) error {
 
 // oneOf fills an empty *v with the first allowed value (the default) and
 // rejects a value that is none of them, naming the config key.
+// watermarkMode is the router's watermark mode for WatermarkSource: lazy
+// bounds reads after the fact (live.WatermarkLazy); query and all-gtids
+// have the relay return the watermark after each read.
+func (c *Config) watermarkMode() live.WatermarkMode {
+	if c.WatermarkSource == "lazy" {
+		return live.WatermarkLazy
+	}
+	return live.WatermarkAfterRead
+}
+
 func oneOf(key string, v *string, allowed ...string) error {
 	if *v == "" {
 		*v = allowed[0]

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/causallab/causallab/binlogwatch"
 	"github.com/causallab/causallab/router/live"
@@ -23,7 +24,10 @@ type pollers struct {
 	all    []*live.Poller[gtid.Set]
 }
 
-var _ live.PositionSource[gtid.Set] = (*pollers)(nil)
+var (
+	_ live.PositionSource[gtid.Set] = (*pollers)(nil)
+	_ live.SeenBounder[gtid.Set]    = (*pollers)(nil)
+)
 
 func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
 	p := &pollers{byName: map[string]*live.Poller[gtid.Set]{}}
@@ -34,6 +38,7 @@ func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
 			Password:    b.Password,
 			Interval:    cfg.PollInterval,
 			DialTimeout: cfg.ConnectTimeout,
+			Bounds:      cfg.WatermarkSource == "lazy",
 			Logger:      log,
 		})
 		if err != nil {
@@ -70,6 +75,42 @@ func (p *pollers) WaitFor(ctx context.Context, node string, want gtid.Set) error
 		return fmt.Errorf("proxy: no position source for node %q", node)
 	}
 	return pl.WaitFor(ctx, node, want)
+}
+
+// Bounds reports whether every poller reads upper bounds (watermark_source
+// lazy).
+func (p *pollers) Bounds() bool {
+	for _, pl := range p.all {
+		if !pl.Bounds() {
+			return false
+		}
+	}
+	return true
+}
+
+// Generation implements live.SeenBounder.
+func (p *pollers) Generation(node string) uint64 {
+	if pl, ok := p.byName[node]; ok {
+		return pl.Generation(node)
+	}
+	return 0
+}
+
+// SeenBound implements live.SeenBounder.
+func (p *pollers) SeenBound(node string, after time.Time, gen uint64) (gtid.Set, bool, time.Duration) {
+	if pl, ok := p.byName[node]; ok {
+		return pl.SeenBound(node, after, gen)
+	}
+	return gtid.Set{}, false, 0
+}
+
+// WaitBound implements live.SeenBounder.
+func (p *pollers) WaitBound(ctx context.Context, node string, after time.Time) error {
+	pl, ok := p.byName[node]
+	if !ok {
+		return fmt.Errorf("proxy: no position source for node %q", node)
+	}
+	return pl.WaitBound(ctx, node, after)
 }
 
 // newBinlogSource builds a binlogwatch stream per backend and the router's

@@ -116,9 +116,11 @@ func TestPreparedExecutePaths(t *testing.T) {
 }
 
 // TestMonotonicReadsWatermark checks the replica read's watermark under
-// token-wait and token-ryw-mr, for both watermark sources (the query
-// pipelined behind every replica read, and the ALL_GTIDS set in the
-// read's own final OK packet): with one replica's applier
+// token-wait and token-ryw-mr, for every watermark source (lazy: the
+// poller's bound, taken only when the session moves, with a write of the
+// session's every fifth read so that one stuck on the stale replica
+// moves; the query pipelined behind every replica read; and the
+// ALL_GTIDS set in the read's own final OK packet): with one replica's applier
 // stopped, a session that has seen a row on the other replica never reads
 // without it again, for plain and for prepared reads. Under token-ryw
 // (no monotonic reads) the same reads do go back in time, which shows the
@@ -128,6 +130,7 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 	ctx := context.Background()
 	setup := openDB(t, s0, "")
 	emptyTable(t, setup, "mrwm", "t", "k INT PRIMARY KEY")
+	emptyTable(t, setup, "mrwm", "w", "k INT PRIMARY KEY AUTO_INCREMENT")
 	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +175,7 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 	const reads = 40
 	// run reads the row count under reads consistent_read_ids in order and
 	// returns how many reads went back in time and how many saw the row.
-	run := func(t *testing.T, policy, source string, prepared bool) (backwards, seen int) {
+	run := func(t *testing.T, policy, source string, prepared, writes bool) (backwards, seen int) {
 		s := startProxy(t, func(c *Config) {
 			c.Policy = policy
 			c.WaitBudget = 20 * time.Millisecond
@@ -192,6 +195,14 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 		db := openDB(t, s, "")
 		db.SetMaxOpenConns(1)
 		for i := range reads {
+			if writes && i%5 == 4 {
+				// A write of the session's own: its token keeps the next
+				// read off the stale replica, so a session stuck there
+				// (the lazy watermark keeps it where it read) moves.
+				if _, err := db.ExecContext(ctx, "INSERT INTO mrwm.w VALUES ()"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			q := fmt.Sprintf("/* consistent_read_id:mr%d */ SELECT COUNT(*) FROM mrwm.t WHERE k >= 1", i)
 			var n int
 			if prepared {
@@ -221,7 +232,7 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 		}
 		return backwards, seen
 	}
-	for _, source := range []string{"query", "all-gtids"} {
+	for _, source := range []string{"lazy", "query", "all-gtids"} {
 		for _, prepared := range []bool{false, true} {
 			name := source + "/query"
 			if prepared {
@@ -229,11 +240,11 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				for _, policy := range []string{"token-wait", "token-ryw-mr"} {
-					if back, seen := run(t, policy, source, prepared); back != 0 || seen == 0 {
+					if back, seen := run(t, policy, source, prepared, source == "lazy"); back != 0 || seen == 0 {
 						t.Errorf("%s: %d of %d reads went back in time after the row was seen (%d saw it)", policy, back, reads, seen)
 					}
 				}
-				if back, seen := run(t, "token-ryw", source, prepared); back == 0 {
+				if back, seen := run(t, "token-ryw", source, prepared, false); back == 0 {
 					t.Errorf("token-ryw: no read went back in time (%d saw the row): the scenario has no teeth", seen)
 				}
 			})
@@ -296,7 +307,7 @@ func TestPreparedExecuteDecodedPath(t *testing.T) {
 // several packets) under token-wait, so the watermark query follows a
 // multi-packet command: the response must still be read in step.
 func TestLargeReadWithWatermark(t *testing.T) {
-	s := startProxy(t, nil)
+	s := startProxy(t, func(c *Config) { c.WatermarkSource = "query" })
 	db := openDB(t, s, "")
 	db.SetMaxOpenConns(1)
 	big := strings.Repeat("x", 17<<20)

@@ -205,6 +205,7 @@ func (s *Server) newRouter(ctx context.Context) error {
 		Global:        s.cfg.globalSource(),
 		Positions:     s.src,
 		Wait:          wait,
+		Watermark:     s.cfg.watermarkMode(),
 		Epoch:         s.cfg.Epoch,
 		DialTimeout:   s.cfg.ConnectTimeout,
 		PrimaryPool:   4,

@@ -16,7 +16,8 @@ import (
 
 // externalProxies starts one `causallab proxy` process per entry of
 // CAUSALLAB_PROXY_BENCH_BINARIES ("name=path,name=path": causallab
-// binaries, e.g. one built at an older commit and one at this one), each
+// binaries, e.g. one built at an older commit and one at this one; a path
+// may end in ":policy:watermark_source" to set those), each
 // with the in-process proxy target's settings (mysql_native_password, the
 // run's position source, default policy) against the shared topology,
 // so that two builds are measured in one run beside the other targets.
@@ -39,6 +40,10 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		if !ok || name == "" || bin == "" {
 			t.Fatalf("CAUSALLAB_PROXY_BENCH_BINARIES: %q is not name=path", entry)
 		}
+		// path:policy:watermark_source sets those two (either may be
+		// empty: the default).
+		bin, settings, _ := strings.Cut(bin, ":")
+		policy, wms, _ := strings.Cut(settings, ":")
 		port := freePort(t)
 		cfg := map[string]any{
 			"listen":      "127.0.0.1:" + strconv.Itoa(port),
@@ -49,6 +54,12 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		}
 		if positions != "" {
 			cfg["positions"] = positions
+		}
+		if policy != "" {
+			cfg["policy"] = policy
+		}
+		if wms != "" {
+			cfg["watermark_source"] = wms
 		}
 		var reps []backend
 		for _, r := range topo.Replicas() {

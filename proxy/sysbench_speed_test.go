@@ -34,7 +34,9 @@ import (
 // (comma list, default "1,4,16"), CAUSALLAB_PROXY_BENCH_POSITIONS (poll or
 // binlog), CAUSALLAB_PROXY_BENCH_POLICIES, CAUSALLAB_PROXY_BENCH_SOCKETIO and
 // CAUSALLAB_PROXY_BENCH_WATERMARK (comma lists: one proxy target per
-// combination), CAUSALLAB_PROXY_BENCH_BINARIES (name=path,...: causallab
+// combination), CAUSALLAB_PROXY_BENCH_TASKSET (HOP:REST CPU lists: the hops
+// on one, sysbench and the mysqld on the other),
+// CAUSALLAB_PROXY_BENCH_BINARIES (name=path,...: causallab
 // binaries run as `causallab proxy` processes, one target each, e.g. two
 // builds compared in one run), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
 // first run to this file).
@@ -103,8 +105,9 @@ func TestSysbenchSpeed(t *testing.T) {
 		socketIOs = strings.Split(v, ",")
 	}
 	// CAUSALLAB_PROXY_BENCH_WATERMARK: comma-separated
-	// Config.WatermarkSource values (query, all-gtids), one proxy target
-	// each per policy and socket I/O (default: the default, query).
+	// Config.WatermarkSource values (lazy, query, all-gtids), one proxy
+	// target each per policy and socket I/O (default: the default, lazy
+	// with poll positions).
 	wmSources := []string{""}
 	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_WATERMARK"); v != "" {
 		wmSources = strings.Split(v, ",")
@@ -164,6 +167,35 @@ func TestSysbenchSpeed(t *testing.T) {
 			}{name, sysbenchTarget{host: "127.0.0.1", port: strconv.Itoa(port), user: r0.User, password: r0.Password}, self})
 		}
 	}
+	// CAUSALLAB_PROXY_BENCH_TASKSET=HOP:REST (CPU lists, e.g. 1:0): every
+	// hop (this process, with the in-process proxy and Go forwarders;
+	// MySQL Router; the external proxies) runs on HOP, sysbench and every
+	// other process this one started (the mysqld) on REST.
+	sysbench, pre := bin, []string(nil)
+	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_TASKSET"); v != "" {
+		hop, rest, ok := strings.Cut(v, ":")
+		if !ok || hop == "" || rest == "" {
+			t.Fatalf("CAUSALLAB_PROXY_BENCH_TASKSET %q: want HOP:REST", v)
+		}
+		hops := map[int]bool{self: true}
+		for _, tg := range targets {
+			if tg.pid != 0 {
+				hops[tg.pid] = true
+			}
+		}
+		for _, pid := range append([]int{self}, descendants(t, self)...) {
+			cpus := rest
+			if hops[pid] {
+				cpus = hop
+			}
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+				t.Fatalf("taskset %d (%s): %v\n%s", pid, strings.TrimSpace(string(comm)), err, out)
+			}
+			t.Logf("taskset: pid %d (%s) on CPU %s", pid, strings.TrimSpace(string(comm)), cpus)
+		}
+		sysbench, pre = "taskset", []string{"-c", rest, bin}
+	}
 	var prof *os.File
 	if path := os.Getenv("CAUSALLAB_PROXY_PROFILE"); path != "" {
 		f, err := os.Create(path)
@@ -198,7 +230,7 @@ func TestSysbenchSpeed(t *testing.T) {
 				args = append(args, fmt.Sprintf("--threads=%d", th), fmt.Sprintf("--time=%d", secs),
 					"--percentile=99", "--report-interval=0", "--histogram=off", "run")
 				before := readProcStats(tg.pid)
-				r, err := runSysbench(ctx, t, bin, "", args...)
+				r, err := runSysbench(ctx, t, sysbench, "", append(slices.Clone(pre), args...)...)
 				after := readProcStats(tg.pid)
 				if strings.HasPrefix(tg.name, profTarget) && profiling {
 					pprof.StopCPUProfile()
@@ -235,6 +267,45 @@ func TestSysbenchSpeed(t *testing.T) {
 		}
 	}
 	t.Log(b.String())
+}
+
+// descendants returns the processes whose parent chain reaches pid.
+func descendants(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := map[int]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so after the last ')'.
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			parent[p] = pp
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q, n := parent[p], 0; q != 0 && n < 64; q, n = parent[q], n+1 {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // medians returns the per-field medians of several runs.

@@ -27,6 +27,7 @@ func TestWatermarkFallsBackToPrimary(t *testing.T) {
 			)
 			s := startProxy(t, func(c *Config) {
 				c.Policy = policy
+				c.WatermarkSource = "query" // the pipelined watermark (lazy reads none)
 				c.OnRead = func(r ReadRoute) {
 					mu.Lock()
 					served = append(served, r.Node)

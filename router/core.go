@@ -107,6 +107,20 @@ const (
 	// primary (capped), or deferred under Policy.Defer. Never a silent
 	// replica read.
 	ReasonPrimaryUnknown
+	// ReasonSeenPending: (MR policies, Session.HasPending) the session's
+	// last reads ran on a node it cannot be routed to now and what they
+	// saw is not bounded yet: ActWait (Replica -1) up to Input.PendingWait
+	// for the caller's position source to bound it (ResolvePending), then
+	// decide again.
+	ReasonSeenPending
+	// ReasonSeenUnknown: (MR policies, Session.HasPending with
+	// Input.PendingWait 0) what the session's last reads saw cannot be
+	// bounded (their node restarted or went down since, with no poll of it
+	// after them), and the node cannot serve this read: no replica can be
+	// shown to hold it, so the read is a freshness fallback to the
+	// primary, which holds everything a replica showed in its epoch
+	// (capped, deferred under Policy.Defer).
+	ReasonSeenUnknown
 )
 
 // Outcome is the typed result of one read, whoever served or refused it:
@@ -231,6 +245,18 @@ type Session[P gtid.Position[P]] struct {
 	Seen P
 	// HasSeen is false until the session's first read.
 	HasSeen bool
+	// HasPending (MR policies, a caller that bounds watermarks lazily):
+	// the session's last reads ran on one node and what they saw is not in
+	// Seen yet (ObservePending). Visibility on one server only grows, so
+	// that node still holds it; any other node is shown to hold it only
+	// once the caller bounds it (ResolvePending: an upper bound of the
+	// node's position measured after the reads ended).
+	HasPending bool
+	// PendingReplica indexes View.Replicas for the pending reads' node;
+	// -1: the primary.
+	PendingReplica int
+	// PendingEpoch is the topology epoch of the pending reads.
+	PendingEpoch uint64
 	// LastWriteAt is the clock time of the last acknowledged write
 	// (PolicyWindow); meaningful when HasToken.
 	LastWriteAt time.Duration
@@ -311,6 +337,13 @@ type Input[P gtid.Position[P]] struct {
 	// it captures a fresh one. Ignored by the other policies.
 	Global      P
 	GlobalKnown bool
+	// PendingWait (MR policies, Session.HasPending): how much longer the
+	// caller can wait for its position source to bound the pending seen
+	// (for the live router: a poll of the node that started after the
+	// reads ended, on a connection open since before they began). Zero:
+	// it cannot be bounded (the node restarted or went down since, with
+	// no such poll): ReasonSeenUnknown.
+	PendingWait time.Duration
 }
 
 // Decision is Decide's answer.

@@ -20,7 +20,9 @@ import (
 // What the caller must do with each Action:
 //
 //   - ActReplica: run the read on View.Replicas[Replica]. Afterwards raise the
-//     session's watermark with Observe, using a position that is at least
+//     session's watermark with Observe (or, bounding it lazily, record the
+//     read with ObservePending and resolve it before a later read that
+//     needs it, ResolvePending), using a position that is at least
 //     everything the read could have observed (for the live router: the
 //     replica's @@gtid_executed read on the same connection after the
 //     statement; for the simulator: the replica's applied position when the
@@ -32,7 +34,8 @@ import (
 //     primary's position after the read, as for a replica.
 //   - ActWait: wait until View.Replicas[Replica] qualifies (contains the token
 //     and, for the MR policies, the watermark) or WaitFor elapses, whichever
-//     first; then call Decide again with a fresh View, Now and Waited
+//     first (for ReasonSeenPending, Replica -1: until the pending seen is
+//     bounded, then ResolvePending, or WaitFor elapses); then call Decide again with a fresh View, Now and Waited
 //     increased by the time actually waited (the wait may end early for
 //     another replica, too). Reason is ReasonNoReplicaQualifies for a
 //     PolicyTokenWait budget wait and ReasonCapExceeded for CapWaitLonger.
@@ -65,7 +68,10 @@ import (
 //     required) and in every View.Bases entry of a later epoch (what each
 //     promoted primary held when promoted), else ActFail/ReasonWriteLost;
 //     for the MR policies the same holds for the watermark, else
-//     ActFail/ReasonSeenLost.
+//     ActFail/ReasonSeenLost. A pending seen (Session.HasPending) of an
+//     older epoch must be bounded first: ActWait/ReasonSeenPending
+//     (Replica -1, WaitFor Input.PendingWait) while PendingWait > 0,
+//     else ActFail/ReasonSeenLost (it cannot be shown to survive).
 //  2. PolicyAny: a uniformly random up replica (Rand).
 //     PolicyAffinity: hashroute's View.Hash.Select(Session.AffinityKey,
 //     Policy.HashMode, up replicas, InFlight counts) (HashReason says why);
@@ -80,9 +86,24 @@ import (
 //     replica. PolicyGlobal without Input.GlobalKnown: no replica can be
 //     shown to qualify; it goes straight to rule 5 with
 //     ReasonPrimaryUnknown (no wait: there is nothing to wait for).
+//     The lazy watermark (MR policies, Session.HasPending): the pending
+//     reads' replica, View.Replicas[PendingReplica], qualifies on the
+//     pending part without a test (visibility on one server only grows:
+//     it still holds what it showed; the token, Input.Global and Seen are
+//     tested as usual), every other replica does not qualify (what the
+//     pending reads saw is unknown until bounded); when it qualifies it
+//     serves, whatever Rand (stickiness). A pending seen on the primary
+//     lets no replica qualify, and so does one with Input.PendingWait 0
+//     (its node may have restarted since: it is not sticky either).
 //  3. No replica up: the primary, ReasonNoReplicaUp, not a fallback (not
 //     capped, not deferred: an availability fallback).
-//  4. Token policy, none qualifies: PolicyTokenWait and PolicyGlobal with
+//  4. A pending seen, none qualifies: ActWait/ReasonSeenPending (Replica
+//     -1, WaitFor Input.PendingWait) while PendingWait > 0: the caller
+//     waits for the bound, calls ResolvePending, and decides again with
+//     Waited increased; with PendingWait 0, a freshness fallback with
+//     ReasonSeenUnknown (rules 5-7, except that an empty bucket never
+//     serves stale nor waits longer: ReasonCapExceeded fails).
+//     Token policy, none qualifies: PolicyTokenWait and PolicyGlobal with
 //     Waited < WaitBudget wait (ActWait) on the up replica with the
 //     smallest Behind (lowest index on ties). Otherwise a freshness
 //     fallback, with Reason ReasonNoReplicaQualifies (token-ryw,
@@ -140,7 +161,15 @@ func (n need[P]) holds(in *Input[P], a P) bool {
 func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 	pol, s, v := in.Policy, in.Session, in.View
 	global := pol.Kind == PolicyGlobal
-	needSeen := s.HasSeen && pol.Kind != PolicyTokenRYW
+	mr := pol.Kind != PolicyTokenRYW
+	needSeen := s.HasSeen && mr
+	// pending: the MR part of the last reads is not bounded yet; sticky is
+	// the replica they ran on (-1: the primary, or no longer a replica).
+	pending := s.HasPending && mr
+	sticky := -1
+	if pending && in.PendingWait > 0 && s.PendingReplica >= 0 && s.PendingReplica < len(v.Replicas) {
+		sticky = s.PendingReplica
+	}
 	var reanchor bool
 
 	// Rule 1: epochs.
@@ -157,9 +186,17 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 			}
 			reanchor = true
 		}
+		if pending && s.PendingEpoch < v.Epoch {
+			// What the pending reads saw must be bounded before the
+			// watermark's survival can be judged.
+			if in.PendingWait > 0 {
+				return Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: in.PendingWait, Reanchor: reanchor}
+			}
+			return Decision{Action: ActFail, Reason: ReasonSeenLost, Replica: -1}
+		}
 	}
 
-	if !s.HasToken && !needSeen && !global {
+	if !s.HasToken && !needSeen && !pending && !global {
 		d := pickAny(v, in.Rand, ReasonNoToken)
 		d.Reanchor = reanchor
 		return d
@@ -194,7 +231,7 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 			continue
 		}
 		nUp++
-		if !unknown && nd.holds(in, r.Applied) {
+		if !unknown && (!pending || i == sticky) && nd.holds(in, r.Applied) {
 			if i < 64 {
 				mask |= 1 << uint(i)
 			}
@@ -206,9 +243,21 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 		}
 	}
 	if nq > 0 {
+		if pending {
+			// Only the pending reads' replica can qualify: it serves.
+			return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: sticky, Reanchor: reanchor}
+		}
 		k := int(in.Rand % uint64(nq))
 		idx := nthQualifying(in, mask, k, nd)
 		return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: idx, Reanchor: reanchor}
+	}
+	if pending {
+		// No stale read or cap wait elsewhere: the session's pending seen
+		// is on one node only (and, unbounded, not sticky).
+		best = -1
+		if sticky >= 0 && v.Replicas[sticky].Up {
+			best = sticky
+		}
 	}
 
 	// Rule 5 precondition: can the primary serve the token at all?
@@ -222,12 +271,16 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 		return Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1, Reanchor: reanchor}
 	}
 
-	// Rule 4: budget wait.
+	// Rule 4: the pending seen's wait, or the budget wait.
 	var budget time.Duration
 	reason := ReasonNoReplicaQualifies
 	switch {
 	case unknown:
 		reason = ReasonPrimaryUnknown
+	case pending && in.PendingWait > 0:
+		return Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: in.PendingWait, Reanchor: reanchor}
+	case pending:
+		reason = ReasonSeenUnknown
 	case pol.Kind == PolicyTokenWait || global:
 		budget = pol.WaitBudget
 		if in.Waited < budget {
@@ -253,9 +306,11 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 	}
 	switch in.Cap.Behavior {
 	case CapServeStale:
-		return Decision{Action: ActStale, Reason: ReasonCapExceeded, Replica: best, Reanchor: reanchor}
+		if best >= 0 {
+			return Decision{Action: ActStale, Reason: ReasonCapExceeded, Replica: best, Reanchor: reanchor}
+		}
 	case CapWaitLonger:
-		if limit := budget + in.Cap.ExtraWait; in.Waited < limit {
+		if limit := budget + in.Cap.ExtraWait; in.Waited < limit && best >= 0 {
 			return Decision{Action: ActWait, Reason: ReasonCapExceeded, Replica: best,
 				WaitFor: limit - in.Waited, Reanchor: reanchor}
 		}
@@ -400,11 +455,40 @@ func (s *Session[P]) Reanchor(epoch uint64) {
 	}
 }
 
-// DropSeen forgets the watermark (after ReasonSeenLost: what the session was
-// shown no longer exists on any timeline the router serves).
+// DropSeen forgets the watermark and any pending seen (after
+// ReasonSeenLost: what the session was shown no longer exists on any
+// timeline the router serves).
 func (s *Session[P]) DropSeen() {
 	var zero P
 	s.Seen, s.HasSeen, s.SeenEpoch = zero, false, 0
+	s.HasPending, s.PendingReplica, s.PendingEpoch = false, 0, 0
+}
+
+// ObservePending records, instead of Observe, that a read on replica i
+// (-1: the primary) in epoch ended and what it saw is not bounded yet
+// (the lazy watermark: the caller bounds it later, ResolvePending). The
+// session's pending seen is on one node: Decide routes an MR read only to
+// that replica while it is pending, and a read on the primary takes it
+// over (within an epoch the primary holds everything a replica showed;
+// an older epoch's pending seen is resolved first, rule 1). The epoch
+// kept is the oldest.
+func ObservePending[P gtid.Position[P]](s *Session[P], i int, epoch uint64) {
+	if s.HasPending {
+		epoch = min(epoch, s.PendingEpoch)
+	}
+	s.HasPending, s.PendingReplica, s.PendingEpoch = true, i, epoch
+}
+
+// ResolvePending folds bound, an upper bound of everything the pending
+// reads could have seen (measured on their node after they ended), into
+// the watermark (Observe, in the pending reads' epoch) and clears the
+// pending seen. Off the hot path: Union may allocate.
+func ResolvePending[P gtid.Position[P]](s *Session[P], bound P) {
+	if !s.HasPending {
+		return
+	}
+	Observe(s, bound, s.PendingEpoch)
+	s.HasPending, s.PendingReplica, s.PendingEpoch = false, 0, 0
 }
 
 // pickAffinity hashes the session's key onto View.Hash under the policy's

@@ -26,6 +26,12 @@ func genBset(t *rapid.T, label string) bset {
 //   - ActDefer happens only under Policy.Defer or CapDefer, never names a
 //     node, carries RetryAfter >= MinRetryAfter; under Policy.Defer no
 //     freshness fallback reaches the primary and the bucket is untouched;
+//   - the lazy watermark: with a pending seen (MR policies) a read goes to
+//     no replica but the pending reads' one (ActReplica, ActStale); it
+//     waits (ReasonSeenPending, Replica -1, WaitFor Input.PendingWait)
+//     only for a pending seen, falls back with ReasonSeenUnknown only when
+//     PendingWait is 0, and under CheckEpoch an older epoch's pending seen
+//     is bounded (or the read fails) before anything else;
 //   - Decide is deterministic and does not modify its inputs.
 func TestDecideProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -56,13 +62,19 @@ func TestDecideProperties(t *testing.T) {
 			Seen:  genBset(t, "seen"), HasSeen: rapid.Bool().Draw(t, "hasSeen"),
 			SeenEpoch: rapid.Uint64Range(0, 2).Draw(t, "seenEpoch"),
 		}
+		if rapid.Bool().Draw(t, "hasPending") {
+			sess.HasPending = true
+			sess.PendingReplica = rapid.IntRange(-1, n).Draw(t, "pendingReplica")
+			sess.PendingEpoch = rapid.Uint64Range(0, 2).Draw(t, "pendingEpoch")
+		}
 		view := View[bset]{Replicas: reps, Primary: genBset(t, "primary"),
 			PrimaryKnown: rapid.Bool().Draw(t, "primaryKnown"), Epoch: rapid.Uint64Range(0, 2).Draw(t, "viewEpoch")}
 		in := Input[bset]{Policy: &pol, Cap: cp, Session: &sess, View: &view,
 			Now:    time.Duration(rapid.IntRange(0, 3000).Draw(t, "nowMs")) * time.Millisecond,
 			Rand:   rapid.Uint64().Draw(t, "rand"),
 			Waited: time.Duration(rapid.IntRange(0, 8).Draw(t, "waited")) * 100 * time.Millisecond,
-			Global: genBset(t, "global"), GlobalKnown: rapid.Bool().Draw(t, "globalKnown")}
+			Global: genBset(t, "global"), GlobalKnown: rapid.Bool().Draw(t, "globalKnown"),
+			PendingWait: time.Duration(rapid.IntRange(0, 2).Draw(t, "pendingWaitMs")) * time.Millisecond}
 		var b Bucket
 		if cp != nil && rapid.Bool().Draw(t, "spent") {
 			b.take(cp, in.Now)
@@ -84,6 +96,22 @@ func TestDecideProperties(t *testing.T) {
 			}
 		}
 		needSeen := sess.HasSeen && pol.Kind != PolicyTokenRYW
+		pending := sess.HasPending && pol.Kind != PolicyTokenRYW
+		if pending && (d.Action == ActReplica || d.Action == ActStale) && d.Replica != sess.PendingReplica {
+			t.Fatalf("lazy MR: %v on replica %d while the pending seen is on %d: %+v", d.Action, d.Replica, sess.PendingReplica, d)
+		}
+		if (d.Reason == ReasonSeenPending || d.Reason == ReasonSeenUnknown) && !pending {
+			t.Fatalf("%v without a pending seen: %+v", d.Reason, d)
+		}
+		if d.Reason == ReasonSeenPending && (d.Action != ActWait || d.Replica != -1 || d.WaitFor != in.PendingWait) {
+			t.Fatalf("bad seen-pending wait: %+v", d)
+		}
+		if d.Reason == ReasonSeenUnknown && in.PendingWait > 0 {
+			t.Fatalf("seen-unknown while the pending seen can still be bounded: %+v", d)
+		}
+		if pending && pol.CheckEpoch && sess.PendingEpoch < view.Epoch && d.Action != ActFail && d.Reason != ReasonSeenPending {
+			t.Fatalf("an older epoch's pending seen was not bounded first: %+v", d)
+		}
 		switch d.Action {
 		case ActReplica:
 			r := reps[d.Replica]
@@ -104,13 +132,16 @@ func TestDecideProperties(t *testing.T) {
 			if sess.HasToken && view.PrimaryKnown && !view.Primary.Contains(sess.Token) {
 				t.Fatalf("primary %b lacks token %b but serves it: %+v", view.Primary, sess.Token, d)
 			}
-			if d.Fallback != (d.Reason == ReasonNoReplicaQualifies || d.Reason == ReasonWaitBudgetSpent || d.Reason == ReasonPrimaryUnknown) {
+			if d.Fallback != (d.Reason == ReasonNoReplicaQualifies || d.Reason == ReasonWaitBudgetSpent || d.Reason == ReasonPrimaryUnknown || d.Reason == ReasonSeenUnknown) {
 				t.Fatalf("fallback flag/reason mismatch: %+v", d)
 			}
 			if d.Fallback && pol.Defer {
 				t.Fatalf("freshness fallback to the primary under Defer: %+v", d)
 			}
 		case ActWait, ActStale:
+			if d.Reason == ReasonSeenPending {
+				break
+			}
 			if d.Replica < 0 || d.Replica >= n || !reps[d.Replica].Up {
 				t.Fatalf("%v on a bad replica: %+v", d.Action, d)
 			}

@@ -60,11 +60,59 @@ func TestDecideTable(t *testing.T) {
 		now     time.Duration
 		rnd     uint64
 		waited  time.Duration
-		global  lsn  // Input.Global
-		gKnown  bool // Input.GlobalKnown
+		global  lsn           // Input.Global
+		gKnown  bool          // Input.GlobalKnown
+		pwait   time.Duration // Input.PendingWait
 		want    Decision
 	}
+	// pend: a session whose last reads ran on replica i (-1: primary), not
+	// bounded yet, with a token p and a resolved watermark s (0: none).
+	pend := func(i int, p, s lsn) Session[lsn] {
+		x := Session[lsn]{Token: p, HasToken: p != 0, Seen: s, HasSeen: s != 0, HasPending: true, PendingReplica: i, PendingEpoch: 0}
+		return x
+	}
+	mrP := Policy{Kind: PolicyTokenRYWMR}
+	waitP := Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}
 	cases := []tc{
+		// the lazy watermark (pending seen)
+		{name: "pending/sticky-whatever-rand", pol: mrP, sess: pend(1, 0, 0), reps: []Replica[lsn]{up(9), up(1), up(9)}, rnd: 2, pwait: 10 * ms,
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
+		{name: "pending/sticky-needs-token", pol: mrP, sess: pend(1, 5, 0), reps: []Replica[lsn]{up(9), up(5)}, pwait: 10 * ms,
+			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
+		{name: "pending/sticky-needs-seen", pol: mrP, sess: pend(1, 0, 6), reps: []Replica[lsn]{up(9), up(5)}, pwait: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: 10 * ms}},
+		{name: "pending/sticky-lacks-token-wait", pol: mrP, sess: pend(1, 7, 0), reps: []Replica[lsn]{up(9), up(5)}, pwait: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: 10 * ms}},
+		{name: "pending/sticky-lacks-token-unknown", pol: mrP, sess: pend(1, 7, 0), reps: []Replica[lsn]{up(9), up(5)},
+			want: Decision{Action: ActPrimary, Reason: ReasonSeenUnknown, Replica: -1, Fallback: true}},
+		{name: "pending/sticky-down-others-not", pol: waitP, sess: pend(1, 0, 0), reps: []Replica[lsn]{up(9), down(9)}, pwait: 3 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: 3 * ms}},
+		{name: "pending/sticky-down-unknown", pol: waitP, sess: pend(1, 0, 0), reps: []Replica[lsn]{up(9), down(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonSeenUnknown, Replica: -1, Fallback: true}},
+		{name: "pending/unbounded-not-sticky", pol: mrP, sess: pend(1, 0, 0), reps: []Replica[lsn]{up(9), up(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonSeenUnknown, Replica: -1, Fallback: true}},
+		{name: "pending/on-primary", pol: mrP, sess: pend(-1, 0, 0), reps: []Replica[lsn]{up(9), up(9)}, pwait: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: 10 * ms}},
+		{name: "pending/out-of-range", pol: mrP, sess: pend(5, 0, 0), reps: []Replica[lsn]{up(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonSeenUnknown, Replica: -1, Fallback: true}},
+		{name: "pending/none-up", pol: mrP, sess: pend(0, 0, 0), reps: []Replica[lsn]{down(9)},
+			want: Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1}},
+		{name: "pending/global-needs-target", pol: glob, sess: pend(0, 0, 0), reps: []Replica[lsn]{up(3), up(9)}, global: 5, gKnown: true, pwait: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: 10 * ms}},
+		{name: "pending/token-ryw-ignores", pol: Policy{Kind: PolicyTokenRYW}, sess: pend(0, 0, 0), reps: []Replica[lsn]{up(3), up(9)}, rnd: 1,
+			want: Decision{Action: ActReplica, Reason: ReasonNoToken, Replica: 1}},
+		{name: "pending/unknown-deferred", pol: Policy{Kind: PolicyTokenRYWMR, Defer: true}, sess: pend(-1, 0, 0), reps: []Replica[lsn]{up(9)},
+			want: Decision{Action: ActDefer, Reason: ReasonSeenUnknown, Replica: -1, RetryAfter: MinRetryAfter}},
+		{name: "pending/unknown-cap-no-stale", pol: mrP, cap: capStale, emptyB: true, sess: pend(1, 7, 0), reps: []Replica[lsn]{up(9), up(5)},
+			want: Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1}},
+		{name: "pending/unknown-cap-stale-primary", pol: mrP, cap: capStale, emptyB: true, sess: pend(-1, 0, 0), reps: []Replica[lsn]{up(9)},
+			want: Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1}},
+		{name: "pending/older-epoch-waits", pol: Policy{Kind: PolicyTokenRYWMR, CheckEpoch: true}, sess: pend(0, 0, 0), reps: []Replica[lsn]{up(9)},
+			epoch: 1, pKnown: true, primary: 9, pwait: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: 10 * ms}},
+		{name: "pending/older-epoch-unbounded-lost", pol: Policy{Kind: PolicyTokenRYWMR, CheckEpoch: true}, sess: pend(0, 0, 0), reps: []Replica[lsn]{up(9)},
+			epoch: 1, pKnown: true, primary: 9,
+			want: Decision{Action: ActFail, Reason: ReasonSeenLost, Replica: -1}},
 		// any
 		{name: "any/first-up", pol: Policy{Kind: PolicyAny}, reps: []Replica[lsn]{down(0), up(0), up(0)}, rnd: 0,
 			want: Decision{Action: ActReplica, Reason: ReasonRouted, Replica: 1}},
@@ -269,7 +317,7 @@ func TestDecideTable(t *testing.T) {
 			reps := append([]Replica[lsn](nil), c.reps...)
 			view := View[lsn]{Replicas: reps, Primary: c.primary, PrimaryKnown: c.pKnown, Epoch: c.epoch}
 			in := Input[lsn]{Policy: &c.pol, Cap: c.cap, Session: &sess, View: &view, Now: c.now, Rand: c.rnd, Waited: c.waited,
-				Global: c.global, GlobalKnown: c.gKnown}
+				Global: c.global, GlobalKnown: c.gKnown, PendingWait: c.pwait}
 			var b Bucket
 			if c.emptyB {
 				if c.cap == nil || !b.take(c.cap, 0) || b.take(c.cap, 0) {
@@ -416,6 +464,39 @@ func TestBucketRate(t *testing.T) {
 		if !b3.take(&Cap{}, 0) || !b3.take(nil, 0) {
 			t.Fatal("disabled cap refused a fallback")
 		}
+	}
+}
+
+// TestObservePending: the pending seen holds one node, keeps the oldest
+// epoch, moves to the primary, and resolving it folds the bound into the
+// watermark in the pending reads' epoch; DropSeen drops it.
+func TestObservePending(t *testing.T) {
+	var s Session[bset]
+	ObservePending(&s, 1, 3)
+	if !s.HasPending || s.PendingReplica != 1 || s.PendingEpoch != 3 || s.HasSeen {
+		t.Fatalf("after ObservePending: %+v", s)
+	}
+	ObservePending(&s, -1, 4) // a read on the primary takes it over
+	if s.PendingReplica != -1 || s.PendingEpoch != 3 {
+		t.Fatalf("moved to the primary: %+v", s)
+	}
+	ResolvePending(&s, bset(0b101))
+	if s.HasPending || !s.HasSeen || s.Seen != 0b101 || s.SeenEpoch != 3 {
+		t.Fatalf("after ResolvePending: %+v", s)
+	}
+	ResolvePending(&s, bset(0b10)) // nothing pending: no change
+	if s.Seen != 0b101 {
+		t.Fatalf("resolved without a pending seen: %+v", s)
+	}
+	ObservePending(&s, 0, 5)
+	ResolvePending(&s, bset(0b10))
+	if s.Seen != 0b111 || s.SeenEpoch != 3 {
+		t.Fatalf("second resolution: %+v", s)
+	}
+	ObservePending(&s, 0, 5)
+	s.DropSeen()
+	if s.HasPending || s.HasSeen {
+		t.Fatalf("after DropSeen: %+v", s)
 	}
 }
 

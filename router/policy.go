@@ -64,6 +64,8 @@ var reasonNames = [...]string{
 	ReasonSeenLost:           "seen-lost-in-failover",
 	ReasonInvalidPolicy:      "invalid-policy",
 	ReasonPrimaryUnknown:     "primary-position-unknown",
+	ReasonSeenPending:        "seen-pending",
+	ReasonSeenUnknown:        "seen-unknown",
 }
 
 // String returns the reason's metric label.

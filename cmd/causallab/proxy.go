@@ -97,6 +97,6 @@ prints them) with --user/--password for the clients.`,
 	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default: the --topology state file's, as causallab status prints it; else 1)")
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
-	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads learn a replica's position after a read: query (default; SELECT @@GLOBAL.gtid_executed pipelined) or all-gtids (the read's own OK packet, session_track_gtids=ALL_GTIDS)")
+	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads bound what a replica read saw: lazy (default with --positions poll: the poller's next poll, taken only when the session moves), query (the default with binlog positions; the watermark query pipelined behind each read) or all-gtids (the read's own OK packet; not sound)")
 	return cmd
 }

@@ -135,6 +135,16 @@ const ExecutedQuery = "SELECT @@GLOBAL.gtid_executed"
 // race"). The answer is one GTID set text (pieces joined by commas).
 const WatermarkQuery = "SELECT CONCAT(@@GLOBAL.gtid_executed, ',', IFNULL((SELECT GROUP_CONCAT(RECEIVED_TRANSACTION_SET) FROM performance_schema.replication_connection_status), ''))"
 
+// BoundsQuery reads, in one statement, a node's lower and upper bounds:
+// gtid_executed, a semicolon, then the replica's received set (every
+// channel; empty on a primary). The lower bound is the executed set (a
+// position, as ExecutedQuery); the upper bound is the executed set
+// joined with the received set (as WatermarkQuery): measured by a
+// statement that started after a read ended on the same server, it
+// contains everything the read could observe. The live poller runs it
+// for the lazy watermark (router/live, WatermarkLazy).
+const BoundsQuery = "SELECT CONCAT(@@GLOBAL.gtid_executed, ';', IFNULL((SELECT GROUP_CONCAT(RECEIVED_TRANSACTION_SET) FROM performance_schema.replication_connection_status), ''))"
+
 // ReadWatermark runs WatermarkQuery on c and parses the set.
 func ReadWatermark(ctx context.Context, c *client.Conn) (gtid.Set, error) {
 	s, err := ReadValue(ctx, c, WatermarkQuery)

@@ -60,6 +60,9 @@ type LiveRequest[P gtid.Position[P]] struct {
 	// (router.Input.Global), captured once before its first decision.
 	Global      P
 	GlobalKnown bool
+	// PendingWait is router.Input.PendingWait (WatermarkLazy: how much
+	// longer the session's pending seen may take to be bounded).
+	PendingWait time.Duration
 }
 
 // DecideLive is the live router's whole decision path: it builds Decide's
@@ -96,7 +99,8 @@ func DecideLive[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], req
 		v.Replicas[i] = router.Replica[P]{Applied: set, Up: up, Behind: st.Flavor.Behind(prim, set), InFlight: st.InFlight[n.Name]}
 	}
 	in := router.Input[P]{Policy: req.Policy, Cap: req.Cap, Session: req.Session, View: v,
-		Now: req.Now, Rand: req.Rand, Waited: req.Waited, Global: req.Global, GlobalKnown: req.GlobalKnown}
+		Now: req.Now, Rand: req.Rand, Waited: req.Waited, Global: req.Global, GlobalKnown: req.GlobalKnown,
+		PendingWait: req.PendingWait}
 	d := router.Decide(&in, b)
 	if d.Action == router.ActDefer && st.Commits != nil {
 		for i := range v.Replicas {

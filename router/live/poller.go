@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,9 +67,31 @@ type PollerConfig[P gtid.Position[P]] struct {
 	// write's LSN. Need not be one of Nodes (a poller of standbys only).
 	// "": every node is polled with Flavor.ExecutedQuery.
 	Primary string
+	// Bounds makes every poll also read an upper bound of the node's
+	// position (a flavor with a BoundsQuerier: for MySQL
+	// mysqlwire.BoundsQuery, one statement with gtid_executed and the
+	// replica's received set), recording when each poll started, so the
+	// poller can bound after the fact what a read on the node saw
+	// (SeenBounder: the lazy watermark, WatermarkLazy). The poll account
+	// then needs SELECT on performance_schema.replication_connection_status.
+	// Ignored (no bounds) for a flavor without one.
+	Bounds bool
 	// Logger receives state changes. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// BoundsQuerier is a Flavor whose poll can read a node's lower and upper
+// bounds in one statement (PollerConfig.Bounds): the answer is the lower
+// bound's text, a semicolon, and the text of what the upper bound adds
+// (both parsed with ParseExecuted; the upper bound is their union).
+type BoundsQuerier interface {
+	BoundsQuery() string
+}
+
+// BoundsQuery implements BoundsQuerier: mysqlwire.BoundsQuery.
+func (MySQL) BoundsQuery() string { return mysqlwire.BoundsQuery }
+
+var _ BoundsQuerier = MySQL{}
 
 func (c *PollerConfig[P]) validate() error {
 	if c.Flavor == nil {
@@ -122,7 +145,16 @@ func (c *PollerConfig[P]) validate() error {
 type pollState[P gtid.Position[P]] struct {
 	pos     P
 	lastOK  time.Time
-	changed chan struct{} // closed when replaced
+	changed chan struct{} // closed when replaced by a different position
+	// With bounds (PollerConfig.Bounds): upper is the upper bound the
+	// poll read, start when the poll's statement was about to be sent,
+	// gen the generation of the connection it ran on, and polled is
+	// closed when the state is replaced by any newer poll.
+	upper    P
+	hasUpper bool
+	start    time.Time
+	gen      uint64
+	polled   chan struct{}
 }
 
 // Poller is the polling PositionSource: one goroutine per node runs the
@@ -141,6 +173,12 @@ type Poller[P gtid.Position[P]] struct {
 	// primary is the node polled as the primary (PollerConfig.Primary,
 	// SetPrimary).
 	primary atomic.Pointer[string]
+	// bounds: every poll reads the BoundsQuery (PollerConfig.Bounds with
+	// a BoundsQuerier flavor); kicks asks a node's poll loop for a poll
+	// now (SeenBounder.WaitBound); gens numbers poll connections.
+	bounds bool
+	kicks  map[string]chan struct{}
+	gens   atomic.Uint64
 }
 
 // StandbyQuerier is a Flavor with a query for nodes the router treats as
@@ -160,6 +198,9 @@ func (p *Poller[P]) SetPrimary(name string) error {
 // query is the poll query for node: the flavor's standby query for a node
 // other than the primary, when the flavor has one and a primary is set.
 func (p *Poller[P]) query(node string) string {
+	if p.bounds {
+		return any(p.cfg.Flavor).(BoundsQuerier).BoundsQuery()
+	}
 	if sq, ok := any(p.cfg.Flavor).(StandbyQuerier); ok {
 		if prim := p.primary.Load(); prim != nil && *prim != "" && *prim != node {
 			return sq.StandbyQuery()
@@ -204,15 +245,44 @@ func (m mysqlValueConn) Close() error { return m.c.Close() }
 // newPoller builds a Poller over validated cfg whose connections dial
 // opens.
 func newPoller[P gtid.Position[P]](cfg PollerConfig[P], dial dialValue) *Poller[P] {
-	p := &Poller[P]{cfg: cfg, dial: dial, states: map[string]*atomic.Pointer[pollState[P]]{}}
+	p := &Poller[P]{cfg: cfg, dial: dial, states: map[string]*atomic.Pointer[pollState[P]]{}, kicks: map[string]chan struct{}{}}
+	if _, ok := any(cfg.Flavor).(BoundsQuerier); ok && cfg.Bounds {
+		p.bounds = true
+	}
 	prim := cfg.Primary
 	p.primary.Store(&prim)
 	for _, n := range cfg.Nodes {
 		ptr := &atomic.Pointer[pollState[P]]{}
-		ptr.Store(&pollState[P]{changed: make(chan struct{})})
+		ptr.Store(&pollState[P]{changed: make(chan struct{}), polled: make(chan struct{})})
 		p.states[n.Name] = ptr
+		p.kicks[n.Name] = make(chan struct{}, 1)
 	}
 	return p
+}
+
+// parse reads a poll's answer: the position, and with bounds the upper
+// bound (BoundsQuerier's format).
+func (p *Poller[P]) parse(text string) (pos, upper P, err error) {
+	if !p.bounds {
+		pos, err = p.cfg.Flavor.ParseExecuted(text)
+		return pos, upper, err
+	}
+	lo, add, ok := strings.Cut(text, ";")
+	if !ok {
+		return pos, upper, fmt.Errorf("router: poller: bounds answer without a separator: %q", mysqlwire.Excerpt(text))
+	}
+	if pos, err = p.cfg.Flavor.ParseExecuted(lo); err != nil {
+		return pos, upper, err
+	}
+	upper = pos
+	if strings.TrimSpace(add) != "" {
+		extra, err := p.cfg.Flavor.ParseExecuted(add)
+		if err != nil {
+			return pos, upper, err
+		}
+		upper = pos.Union(extra)
+	}
+	return pos, upper, nil
 }
 
 // Run polls until ctx ends; it returns ctx's error.
@@ -236,30 +306,42 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	failing := false
+	var gen uint64
 	for {
 		var err error
 		if c == nil {
-			c, err = p.dial(ctx, n.Addr)
+			if c, err = p.dial(ctx, n.Addr); err == nil {
+				gen = p.gens.Add(1)
+			}
 		}
 		if err == nil {
 			var text string
-			var pos P
+			var pos, upper P
 			pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
+			start := time.Now()
 			text, err = c.ReadValue(pctx, p.query(n.Name))
 			cancel()
 			if err == nil {
-				pos, err = p.cfg.Flavor.ParseExecuted(text)
+				pos, upper, err = p.parse(text)
 			}
 			if err == nil {
 				p.polls.Add(1)
 				old := ptr.Load()
+				st := &pollState[P]{pos: pos, lastOK: time.Now(), changed: old.changed,
+					upper: upper, hasUpper: p.bounds, start: start, gen: gen, polled: make(chan struct{})}
 				// Equal positions contain each other.
-				if !(old.pos.Contains(pos) && pos.Contains(old.pos)) || old.lastOK.IsZero() || failing {
-					ptr.Store(&pollState[P]{pos: pos, lastOK: time.Now(), changed: make(chan struct{})})
-					close(old.changed)
+				moved := !(old.pos.Contains(pos) && pos.Contains(old.pos)) || old.lastOK.IsZero() || failing
+				if moved {
+					st.changed = make(chan struct{})
 				} else {
-					// Same position: refresh liveness without waking waiters.
-					ptr.Store(&pollState[P]{pos: old.pos, lastOK: time.Now(), changed: old.changed})
+					// Same position: refresh liveness without waking
+					// WaitFor's waiters.
+					st.pos = old.pos
+				}
+				ptr.Store(st)
+				close(old.polled)
+				if moved {
+					close(old.changed)
 				}
 				if failing {
 					p.cfg.Logger.Info("poller: node answers again", "node", n.Name)
@@ -284,6 +366,7 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-p.kicks[n.Name]:
 		}
 	}
 }
@@ -314,6 +397,94 @@ func (p *Poller[P]) WaitFor(ctx context.Context, node string, want P) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.changed:
+		}
+	}
+}
+
+// SeenBounder is a PositionSource that can bound, after the fact, what a
+// read on a node saw: the lazy watermark (WatermarkLazy). Visibility on
+// one server only grows, so an upper bound of a node's position measured
+// by a statement that started after a read there ended contains
+// everything the read could observe, provided the server is the same one
+// throughout: the bound must come from a poll connection that was open
+// before the read began (a restart closes every connection). A *Poller
+// with PollerConfig.Bounds implements it.
+type SeenBounder[P gtid.Position[P]] interface {
+	// Generation returns the generation of the node's poll connection as
+	// of its last successful poll (every connection the poller opens gets
+	// a new one; 0: none yet, or no bounds). Read it before a read
+	// starts.
+	Generation(node string) uint64
+	// SeenBound returns an upper bound of everything a read on node that
+	// ended at after could observe, from a poll that started after it on
+	// the connection of generation gen (ok). Without one yet, wait is how
+	// much longer one may come (the node still counts as healthy: the
+	// time until DownAfter since its last successful poll); 0: none will
+	// (the generation changed, or the node stopped answering).
+	SeenBound(node string, after time.Time, gen uint64) (bound P, ok bool, wait time.Duration)
+	// WaitBound asks for a poll of node now and waits until a poll that
+	// started after after has been published (or the node's state
+	// changed), or ctx ends (returning its error).
+	WaitBound(ctx context.Context, node string, after time.Time) error
+}
+
+var _ SeenBounder[gtid.Set] = (*Poller[gtid.Set])(nil)
+
+// Bounds reports whether the poller reads upper bounds (PollerConfig.Bounds
+// with a flavor that has a BoundsQuerier): SeenBounder works only then.
+func (p *Poller[P]) Bounds() bool { return p.bounds }
+
+// Generation implements SeenBounder.
+func (p *Poller[P]) Generation(node string) uint64 {
+	ptr, ok := p.states[node]
+	if !ok || !p.bounds {
+		return 0
+	}
+	return ptr.Load().gen
+}
+
+// SeenBound implements SeenBounder.
+func (p *Poller[P]) SeenBound(node string, after time.Time, gen uint64) (P, bool, time.Duration) {
+	var zero P
+	ptr, ok := p.states[node]
+	if !ok || !p.bounds || gen == 0 {
+		return zero, false, 0
+	}
+	s := ptr.Load()
+	switch {
+	case s.gen != gen:
+		return zero, false, 0
+	case s.hasUpper && s.start.After(after):
+		return s.upper, true, 0
+	}
+	if s.lastOK.IsZero() {
+		return zero, false, 0
+	}
+	return zero, false, max(0, p.cfg.DownAfter-time.Since(s.lastOK))
+}
+
+// WaitBound implements SeenBounder: it kicks the node's poll loop (kicks
+// coalesce: at most one poll runs per node at a time, so a stream of
+// waiting reads costs the node one poll statement in flight) and waits
+// for each published poll until one started after after.
+func (p *Poller[P]) WaitBound(ctx context.Context, node string, after time.Time) error {
+	ptr, ok := p.states[node]
+	if !ok || !p.bounds {
+		return fmt.Errorf("router: poller: no bounds for node %q", node)
+	}
+	for {
+		s := ptr.Load()
+		if s.start.After(after) {
+			return nil
+		}
+		select {
+		case p.kicks[node] <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.polled:
 		}
 	}
 }

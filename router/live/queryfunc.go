@@ -118,6 +118,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		known     map[string]P // positions proven by a server-side wait
 	)
 	needWM := pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait || pol.Kind == router.PolicyGlobal
+	lazy := needWM && r.bounder != nil
 	count := func(out router.Outcome, reason string) {
 		r.m.reads.WithLabelValues(pol.Kind.String(), out.String(), reason).Inc()
 		if waited > 0 {
@@ -134,7 +135,11 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		}
 	}
 	for {
-		d, v, nodes, primary, epoch := r.decide(&st, &pol, waited, known, gl)
+		var pendWait time.Duration
+		if lazy && s.st.HasPending {
+			pendWait = s.resolvePending(&st)
+		}
+		d, v, nodes, primary, epoch := r.decide(&st, &pol, waited, known, gl, s.pendNode, pendWait)
 		r.m.decisions.WithLabelValues(d.Action.String(), d.Reason.String()).Inc()
 		node := ""
 		if d.Replica >= 0 && d.Replica < len(nodes) && d.Action != router.ActPrimary && d.Action != router.ActFail {
@@ -186,6 +191,31 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			count(router.OutDeferred, d.Reason.String())
 			return nil, r.deferred(d, waited, trace)
 		case router.ActWait:
+			if d.Reason == router.ReasonSeenPending {
+				// Wait for a poll of the pending seen's node that started
+				// after its reads ended (asked for at once), then resolve
+				// it at the top of the loop and decide again.
+				t0 := time.Now()
+				wctx, cancel := context.WithTimeout(ctx, d.WaitFor)
+				werr := r.bounder.WaitBound(wctx, s.pendNode, s.pendAt)
+				cancel()
+				el := time.Since(t0)
+				waited += max(el, time.Microsecond)
+				res := "polled"
+				if werr != nil {
+					res = "timeout"
+				}
+				r.m.waitSecs.WithLabelValues("seen-bound", res).Observe(el.Seconds())
+				step.Note = fmt.Sprintf("waited %v for a poll of %s: %s", el.Round(time.Microsecond), s.pendNode, res)
+				if r.cfg.Trace {
+					trace = append(trace, step)
+				}
+				if ctx.Err() != nil {
+					count(router.OutError, "context")
+					return nil, ctx.Err()
+				}
+				continue
+			}
 			need := readNeed(&st, &pol, gl.pos, gl.known)
 			t := Target{Node: nodes[d.Replica], Replica: d.Replica, Reason: d.Reason}
 			t0 := time.Now()
@@ -222,7 +252,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			continue
 		}
 		// Serve: replica, stale replica or primary.
-		t := Target{Node: primary, Replica: -1, Reason: d.Reason, HashReason: d.HashReason, Watermark: needWM && r.cfg.Watermark == WatermarkAfterRead}
+		t := Target{Node: primary, Replica: -1, Reason: d.Reason, HashReason: d.HashReason, Watermark: needWM && !lazy && r.cfg.Watermark == WatermarkAfterRead}
 		var viewPos P
 		switch {
 		case d.Action == router.ActReplica || d.Action == router.ActStale:
@@ -235,6 +265,19 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			t.Outcome, viewPos = router.OutFallback, v.Primary
 		default:
 			t.Outcome, viewPos = router.OutPrimary, v.Primary
+		}
+		if lazy && t.Replica < 0 {
+			// A read on the primary (a fallback) reads its watermark
+			// after it, pipelined, as WatermarkAfterRead does: bounding
+			// it lazily would make the session's next read wait for a
+			// poll of the primary, whose bound no lagging replica holds.
+			t.Watermark = true
+		}
+		var gen uint64
+		if lazy && t.Replica >= 0 {
+			// Before the read begins: a bound must come from a poll
+			// connection open since then (the same server throughout).
+			gen = r.bounder.Generation(t.Node.Name)
 		}
 		r.inFlight(t.Node.Name, 1)
 		wm, err := run(ctx, t)
@@ -285,7 +328,16 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		if r.cfg.Trace {
 			trace = append(trace, step)
 		}
-		if needWM {
+		switch {
+		case lazy && t.Replica >= 0:
+			s.notePending(t, gen, time.Now(), epoch)
+		case lazy:
+			// Within an epoch the primary holds everything a replica
+			// showed: its watermark bounds a replica's pending seen too
+			// (an older epoch's is resolved first, rule 1).
+			router.ResolvePending(&s.st, wm)
+			router.Observe(&s.st, wm, epoch)
+		case needWM:
 			if r.cfg.Watermark == WatermarkViewAtDecision {
 				wm = viewPos
 			}
@@ -373,14 +425,58 @@ type glob[P gtid.Position[P]] struct {
 	known bool
 }
 
+// resolvePending bounds the session's pending seen when its source has a
+// poll of the node that started after the reads ended (on the connection
+// of their generation): both the session and st (this read's copy of it)
+// fold the bound into their watermark. Otherwise it returns how much
+// longer a bound may take (0: none will come).
+func (s *LiveSession[P]) resolvePending(st *router.Session[P]) time.Duration {
+	bound, ok, wait := s.r.bounder.SeenBound(s.pendNode, s.pendAt, s.pendGen)
+	if !ok {
+		return wait
+	}
+	router.ResolvePending(&s.st, bound)
+	router.ResolvePending(st, bound)
+	return 0
+}
+
+// notePending records a served read as the session's pending seen
+// (WatermarkLazy): on node t.Node, ended at at, begun under poll
+// generation gen. More reads on the same node keep the first one's
+// generation (a changed one cannot bound the earlier reads: 0).
+func (s *LiveSession[P]) notePending(t Target, gen uint64, at time.Time, epoch uint64) {
+	switch {
+	case !s.st.HasPending || s.pendNode != t.Node.Name:
+		s.pendGen = gen
+	case s.pendGen != gen:
+		s.pendGen = 0
+	}
+	s.pendNode, s.pendAt = t.Node.Name, at
+	router.ObservePending(&s.st, t.Replica, epoch)
+}
+
 // decide calls DecideLive under the router's lock with the router's state
-// and stores the primary position it raised.
-func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P, gl glob[P]) (router.Decision, *router.View[P], []Node, Node, uint64) {
+// and stores the primary position it raised. A pending seen's node
+// (pendNode) is named by its index in the replica list now (-1: the
+// primary; past the list: neither, so not sticky), and pendWait is
+// router.Input.PendingWait.
+func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P, gl glob[P], pendNode string, pendWait time.Duration) (router.Decision, *router.View[P], []Node, Node, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wall := time.Now()
+	if st.HasPending {
+		st.PendingReplica = len(r.st.Replicas)
+		if pendNode == r.st.Primary.Name {
+			st.PendingReplica = -1
+		}
+		for i, n := range r.st.Replicas {
+			if n.Name == pendNode {
+				st.PendingReplica = i
+			}
+		}
+	}
 	req := LiveRequest[P]{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: wall, Now: r.now(),
-		Rand: r.rng.Uint64(), Waited: waited, Known: known, Global: gl.pos, GlobalKnown: gl.known}
+		Rand: r.rng.Uint64(), Waited: waited, Known: known, Global: gl.pos, GlobalKnown: gl.known, PendingWait: pendWait}
 	d, v, prim := DecideLive(&r.st, r.cfg.Positions, &req, &r.bucket)
 	if !r.st.PrimaryPos.Contains(prim) {
 		r.st.Commits.Record(wall, prim)

@@ -67,7 +67,39 @@ const (
 	// time, a lower bound that can miss what the read saw. Kept so tests and
 	// the lab can show the monotonic-reads violations it allows.
 	WatermarkViewAtDecision
+	// WatermarkLazy (sound): no statement after the read. The read is
+	// recorded as the session's pending seen (router.ObservePending: its
+	// node, when it ended, the node's poll generation when it began), and
+	// bounded only when a later read needs another node: by the upper
+	// bound of a poll of that node that started after the read ended, on
+	// a poll connection open since before it began (SeenBounder; for
+	// MySQL gtid_executed joined with the received set). While the
+	// session keeps reading on the same replica it needs no bound at all
+	// (visibility on one server only grows); a read that must move waits
+	// for the poll (router.ReasonSeenPending; the wait asks for a poll at
+	// once), or, when none can come (the node restarted or stopped
+	// answering), falls back to the primary (router.ReasonSeenUnknown).
+	// A read served by the primary (a fallback) reads its watermark after
+	// it as WatermarkAfterRead does, and that watermark also bounds a
+	// replica's pending seen (within an epoch the primary holds
+	// everything a replica showed), so a session never waits for a poll
+	// of the primary.
+	// Positions must be a SeenBounder with bounds (a *Poller with
+	// PollerConfig.Bounds).
+	WatermarkLazy
 )
+
+func (m WatermarkMode) String() string {
+	switch m {
+	case WatermarkAfterRead:
+		return "after-read"
+	case WatermarkViewAtDecision:
+		return "view-at-decision"
+	case WatermarkLazy:
+		return "lazy"
+	}
+	return fmt.Sprintf("WatermarkMode(%d)", uint8(m))
+}
 
 // Config configures a live Router over positions of type P.
 type Config[P gtid.Position[P]] struct {
@@ -194,8 +226,15 @@ func (c *Config[P]) validate() error {
 	if c.Wait == WaitGTIDFunction && !serverWait {
 		return fmt.Errorf("router: config: flavor %s has no server-side wait: use WaitWatcher", c.Flavor.Name())
 	}
-	if c.Watermark > WatermarkViewAtDecision {
+	if c.Watermark > WatermarkLazy {
 		return fmt.Errorf("router: config: unknown watermark mode %d", c.Watermark)
+	}
+	if c.Watermark == WatermarkLazy {
+		sb, ok := any(c.Positions).(SeenBounder[P])
+		b, hasB := any(c.Positions).(interface{ Bounds() bool })
+		if !ok || sb == nil || (hasB && !b.Bounds()) {
+			return fmt.Errorf("router: config: WatermarkLazy needs a position source that bounds reads (a Poller with Bounds), not %T", c.Positions)
+		}
 	}
 	if c.DownHold == 0 {
 		c.DownHold = time.Second
@@ -239,6 +278,8 @@ type Router[P gtid.Position[P]] struct {
 	// (killQuery); killWG lets Close wait for them.
 	kills  chan struct{}
 	killWG sync.WaitGroup
+	// bounder is Positions as a SeenBounder (WatermarkLazy; nil otherwise).
+	bounder SeenBounder[P]
 }
 
 // New validates cfg and builds a Router. It dials the primary once to prove
@@ -280,6 +321,9 @@ func build[P gtid.Position[P]](cfg Config[P]) (*Router[P], error) {
 			DownUntil: map[string]time.Time{}, InFlight: map[string]int{},
 			Commits: NewCommitLog[P](defaultCommitLogSize, defaultCommitLogResolution)}, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		kills: make(chan struct{}, maxKills)}
+	if cfg.Watermark == WatermarkLazy {
+		r.bounder = cfg.Positions.(SeenBounder[P]) // validated
+	}
 	if len(cfg.Replicas) > 0 {
 		if r.st.Table, err = hashroute.NewTable(hashServers(cfg.Replicas)); err != nil {
 			return nil, err
@@ -425,6 +469,12 @@ type LiveSession[P gtid.Position[P]] struct {
 	inTx    bool // an explicit transaction is open on prim
 	txDirty bool // it changed rows
 	sticky  bool // prim carries session state (SET, temporary table, user variable, autocommit off)
+	// The pending seen's node, when its last read ended and the node's
+	// poll generation when its first read began (WatermarkLazy; 0: it
+	// changed in between, the seen cannot be bounded).
+	pendNode string
+	pendAt   time.Time
+	pendGen  uint64
 }
 
 // hashAffinity hashes a consistent_read_id like hashroute (xxhash64).

@@ -1,0 +1,128 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/mysqlwire"
+)
+
+// boundsConn answers the bounds query with what its node holds now
+// (executed;received); once broken it fails every poll.
+type boundsConn struct {
+	node   *boundsNode
+	broken atomic.Bool
+}
+
+type boundsNode struct {
+	mu             sync.Mutex
+	exec, received string
+	queries        int
+}
+
+func (b *boundsConn) ReadValue(_ context.Context, q string) (string, error) {
+	if b.broken.Load() {
+		return "", errors.New("connection lost")
+	}
+	b.node.mu.Lock()
+	defer b.node.mu.Unlock()
+	if q != mysqlwire.BoundsQuery {
+		return "", errors.New("unexpected query " + q)
+	}
+	b.node.queries++
+	return b.node.exec + ";" + b.node.received, nil
+}
+func (b *boundsConn) Close() error { return nil }
+
+// TestPollerSeenBound: with Bounds, each poll reads the lower and upper
+// bounds in one statement; SeenBound answers only from a poll that
+// started after the read ended on the same poll connection (a new
+// connection, as after a restart, cannot bound a read of the old one:
+// wait 0), and WaitBound brings such a poll at once (a kick, well before
+// the interval).
+func TestPollerSeenBound(t *testing.T) {
+	const u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+	cfg := PollerConfig[gtid.Set]{Nodes: []Node{{Name: "r1", Addr: "r1:3306"}}, Interval: 30 * time.Second, Bounds: true,
+		DownAfter: 50 * time.Second}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	node := &boundsNode{exec: u + ":1-5", received: u + ":1-9"}
+	var mu sync.Mutex
+	var conns []*boundsConn
+	p := newPoller(cfg, func(context.Context, string) (valueConn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		c := &boundsConn{node: node}
+		conns = append(conns, c)
+		return c, nil
+	})
+	if !p.Bounds() {
+		t.Fatal("MySQL with Bounds: no bounds")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	if err := p.WaitFor(wctx, "r1", mustSet(t, u+":1-5")); err != nil {
+		t.Fatal(err)
+	}
+	gen := p.Generation("r1")
+	if gen == 0 {
+		t.Fatal("no generation after a poll")
+	}
+	if pos, _ := p.Position("r1"); !pos.Contains(mustSet(t, u+":1-5")) || pos.Contains(mustSet(t, u+":6")) {
+		t.Fatalf("position %v: want the executed set only", pos)
+	}
+	readEnd := time.Now()
+	if _, ok, wait := p.SeenBound("r1", readEnd, gen); ok || wait <= 0 {
+		t.Fatalf("bounded by a poll that started before the read ended (ok %v, wait %v)", ok, wait)
+	}
+	// The interval is 30 s: only a kick can bring the poll.
+	if err := p.WaitBound(wctx, "r1", readEnd); err != nil {
+		t.Fatal(err)
+	}
+	b, ok, _ := p.SeenBound("r1", readEnd, gen)
+	if !ok || !b.Contains(mustSet(t, u+":1-9")) {
+		t.Fatalf("after WaitBound: bound %v ok %v, want the received set joined", b, ok)
+	}
+	// The poll connection breaks: the next one has a new generation and
+	// cannot bound a read that began under the old one.
+	readEnd = time.Now()
+	mu.Lock()
+	conns[len(conns)-1].broken.Store(true)
+	mu.Unlock()
+	for p.Generation("r1") == gen {
+		// The failed poll publishes nothing: kick again until the
+		// redialled connection answers.
+		kctx, kcancel := context.WithTimeout(wctx, 20*time.Millisecond)
+		err := p.WaitBound(kctx, "r1", time.Now())
+		kcancel()
+		if err != nil && wctx.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, wait := p.SeenBound("r1", readEnd, gen); ok || wait != 0 {
+		t.Fatalf("a new connection's poll bounded an old one's read (ok %v, wait %v)", ok, wait)
+	}
+	// A wrong separator-less answer is a poll error, not a bound.
+	if _, _, err := p.parse(u + ":1-5"); err == nil {
+		t.Error("an answer without the separator parsed")
+	}
+}
+
+func mustSet(t *testing.T, s string) gtid.Set {
+	t.Helper()
+	set, err := gtid.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
