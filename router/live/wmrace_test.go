@@ -51,6 +51,8 @@ func TestWatermarkRace(t *testing.T) {
 		{"replica, watermark query", mysqlwire.WatermarkQuery, rn.Addr()},
 		{"replica, gtid_executed alone", mysqlwire.ExecutedQuery, rn.Addr()},
 		{"primary, watermark query", mysqlwire.WatermarkQuery, pu.Addr()},
+		{"replica, log_status", "SELECT JSON_UNQUOTE(JSON_EXTRACT(LOCAL, '$.gtid_executed')) FROM performance_schema.log_status", rn.Addr()},
+		{"primary, log_status", "SELECT JSON_UNQUOTE(JSON_EXTRACT(LOCAL, '$.gtid_executed')) FROM performance_schema.log_status", pu.Addr()},
 	}
 	for ri := range 2 * len(kinds) {
 		kd := kinds[ri%len(kinds)]
