@@ -135,6 +135,16 @@ const ExecutedQuery = "SELECT @@GLOBAL.gtid_executed"
 // race"). The answer is one GTID set text (pieces joined by commas).
 const WatermarkQuery = "SELECT CONCAT(@@GLOBAL.gtid_executed, ',', IFNULL((SELECT GROUP_CONCAT(RECEIVED_TRANSACTION_SET) FROM performance_schema.replication_connection_status), ''))"
 
+// LogStatusQuery reads gtid_executed from performance_schema.log_status,
+// which copies it while holding the commit lock (MySQL's own test
+// binlog_log_status_gtid_executed checks it waits for a commit in
+// flight): every group whose rows are visible has its GTIDs in it, so it
+// is a sound watermark on a primary too, where WatermarkQuery is not (no
+// received set). It needs BACKUP_ADMIN and briefly blocks commits; not
+// wired into the router (docs/router.md "The commit race" gives its
+// measured misses and cost).
+const LogStatusQuery = "SELECT JSON_UNQUOTE(JSON_EXTRACT(LOCAL, '$.gtid_executed')) FROM performance_schema.log_status"
+
 // BoundsQuery reads, in one statement, a node's lower and upper bounds:
 // gtid_executed, a semicolon, then the replica's received set (every
 // channel; empty on a primary). The lower bound is the executed set (a

@@ -34,7 +34,7 @@ func BenchmarkWatermarkQuery(b *testing.B) {
 		for _, q := range []struct{ name, query string }{
 			{"executed-alone", mysqlwire.ExecutedQuery},
 			{"executed+received", mysqlwire.WatermarkQuery},
-			{"log-status", "SELECT JSON_UNQUOTE(JSON_EXTRACT(LOCAL, '$.gtid_executed')) FROM performance_schema.log_status"},
+			{"log-status", mysqlwire.LogStatusQuery},
 		} {
 			b.Run(q.name+"/round"+string(rune('1'+round)), func(b *testing.B) {
 				for b.Loop() {
@@ -46,8 +46,6 @@ func BenchmarkWatermarkQuery(b *testing.B) {
 		}
 	}
 }
-
-const logStatusQuery = "SELECT JSON_UNQUOTE(JSON_EXTRACT(LOCAL, '$.gtid_executed')) FROM performance_schema.log_status"
 
 // BenchmarkWatermarkWriteCost measures what a watermark read costs the
 // primary's writers: autocommit UPDATEs from b.RunParallel's goroutines
@@ -79,8 +77,8 @@ func BenchmarkWatermarkWriteCost(b *testing.B) {
 		}{
 			{"no-reader", "", 0},
 			{"executed+received", mysqlwire.WatermarkQuery, 0},
-			{"log-status", logStatusQuery, 0},
-			{"log-status-every-10ms", logStatusQuery, 10 * time.Millisecond},
+			{"log-status", mysqlwire.LogStatusQuery, 0},
+			{"log-status-every-10ms", mysqlwire.LogStatusQuery, 10 * time.Millisecond},
 		} {
 			b.Run(q.name+"/round"+string(rune('1'+round)), func(b *testing.B) {
 				rctx, stop := context.WithCancel(ctx)
