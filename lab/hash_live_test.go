@@ -10,6 +10,13 @@ import (
 	"github.com/causallab/causallab/router"
 )
 
+// hashDownLight is the lighter world TestLabHashViaProxy and
+// TestScenarios run hash-down in (TestLabHashViaProxy says why).
+func hashDownLight(via Via) ScenarioOptions {
+	return ScenarioOptions{Config: Config{Via: via, Duration: 30 * time.Second, WriteRate: 50, Sessions: 150,
+		Condition: ConditionSpec{Stagger: 3 * time.Second}}}
+}
+
 // TestLabHashViaProxy runs the built-in hash-down scenario through the
 // proxy (TestScenarios runs the three hash folders through package
 // router), as `causallab lab hash --via proxy` does (in a lighter world,
@@ -47,8 +54,7 @@ func TestLabHashViaProxy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			results, failed, err := RunScenario(ctx, topo, sc, ScenarioOptions{Config: Config{Via: c.via, Duration: 30 * time.Second, WriteRate: 50, Sessions: 150,
-				Condition: ConditionSpec{Stagger: 3 * time.Second}}})
+			results, failed, err := RunScenario(ctx, topo, sc, hashDownLight(c.via))
 			if err != nil {
 				t.Fatal(err)
 			}
