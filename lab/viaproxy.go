@@ -229,11 +229,14 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 		out.Outcome, out.Done = router.OutError, v.e.since()
 		return
 	}
-	id := c.connID()
-	v.routes.Delete(id)
+	v.routes.Delete(c.connID())
 	own, err := v.e.cfg.Workload.Read(rctx, annotated{c: c, prefix: prefix}, sess, out.Hot)
-	if rt, ok := v.routes.Load(c.connID()); ok && err == nil && c.connID() == id {
-		// The proxy reported the route before the answer left it.
+	if rt, ok := v.routes.LoadAndDelete(c.connID()); ok && err == nil {
+		// The proxy reported the route before the answer left it, under
+		// the id of the connection the read ran on: the one whose entry
+		// was cleared above, or one the read dialled afresh (the
+		// connection had broken: an id the proxy never gave before, so
+		// only this read's route is there).
 		r := rt.(proxy.ReadRoute)
 		out.Node, out.Reason, out.HashReason = r.Node, r.Reason.String(), r.HashReason
 	}
