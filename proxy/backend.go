@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/causallab/causallab/internal/mysqlwire"
 )
@@ -26,6 +27,12 @@ type backendConn struct {
 	dc *mysqlwire.DeadlineConn
 	// broken is set after an I/O error: the connection is unusable.
 	broken bool
+	// wmCmd is this connection's watermark command when it is not
+	// watermarkCmd (a primary connection whose server answers log_status:
+	// primaryWatermark); wmFallback counts each watermark read with
+	// watermarkCmd on a primary that refused it (nil: not counted).
+	wmCmd      []byte
+	wmFallback prometheus.Counter
 	// used is when a command was last sent (closedWhileIdle).
 	used time.Time
 	// The watchdog (watch): while watched, every watchProbe the node's
@@ -118,6 +125,18 @@ func backendErr(b *Backend, op string, err error) *BackendError {
 // The whole attempt (handshake and set-up) is bounded by connect_timeout
 // and, when healthy is given (a replica), cut once the position source
 // reports the server unhealthy.
+// watermark returns the connection's watermark command (watermarkCmd or
+// its wmCmd), counting a primary's fallback.
+func (bc *backendConn) watermark() []byte {
+	if bc.wmCmd != nil {
+		return bc.wmCmd
+	}
+	if bc.wmFallback != nil {
+		bc.wmFallback.Inc()
+	}
+	return watermarkCmd
+}
+
 // backendReadBuffer is the read buffer of a backend connection's go-mysql
 // client (its default is 64 KiB, most of an idle session's memory without
 // multiplexing: docs/benchmarks-proxy.md, "Where the heap goes"). The
@@ -189,10 +208,27 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 		}
 		return nil, backendErr(b, "connect", err)
 	}
+	var (
+		wmCmd      []byte
+		wmFallback prometheus.Counter
+	)
+	if pw := cfg.primaryWM; pw != nil && b == &cfg.Primary {
+		if err := pw.probe(c); err != nil {
+			c.Close()
+			if errors.Is(dc.CutReason(), errUnresponsive) {
+				err = errUnresponsive
+			}
+			return nil, backendErr(b, "connect", err)
+		}
+		if wmCmd = pw.cmd(); wmCmd == nil {
+			wmFallback = pw.fallbacks
+		}
+	}
 	stop()
 	stop = func() {}
 	dc.Limit(time.Time{})
-	return &backendConn{b: b, conn: c, dc: dc, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, status: mysql.SERVER_STATUS_AUTOCOMMIT}, nil
+	return &backendConn{b: b, conn: c, dc: dc, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, status: mysql.SERVER_STATUS_AUTOCOMMIT,
+		wmCmd: wmCmd, wmFallback: wmFallback}, nil
 }
 
 func (bc *backendConn) close() {

@@ -45,6 +45,10 @@ type Backend struct {
 
 // Config configures a proxy.
 type Config struct {
+	// primaryWM is set by New: which query reads a primary read's
+	// watermark (primaryWatermark). Nil (a Config not made into a
+	// Server): watermarkQuery.
+	primaryWM *primaryWatermark
 	// Listen is the MySQL-protocol listen address. Default 127.0.0.1:6033.
 	Listen string `yaml:"listen"`
 	// HTTPListen serves /metrics and /healthz; empty disables it.

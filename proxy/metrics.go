@@ -78,7 +78,7 @@ func newMetrics() *metrics {
 		replayFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_replay_failures_total", Help: "Session replays that failed, by backend."}, []string{"backend"}),
 		watermarkFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_watermark_fallbacks_total", Help: "Replica reads whose watermark could not be read after the result reached the client and was taken from another source instead, by source (primary: its executed set read afterwards; replica-query: under watermark_source all-gtids, the final OK carried no usable set and the replica's executed set was read with a query afterwards)."}, []string{"source"}),
+			Name: "causallab_proxy_watermark_fallbacks_total", Help: "Replica reads whose watermark could not be read after the result reached the client and was taken from another source instead, by source (primary: its executed set read afterwards; replica-query: under watermark_source all-gtids, the final OK carried no usable set and the replica's executed set was read with a query afterwards; primary-no-log-status: a read served by the primary whose watermark was read with gtid_executed because the server refused performance_schema.log_status to the proxy's account)."}, []string{"source"}),
 		executes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_stmt_executes_total", Help: "Prepared-statement executions by path (raw or decoded) and why not raw."}, []string{"path", "reason"}),
 	}

@@ -182,7 +182,7 @@ func relayTracked(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, err
 		bc.watch(req.healthy)
 	}
 	bc.conn.ResetSequence()
-	if werr := bc.conn.WritePacket(appendPacket(nil, watermarkCmd)); werr != nil {
+	if werr := bc.conn.WritePacket(appendPacket(nil, bc.watermark())); werr != nil {
 		bc.broken = true
 		out.wmErr = backendErr(bc.b, "watermark", werr)
 	} else {
@@ -209,7 +209,7 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 	if n >= smallCommand && c.Compression == mysql.MYSQL_COMPRESS_NONE {
 		bufs, packets := framePackets(cmd, n)
 		if watermark {
-			bufs = append(bufs, appendPacket(nil, watermarkCmd))
+			bufs = append(bufs, appendPacket(nil, bc.watermark()))
 		}
 		_, err := bufs.WriteTo(c.Conn)
 		// The response continues the command's sequence (past its split
@@ -232,7 +232,7 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 		// packets); the watermark is a command of its own.
 		seq := c.Sequence
 		c.ResetSequence()
-		data = append(append(bc.buf[:0], 0, 0, 0, 0), watermarkCmd...)
+		data = append(append(bc.buf[:0], 0, 0, 0, 0), bc.watermark()...)
 		err = c.WritePacket(data)
 		c.Sequence = seq
 		return err
@@ -242,7 +242,7 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 		data = append(data, p...)
 	}
 	if watermark {
-		data = appendPacket(data, watermarkCmd)
+		data = appendPacket(data, bc.watermark())
 	}
 	_, err := c.Conn.Write(data)
 	bc.keepBuf(data)

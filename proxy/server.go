@@ -105,6 +105,7 @@ func New(cfg Config) (*Server, error) {
 		},
 		capCfg: router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
 	}
+	s.cfg.primaryWM = newPrimaryWatermark(s.m, s.log)
 	switch {
 	case cfg.Source != nil:
 		s.src = cfg.Source

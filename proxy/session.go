@@ -652,7 +652,7 @@ func (s *session) flush() error {
 // a replica joined with its received set) on the session's connection
 // right after a read.
 func (s *session) executed(bc *backendConn) (gtid.Set, error) {
-	r, err := bc.exec(s.ctx, watermarkQuery)
+	r, err := bc.exec(s.ctx, string(bc.watermark()[1:]))
 	if err != nil {
 		return gtid.Set{}, backendErr(bc.b, "watermark", err)
 	}

@@ -140,9 +140,9 @@ const WatermarkQuery = "SELECT CONCAT(@@GLOBAL.gtid_executed, ',', IFNULL((SELEC
 // binlog_log_status_gtid_executed checks it waits for a commit in
 // flight): every group whose rows are visible has its GTIDs in it, so it
 // is a sound watermark on a primary too, where WatermarkQuery is not (no
-// received set). It needs BACKUP_ADMIN and briefly blocks commits; not
-// wired into the router (docs/router.md "The commit race" gives its
-// measured misses and cost).
+// received set). It needs BACKUP_ADMIN and briefly blocks commits. The
+// proxy reads it behind the reads its primary serves (docs/router.md
+// "The commit race" gives its measured misses and cost).
 const LogStatusQuery = "SELECT JSON_UNQUOTE(JSON_EXTRACT(LOCAL, '$.gtid_executed')) FROM performance_schema.log_status"
 
 // BoundsQuery reads, in one statement, a node's lower and upper bounds:
