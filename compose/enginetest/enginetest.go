@@ -137,6 +137,12 @@ func Run(t *testing.T, topo *compose.Topology, delay, slack time.Duration, hold 
 
 func healthy(t *testing.T, topo *compose.Topology) {
 	ctx := Ctx(t)
+	// A replica just started may still be applying the set-up
+	// transactions (Health lagging, seen in CI on the docker backend at
+	// load): healthy is the state once it has caught up.
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	for _, st := range topo.Status(ctx) {
 		if st.Health != compose.HealthOK || st.Node.Engine != topo.Engine() {
 			t.Fatalf("%s: %+v", st.Node.Name, st)
