@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/mysqlwire"
 )
@@ -18,6 +19,7 @@ import (
 // watermarkQuery and counts every such watermark as
 // watermark_fallbacks_total{source="primary-no-log-status"}.
 func TestPrimaryWatermarkLogStatus(t *testing.T) {
+	composetest.Need(t, topo)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	read := func(t *testing.T, s *Server) (*backendConn, gtid.Set) {
