@@ -38,21 +38,7 @@ import (
 // closed it: a killed node, wait_timeout) and discarded, the acquisition
 // going on, if so.
 type pool struct {
-	// node names the backend (metric label, errors).
-	node string
-	// size bounds the open connections; wait bounds an acquisition.
-	size int
-	wait time.Duration
-	// dial opens a new connection (dialBackend, bounded by
-	// connect_timeout); healthy, when not nil, is the node's health.
-	dial    func(context.Context) (*backendConn, error)
-	healthy func() bool
-	// setup is re-run on a connection after COM_RESET_CONNECTION (the
-	// session_track_gtids the proxy's relay relies on); resetBound bounds
-	// the reset and it.
-	setup      string
-	resetBound time.Duration
-	m          *poolMetrics
+	poolConfig
 
 	reqs    chan *poolReq
 	cancels chan *poolReq
@@ -189,13 +175,20 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 	return m
 }
 
-// poolConfig is what newPool needs.
+// poolConfig is what newPool needs (and the pool keeps).
 type poolConfig struct {
-	node       string
-	size       int
-	wait       time.Duration
-	dial       func(context.Context) (*backendConn, error)
-	healthy    func() bool
+	// node names the backend (metric label, errors).
+	node string
+	// size bounds the open connections; wait bounds an acquisition.
+	size int
+	wait time.Duration
+	// dial opens a new connection (dialBackend, bounded by
+	// connect_timeout); healthy, when not nil, is the node's health.
+	dial    func(context.Context) (*backendConn, error)
+	healthy func() bool
+	// setup is re-run on a connection after COM_RESET_CONNECTION (the
+	// session_track_gtids the proxy's relay relies on); resetBound bounds
+	// the reset and it.
 	setup      string
 	resetBound time.Duration
 	m          *poolMetrics
@@ -207,8 +200,7 @@ func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
 	if pc.size < 1 || pc.wait <= 0 || pc.dial == nil || pc.m == nil || pc.resetBound <= 0 {
 		return nil, fmt.Errorf("proxy: pool %s: bad configuration (size %d, wait %v, reset bound %v)", pc.node, pc.size, pc.wait, pc.resetBound)
 	}
-	p := &pool{node: pc.node, size: pc.size, wait: pc.wait, dial: pc.dial, healthy: pc.healthy,
-		setup: pc.setup, resetBound: pc.resetBound, m: pc.m,
+	p := &pool{poolConfig: pc,
 		reqs: make(chan *poolReq), cancels: make(chan *poolReq), puts: make(chan *backendConn),
 		dialed: make(chan poolGrant), done: make(chan struct{})}
 	go p.run(ctx)
