@@ -213,7 +213,7 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 		wmFallback prometheus.Counter
 	)
 	if pw := cfg.primaryWM; pw != nil && b == &cfg.Primary {
-		if err := pw.probe(c); err != nil {
+		if err := pw.probe(dctx, c); err != nil {
 			c.Close()
 			if errors.Is(dc.CutReason(), errUnresponsive) {
 				err = errUnresponsive

@@ -98,16 +98,31 @@ func (s *sessionConn) ReadValue(ctx context.Context, query string) (string, erro
 	return v, err
 }
 
-// pool keeps idle connections per node address.
+// pool keeps idle connections per node address, and each address's
+// log_status verdict (LogStatusFlavor: probed on a read connection the
+// first time a read served there needs it).
 type pool struct {
-	d       *mysqlwire.Dialer
-	maxIdle int
-	mu      sync.Mutex
-	idle    map[string][]*client.Conn
+	d         *mysqlwire.Dialer
+	maxIdle   int
+	mu        sync.Mutex
+	idle      map[string][]*client.Conn
+	logStatus map[string]*mysqlwire.LogStatus
 }
 
 func newPool(d *mysqlwire.Dialer, maxIdle int) *pool {
-	return &pool{d: d, maxIdle: maxIdle, idle: map[string][]*client.Conn{}}
+	return &pool{d: d, maxIdle: maxIdle, idle: map[string][]*client.Conn{}, logStatus: map[string]*mysqlwire.LogStatus{}}
+}
+
+// logStatusOf is addr's log_status verdict (kept for the pool's life).
+func (p *pool) logStatusOf(addr string) *mysqlwire.LogStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ls, ok := p.logStatus[addr]
+	if !ok {
+		ls = &mysqlwire.LogStatus{}
+		p.logStatus[addr] = ls
+	}
+	return ls
 }
 
 func (p *pool) get(ctx context.Context, addr string) (*client.Conn, error) {

@@ -158,6 +158,26 @@ type Watermarker interface {
 
 var _ Watermarker = MySQL{}
 
+// LogStatusFlavor is a Flavor whose servers may answer
+// performance_schema.log_status (MySQL): gtid_executed copied while no
+// commit is in flight, so, read after a read ended, it holds everything
+// the read could observe, on a primary too (where the WatermarkQuery's
+// received set is empty and gtid_executed can lack a commit already
+// visible: docs/router.md "The commit race"), and on a replica without
+// the received set's over-estimate (what it received but has not
+// applied). Whether a server answers it is probed once per server
+// (mysqlwire.ProbeLogStatus: it needs BACKUP_ADMIN and the binary log);
+// where it does not, the router and the poller use the flavor's other
+// queries and count it. Its answer is parsed with ParseExecuted.
+type LogStatusFlavor interface {
+	LogStatusQuery() string
+}
+
+// LogStatusQuery implements LogStatusFlavor: mysqlwire.LogStatusQuery.
+func (MySQL) LogStatusQuery() string { return mysqlwire.LogStatusQuery }
+
+var _ LogStatusFlavor = MySQL{}
+
 // watermarkQuery is f's watermark query: WatermarkQuery when f has one,
 // else ExecutedQuery.
 func watermarkQuery[P gtid.Position[P]](f Flavor[P]) string {

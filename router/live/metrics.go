@@ -32,6 +32,9 @@ type liveMetrics struct {
 	// globals the PolicyGlobal targets captured, by source and result.
 	deferrals *prometheus.CounterVec // reason
 	globals   *prometheus.CounterVec // source, result
+	// wmFallbacks counts watermarks read with a less exact query than
+	// the flavor's sound one, by source.
+	wmFallbacks *prometheus.CounterVec // source
 }
 
 func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
@@ -98,12 +101,17 @@ func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
 			Namespace: "causallab", Subsystem: "router", Name: "global_targets_total",
 			Help: "Read-all-writes (global) targets captured, by source (primary-query, view) and result (ok, error: the read then treats the target as unknown).",
 		}, []string{"source", "result"}),
+		wmFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "causallab", Subsystem: "router", Name: "watermark_fallbacks_total",
+			Help: "Watermarks read with another query than the sound one, by source (primary-no-log-status: a read served by the primary whose watermark was read with gtid_executed joined with the received set, which can lack a transaction the read saw, because the server does not answer performance_schema.log_status to the router's account or does not commit through its binary log).",
+		}, []string{"source"}),
 	}
+	m.wmFallbacks.WithLabelValues("primary-no-log-status")
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.reads, m.fallbacks, m.waited, m.waitSecs, m.nodeDown, m.writes,
-		m.decisions, m.refreshes, m.poolInUse, m.poolDials, m.poolWaits, m.poolWaitSecs, m.pins, m.deferrals, m.globals} {
+		m.decisions, m.refreshes, m.poolInUse, m.poolDials, m.poolWaits, m.poolWaitSecs, m.pins, m.deferrals, m.globals, m.wmFallbacks} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -68,13 +68,20 @@ type PollerConfig[P gtid.Position[P]] struct {
 	// "": every node is polled with Flavor.ExecutedQuery.
 	Primary string
 	// Bounds makes every poll also read an upper bound of the node's
-	// position (a flavor with a BoundsQuerier: for MySQL
-	// mysqlwire.BoundsQuery, one statement with gtid_executed and the
-	// replica's received set), recording when each poll started, so the
-	// poller can bound after the fact what a read on the node saw
-	// (SeenBounder: the lazy watermark, WatermarkLazy). The poll account
-	// then needs SELECT on performance_schema.replication_connection_status.
-	// Ignored (no bounds) for a flavor without one.
+	// position, recording when each poll started, so the poller can
+	// bound after the fact what a read on the node saw (SeenBounder: the
+	// lazy watermark, WatermarkLazy). For MySQL a poll then reads
+	// performance_schema.log_status (LogStatusFlavor): gtid_executed
+	// copied while no commit is in flight, both the position and the
+	// exact upper bound, where the node's first poll connection finds it
+	// sound (mysqlwire.ProbeLogStatus: the account needs BACKUP_ADMIN,
+	// the node its binary log); on a node where it is not, the
+	// BoundsQuerier's statement (mysqlwire.BoundsQuery: gtid_executed and
+	// the replica's received set, an upper bound that also holds what the
+	// replica received but has not applied; the account needs SELECT on
+	// performance_schema.replication_connection_status), each such poll
+	// counted (LogStatusFallbacks) and the refusal logged once.
+	// Ignored (no bounds) for a flavor without a BoundsQuerier.
 	Bounds bool
 	// Logger receives state changes. Default slog.Default().
 	Logger *slog.Logger
@@ -179,6 +186,12 @@ type Poller[P gtid.Position[P]] struct {
 	bounds bool
 	kicks  map[string]chan struct{}
 	gens   atomic.Uint64
+	// logStatus holds each node's log_status verdict (bounds with a
+	// LogStatusFlavor; nil otherwise), probed by the node's poll loop;
+	// lsFallbacks counts the bounds polls that read the BoundsQuery
+	// because the verdict was a refusal.
+	logStatus   map[string]*mysqlwire.LogStatus
+	lsFallbacks atomic.Uint64
 }
 
 // StandbyQuerier is a Flavor with a query for nodes the router treats as
@@ -195,8 +208,18 @@ func (p *Poller[P]) SetPrimary(name string) error {
 	return nil
 }
 
-// query is the poll query for node: the flavor's standby query for a node
-// other than the primary, when the flavor has one and a primary is set.
+// pollQuery is the poll query for node: log_status when exact (the
+// node's verdict is sound), else query's.
+func (p *Poller[P]) pollQuery(node string, exact bool) string {
+	if exact {
+		return any(p.cfg.Flavor).(LogStatusFlavor).LogStatusQuery()
+	}
+	return p.query(node)
+}
+
+// query is the poll query for node without log_status: with bounds the
+// BoundsQuery; else the flavor's standby query for a node other than the
+// primary, when the flavor has one and a primary is set.
 func (p *Poller[P]) query(node string) string {
 	if p.bounds {
 		return any(p.cfg.Flavor).(BoundsQuerier).BoundsQuery()
@@ -220,7 +243,7 @@ func NewPoller[P gtid.Position[P]](cfg PollerConfig[P]) (*Poller[P], error) {
 		if err != nil {
 			return nil, err
 		}
-		return mysqlValueConn{c}, nil
+		return newMySQLValueConn(c), nil
 	}), nil
 }
 
@@ -233,14 +256,40 @@ type valueConn interface {
 // dialValue opens a valueConn to addr.
 type dialValue func(ctx context.Context, addr string) (valueConn, error)
 
-// mysqlValueConn is a MySQL-protocol valueConn.
-type mysqlValueConn struct{ c *client.Conn }
-
-func (m mysqlValueConn) ReadValue(ctx context.Context, q string) (string, error) {
-	return mysqlwire.ReadValue(ctx, m.c, q)
+// mysqlValueConn is a MySQL-protocol valueConn. Its queries (a poll's
+// few) are sent as COM_QUERY packets built once per connection and
+// answered without a go-mysql result set (mysqlwire.QueryValue).
+type mysqlValueConn struct {
+	c    *client.Conn
+	caps mysqlwire.Caps
+	pkts map[string][]byte
 }
 
-func (m mysqlValueConn) Close() error { return m.c.Close() }
+func newMySQLValueConn(c *client.Conn) *mysqlValueConn {
+	return &mysqlValueConn{c: c, caps: mysqlwire.CapsOf(c), pkts: map[string][]byte{}}
+}
+
+// maxValuePackets bounds a poll connection's cached packets (a poll
+// sends at most three queries).
+const maxValuePackets = 8
+
+func (m *mysqlValueConn) ReadValue(ctx context.Context, q string) (string, error) {
+	pkt, ok := m.pkts[q]
+	if !ok {
+		if len(m.pkts) >= maxValuePackets {
+			clear(m.pkts)
+		}
+		pkt = mysqlwire.QueryPacket(m.caps, q)
+		m.pkts[q] = pkt
+	}
+	v, err := mysqlwire.QueryValue(ctx, m.c, m.caps, pkt)
+	if err != nil && !mysqlwire.IsServerError(err) {
+		return "", fmt.Errorf("%s: %w", mysqlwire.Excerpt(q), err)
+	}
+	return v, err
+}
+
+func (m *mysqlValueConn) Close() error { return m.c.Close() }
 
 // newPoller builds a Poller over validated cfg whose connections dial
 // opens.
@@ -248,6 +297,12 @@ func newPoller[P gtid.Position[P]](cfg PollerConfig[P], dial dialValue) *Poller[
 	p := &Poller[P]{cfg: cfg, dial: dial, states: map[string]*atomic.Pointer[pollState[P]]{}, kicks: map[string]chan struct{}{}}
 	if _, ok := any(cfg.Flavor).(BoundsQuerier); ok && cfg.Bounds {
 		p.bounds = true
+		if _, ok := any(cfg.Flavor).(LogStatusFlavor); ok {
+			p.logStatus = map[string]*mysqlwire.LogStatus{}
+			for _, n := range cfg.Nodes {
+				p.logStatus[n.Name] = &mysqlwire.LogStatus{}
+			}
+		}
 	}
 	prim := cfg.Primary
 	p.primary.Store(&prim)
@@ -261,8 +316,13 @@ func newPoller[P gtid.Position[P]](cfg PollerConfig[P], dial dialValue) *Poller[
 }
 
 // parse reads a poll's answer: the position, and with bounds the upper
-// bound (BoundsQuerier's format).
-func (p *Poller[P]) parse(text string) (pos, upper P, err error) {
+// bound (exact: log_status's set, both at once; else BoundsQuerier's
+// format).
+func (p *Poller[P]) parse(text string, exact bool) (pos, upper P, err error) {
+	if exact {
+		pos, err = p.cfg.Flavor.ParseExecuted(text)
+		return pos, pos, err
+	}
 	if !p.bounds {
 		pos, err = p.cfg.Flavor.ParseExecuted(text)
 		return pos, upper, err
@@ -295,72 +355,44 @@ func (p *Poller[P]) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// nodePoll is one node's poll loop state.
+type nodePoll[P gtid.Position[P]] struct {
+	n       Node
+	ptr     *atomic.Pointer[pollState[P]]
+	c       valueConn
+	gen     uint64
+	failing bool
+	// The last answer and what it parsed to: an unchanged answer (an
+	// idle node) is not parsed again.
+	lastText        string
+	lastExact       bool
+	lastPos, lastUp P
+}
+
 func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
-	ptr := p.states[n.Name]
-	var c valueConn
+	np := &nodePoll[P]{n: n, ptr: p.states[n.Name]}
 	defer func() {
-		if c != nil {
-			c.Close()
+		if np.c != nil {
+			np.c.Close()
 		}
 	}()
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
-	failing := false
-	var gen uint64
 	for {
-		var err error
-		if c == nil {
-			if c, err = p.dial(ctx, n.Addr); err == nil {
-				gen = p.gens.Add(1)
-			}
-		}
-		if err == nil {
-			var text string
-			var pos, upper P
-			pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
-			start := time.Now()
-			text, err = c.ReadValue(pctx, p.query(n.Name))
-			cancel()
-			if err == nil {
-				pos, upper, err = p.parse(text)
-			}
-			if err == nil {
-				p.polls.Add(1)
-				old := ptr.Load()
-				st := &pollState[P]{pos: pos, lastOK: time.Now(), changed: old.changed,
-					upper: upper, hasUpper: p.bounds, start: start, gen: gen, polled: make(chan struct{})}
-				// Equal positions contain each other.
-				moved := !(old.pos.Contains(pos) && pos.Contains(old.pos)) || old.lastOK.IsZero() || failing
-				if moved {
-					st.changed = make(chan struct{})
-				} else {
-					// Same position: refresh liveness without waking
-					// WaitFor's waiters.
-					st.pos = old.pos
-				}
-				ptr.Store(st)
-				close(old.polled)
-				if moved {
-					close(old.changed)
-				}
-				if failing {
-					p.cfg.Logger.Info("poller: node answers again", "node", n.Name)
-				}
-				failing = false
-			} else {
-				c.Close()
-				c = nil
-			}
+		err := p.pollOnce(ctx, np)
+		if err != nil && np.c != nil {
+			np.c.Close()
+			np.c = nil
 		}
 		if err != nil && ctx.Err() == nil {
 			p.errs.Add(1)
 			if errors.Is(err, context.DeadlineExceeded) {
 				p.overran.Add(1)
 			}
-			if !failing {
+			if !np.failing {
 				p.cfg.Logger.Warn("poller: poll failed", "node", n.Name, errAttr(err))
 			}
-			failing = true
+			np.failing = true
 		}
 		select {
 		case <-ctx.Done():
@@ -369,6 +401,73 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 		case <-p.kicks[n.Name]:
 		}
 	}
+}
+
+// pollOnce polls np's node once (dialling first if it has no connection,
+// probing log_status on it while the node's verdict is unknown) and
+// publishes the answer. An error leaves np.c to be closed.
+func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
+	if np.c == nil {
+		c, err := p.dial(ctx, np.n.Addr)
+		if err != nil {
+			return err
+		}
+		np.c, np.gen = c, p.gens.Add(1)
+	}
+	pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
+	defer cancel()
+	exact := false
+	if ls := p.logStatus[np.n.Name]; ls != nil {
+		if !ls.Known() {
+			refusal, err := ls.Probe(pctx, np.c.ReadValue)
+			if err != nil {
+				return err
+			}
+			if refusal != nil {
+				p.cfg.Logger.Warn("poller: performance_schema.log_status is not the node's bound; polls read gtid_executed and the received set, which over-estimates what a read there saw (grant BACKUP_ADMIN; docs/router.md, \"The lazy watermark\")",
+					"node", np.n.Name, "reason", refusal.Error())
+			}
+		}
+		if exact = ls.Sound(); !exact {
+			p.lsFallbacks.Add(1)
+		}
+	}
+	start := time.Now()
+	text, err := np.c.ReadValue(pctx, p.pollQuery(np.n.Name, exact))
+	if err != nil {
+		return err
+	}
+	pos, upper := np.lastPos, np.lastUp
+	if text != np.lastText || exact != np.lastExact || np.lastText == "" {
+		if pos, upper, err = p.parse(text, exact); err != nil {
+			return err
+		}
+		np.lastText, np.lastExact, np.lastPos, np.lastUp = text, exact, pos, upper
+	}
+	p.polls.Add(1)
+	ptr := np.ptr
+	old := ptr.Load()
+	st := &pollState[P]{pos: pos, lastOK: time.Now(), changed: old.changed,
+		upper: upper, hasUpper: p.bounds, start: start, gen: np.gen, polled: make(chan struct{})}
+	// Equal positions contain each other.
+	moved := old.lastOK.IsZero() || np.failing || !(old.pos.Contains(pos) && pos.Contains(old.pos))
+	if moved {
+		st.changed = make(chan struct{})
+	} else {
+		// Same position: refresh liveness without waking
+		// WaitFor's waiters.
+		st.pos = old.pos
+	}
+	ptr.Store(st)
+	close(old.polled)
+	if moved {
+		close(old.changed)
+	}
+	if np.failing {
+		p.cfg.Logger.Info("poller: node answers again", "node", np.n.Name)
+	}
+	np.failing = false
+	return nil
 }
 
 // Position implements PositionSource.
@@ -495,3 +594,15 @@ func (p *Poller[P]) Stats() (polls, errs uint64) { return p.polls.Load(), p.errs
 // Overran returns the number of polls cut by PollTimeout (counted in
 // Stats' errs too).
 func (p *Poller[P]) Overran() uint64 { return p.overran.Load() }
+
+// LogStatusFallbacks returns the number of bounds polls that read the
+// BoundsQuery (gtid_executed and the received set) because the node
+// does not answer log_status soundly (PollerConfig.Bounds).
+func (p *Poller[P]) LogStatusFallbacks() uint64 { return p.lsFallbacks.Load() }
+
+// Exact reports whether node's bounds polls read log_status (its probe
+// found it sound): the node's upper bound is then its position.
+func (p *Poller[P]) Exact(node string) bool {
+	ls := p.logStatus[node]
+	return ls != nil && ls.Sound()
+}

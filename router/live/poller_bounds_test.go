@@ -8,12 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
+
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
 // boundsConn answers the bounds query with what its node holds now
-// (executed;received); once broken it fails every poll.
+// (executed;received), and log_status with the executed set unless the
+// node refuses it (as a server refuses an account without
+// BACKUP_ADMIN); once broken it fails every poll.
 type boundsConn struct {
 	node   *boundsNode
 	broken atomic.Bool
@@ -22,7 +26,9 @@ type boundsConn struct {
 type boundsNode struct {
 	mu             sync.Mutex
 	exec, received string
-	queries        int
+	// noLogStatus: log_status is refused (ER_SPECIFIC_ACCESS_DENIED).
+	noLogStatus bool
+	queries     map[string]int
 }
 
 func (b *boundsConn) ReadValue(_ context.Context, q string) (string, error) {
@@ -31,16 +37,35 @@ func (b *boundsConn) ReadValue(_ context.Context, q string) (string, error) {
 	}
 	b.node.mu.Lock()
 	defer b.node.mu.Unlock()
-	if q != mysqlwire.BoundsQuery {
-		return "", errors.New("unexpected query " + q)
+	if b.node.queries == nil {
+		b.node.queries = map[string]int{}
 	}
-	b.node.queries++
-	return b.node.exec + ";" + b.node.received, nil
+	b.node.queries[q]++
+	switch q {
+	case mysqlwire.BoundsQuery:
+		return b.node.exec + ";" + b.node.received, nil
+	case mysqlwire.LogStatusBinlogQuery:
+		return "1", nil
+	case mysqlwire.LogStatusQuery:
+		if b.node.noLogStatus {
+			return "", &mysql.MyError{Code: 1227, State: "42000", Message: "Access denied; you need (at least one of) the BACKUP_ADMIN privilege(s) for this operation"}
+		}
+		return b.node.exec, nil
+	}
+	return "", errors.New("unexpected query " + q)
 }
 func (b *boundsConn) Close() error { return nil }
 
-// TestPollerSeenBound: with Bounds, each poll reads the lower and upper
-// bounds in one statement; SeenBound answers only from a poll that
+// count is how many times q was asked.
+func (n *boundsNode) count(q string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.queries[q]
+}
+
+// TestPollerSeenBound: with Bounds, on a node that refuses log_status,
+// each poll reads the lower and upper bounds in one statement (counted
+// as a fallback); SeenBound answers only from a poll that
 // started after the read ended on the same poll connection (a new
 // connection, as after a restart, cannot bound a read of the old one:
 // wait 0), and WaitBound brings such a poll at once (a kick, well before
@@ -52,7 +77,7 @@ func TestPollerSeenBound(t *testing.T) {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	node := &boundsNode{exec: u + ":1-5", received: u + ":1-9"}
+	node := &boundsNode{exec: u + ":1-5", received: u + ":1-9", noLogStatus: true}
 	var mu sync.Mutex
 	var conns []*boundsConn
 	p := newPoller(cfg, func(context.Context, string) (valueConn, error) {
@@ -113,8 +138,71 @@ func TestPollerSeenBound(t *testing.T) {
 		t.Fatalf("a new connection's poll bounded an old one's read (ok %v, wait %v)", ok, wait)
 	}
 	// A wrong separator-less answer is a poll error, not a bound.
-	if _, _, err := p.parse(u + ":1-5"); err == nil {
+	if _, _, err := p.parse(u+":1-5", false); err == nil {
 		t.Error("an answer without the separator parsed")
+	}
+	// log_status was probed once (the verdict is kept across
+	// connections) and every poll read the joined query, counted.
+	if n := node.count(mysqlwire.LogStatusQuery); n != 1 {
+		t.Errorf("log_status asked %d times, want once (the probe)", n)
+	}
+	if p.Exact("r1") {
+		t.Error("a node that refused log_status is exact")
+	}
+	if polls, fb := node.count(mysqlwire.BoundsQuery), p.LogStatusFallbacks(); fb < uint64(polls) || polls == 0 {
+		t.Errorf("%d fallbacks counted for %d joined polls", fb, polls)
+	}
+}
+
+// TestPollerLogStatusBound: with Bounds, on a node that answers
+// log_status, each poll reads it: the position and the upper bound are
+// both its set (what the node applied, not what it received), nothing
+// is counted as a fallback, and the bound still comes only from a poll
+// that started after the read ended.
+func TestPollerLogStatusBound(t *testing.T) {
+	const u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+	cfg := PollerConfig[gtid.Set]{Nodes: []Node{{Name: "r1", Addr: "r1:3306"}}, Interval: 30 * time.Second, Bounds: true,
+		DownAfter: 50 * time.Second}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	node := &boundsNode{exec: u + ":1-5", received: u + ":1-9"}
+	p := newPoller(cfg, func(context.Context, string) (valueConn, error) { return &boundsConn{node: node}, nil })
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	if err := p.WaitFor(wctx, "r1", mustSet(t, u+":1-5")); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Exact("r1") {
+		t.Fatal("log_status answered, but the node is not exact")
+	}
+	gen := p.Generation("r1")
+	readEnd := time.Now()
+	if _, ok, wait := p.SeenBound("r1", readEnd, gen); ok || wait <= 0 {
+		t.Fatalf("bounded by a poll that started before the read ended (ok %v, wait %v)", ok, wait)
+	}
+	node.mu.Lock()
+	node.exec = u + ":1-7"
+	node.mu.Unlock()
+	if err := p.WaitBound(wctx, "r1", readEnd); err != nil {
+		t.Fatal(err)
+	}
+	b, ok, _ := p.SeenBound("r1", readEnd, gen)
+	if !ok || !b.Contains(mustSet(t, u+":1-7")) || b.Contains(mustSet(t, u+":8")) {
+		t.Fatalf("bound %v ok %v, want exactly the executed set %s:1-7", b, ok, u)
+	}
+	if pos, _ := p.Position("r1"); !pos.Contains(b) || !b.Contains(pos) {
+		t.Errorf("position %v, want the bound %v", pos, b)
+	}
+	if n := node.count(mysqlwire.BoundsQuery); n != 0 {
+		t.Errorf("the joined query was asked %d times", n)
+	}
+	if fb := p.LogStatusFallbacks(); fb != 0 {
+		t.Errorf("%d fallbacks counted", fb)
 	}
 }
 

@@ -36,8 +36,11 @@ type Target struct {
 	// Watermark: run must return the node's watermark (the flavor's
 	// watermark query, Watermarker; for MySQL gtid_executed joined with the
 	// received set, mysqlwire.WatermarkQuery) read on the same connection
-	// right after the statement. When false, run returns the empty
-	// position.
+	// right after the statement. On the primary (Replica -1) that query
+	// can lack a transaction the read saw (docs/router.md "The commit
+	// race"): read performance_schema.log_status there where the server
+	// answers it (LogStatusFlavor, mysqlwire.ProbeLogStatus). When false,
+	// run returns the empty position.
 	Watermark bool
 }
 
@@ -589,25 +592,73 @@ func (r *Router[P]) killQuery(ctx context.Context, n Node, id uint32) {
 	})
 }
 
-// run executes a read on n from the router's read pool and, when wantWM,
-// reads n's executed position on the same connection right after it:
-// everything the statement could observe was committed before that read,
-// so the position contains it. Both leave in one write (pipelined:
-// mysqlwire.ExecPipelined); a read with args runs the connection's cached
-// prepared statement.
-func (r *Router[P]) run(ctx context.Context, n Node, wantWM bool, query string, args ...any) (*mysql.Result, P, error) {
+// wmKind is what a read served from the router's read pool reads after
+// it (Target.Watermark).
+type wmKind uint8
+
+const (
+	// wmNone: nothing.
+	wmNone wmKind = iota
+	// wmNode: the flavor's watermark query (a replica's read).
+	wmNode
+	// wmPrimary: a read served by the primary: log_status where it is
+	// sound (watermarkFor), else the flavor's watermark query.
+	wmPrimary
+)
+
+// watermarkFor is the query that reads, on c right after a read on n,
+// the read's watermark (wk). For a read served by the primary it is the
+// flavor's log_status query (LogStatusFlavor) once a probe on one of the
+// read pool's connections to n (made here, the first time) found it
+// sound; else the flavor's watermark query, each such read counted in
+// watermark_fallbacks_total{source="primary-no-log-status"} (the
+// commit race's gap stays open there) and the refusal logged once. An
+// error is the connection's (the probe's).
+func (r *Router[P]) watermarkFor(ctx context.Context, n Node, c *client.Conn, wk wmKind) (string, error) {
+	q := watermarkQuery(r.cfg.Flavor)
+	lf, ok := any(r.cfg.Flavor).(LogStatusFlavor)
+	if wk != wmPrimary || !ok {
+		return q, nil
+	}
+	ls := r.pool.logStatusOf(n.Addr)
+	if !ls.Known() {
+		refusal, err := ls.Probe(ctx, func(ctx context.Context, q string) (string, error) { return mysqlwire.ReadValue(ctx, c, q) })
+		if err != nil {
+			return "", err
+		}
+		if refusal != nil {
+			r.cfg.Logger.Warn("router: performance_schema.log_status is not the primary's watermark; monotonic-reads watermarks of reads served by the primary use gtid_executed, which can lack a transaction the read saw (grant BACKUP_ADMIN; docs/router.md, \"The commit race\")",
+				slog.String("node", n.Name), slog.String("reason", refusal.Error()))
+		}
+	}
+	if ls.Sound() {
+		return lf.LogStatusQuery(), nil
+	}
+	r.m.wmFallbacks.WithLabelValues("primary-no-log-status").Inc()
+	return q, nil
+}
+
+// run executes a read on n from the router's read pool and, unless wk is
+// wmNone, reads n's watermark (watermarkFor) on the same connection
+// right after it: everything the statement could observe is in it. Both
+// leave in one write (pipelined: mysqlwire.ExecPipelined); a read with
+// args runs the connection's cached prepared statement.
+func (r *Router[P]) run(ctx context.Context, n Node, wk wmKind, query string, args ...any) (*mysql.Result, P, error) {
 	var wm P
 	c, err := r.pool.get(ctx, n.Addr)
 	if err != nil {
 		return nil, wm, err
 	}
-	if _, ok := mysqlwire.PipeOf(c); ok && (wantWM || len(args) > 0) {
-		follow := ""
-		if wantWM {
-			follow = watermarkQuery(r.cfg.Flavor)
+	follow := ""
+	if wk != wmNone {
+		if follow, err = r.watermarkFor(ctx, n, c, wk); err != nil {
+			c.Close()
+			return nil, wm, err
 		}
+	}
+	if _, ok := mysqlwire.PipeOf(c); ok && (follow != "" || len(args) > 0) {
 		res, text, err := mysqlwire.ExecPipelined(ctx, c, follow, query, args...)
-		if err == nil && wantWM {
+		if err == nil && follow != "" {
 			if wm, err = r.cfg.Flavor.ParseExecuted(text); err != nil {
 				err = fmt.Errorf("watermark: %w", err)
 			}
@@ -629,8 +680,8 @@ func (r *Router[P]) run(ctx context.Context, n Node, wantWM bool, query string, 
 		r.release(n, c, err)
 		return nil, wm, err
 	}
-	if wantWM {
-		if wm, err = r.readWatermark(ctx, c); err != nil {
+	if follow != "" {
+		if wm, err = r.readWatermark(ctx, c, follow); err != nil {
 			r.release(n, c, err)
 			return nil, wm, err
 		}

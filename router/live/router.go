@@ -436,10 +436,10 @@ func (r *Router[P]) markDown(ctx context.Context, n Node, err error) {
 		slog.Duration("hold", r.cfg.DownHold), errAttr(err))
 }
 
-// readWatermark reads a node's monotonic-reads watermark on c (the
-// flavor's watermark query, see Watermarker).
-func (r *Router[P]) readWatermark(ctx context.Context, c *client.Conn) (P, error) {
-	text, err := mysqlwire.ReadValue(ctx, c, watermarkQuery(r.cfg.Flavor))
+// readWatermark reads a node's monotonic-reads watermark on c with query
+// (watermarkFor).
+func (r *Router[P]) readWatermark(ctx context.Context, c *client.Conn, query string) (P, error) {
+	text, err := mysqlwire.ReadValue(ctx, c, query)
 	if err != nil {
 		var zero P
 		return zero, err

@@ -444,8 +444,15 @@ func (s *LiveSession[P]) QueryWith(ctx context.Context, pol router.Policy, query
 			ctx, stop = r.watchNode(ctx, t.Node)
 			defer stop()
 		}
+		wk := wmNone
+		switch {
+		case t.Watermark && t.Replica < 0:
+			wk = wmPrimary
+		case t.Watermark:
+			wk = wmNode
+		}
 		var err error
-		res, wm, err = r.run(ctx, t.Node, t.Watermark, query, args...)
+		res, wm, err = r.run(ctx, t.Node, wk, query, args...)
 		return wm, err
 	})
 	if err != nil {

@@ -3,11 +3,14 @@ package live
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/gtid"
@@ -239,7 +242,7 @@ func startRaceWriters(t *testing.T, ctx context.Context, d *mysqlwire.Dialer, ta
 
 // TestLazyWatermarkSwitch checks the lazy watermark (WatermarkLazy) on
 // real MySQL while writers run: readers read all rows on one replica a
-// few times, then switch to the other one, taking what they saw from the
+// few times, then switch to the other one, taking what they saw from a
 // poller's bound (Poller with Bounds: a poll of the first replica that
 // started after the last read there ended, on a poll connection open
 // since before the reads began: SeenBound after WaitBound), waiting until
@@ -250,6 +253,15 @@ func startRaceWriters(t *testing.T, ctx context.Context, d *mysqlwire.Dialer, ta
 // reader saw before (a reader going back in time across the switch).
 // A bound taken from a poll that started before the reads ended fails
 // both (shown in a scratch run, docs/router.md "The lazy watermark").
+//
+// Two pollers run side by side and the readers' passes alternate
+// between them: one reads performance_schema.log_status (the exact
+// bound: what the replica had applied), the other is refused it (as an
+// account without BACKUP_ADMIN is) and reads gtid_executed joined with
+// the received set, which also holds what the replica received but had
+// not applied, so the next replica must apply that much more before the
+// switch. Both are checked; the time each switch waited is logged per
+// poller (what the exact bound buys).
 func TestLazyWatermarkSwitch(t *testing.T) {
 	composetest.Need(t, topo)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -266,11 +278,21 @@ func TestLazyWatermarkSwitch(t *testing.T) {
 	// the first had received.
 	w := startRaceWriters(t, ctx, d, "lz", writers, 4*time.Millisecond)
 	nodes := []Node{node(reps[0]), node(reps[1])}
-	p := startPollerOf(t, ctx, PollerConfig[gtid.Set]{Nodes: nodes, Interval: 10 * time.Millisecond, Bounds: true})
+	pollers := []*Poller[gtid.Set]{
+		startPollerOf(t, ctx, PollerConfig[gtid.Set]{Interval: 10 * time.Millisecond, Bounds: true}),
+		startJoinedPoller(t, ctx, nodes, 10*time.Millisecond),
+	}
+	kinds := []string{"log_status", "joined"}
+	for _, n := range nodes {
+		if !pollers[0].Exact(n.Name) || pollers[1].Exact(n.Name) {
+			t.Fatalf("%s: exact %v and %v, want log_status on the first poller only", n.Name, pollers[0].Exact(n.Name), pollers[1].Exact(n.Name))
+		}
+	}
 	var (
 		mu                              sync.Mutex
-		misses, backwards, rows, passes int
-		switches, unbounded             int
+		misses, backwards, rows, passes [2]int
+		switches, unbounded             [2]int
+		waits                           [2][]time.Duration
 	)
 	var wg sync.WaitGroup
 	for ri := range 4 {
@@ -287,7 +309,9 @@ func TestLazyWatermarkSwitch(t *testing.T) {
 			}
 			high := make([]int, writers) // the newest version of each row this reader saw
 			cur := ri % len(nodes)
-			for w.ctx.Err() == nil {
+			for pass := ri; w.ctx.Err() == nil; pass++ {
+				k := pass % len(pollers)
+				p := pollers[k]
 				// A few reads on cur: the pending seen, bounded below.
 				gen := p.Generation(nodes[cur].Name)
 				var versions [][2]int
@@ -329,7 +353,7 @@ func TestLazyWatermarkSwitch(t *testing.T) {
 				}
 				if !ok {
 					mu.Lock()
-					unbounded++ // the poll connection changed: the session would fall back
+					unbounded[k]++ // the poll connection changed: the session would fall back
 					mu.Unlock()
 					continue
 				}
@@ -346,7 +370,7 @@ func TestLazyWatermarkSwitch(t *testing.T) {
 					}
 					if !bound.Contains(gs) {
 						if miss++; miss <= 2 {
-							t.Logf("reader %d on %s: saw row %d = %d (%s), the bound lacks it", ri, nodes[cur].Name, kv[0], kv[1], g)
+							t.Logf("reader %d on %s (%s): saw row %d = %d (%s), the bound lacks it", ri, nodes[cur].Name, kinds[k], kv[0], kv[1], g)
 						}
 					}
 				}
@@ -355,7 +379,9 @@ func TestLazyWatermarkSwitch(t *testing.T) {
 				// (As long as it takes: a replica that lags on a loaded
 				// machine makes the switch slow, not wrong; the writers'
 				// end ends the wait.)
+				t0 := time.Now()
 				err := p.WaitFor(w.ctx, nodes[next].Name, bound)
+				waited := time.Since(t0)
 				if err != nil {
 					if w.ctx.Err() == nil {
 						pos, _ := p.Position(nodes[next].Name)
@@ -364,11 +390,12 @@ func TestLazyWatermarkSwitch(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				misses += miss
-				backwards += back
-				rows += len(versions)
-				passes++
-				switches++
+				misses[k] += miss
+				backwards[k] += back
+				rows[k] += len(versions)
+				passes[k]++
+				switches[k]++
+				waits[k] = append(waits[k], waited)
 				mu.Unlock()
 				cur = next
 			}
@@ -379,22 +406,87 @@ func TestLazyWatermarkSwitch(t *testing.T) {
 	for start := time.Now(); ctx.Err() == nil; {
 		time.Sleep(100 * time.Millisecond)
 		mu.Lock()
-		n := switches
+		n := min(switches[0], switches[1])
 		mu.Unlock()
-		if el := time.Since(start); el > 90*time.Second || (el > 20*time.Second && n >= 300) {
+		if el := time.Since(start); el > 90*time.Second || (el > 20*time.Second && n >= 150) {
 			break
 		}
 	}
 	w.stop()
 	wg.Wait()
-	t.Logf("%d row versions seen in %d passes, %d switches between replicas; %d missing from the bound, %d older than one seen before; %d bounds not available (poll connection changed)",
-		rows, passes, switches, misses, backwards, unbounded)
-	if switches < 30 || rows < 300 {
-		t.Fatalf("only %d switches and %d row versions seen: the test proves little", switches, rows)
+	for k, kind := range kinds {
+		ws := slices.Clone(waits[k])
+		slices.Sort(ws)
+		var sum time.Duration
+		for _, x := range ws {
+			sum += x
+		}
+		q := func(f float64) time.Duration {
+			if len(ws) == 0 {
+				return 0
+			}
+			return ws[min(len(ws)-1, int(f*float64(len(ws))))]
+		}
+		mean := time.Duration(0)
+		if len(ws) > 0 {
+			mean = sum / time.Duration(len(ws))
+		}
+		t.Logf("%-10s %d row versions seen in %d passes, %d switches between replicas; %d missing from the bound, %d older than one seen before; %d bounds not available (poll connection changed); switch wait mean %v p50 %v p90 %v p99 %v; %d polls read the joined query",
+			kind, rows[k], passes[k], switches[k], misses[k], backwards[k], unbounded[k], mean.Round(time.Microsecond),
+			q(0.5).Round(time.Microsecond), q(0.9).Round(time.Microsecond), q(0.99).Round(time.Microsecond), pollers[k].LogStatusFallbacks())
 	}
-	if misses > 0 || backwards > 0 {
-		t.Errorf("the lazy bound is unsound: %d row versions seen missing from it, %d reads went back in time after a switch", misses, backwards)
+	for k, kind := range kinds {
+		if switches[k] < 30 || rows[k] < 300 {
+			t.Fatalf("%s: only %d switches and %d row versions seen: the test proves little", kind, switches[k], rows[k])
+		}
+		if misses[k] > 0 || backwards[k] > 0 {
+			t.Errorf("%s: the lazy bound is unsound: %d row versions seen missing from it, %d reads went back in time after a switch", kind, misses[k], backwards[k])
+		}
 	}
+}
+
+// noLogStatusConn is a poll connection whose server refuses log_status,
+// as one does to an account without BACKUP_ADMIN.
+type noLogStatusConn struct{ valueConn }
+
+func (c noLogStatusConn) ReadValue(ctx context.Context, q string) (string, error) {
+	if q == mysqlwire.LogStatusQuery {
+		return "", &mysql.MyError{Code: 1227, State: "42000", Message: "Access denied (refused by the test)"}
+	}
+	return c.valueConn.ReadValue(ctx, q)
+}
+
+// startJoinedPoller runs a bounds poller of nodes whose connections are
+// refused log_status: its bounds are gtid_executed joined with the
+// received set (mysqlwire.BoundsQuery).
+func startJoinedPoller(t *testing.T, ctx context.Context, nodes []Node, interval time.Duration) *Poller[gtid.Set] {
+	t.Helper()
+	pu := topo.Primary()
+	cfg := PollerConfig[gtid.Set]{Nodes: nodes, User: pu.User, Password: pu.Password, Interval: interval, Bounds: true}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: cfg.DialTimeout}
+	p := newPoller(cfg, func(ctx context.Context, addr string) (valueConn, error) {
+		c, err := d.Dial(ctx, addr, false)
+		if err != nil {
+			return nil, err
+		}
+		return noLogStatusConn{newMySQLValueConn(c)}, nil
+	})
+	pctx, pcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = p.Run(pctx); close(done) }()
+	t.Cleanup(func() { pcancel(); <-done })
+	for _, n := range nodes {
+		if err := p.WaitFor(ctx, n.Name, gtid.Set{}); err != nil {
+			t.Fatal(err)
+		}
+		for !p.logStatus[n.Name].Known() && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return p
 }
 
 // TestLazyWatermarkRouter runs the lazy watermark end to end through the
@@ -406,10 +498,10 @@ func TestLazyWatermarkSwitch(t *testing.T) {
 // session stuck to one must move to the other: its pending seen is then
 // resolved from a poll (router.ReasonSeenPending) before the other
 // replica may serve. No row may be read at a version older than one the
-// session saw before. A read that follows one served by the primary is
-// judged apart: the primary's bound is gtid_executed alone, which the
-// commit race can leave short (docs/router.md, "The commit race"), as
-// the pipelined watermark does there.
+// session saw before, after a replica read or after one served by the
+// primary (whose watermark the router reads from log_status: the
+// joined query, gtid_executed alone there, can be short of what the
+// read saw, docs/router.md "The commit race"; counted apart).
 func TestLazyWatermarkRouter(t *testing.T) {
 	composetest.Need(t, topo)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -521,5 +613,145 @@ func TestLazyWatermarkRouter(t *testing.T) {
 	}
 	if backReplica > 0 {
 		t.Errorf("lazy watermark: %d rows read older than the session saw on a replica before", backReplica)
+	}
+	if backPrimary > 0 {
+		t.Errorf("lazy watermark: %d rows read older than the session saw on the primary before", backPrimary)
+	}
+	if n := testutil.ToFloat64(r.m.wmFallbacks.WithLabelValues("primary-no-log-status")); n != 0 {
+		t.Errorf("%v primary watermarks read without log_status", n)
+	}
+}
+
+// TestPrimaryWatermarkRouter checks, on real MySQL, the watermark of reads
+// the live router serves from the primary (its read pool, the watermark
+// pipelined behind the read as the router sends it) while eight writers
+// update a row each as fast as they can: every row version a read saw
+// must be in the read's watermark (Read.Watermark, which the session's
+// watermark is raised with). Two routers read side by side, neither with
+// a replica (every read is served by the primary): one whose account
+// may read performance_schema.log_status, which the router then reads
+// (probed once; nothing counted as a fallback), and one whose account
+// lacks BACKUP_ADMIN, which reads the joined query, every such watermark
+// counted in watermark_fallbacks_total{source="primary-no-log-status"}.
+// The second one's misses are the commit race's gap (docs/router.md),
+// logged: they come and go with the machine's timing, so only the first
+// router's soundness and the counts are asserted.
+func TestPrimaryWatermarkRouter(t *testing.T) {
+	composetest.Need(t, topo)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pu := topo.Primary()
+	d := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: 5 * time.Second}
+	admin, err := d.Dial(ctx, pu.Addr(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	for _, q := range []string{"DROP USER IF EXISTS 'nologstatus'@'%'", "CREATE USER 'nologstatus'@'%' IDENTIFIED BY 'nlpw'",
+		"GRANT ALL PRIVILEGES ON *.* TO 'nologstatus'@'%'", "REVOKE BACKUP_ADMIN ON *.* FROM 'nologstatus'@'%'"} {
+		if _, err := mysqlwire.Exec(ctx, admin, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	const writers = 8
+	w := startRaceWriters(t, ctx, d, "pw", writers, 0)
+	pl := startPoller(t, ctx, 10*time.Millisecond)
+	mk := func(user, password string) *Router[gtid.Set] {
+		r, err := New(ctx, Config[gtid.Set]{Primary: node(pu), User: user, Password: password, Positions: pl,
+			Policy: router.Policy{Kind: router.PolicyTokenRYWMR}, Epoch: topo.Epoch()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		return r
+	}
+	routers := []struct {
+		name string
+		r    *Router[gtid.Set]
+	}{{"log_status", mk(pu.User, pu.Password)}, {"no BACKUP_ADMIN", mk("nologstatus", "nlpw")}}
+	var (
+		mu                 sync.Mutex
+		miss, total, reads [2]int
+		wg                 sync.WaitGroup
+		outsideThePrimary  int
+	)
+	for i := range 8 {
+		k := i % len(routers)
+		r := routers[k].r
+		wg.Go(func() {
+			s := r.NewSession()
+			defer s.Close()
+			for w.ctx.Err() == nil {
+				rd, err := s.Query(w.ctx, "SELECT id, v FROM wmrace."+w.table)
+				if err != nil {
+					if w.ctx.Err() == nil {
+						t.Errorf("%s: %v", routers[k].name, err)
+					}
+					return
+				}
+				m, n := 0, 0
+				for j := range rd.Result.RowNumber() {
+					id, _ := rd.Result.GetInt(j, 0)
+					v, _ := rd.Result.GetInt(j, 1)
+					g := w.gtid(int(id), int(v))
+					if v == 0 || g == "" {
+						continue
+					}
+					gs, err := gtid.Parse(g)
+					if err != nil {
+						t.Errorf("GTID %q: %v", g, err)
+						return
+					}
+					n++
+					if !rd.Watermark.Contains(gs) {
+						if m++; m == 1 && k == 0 {
+							t.Logf("%s: saw row %d = %d (%s), the watermark %v lacks it", routers[k].name, id, v, g, rd.Watermark)
+						}
+					}
+				}
+				mu.Lock()
+				miss[k] += m
+				total[k] += n
+				reads[k]++
+				if rd.Node != pu.Name {
+					outsideThePrimary++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	select {
+	case <-time.After(20 * time.Second):
+	case <-ctx.Done():
+	}
+	w.stop()
+	wg.Wait()
+	for k, rt := range routers {
+		t.Logf("%-16s %d reads, %d of %d row versions seen missing from the read's watermark; %v fallbacks counted", rt.name, reads[k], miss[k], total[k],
+			testutil.ToFloat64(rt.r.m.wmFallbacks.WithLabelValues("primary-no-log-status")))
+	}
+	if outsideThePrimary > 0 {
+		t.Fatalf("%d reads served outside the primary", outsideThePrimary)
+	}
+	if total[0] < 1000 {
+		t.Fatalf("only %d row versions written by the writers were seen: the test proves little", total[0])
+	}
+	if miss[0] > 0 {
+		t.Errorf("log_status: %d of %d row versions seen were missing from the read's watermark: unsound", miss[0], total[0])
+	}
+	if n := testutil.ToFloat64(routers[0].r.m.wmFallbacks.WithLabelValues("primary-no-log-status")); n != 0 {
+		t.Errorf("%v fallbacks counted by the router whose account reads log_status", n)
+	}
+	if ls := routers[0].r.pool.logStatusOf(pu.Addr()); !ls.Sound() {
+		t.Errorf("log_status verdict known %v sound %v, want sound", ls.Known(), ls.Sound())
+	}
+	// Every read of the second router read its watermark with the joined
+	// query, counted (a reader's last read, cut by the writers' end, may
+	// have counted one without being served).
+	if n := int(testutil.ToFloat64(routers[1].r.m.wmFallbacks.WithLabelValues("primary-no-log-status"))); n < reads[1] || n > reads[1]+4 || reads[1] == 0 {
+		t.Errorf("no BACKUP_ADMIN: %d fallbacks counted for %d reads", n, reads[1])
+	}
+	if ls := routers[1].r.pool.logStatusOf(pu.Addr()); !ls.Known() || ls.Sound() {
+		t.Errorf("no BACKUP_ADMIN: verdict known %v sound %v, want refused", ls.Known(), ls.Sound())
 	}
 }
