@@ -183,24 +183,6 @@ func ReadValue(ctx context.Context, c *client.Conn, query string) (string, error
 	return strings.Clone(s), nil
 }
 
-// QueryValue is ReadValue for a one-value query run again and again on
-// one connection (a poll): pkt is its COM_QUERY packet (QueryPacket
-// with c's Caps; its header is rewritten in place, so one pkt serves
-// one connection at a time), written as it is, and the answer is read
-// with ReadValueAnswer, without building go-mysql's result set (column
-// definitions and row values parsed, then dropped). A *mysql.MyError is
-// the server's refusal (c still in step); any other error leaves c
-// unusable.
-func QueryValue(ctx context.Context, c *client.Conn, caps Caps, pkt []byte) (string, error) {
-	return WithCtx(ctx, c, func() (string, error) {
-		c.ResetSequence()
-		if err := c.WritePacket(pkt); err != nil {
-			return "", err
-		}
-		return ReadValueAnswer(c, caps)
-	})
-}
-
 // ReadExecuted runs ExecutedQuery on c and parses the set.
 func ReadExecuted(ctx context.Context, c *client.Conn) (gtid.Set, error) {
 	s, err := ReadValue(ctx, c, ExecutedQuery)

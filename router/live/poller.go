@@ -243,7 +243,7 @@ func NewPoller[P gtid.Position[P]](cfg PollerConfig[P]) (*Poller[P], error) {
 		if err != nil {
 			return nil, err
 		}
-		return newMySQLValueConn(c), nil
+		return mysqlValueConn{c}, nil
 	}), nil
 }
 
@@ -256,40 +256,14 @@ type valueConn interface {
 // dialValue opens a valueConn to addr.
 type dialValue func(ctx context.Context, addr string) (valueConn, error)
 
-// mysqlValueConn is a MySQL-protocol valueConn. Its queries (a poll's
-// few) are sent as COM_QUERY packets built once per connection and
-// answered without a go-mysql result set (mysqlwire.QueryValue).
-type mysqlValueConn struct {
-	c    *client.Conn
-	caps mysqlwire.Caps
-	pkts map[string][]byte
+// mysqlValueConn is a MySQL-protocol valueConn.
+type mysqlValueConn struct{ c *client.Conn }
+
+func (m mysqlValueConn) ReadValue(ctx context.Context, q string) (string, error) {
+	return mysqlwire.ReadValue(ctx, m.c, q)
 }
 
-func newMySQLValueConn(c *client.Conn) *mysqlValueConn {
-	return &mysqlValueConn{c: c, caps: mysqlwire.CapsOf(c), pkts: map[string][]byte{}}
-}
-
-// maxValuePackets bounds a poll connection's cached packets (a poll
-// sends at most three queries).
-const maxValuePackets = 8
-
-func (m *mysqlValueConn) ReadValue(ctx context.Context, q string) (string, error) {
-	pkt, ok := m.pkts[q]
-	if !ok {
-		if len(m.pkts) >= maxValuePackets {
-			clear(m.pkts)
-		}
-		pkt = mysqlwire.QueryPacket(m.caps, q)
-		m.pkts[q] = pkt
-	}
-	v, err := mysqlwire.QueryValue(ctx, m.c, m.caps, pkt)
-	if err != nil && !mysqlwire.IsServerError(err) {
-		return "", fmt.Errorf("%s: %w", mysqlwire.Excerpt(q), err)
-	}
-	return v, err
-}
-
-func (m *mysqlValueConn) Close() error { return m.c.Close() }
+func (m mysqlValueConn) Close() error { return m.c.Close() }
 
 // newPoller builds a Poller over validated cfg whose connections dial
 // opens.
@@ -362,11 +336,6 @@ type nodePoll[P gtid.Position[P]] struct {
 	c       valueConn
 	gen     uint64
 	failing bool
-	// The last answer and what it parsed to: an unchanged answer (an
-	// idle node) is not parsed again.
-	lastText        string
-	lastExact       bool
-	lastPos, lastUp P
 }
 
 func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
@@ -437,12 +406,9 @@ func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 	if err != nil {
 		return err
 	}
-	pos, upper := np.lastPos, np.lastUp
-	if text != np.lastText || exact != np.lastExact || np.lastText == "" {
-		if pos, upper, err = p.parse(text, exact); err != nil {
-			return err
-		}
-		np.lastText, np.lastExact, np.lastPos, np.lastUp = text, exact, pos, upper
+	pos, upper, err := p.parse(text, exact)
+	if err != nil {
+		return err
 	}
 	p.polls.Add(1)
 	ptr := np.ptr

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/compose/composetest"
@@ -20,27 +20,26 @@ import (
 )
 
 // BenchmarkPollerCPU measures what one poll of a replica costs: the
-// poller's own process CPU (getrusage, the poll goroutine, its timer and
-// the runtime) and the replica's mysqld CPU (/proc/<pid>/stat, the pid
-// read from @@pid_file: the local compose backend only, else not
+// poller's own process CPU (getrusage: the poll goroutine, its timer and
+// the runtime), its allocations (runtime.MemStats), and the replica's
+// mysqld CPU (/proc/<pid>/stat: the local compose backend only, else not
 // reported), per poll, over b.N polls of replica1 at a 1 ms interval.
 // Modes: the executed query alone (no bounds), bounds as NewPoller polls
-// them (log_status where it answers), bounds on connections refused
-// log_status (the joined mysqlwire.BoundsQuery), and bounds read with
-// go-mysql's Execute instead of the poller's raw read; "no-poller" is the
+// them (log_status where it answers), and bounds on connections refused
+// log_status (the joined mysqlwire.BoundsQuery); "no-poller" is the
 // baseline (the same wall time with no poller: what the process and
 // mysqld spend anyway), subtracted from the others' server-cpu. Under
 // "writing" a writer updates a row on the primary every 2 ms, so the
 // polled set changes between most polls; under "idle" it does not.
 //
-//	go test -count=1 -run '^$' -bench PollerCPU -benchtime 3000x ./router/live/
+//	go test -count=1 -run '^$' -bench PollerCPU -benchtime 4000x ./router/live/
 func BenchmarkPollerCPU(b *testing.B) {
 	composetest.Need(b, topo)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	pu, rn := topo.Primary(), topo.Replicas()[0]
 	d := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: 5 * time.Second}
-	serverCPU := mysqldCPU(b, ctx, d, rn.Addr())
+	serverCPU := mysqldCPU(b, rn.Port)
 	setup, err := d.Dial(ctx, pu.Addr(), false)
 	if err != nil {
 		b.Fatal(err)
@@ -57,13 +56,11 @@ func BenchmarkPollerCPU(b *testing.B) {
 		bounds  bool
 		refuse  bool
 		noPolls bool
-		goExec  bool
 	}{
-		{"no-poller", false, false, true, false},
-		{"executed", false, false, false, false},
-		{"bounds", true, false, false, false},
-		{"bounds-joined", true, true, false, false},
-		{"bounds-goexec", true, false, false, true},
+		{"no-poller", false, false, true},
+		{"executed", false, false, false},
+		{"bounds", true, false, false},
+		{"bounds-joined", true, true, false},
 	}
 	for _, load := range []string{"idle", "writing"} {
 		for round := range 2 {
@@ -104,13 +101,10 @@ func BenchmarkPollerCPU(b *testing.B) {
 						if err != nil {
 							return nil, err
 						}
-						switch {
-						case m.goExec:
-							return goExecConn{c}, nil
-						case m.refuse:
-							return refusedLogStatus{newMySQLValueConn(c)}, nil
+						if m.refuse {
+							return refusedLogStatus{mysqlValueConn{c}}, nil
 						}
-						return newMySQLValueConn(c), nil
+						return mysqlValueConn{c}, nil
 					})
 					pctx, pstop := context.WithCancel(ctx)
 					done := make(chan struct{})
@@ -126,6 +120,8 @@ func BenchmarkPollerCPU(b *testing.B) {
 					defer func() { pstop(); <-done }()
 					time.Sleep(50 * time.Millisecond)
 					start, _ := p.Stats()
+					var ms0, ms1 runtime.MemStats
+					runtime.ReadMemStats(&ms0)
 					cpu0, srv0, t0 := processCPU(), serverCPU(), time.Now()
 					b.ResetTimer()
 					if m.noPolls {
@@ -138,16 +134,19 @@ func BenchmarkPollerCPU(b *testing.B) {
 					}
 					b.StopTimer()
 					cpu1, srv1, el := processCPU(), serverCPU(), time.Since(t0)
+					runtime.ReadMemStats(&ms1)
 					end, errs := p.Stats()
 					n := float64(max(end-start, 1))
 					if m.noPolls {
 						n = float64(b.N)
 					}
-					b.ReportMetric(float64(cpu1-cpu0)/1e3/n, "client-cpu-us/poll")
+					b.ReportMetric(float64(cpu1-cpu0)/n, "client-cpu-us/poll")
+					b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/n, "allocs/poll")
+					b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/n, "B/poll")
 					if srv0 >= 0 {
 						// Scaled to the baseline's span: the no-poller run
 						// measured what mysqld spends in b.N intervals.
-						srv := float64(srv1-srv0) / 1e3
+						srv := float64(srv1 - srv0)
 						if m.noPolls {
 							base[load] = srv / el.Seconds()
 						}
@@ -179,15 +178,6 @@ func (c refusedLogStatus) ReadValue(ctx context.Context, q string) (string, erro
 	return c.valueConn.ReadValue(ctx, q)
 }
 
-// goExecConn reads a poll's value with go-mysql's Execute (a whole
-// result set), for comparison with the poller's raw read.
-type goExecConn struct{ c *client.Conn }
-
-func (g goExecConn) ReadValue(ctx context.Context, q string) (string, error) {
-	return mysqlwire.ReadValue(ctx, g.c, q)
-}
-func (g goExecConn) Close() error { return g.c.Close() }
-
 // processCPU is this process's user+system CPU time in microseconds.
 func processCPU() int64 {
 	var ru syscall.Rusage
@@ -198,28 +188,49 @@ func processCPU() int64 {
 }
 
 // mysqldCPU returns a function reading the CPU time (microseconds, at
-// the kernel's clock-tick resolution) of the mysqld at addr, found from
-// its @@pid_file; it returns -1 when the process is not readable here (a
+// the kernel's clock-tick resolution) of the mysqld listening on port,
+// found among this machine's processes by the port= line of its
+// --defaults-file (read through /proc/<pid>/root: the local backend runs
+// mysqld in a root of its own); it returns -1 when there is none (a
 // docker backend).
-func mysqldCPU(b *testing.B, ctx context.Context, d *mysqlwire.Dialer, addr string) func() int64 {
+func mysqldCPU(b *testing.B, port int) func() int64 {
 	b.Helper()
 	none := func() int64 { return -1 }
-	c, err := d.Dial(ctx, addr, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	pf, err := mysqlwire.ReadValue(ctx, c, "SELECT @@GLOBAL.pid_file")
-	if err != nil {
-		b.Fatal(err)
-	}
-	raw, err := os.ReadFile(pf)
+	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		b.Logf("server CPU not measured: %v", err)
 		return none
 	}
-	pid := strings.TrimSpace(string(raw))
-	read := func() int64 {
+	pid := ""
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		for _, arg := range strings.Split(string(cmd), "\x00") {
+			cnf, ok := strings.CutPrefix(arg, "--defaults-file=")
+			if !ok {
+				continue
+			}
+			raw, err := os.ReadFile("/proc/" + e.Name() + "/root" + cnf)
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(raw), "\n") {
+				if strings.TrimSpace(line) == "port="+strconv.Itoa(port) {
+					pid = e.Name()
+				}
+			}
+		}
+	}
+	if pid == "" {
+		b.Logf("server CPU not measured: no mysqld process with port %d here", port)
+		return none
+	}
+	return func() int64 {
 		st, err := os.ReadFile("/proc/" + pid + "/stat")
 		if err != nil {
 			return -1
@@ -232,9 +243,4 @@ func mysqldCPU(b *testing.B, ctx context.Context, d *mysqlwire.Dialer, addr stri
 		stt, _ := strconv.ParseInt(f[12], 10, 64)
 		return (ut + stt) * 1e6 / 100 // USER_HZ
 	}
-	if read() < 0 {
-		b.Logf("server CPU not measured: /proc/%s/stat unreadable", pid)
-		return none
-	}
-	return read
 }

@@ -472,7 +472,7 @@ func startJoinedPoller(t *testing.T, ctx context.Context, nodes []Node, interval
 		if err != nil {
 			return nil, err
 		}
-		return noLogStatusConn{newMySQLValueConn(c)}, nil
+		return noLogStatusConn{mysqlValueConn{c}}, nil
 	})
 	pctx, pcancel := context.WithCancel(ctx)
 	done := make(chan struct{})
