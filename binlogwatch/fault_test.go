@@ -134,16 +134,28 @@ func TestTaggedGTIDs(t *testing.T) {
 	}
 }
 
-// TestIdleLongerThanReadTimeout: heartbeats keep an idle stream alive.
+// TestIdleLongerThanReadTimeout: heartbeats keep an idle stream alive: it
+// stays idle for three read timeouts, receiving heartbeats (counted in
+// events_total: nothing else is written meanwhile), without a reconnect.
+// The read timeout is 20 heartbeat periods (2 s, 100 ms): a reconnect then
+// needs 2 s without an event, which a loaded machine's scheduling delays
+// do not make; with 400 ms (4 periods) a delayed heartbeat could, and the
+// test asserted on that.
 func TestIdleLongerThanReadTimeout(t *testing.T) {
 	composetest.Need(t, shared)
 	n := node(t, "replica1")
-	w, met := startWatcher(t, n, func(c *Config) { c.HeartbeatPeriod = 100 * time.Millisecond; c.ReadTimeout = 400 * time.Millisecond })
+	const period, timeout = 100 * time.Millisecond, 2 * time.Second
+	w, met := startWatcher(t, n, func(c *Config) { c.HeartbeatPeriod = period; c.ReadTimeout = timeout })
 	waitHealth(t, w, HealthStreaming, 10*time.Second)
-	before := w.Snapshot().LastEvent
-	time.Sleep(2 * time.Second) // 5 read timeouts without a transaction
+	events := met.events.WithLabelValues(n.Name)
+	before, eventsBefore := w.Snapshot().LastEvent, testutil.ToFloat64(events)
+	time.Sleep(3 * timeout) // 3 read timeouts without a transaction
 	if got := testutil.ToFloat64(met.reconnects.WithLabelValues(n.Name)); got != 0 {
 		t.Fatalf("%v reconnects on an idle replica", got)
+	}
+	// 60 heartbeats are due; a few suffice to show they flowed.
+	if hb := testutil.ToFloat64(events) - eventsBefore; hb < 3 {
+		t.Fatalf("%v events in %v of idle stream: heartbeats did not flow", hb, 3*timeout)
 	}
 	s := w.Snapshot()
 	if s.Health != HealthStreaming || !s.LastEvent.After(before) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/causallab/causallab/compose"
 )
@@ -51,10 +52,11 @@ func waitsOn(t *testing.T, n compose.Node) ([]string, error) {
 
 // TestHugeTokenWaitBounded: the issue's token (60,000 intervals, admitted
 // with max_token_bytes raised to 1 MiB), which no server holds, with a
-// 400 ms budget: four such reads at once are refused within a bound near
-// the budget (each took 9-10 s here before the waits were bounded),
-// another client is served meanwhile, and the waits end on the replicas.
-// Several seconds of replica CPU: not in -short.
+// 400 ms budget: four such reads at once are refused, each wait given up
+// by the proxy at its bound while the replica still parses the set
+// (counted; each read took 9-10 s here before the waits were bounded,
+// the parse's time), another client is served meanwhile, and the waits
+// end on the replicas. Several seconds of replica CPU: not in -short.
 func TestHugeTokenWaitBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("several seconds of replica CPU per wait")
@@ -117,18 +119,35 @@ func testHugeTokenWaitBounded(t *testing.T, maxTok, n int) {
 		if !errors.As(errs[i], &me) || !strings.Contains(me.Message, "cannot serve") {
 			t.Errorf("huge-token read %d: %v, want the router's refusal (nobody holds the token)", i, errs[i])
 		}
-		// A generous bound: the budget is 400 ms; unbounded, one read took
-		// 7.15 s.
-		if took[i] > 4*time.Second {
-			t.Errorf("huge-token read %d took %v with a 400ms wait budget", i, took[i])
-		}
 	}
-	t.Logf("another client's SELECT 1 meanwhile: %v", otherTook)
-	if otherTook > 3*time.Second {
-		t.Errorf("another client's SELECT 1 took %v while huge-token reads waited", otherTook)
-	}
+	// That no read waited for the replica's parse is counted: a wait
+	// still unanswered at its socket's bound (budget + 100 ms) is given up,
+	// wait-overran, or, once the position source reports the busy replica
+	// unhealthy first, cut by the watchdog, unresponsive. The issue's set
+	// takes MySQL seconds to parse (2.2-2.7 s unloaded, longer under
+	// load), so every read's wait ends so; a shorter token's may be
+	// answered by the server's own timeout in time. (It was a 4 s bound
+	// on each read, which a loaded machine could pass.)
 	m := metricText(t, s)
 	t.Log(grepLines(m, "backend_errors", "reads_total", "node_errors", "wait_seconds_count"))
+	if n >= 60000 {
+		cut := 0.0
+		for _, r := range s.cfg.Replicas {
+			cut += testutil.ToFloat64(s.m.backendErrors.WithLabelValues(r.Name, "wait-overran")) +
+				testutil.ToFloat64(s.m.backendErrors.WithLabelValues(r.Name, "unresponsive"))
+		}
+		if cut < huge {
+			t.Errorf("%v waits given up at their bound for %d huge-token reads: a read waited for the parse", cut, huge)
+		}
+	}
+	// A generous bound, with the reason: unbounded, four such reads held
+	// another client's SELECT 1 for 11.3 s (issue 13); bounded it takes
+	// 0.4 ms-0.6 s here, and a SELECT 1 does no work a loaded machine
+	// stretches to seconds. (It was 3 s.)
+	t.Logf("another client's SELECT 1 meanwhile: %v", otherTook)
+	if otherTook > 6*time.Second {
+		t.Errorf("another client's SELECT 1 took %v while huge-token reads waited", otherTook)
+	}
 	// The waits end on the replicas (killed; a server parsing a huge set
 	// notices the kill only once the parse is done: seconds under load).
 	deadline := time.Now().Add(30 * time.Second)

@@ -148,6 +148,12 @@ type Config struct {
 	// authentication); the session's primary connection, opened before
 	// the login's OK, adds at most connect_timeout. Default 10s.
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	// StartupTimeout bounds the readiness gate: the proxy serves once its
+	// position source has read every backend once, or when this passes
+	// first (the backends not read are logged and counted in
+	// causallab_proxy_startup_unread_total); a client connecting before
+	// then gets its greeting then (docs/proxy.md, "Readiness"). Default 10s.
+	StartupTimeout time.Duration `yaml:"startup_timeout"`
 	// IdleTimeout disconnects a client idle between commands that long
 	// (MySQL's wait_timeout; the client is told why, as MySQL tells it:
 	// error 4031). Default 8h.
@@ -380,6 +386,7 @@ func (c *Config) validate() error {
 		def time.Duration
 	}{
 		{"handshake_timeout", &c.HandshakeTimeout, 10 * time.Second},
+		{"startup_timeout", &c.StartupTimeout, 10 * time.Second},
 		{"idle_timeout", &c.IdleTimeout, 8 * time.Hour},
 		{"client_read_timeout", &c.ClientReadTimeout, 30 * time.Second},
 		{"client_write_timeout", &c.ClientWriteTimeout, 60 * time.Second},

@@ -81,30 +81,6 @@ func pollSource(t *testing.T, c *Config) *healthLog {
 	return h
 }
 
-// waitHealthy waits until src reports every node in nodes healthy (the
-// proxy's first polls after its start).
-func waitHealthy(ctx context.Context, t *testing.T, src live.PositionSource[gtid.Set], nodes ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		up := 0
-		for _, n := range nodes {
-			if _, ok := src.Position(n); ok {
-				up++
-			}
-		}
-		if up == len(nodes) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the proxy's position source reports %d of %v healthy after 30s", up, nodes)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 // TestAffinityThroughOutage: policy affinity through the proxy, in both
 // hash modes, reports every read's route (OnRead: node and hash reason);
 // a killed replica's ids are reselected (and say so); once it is back
@@ -114,8 +90,9 @@ func waitHealthy(ctx context.Context, t *testing.T, src live.PositionSource[gtid
 // Every assertion is on a read during which the proxy's position source
 // told the router that the replicas it should find up were healthy: a
 // read the router made with a replica unhealthy (a poll a loaded machine
-// delayed past the 500 ms down-after window, or the proxy's first polls
-// not yet in) is read again, up to a deadline, and counted in the log.
+// delayed past the 500 ms down-after window) is read again, up to a
+// deadline, and counted in the log. (The proxy's first polls are in
+// before it serves: its readiness gate, TestReadyGate.)
 func TestAffinityThroughOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -129,7 +106,6 @@ func TestAffinityThroughOutage(t *testing.T) {
 			})
 			reps := topo.Replicas()
 			all := []string{reps[0].Name, reps[1].Name}
-			waitHealthy(ctx, t, health, all...)
 			tab, err := hashroute.NewTable([]hashroute.Server{{Name: reps[0].Name, Weight: 1}, {Name: reps[1].Name, Weight: 1}})
 			if err != nil {
 				t.Fatal(err)

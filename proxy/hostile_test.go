@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // Hostile-client tests: each drives the proxy with what a broken or
@@ -62,9 +63,14 @@ func TestHostileEmptyPacket(t *testing.T) {
 // TestHostileClaimedLengths: logged-in clients each send a packet header
 // claiming 16 MiB and then only 10 bytes. The proxy must allocate as bytes
 // arrive, never on a claim (100 such connections once took the heap to
-// 1.68 GB through the COM_STMT_EXECUTE rewrite).
+// 1.68 GB through the COM_STMT_EXECUTE rewrite). Allocation is measured
+// once the proxy has read every claim and waited for the rest: each
+// connection is then cut by client_read_timeout, counted (it was a 1 s
+// sleep, which a loaded machine could outrun: a pass without the claims
+// read).
 func TestHostileClaimedLengths(t *testing.T) {
-	s := startProxy(t, nil)
+	s := startProxy(t, func(c *Config) { c.ClientReadTimeout = time.Second })
+	cut := s.m.clientErrors.WithLabelValues("read-timeout")
 	good := rawLogin(t, s.Addr(), "app", "apppw", false)
 	const n = 20
 	conns := make([]*rawConn, n)
@@ -82,9 +88,13 @@ func TestHostileClaimedLengths(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		// Give the proxy time to read the headers (it would allocate the
-		// claimed length at once).
-		time.Sleep(time.Second)
+		// Every claim read, and the rest waited for until the read
+		// timeout (a proxy allocating on the claim would have done so).
+		for deadline := time.Now().Add(time.Minute); testutil.ToFloat64(cut) < n; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%v of %d claiming connections cut by client_read_timeout after a minute", testutil.ToFloat64(cut), n)
+			}
+		}
 		served(t, good)
 	})
 	if limit := uint64(n * 512 << 10); got > limit {

@@ -54,6 +54,11 @@ type metrics struct {
 	executes *prometheus.CounterVec
 	// executesRaw is executes{path="raw",reason=""}, resolved once.
 	executesRaw prometheus.Counter
+	// ready is 1 once the proxy serves (Server.awaitReady); startupUnread
+	// counts, by backend, those whose position was not read when
+	// startup_timeout passed.
+	ready         prometheus.Gauge
+	startupUnread *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -86,5 +91,10 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
 		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.watermarkFallbacks, m.executes,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "causallab_proxy_ready", Help: "1 once the proxy serves: every backend's position read once, or startup_timeout passed."})
+	m.startupUnread = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_startup_unread_total", Help: "Backends whose position was not read when startup_timeout passed (the proxy then served without it)."}, []string{"backend"})
+	m.reg.MustRegister(m.ready, m.startupUnread)
 	return m
 }

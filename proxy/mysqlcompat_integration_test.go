@@ -239,9 +239,20 @@ func TestConnStatusDescribesClientLink(t *testing.T) {
 // open (seen once in CI under load: the read failed with 2013). Nothing has
 // reached the client then, so the read is sent again on a new connection,
 // counted as resent. The peek is skipped here to make the race certain.
+//
+// Each read's route is checked (OnRead): under load this test failed
+// with no resent read when its first read, made right after the proxy
+// started, went to the primary (no-replica-up: the replica's first poll
+// not in yet), so that no replica connection existed to be closed; the
+// readiness gate keeps that from happening. A read the router sent to
+// the primary because a loaded machine delayed a poll past the down-after
+// window is read again.
 func TestIdleClosedReplicaReadResent(t *testing.T) {
 	// One replica, so that both reads go to the same connection.
-	s := startProxy(t, func(c *Config) { c.Policy, c.Replicas = "token-ryw", c.Replicas[:1] })
+	routes := &routeLog{last: map[uint32]ReadRoute{}}
+	s := startProxy(t, func(c *Config) {
+		c.Policy, c.Replicas, c.OnRead = "token-ryw", c.Replicas[:1], routes.add
+	})
 	s.skipIdlePeek.Store(true)
 	db := openDB(t, s, "")
 	conn, err := db.Conn(context.Background())
@@ -250,27 +261,56 @@ func TestIdleClosedReplicaReadResent(t *testing.T) {
 	}
 	defer conn.Close()
 	mustExec(t, conn, "SET SESSION wait_timeout = 1")
-	var one int
-	for i := 0; i < 2; i++ {
-		// The first read opens the replica connection; the second, after
-		// the server closed it, must still be answered.
-		if err := conn.QueryRowContext(context.Background(), "SELECT 1 FROM DUAL WHERE 1 = 1").Scan(&one); err != nil {
-			t.Fatalf("read %d: %v", i, err)
-		}
-		if i == 0 {
-			time.Sleep(4 * time.Second) // past wait_timeout on every backend
-			// On a loaded machine the position source may have missed
-			// polls meanwhile (a replica not up is no read to resend).
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if _, ok := s.src.Position(s.cfg.Replicas[0].Name); ok {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the replica's position source never reported it healthy")
-				}
+	// readReplica reads until a read is routed to the replica (at most
+	// tries reads; before each, wait first) and returns the routes.
+	readReplica := func(what string, tries int, wait func()) []ReadRoute {
+		t.Helper()
+		var seen []ReadRoute
+		for range tries {
+			wait()
+			routes.mu.Lock()
+			clear(routes.last)
+			routes.mu.Unlock()
+			var one int
+			if err := conn.QueryRowContext(context.Background(), "SELECT 1 FROM DUAL WHERE 1 = 1").Scan(&one); err != nil {
+				t.Fatalf("%s: %v (routes so far %+v)", what, err, seen)
+			}
+			routes.mu.Lock()
+			n := len(routes.last)
+			var r ReadRoute
+			for _, x := range routes.last {
+				r = x
+			}
+			routes.mu.Unlock()
+			if n != 1 {
+				t.Fatalf("%s: %d routes reported for one read", what, n)
+			}
+			seen = append(seen, r)
+			if r.Replica == 0 {
+				return seen
 			}
 		}
+		t.Fatalf("%s: %d reads, none routed to the replica: %+v", what, tries, seen)
+		return nil
 	}
+	// The first read opens the replica connection.
+	first := readReplica("the first read", 20, func() { time.Sleep(10 * time.Millisecond) })
+	t.Logf("first read: %+v", first)
+	// The next, after the server closed it, must still be answered.
+	second := readReplica("a read after the server closed the replica connection", 3, func() {
+		time.Sleep(4 * time.Second) // past wait_timeout on every backend
+		// On a loaded machine the position source may have missed
+		// polls meanwhile (a replica not up is no read to resend).
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, ok := s.src.Position(s.cfg.Replicas[0].Name); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the replica's position source never reported it healthy")
+			}
+		}
+	})
+	t.Logf("after the close: %+v", second)
 	m := metricText(t, s)
 	if !strings.Contains(m, `outcome="resent"`) {
 		t.Fatalf("no resent read counted:\n%s", grepLines(m, "idle_closed", "reads_total", "backend_errors"))

@@ -44,6 +44,10 @@ func startProxy(t *testing.T, mod func(*Config)) *Server {
 		Users:      []User{{Name: "app", Password: "apppw"}},
 		Primary:    Backend{Addr: p.Addr(), User: p.User, Password: p.Password},
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// The readiness gate waits for every backend's first position
+		// (a loaded machine can take seconds): a test's first read is
+		// never decided without them.
+		StartupTimeout: time.Minute,
 	}
 	for _, r := range topo.Replicas() {
 		cfg.Replicas = append(cfg.Replicas, Backend{Name: r.Name, Addr: r.Addr(), User: r.User, Password: r.Password})

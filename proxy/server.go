@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,12 @@ type Server struct {
 	// kills holds one token per KILL QUERY of an overrun wait in flight
 	// (session.killWait), at most maxKills.
 	kills chan struct{}
+
+	// ready is closed when the proxy starts serving (awaitReady): every
+	// backend's position read once, or startup_timeout passed; readiness
+	// is what /ready says meanwhile and after.
+	ready     chan struct{}
+	readiness atomic.Pointer[string]
 }
 
 // maxKills bounds the KILL QUERY connections of overrun waits at once.
@@ -96,6 +103,7 @@ func New(cfg Config) (*Server, error) {
 		m:     newMetrics(),
 		conns: map[net.Conn]struct{}{},
 		kills: make(chan struct{}, maxKills),
+		ready: make(chan struct{}),
 		policy: router.Policy{
 			Kind:       kind,
 			HashMode:   hashMode,
@@ -106,6 +114,7 @@ func New(cfg Config) (*Server, error) {
 		capCfg: router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
 	}
 	s.cfg.primaryWM = newPrimaryWatermark(s.m, s.log)
+	s.setReadiness("starting: not serving yet")
 	switch {
 	case cfg.Source != nil:
 		s.src = cfg.Source
@@ -278,6 +287,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.runSrc != nil {
 		pollWG.Go(func() { s.runSrc(pctx) })
 	}
+	pollWG.Go(func() { s.awaitReady(pctx) })
 	// The pools outlive the sessions (closed after they end, below).
 	poolCtx, stopPools := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPools()
@@ -291,6 +301,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", s.healthz)
+		mux.HandleFunc("/ready", s.readyz)
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(s.httpLn) }()
 	}
@@ -399,6 +410,103 @@ func (s *Server) startPools(ctx context.Context) error {
 	return nil
 }
 
+// readyPoll is how often awaitReady asks the position source.
+const readyPoll = 5 * time.Millisecond
+
+// awaitReady is the readiness gate, in the manner of Envoy's start-up
+// (its listeners accept only after one health-check round of every host,
+// each wait bounded by initial_fetch_timeout): it opens (closes s.ready)
+// once the position source has reported every configured backend healthy
+// at least once, so that no read is decided without positions; or when
+// startup_timeout passes first: then each backend not read is logged and
+// counted (startup_unread_total{backend}) and the proxy serves without
+// it, as it serves with a backend that goes down later. It gives up when
+// ctx ends (Serve's shutdown).
+func (s *Server) awaitReady(ctx context.Context) {
+	t0 := time.Now()
+	names := []string{s.cfg.Primary.Name}
+	for _, r := range s.cfg.Replicas {
+		names = append(names, r.Name)
+	}
+	read := make([]bool, len(names))
+	bound := time.NewTimer(s.cfg.StartupTimeout)
+	defer bound.Stop()
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	for {
+		var unread []string
+		for i, n := range names {
+			if !read[i] {
+				_, read[i] = s.src.Position(n)
+			}
+			if !read[i] {
+				unread = append(unread, n)
+			}
+		}
+		if len(unread) == 0 {
+			s.openGate("ready")
+			s.log.Info("proxy: ready: every backend's position read", "after", time.Since(t0).Round(time.Millisecond))
+			return
+		}
+		if msg := "starting: no position read yet from " + strings.Join(unread, ", "); msg != *s.readiness.Load() {
+			s.setReadiness(msg)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			continue
+		case <-bound.C:
+		}
+		for _, n := range unread {
+			s.m.startupUnread.WithLabelValues(n).Inc()
+		}
+		s.openGate(fmt.Sprintf("ready: startup_timeout %v passed with no position read from %s", s.cfg.StartupTimeout, strings.Join(unread, ", ")))
+		s.log.Warn("proxy: startup_timeout passed before every backend's position was read; serving without them",
+			"startup_timeout", s.cfg.StartupTimeout, "unread", unread)
+		return
+	}
+}
+
+func (s *Server) setReadiness(msg string) { s.readiness.Store(&msg) }
+
+// openGate records what /ready says and lets waiting clients in.
+func (s *Server) openGate(msg string) {
+	s.setReadiness(msg)
+	s.m.ready.Set(1)
+	close(s.ready)
+}
+
+// waitReady holds a connection accepted before the proxy is ready until it
+// is (startup_timeout at most): its greeting comes then; counted as
+// connections_total{outcome="waited-for-ready"}. False: the proxy is
+// shutting down first (the connection is closed).
+func (s *Server) waitReady(ctx context.Context) bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+	}
+	s.m.connections.WithLabelValues("waited-for-ready").Inc()
+	select {
+	case <-s.ready:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// readyz answers /ready: 200 once the proxy serves (the body says whether
+// every backend's position was read), 503 before.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-s.ready: // its message was stored first
+		fmt.Fprintln(w, *s.readiness.Load())
+	default:
+		http.Error(w, *s.readiness.Load(), http.StatusServiceUnavailable)
+	}
+}
+
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if _, up := s.src.Position(s.cfg.Primary.Name); !up {
 		http.Error(w, "primary unreachable", http.StatusServiceUnavailable)
@@ -445,6 +553,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
+	if !s.waitReady(ctx) {
+		return
+	}
 	// Backend I/O of this session must not outlive the proxy's shutdown
 	// timeout, but in-flight statements must not be cut at ctx's end.
 	sctx := context.WithoutCancel(ctx)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,7 @@ func newProxyCmd() *cobra.Command {
 		positions, wait, wmSource  string
 		user, password             string
 		epoch                      uint64
+		startupTimeout             time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -74,6 +76,9 @@ prints them) with --user/--password for the clients.`,
 			if wmSource != "" {
 				cfg.WatermarkSource = wmSource
 			}
+			if cmd.Flags().Changed("startup-timeout") {
+				cfg.StartupTimeout = startupTimeout
+			}
 			cfg.Logger = slog.Default()
 			s, err := proxy.New(cfg)
 			if err != nil {
@@ -90,7 +95,7 @@ prints them) with --user/--password for the clients.`,
 	f.StringVar(&configPath, "config", "", "YAML config file (see docs/proxy.md)")
 	f.StringVar(&topologyPath, "topology", "", "JSON file of a running compose topology's nodes")
 	f.StringVar(&listen, "listen", "127.0.0.1:6033", "MySQL-protocol listen address")
-	f.StringVar(&httpListen, "http", "127.0.0.1:9033", "HTTP address for /metrics and /healthz (empty: off)")
+	f.StringVar(&httpListen, "http", "127.0.0.1:9033", "HTTP address for /metrics, /healthz and /ready (empty: off)")
 	f.StringVar(&policy, "policy", "", "routing policy (any, affinity, window, token-ryw, token-ryw-mr, token-wait)")
 	f.StringVar(&user, "user", "app", "client user name (with --topology)")
 	f.StringVar(&password, "password", "app", "client password (with --topology)")
@@ -98,5 +103,6 @@ prints them) with --user/--password for the clients.`,
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
 	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads bound what a replica read saw: lazy (default with --positions poll: the poller's next poll, taken only when the session moves), query (the default with binlog positions; the watermark query pipelined behind each read) or all-gtids (the read's own OK packet; not sound)")
+	f.DurationVar(&startupTimeout, "startup-timeout", 0, "the readiness gate's bound: clients are served once every backend's position was read, or after this (default: the config's startup_timeout, else 10s)")
 	return cmd
 }

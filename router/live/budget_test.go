@@ -20,8 +20,9 @@ import (
 // WAIT_FOR_EXECUTED_GTID_SET parses such a set for seconds before its own
 // timeout can end it; the router gives it up past its budget (killed on
 // the server), refuses the read as timed out within a bound near the
-// budget, and holds no replica down for it (it marked the replica down
-// and the read took budget + 1 s or more).
+// budget (counted wait_seconds{result="overran"}), and holds no replica
+// down for it (it marked the replica down and the read took budget + 1 s
+// or more).
 func TestHugeTokenWaitBounded(t *testing.T) {
 	composetest.Need(t, topo)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -49,10 +50,10 @@ func TestHugeTokenWaitBounded(t *testing.T) {
 	if !errors.Is(err, ErrTimedOut) {
 		t.Fatalf("read with a token nobody holds: %v, want ErrTimedOut", err)
 	}
-	// A generous bound for a loaded machine: the budget is 400 ms.
-	if took > 4*time.Second {
-		t.Errorf("the read took %v with a 400ms budget", took)
-	}
+	// That the read did not wait for the server's parse (seconds, longer
+	// under load) is the overran count below: the router gave the wait
+	// up at its budget + mysqlwire.WaitSlack, on its own clock. (It was
+	// a 4 s bound on the read, which a loaded machine could pass.)
 	for _, n := range r.cfg.Replicas {
 		if f := r.Failures(n.Name); f != 0 {
 			t.Errorf("%s held down %d times for a wait that overran its budget", n.Name, f)
