@@ -12,6 +12,7 @@ import (
 
 	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/router"
 )
 
@@ -80,6 +81,46 @@ func TestHugeTokenWaitBounded(t *testing.T) {
 		t.Error(`the wait given up is not counted as wait_seconds{result="overran"}`)
 	}
 	r.Close() // waits for the kill
+	waitsEnded(t, ctx)
+}
+
+// waitsEnded waits until no replica runs WAIT_FOR_EXECUTED_GTID_SET (a
+// killed wait on a huge set ends only once the server has parsed it), so
+// that the next test does not meet a replica still busy with it (under
+// load its poller's first polls then timed out). A generous bound, with
+// the reason: the parse's CPU, seconds unloaded, stretches with load.
+func waitsEnded(t *testing.T, ctx context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	defer cancel()
+	pu := topo.Primary()
+	d := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: 10 * time.Second}
+	for _, n := range topo.Replicas() {
+		for {
+			left, err := func() (int64, error) {
+				c, err := d.Dial(ctx, n.Addr(), false)
+				if err != nil {
+					return -1, err
+				}
+				defer c.Close()
+				qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+				defer qcancel()
+				res, err := mysqlwire.Exec(qctx, c, "SELECT COUNT(*) FROM performance_schema.processlist WHERE info LIKE 'SELECT WAIT_FOR_EXECUTED_GTID_SET%'")
+				if err != nil {
+					return -1, err
+				}
+				return res.GetInt(0, 0)
+			}()
+			if err == nil && left == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s still runs waits (%d, %v) 3 min after the read", n.Name, left, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // TestReadOnPausedReplicas: with idle read connections open to both
