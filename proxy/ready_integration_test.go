@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
@@ -122,6 +123,7 @@ func readFirst(t *testing.T, s *Server, routes *routeLog) <-chan firstRead {
 // Once the positions come in, the client is served and its read goes to
 // a replica. Without the gate the read is served at once, on the primary.
 func TestReadyGate(t *testing.T) {
+	composetest.Need(t, topo)
 	reps := topo.Replicas()
 	names := []string{reps[0].Name, reps[1].Name}
 	routes := &routeLog{last: map[uint32]ReadRoute{}}
@@ -181,6 +183,7 @@ func TestReadyGate(t *testing.T) {
 // for it alone, /ready naming it) and the client waiting meanwhile is
 // served.
 func TestReadyAfterStartupTimeout(t *testing.T) {
+	composetest.Need(t, topo)
 	down := topo.Replicas()[1].Name
 	logs := &syncBuffer{}
 	routes := &routeLog{last: map[uint32]ReadRoute{}}
