@@ -33,8 +33,23 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// startProxy runs a proxy against the shared topology until the test ends.
+// startProxy runs a proxy against the shared topology until the test ends,
+// and returns once it serves (its readiness gate open: every backend's
+// first position read), so that what a test does to the servers next
+// (max_connections, a pause) cannot keep the gate shut until its bound.
 func startProxy(t *testing.T, mod func(*Config)) *Server {
+	t.Helper()
+	s := startProxyUnready(t, mod)
+	select {
+	case <-s.ready:
+	case <-time.After(s.cfg.StartupTimeout + 10*time.Second):
+		t.Fatalf("the proxy did not open its readiness gate past startup_timeout %v", s.cfg.StartupTimeout)
+	}
+	return s
+}
+
+// startProxyUnready is startProxy returning as soon as Serve runs.
+func startProxyUnready(t *testing.T, mod func(*Config)) *Server {
 	t.Helper()
 	composetest.Need(t, topo)
 	p := topo.Primary()

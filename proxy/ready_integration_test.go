@@ -128,7 +128,7 @@ func TestReadyGate(t *testing.T) {
 	names := []string{reps[0].Name, reps[1].Name}
 	routes := &routeLog{last: map[uint32]ReadRoute{}}
 	var held *heldSource
-	s := startProxy(t, func(c *Config) {
+	s := startProxyUnready(t, func(c *Config) {
 		c.OnRead = routes.add
 		held = holdSource(t, c, names...)
 	})
@@ -187,7 +187,7 @@ func TestReadyAfterStartupTimeout(t *testing.T) {
 	down := topo.Replicas()[1].Name
 	logs := &syncBuffer{}
 	routes := &routeLog{last: map[uint32]ReadRoute{}}
-	s := startProxy(t, func(c *Config) {
+	s := startProxyUnready(t, func(c *Config) {
 		c.OnRead = routes.add
 		c.StartupTimeout = 500 * time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
