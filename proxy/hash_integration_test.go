@@ -160,18 +160,38 @@ func TestAffinityThroughOutage(t *testing.T) {
 				return ReadRoute{}
 			}
 			// read is readOnce, repeated until the source gave the
-			// router no unhealthy verdict on the nodes healthy during it.
+			// router no unhealthy verdict on the nodes healthy during it
+			// and the router counted no failure of them since the last
+			// look (the watchdog cutting a read on a replica reported
+			// unhealthy does: the replica is then held down for the
+			// router's DownHold, 1 s by default, past the verdict; the
+			// next read waits it out).
 			excused := 0
+			lastFails := map[string]uint64{}
+			failed := func(nodes []string) bool {
+				moved := false
+				for _, n := range nodes {
+					if f := s.Router().Failures(n); f != lastFails[n] {
+						lastFails[n], moved = f, true
+					}
+				}
+				return moved
+			}
 			read := func(c *sql.Conn, id string, healthy []string) ReadRoute {
 				t.Helper()
 				deadline := time.Now().Add(60 * time.Second)
 				for {
+					if failed(healthy) {
+						excused++
+						time.Sleep(1100 * time.Millisecond)
+					}
 					before := health.verdicts(healthy)
 					r := readOnce(c, id)
-					if slices.Equal(before, health.verdicts(healthy)) {
+					if slices.Equal(before, health.verdicts(healthy)) && !failed(healthy) {
 						return r
 					}
 					excused++
+					time.Sleep(1100 * time.Millisecond)
 					if time.Now().After(deadline) {
 						t.Fatalf("read %s: the proxy's source kept reporting one of %v unhealthy for 60s (%d reads excused)", id, healthy, excused)
 					}
