@@ -188,7 +188,11 @@ func startRaceWriters(t *testing.T, ctx context.Context, d *mysqlwire.Dialer, ta
 			t.Fatal(err)
 		}
 	}
-	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+	// The tests before this one (TestWatermarkRace writes as fast as it
+	// can) can leave the replicas applying a backlog: at load ~57 replica1
+	// was still 30 s behind. A set-up wait, so bounded by the caller's ctx
+	// and two minutes.
+	if err := topo.WaitReplicated(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	w := &raceWriters{table: table, gtids: make([]map[int]string, writers)}
@@ -264,7 +268,7 @@ func startRaceWriters(t *testing.T, ctx context.Context, d *mysqlwire.Dialer, ta
 // poller (what the exact bound buys).
 func TestLazyWatermarkSwitch(t *testing.T) {
 	composetest.Need(t, topo)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pu := topo.Primary()
 	reps := topo.Replicas()
@@ -504,7 +508,7 @@ func startJoinedPoller(t *testing.T, ctx context.Context, nodes []Node, interval
 // read saw, docs/router.md "The commit race"; counted apart).
 func TestLazyWatermarkRouter(t *testing.T) {
 	composetest.Need(t, topo)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pu := topo.Primary()
 	d := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: 5 * time.Second}
