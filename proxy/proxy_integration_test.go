@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 // and returns once it serves (its readiness gate open: every backend's
 // first position read), so that what a test does to the servers next
 // (max_connections, a pause) cannot keep the gate shut until its bound.
-func startProxy(t *testing.T, mod func(*Config)) *Server {
+func startProxy(t testing.TB, mod func(*Config)) *Server {
 	t.Helper()
 	s := startProxyUnready(t, mod)
 	select {
@@ -49,7 +49,7 @@ func startProxy(t *testing.T, mod func(*Config)) *Server {
 }
 
 // startProxyUnready is startProxy returning as soon as Serve runs.
-func startProxyUnready(t *testing.T, mod func(*Config)) *Server {
+func startProxyUnready(t testing.TB, mod func(*Config)) *Server {
 	t.Helper()
 	composetest.Need(t, topo)
 	p := topo.Primary()
