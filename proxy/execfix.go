@@ -329,7 +329,7 @@ func (c *execFixConn) next() error {
 	if err != nil {
 		return err
 	}
-	length, seq := packetLen(hdr), hdr[3]
+	length, seq := packetLen(hdr[:]), hdr[3]
 	if length == 0 {
 		// MySQL reads an empty packet as COM_SLEEP ("safety") and answers
 		// ER_UNKNOWN_COM_ERROR; go-mysql's dispatch would index it.
@@ -426,7 +426,7 @@ func (c *execFixConn) filePacket() ([]byte, byte, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	length, seq := packetLen(hdr), hdr[3]
+	length, seq := packetLen(hdr[:]), hdr[3]
 	if length > c.lim.maxPacket {
 		c.count("packet-too-large")
 		return nil, seq, fmt.Errorf("proxy: a LOAD DATA LOCAL packet of %d bytes exceeds max_allowed_packet (%d)", length, c.lim.maxPacket)
@@ -440,16 +440,16 @@ func packetLen(hdr []byte) int { return int(hdr[0]) | int(hdr[1])<<8 | int(hdr[2
 
 // header reads a packet header; first: it starts a command (the wait may
 // last idle_timeout; otherwise client_read_timeout).
-func (c *execFixConn) header(first bool) ([]byte, error) {
+func (c *execFixConn) header(first bool) (h [4]byte, err error) {
 	if first && c.r.Buffered() == 0 {
 		c.readDeadline(c.lim.idle)
 		select {
 		case <-c.done:
-			return nil, io.EOF
+			return h, io.EOF
 		default:
 		}
 		if _, err := c.r.Peek(1); err != nil {
-			return nil, c.readErr(err, true)
+			return h, c.readErr(err, true)
 		}
 	}
 	if c.r.Buffered() < 4 {
@@ -457,12 +457,11 @@ func (c *execFixConn) header(first bool) ([]byte, error) {
 	}
 	hdr, err := c.r.Peek(4)
 	if err != nil {
-		return nil, c.readErr(err, false)
+		return h, c.readErr(err, false)
 	}
-	var h [4]byte
-	copy(h[:], hdr)
+	copy(h[:], hdr) // by value: a slice of it would be allocated
 	_, _ = c.r.Discard(4)
-	return h[:], nil
+	return h, nil
 }
 
 // peek returns the next n bytes of a packet of length bytes (n <= length,
@@ -531,7 +530,7 @@ func (c *execFixConn) message(length int, seq byte, limit int) (byte, error) {
 		if hdr[3] != seq+1 {
 			return seq, c.protocolError("out-of-order continuation packet")
 		}
-		length, seq = packetLen(hdr), hdr[3]
+		length, seq = packetLen(hdr[:]), hdr[3]
 	}
 }
 
@@ -566,7 +565,7 @@ func (c *execFixConn) refuse(length int, seq byte, limit int) (byte, error) {
 		if err != nil {
 			return crossed, err
 		}
-		length = packetLen(hdr)
+		length = packetLen(hdr[:])
 	}
 	if closing {
 		return crossed, errClosedAfterRefusal
@@ -686,7 +685,7 @@ func (c *execFixConn) longDataCommand(length int, seq byte) error {
 		if hdr[3] != seq+1 {
 			return c.protocolError("out-of-order continuation packet")
 		}
-		length, seq = packetLen(hdr), hdr[3]
+		length, seq = packetLen(hdr[:]), hdr[3]
 		n = length
 	}
 }

@@ -84,6 +84,27 @@ type session struct {
 	// because the pool was busy, not the node (busyRun).
 	use      string
 	poolBusy bool
+	// waitFn and flushFn are the method values waitOn and flush, made
+	// once (each use of a method value as a func allocates; they are
+	// passed with every read): waitFunc, flushFunc.
+	waitFn  live.WaitFunc[gtid.Set]
+	flushFn func() error
+}
+
+// waitFunc is s.waitOn as a live.WaitFunc, made once.
+func (s *session) waitFunc() live.WaitFunc[gtid.Set] {
+	if s.waitFn == nil {
+		s.waitFn = s.waitOn
+	}
+	return s.waitFn
+}
+
+// flushFunc is s.flush as a func, made once.
+func (s *session) flushFunc() func() error {
+	if s.flushFn == nil {
+		s.flushFn = s.flush
+	}
+	return s.flushFn
 }
 
 // pstmt is a client's prepared statement, prepared on each backend that

@@ -22,7 +22,7 @@ import (
 // (sessionState.readPin), and the wait run on the session's replica
 // connection.
 func (s *session) readOptions(st Stmt) (live.ReadOptions[gtid.Set], error) {
-	o := live.ReadOptions[gtid.Set]{Wait: s.waitOn}
+	o := live.ReadOptions[gtid.Set]{Wait: s.waitFunc()}
 	if pin := s.state.readPin(st, len(s.srv.cfg.Replicas)); pin != "" {
 		s.srv.m.primaryReasons.WithLabelValues(string(pin)).Inc()
 		o.Pin = pin
@@ -106,7 +106,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
-		return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, flush: s.flush, healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
+		return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, flush: s.flushFunc(), healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
 	})
 }
 

@@ -248,7 +248,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = "replica"
 		}
 		s.srv.m.statements.WithLabelValues("execute-"+st.Kind.String(), role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, flush: s.flush, healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
+		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, flush: s.flushFunc(), healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
 		clear(bc.pieces)
 		return out, err
 	}
@@ -272,11 +272,14 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 	}
 	return s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
 		out, err := send(bc, t.Replica, t.Watermark)
+		if err == nil {
+			return out, nil
+		}
 		var (
 			me *mysql.MyError
 			re *relayError
 		)
-		if err == nil || errors.As(err, &me) || errors.As(err, &re) || errors.Is(err, errClientGone) {
+		if errors.As(err, &me) || errors.As(err, &re) || errors.Is(err, errClientGone) {
 			// A MyError: the statement could not be prepared there;
 			// nothing reached the client, the server's error is the answer.
 			return out, err
