@@ -82,8 +82,11 @@ type execFixConn struct {
 	err error
 	// buf holds the current command's payload (command byte onward);
 	// sub the packet go-mysql reads in its place; alt is a second buffer
-	// for the type rewrite.
-	buf, sub, alt []byte
+	// for the type rewrite; stand builds the stand-in's payload and one
+	// is exec's array for a payload in one piece (no allocation per
+	// command).
+	buf, sub, alt, stand []byte
+	one                  [1][]byte
 	// cmd is the command substituted for go-mysql (COM_QUERY,
 	// COM_STMT_PREPARE, COM_STMT_EXECUTE) or 0 when go-mysql got the
 	// client's own packet; seq is the sequence number its response starts
@@ -384,7 +387,7 @@ func (c *execFixConn) deliver(seq byte, payload []byte) {
 // substitute hands go-mysql a few-byte stand-in for the command in buf
 // (see execFixConn); last is the sequence number of its last packet.
 func (c *execFixConn) substitute(cmd, seq, last byte) error {
-	stand := []byte{cmd}
+	stand := append(c.stand[:0], cmd)
 	if cmd == mysql.COM_STMT_EXECUTE {
 		if len(c.buf) < 10 {
 			c.deliver(seq, c.buf) // malformed: go-mysql says so
@@ -405,7 +408,8 @@ func (c *execFixConn) substitute(cmd, seq, last byte) error {
 		}
 	}
 	c.cmd, c.seq = cmd, last+1
-	c.deliver(seq, stand)
+	c.deliver(seq, stand) // copied: stand is free again
+	c.stand = stand
 	return nil
 }
 
@@ -765,12 +769,13 @@ func (c *execFixConn) fix(payload []byte) ([][]byte, *mysql.MyError) {
 		}
 	}
 	out := c.fixTypes(payload)
+	c.one[0] = out
 	if ld == nil || len(ld.params) == 0 {
-		return [][]byte{out}, nil
+		return c.one[:], nil
 	}
 	sp := c.params[id]
 	if sp == nil {
-		return [][]byte{out}, nil
+		return c.one[:], nil
 	}
 	return c.inline(out, sp.n, ld)
 }
