@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/causallab/causallab/internal/promcache"
 )
 
 // metrics are the proxy's Prometheus series, registered on the Server's own
@@ -59,7 +61,57 @@ type metrics struct {
 	// startup_timeout passed.
 	ready         prometheus.Gauge
 	startupUnread *prometheus.CounterVec
+	// statementsBy resolves statements' children once (statement).
+	statementsBy *promcache.Counters
 }
+
+// The roles of the statements counter (its role label).
+const (
+	rolePrimary = "primary"
+	roleReplica = "replica"
+	roleProxy   = "proxy"
+)
+
+// numKinds is the number of statement kinds (Kind), for statement's
+// cached children.
+const numKinds = int(KindConnStatus) + 1
+
+// statement is statements_total{kind,role}'s child for a statement of
+// kind k (prefixed "execute-" when execute: a prepared statement's
+// execution) run by role.
+func (m *metrics) statement(execute bool, k Kind, role string) prometheus.Counter {
+	r := 0
+	switch role {
+	case rolePrimary:
+	case roleReplica:
+		r = 1
+	case roleProxy:
+		r = 2
+	default:
+		r = -1
+	}
+	kind := k.String()
+	if r < 0 || int(k) >= numKinds {
+		if execute {
+			kind = "execute-" + kind
+		}
+		return m.statements.WithLabelValues(kind, role)
+	}
+	i := int(k)*3 + r
+	if execute {
+		kind, i = executeKinds[k], i+numKinds*3
+	}
+	return m.statementsBy.Get(i, kind, role)
+}
+
+// executeKinds are the execute- kind labels, by Kind.
+var executeKinds = func() []string {
+	ks := make([]string, numKinds)
+	for k := range numKinds {
+		ks[k] = "execute-" + Kind(k).String()
+	}
+	return ks
+}()
 
 func newMetrics() *metrics {
 	m := &metrics{
@@ -88,6 +140,7 @@ func newMetrics() *metrics {
 			Name: "causallab_proxy_stmt_executes_total", Help: "Prepared-statement executions by path (raw or decoded) and why not raw."}, []string{"path", "reason"}),
 	}
 	m.executesRaw = m.executes.WithLabelValues("raw", "")
+	m.statementsBy = promcache.New(m.statements, 2*numKinds*3)
 	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
 		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.watermarkFallbacks, m.executes,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))

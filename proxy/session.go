@@ -392,7 +392,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	s.use, s.poolBusy = st.Kind.String(), false
 	switch st.Kind {
 	case KindSetToken:
-		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
 		if st.Token == "" {
 			s.ls.SetToken(gtid.Set{}, 0)
 			return nil, nil
@@ -404,7 +404,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		s.ls.SetToken(tok.GTIDs, tok.Epoch)
 		return nil, nil
 	case KindGetToken:
-		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
 		var v *string
 		if set, epoch := s.ls.Token(); !set.IsEmpty() {
 			txt := gtid.Token{Epoch: epoch, GTIDs: set}.String()
@@ -413,11 +413,11 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		rs := oneValueResultset("@causal_token", v)
 		return mysql.NewResult(rs), nil
 	case KindTrackGTIDs:
-		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
 		s.state.wantGTIDs = st.TrackGTIDs
 		return nil, nil
 	case KindConnStatus:
-		s.srv.m.statements.WithLabelValues(st.Kind.String(), "proxy").Inc()
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
 		return mysql.NewResult(statusResultset(st.Status, s.connStatus(st.Status))), nil
 	}
 	if st.Kind == KindRead && s.srv.pools != nil {
@@ -433,7 +433,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	}
 	if st.Reason == ReasonPreviousStatement {
 		if bc := s.previous(); bc != nil {
-			s.srv.m.statements.WithLabelValues(st.Kind.String(), "replica").Inc()
+			s.srv.m.statement(false, st.Kind, roleReplica).Inc()
 			if _, err := relay(s.ctx, s.cc, bc, query, s.state.wantGTIDs, nil); err != nil {
 				return s.answer(err, bc)
 			}
@@ -443,7 +443,7 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	if st.Kind == KindPrimary {
 		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
-	s.srv.m.statements.WithLabelValues(st.Kind.String(), "primary").Inc()
+	s.srv.m.statement(false, st.Kind, rolePrimary).Inc()
 	out, err := relay(s.ctx, s.cc, s.primary, query, s.state.wantGTIDs, s.localFile())
 	s.state.last = s.primary
 	if err != nil {

@@ -101,11 +101,11 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 		return nil, err
 	}
 	return s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
-		role := "primary"
+		role := rolePrimary
 		if t.Replica >= 0 {
-			role = "replica"
+			role = roleReplica
 		}
-		s.srv.m.statements.WithLabelValues(st.Kind.String(), role).Inc()
+		s.srv.m.statement(false, st.Kind, role).Inc()
 		return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, flush: s.flushFunc(), healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
 	})
 }

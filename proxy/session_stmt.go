@@ -243,11 +243,11 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 		binary.LittleEndian.PutUint32(bc.head[1:5], cs.ID)
 		bc.head[5] = 0
 		bc.pieces = append(append(bc.pieces[:0], bc.head[:6], payload[0][6:]), payload[1:]...)
-		role := "primary"
+		role := rolePrimary
 		if i >= 0 {
-			role = "replica"
+			role = roleReplica
 		}
-		s.srv.m.statements.WithLabelValues("execute-"+st.Kind.String(), role).Inc()
+		s.srv.m.statement(true, st.Kind, role).Inc()
 		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, flush: s.flushFunc(), healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
 		clear(bc.pieces)
 		return out, err
@@ -330,11 +330,11 @@ func (s *session) executeOn(p *pstmt, i int, bc *backendConn, args []any) (*mysq
 	if err != nil {
 		return nil, "", err
 	}
-	role := "primary"
+	role := rolePrimary
 	if i >= 0 {
-		role = "replica"
+		role = roleReplica
 	}
-	s.srv.m.statements.WithLabelValues("execute-"+p.class.Kind.String(), role).Inc()
+	s.srv.m.statement(true, p.class.Kind, role).Inc()
 	var r *mysql.Result
 	execute := func() (err error) {
 		r, err = cs.Execute(args...)
