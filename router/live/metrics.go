@@ -5,6 +5,9 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/causallab/causallab/internal/promcache"
+	"github.com/causallab/causallab/router"
 )
 
 // liveMetrics are the router's Prometheus collectors.
@@ -35,6 +38,34 @@ type liveMetrics struct {
 	// wmFallbacks counts watermarks read with a less exact query than
 	// the flavor's sound one, by source.
 	wmFallbacks *prometheus.CounterVec // source
+	// decisionsBy and servedBy resolve the children every read counts
+	// once (decision, served).
+	decisionsBy, servedBy *promcache.Counters
+}
+
+// The enums' sizes for the cached children's indexes (a value past them
+// is counted through the vector itself).
+const (
+	numActions  = int(router.ActDefer) + 1
+	numReasons  = int(router.ReasonSeenUnknown) + 1
+	numPolicies = int(router.PolicyGlobal) + 1
+)
+
+// decision is decisions_total{action,reason}'s child.
+func (m *liveMetrics) decision(a router.Action, why router.Reason) prometheus.Counter {
+	if int(a) >= numActions || int(why) >= numReasons {
+		return m.decisions.WithLabelValues(a.String(), why.String())
+	}
+	return m.decisionsBy.Get(int(a)*numReasons+int(why), a.String(), why.String())
+}
+
+// served is reads_total{policy,outcome,reason}'s child for a read served
+// with the decision's reason.
+func (m *liveMetrics) served(k router.PolicyKind, out router.Outcome, why router.Reason) prometheus.Counter {
+	if int(k) >= numPolicies || int(out) >= router.NumOutcomes || int(why) >= numReasons {
+		return m.reads.WithLabelValues(k.String(), out.String(), why.String())
+	}
+	return m.servedBy.Get((int(k)*router.NumOutcomes+int(out))*numReasons+int(why), k.String(), out.String(), why.String())
 }
 
 func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
@@ -107,6 +138,8 @@ func newLiveMetrics(reg prometheus.Registerer) (*liveMetrics, error) {
 		}, []string{"source"}),
 	}
 	m.wmFallbacks.WithLabelValues("primary-no-log-status")
+	m.decisionsBy = promcache.New(m.decisions, numActions*numReasons)
+	m.servedBy = promcache.New(m.reads, numPolicies*router.NumOutcomes*numReasons)
 	if reg == nil {
 		return m, nil
 	}

@@ -143,7 +143,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 			pendWait = s.resolvePending(&st)
 		}
 		d, v, nodes, primary, epoch := r.decide(&st, &pol, waited, known, gl, s.pendNode, pendWait)
-		r.m.decisions.WithLabelValues(d.Action.String(), d.Reason.String()).Inc()
+		r.m.decision(d.Action, d.Reason).Inc()
 		node := ""
 		if d.Replica >= 0 && d.Replica < len(nodes) && d.Action != router.ActPrimary && d.Action != router.ActFail {
 			node = nodes[d.Replica].Name
@@ -349,7 +349,10 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		if t.Outcome == router.OutFallback {
 			r.m.fallbacks.WithLabelValues(d.Reason.String()).Inc()
 		}
-		count(t.Outcome, d.Reason.String())
+		r.m.served(pol.Kind, t.Outcome, d.Reason).Inc()
+		if waited > 0 {
+			r.m.waited.WithLabelValues(pol.Kind.String()).Inc()
+		}
 		return &Read[P]{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == router.OutStale, Reason: d.Reason,
 			HashReason: d.HashReason, Waited: waited, Watermark: wm, Trace: trace}, nil
 	}
