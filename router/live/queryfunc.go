@@ -106,9 +106,13 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 	if o.Pin != "" {
 		return s.pinnedRead(ctx, pol, o.Pin, run)
 	}
-	st := s.st // this read's state: the session's plus the read's own token and key
+	// This read's state (the session's plus the read's own token and key)
+	// and policy, in the session's working copies: as locals, the generic
+	// decision's calls moved them to the heap, two allocations per read.
+	s.qst, s.qpol = s.st, pol
+	st, polp := &s.qst, &s.qpol
 	if !isEmpty(o.Token) {
-		r.recordWrite(&st, o.Token, o.TokenEpoch, st.LastWriteAt)
+		r.recordWrite(st, o.Token, o.TokenEpoch, st.LastWriteAt)
 	}
 	if o.AffinityKey != 0 {
 		st.AffinityKey = o.AffinityKey
@@ -140,9 +144,9 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 	for {
 		var pendWait time.Duration
 		if lazy && s.st.HasPending {
-			pendWait = s.resolvePending(&st)
+			pendWait = s.resolvePending(st)
 		}
-		d, v, nodes, primary, epoch := r.decide(&st, &pol, waited, known, gl, s.pendNode, pendWait)
+		d, v, nodes, primary, epoch := r.decide(st, polp, waited, known, gl, s.pendNode, pendWait)
 		r.m.decision(d.Action, d.Reason).Inc()
 		node := ""
 		if d.Replica >= 0 && d.Replica < len(nodes) && d.Action != router.ActPrimary && d.Action != router.ActFail {
@@ -219,7 +223,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 				}
 				continue
 			}
-			need := readNeed(&st, &pol, gl.pos, gl.known)
+			need := readNeed(st, polp, gl.pos, gl.known)
 			t := Target{Node: nodes[d.Replica], Replica: d.Replica, Reason: d.Reason}
 			t0 := time.Now()
 			ok, werr := r.wait(ctx, t, need, d.WaitFor, o.Wait)

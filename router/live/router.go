@@ -475,6 +475,10 @@ type LiveSession[P gtid.Position[P]] struct {
 	pendNode string
 	pendAt   time.Time
 	pendGen  uint64
+	// qst and qpol are QueryFunc's working copies of the read's state and
+	// policy (QueryFunc is not re-entered from its run).
+	qst  router.Session[P]
+	qpol router.Policy
 }
 
 // hashAffinity hashes a consistent_read_id like hashroute (xxhash64).
