@@ -84,11 +84,21 @@ type LiveRequest[P gtid.Position[P]] struct {
 //
 // It returns the decision and the view it was made on.
 func DecideLive[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], req *LiveRequest[P], b *router.Bucket) (router.Decision, *router.View[P], P) {
+	return decideLiveIn(st, src, req, b, &router.View[P]{})
+}
+
+// decideLiveIn is DecideLive building the view in v (its Replicas' array
+// reused): a caller deciding every read keeps one.
+func decideLiveIn[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], req *LiveRequest[P], b *router.Bucket, v *router.View[P]) (router.Decision, *router.View[P], P) {
 	prim := st.PrimaryPos
 	if p, ok := src.Position(st.Primary.Name); ok && !prim.Contains(p) {
 		prim = prim.Union(p)
 	}
-	v := &router.View[P]{Replicas: make([]router.Replica[P], len(st.Replicas)), Primary: prim,
+	reps := v.Replicas
+	if cap(reps) < len(st.Replicas) {
+		reps = make([]router.Replica[P], len(st.Replicas))
+	}
+	*v = router.View[P]{Replicas: reps[:len(st.Replicas)], Primary: prim,
 		PrimaryKnown: true, Epoch: st.Epoch, Bases: st.Bases, Hash: st.Table}
 	for i, n := range st.Replicas {
 		set, healthy := src.Position(n.Name)

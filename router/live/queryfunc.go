@@ -146,7 +146,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		if lazy && s.st.HasPending {
 			pendWait = s.resolvePending(st)
 		}
-		d, v, nodes, primary, epoch := r.decide(st, polp, waited, known, gl, s.pendNode, pendWait)
+		d, v, nodes, primary, epoch := r.decide(st, polp, waited, known, gl, s.pendNode, pendWait, &s.qview)
 		r.m.decision(d.Action, d.Reason).Inc()
 		node := ""
 		if d.Replica >= 0 && d.Replica < len(nodes) && d.Action != router.ActPrimary && d.Action != router.ActFail {
@@ -469,8 +469,9 @@ func (s *LiveSession[P]) notePending(t Target, gen uint64, at time.Time, epoch u
 // and stores the primary position it raised. A pending seen's node
 // (pendNode) is named by its index in the replica list now (-1: the
 // primary; past the list: neither, so not sticky), and pendWait is
-// router.Input.PendingWait.
-func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P, gl glob[P], pendNode string, pendWait time.Duration) (router.Decision, *router.View[P], []Node, Node, uint64) {
+// router.Input.PendingWait. The view is built in view (the session's,
+// reused read after read: decideLiveIn).
+func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P, gl glob[P], pendNode string, pendWait time.Duration, view *router.View[P]) (router.Decision, *router.View[P], []Node, Node, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wall := time.Now()
@@ -487,7 +488,7 @@ func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited tim
 	}
 	req := LiveRequest[P]{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: wall, Now: r.now(),
 		Rand: r.rng.Uint64(), Waited: waited, Known: known, Global: gl.pos, GlobalKnown: gl.known, PendingWait: pendWait}
-	d, v, prim := DecideLive(&r.st, r.cfg.Positions, &req, &r.bucket)
+	d, v, prim := decideLiveIn(&r.st, r.cfg.Positions, &req, &r.bucket, view)
 	if !r.st.PrimaryPos.Contains(prim) {
 		r.st.Commits.Record(wall, prim)
 	}

@@ -476,9 +476,11 @@ type LiveSession[P gtid.Position[P]] struct {
 	pendAt   time.Time
 	pendGen  uint64
 	// qst and qpol are QueryFunc's working copies of the read's state and
-	// policy (QueryFunc is not re-entered from its run).
-	qst  router.Session[P]
-	qpol router.Policy
+	// policy, qview the view its decisions are made on (QueryFunc is not
+	// re-entered from its run).
+	qst   router.Session[P]
+	qpol  router.Policy
+	qview router.View[P]
 }
 
 // hashAffinity hashes a consistent_read_id like hashroute (xxhash64).
