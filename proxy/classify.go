@@ -186,6 +186,9 @@ type Stmt struct {
 	// replay (a system variable set from a subquery): once it ran, the
 	// session's reads stay on the primary (live.PinSessionState).
 	PinsSession bool
+	// CalcFoundRows: SELECT SQL_CALC_FOUND_ROWS (its FOUND_ROWS() is asked
+	// for by the next statement: multiplexing keeps the connection).
+	CalcFoundRows bool
 	// Status is KindConnStatus's variable, spelt as connStatus spells it.
 	Status string
 	// assignsToken: the statement assigns @causal_token in a form the
@@ -590,6 +593,7 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 				// Its FOUND_ROWS() would be spoilt on a replica by the
 				// watermark read the proxy runs there right after it.
 				pin(ReasonSessionFunction)
+				st.CalcFoundRows = true
 			case t.Is("OUTFILE") || t.Is("DUMPFILE"):
 				if prev.Is("INTO") {
 					pin(ReasonIntoFile)

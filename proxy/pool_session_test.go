@@ -102,11 +102,18 @@ func TestMultiplex(t *testing.T) {
 	if err := a.QueryRowContext(ctx, "SELECT @mine").Scan(&v); err != nil || v.String != "a" {
 		t.Fatalf("the pinned session lost its variable: %v %v", v, err)
 	}
-	// LAST_INSERT_ID does not travel with the connection.
-	if _, err := b.ExecContext(ctx, "INSERT INTO ptest.mux (v) VALUES (7)"); err != nil {
+	// LAST_INSERT_ID: the next statement of the inserting session still
+	// has it (the connection is kept one command), then it does not
+	// travel with the connection.
+	res, err := b.ExecContext(ctx, "INSERT INTO ptest.mux (v) VALUES (7)")
+	if err != nil {
 		t.Fatal(err)
 	}
+	want, _ := res.LastInsertId()
 	var id int64
+	if err := b.QueryRowContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&id); err != nil || id != want || want == 0 {
+		t.Fatalf("the inserting session's next LAST_INSERT_ID(): %d (want %d) %v", id, want, err)
+	}
 	if err := conns[2].QueryRowContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&id); err != nil || id != 0 {
 		t.Fatalf("another session's LAST_INSERT_ID: %d %v", id, err)
 	}
@@ -228,5 +235,82 @@ func TestMultiplexBusyPoolNotNodeFault(t *testing.T) {
 	}
 	if err := b.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil || v != 1 {
 		t.Fatalf("after the pool came free: %v %d", err, v)
+	}
+}
+
+// TestMultiplexDiagnostics: what a statement leaves for the next one to
+// ask about stays the session's for that one command (ProxySQL's rules):
+// SHOW WARNINGS after a statement with warnings, FOUND_ROWS() after
+// SELECT SQL_CALC_FOUND_ROWS, LAST_INSERT_ID() after an insert, each keep
+// counted by its reason; the command after gives the connection back (a
+// pool of one serves another session then).
+func TestMultiplexDiagnostics(t *testing.T) {
+	composetest.Need(t, topo)
+	s := startProxy(t, func(c *Config) {
+		c.Multiplex, c.PoolSize, c.PoolWait = true, 1, 30*time.Second
+		c.Policy = "token-ryw-mr"
+	})
+	db := openDB(t, s, "")
+	emptyTable(t, db, "ptest", "diag", "k INT PRIMARY KEY AUTO_INCREMENT, v INT")
+	ctx := context.Background()
+	a, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	other, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	mustExec(t, a, "INSERT INTO ptest.diag (v) VALUES (1), (2), (3)")
+	pinned := func(reason string) string {
+		return grepLines(metricText(t, s), `causallab_proxy_pool_pinned_total{reason="`+reason+`"}`)
+	}
+
+	// Warnings (a WHERE comparing a string that is no number; a locking
+	// read: on the primary).
+	var level, msg string
+	var code, n int
+	if err := a.QueryRowContext(ctx, "SELECT COUNT(*) FROM ptest.diag WHERE k = '1x' FOR UPDATE").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.QueryRowContext(ctx, "SHOW WARNINGS").Scan(&level, &code, &msg); err != nil || code != 1292 {
+		t.Fatalf("SHOW WARNINGS after a statement with a warning: code %d %q, %v", code, msg, err)
+	}
+	// (SHOW WARNINGS's own answer carries the warnings it lists: kept
+	// again, as asking twice answers twice in MySQL.)
+	if g := pinned("next-statement-warnings"); g == "" {
+		t.Fatal("warnings keep not counted")
+	}
+	// FOUND_ROWS() after SQL_CALC_FOUND_ROWS (on the primary).
+	var k int
+	if err := a.QueryRowContext(ctx, "SELECT SQL_CALC_FOUND_ROWS k FROM ptest.diag ORDER BY k LIMIT 1").Scan(&k); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.QueryRowContext(ctx, "SELECT FOUND_ROWS()").Scan(&n); err != nil || n != 3 {
+		t.Fatalf("FOUND_ROWS() after SQL_CALC_FOUND_ROWS: %d, %v (want 3)", n, err)
+	}
+	if g := pinned("next-statement-found-rows"); !strings.HasSuffix(g, " 1") {
+		t.Fatalf("found-rows keep not counted once: %q", g)
+	}
+	// LAST_INSERT_ID() in the next statement, an INSERT using it.
+	res, err := a.ExecContext(ctx, "INSERT INTO ptest.diag (v) VALUES (10)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := res.LastInsertId()
+	mustExec(t, a, "INSERT INTO ptest.diag (v) VALUES (LAST_INSERT_ID())")
+	if err := a.QueryRowContext(ctx, "SELECT COUNT(*) FROM ptest.diag WHERE v = ?", id).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the row inserted with LAST_INSERT_ID() = %d: %d rows, %v", id, n, err)
+	}
+	if g := pinned("next-statement-last-insert-id"); g == "" {
+		t.Fatal("last-insert-id keep not counted")
+	}
+	// Given back: the pool's one primary connection serves another
+	// session (a locking read: on the primary; that session has no token
+	// for a replica to honour).
+	if err := other.QueryRowContext(ctx, "SELECT COUNT(*) FROM ptest.diag FOR UPDATE").Scan(&n); err != nil || n != 5 {
+		t.Fatalf("another session after the keeps: %d rows, %v", n, err)
 	}
 }

@@ -146,6 +146,47 @@ type sessionState struct {
 	// (ReasonPreviousStatement statements follow it: its warnings, its
 	// FOUND_ROWS).
 	last *backendConn
+	// keepNext says why, under multiplexing, the connection that ran the
+	// previous statement stays the session's for one more command (its
+	// diagnostics may be asked for next: keepNext words), 0 when nothing
+	// does. park consumes it.
+	keepNext keepReason
+}
+
+// keepReason is why a session keeps its pooled connection for the next
+// command only (ProxySQL's rules: the pinned_total reason label).
+type keepReason uint8
+
+const (
+	keepNone keepReason = iota
+	// keepWarnings: the answer carried warnings or was an error (SHOW
+	// WARNINGS, SHOW ERRORS, @@warning_count may follow).
+	keepWarnings
+	// keepInsertID: an OK packet carried an insert id (LAST_INSERT_ID()
+	// may follow; it is the server's, reset when the connection goes back).
+	keepInsertID
+	// keepFoundRows: SELECT SQL_CALC_FOUND_ROWS ran (FOUND_ROWS() follows).
+	keepFoundRows
+)
+
+var keepWords = [...]string{keepNone: "", keepWarnings: "next-statement-warnings",
+	keepInsertID: "next-statement-last-insert-id", keepFoundRows: "next-statement-found-rows"}
+
+func (k keepReason) String() string { return keepWords[k] }
+
+// noteAnswer records what a statement's answer (on any backend) leaves
+// for the next statement to ask about (keepNext).
+func (m *sessionState) noteAnswer(st Stmt, warnings uint16, insertID uint64, serverErr bool) {
+	switch {
+	case st.CalcFoundRows && !serverErr:
+		m.keepNext = keepFoundRows
+	case insertID != 0 && !serverErr:
+		m.keepNext = keepInsertID
+	case warnings != 0 || serverErr:
+		m.keepNext = keepWarnings
+	default:
+		m.keepNext = keepNone
+	}
 }
 
 func newSessionState() *sessionState {
@@ -292,6 +333,7 @@ func (m *sessionState) reset() (freed int) {
 	m.status = mysql.SERVER_STATUS_AUTOCOMMIT
 	m.stmts = map[*stmt.PreparedStmt]*pstmt{}
 	m.last = nil
+	m.keepNext = keepNone
 	m.wantGTIDs = false
 	return freed
 }

@@ -234,3 +234,34 @@ func TestHoldWordsArePinWords(t *testing.T) {
 		}
 	}
 }
+
+// TestNoteAnswer: what an answer leaves for the next statement to ask
+// about, most specific first; an answer with nothing clears it.
+func TestNoteAnswer(t *testing.T) {
+	m := newSessionState()
+	for _, c := range []struct {
+		st        Stmt
+		warnings  uint16
+		insertID  uint64
+		serverErr bool
+		want      keepReason
+	}{
+		{Stmt{Kind: KindRead}, 0, 0, false, keepNone},
+		{Stmt{Kind: KindRead}, 2, 0, false, keepWarnings},
+		{Stmt{Kind: KindPrimary}, 0, 0, true, keepWarnings},
+		{Stmt{Kind: KindPrimary}, 1, 7, false, keepInsertID},
+		{Stmt{Kind: KindPrimary}, 0, 7, true, keepWarnings},
+		{Stmt{Kind: KindPrimary, CalcFoundRows: true}, 1, 0, false, keepFoundRows},
+		{Stmt{Kind: KindPrimary}, 0, 0, false, keepNone},
+	} {
+		m.noteAnswer(c.st, c.warnings, c.insertID, c.serverErr)
+		if m.keepNext != c.want {
+			t.Errorf("%+v warnings %d insert id %d error %v: keep %q, want %q", c.st, c.warnings, c.insertID, c.serverErr, m.keepNext, c.want)
+		}
+	}
+	m.noteAnswer(Stmt{Kind: KindPrimary}, 1, 0, false)
+	m.reset()
+	if m.keepNext != keepNone {
+		t.Error("COM_RESET_CONNECTION kept the previous statement's keep")
+	}
+}

@@ -19,6 +19,7 @@ func newProxyCmd() *cobra.Command {
 		positions, wait, wmSource  string
 		user, password             string
 		epoch                      uint64
+		multiplex                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -74,6 +75,9 @@ prints them) with --user/--password for the clients.`,
 			if wmSource != "" {
 				cfg.WatermarkSource = wmSource
 			}
+			if cmd.Flags().Changed("multiplex") {
+				cfg.Multiplex = multiplex
+			}
 			cfg.Logger = slog.Default()
 			s, err := proxy.New(cfg)
 			if err != nil {
@@ -97,6 +101,7 @@ prints them) with --user/--password for the clients.`,
 	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default: the --topology state file's, as causallab status prints it; else 1)")
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
+	f.BoolVar(&multiplex, "multiplex", false, "share backend connections across client sessions (pool_size per node; docs/proxy.md, \"Multiplexing\")")
 	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads bound what a replica read saw: lazy (default with --positions poll: the poller's next poll, taken only when the session moves), query (the default with binlog positions; the watermark query pipelined behind each read) or all-gtids (the read's own OK packet; not sound)")
 	return cmd
 }
