@@ -189,6 +189,10 @@ type Stmt struct {
 	// CalcFoundRows: SELECT SQL_CALC_FOUND_ROWS (its FOUND_ROWS() is asked
 	// for by the next statement: multiplexing keeps the connection).
 	CalcFoundRows bool
+	// NextTransaction: SET TRANSACTION without SESSION, the next
+	// transaction's characteristics (multiplexing keeps the connection
+	// for the next statement, which starts it).
+	NextTransaction bool
 	// Status is KindConnStatus's variable, spelt as connStatus spells it.
 	Status string
 	// assignsToken: the statement assigns @causal_token in a form the
@@ -630,7 +634,9 @@ func classifySet(l *sqllex.Lexer) Stmt {
 	t := l.Next()
 	// SET TRANSACTION applies to the next transaction only: primary.
 	if t.Is("TRANSACTION") {
-		return primary(ReasonTransaction)
+		st := primary(ReasonTransaction)
+		st.NextTransaction = true
+		return st
 	}
 	if t.Is("SESSION") || t.Is("LOCAL") {
 		n := l.Next()

@@ -241,7 +241,8 @@ func TestMultiplexBusyPoolNotNodeFault(t *testing.T) {
 // TestMultiplexDiagnostics: what a statement leaves for the next one to
 // ask about stays the session's for that one command (ProxySQL's rules):
 // SHOW WARNINGS after a statement with warnings, FOUND_ROWS() after
-// SELECT SQL_CALC_FOUND_ROWS, LAST_INSERT_ID() after an insert, each keep
+// SELECT SQL_CALC_FOUND_ROWS, LAST_INSERT_ID() after an insert, the
+// transaction SET TRANSACTION set up, each keep
 // counted by its reason; the command after gives the connection back (a
 // pool of one serves another session then).
 func TestMultiplexDiagnostics(t *testing.T) {
@@ -306,6 +307,17 @@ func TestMultiplexDiagnostics(t *testing.T) {
 	}
 	if g := pinned("next-statement-last-insert-id"); g == "" {
 		t.Fatal("last-insert-id keep not counted")
+	}
+	// SET TRANSACTION (the next transaction's characteristics), then the
+	// transaction it applies to.
+	mustExec(t, a, "SET TRANSACTION READ ONLY")
+	mustExec(t, a, "START TRANSACTION")
+	if _, err := a.ExecContext(ctx, "INSERT INTO ptest.diag (v) VALUES (99)"); err == nil || !strings.Contains(err.Error(), "1792") {
+		t.Fatalf("an INSERT in the READ ONLY transaction SET TRANSACTION asked for: %v, want 1792", err)
+	}
+	mustExec(t, a, "ROLLBACK")
+	if g := pinned("next-transaction"); !strings.HasSuffix(g, " 1") {
+		t.Fatalf("next-transaction keep not counted once: %q", g)
 	}
 	// Given back: the pool's one primary connection serves another
 	// session (a locking read: on the primary; that session has no token

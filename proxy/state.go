@@ -167,10 +167,14 @@ const (
 	keepInsertID
 	// keepFoundRows: SELECT SQL_CALC_FOUND_ROWS ran (FOUND_ROWS() follows).
 	keepFoundRows
+	// keepNextTransaction: SET TRANSACTION (no SESSION) ran: its
+	// characteristics are the connection's next transaction's.
+	keepNextTransaction
 )
 
 var keepWords = [...]string{keepNone: "", keepWarnings: "next-statement-warnings",
-	keepInsertID: "next-statement-last-insert-id", keepFoundRows: "next-statement-found-rows"}
+	keepInsertID: "next-statement-last-insert-id", keepFoundRows: "next-statement-found-rows",
+	keepNextTransaction: "next-transaction"}
 
 func (k keepReason) String() string { return keepWords[k] }
 
@@ -178,6 +182,8 @@ func (k keepReason) String() string { return keepWords[k] }
 // for the next statement to ask about (keepNext).
 func (m *sessionState) noteAnswer(st Stmt, warnings uint16, insertID uint64, serverErr bool) {
 	switch {
+	case st.NextTransaction && !serverErr:
+		m.keepNext = keepNextTransaction
 	case st.CalcFoundRows && !serverErr:
 		m.keepNext = keepFoundRows
 	case insertID != 0 && !serverErr:

@@ -252,6 +252,8 @@ func TestNoteAnswer(t *testing.T) {
 		{Stmt{Kind: KindPrimary}, 1, 7, false, keepInsertID},
 		{Stmt{Kind: KindPrimary}, 0, 7, true, keepWarnings},
 		{Stmt{Kind: KindPrimary, CalcFoundRows: true}, 1, 0, false, keepFoundRows},
+		{Stmt{Kind: KindPrimary, NextTransaction: true}, 1, 0, false, keepNextTransaction},
+		{Stmt{Kind: KindPrimary, NextTransaction: true}, 0, 0, true, keepWarnings},
 		{Stmt{Kind: KindPrimary}, 0, 0, false, keepNone},
 	} {
 		m.noteAnswer(c.st, c.warnings, c.insertID, c.serverErr)
