@@ -175,7 +175,7 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled)."}, []string{"backend", "state"}),
 		pinned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: in-transaction, autocommit-off, temp-table-session, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements; or, for one command, what the previous statement left to ask about: next-statement-warnings, next-statement-last-insert-id, next-statement-found-rows, next-transaction)."}, []string{"reason"}),
+			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: in-transaction, autocommit-off, temp-table-session, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements; or, for one command, what the previous statement left to ask about: next-statement-warnings, next-statement-found-rows, next-transaction)."}, []string{"reason"}),
 	}
 	m.acquired = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_pool_acquisitions_total", Help: "Pooled backend connections lent, by backend and what the session needed one for (login; read; wait: a router wait on a replica; the statement kind otherwise: primary for a write, session, begin, ...; other: a command that is not a statement)."}, []string{"backend", "use"})

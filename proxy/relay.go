@@ -18,11 +18,10 @@ import (
 
 // relayOut is what the proxy learnt from a relayed response.
 type relayOut struct {
-	// status is the server status of the last OK or EOF packet;
-	// warnings its warning count, insertID the last OK's insert id.
+	// status is the server status of the last OK or EOF packet,
+	// warnings its warning count.
 	status   uint16
 	warnings uint16
-	insertID uint64
 	// gtid is the session-tracking GTID of the response (cloned), if any.
 	gtid string
 	// serverErr is true when the server answered with an ERR packet (already
@@ -514,7 +513,7 @@ func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
 // connection its tracked executed set, in out (and the status in bc).
 func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
 	out.status, bc.status = r.Status, r.Status
-	out.warnings, out.insertID = r.Warnings, r.InsertId
+	out.warnings = r.Warnings
 	if !bc.allGTIDs {
 		return
 	}

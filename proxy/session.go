@@ -464,7 +464,7 @@ func (s *session) previous() *backendConn {
 // primary and records the write's GTID.
 func (s *session) afterPrimary(st Stmt, out relayOut) {
 	s.state.afterPrimary(st, out.status, out.serverErr)
-	s.state.noteAnswer(st, out.warnings, out.insertID, out.serverErr)
+	s.state.noteAnswer(st, out.warnings, out.serverErr)
 	if s.state.inTx() {
 		s.cc.SetInTransaction()
 	} else {

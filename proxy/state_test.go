@@ -242,26 +242,23 @@ func TestNoteAnswer(t *testing.T) {
 	for _, c := range []struct {
 		st        Stmt
 		warnings  uint16
-		insertID  uint64
 		serverErr bool
 		want      keepReason
 	}{
-		{Stmt{Kind: KindRead}, 0, 0, false, keepNone},
-		{Stmt{Kind: KindRead}, 2, 0, false, keepWarnings},
-		{Stmt{Kind: KindPrimary}, 0, 0, true, keepWarnings},
-		{Stmt{Kind: KindPrimary}, 1, 7, false, keepInsertID},
-		{Stmt{Kind: KindPrimary}, 0, 7, true, keepWarnings},
-		{Stmt{Kind: KindPrimary, CalcFoundRows: true}, 1, 0, false, keepFoundRows},
-		{Stmt{Kind: KindPrimary, NextTransaction: true}, 1, 0, false, keepNextTransaction},
-		{Stmt{Kind: KindPrimary, NextTransaction: true}, 0, 0, true, keepWarnings},
-		{Stmt{Kind: KindPrimary}, 0, 0, false, keepNone},
+		{Stmt{Kind: KindRead}, 0, false, keepNone},
+		{Stmt{Kind: KindRead}, 2, false, keepWarnings},
+		{Stmt{Kind: KindPrimary}, 0, true, keepWarnings},
+		{Stmt{Kind: KindPrimary, CalcFoundRows: true}, 1, false, keepFoundRows},
+		{Stmt{Kind: KindPrimary, NextTransaction: true}, 1, false, keepNextTransaction},
+		{Stmt{Kind: KindPrimary, NextTransaction: true}, 0, true, keepWarnings},
+		{Stmt{Kind: KindPrimary}, 0, false, keepNone},
 	} {
-		m.noteAnswer(c.st, c.warnings, c.insertID, c.serverErr)
+		m.noteAnswer(c.st, c.warnings, c.serverErr)
 		if m.keepNext != c.want {
-			t.Errorf("%+v warnings %d insert id %d error %v: keep %q, want %q", c.st, c.warnings, c.insertID, c.serverErr, m.keepNext, c.want)
+			t.Errorf("%+v warnings %d error %v: keep %q, want %q", c.st, c.warnings, c.serverErr, m.keepNext, c.want)
 		}
 	}
-	m.noteAnswer(Stmt{Kind: KindPrimary}, 1, 0, false)
+	m.noteAnswer(Stmt{Kind: KindPrimary}, 1, false)
 	m.reset()
 	if m.keepNext != keepNone {
 		t.Error("COM_RESET_CONNECTION kept the previous statement's keep")
