@@ -37,7 +37,12 @@ import (
 //     (information_schema.PROCESSLIST, the proxy's account; the
 //     topology runs with performance_schema off, minus what
 //     was open before the proxy started): with the clients idle and the
-//     highest seen during the load;
+//     highest seen during the load, sampled every 2 s and exactly (the
+//     server's Max_used_connections since a FLUSH STATUS before the
+//     proxy started, minus the connections open then); with multiplexing
+//     every one of them must be within Server.BackendConnectionLimit
+//     (pool_size plus the proxy's own: docs/proxy.md, "Multiplexing"),
+//     or the test fails;
 //   - the proxy's live heap per idle client: (live heap with every client
 //     connected and idle - live heap with none) / clients, each read after
 //     a forced GC (runtime/metrics /gc/heap/live:bytes).
@@ -56,7 +61,10 @@ import (
 // test fails above that many backend connections on any node, or on any
 // refusal), _TASKSET=P:R (the proxy pinned to CPU list P, the clients to R;
 // scripts/proxy-scale.sh then starts the whole test, servers included, on
-// R). Violations always fail it.
+// R). Violations always fail it; each of the first ten is reported with
+// the session's proxy connection, the hot rows it read and had seen, its
+// previous read, and the routes the proxy gave its last reads
+// (Config.OnRead: node and reason, times from the load's start).
 func TestScale(t *testing.T) {
 	if os.Getenv("CAUSALLAB_PROXY_SCALE") != "1" {
 		t.Skip("scale run: set CAUSALLAB_PROXY_SCALE=1 (scripts/proxy-scale.sh)")
