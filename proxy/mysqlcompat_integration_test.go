@@ -240,8 +240,11 @@ func TestConnStatusDescribesClientLink(t *testing.T) {
 // reached the client then, so the read is sent again on a new connection,
 // counted as resent. The peek is skipped here to make the race certain.
 func TestIdleClosedReplicaReadResent(t *testing.T) {
-	// One replica, so that both reads go to the same connection.
-	s := startProxy(t, func(c *Config) { c.Policy, c.Replicas = "token-ryw", c.Replicas[:1] })
+	// One replica, so that both reads go to the same connection (the
+	// session's own: under multiplexing a connection goes back reset after
+	// each read, wait_timeout with it, and the pool peeks at idle ones,
+	// TestPoolNodeKilled).
+	s := startProxy(t, func(c *Config) { c.Policy, c.Replicas, c.Multiplex = "token-ryw", c.Replicas[:1], false })
 	s.skipIdlePeek.Store(true)
 	db := openDB(t, s, "")
 	conn, err := db.Conn(context.Background())
@@ -284,7 +287,9 @@ func TestIdleClosedReplicaReadResent(t *testing.T) {
 // temporary table the client gets MySQL's 4031 and its connection closes
 // (the pool's next connection works).
 func TestIdleClosedBackendReconnects(t *testing.T) {
-	s := startProxy(t, nil)
+	// The session's own connections (multiplexing resets wait_timeout with
+	// each pooled connection's return; the pool peeks at idle ones).
+	s := startProxy(t, func(c *Config) { c.Multiplex = false })
 	idle := func(db *sql.DB, setup ...string) *sql.Conn {
 		t.Helper()
 		conn, err := db.Conn(context.Background())
