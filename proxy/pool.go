@@ -153,6 +153,9 @@ type poolMetrics struct {
 	// for the answers of the reset the previous borrower sent.
 	resets    *prometheus.CounterVec
 	resetWait *prometheus.HistogramVec
+	// cutKills counts the KILL QUERY of connections the watchdog cut
+	// mid-statement (discard), by result.
+	cutKills *prometheus.CounterVec
 }
 
 // What a borrower needs a pooled connection for (the use label).
@@ -189,7 +192,9 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		Name: "causallab_proxy_pool_resets_total", Help: "Resets of returned pooled connections sent (COM_RESET_CONNECTION and the proxy's set-up), by backend."}, []string{"backend"})
 	m.resetWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "causallab_proxy_pool_reset_wait_seconds", Help: "How long a borrower waited for the answers of the reset the previous borrower of its pooled connection sent (the reset's cost on the critical path), by backend.", Buckets: poolBuckets}, []string{"backend"})
-	reg.MustRegister(m.failures, m.discards, m.conns, m.pinned, m.acquired, m.hold, m.wait, m.reset, m.resets, m.resetWait)
+	m.cutKills = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_pool_cut_kills_total", Help: "KILL QUERY of pooled connections the watchdog cut mid-statement (their place kept until it ran), by backend and result (killed, failed, gave-up: the node stayed unhealthy past 30 s)."}, []string{"backend", "result"})
+	reg.MustRegister(m.failures, m.discards, m.conns, m.pinned, m.acquired, m.hold, m.wait, m.reset, m.resets, m.resetWait, m.cutKills)
 	return m
 }
 
@@ -559,7 +564,20 @@ func (p *pool) put(bc *backendConn) {
 }
 
 // discard closes a lent connection and frees its place.
+//
+// A connection the watchdog cut mid-statement (the node's position source
+// reported it unhealthy while the statement waited for its answer) may
+// still run that statement on the server, which counts the connection
+// until it ends: its place is kept until a KILL QUERY of it ran once the
+// node is healthy again, for at most cutKillWithin (cutKill).
 func (p *pool) discard(bc *backendConn, reason string) {
+	if bc.unresponsive() && bc.conn != nil {
+		id := bc.conn.GetConnectionID()
+		free := p.holdPlace(bc)
+		p.m.discards.WithLabelValues(p.node, reason).Inc()
+		go p.cutKill(id, free)
+		return
+	}
 	p.returned(bc)
 	p.m.discards.WithLabelValues(p.node, reason).Inc()
 	bc.home = nil
@@ -567,6 +585,55 @@ func (p *pool) discard(bc *backendConn, reason string) {
 	select {
 	case p.puts <- nil:
 	case <-p.done:
+	}
+}
+
+// cutKillWithin bounds how long the place of a connection the watchdog
+// cut is kept waiting for its node to answer the KILL QUERY (then it is
+// freed: counted in cut_kills_total{result="gave-up"}).
+const cutKillWithin = 30 * time.Second
+
+// cutKill waits (polling every poolSweep/10) until p's node is healthy,
+// runs KILL QUERY id there on a pooled connection and frees the place
+// free holds (a keepPlace of the cut connection), within cutKillWithin.
+func (p *pool) cutKill(id uint32, free func()) {
+	defer free()
+	give := time.NewTimer(cutKillWithin)
+	defer give.Stop()
+	tick := time.NewTicker(poolSweep / 10)
+	defer tick.Stop()
+	for p.healthy != nil && !p.healthy() {
+		select {
+		case <-give.C:
+			p.m.cutKills.WithLabelValues(p.node, "gave-up").Inc()
+			return
+		case <-p.done:
+			return
+		case <-tick.C:
+		}
+	}
+	for {
+		// The kill borrows a place of its own: it waits for one (a full
+		// pool) up to pool_wait at a time, until cutKillWithin.
+		ctx, cancel := context.WithTimeout(context.Background(), p.resetBound+p.wait)
+		err := p.kill(ctx, id)
+		cancel()
+		var pe *PoolError
+		switch {
+		case err == nil:
+			p.m.cutKills.WithLabelValues(p.node, "killed").Inc()
+			return
+		case errors.As(err, &pe) && pe.Reason == PoolWaitTimeout:
+			select {
+			case <-give.C:
+				p.m.cutKills.WithLabelValues(p.node, "gave-up").Inc()
+				return
+			default:
+				continue
+			}
+		}
+		p.m.cutKills.WithLabelValues(p.node, "failed").Inc()
+		return
 	}
 }
 
@@ -679,11 +746,20 @@ func (p *pool) keepPlace(bc *backendConn) (free func()) {
 		bc.close()
 		return func() {}
 	}
+	hold := p.holdPlace(bc)
+	return func() {
+		p.m.discards.WithLabelValues(p.node, discardKilledWait).Inc()
+		hold()
+	}
+}
+
+// holdPlace closes bc, a connection lent by p, and returns the function
+// that frees its place.
+func (p *pool) holdPlace(bc *backendConn) (free func()) {
 	p.returned(bc)
 	bc.home = nil
 	bc.close()
 	return func() {
-		p.m.discards.WithLabelValues(p.node, discardKilledWait).Inc()
 		select {
 		case p.puts <- nil:
 		case <-p.done:

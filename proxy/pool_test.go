@@ -481,3 +481,42 @@ func TestPoolSetOptionSurvivesReset(t *testing.T) {
 	bc.broken = true // out of step after the multi-statement answer
 	p.release(bc, poolDirty)
 }
+
+// TestPoolCutKept: a connection the watchdog cut mid-statement keeps its
+// place (the server may still run the statement, and counts it) until its
+// node is healthy again and a KILL QUERY of it ran, counted.
+func TestPoolCutKept(t *testing.T) {
+	composetest.Need(t, topo)
+	var up atomic.Bool
+	up.Store(true)
+	p := newTestPool(t, topo.Replicas()[0], 2, time.Minute, up.Load)
+	a := mustAcquire(t, p)
+	up.Store(false)
+	a.dc.Cut(errUnresponsive)
+	a.broken = true
+	p.release(a, poolClean)
+	open := func() float64 { return testutil.ToFloat64(p.m.conns.WithLabelValues(p.node, "open")) }
+	if n := open(); n != 1 {
+		t.Fatalf("open connections after the cut %v, want 1 (its place kept)", n)
+	}
+	if n := p.discards(discardBroken); n != 1 {
+		t.Fatalf("broken discards %v, want 1", n)
+	}
+	up.Store(true)
+	killed := func() float64 { return testutil.ToFloat64(p.m.cutKills.WithLabelValues(p.node, "killed")) }
+	for deadline := time.Now().Add(time.Minute); killed() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no KILL QUERY of the cut connection counted (failed %v)", testutil.ToFloat64(p.m.cutKills.WithLabelValues(p.node, "failed")))
+		}
+	}
+	// The kill borrowed the other place; the cut connection's is free
+	// again: both places lend.
+	for deadline := time.Now().Add(time.Minute); open() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("open connections %v after the kill, want 1 (the kill's, idle)", open())
+		}
+	}
+	b, c := mustAcquire(t, p), mustAcquire(t, p)
+	p.release(b, poolClean)
+	p.release(c, poolClean)
+}
