@@ -594,10 +594,13 @@ func (p *pool) discard(bc *backendConn, reason string) {
 const cutKillWithin = 30 * time.Second
 
 // cutKill waits (polling every poolSweep/10) until p's node is healthy,
-// runs KILL QUERY id there on a pooled connection and frees the place
-// free holds (a keepPlace of the cut connection), within cutKillWithin.
+// runs KILL QUERY id there and frees the place free holds (a holdPlace
+// of the cut connection), within cutKillWithin. The kill borrows from the
+// pool; when no place comes free within pool_wait (every one lent or
+// kept: a pool of one), its connection is dialled in the cut one's place
+// and joins the pool after the kill (the server then counts both for the
+// kill's round trip).
 func (p *pool) cutKill(id uint32, free func()) {
-	defer free()
 	give := time.NewTimer(cutKillWithin)
 	defer give.Stop()
 	tick := time.NewTicker(poolSweep / 10)
@@ -606,35 +609,49 @@ func (p *pool) cutKill(id uint32, free func()) {
 		select {
 		case <-give.C:
 			p.m.cutKills.WithLabelValues(p.node, "gave-up").Inc()
+			free()
 			return
 		case <-p.done:
+			free()
 			return
 		case <-tick.C:
 		}
 	}
-	for {
-		// The kill borrows a place of its own: it waits for one (a full
-		// pool) up to pool_wait at a time, until cutKillWithin.
-		ctx, cancel := context.WithTimeout(context.Background(), p.resetBound+p.wait)
-		err := p.kill(ctx, id)
-		cancel()
-		var pe *PoolError
-		switch {
-		case err == nil:
+	ctx, cancel := context.WithTimeout(context.Background(), p.resetBound+p.wait)
+	defer cancel()
+	err := p.kill(ctx, id)
+	var pe *PoolError
+	if errors.As(err, &pe) && pe.Reason == PoolWaitTimeout {
+		if p.killInPlace(ctx, id) {
 			p.m.cutKills.WithLabelValues(p.node, "killed").Inc()
-			return
-		case errors.As(err, &pe) && pe.Reason == PoolWaitTimeout:
-			select {
-			case <-give.C:
-				p.m.cutKills.WithLabelValues(p.node, "gave-up").Inc()
-				return
-			default:
-				continue
-			}
+			return // the place is the kill's connection's now
 		}
-		p.m.cutKills.WithLabelValues(p.node, "failed").Inc()
+	} else if err == nil {
+		p.m.cutKills.WithLabelValues(p.node, "killed").Inc()
+		free()
 		return
 	}
+	p.m.cutKills.WithLabelValues(p.node, "failed").Inc()
+	free()
+}
+
+// killInPlace dials a connection in a place the caller keeps, runs KILL
+// QUERY id on it and gives it to the pool (true), or closes it (false:
+// the place is still the caller's).
+func (p *pool) killInPlace(ctx context.Context, id uint32) bool {
+	bc, err := p.dial(ctx, 0)
+	if err != nil {
+		return false
+	}
+	_, err = bc.exec(ctx, "KILL QUERY "+strconv.FormatUint(uint64(id), 10))
+	var me *mysql.MyError
+	if err != nil && !(errors.As(err, &me) && me.Code == mysql.ER_NO_SUCH_THREAD) {
+		bc.home = nil
+		bc.close()
+		return false
+	}
+	p.put(bc)
+	return true
 }
 
 // reset runs COM_RESET_CONNECTION on bc and the proxy's session set-up

@@ -227,7 +227,7 @@ func TestMultiplexBusyPoolNotNodeFault(t *testing.T) {
 		t.Logf("the holding read: %v", err) // see above: the watchdog on a loaded machine
 	}
 	if err := b.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil || v != 1 {
-		t.Fatalf("after the pool came free: %v %d", err, v)
+		t.Fatalf("after the pool came free: %v %d\n%s", err, v, grepLines(metricText(t, s), "causallab_proxy_pool_", "causallab_proxy_backend_errors"))
 	}
 }
 

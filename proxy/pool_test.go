@@ -510,7 +510,7 @@ func TestPoolCutKept(t *testing.T) {
 		}
 	}
 	// The kill borrowed the other place; the cut connection's is free
-	// again: both places lend.
+	// again: both places lend. (A pool of one: TestPoolCutKeptAlone.)
 	for deadline := time.Now().Add(time.Minute); open() != 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("open connections %v after the kill, want 1 (the kill's, idle)", open())
@@ -519,4 +519,32 @@ func TestPoolCutKept(t *testing.T) {
 	b, c := mustAcquire(t, p), mustAcquire(t, p)
 	p.release(b, poolClean)
 	p.release(c, poolClean)
+}
+
+// TestPoolCutKeptAlone: in a pool of one, the cut connection's kept place
+// is the only one: the kill's connection is dialled in it (no place comes
+// free within pool_wait) and serves the pool afterwards.
+func TestPoolCutKeptAlone(t *testing.T) {
+	composetest.Need(t, topo)
+	p := newTestPool(t, topo.Replicas()[0], 1, 200*time.Millisecond, nil)
+	a := mustAcquire(t, p)
+	id := a.conn.GetConnectionID()
+	a.dc.Cut(errUnresponsive)
+	a.broken = true
+	p.release(a, poolClean)
+	killed := func() float64 { return testutil.ToFloat64(p.m.cutKills.WithLabelValues(p.node, "killed")) }
+	for deadline := time.Now().Add(time.Minute); killed() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no KILL QUERY of the cut connection counted (failed %v)", testutil.ToFloat64(p.m.cutKills.WithLabelValues(p.node, "failed")))
+		}
+	}
+	p.wait = time.Minute
+	b := mustAcquire(t, p)
+	if b.conn.GetConnectionID() == id {
+		t.Fatal("the cut connection was lent again")
+	}
+	if g := testutil.ToFloat64(p.m.conns.WithLabelValues(p.node, "open")); g != 1 {
+		t.Fatalf("open connections %v, want 1", g)
+	}
+	p.release(b, poolClean)
 }
