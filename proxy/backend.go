@@ -63,6 +63,13 @@ type backendConn struct {
 	pooledDB        string
 	pooledCollation string
 	replayed        bool
+	// pooledFlags are the client capabilities (passedFlags) a pooled
+	// connection has: those it was dialled with, CLIENT_MULTI_STATEMENTS
+	// as COM_SET_OPTION last left it. resetPending: a reset was written
+	// (at resetSent) and its answers are still to be read (pool.go).
+	pooledFlags  uint32
+	resetPending bool
+	resetSent    time.Time
 	// lent is when the pool lent the connection and lentFor what the
 	// borrower needed it for (the hold-time metric's use label).
 	lent    time.Time
@@ -311,6 +318,11 @@ func (bc *backendConn) setOption(ctx context.Context, opt uint16) error {
 	if len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER {
 		return c.HandleErrorPacket(pkt)
 	}
+	if opt == 0 { // MYSQL_OPTION_MULTI_STATEMENTS_ON
+		bc.pooledFlags |= mysql.CLIENT_MULTI_STATEMENTS
+	} else {
+		bc.pooledFlags &^= mysql.CLIENT_MULTI_STATEMENTS
+	}
 	return nil
 }
 
@@ -368,11 +380,14 @@ func (bc *backendConn) unresponsive() bool {
 	return bc.dc != nil && errors.Is(bc.dc.CutReason(), errUnresponsive)
 }
 
-// killQuery runs KILL QUERY id on b on a connection of its own, bounded by
-// connect_timeout.
-func killQuery(ctx context.Context, b *Backend, id uint32, cfg *Config) error {
+// killQuery runs KILL QUERY id on b on a connection of its own, or one
+// borrowed from p (multiplex), bounded by connect_timeout.
+func killQuery(ctx context.Context, b *Backend, id uint32, cfg *Config, p *pool) error {
 	kctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
+	if p != nil {
+		return p.kill(kctx, id)
+	}
 	d := &mysqlwire.Dialer{User: b.User, Password: b.Password, Timeout: cfg.ConnectTimeout, IOTimeout: cfg.ConnectTimeout, PlainIO: cfg.SocketIO != "raw"}
 	c, err := d.Dial(kctx, b.Addr, false)
 	if err != nil {

@@ -186,6 +186,13 @@ type Stmt struct {
 	// replay (a system variable set from a subquery): once it ran, the
 	// session's reads stay on the primary (live.PinSessionState).
 	PinsSession bool
+	// CalcFoundRows: SELECT SQL_CALC_FOUND_ROWS (its FOUND_ROWS() is asked
+	// for by the next statement: multiplexing keeps the connection).
+	CalcFoundRows bool
+	// NextTransaction: SET TRANSACTION without SESSION, the next
+	// transaction's characteristics (multiplexing keeps the connection
+	// for the next statement, which starts it).
+	NextTransaction bool
 	// Status is KindConnStatus's variable, spelt as connStatus spells it.
 	Status string
 	// assignsToken: the statement assigns @causal_token in a form the
@@ -590,6 +597,7 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 				// Its FOUND_ROWS() would be spoilt on a replica by the
 				// watermark read the proxy runs there right after it.
 				pin(ReasonSessionFunction)
+				st.CalcFoundRows = true
 			case t.Is("OUTFILE") || t.Is("DUMPFILE"):
 				if prev.Is("INTO") {
 					pin(ReasonIntoFile)
@@ -626,7 +634,9 @@ func classifySet(l *sqllex.Lexer) Stmt {
 	t := l.Next()
 	// SET TRANSACTION applies to the next transaction only: primary.
 	if t.Is("TRANSACTION") {
-		return primary(ReasonTransaction)
+		st := primary(ReasonTransaction)
+		st.NextTransaction = true
+		return st
 	}
 	if t.Is("SESSION") || t.Is("LOCAL") {
 		n := l.Next()

@@ -248,10 +248,13 @@ func TestConnStatusDescribesClientLink(t *testing.T) {
 // the primary because a loaded machine delayed a poll past the down-after
 // window is read again.
 func TestIdleClosedReplicaReadResent(t *testing.T) {
-	// One replica, so that both reads go to the same connection.
+	// One replica, so that both reads go to the same connection (the
+	// session's own: under multiplexing a connection goes back reset after
+	// each read, wait_timeout with it, and the pool peeks at idle ones,
+	// TestPoolNodeKilled).
 	routes := &routeLog{last: map[uint32]ReadRoute{}}
 	s := startProxy(t, func(c *Config) {
-		c.Policy, c.Replicas, c.OnRead = "token-ryw", c.Replicas[:1], routes.add
+		c.Policy, c.Replicas, c.OnRead, c.Multiplex = "token-ryw", c.Replicas[:1], routes.add, false
 	})
 	s.skipIdlePeek.Store(true)
 	db := openDB(t, s, "")
@@ -324,7 +327,9 @@ func TestIdleClosedReplicaReadResent(t *testing.T) {
 // temporary table the client gets MySQL's 4031 and its connection closes
 // (the pool's next connection works).
 func TestIdleClosedBackendReconnects(t *testing.T) {
-	s := startProxy(t, nil)
+	// The session's own connections (multiplexing resets wait_timeout with
+	// each pooled connection's return; the pool peeks at idle ones).
+	s := startProxy(t, func(c *Config) { c.Multiplex = false })
 	idle := func(db *sql.DB, setup ...string) *sql.Conn {
 		t.Helper()
 		conn, err := db.Conn(context.Background())

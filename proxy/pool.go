@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -107,6 +109,9 @@ const (
 	discardSession = "closed-by-session"
 	// discardSchema: the connection had a schema and the borrower none.
 	discardSchema = "schema"
+	// discardFlags: an idle connection dialled with other client flags
+	// than a waiter's, closed to make room for one with them.
+	discardFlags = "flags"
 )
 
 // poolSweep is how often an unhealthy node's idle connections are closed.
@@ -115,11 +120,16 @@ const poolSweep = time.Second
 type poolReq struct {
 	reply chan poolGrant // buffered: the owner never blocks on it
 	ack   chan struct{}  // closed when a cancel was handled
+	// flags are the client capabilities the borrower's connection must
+	// have been dialled with (the session's passedFlags).
+	flags uint32
 }
 
 type poolGrant struct {
 	bc  *backendConn
 	err error
+	// flags: what a dial was for (p.dialed).
+	flags uint32
 }
 
 // poolMetrics are the pools' series (one set per Server, by backend).
@@ -139,6 +149,13 @@ type poolMetrics struct {
 	hold     *prometheus.HistogramVec
 	wait     *prometheus.HistogramVec
 	reset    *prometheus.HistogramVec
+	// resets counts resets sent; resetWait is how long a borrower waited
+	// for the answers of the reset the previous borrower sent.
+	resets    *prometheus.CounterVec
+	resetWait *prometheus.HistogramVec
+	// cutKills counts the KILL QUERY of connections the watchdog cut
+	// mid-statement (discard), by result.
+	cutKills *prometheus.CounterVec
 }
 
 // What a borrower needs a pooled connection for (the use label).
@@ -157,21 +174,27 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_acquire_failures_total", Help: "Failed acquisitions of a pooled backend connection, by backend and reason (wait-timeout, canceled, unhealthy, dial-failed, closed)."}, []string{"backend", "reason"}),
 		discards: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema)."}, []string{"backend", "reason"}),
+			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags)."}, []string{"backend", "reason"}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled)."}, []string{"backend", "state"}),
 		pinned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: transaction, autocommit-off, temp-table, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements)."}, []string{"reason"}),
+			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: in-transaction, autocommit-off, temp-table-session, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements; or, for one command, what the previous statement left to ask about: next-statement-warnings, next-statement-found-rows, next-transaction)."}, []string{"reason"}),
 	}
 	m.acquired = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_pool_acquisitions_total", Help: "Pooled backend connections lent, by backend and what the session needed one for (login; read; wait: a router wait on a replica; the statement kind otherwise: primary for a write, session, begin, ...; other: a command that is not a statement)."}, []string{"backend", "use"})
 	m.hold = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "causallab_proxy_pool_hold_seconds", Help: "How long a pooled backend connection was lent (grant to return, its reset included), by backend and use.", Buckets: poolBuckets}, []string{"backend", "use"})
+		Name: "causallab_proxy_pool_hold_seconds", Help: "How long a pooled backend connection was lent (grant to return: the reset is written, not waited for), by backend and use.", Buckets: poolBuckets}, []string{"backend", "use"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "causallab_proxy_pool_wait_seconds", Help: "How long acquisitions of a pooled backend connection waited (granted or failed), by backend.", Buckets: poolBuckets}, []string{"backend"})
 	m.reset = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "causallab_proxy_pool_reset_seconds", Help: "The reset of a returned pooled connection (COM_RESET_CONNECTION and the proxy's set-up, one round trip), by backend.", Buckets: poolBuckets}, []string{"backend"})
-	reg.MustRegister(m.failures, m.discards, m.conns, m.pinned, m.acquired, m.hold, m.wait, m.reset)
+		Name: "causallab_proxy_pool_reset_seconds", Help: "The reset of a returned pooled connection (COM_RESET_CONNECTION and the proxy's set-up, one round trip), from its write by the returning borrower to its answers read by the next one, by backend.", Buckets: poolBuckets}, []string{"backend"})
+	m.resets = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_pool_resets_total", Help: "Resets of returned pooled connections sent (COM_RESET_CONNECTION and the proxy's set-up), by backend."}, []string{"backend"})
+	m.resetWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "causallab_proxy_pool_reset_wait_seconds", Help: "How long a borrower waited for the answers of the reset the previous borrower of its pooled connection sent (the reset's cost on the critical path), by backend.", Buckets: poolBuckets}, []string{"backend"})
+	m.cutKills = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_pool_cut_kills_total", Help: "KILL QUERY of pooled connections the watchdog cut mid-statement (their place kept until it ran), by backend and result (killed, failed, gave-up: the node stayed unhealthy past 30 s)."}, []string{"backend", "result"})
+	reg.MustRegister(m.failures, m.discards, m.conns, m.pinned, m.acquired, m.hold, m.wait, m.reset, m.resets, m.resetWait, m.cutKills)
 	return m
 }
 
@@ -182,9 +205,10 @@ type poolConfig struct {
 	// size bounds the open connections; wait bounds an acquisition.
 	size int
 	wait time.Duration
-	// dial opens a new connection (dialBackend, bounded by
-	// connect_timeout); healthy, when not nil, is the node's health.
-	dial    func(context.Context) (*backendConn, error)
+	// dial opens a new connection with client capabilities flags
+	// (dialBackend, bounded by connect_timeout); healthy, when not nil,
+	// is the node's health.
+	dial    func(ctx context.Context, flags uint32) (*backendConn, error)
 	healthy func() bool
 	// setup is re-run on a connection after COM_RESET_CONNECTION (the
 	// session_track_gtids the proxy's relay relies on); resetBound bounds
@@ -208,8 +232,10 @@ func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
 }
 
 // newBackendPool is the pool of b's connections under cfg: dialled as a
-// session's own are, without a default database or client flags (a
-// session that needs others is pinned), at most cfg.PoolSize.
+// session's own are, without a default database, with the client
+// capabilities the borrower asks for (passedFlags: a connection is lent
+// only to a session with the flags it was dialled with), at most
+// cfg.PoolSize of them whatever their flags.
 func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func() bool, allGTIDs bool, m *poolMetrics) (*pool, error) {
 	setup := "SET SESSION session_track_gtids = OWN_GTID"
 	if allGTIDs {
@@ -218,10 +244,10 @@ func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func()
 	var p *pool
 	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, healthy: healthy,
 		setup: setup, resetBound: cfg.ConnectTimeout, m: m,
-		dial: func(ctx context.Context) (*backendConn, error) {
-			bc, err := dialBackend(ctx, b, "", poolCollation, 0, cfg, healthy, allGTIDs)
+		dial: func(ctx context.Context, flags uint32) (*backendConn, error) {
+			bc, err := dialBackend(ctx, b, "", poolCollation, flags, cfg, healthy, allGTIDs)
 			if err == nil {
-				bc.home, bc.pooledCollation = p, poolCollation
+				bc.home, bc.pooledCollation, bc.pooledFlags = p, poolCollation, flags
 			}
 			return bc, err
 		}})
@@ -229,12 +255,23 @@ func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func()
 }
 
 // run is the owner of the pool's state.
+//
+// Connections are lent by their client flags (poolReq.flags): a request
+// takes the most recently returned idle connection with its flags; with
+// none, a dial is started for it while the pool has room; with the pool
+// full of idle connections of other flags, the oldest of them is closed
+// (discards{reason="flags"}) to make that room. A returned or dialled
+// connection goes to the first waiter with its flags, else it stays idle,
+// or, when waiters of other flags cannot get a dial for want of room, it
+// is closed to make it.
 func (p *pool) run(ctx context.Context) {
 	defer close(p.done)
 	var (
 		idle    []*backendConn // most recently returned last
 		open    int            // idle + lent + dialling
 		waiters []*poolReq
+		// dialling counts the dials in flight by flags.
+		dialling = map[uint32]int{}
 	)
 	sweep := time.NewTicker(poolSweep)
 	defer sweep.Stop()
@@ -242,14 +279,7 @@ func (p *pool) run(ctx context.Context) {
 		p.m.conns.WithLabelValues(p.node, "idle").Set(float64(len(idle)))
 		p.m.conns.WithLabelValues(p.node, "open").Set(float64(open))
 	}
-	dropIdle := func(reason string) {
-		if len(idle) == 0 {
-			return
-		}
-		p.m.discards.WithLabelValues(p.node, reason).Add(float64(len(idle)))
-		open -= len(idle)
-		gone := idle
-		idle = nil
+	closeAll := func(gone []*backendConn) {
 		go func() {
 			for _, bc := range gone {
 				bc.home = nil
@@ -257,12 +287,22 @@ func (p *pool) run(ctx context.Context) {
 			}
 		}()
 	}
-	startDial := func() {
+	dropIdle := func(reason string) {
+		if len(idle) == 0 {
+			return
+		}
+		p.m.discards.WithLabelValues(p.node, reason).Add(float64(len(idle)))
+		open -= len(idle)
+		closeAll(idle)
+		idle = nil
+	}
+	startDial := func(flags uint32) {
 		open++
+		dialling[flags]++
 		go func() {
-			bc, err := p.dial(ctx)
+			bc, err := p.dial(ctx, flags)
 			select {
-			case p.dialed <- poolGrant{bc: bc, err: err}:
+			case p.dialed <- poolGrant{bc: bc, err: err, flags: flags}:
 			case <-p.done:
 				if bc != nil {
 					bc.home = nil
@@ -271,23 +311,51 @@ func (p *pool) run(ctx context.Context) {
 			}
 		}()
 	}
-	// supply hands bc to the first waiter, or keeps it idle.
+	// unserved returns the flags of the oldest waiter no dial in flight
+	// will serve (ok false: none).
+	unserved := func() (flags uint32, ok bool) {
+		seen := map[uint32]int{}
+		for _, w := range waiters {
+			seen[w.flags]++
+			if seen[w.flags] > dialling[w.flags] {
+				return w.flags, true
+			}
+		}
+		return 0, false
+	}
+	// more starts dials for waiters no dial in flight will serve, closing
+	// idle connections (of other flags: a waiter never waits beside an
+	// idle connection of its own flags) to make room.
+	more := func() {
+		for {
+			f, ok := unserved()
+			if !ok {
+				return
+			}
+			if open >= p.size {
+				if len(idle) == 0 {
+					return
+				}
+				p.m.discards.WithLabelValues(p.node, discardFlags).Inc()
+				open--
+				closeAll(idle[:1:1])
+				idle = idle[1:]
+			}
+			startDial(f)
+		}
+	}
+	// supply hands bc to the first waiter with its flags, or keeps it
+	// idle (more then closes it if other waiters need its room).
 	supply := func(bc *backendConn) {
-		if len(waiters) > 0 {
-			w := waiters[0]
-			waiters = waiters[1:]
-			w.reply <- poolGrant{bc: bc}
-			return
+		for i, w := range waiters {
+			if w.flags == bc.pooledFlags {
+				waiters = append(waiters[:i], waiters[i+1:]...)
+				w.reply <- poolGrant{bc: bc}
+				return
+			}
 		}
 		idle = append(idle, bc)
-	}
-	// more starts dials for waiters no dial in flight will serve.
-	dialling := 0
-	more := func() {
-		for dialling < len(waiters) && open < p.size {
-			dialling++
-			startDial()
-		}
+		more()
 	}
 	for {
 		gauge()
@@ -306,10 +374,16 @@ func (p *pool) run(ctx context.Context) {
 				r.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolUnhealthy}}
 				continue
 			}
-			if n := len(idle); n > 0 {
-				bc := idle[n-1]
-				idle = idle[:n-1]
-				r.reply <- poolGrant{bc: bc}
+			granted := false
+			for i := len(idle) - 1; i >= 0; i-- {
+				if bc := idle[i]; bc.pooledFlags == r.flags {
+					idle = append(idle[:i], idle[i+1:]...)
+					r.reply <- poolGrant{bc: bc}
+					granted = true
+					break
+				}
+			}
+			if granted {
 				continue
 			}
 			waiters = append(waiters, r)
@@ -330,15 +404,18 @@ func (p *pool) run(ctx context.Context) {
 			}
 			supply(bc)
 		case g := <-p.dialed:
-			dialling--
+			dialling[g.flags]--
 			if g.err != nil {
 				open--
-				if len(waiters) > 0 {
-					// The oldest waiter learns of the failure now, not at
-					// its bound; the others get a dial of their own.
-					w := waiters[0]
-					waiters = waiters[1:]
-					w.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolDialFailed, Err: g.err}}
+				for i, w := range waiters {
+					if w.flags == g.flags {
+						// The oldest waiter for it learns of the failure
+						// now, not at its bound; the others get a dial
+						// of their own.
+						waiters = append(waiters[:i], waiters[i+1:]...)
+						w.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolDialFailed, Err: g.err}}
+						break
+					}
 				}
 				more()
 				continue
@@ -352,17 +429,18 @@ func (p *pool) run(ctx context.Context) {
 	}
 }
 
-// acquire borrows a connection: an idle one, a new one while the pool has
-// room, or the next one returned, within Config.PoolWait and ctx.
+// acquire borrows a connection dialled without client flags: an idle
+// one, a new one while the pool has room, or the next one returned,
+// within Config.PoolWait and ctx.
 func (p *pool) acquire(ctx context.Context) (*backendConn, error) {
-	return p.acquireFor(ctx, useOther)
+	return p.acquireFor(ctx, useOther, 0)
 }
 
 // acquireFor is acquire for a borrower that needs the connection for use
-// (the metrics' label).
-func (p *pool) acquireFor(ctx context.Context, use string) (*backendConn, error) {
+// (the metrics' label), dialled with client capabilities flags.
+func (p *pool) acquireFor(ctx context.Context, use string, flags uint32) (*backendConn, error) {
 	start := time.Now()
-	bc, err := p.take(ctx)
+	bc, err := p.take(ctx, flags)
 	now := time.Now()
 	p.m.wait.WithLabelValues(p.node).Observe(now.Sub(start).Seconds())
 	if err != nil {
@@ -382,11 +460,11 @@ func (p *pool) returned(bc *backendConn) {
 	bc.lent = time.Time{}
 }
 
-func (p *pool) take(ctx context.Context) (*backendConn, error) {
+func (p *pool) take(ctx context.Context, flags uint32) (*backendConn, error) {
 	bound := time.NewTimer(p.wait)
 	defer bound.Stop()
 	for {
-		r := &poolReq{reply: make(chan poolGrant, 1), ack: make(chan struct{})}
+		r := &poolReq{reply: make(chan poolGrant, 1), ack: make(chan struct{}), flags: flags}
 		select {
 		case p.reqs <- r:
 		case <-ctx.Done():
@@ -415,6 +493,14 @@ func (p *pool) take(ctx context.Context) (*backendConn, error) {
 				p.m.failures.WithLabelValues(p.node, string(pe.Reason)).Inc()
 			}
 			return nil, g.err
+		}
+		if g.bc.resetPending {
+			// The previous borrower's reset: its answers were read by
+			// nobody yet (release wrote it and went on).
+			if err := p.finishReset(g.bc); err != nil {
+				p.discard(g.bc, discardResetFailed)
+				continue
+			}
 		}
 		if g.bc.closedWhileIdle(time.Now()) {
 			p.discard(g.bc, discardIdleClosed)
@@ -446,15 +532,17 @@ func (p *pool) fail(reason PoolFailure, err error) error {
 	return &PoolError{Backend: p.node, Reason: reason, Err: err}
 }
 
-// release gives bc back: discarded when broken or when its reset fails,
-// reset first unless state is poolClean.
+// release gives bc back: discarded when broken or when its reset cannot
+// be sent, reset first unless state is poolClean. The reset is written
+// here and its answers read by the next borrower (take, finishReset):
+// the connection goes back without waiting for the round trip.
 func (p *pool) release(bc *backendConn, state poolState) {
 	if bc.broken {
 		p.discard(bc, discardBroken)
 		return
 	}
 	if state != poolClean {
-		if err := p.reset(bc); err != nil {
+		if err := p.startReset(bc); err != nil {
 			p.discard(bc, discardResetFailed)
 			return
 		}
@@ -476,7 +564,20 @@ func (p *pool) put(bc *backendConn) {
 }
 
 // discard closes a lent connection and frees its place.
+//
+// A connection the watchdog cut mid-statement (the node's position source
+// reported it unhealthy while the statement waited for its answer) may
+// still run that statement on the server, which counts the connection
+// until it ends: its place is kept until a KILL QUERY of it ran once the
+// node is healthy again, for at most cutKillWithin (cutKill).
 func (p *pool) discard(bc *backendConn, reason string) {
+	if bc.unresponsive() && bc.conn != nil {
+		id := bc.conn.GetConnectionID()
+		free := p.holdPlace(bc)
+		p.m.discards.WithLabelValues(p.node, reason).Inc()
+		go p.cutKill(id, free)
+		return
+	}
 	p.returned(bc)
 	p.m.discards.WithLabelValues(p.node, reason).Inc()
 	bc.home = nil
@@ -487,10 +588,86 @@ func (p *pool) discard(bc *backendConn, reason string) {
 	}
 }
 
+// cutKillWithin bounds how long the place of a connection the watchdog
+// cut is kept waiting for its node to answer the KILL QUERY (then it is
+// freed: counted in cut_kills_total{result="gave-up"}).
+const cutKillWithin = 30 * time.Second
+
+// cutKill waits (polling every poolSweep/10) until p's node is healthy,
+// runs KILL QUERY id there and frees the place free holds (a holdPlace
+// of the cut connection), within cutKillWithin. The kill borrows from the
+// pool; when no place comes free within pool_wait (every one lent or
+// kept: a pool of one), its connection is dialled in the cut one's place
+// and joins the pool after the kill (the server then counts both for the
+// kill's round trip).
+func (p *pool) cutKill(id uint32, free func()) {
+	give := time.NewTimer(cutKillWithin)
+	defer give.Stop()
+	tick := time.NewTicker(poolSweep / 10)
+	defer tick.Stop()
+	for p.healthy != nil && !p.healthy() {
+		select {
+		case <-give.C:
+			p.m.cutKills.WithLabelValues(p.node, "gave-up").Inc()
+			free()
+			return
+		case <-p.done:
+			free()
+			return
+		case <-tick.C:
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.resetBound+p.wait)
+	defer cancel()
+	err := p.kill(ctx, id)
+	var pe *PoolError
+	if errors.As(err, &pe) && pe.Reason == PoolWaitTimeout {
+		if p.killInPlace(ctx, id) {
+			p.m.cutKills.WithLabelValues(p.node, "killed").Inc()
+			return // the place is the kill's connection's now
+		}
+	} else if err == nil {
+		p.m.cutKills.WithLabelValues(p.node, "killed").Inc()
+		free()
+		return
+	}
+	p.m.cutKills.WithLabelValues(p.node, "failed").Inc()
+	free()
+}
+
+// killInPlace dials a connection in a place the caller keeps, runs KILL
+// QUERY id on it and gives it to the pool (true), or closes it (false:
+// the place is still the caller's).
+func (p *pool) killInPlace(ctx context.Context, id uint32) bool {
+	bc, err := p.dial(ctx, 0)
+	if err != nil {
+		return false
+	}
+	_, err = bc.exec(ctx, "KILL QUERY "+strconv.FormatUint(uint64(id), 10))
+	var me *mysql.MyError
+	if err != nil && !(errors.As(err, &me) && me.Code == mysql.ER_NO_SUCH_THREAD) {
+		bc.home = nil
+		bc.close()
+		return false
+	}
+	p.put(bc)
+	return true
+}
+
 // reset runs COM_RESET_CONNECTION on bc and the proxy's session set-up
-// again, pipelined (both commands written, then both answers read: one
-// round trip), within resetBound; on any failure bc is marked broken.
-func (p *pool) reset(bc *backendConn) (err error) {
+// again and reads their answers (startReset, then finishReset).
+func (p *pool) reset(bc *backendConn) error {
+	if err := p.startReset(bc); err != nil {
+		return err
+	}
+	return p.finishReset(bc)
+}
+
+// startReset writes COM_RESET_CONNECTION and the proxy's session set-up
+// to bc, pipelined (both commands in one write, answered in one round
+// trip), within resetBound, and marks bc resetPending: finishReset reads
+// the answers. On failure bc is marked broken.
+func (p *pool) startReset(bc *backendConn) (err error) {
 	bc.dc.Limit(time.Now().Add(p.resetBound))
 	defer bc.dc.Limit(time.Time{})
 	defer func() {
@@ -500,7 +677,8 @@ func (p *pool) reset(bc *backendConn) (err error) {
 	}()
 	c := bc.conn
 	bc.used = time.Now()
-	defer func() { p.m.reset.WithLabelValues(p.node).Observe(time.Since(bc.used).Seconds()) }()
+	bc.resetSent = bc.used
+	p.m.resets.WithLabelValues(p.node).Inc()
 	c.ResetSequence()
 	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_RESET_CONNECTION}); err != nil {
 		return err
@@ -511,6 +689,29 @@ func (p *pool) reset(bc *backendConn) (err error) {
 			return err
 		}
 	}
+	bc.resetPending = true
+	return nil
+}
+
+// finishReset reads the answers of the reset startReset wrote, within
+// resetBound; resetWait observes how long that made the borrower wait,
+// reset the round trip from the write. On failure bc is marked broken.
+func (p *pool) finishReset(bc *backendConn) (err error) {
+	start := time.Now()
+	bc.dc.Limit(start.Add(p.resetBound))
+	defer bc.dc.Limit(time.Time{})
+	defer func() {
+		now := time.Now()
+		p.m.resetWait.WithLabelValues(p.node).Observe(now.Sub(start).Seconds())
+		p.m.reset.WithLabelValues(p.node).Observe(now.Sub(bc.resetSent).Seconds())
+		// bc.used stays the reset's write: take's idle peek follows.
+		if err != nil {
+			bc.broken = true
+		}
+	}()
+	bc.resetPending = false
+	c := bc.conn
+	c.Sequence = 1 // the reset's answer
 	if err := readOK(bc, "COM_RESET_CONNECTION"); err != nil {
 		return err
 	}
@@ -543,4 +744,98 @@ func readOK(bc *backendConn, what string) error {
 		return fmt.Errorf("%s: unexpected packet 0x%02x", what, pkt[0])
 	}
 	return nil
+}
+
+// useKill: a KILL QUERY of an overrun wait (the use label).
+const useKill = "kill"
+
+// discardKilledWait: a connection whose wait overran, closed by the
+// session; its place was kept until the wait was killed (keepPlace).
+const discardKilledWait = "killed-wait"
+
+// keepPlace closes bc, a connection lent by p whose statement overran
+// (the server still runs it), keeping its place in the pool until free is
+// called (after KILL QUERY ended the statement): the server counts the
+// connection until then. On a nil pool (bc is the session's own) it only
+// closes bc.
+func (p *pool) keepPlace(bc *backendConn) (free func()) {
+	if p == nil {
+		bc.close()
+		return func() {}
+	}
+	hold := p.holdPlace(bc)
+	return func() {
+		p.m.discards.WithLabelValues(p.node, discardKilledWait).Inc()
+		hold()
+	}
+}
+
+// holdPlace closes bc, a connection lent by p, and returns the function
+// that frees its place.
+func (p *pool) holdPlace(bc *backendConn) (free func()) {
+	p.returned(bc)
+	bc.home = nil
+	bc.close()
+	return func() {
+		select {
+		case p.puts <- nil:
+		case <-p.done:
+		}
+	}
+}
+
+// kill runs KILL QUERY id on a connection borrowed from p, within ctx.
+func (p *pool) kill(ctx context.Context, id uint32) error {
+	bc, err := p.acquireFor(ctx, useKill, 0)
+	if err != nil {
+		return err
+	}
+	_, err = bc.exec(ctx, "KILL QUERY "+strconv.FormatUint(uint64(id), 10))
+	var me *mysql.MyError
+	switch {
+	case err == nil:
+	case errors.As(err, &me):
+		if me.Code == mysql.ER_NO_SUCH_THREAD {
+			err = nil // the wait ended meanwhile
+		}
+	default:
+		bc.broken = true
+	}
+	// KILL QUERY leaves nothing in the session (a replica's pool: the
+	// borrower replayed nothing).
+	p.release(bc, poolClean)
+	return err
+}
+
+// Connections the proxy opens to a node besides its pool's (multiplex:
+// the node's bound is pool_size plus these, BackendConnectionLimit).
+const (
+	// positionConns: the position source's connections to each node.
+	// Polling: the poller's, and the one it dials after a poll overran
+	// while the server still runs the old one's query. Binlog streams:
+	// the stream's and its query connection.
+	positionConns = 2
+	// routerPrimaryConns: the router's own primary connections
+	// (live.Config.PrimaryPool: the session-tracking proof at start,
+	// gtid_executed re-read before a read is refused).
+	routerPrimaryConns = 4
+)
+
+// BackendConnectionLimit is the most connections the proxy opens to the
+// backend named node at once under multiplexing: pool_size (every
+// session's connections, logins and KILL QUERY of overrun waits included)
+// plus positionConns, plus routerPrimaryConns on the primary. 0 when
+// multiplexing is off (each session then owns its connections: the
+// servers' max_connections bound them) or node is unknown.
+func (s *Server) BackendConnectionLimit(node string) int {
+	if !s.cfg.Multiplex {
+		return 0
+	}
+	switch {
+	case node == s.cfg.Primary.Name:
+		return s.cfg.PoolSize + positionConns + routerPrimaryConns
+	case slices.ContainsFunc(s.cfg.Replicas, func(b Backend) bool { return b.Name == node }):
+		return s.cfg.PoolSize + positionConns
+	}
+	return 0
 }

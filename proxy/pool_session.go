@@ -18,30 +18,24 @@ import (
 // sessionState.Shareable says no: an open transaction, autocommit off, a
 // temporary table, LOCK TABLES, a named lock, user variables, session
 // state the proxy cannot replay, an overflowing replay, prepared
-// statements. It never borrows at all (dials its own connections, as
-// without multiplexing) when its client asked for capabilities that change
-// what statements return (CLIENT_MULTI_STATEMENTS, CLIENT_FOUND_ROWS). A
-// borrowed connection is given the session's collation (SET NAMES) when
-// it has another.
-// Pooled connections are dialled without CLIENT_LOCAL_FILES: LOAD DATA
-// LOCAL INFILE on one is refused by the server itself. A borrowed connection gets the session's schema
-// and its session statements replayed; the primary's is always reset when
-// it goes back (COM_RESET_CONNECTION: LAST_INSERT_ID and the other values
-// a write leaves in the server's session go with it), a replica's only
-// when session statements were replayed on it.
+// statements. A session borrows only connections dialled with its client
+// capabilities (passedFlags: CLIENT_MULTI_STATEMENTS, CLIENT_FOUND_ROWS,
+// CLIENT_LOCAL_FILES change what statements return or may do), so every
+// connection a session uses counts in pool_size. A borrowed connection is
+// given the session's collation (SET NAMES) when it has another, its
+// schema and its session statements replayed; the primary's is always
+// reset when it goes back (COM_RESET_CONNECTION: LAST_INSERT_ID and the
+// other values a write leaves in the server's session go with it), a
+// replica's only when session statements were replayed on it.
 
 // poolCollation is the collation pooled connections are dialled with
 // (go-mysql's default, MySQL 8.0+'s utf8mb4 default).
 const poolCollation = mysql.DEFAULT_COLLATION_NAME
 
-// poolFor returns b's pool when the session borrows from it, nil when it
-// dials its own connection (multiplexing off, or the session's
-// capabilities or collation are not the pooled connections').
+// poolFor returns b's pool when the session borrows from it (Config.Multiplex),
+// nil when it dials its own connections.
 func (s *session) poolFor(b *Backend) *pool {
 	if s.srv.pools == nil {
-		return nil
-	}
-	if s.state.flags&^mysql.CLIENT_LOCAL_FILES != 0 {
 		return nil
 	}
 	return s.srv.pools[b.Name]
@@ -51,7 +45,7 @@ func (s *session) poolFor(b *Backend) *pool {
 // schema and session statements.
 func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 	for {
-		bc, err := p.acquireFor(s.ctx, s.poolUse())
+		bc, err := p.acquireFor(s.ctx, s.poolUse(), s.state.flags&passedFlags)
 		s.poolBusy = false
 		if err != nil {
 			var pe *PoolError
@@ -135,11 +129,19 @@ func (s *session) park(final bool) {
 		return
 	}
 	s.use = ""
+	keep := s.state.keepNext
+	s.state.keepNext = keepNone // one command only
 	if !final {
 		if ok, why := s.state.Shareable(); !ok {
 			if s.holdsPooled() {
 				s.srv.pm.pinned.WithLabelValues(why.First().String()).Inc()
 			}
+			return
+		}
+		if keep != keepNone && s.holdsPooled() {
+			// The previous statement's diagnostics stay asked-for one
+			// command longer (ProxySQL keeps the connection likewise).
+			s.srv.pm.pinned.WithLabelValues(keep.String()).Inc()
 			return
 		}
 	}

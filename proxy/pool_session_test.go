@@ -227,6 +227,90 @@ func TestMultiplexBusyPoolNotNodeFault(t *testing.T) {
 		t.Logf("the holding read: %v", err) // see above: the watchdog on a loaded machine
 	}
 	if err := b.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil || v != 1 {
-		t.Fatalf("after the pool came free: %v %d", err, v)
+		t.Fatalf("after the pool came free: %v %d\n%s", err, v, grepLines(metricText(t, s), "causallab_proxy_pool_", "causallab_proxy_backend_errors"))
+	}
+}
+
+// TestMultiplexDiagnostics: what a statement leaves for the next one to
+// ask about stays the session's for that one command (ProxySQL's rules):
+// SHOW WARNINGS after a statement with warnings, FOUND_ROWS() after
+// SELECT SQL_CALC_FOUND_ROWS, the transaction SET TRANSACTION set up
+// (not an insert id: the OK packet carries it), each keep
+// counted by its reason; the command after gives the connection back (a
+// pool of one serves another session then).
+func TestMultiplexDiagnostics(t *testing.T) {
+	composetest.Need(t, topo)
+	s := startProxy(t, func(c *Config) {
+		c.Multiplex, c.PoolSize, c.PoolWait = true, 1, 30*time.Second
+		c.Policy = "token-ryw-mr"
+	})
+	db := openDB(t, s, "")
+	emptyTable(t, db, "ptest", "diag", "k INT PRIMARY KEY AUTO_INCREMENT, v INT")
+	ctx := context.Background()
+	a, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	other, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	mustExec(t, a, "INSERT INTO ptest.diag (v) VALUES (1), (2), (3)")
+	pinned := func(reason string) string {
+		return grepLines(metricText(t, s), `causallab_proxy_pool_pinned_total{reason="`+reason+`"}`)
+	}
+
+	// Warnings (a WHERE comparing a string that is no number; a locking
+	// read: on the primary).
+	var level, msg string
+	var code, n int
+	if err := a.QueryRowContext(ctx, "SELECT COUNT(*) FROM ptest.diag WHERE k = '1x' FOR UPDATE").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.QueryRowContext(ctx, "SHOW WARNINGS").Scan(&level, &code, &msg); err != nil || code != 1292 {
+		t.Fatalf("SHOW WARNINGS after a statement with a warning: code %d %q, %v", code, msg, err)
+	}
+	// (SHOW WARNINGS's own answer carries the warnings it lists: kept
+	// again, as asking twice answers twice in MySQL.)
+	if g := pinned("next-statement-warnings"); g == "" {
+		t.Fatal("warnings keep not counted")
+	}
+	// FOUND_ROWS() after SQL_CALC_FOUND_ROWS (on the primary).
+	var k int
+	if err := a.QueryRowContext(ctx, "SELECT SQL_CALC_FOUND_ROWS k FROM ptest.diag ORDER BY k LIMIT 1").Scan(&k); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.QueryRowContext(ctx, "SELECT FOUND_ROWS()").Scan(&n); err != nil || n != 3 {
+		t.Fatalf("FOUND_ROWS() after SQL_CALC_FOUND_ROWS: %d, %v (want 3)", n, err)
+	}
+	if g := pinned("next-statement-found-rows"); !strings.HasSuffix(g, " 1") {
+		t.Fatalf("found-rows keep not counted once: %q", g)
+	}
+	// An insert id keeps nothing (the OK packet carries it): right after
+	// an insert, another session gets the pool's one primary connection.
+	if _, err := a.ExecContext(ctx, "INSERT INTO ptest.diag (v) VALUES (10)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.QueryRowContext(ctx, "SELECT COUNT(*) FROM ptest.diag FOR UPDATE").Scan(&n); err != nil || n != 4 {
+		t.Fatalf("another session right after an insert: %d rows, %v", n, err)
+	}
+	// SET TRANSACTION (the next transaction's characteristics), then the
+	// transaction it applies to.
+	mustExec(t, a, "SET TRANSACTION READ ONLY")
+	mustExec(t, a, "START TRANSACTION")
+	if _, err := a.ExecContext(ctx, "INSERT INTO ptest.diag (v) VALUES (99)"); err == nil || !strings.Contains(err.Error(), "1792") {
+		t.Fatalf("an INSERT in the READ ONLY transaction SET TRANSACTION asked for: %v, want 1792", err)
+	}
+	mustExec(t, a, "ROLLBACK")
+	if g := pinned("next-transaction"); !strings.HasSuffix(g, " 1") {
+		t.Fatalf("next-transaction keep not counted once: %q", g)
+	}
+	// Given back: the pool's one primary connection serves another
+	// session (a locking read: on the primary; that session has no token
+	// for a replica to honour).
+	if err := other.QueryRowContext(ctx, "SELECT COUNT(*) FROM ptest.diag FOR UPDATE").Scan(&n); err != nil || n != 4 {
+		t.Fatalf("another session after the keeps: %d rows, %v", n, err)
 	}
 }

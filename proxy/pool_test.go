@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -170,6 +171,122 @@ func TestPoolBoundResetAndReuse(t *testing.T) {
 	p.release(c, poolDirty)
 }
 
+// TestPoolResetWriteBehind: a dirty release writes the reset and returns
+// the connection without waiting for its answers (resetPending); the next
+// borrower reads them before it gets the connection, which is then reset
+// (its user variable gone), counted in resets_total and reset_wait.
+func TestPoolResetWriteBehind(t *testing.T) {
+	composetest.Need(t, topo)
+	p := newTestPool(t, topo.Primary(), 1, time.Minute, nil)
+	a := mustAcquire(t, p)
+	if _, err := a.exec(t.Context(), "SET @behind = 1"); err != nil {
+		t.Fatal(err)
+	}
+	p.release(a, poolDirty)
+	if !a.resetPending {
+		t.Fatal("release waited for the reset's answers")
+	}
+	if n := testutil.ToFloat64(p.m.resets.WithLabelValues(p.node)); n != 1 {
+		t.Fatalf("resets_total %v, want 1", n)
+	}
+	b := mustAcquire(t, p)
+	if b != a || b.resetPending {
+		t.Fatalf("not the same connection (%v) or its reset still pending (%v)", b == a, b.resetPending)
+	}
+	if v := queryString(t, b, "SELECT IFNULL(@behind, 'reset')"); v != "reset" {
+		t.Fatalf("user variable after the write-behind reset: %q", v)
+	}
+	if n := testutil.CollectAndCount(p.m.resetWait); n != 1 {
+		t.Fatalf("reset_wait series %d, want 1", n)
+	}
+	p.release(b, poolClean)
+}
+
+// TestPoolFlags: connections are lent by the client flags they were
+// dialled with; a borrower with other flags, the pool full of idle
+// connections, gets a new one in place of an idle one (discarded,
+// counted), never more than the pool's size; the server honours the
+// flags (CLIENT_FOUND_ROWS: an UPDATE's affected rows are the rows it
+// matched).
+func TestPoolFlags(t *testing.T) {
+	composetest.Need(t, topo)
+	db := primaryDB(t, topo)
+	mustExec(t, db, "CREATE DATABASE IF NOT EXISTS ptest")
+	mustExec(t, db, "CREATE TABLE IF NOT EXISTS ptest.flags (k INT PRIMARY KEY, v INT)")
+	mustExec(t, db, "REPLACE INTO ptest.flags VALUES (1, 1)")
+	p := newTestPool(t, topo.Primary(), 1, time.Minute, nil)
+	affected := func(bc *backendConn) uint64 {
+		t.Helper()
+		r, err := bc.exec(t.Context(), "UPDATE ptest.flags SET v = 1 WHERE k = 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.AffectedRows
+	}
+	plain, err := p.acquireFor(t.Context(), useOther, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := affected(plain); n != 0 {
+		t.Fatalf("without CLIENT_FOUND_ROWS: %d affected, want 0", n)
+	}
+	id := plain.conn.GetConnectionID()
+	p.release(plain, poolClean)
+	found, err := p.acquireFor(t.Context(), useOther, mysql.CLIENT_FOUND_ROWS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found.conn.GetConnectionID() == id || found.pooledFlags != mysql.CLIENT_FOUND_ROWS {
+		t.Fatalf("a CLIENT_FOUND_ROWS borrower got connection %d (flags %#x), the plain one was %d", found.conn.GetConnectionID(), found.pooledFlags, id)
+	}
+	if n := affected(found); n != 1 {
+		t.Fatalf("with CLIENT_FOUND_ROWS: %d affected, want 1", n)
+	}
+	if n := p.discards(discardFlags); n != 1 {
+		t.Fatalf("flags discards %v, want 1", n)
+	}
+	if g := testutil.ToFloat64(p.m.conns.WithLabelValues(p.node, "open")); g != 1 {
+		t.Fatalf("open connections %v, want 1 (the pool's size)", g)
+	}
+	// Returned, it serves the next borrower with its flags as it is.
+	fid := found.conn.GetConnectionID()
+	p.release(found, poolDirty)
+	again, err := p.acquireFor(t.Context(), useOther, mysql.CLIENT_FOUND_ROWS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.conn.GetConnectionID() != fid {
+		t.Fatalf("the CLIENT_FOUND_ROWS connection %d was not reused (got %d)", fid, again.conn.GetConnectionID())
+	}
+	p.release(again, poolClean)
+}
+
+// TestPoolKeepPlace: a connection closed with its place kept (an overrun
+// wait until its KILL QUERY ran) still counts in the pool's size until
+// freed; the kill itself borrows from the pool.
+func TestPoolKeepPlace(t *testing.T) {
+	composetest.Need(t, topo)
+	p := newTestPool(t, topo.Primary(), 1, time.Minute, nil)
+	a := mustAcquire(t, p)
+	free := p.keepPlace(a)
+	p.wait = 50 * time.Millisecond
+	_, err := p.acquire(context.Background())
+	p.wait = time.Minute
+	wantPoolError(t, err, PoolWaitTimeout)
+	free()
+	if n := p.discards(discardKilledWait); n != 1 {
+		t.Fatalf("killed-wait discards %v, want 1", n)
+	}
+	// KILL QUERY of a connection id that runs nothing: the server's own
+	// answer is no error for an ended thread.
+	if err := p.kill(t.Context(), a.conn.GetConnectionID()); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(p.m.acquired.WithLabelValues(p.node, useKill)); n != 1 {
+		t.Fatalf("kill acquisitions %v, want 1", n)
+	}
+}
+
 // TestPoolWaiterServed: an acquisition that waits gets the connection
 // another session returns, in order of arrival.
 func TestPoolWaiterServed(t *testing.T) {
@@ -208,10 +325,13 @@ func TestPoolResetFails(t *testing.T) {
 	id := a.conn.GetConnectionID()
 	mustExec(t, primaryDB(t, topo), "KILL "+strconv.FormatUint(uint64(id), 10))
 	p.release(a, poolDirty)
+	// The reset is written on release (the write may well succeed on a
+	// socket the server closed); its answers are read by the next
+	// acquisition, which finds it failed, discards it and dials anew.
+	b := mustAcquire(t, p)
 	if n := p.discards(discardResetFailed); n != 1 {
 		t.Fatalf("reset-failed discards %v, want 1", n)
 	}
-	b := mustAcquire(t, p)
 	if b.conn.GetConnectionID() == id {
 		t.Fatal("the killed connection was lent again")
 	}
@@ -314,4 +434,117 @@ func TestPoolClosed(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestPoolSetOptionSurvivesReset: COM_SET_OPTION's multi-statements
+// setting outlives COM_RESET_CONNECTION (MySQL keeps the client's
+// capabilities), so a pooled connection's flags are what COM_SET_OPTION
+// last left (pooledFlags), whatever resets followed.
+func TestPoolSetOptionSurvivesReset(t *testing.T) {
+	composetest.Need(t, topo)
+	p := newTestPool(t, topo.Primary(), 1, time.Minute, nil)
+	bc := mustAcquire(t, p)
+	multi := func() bool {
+		t.Helper()
+		_, err := bc.exec(t.Context(), "DO 1; DO 2")
+		var me *mysql.MyError
+		if err != nil && !errors.As(err, &me) {
+			t.Fatal(err)
+		}
+		if err != nil {
+			return false
+		}
+		// The second statement's answer follows: read it off.
+		return true
+	}
+	if multi() {
+		t.Fatal("a connection dialled without CLIENT_MULTI_STATEMENTS ran two statements")
+	}
+	if err := bc.setOption(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if bc.pooledFlags != mysql.CLIENT_MULTI_STATEMENTS {
+		t.Fatalf("flags after COM_SET_OPTION on: %#x", bc.pooledFlags)
+	}
+	if err := bc.setOption(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := bc.setOption(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.reset(bc); err != nil {
+		t.Fatal(err)
+	}
+	if !multi() {
+		t.Fatal("COM_RESET_CONNECTION turned multi-statements off: pooledFlags would lie")
+	}
+	bc.broken = true // out of step after the multi-statement answer
+	p.release(bc, poolDirty)
+}
+
+// TestPoolCutKept: a connection the watchdog cut mid-statement keeps its
+// place (the server may still run the statement, and counts it) until its
+// node is healthy again and a KILL QUERY of it ran, counted.
+func TestPoolCutKept(t *testing.T) {
+	composetest.Need(t, topo)
+	var up atomic.Bool
+	up.Store(true)
+	p := newTestPool(t, topo.Replicas()[0], 2, time.Minute, up.Load)
+	a := mustAcquire(t, p)
+	up.Store(false)
+	a.dc.Cut(errUnresponsive)
+	a.broken = true
+	p.release(a, poolClean)
+	open := func() float64 { return testutil.ToFloat64(p.m.conns.WithLabelValues(p.node, "open")) }
+	if n := open(); n != 1 {
+		t.Fatalf("open connections after the cut %v, want 1 (its place kept)", n)
+	}
+	if n := p.discards(discardBroken); n != 1 {
+		t.Fatalf("broken discards %v, want 1", n)
+	}
+	up.Store(true)
+	killed := func() float64 { return testutil.ToFloat64(p.m.cutKills.WithLabelValues(p.node, "killed")) }
+	for deadline := time.Now().Add(time.Minute); killed() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no KILL QUERY of the cut connection counted (failed %v)", testutil.ToFloat64(p.m.cutKills.WithLabelValues(p.node, "failed")))
+		}
+	}
+	// The kill borrowed the other place; the cut connection's is free
+	// again: both places lend. (A pool of one: TestPoolCutKeptAlone.)
+	for deadline := time.Now().Add(time.Minute); open() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("open connections %v after the kill, want 1 (the kill's, idle)", open())
+		}
+	}
+	b, c := mustAcquire(t, p), mustAcquire(t, p)
+	p.release(b, poolClean)
+	p.release(c, poolClean)
+}
+
+// TestPoolCutKeptAlone: in a pool of one, the cut connection's kept place
+// is the only one: the kill's connection is dialled in it (no place comes
+// free within pool_wait) and serves the pool afterwards.
+func TestPoolCutKeptAlone(t *testing.T) {
+	composetest.Need(t, topo)
+	p := newTestPool(t, topo.Replicas()[0], 1, 200*time.Millisecond, nil)
+	a := mustAcquire(t, p)
+	id := a.conn.GetConnectionID()
+	a.dc.Cut(errUnresponsive)
+	a.broken = true
+	p.release(a, poolClean)
+	killed := func() float64 { return testutil.ToFloat64(p.m.cutKills.WithLabelValues(p.node, "killed")) }
+	for deadline := time.Now().Add(time.Minute); killed() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no KILL QUERY of the cut connection counted (failed %v)", testutil.ToFloat64(p.m.cutKills.WithLabelValues(p.node, "failed")))
+		}
+	}
+	p.wait = time.Minute
+	b := mustAcquire(t, p)
+	if b.conn.GetConnectionID() == id {
+		t.Fatal("the cut connection was lent again")
+	}
+	if g := testutil.ToFloat64(p.m.conns.WithLabelValues(p.node, "open")); g != 1 {
+		t.Fatalf("open connections %v, want 1", g)
+	}
+	p.release(b, poolClean)
 }

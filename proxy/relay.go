@@ -18,8 +18,10 @@ import (
 
 // relayOut is what the proxy learnt from a relayed response.
 type relayOut struct {
-	// status is the server status of the last OK or EOF packet.
-	status uint16
+	// status is the server status of the last OK or EOF packet,
+	// warnings its warning count.
+	status   uint16
+	warnings uint16
 	// gtid is the session-tracking GTID of the response (cloned), if any.
 	gtid string
 	// serverErr is true when the server answered with an ERR packet (already
@@ -426,6 +428,7 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 			}
 			if !bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt) < 4+9 {
 				if len(pkt) >= 9 {
+					out.warnings = binary.LittleEndian.Uint16(pkt[5:7])
 					out.status = binary.LittleEndian.Uint16(pkt[7:9])
 				}
 				write(pkt)
@@ -510,6 +513,7 @@ func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
 // connection its tracked executed set, in out (and the status in bc).
 func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
 	out.status, bc.status = r.Status, r.Status
+	out.warnings = r.Warnings
 	if !bc.allGTIDs {
 		return
 	}

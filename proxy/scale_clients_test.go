@@ -61,6 +61,10 @@ type scaleDone struct {
 	Seconds  float64        `json:"seconds"`
 	// Violations describes the first few violating reads.
 	Violations []string `json:"violations,omitempty"`
+	// ViolationConns are the proxy connection ids (the handshake's) of
+	// the sessions of Violations, in order: the parent prints the routes
+	// the proxy gave their last reads (Config.OnRead).
+	ViolationConns []uint32 `json:"violation_conns,omitempty"`
 }
 
 func scaleEnv(t *testing.T, key string, def float64) float64 {
@@ -175,6 +179,11 @@ func TestScaleClients(t *testing.T) {
 		check *lab.Checker
 		tally lab.Tally
 		hot   []int64
+		// seen is the highest version of each hot row the session read
+		// (its checker's floor), last the previous read's, lastAt when
+		// it ended: a violation's report.
+		seen, last []int64
+		lastAt     time.Duration
 	}
 	sess := make([]session, clients)
 	var idleErrs errLog
@@ -189,6 +198,7 @@ func TestScaleClients(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.hot = make([]int64, hot)
+		s.seen, s.last = make([]int64, hot), make([]int64, hot)
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -282,6 +292,7 @@ func TestScaleClients(t *testing.T) {
 					s.c = c
 					s.check, _ = lab.NewChecker(1, hot)
 					s.acked = 0
+					clear(s.seen)
 				}
 				if rng.IntN(writeEvery) == 0 {
 					s.seq++
@@ -319,14 +330,28 @@ func TestScaleClients(t *testing.T) {
 					return
 				}
 				s.tally.Add(&r, v)
+				at := time.Since(start)
 				if v.RYW || v.MR {
 					mu.Lock()
 					if len(done.Violations) < 10 {
+						var conn uint32
+						if s.c != nil {
+							conn = s.c.c.GetConnectionID()
+						}
 						done.Violations = append(done.Violations, fmt.Sprintf(
-							"session %d at %.1fs: ryw=%v (own %d, acked %d) mr=%v (hot row %d now %d)",
-							i, time.Since(start).Seconds(), v.RYW, r.Own, r.AckedSeq, v.MR, v.MRRow, r.Hot[v.MRRow]))
+							"session %d (proxy connection %d) read ending at %.3fs: ryw=%v (own %d, acked %d) mr=%v (hot row %d now %d, had seen %d); hot rows now %v, seen %v, previous read (ended %.3fs) %v",
+							i, conn, at.Seconds(), v.RYW, r.Own, r.AckedSeq, v.MR, v.MRRow, r.Hot[v.MRRow], s.seen[v.MRRow],
+							r.Hot, s.seen, s.lastAt.Seconds(), s.last))
+						done.ViolationConns = append(done.ViolationConns, conn)
 					}
 					mu.Unlock()
+				}
+				if err == nil {
+					for h, ver := range s.hot {
+						s.seen[h] = max(s.seen[h], ver)
+					}
+					copy(s.last, s.hot)
+					s.lastAt = at
 				}
 			}
 		})

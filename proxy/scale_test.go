@@ -37,7 +37,12 @@ import (
 //     (information_schema.PROCESSLIST, the proxy's account; the
 //     topology runs with performance_schema off, minus what
 //     was open before the proxy started): with the clients idle and the
-//     highest seen during the load;
+//     highest seen during the load, sampled every 2 s and exactly (the
+//     server's Max_used_connections since a FLUSH STATUS before the
+//     proxy started, minus the connections open then); with multiplexing
+//     every one of them must be within Server.BackendConnectionLimit
+//     (pool_size plus the proxy's own: docs/proxy.md, "Multiplexing"),
+//     or the test fails;
 //   - the proxy's live heap per idle client: (live heap with every client
 //     connected and idle - live heap with none) / clients, each read after
 //     a forced GC (runtime/metrics /gc/heap/live:bytes).
@@ -56,7 +61,10 @@ import (
 // test fails above that many backend connections on any node, or on any
 // refusal), _TASKSET=P:R (the proxy pinned to CPU list P, the clients to R;
 // scripts/proxy-scale.sh then starts the whole test, servers included, on
-// R). Violations always fail it.
+// R). Violations always fail it; each of the first ten is reported with
+// the session's proxy connection, the hot rows it read and had seen, its
+// previous read, and the routes the proxy gave its last reads
+// (Config.OnRead: node and reason, times from the load's start).
 func TestScale(t *testing.T) {
 	if os.Getenv("CAUSALLAB_PROXY_SCALE") != "1" {
 		t.Skip("scale run: set CAUSALLAB_PROXY_SCALE=1 (scripts/proxy-scale.sh)")
@@ -91,7 +99,19 @@ func TestScale(t *testing.T) {
 		base[nd.name] = mustCount(t, nd)
 	}
 
+	// The exact peak: each server's Max_used_connections from here on
+	// (FLUSH STATUS resets it to the connections open now), minus those.
+	threads0 := map[string]int{}
+	for _, nd := range nodes {
+		if _, err := nd.db.ExecContext(ctx, "FLUSH STATUS"); err != nil {
+			t.Logf("%s: FLUSH STATUS: %v (no exact peak)", nd.name, err)
+			continue
+		}
+		threads0[nd.name] = mustStatus(t, nd, "Threads_connected")
+	}
+	routes := newScaleRoutes(8)
 	s := startProxy(t, func(c *Config) {
+		c.OnRead = routes.add
 		c.AuthMethod, c.Policy, c.WatermarkSource = "mysql_native_password", policy, wm
 		c.MaxConnections = clients + 64
 		c.Multiplex = os.Getenv("CAUSALLAB_PROXY_SCALE_MULTIPLEX") == "1"
@@ -212,6 +232,7 @@ func TestScale(t *testing.T) {
 
 	// The load: sample the servers' counts while it runs.
 	sched0, cpu0 := schedLatencies(), processCPU()
+	start := time.Now()
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -257,6 +278,7 @@ func TestScale(t *testing.T) {
 		FirstErr    string         `json:"first_error"`
 		Seconds     float64        `json:"seconds"`
 		Violations  []string       `json:"violations"`
+		ViolConns   []uint32       `json:"violation_conns"`
 	}
 	next("done", &done)
 	sched1, cpu1 := schedLatencies(), processCPU()
@@ -270,13 +292,47 @@ func TestScale(t *testing.T) {
 	t.Logf("load: %.0f s, %d reads (%d served, %.0f/s), %d writes; read errors %d, write errors %d, reconnects %d, refused reconnects %d %v (first: %s)",
 		done.Seconds, done.Tally.Reads, served, float64(served)/done.Seconds, done.Writes, done.ReadErrors, done.WriteErrors, done.Reconnects, done.Refused, done.Errors, done.FirstErr)
 	t.Logf("load: violations: read-your-writes %d, monotonic reads %d", done.Tally.RYW, done.Tally.MR)
-	for _, v := range done.Violations {
+	for i, v := range done.Violations {
 		t.Logf("load: violation: %s", v)
+		if i < len(done.ViolConns) {
+			t.Logf("load: violation: the proxy's routes of connection %d's last reads (oldest first): %s", done.ViolConns[i], routes.get(done.ViolConns[i], start))
+		}
 	}
-	t.Logf("load: peak backend connections per node (from the servers): %v", peak)
-	t.Logf("%s", noBuckets(grepLines(metricText(t, s), "causallab_proxy_connections_total", "causallab_proxy_backend_errors_total", "causallab_proxy_pool_",
+	t.Logf("load: peak backend connections per node (from the servers, sampled every 2 s): %v", peak)
+	exact := map[string]int{}
+	for _, nd := range nodes {
+		if t0, ok := threads0[nd.name]; ok {
+			exact[nd.name] = mustStatus(t, nd, "Max_used_connections") - t0
+		}
+	}
+	t.Logf("load: peak backend connections per node (the servers' Max_used_connections since the proxy started, minus the connections open before): %v", exact)
+	if c := s.cfg; c.Multiplex {
+		mt := metricText(t, s)
+		for _, nd := range nodes {
+			limit := s.BackendConnectionLimit(nd.name)
+			// Faults whose server side the proxy cannot see end: a dial
+			// that failed after connecting (the server counts it until its
+			// own connect_timeout ends the handshake), a cut connection
+			// whose KILL QUERY failed or was given up. Each may be counted
+			// by the server for a while beyond the bound.
+			unseen := metricSum(mt, `causallab_proxy_backend_errors_total{backend="`+nd.name+`",op="connect"}`) +
+				metricSum(mt, `causallab_proxy_pool_cut_kills_total{backend="`+nd.name+`",result="failed"}`) +
+				metricSum(mt, `causallab_proxy_pool_cut_kills_total{backend="`+nd.name+`",result="gave-up"}`)
+			t.Logf("load: %s: the proxy's bound %d (pool_size %d + the position source's %d%s); faults whose server side may outlive the proxy's view: %d",
+				nd.name, limit, c.PoolSize, positionConns,
+				map[bool]string{true: fmt.Sprintf(" + the router's %d", routerPrimaryConns)}[nd.name == c.Primary.Name], unseen)
+			for what, n := range map[string]int{"idle": idleBackends[nd.name], "sampled peak": peak[nd.name], "exact peak": exact[nd.name]} {
+				if n > limit+unseen {
+					t.Errorf("node %s: %d backend connections (%s) above the proxy's bound %d (+%d faults)", nd.name, n, what, limit, unseen)
+				} else if n > limit {
+					t.Logf("load: node %s: %d backend connections (%s) above the bound %d, within its %d faults", nd.name, n, what, limit, unseen)
+				}
+			}
+		}
+	}
+	t.Logf("%s", noBuckets(grepLines(metricText(t, s), "causallab_proxy_connections_total", "causallab_proxy_backend_errors_total", "causallab_proxy_pool_", "causallab_proxy_watermark_fallbacks_total",
 		"causallab_proxy_statements_total", "causallab_proxy_primary_statements_total", "causallab_proxy_client_errors_total", "causallab_router_")))
-	t.Logf("%s", histSummaries(metricText(t, s), "causallab_proxy_pool_hold_seconds", "causallab_proxy_pool_wait_seconds", "causallab_proxy_pool_reset_seconds"))
+	t.Logf("%s", histSummaries(metricText(t, s), "causallab_proxy_pool_hold_seconds", "causallab_proxy_pool_wait_seconds", "causallab_proxy_pool_reset_seconds", "causallab_proxy_pool_reset_wait_seconds"))
 	stmts := done.Tally.Reads + done.Writes + done.ReadErrors + done.WriteErrors
 	t.Logf("load: proxy CPU %.1f s (%.0f µs per statement, %.2f cores); goroutine run-queue latency %s",
 		(cpu1 - cpu0).Seconds(), float64((cpu1-cpu0).Microseconds())/float64(max(stmts, 1)), (cpu1-cpu0).Seconds()/done.Seconds, sched1.since(sched0))
@@ -298,6 +354,69 @@ func TestScale(t *testing.T) {
 			t.Errorf("%d refusals or failed statements", refused)
 		}
 	}
+}
+
+// scaleRoutes keeps the last few routes the proxy gave each client
+// connection's reads (Config.OnRead), for a violation's report.
+type scaleRoutes struct {
+	mu   sync.Mutex
+	n    int
+	byID map[uint32][]routeAt
+}
+
+type routeAt struct {
+	at time.Time
+	r  ReadRoute
+}
+
+func newScaleRoutes(n int) *scaleRoutes { return &scaleRoutes{n: n, byID: map[uint32][]routeAt{}} }
+
+func (l *scaleRoutes) add(r ReadRoute) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rs := l.byID[r.Conn]
+	if len(rs) == l.n {
+		copy(rs, rs[1:])
+		rs = rs[:l.n-1]
+	}
+	l.byID[r.Conn] = append(rs, routeAt{at: now, r: r})
+}
+
+// get describes conn's routes, their times from start.
+func (l *scaleRoutes) get(conn uint32, start time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, ra := range l.byID[conn] {
+		fmt.Fprintf(&b, "[%.3fs %s %s] ", ra.at.Sub(start).Seconds(), ra.r.Node, ra.r.Reason)
+	}
+	return b.String()
+}
+
+// metricSum is the value of the series named exactly (name and labels)
+// in a metrics text, 0 when absent.
+func metricSum(text, series string) int {
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return int(f)
+			}
+		}
+	}
+	return 0
+}
+
+// mustStatus reads a global status variable of n.
+func mustStatus(t *testing.T, n scaleNode, name string) int {
+	t.Helper()
+	var k string
+	var v int
+	if err := n.db.QueryRow("SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&k, &v); err != nil {
+		t.Fatalf("%s: %s: %v", n.name, name, err)
+	}
+	return v
 }
 
 func envStr(key, def string) string {

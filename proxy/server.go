@@ -218,7 +218,7 @@ func (s *Server) newRouter(ctx context.Context) error {
 		Watermark:     s.cfg.watermarkMode(),
 		Epoch:         s.cfg.Epoch,
 		DialTimeout:   s.cfg.ConnectTimeout,
-		PrimaryPool:   4,
+		PrimaryPool:   routerPrimaryConns,
 		PlainSocketIO: s.cfg.SocketIO == "go",
 		CompactTokens: s.cfg.CompactTokens,
 		Registerer:    s.m.reg,

@@ -485,6 +485,7 @@ func (s *session) previous() *backendConn {
 // primary and records the write's GTID.
 func (s *session) afterPrimary(st Stmt, out relayOut) {
 	s.state.afterPrimary(st, out.status, out.serverErr)
+	s.state.noteAnswer(st, out.warnings, out.serverErr)
 	if s.state.inTx() {
 		s.cc.SetInTransaction()
 	} else {
@@ -620,17 +621,22 @@ func (s *session) killWait(bc *backendConn) {
 	bc.broken = true
 	id := bc.conn.GetConnectionID()
 	b := bc.b
-	bc.close()
+	// A pooled connection keeps its place in the pool until its wait is
+	// killed (the server runs it until then), and the kill borrows there.
+	home := bc.home
+	free := home.keepPlace(bc)
 	select {
 	case s.srv.kills <- struct{}{}:
 	default:
+		free()
 		s.srv.m.backendErrors.WithLabelValues(b.Name, "kill-skipped").Inc()
 		return
 	}
 	s.srv.wg.Go(func() {
 		defer func() { <-s.srv.kills }()
+		defer free()
 		// The kill outlives the session (bounded by connect_timeout).
-		if err := killQuery(context.WithoutCancel(s.ctx), b, id, &s.srv.cfg); err != nil {
+		if err := killQuery(context.WithoutCancel(s.ctx), b, id, &s.srv.cfg, home); err != nil {
 			s.srv.m.backendErrors.WithLabelValues(b.Name, "kill").Inc()
 			s.srv.log.Debug("KILL QUERY of an overrun wait failed", "backend", b.Name, "err", err.Error())
 		}

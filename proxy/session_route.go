@@ -168,6 +168,7 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne rel
 			return gtid.Set{}, s.runFailed(&run, bc, err, idleFor)
 		}
 		run.out, run.relayed = out, true
+		s.state.noteAnswer(st, out.warnings, out.serverErr)
 		if out.serverErr {
 			// The node served the read; its answer was the server's
 			// refusal of the statement (already with the client). That is

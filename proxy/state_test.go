@@ -234,3 +234,33 @@ func TestHoldWordsArePinWords(t *testing.T) {
 		}
 	}
 }
+
+// TestNoteAnswer: what an answer leaves for the next statement to ask
+// about, most specific first; an answer with nothing clears it.
+func TestNoteAnswer(t *testing.T) {
+	m := newSessionState()
+	for _, c := range []struct {
+		st        Stmt
+		warnings  uint16
+		serverErr bool
+		want      keepReason
+	}{
+		{Stmt{Kind: KindRead}, 0, false, keepNone},
+		{Stmt{Kind: KindRead}, 2, false, keepWarnings},
+		{Stmt{Kind: KindPrimary}, 0, true, keepWarnings},
+		{Stmt{Kind: KindPrimary, CalcFoundRows: true}, 1, false, keepFoundRows},
+		{Stmt{Kind: KindPrimary, NextTransaction: true}, 1, false, keepNextTransaction},
+		{Stmt{Kind: KindPrimary, NextTransaction: true}, 0, true, keepWarnings},
+		{Stmt{Kind: KindPrimary}, 0, false, keepNone},
+	} {
+		m.noteAnswer(c.st, c.warnings, c.serverErr)
+		if m.keepNext != c.want {
+			t.Errorf("%+v warnings %d error %v: keep %q, want %q", c.st, c.warnings, c.serverErr, m.keepNext, c.want)
+		}
+	}
+	m.noteAnswer(Stmt{Kind: KindPrimary}, 1, false)
+	m.reset()
+	if m.keepNext != keepNone {
+		t.Error("COM_RESET_CONNECTION kept the previous statement's keep")
+	}
+}

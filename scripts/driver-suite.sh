@@ -15,8 +15,9 @@
 # directory, printed), CAUSALLAB_DRIVER_SUITE_POLICY
 # (the proxy's routing policy; default token-ryw-mr),
 # CAUSALLAB_DRIVER_SUITE_WATERMARK (the proxy's --watermark-source: query or
-# all-gtids; default the proxy's), CAUSALLAB_DRIVER_SUITE_TIMEOUT
-# (per run, go test -timeout; default 15m).
+# all-gtids; default the proxy's), CAUSALLAB_DRIVER_SUITE_MULTIPLEX (true
+# or false: the proxy's --multiplex; default the proxy's),
+# CAUSALLAB_DRIVER_SUITE_TIMEOUT (per run, go test -timeout; default 15m).
 # Needs what `make deps` installs (the MySQL root filesystem). Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,7 @@ if [ "${1:-}" = "-run" ]; then
 fi
 policy=${CAUSALLAB_DRIVER_SUITE_POLICY:-token-ryw-mr}
 wmsource=${CAUSALLAB_DRIVER_SUITE_WATERMARK:-}
+multiplex=${CAUSALLAB_DRIVER_SUITE_MULTIPLEX:-}
 timeout=${CAUSALLAB_DRIVER_SUITE_TIMEOUT:-15m}
 
 log() { echo "driver-suite: $*" >&2; }
@@ -85,7 +87,8 @@ chroot "$rootfs" mysql -h "${primary%:*}" -P "${primary#*:}" -ucausallab -pcausa
 pport=$(free_port)
 hport=$(free_port)
 "$bin" -v proxy --topology "$state" --listen "127.0.0.1:$pport" --http "127.0.0.1:$hport" \
-	--user causallab --password causallab --policy "$policy" ${wmsource:+--watermark-source "$wmsource"} >"$out/proxy-server.log" 2>&1 &
+	--user causallab --password causallab --policy "$policy" ${wmsource:+--watermark-source "$wmsource"} \
+	${multiplex:+--multiplex="$multiplex"} >"$out/proxy-server.log" 2>&1 &
 proxy_pid=$!
 for _ in $(seq 1 100); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$pport") 2>/dev/null; then break; fi

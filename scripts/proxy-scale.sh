@@ -4,8 +4,12 @@
 # on a local MySQL topology (a primary and two replicas on loopback), each
 # a lab session doing point reads and one write in ten, judged against the
 # lab's ground truth. It prints refusals, read-your-writes and
-# monotonic-reads violations, backend connections per node as the servers
-# count them, and the proxy's heap per idle client.
+# monotonic-reads violations (each with the node and reason of the
+# session's last reads), backend connections per node as the servers count
+# them (with CAUSALLAB_PROXY_SCALE_MULTIPLEX=1 the test fails when a node's
+# count passes the proxy's stated bound, pool_size + its own connections),
+# the pools' hold, wait and reset times, and the proxy's heap per idle
+# client.
 #
 #   scripts/proxy-scale.sh [clients] [seconds]
 #

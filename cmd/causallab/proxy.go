@@ -21,6 +21,7 @@ func newProxyCmd() *cobra.Command {
 		user, password             string
 		epoch                      uint64
 		startupTimeout             time.Duration
+		multiplex                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -79,6 +80,9 @@ prints them) with --user/--password for the clients.`,
 			if cmd.Flags().Changed("startup-timeout") {
 				cfg.StartupTimeout = startupTimeout
 			}
+			if cmd.Flags().Changed("multiplex") {
+				cfg.Multiplex = multiplex
+			}
 			cfg.Logger = slog.Default()
 			s, err := proxy.New(cfg)
 			if err != nil {
@@ -102,6 +106,7 @@ prints them) with --user/--password for the clients.`,
 	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default: the --topology state file's, as causallab status prints it; else 1)")
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
+	f.BoolVar(&multiplex, "multiplex", false, "share backend connections across client sessions (pool_size per node; docs/proxy.md, \"Multiplexing\")")
 	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads bound what a replica read saw: lazy (default with --positions poll: the poller's next poll, taken only when the session moves), query (the default with binlog positions; the watermark query pipelined behind each read) or all-gtids (the read's own OK packet; not sound)")
 	f.DurationVar(&startupTimeout, "startup-timeout", 0, "the readiness gate's bound: clients are served once every backend's position was read, or after this (default: the config's startup_timeout, else 10s)")
 	return cmd
