@@ -420,16 +420,15 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
 		return mysql.NewResult(statusResultset(st.Status, s.connStatus(st.Status))), nil
 	}
-	if st.Kind == KindRead && s.srv.pools != nil {
-		// Multiplexing: a read borrows the primary only if the router
-		// sends it there (conn).
+	if st.Kind == KindRead {
+		// The primary connection is checked (ensurePrimary) only if the
+		// router sends the read there (conn): checking it before every
+		// read cost a read-only session one more system call per read
+		// (the idle peek) once its primary connection sat idle a second.
 		return s.readQuery(query, st)
 	}
 	if err := s.ensurePrimary(); err != nil {
 		return nil, err
-	}
-	if st.Kind == KindRead {
-		return s.readQuery(query, st)
 	}
 	if st.Reason == ReasonPreviousStatement {
 		if bc := s.previous(); bc != nil {

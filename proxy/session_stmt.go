@@ -111,10 +111,12 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 	if p == nil {
 		return nil, s.proxyErr("unknown-stmt", mysql.ER_UNKNOWN_STMT_HANDLER, "unknown prepared statement")
 	}
-	if err := s.ensurePrimary(); err != nil {
-		return nil, err
-	}
 	st := p.class
+	if st.Kind != KindRead { // a read checks the primary only if routed there (conn)
+		if err := s.ensurePrimary(); err != nil {
+			return nil, err
+		}
+	}
 	raw, why := s.rawExecute(p)
 	if raw != nil {
 		return s.relayExecute(p, raw)
