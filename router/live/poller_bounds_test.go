@@ -90,10 +90,7 @@ func TestPollerSeenBound(t *testing.T) {
 	if !p.Bounds() {
 		t.Fatal("MySQL with Bounds: no bounds")
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runPoller(t, p)
 	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer wcancel()
 	if err := p.WaitFor(wctx, "r1", mustSet(t, u+":1-5")); err != nil {
@@ -168,10 +165,7 @@ func TestPollerLogStatusBound(t *testing.T) {
 	}
 	node := &boundsNode{exec: u + ":1-5", received: u + ":1-9"}
 	p := newPoller(cfg, func(context.Context, string) (valueConn, error) { return &boundsConn{node: node}, nil })
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runPoller(t, p)
 	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer wcancel()
 	if err := p.WaitFor(wctx, "r1", mustSet(t, u+":1-5")); err != nil {

@@ -54,10 +54,7 @@ func TestPollTimeoutRedials(t *testing.T) {
 		}
 		return answeringConn{set}, nil
 	})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runPoller(t, p)
 
 	want, err := gtid.Parse(set)
 	if err != nil {
@@ -144,9 +141,7 @@ func TestPollerStandbyQuery(t *testing.T) {
 		t.Errorf("old primary polled with %q, want the standby query", q)
 	}
 	// The polls themselves use it.
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Run(ctx) }()
+	stop := runPoller(t, p)
 	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer wcancel()
 	for _, n := range []string{"p", "s1"} {
@@ -154,8 +149,7 @@ func TestPollerStandbyQuery(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cancel()
-	<-done
+	stop()
 	mu.Lock()
 	defer mu.Unlock()
 	if !seen["p:5432"][pgStandbyQuery] || seen["p:5432"][pgExecutedQuery] {
@@ -170,4 +164,17 @@ func TestPollerStandbyQuery(t *testing.T) {
 	if got := q.query("s1"); got != pgExecutedQuery {
 		t.Errorf("no primary named: %q", got)
 	}
+}
+
+// runPoller runs p until the test ends or stop is called (which waits
+// for Run to return).
+func runPoller[P gtid.Position[P]](t *testing.T, p *Poller[P]) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }
