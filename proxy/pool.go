@@ -47,6 +47,9 @@ type pool struct {
 	puts    chan *backendConn // nil: a lent connection was discarded
 	dialed  chan poolGrant
 	done    chan struct{} // closed when run returns
+	// life is newPool's ctx: the pool's own background work (cutKill)
+	// ends with it.
+	life context.Context
 }
 
 // PoolFailure is why an acquisition failed (the metric's reason label).
@@ -226,7 +229,7 @@ func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
 	}
 	p := &pool{poolConfig: pc,
 		reqs: make(chan *poolReq), cancels: make(chan *poolReq), puts: make(chan *backendConn),
-		dialed: make(chan poolGrant), done: make(chan struct{})}
+		dialed: make(chan poolGrant), done: make(chan struct{}), life: ctx}
 	go p.run(ctx)
 	return p, nil
 }
@@ -617,7 +620,7 @@ func (p *pool) cutKill(id uint32, free func()) {
 		case <-tick.C:
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.resetBound+p.wait)
+	ctx, cancel := context.WithTimeout(p.life, p.resetBound+p.wait)
 	defer cancel()
 	err := p.kill(ctx, id)
 	var pe *PoolError
