@@ -36,6 +36,38 @@ const (
 	TokenLSN TokenKind = "lsn"
 )
 
+// Positions is where the GTID-set routers under test learn what each node
+// has executed: the words of the proxy's `positions` setting.
+type Positions string
+
+const (
+	// PositionsBinlog (the default): a binlogwatch stream per node behind
+	// live.WatchSource (router/live), or the proxy's `positions: binlog`
+	// over the same streams. The watermark is the pipelined query.
+	PositionsBinlog Positions = "binlog"
+	// PositionsPoll: a live.Poller per node every PollInterval, as the
+	// proxy runs by default (`positions: poll`). The watermark is then
+	// lazy unless WatermarkSource says query.
+	PositionsPoll Positions = "poll"
+)
+
+// WatermarkSource is how the GTID-set routers' monotonic-reads policies
+// learn what a replica read saw: the words of the proxy's
+// `watermark_source` setting (docs/proxy.md, "Routing").
+type WatermarkSource string
+
+const (
+	// WatermarkQuery: the replica's executed set read after the read on
+	// the same connection (live.WatermarkAfterRead; the proxy's
+	// `watermark_source: query`). The default with PositionsBinlog.
+	WatermarkQuery WatermarkSource = "query"
+	// WatermarkLazy: no statement after the read; the read is bounded
+	// after the fact by a poll, only when the session moves
+	// (live.WatermarkLazy; `watermark_source: lazy`). Needs PositionsPoll,
+	// and is its default.
+	WatermarkLazy WatermarkSource = "lazy"
+)
+
 // RouterSpec names and configures one router of a run.
 type RouterSpec struct {
 	// Name labels the router in tables; default Policy.String().
@@ -83,8 +115,17 @@ type Config struct {
 	// PollInterval is how often the lab's measurement poller reads each
 	// node's executed set (replication lag), and the scalar-token routers'
 	// positions are polled (they cannot use the binlog streams, which carry
-	// GTID sets); default 5ms. GTID-token routing uses binlog streams.
+	// GTID sets); default 5ms. GTID-token routing uses binlog streams
+	// unless Positions is PositionsPoll, which polls at this interval too.
 	PollInterval time.Duration
+	// Positions is the GTID-set routers' position source: PositionsBinlog
+	// (default) or PositionsPoll. Scalar-token routers always poll.
+	Positions Positions
+	// WatermarkSource is the GTID-set routers' monotonic-reads watermark:
+	// WatermarkQuery (the default with PositionsBinlog) or WatermarkLazy
+	// (the default with PositionsPoll, and only with it: a binlog stream
+	// cannot bound a read after the fact).
+	WatermarkSource WatermarkSource
 	// ReadTimeout bounds one read (a paused or dead node); default 2s. A read
 	// that hits it is counted as an error outcome.
 	ReadTimeout time.Duration
@@ -176,6 +217,15 @@ func (c *Config) validate() error {
 	if c.Via == "" {
 		c.Via = ViaRouter
 	}
+	if c.Positions == "" {
+		c.Positions = PositionsBinlog
+	}
+	if c.WatermarkSource == "" {
+		c.WatermarkSource = WatermarkQuery
+		if c.Positions == PositionsPoll {
+			c.WatermarkSource = WatermarkLazy
+		}
+	}
 	if c.Workload == nil {
 		c.Workload = &DefaultWorkload{}
 	}
@@ -218,6 +268,15 @@ func (c *Config) validate() error {
 	}
 	if c.Via != ViaRouter && c.Via != ViaProxy {
 		errs = append(errs, fmt.Errorf("unknown path %q (want router or proxy)", c.Via))
+	}
+	if c.Positions != PositionsBinlog && c.Positions != PositionsPoll {
+		errs = append(errs, fmt.Errorf("unknown positions %q (want binlog or poll)", c.Positions))
+	}
+	switch {
+	case c.WatermarkSource != WatermarkQuery && c.WatermarkSource != WatermarkLazy:
+		errs = append(errs, fmt.Errorf("unknown watermark source %q (want query or lazy)", c.WatermarkSource))
+	case c.WatermarkSource == WatermarkLazy && c.Positions != PositionsPoll:
+		errs = append(errs, errors.New("watermark source lazy needs positions poll (a binlog stream cannot bound a read after the fact)"))
 	}
 	if c.Via == ViaProxy {
 		for _, ev := range c.Condition.Events {

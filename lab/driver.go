@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
 )
@@ -519,12 +520,12 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 	if len(lsnSpecs) > 0 {
 		// The scalar token runs through router/live like every other, on
 		// polled scalar positions (binlogwatch streams carry GTID sets).
-		src, err := startScalarSource(ctx, topo, cfg, &g.bg, 10*time.Second)
+		src, err := startPollSource(ctx, topo, cfg, &g.bg, 10*time.Second, live.Flavor[gtid.LSN](live.Scalar{}), false)
 		if err != nil {
 			return err
 		}
 		for _, sp := range lsnSpecs {
-			v, err := newViaRouter(ctx, sp, e, live.Scalar{}, src)
+			v, err := newViaRouter(ctx, sp, e, live.Scalar{}, src, live.WatermarkAfterRead)
 			if err != nil {
 				return err
 			}
@@ -536,10 +537,29 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 		}
 	}
 	if len(gtidSpecs) > 0 {
-		src, err := startWatchSource(ctx, topo, cfg, &g.bg, 10*time.Second)
-		if err != nil {
-			return err
+		var src live.PositionSource[gtid.Set]
+		wm := live.WatermarkAfterRead
+		if cfg.WatermarkSource == WatermarkLazy {
+			wm = live.WatermarkLazy
 		}
+		switch {
+		case cfg.Positions == PositionsBinlog:
+			w, err := startWatchSource(ctx, topo, cfg, &g.bg, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			src = w
+		case cfg.Via == ViaRouter:
+			// One poller for every router, as one binlog stream per node
+			// serves them all.
+			pl, err := startPollSource(ctx, topo, cfg, &g.bg, 10*time.Second, live.Flavor[gtid.Set](live.MySQL{}), wm == live.WatermarkLazy)
+			if err != nil {
+				return err
+			}
+			src = pl
+		}
+		// Via the proxy with PositionsPoll, src stays nil: each proxy
+		// polls its backends itself, as `causallab proxy` does.
 		for _, sp := range gtidSpecs {
 			if cfg.Via == ViaProxy {
 				pr, err := newViaProxy(ctx, sp, e, src)
@@ -550,7 +570,7 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 				e.routers = append(e.routers, pr)
 				continue
 			}
-			v, err := newViaRouter(ctx, sp, e, live.MySQL{}, src)
+			v, err := newViaRouter(ctx, sp, e, live.MySQL{}, src, wm)
 			if err != nil {
 				return err
 			}

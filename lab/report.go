@@ -124,6 +124,23 @@ func Table(res *Result) *sim.Table {
 	return t
 }
 
+// gtidSource says where the GTID-token routers took positions and
+// watermarks from (a result from before the setting: binlog streams and
+// the pipelined query).
+func gtidSource(c ConfigSummary) string {
+	pos, wm := c.Positions, c.WatermarkSource
+	if pos == "" {
+		pos = string(PositionsBinlog)
+	}
+	if wm == "" {
+		wm = string(WatermarkQuery)
+	}
+	if pos == string(PositionsPoll) {
+		return fmt.Sprintf("GTID-token positions polled every %g ms, watermark %s", c.PollMs, wm)
+	}
+	return "GTID-token positions from binlog streams, watermark " + wm
+}
+
 // briefNotes are the compact view's two notes: the setup with the lag
 // achieved, then the simulator's agreement and the expectations.
 func briefNotes(res *Result) []string {
@@ -240,8 +257,8 @@ func agreementNote(res *Result, limit int) string {
 func Notes(res *Result) []string {
 	c := res.Config
 	n := []string{
-		fmt.Sprintf("Setup: %s routers, seed %d, %d sessions, %g writes/s offered for %gs (%d writes), %d reads per write, gaps %g–%g ms log-uniform, %d hot rows, %d workers; routed via %s (GTID-token positions from binlog streams; scalar-token positions and the lag measurement polled every %g ms).",
-			res.Mode, c.Seed, c.Sessions, c.WriteRate, c.DurationSec, res.OfferedWrites, c.ReadsPerWrite, c.GapMinMs, c.GapMaxMs, c.HotRows, c.Workers, res.Via, c.PollMs),
+		fmt.Sprintf("Setup: %s routers, seed %d, %d sessions, %g writes/s offered for %gs (%d writes), %d reads per write, gaps %g–%g ms log-uniform, %d hot rows, %d workers; routed via %s (%s; scalar-token positions and the lag measurement polled every %g ms).",
+			res.Mode, c.Seed, c.Sessions, c.WriteRate, c.DurationSec, res.OfferedWrites, c.ReadsPerWrite, c.GapMinMs, c.GapMaxMs, c.HotRows, c.Workers, res.Via, gtidSource(c), c.PollMs),
 		fmt.Sprintf("Achieved lag (lab, write ack to first poll holding it, every replica): mean %.1f ms, p50 %.1f ms, p99 %.1f ms over %d samples (%d never seen).",
 			res.Lag.MeanMs, res.Lag.P50Ms, res.Lag.P99Ms, res.Lag.Samples, res.Lag.Unseen),
 	}

@@ -158,12 +158,18 @@ type ConfigSummary struct {
 	// GlobalSource is the global routers' target source (live.GlobalSource
 	// name); empty when no router is global.
 	GlobalSource string `json:"global_source,omitempty"`
+	// Positions and WatermarkSource are the GTID-set routers' position
+	// source and monotonic-reads watermark (Config's; empty in a result
+	// written before they existed: binlog and query).
+	Positions       string `json:"positions,omitempty"`
+	WatermarkSource string `json:"watermark_source,omitempty"`
 }
 
 func summarize(c *Config) ConfigSummary {
 	s := ConfigSummary{Sessions: c.Sessions, HotRows: c.HotRows, WriteRate: c.WriteRate,
 		DurationSec: c.Duration.Seconds(), ReadsPerWrite: c.ReadsPerWrite,
-		GapMinMs: ms(c.GapMin), GapMaxMs: ms(c.GapMax), Seed: c.Seed, Workers: c.Workers, PollMs: ms(c.PollInterval)}
+		GapMinMs: ms(c.GapMin), GapMaxMs: ms(c.GapMax), Seed: c.Seed, Workers: c.Workers, PollMs: ms(c.PollInterval),
+		Positions: string(c.Positions), WatermarkSource: string(c.WatermarkSource)}
 	for _, r := range c.Routers {
 		if r.Policy.Kind == router.PolicyGlobal {
 			s.GlobalSource = c.GlobalSource.String()

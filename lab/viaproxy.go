@@ -108,6 +108,11 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 		WaitBudget: sp.Policy.WaitBudget, FallbackPerSecond: sp.Cap.PerSecond, Epoch: max(e.nodes.Epoch(), 1),
 		Source: src, Logger: e.cfg.Logger, HashMode: sp.Policy.HashMode.String(), GlobalSource: e.cfg.GlobalSource.String(),
 		OnRead: func(r proxy.ReadRoute) { v.routes.Store(r.Conn, r) }}
+	if src == nil {
+		// Config.Positions: the proxy's own pollers (`positions: poll`).
+		cfg.Positions, cfg.PollInterval = string(PositionsPoll), e.cfg.PollInterval
+	}
+	cfg.WatermarkSource = string(e.cfg.WatermarkSource)
 	var names []string
 	for i, r := range e.nodes.Replicas() {
 		b := backend(r.Name, r.Addr())

@@ -92,13 +92,13 @@ func replicaNodes(e *engine) ([]live.Node, []string) {
 }
 
 // newViaRouter builds the live router for sp with flavor f over positions
-// src.
-func newViaRouter[P gtid.Position[P]](ctx context.Context, sp RouterSpec, e *engine, f live.Flavor[P], src live.PositionSource[P]) (*viaRouter[P], error) {
+// src, raising monotonic-reads watermarks the wm way.
+func newViaRouter[P gtid.Position[P]](ctx context.Context, sp RouterSpec, e *engine, f live.Flavor[P], src live.PositionSource[P], wm live.WatermarkMode) (*viaRouter[P], error) {
 	p := e.nodes.Primary()
 	reps, names := replicaNodes(e)
 	rt, err := live.New(ctx, live.Config[P]{Flavor: f, Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
 		Policy: sp.Policy, Cap: sp.Cap, Global: e.cfg.GlobalSource, Positions: src, Epoch: e.nodes.Epoch(), MaxIdle: e.cfg.Workers, PrimaryPool: e.cfg.Workers,
-		Logger: e.cfg.Logger, Seed: e.cfg.Seed})
+		Watermark: wm, Logger: e.cfg.Logger, Seed: e.cfg.Seed})
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
 	}
@@ -173,22 +173,23 @@ func waitHealthy[P gtid.Position[P]](ctx context.Context, src live.PositionSourc
 	}
 }
 
-// startScalarSource polls every node's executed position as a scalar
-// (live.Poller[gtid.LSN] with the live.Scalar flavor, every
-// cfg.PollInterval), run on wg until ctx ends, for the scalar-token
-// routers: binlogwatch's streams carry GTID sets. It waits until every
-// node has answered once (or limit passes).
-func startScalarSource(ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup, limit time.Duration) (live.PositionSource[gtid.LSN], error) {
+// startPollSource polls every node's executed position with flavor f
+// (live.Poller, every cfg.PollInterval; with bounds, each poll also reads
+// the node's upper bound, which the lazy watermark needs), run on wg until
+// ctx ends: the scalar-token routers' source (binlogwatch's streams carry
+// GTID sets), and the GTID-set routers' under PositionsPoll. It waits
+// until every node has answered once (or limit passes).
+func startPollSource[P gtid.Position[P]](ctx context.Context, topo Nodes, cfg *Config, wg *sync.WaitGroup, limit time.Duration, f live.Flavor[P], bounds bool) (*live.Poller[P], error) {
 	var nodes []live.Node
 	var names []string
 	for _, n := range allNodes(topo) {
 		nodes, names = append(nodes, routerNode(n)), append(names, n.Name)
 	}
 	p := topo.Primary()
-	pl, err := live.NewPoller(live.PollerConfig[gtid.LSN]{Flavor: live.Scalar{}, Nodes: nodes, User: p.User, Password: p.Password,
-		Interval: cfg.PollInterval, Logger: cfg.Logger})
+	pl, err := live.NewPoller(live.PollerConfig[P]{Flavor: f, Nodes: nodes, User: p.User, Password: p.Password,
+		Interval: cfg.PollInterval, Bounds: bounds, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("lab: scalar position poller: %w", err)
+		return nil, fmt.Errorf("lab: position poller: %w", err)
 	}
 	wg.Add(1)
 	go func() {

@@ -43,6 +43,8 @@ type labFlags struct {
 	simTrials   int
 	noProgress  bool
 	via         string
+	positions   string
+	watermark   string
 	globalSrc   string
 	fresh       bool
 }
@@ -92,6 +94,8 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.IntVar(&f.simTrials, "sim-trials", 4, "simulator trials averaged for the prediction")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
 	fl.StringVar(&f.globalSrc, "global-source", "primary-query", "where global routers take a read's target: primary-query (the primary's executed set per read) or view (the router's view of the primary, no round trip)")
+	fl.StringVar(&f.positions, "positions", "binlog", "GTID-token routers' positions: binlog (a binlogwatch stream per node) or poll (every --poll, as causallab proxy does by default)")
+	fl.StringVar(&f.watermark, "watermark-source", "", "monotonic-reads watermark of the GTID-token routers: query (read after each replica read) or lazy (bounded by a poll only when a session moves; needs --positions poll); default lazy with poll, else query")
 	fl.StringVar(&f.via, "via", "router", "routing path: router (package router/live over binlogwatch positions) or proxy (causallab proxy in-process, tokens in comments); scalar-token routers always run through router/live")
 }
 
@@ -134,7 +138,8 @@ func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailR
 		return o, nil, "", flagError("global-source", err)
 	}
 	cfg := lab.Config{HotRows: f.hotRows, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
-		Mode: lab.Mode(f.mode), Via: lab.Via(f.via), GlobalSource: gsrc}
+		Mode: lab.Mode(f.mode), Via: lab.Via(f.via), GlobalSource: gsrc,
+		Positions: lab.Positions(f.positions), WatermarkSource: lab.WatermarkSource(f.watermark)}
 	changed := cmd.Flags().Changed
 	if changed("condition") {
 		if cfg.Condition, err = lab.ParseCondition(f.condition); err != nil {
