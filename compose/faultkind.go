@@ -27,6 +27,11 @@ const (
 	FaultStopApplier FaultKind = "stop-applier"
 	// FaultStartApplier starts it again (StartApplier).
 	FaultStartApplier FaultKind = "start-applier"
+	// FaultStopReceiver stops a replica's receiving of changes: IO thread,
+	// WAL receiver (StopReceiver).
+	FaultStopReceiver FaultKind = "stop-receiver"
+	// FaultStartReceiver starts it again (StartReceiver).
+	FaultStartReceiver FaultKind = "start-receiver"
 	// FaultApplyDelay sets a replica's SOURCE_DELAY (SetApplyDelay).
 	FaultApplyDelay FaultKind = "apply-delay"
 	// FaultPartition cuts a node off (Partition).
@@ -56,6 +61,8 @@ var faultSpecs = []faultSpec{
 	{FaultResume, "<node>", "thaw it", "", 1},
 	{FaultStopApplier, "<replica>", "stop the replica's SQL thread", FaultStartApplier, 1},
 	{FaultStartApplier, "<replica>", "start it again", "", 1},
+	{FaultStopReceiver, "<replica>", "stop the replica's receiving (IO thread, WAL receiver); it stays reachable", FaultStartReceiver, 1},
+	{FaultStartReceiver, "<replica>", "start it again", "", 1},
 	{FaultApplyDelay, "<replica> <s>", "set SOURCE_DELAY to s whole seconds (0 removes it)", FaultApplyDelay, 2},
 	{FaultPartition, "<node>", "cut the node off (docker: network; local: IO threads, weaker)", FaultHeal, 1},
 	{FaultHeal, "<node>", "undo partition", "", 1},
@@ -183,6 +190,8 @@ type Injector interface {
 	Resume(ctx context.Context, name string) error
 	StopApplier(ctx context.Context, name string) error
 	StartApplier(ctx context.Context, name string) error
+	StopReceiver(ctx context.Context, name string) error
+	StartReceiver(ctx context.Context, name string) error
 	SetApplyDelay(ctx context.Context, name string, d time.Duration) error
 	Partition(ctx context.Context, name string) (PartitionMode, error)
 	Heal(ctx context.Context, name string) error
@@ -221,6 +230,10 @@ func Inject(ctx context.Context, t Injector, f Fault) (FaultResult, error) {
 		err = t.StopApplier(ctx, f.Node)
 	case FaultStartApplier:
 		err = t.StartApplier(ctx, f.Node)
+	case FaultStopReceiver:
+		err = t.StopReceiver(ctx, f.Node)
+	case FaultStartReceiver:
+		err = t.StartReceiver(ctx, f.Node)
 	case FaultApplyDelay:
 		err = t.SetApplyDelay(ctx, f.Node, f.Delay)
 	case FaultPartition:

@@ -61,7 +61,7 @@ func TestFaultKindsAndUndo(t *testing.T) {
 		t.Error("unknown kinds valid")
 	}
 	for k, want := range map[FaultKind]FaultKind{FaultKill: FaultRestart, FaultPause: FaultResume,
-		FaultStopApplier: FaultStartApplier, FaultPartition: FaultHeal, FaultApplyDelay: FaultApplyDelay,
+		FaultStopApplier: FaultStartApplier, FaultStopReceiver: FaultStartReceiver, FaultPartition: FaultHeal, FaultApplyDelay: FaultApplyDelay,
 		FaultHeavy: "", FaultFailover: "", FaultRestart: ""} {
 		if got := k.Undoes(); got != want {
 			t.Errorf("%s.Undoes() = %q, want %q", k, got, want)
@@ -88,6 +88,12 @@ func (r *recorder) Restart(_ context.Context, n string) error     { return r.rec
 func (r *recorder) Pause(_ context.Context, n string) error       { return r.rec("Pause %s", n) }
 func (r *recorder) Resume(_ context.Context, n string) error      { return r.rec("Resume %s", n) }
 func (r *recorder) StopApplier(_ context.Context, n string) error { return r.rec("StopApplier %s", n) }
+func (r *recorder) StopReceiver(_ context.Context, n string) error {
+	return r.rec("StopReceiver %s", n)
+}
+func (r *recorder) StartReceiver(_ context.Context, n string) error {
+	return r.rec("StartReceiver %s", n)
+}
 func (r *recorder) StartApplier(_ context.Context, n string) error {
 	return r.rec("StartApplier %s", n)
 }
@@ -111,7 +117,8 @@ func TestInjectDispatches(t *testing.T) {
 	ctx := context.Background()
 	want := map[FaultKind]string{
 		FaultKill: "Kill r", FaultRestart: "Restart r", FaultPause: "Pause r", FaultResume: "Resume r",
-		FaultStopApplier: "StopApplier r", FaultStartApplier: "StartApplier r", FaultApplyDelay: "SetApplyDelay r 2s",
+		FaultStopApplier: "StopApplier r", FaultStartApplier: "StartApplier r",
+		FaultStopReceiver: "StopReceiver r", FaultStartReceiver: "StartReceiver r", FaultApplyDelay: "SetApplyDelay r 2s",
 		FaultPartition: "Partition r", FaultHeal: "Heal r", FaultHeavy: "HeavyTransaction 7", FaultFailover: "Failover r",
 	}
 	for _, k := range FaultKinds() {

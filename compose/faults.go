@@ -190,6 +190,23 @@ func (t *Topology) StartApplier(ctx context.Context, name string) error {
 	return t.onReplica(name, func(n Node) error { return t.eng.setApplier(ctx, t, n, true) })
 }
 
+// StopReceiver stops a replica's receiving of changes (MySQL, MariaDB: the
+// IO thread; PostgreSQL: primary_conninfo cleared and reloaded, waiting
+// until no WAL receiver runs): it applies what it has and then falls
+// behind, while clients and compose still reach it, on every backend
+// (unlike a docker Partition). What it has not received stays with the
+// primary: PostgreSQL's pg_promote replays every WAL record a standby
+// received, so this is how a failover test keeps a standby behind.
+func (t *Topology) StopReceiver(ctx context.Context, name string) error {
+	return t.onReplica(name, func(n Node) error { return t.eng.setReceiver(ctx, t, n, false) })
+}
+
+// StartReceiver undoes StopReceiver: the replica receives from the current
+// primary again.
+func (t *Topology) StartReceiver(ctx context.Context, name string) error {
+	return t.onReplica(name, func(n Node) error { return t.eng.setReceiver(ctx, t, n, true) })
+}
+
 // SetApplyDelay sets a replica's apply delay; 0 removes it. MySQL
 // (SOURCE_DELAY) and MariaDB (MASTER_DELAY) take whole seconds,
 // PostgreSQL (recovery_min_apply_delay, reloaded without a restart) whole

@@ -473,19 +473,12 @@ func sleepUntil(ctx context.Context, at time.Time) bool { return sleepCtx(ctx, t
 
 // holdBack keeps the replicas from applying what the primary writes next:
 // MySQL and MariaDB stop every replica's applier (compose's failover
-// does not drain a stopped applier); PostgreSQL cuts replica1's WAL
-// receiver (pg_promote replays all a standby received), which needs the
-// local backend.
+// does not drain a stopped applier); PostgreSQL stops replica1's WAL
+// receiver (pg_promote replays all a standby received), on either backend
+// (StopReceiver: the standby stays reachable, unlike a docker partition).
 func holdBack(ctx context.Context, topo *compose.Topology) error {
 	if topo.Engine() == compose.EnginePostgres {
-		mode, err := topo.Partition(ctx, "replica1")
-		if err != nil {
-			return err
-		}
-		if mode != compose.PartitionIOThread {
-			return fmt.Errorf("postgres hold-back: partition mode %s cuts compose off replica1 too; run with --backend local", mode)
-		}
-		return nil
+		return topo.StopReceiver(ctx, "replica1")
 	}
 	for _, r := range topo.Replicas() {
 		if err := topo.StopApplier(ctx, r.Name); err != nil {
@@ -495,14 +488,17 @@ func holdBack(ctx context.Context, topo *compose.Topology) error {
 	return nil
 }
 
-// release undoes holdBack on the nodes still replicas.
+// release undoes holdBack on the nodes still replicas (a promoted
+// replica1 receives from no one; the failover repointed the others).
 func release(ctx context.Context, topo *compose.Topology) error {
-	if topo.Engine() == compose.EnginePostgres {
-		return topo.Heal(ctx, "replica1")
-	}
 	var errs []error
 	for _, r := range topo.Replicas() {
-		errs = append(errs, topo.StartApplier(ctx, r.Name))
+		switch {
+		case topo.Engine() != compose.EnginePostgres:
+			errs = append(errs, topo.StartApplier(ctx, r.Name))
+		case r.Name == "replica1":
+			errs = append(errs, topo.StartReceiver(ctx, r.Name))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -303,13 +303,15 @@ func faultPhase(f compose.Fault) string {
 
 // faultDone says what a fault without a report of its own did.
 var faultDone = map[compose.FaultKind]string{
-	compose.FaultKill:         "killed %s",
-	compose.FaultRestart:      "restarted %s",
-	compose.FaultPause:        "paused %s",
-	compose.FaultResume:       "resumed %s",
-	compose.FaultStopApplier:  "stopped the applier (SQL thread) of %s",
-	compose.FaultStartApplier: "started the applier (SQL thread) of %s",
-	compose.FaultHeal:         "healed %s",
+	compose.FaultKill:          "killed %s",
+	compose.FaultRestart:       "restarted %s",
+	compose.FaultPause:         "paused %s",
+	compose.FaultResume:        "resumed %s",
+	compose.FaultStopApplier:   "stopped the applier (SQL thread) of %s",
+	compose.FaultStartApplier:  "started the applier (SQL thread) of %s",
+	compose.FaultStopReceiver:  "stopped the receiver (IO thread, WAL receiver) of %s",
+	compose.FaultStartReceiver: "started the receiver (IO thread, WAL receiver) of %s",
+	compose.FaultHeal:          "healed %s",
 }
 
 // printFault prints what a fault did, and the fault that undoes it.

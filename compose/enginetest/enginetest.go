@@ -131,6 +131,7 @@ func Run(t *testing.T, topo *compose.Topology, delay, slack time.Duration, hold 
 	t.Run("PauseResume", func(t *testing.T) { pauseResume(t, topo) })
 	t.Run("KillRestart", func(t *testing.T) { killRestart(t, topo) })
 	t.Run("Partition", func(t *testing.T) { partition(t, topo) })
+	t.Run("StopStartReceiver", func(t *testing.T) { stopStartReceiver(t, topo) })
 	t.Run("Heavy", func(t *testing.T) { heavy(t, topo) })
 	t.Run("Failover", func(t *testing.T) { failover(t, topo, hold) })
 }
@@ -311,6 +312,33 @@ func partition(t *testing.T, topo *compose.Topology) {
 		t.Fatal(err)
 	}
 	Eventually(t, "replica1 to apply after heal", func() bool { return Has(t, ctx, topo, "replica1", id) })
+}
+
+// stopStartReceiver: a replica whose receiver is stopped (on any backend)
+// stays reachable, shows no running receiver and lacks the next write;
+// started again, it has it.
+func stopStartReceiver(t *testing.T, topo *compose.Topology) {
+	ctx := Ctx(t)
+	if err := topo.StopReceiver(ctx, "replica2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = topo.StartReceiver(context.Background(), "replica2") })
+	if err := topo.StopReceiver(ctx, "primary"); !errors.Is(err, compose.ErrWrongRole) {
+		t.Fatalf("StopReceiver(primary): %v, want ErrWrongRole", err)
+	}
+	id := Write(t, ctx, topo)
+	Eventually(t, "replica1 to apply", func() bool { return Has(t, ctx, topo, "replica1", id) })
+	time.Sleep(200 * time.Millisecond)
+	if Has(t, ctx, topo, "replica2", id) {
+		t.Fatal("replica2 applied a write with its receiver stopped")
+	}
+	if st := Status(t, ctx, topo, "replica2"); st.Health != compose.HealthStopped || st.IORunning == "Yes" {
+		t.Fatalf("replica2 with its receiver stopped: %+v", st)
+	}
+	if err := topo.StartReceiver(ctx, "replica2"); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, "replica2 to apply after its receiver started", func() bool { return Has(t, ctx, topo, "replica2", id) })
 }
 
 func heavy(t *testing.T, topo *compose.Topology) {
