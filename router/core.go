@@ -61,7 +61,8 @@ const (
 	// back to the primary (Policy.Defer, or CapDefer above the cap). Return
 	// a typed deferral telling the client to retry after
 	// Decision.RetryAfter. Reason says why: ReasonNoReplicaQualifies,
-	// ReasonWaitBudgetSpent, ReasonPrimaryUnknown or ReasonCapExceeded.
+	// ReasonWaitBudgetSpent, ReasonWaitFutile, ReasonPrimaryUnknown or
+	// ReasonCapExceeded.
 	ActDefer
 )
 
@@ -79,7 +80,8 @@ const (
 	ReasonWindow
 	// ReasonNoReplicaQualifies: no up replica contains what the session needs.
 	ReasonNoReplicaQualifies
-	// ReasonWaitBudgetSpent: PolicyTokenWait waited its whole budget.
+	// ReasonWaitBudgetSpent: PolicyTokenWait (or PolicyGlobal) waited its
+	// whole budget.
 	ReasonWaitBudgetSpent
 	// ReasonNoReplicaUp: every replica is down (an availability fallback, not
 	// a freshness one: not limited by the cap).
@@ -121,6 +123,15 @@ const (
 	// primary, which holds everything a replica showed in its epoch
 	// (capped, deferred under Policy.Defer).
 	ReasonSeenUnknown
+	// ReasonWaitFutile: (PolicyTokenWait, PolicyGlobal) no replica
+	// qualifies and the budget wait was skipped because it cannot succeed:
+	// the replica it would wait on needs longer than the budget left to
+	// hold what the read needs, if its lag holds steady (its Lag minus
+	// Input.NeedAge; Decide's rule 4). A freshness fallback like
+	// ReasonWaitBudgetSpent (the primary must contain the token; capped;
+	// deferred under Policy.Defer), taken at once instead of after the
+	// budget.
+	ReasonWaitFutile
 )
 
 // Outcome is the typed result of one read, whoever served or refused it:
@@ -133,7 +144,8 @@ const (
 	// OutReplica: served by a replica that qualified.
 	OutReplica Outcome = iota
 	// OutFallback: served by the primary for freshness (no replica
-	// qualified or the wait budget was spent); limited by the cap.
+	// qualified, the wait budget was spent or the wait was futile);
+	// limited by the cap.
 	OutFallback
 	// OutPrimary: served by the primary for another reason (PolicyWindow,
 	// no replica up, a session pinned to the primary): not a freshness
@@ -278,7 +290,11 @@ type Replica[P gtid.Position[P]] struct {
 	InFlight int
 	// Lag is how far behind the primary the replica is in time: the age of
 	// the oldest primary transaction it has not applied (0 when caught up or
-	// unknown). Used only for ActDefer's RetryAfter.
+	// unknown). Used for ActDefer's RetryAfter and, for the replica a budget
+	// wait would wait on, for the futile-wait test (rule 4, with
+	// Input.NeedAge); 0 never makes a wait futile. A caller that measures
+	// it only when it is needed (the live router) fills it after an ActWait
+	// with ReasonNoReplicaQualifies, for Decision.Replica, and decides again.
 	Lag time.Duration
 }
 
@@ -344,6 +360,18 @@ type Input[P gtid.Position[P]] struct {
 	// it cannot be bounded (the node restarted or went down since, with
 	// no such poll): ReasonSeenUnknown.
 	PendingWait time.Duration
+	// NeedAge, with NeedAgeKnown true (PolicyTokenWait, PolicyGlobal): how
+	// long ago the primary first held everything the read needs (its
+	// token, its watermark under the MR policies, Global for PolicyGlobal):
+	// the age of the newest of those transactions. With the waited
+	// replica's Lag it makes the futile-wait test of rule 4: if that
+	// replica's lag holds steady it shows at any moment what the primary
+	// held Lag earlier, so it holds the need in Lag-NeedAge. Unknown
+	// (NeedAgeKnown false): no wait is judged futile. Like Lag, a caller
+	// may fill it only after an ActWait and decide again (Decide reads it
+	// only when it is about to return a budget wait).
+	NeedAge      time.Duration
+	NeedAgeKnown bool
 }
 
 // Decision is Decide's answer.

@@ -66,6 +66,7 @@ var reasonNames = [...]string{
 	ReasonPrimaryUnknown:     "primary-position-unknown",
 	ReasonSeenPending:        "seen-pending",
 	ReasonSeenUnknown:        "seen-unknown",
+	ReasonWaitFutile:         "wait-futile",
 }
 
 // String returns the reason's metric label.

@@ -456,6 +456,15 @@ func (e *engine) route(t usec, c int32, waited usec) {
 	e.in.Rand = e.rr.Uint64()
 	e.in.Waited = time.Duration(waited) * time.Microsecond
 	e.in.Global, e.in.GlobalKnown = st.global, true
+	// The futile-wait test's need age (token-wait, global): how long ago
+	// the primary committed the newest record the read needs. The
+	// simulator knows it exactly; Decide reads it only when about to wait.
+	e.in.NeedAge, e.in.NeedAgeKnown = 0, false
+	if k := e.pol.Kind; k == router.PolicyTokenWait || k == router.PolicyGlobal {
+		if n := e.need(ses, st); n > 0 && e.commit[n-1] <= t {
+			e.in.NeedAge, e.in.NeedAgeKnown = time.Duration(t-e.commit[n-1])*time.Microsecond, true
+		}
+	}
 	if e.rec != nil {
 		e.rec.before(e)
 	}
@@ -465,6 +474,9 @@ func (e *engine) route(t usec, c int32, waited usec) {
 	}
 	m := e.m
 	m.reasons[d.Reason]++
+	if d.Action != router.ActWait {
+		m.waitTotal += waited // this attempt's waits, ended
+	}
 	if d.HashReason.Moved() {
 		m.hashMoved++
 	}
@@ -536,10 +548,10 @@ func (e *engine) route(t usec, c int32, waited usec) {
 	}
 }
 
-// qualifyTime is when the router's view will first show replica r holding
-// what chain st's read of session ses needs (its token and, if any, its
-// watermark; under PolicyGlobal also the attempt's target).
-func (e *engine) qualifyTime(r int, ses *router.Session[LogPos], st *chainState) usec {
+// need is what chain st's read of session ses needs of a replica: its
+// token and, if any, its watermark; under PolicyGlobal also the attempt's
+// target (0: nothing).
+func (e *engine) need(ses *router.Session[LogPos], st *chainState) LogPos {
 	need := ses.Token
 	if ses.HasSeen {
 		need = need.Union(ses.Seen)
@@ -547,6 +559,14 @@ func (e *engine) qualifyTime(r int, ses *router.Session[LogPos], st *chainState)
 	if e.pol.Kind == router.PolicyGlobal {
 		need = need.Union(st.global)
 	}
+	return need
+}
+
+// qualifyTime is when the router's view will first show replica r holding
+// what chain st's read of session ses needs (its token and, if any, its
+// watermark; under PolicyGlobal also the attempt's target).
+func (e *engine) qualifyTime(r int, ses *router.Session[LogPos], st *chainState) usec {
+	need := e.need(ses, st)
 	if need == 0 {
 		return 0
 	}

@@ -72,6 +72,7 @@ func Experiments() []Experiment {
 		{"fleet", "2..6 replicas in the identical, straggler and straggler+heavy worlds", Fleet},
 		{"contention", "primary reads share the write FIFO at 1400 writes/s", Contention},
 		{"wait", "token-wait and global budgets B from 0 to 1600 ms", Wait},
+		{"lagwait", "token-wait and global with a small budget (50 ms) on replicas lagging 0 to 2 s: futile waits", LagWait},
 		{"failover", "scalar, GTID-set and epoch tokens through a failover", Failover},
 		{"workorder", "the request-stream model (Park–Miller) with fixed lag", Workorder},
 		{"hashing", "affinity hashing modes under a replica outage and load drift", Hashing},
@@ -155,6 +156,8 @@ var (
 	fWaited  = func(r *Result) float64 { return pct(r.Waited, r.Reads) }
 	fTimeout = func(r *Result) float64 { return pct(r.Timeouts, r.Reads) }
 	fFailed  = func(r *Result) float64 { return pct(r.Failed, r.Reads) }
+	fFutile  = func(r *Result) float64 { return pct(r.Reasons[router.ReasonWaitFutile], r.Reads) }
+	fWaitPR  = func(r *Result) float64 { return r.WaitPerRead }
 )
 
 // lagNote is the achieved-lag line printed under a table: the lag of every
@@ -557,6 +560,68 @@ func Wait(ctx context.Context, o Options) (*Report, error) {
 	}
 	t.Notes = []string{setupNote(&cfgs[0]), lagNote(&cfgs[0], res[0][0], pools[0]), allWritesNote}
 	return &Report{Tables: []*Table{t}, Plots: []Plot{pl}}, nil
+}
+
+// LagWait is the `lagwait` experiment: token-wait(B) and global(B) with a
+// small budget (default 50 ms) on replicas whose lag is far past it (a
+// standing delay on every replica of the identical world: 0, 100 ms,
+// 500 ms, 2 s; and the default straggler+heavy world), with token-ryw-mr
+// (the same guarantee, never waiting) as the peer. A wait that cannot
+// succeed only adds latency before the primary serves the read anyway;
+// rule 4's futile-wait test (router.ReasonWaitFutile) skips it.
+func LagWait(ctx context.Context, o Options) (*Report, error) {
+	type pt struct {
+		world World
+		delay time.Duration
+	}
+	pts := []pt{{WorldIdentical, 0}, {WorldIdentical, 100 * time.Millisecond}, {WorldIdentical, 500 * time.Millisecond},
+		{WorldIdentical, 2 * time.Second}, {WorldStragglerHeavy, 0}}
+	b := o.WaitBudget
+	if b <= 0 {
+		b = 50 * time.Millisecond
+	}
+	specs := []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR}),
+		spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: b}), spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: b})}
+	cfgs, res, pools, err := sweep(ctx, len(pts), func(i int) Config {
+		c := o.base(8)
+		c.World = pts[i].world
+		if d := pts[i].delay; d > 0 {
+			m := c.World.Model()
+			m.ReplicaDelay = make([]time.Duration, max(c.Replicas, 5))
+			for r := range m.ReplicaDelay {
+				m.ReplicaDelay[r] = d
+			}
+			c.Model = &m
+		}
+		return c
+	}, func(int) []RouterSpec { return specs }, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{Name: "lagwait", Title: fmt.Sprintf("Futile waits: budget %v on lagging replicas", b), Columns: []Column{
+		{"replicas", "replicas", 0}, {"world", "world", 0}, {"delay_ms", "delay ms", 0}, {"lag_mean_ms", "lag mean ms", 0}, {"router", "router", 0},
+		{"primary_pct", "primary %", 1}, {"waited_pct", "waited %", 2}, {"futile_pct", "wait-futile %", 2}, {"timeouts_pct", "timeouts %", 2},
+		{"wait_per_read_ms", "wait per read ms", 2}, {"read_mean_ms", "read mean ms", 1}, {"read_p50_ms", "read p50 ms", 1}, {"read_p99_ms", "read p99 ms", 1},
+		{"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}, {"all_writes_pct", "all-writes viol. %", 2}}}
+	t.Brief = []BriefColumn{{Key: "replicas"}, {Key: "router"}, {Key: "primary_pct", Header: "prim %"}, {Key: "waited_pct", Header: "waited %"},
+		{Key: "futile_pct", Header: "futile %"}, {Key: "wait_per_read_ms", Header: "wait/read"}, {Key: "read_mean_ms", Header: "mean ms"}, {Key: "read_p99_ms", Header: "p99 ms"}}
+	for i, p := range pts {
+		for k, sp := range specs {
+			rs := res[i][k]
+			name := string(p.world)
+			if p.delay > 0 {
+				name += " +" + p.delay.String()
+			}
+			t.Rows = append(t.Rows, []Cell{L(name), L(string(p.world)), N(float64(p.delay / time.Millisecond)), N(lagMean(rs, pools[i]).Mean), L(sp.Name),
+				S(stat(rs, fPrim)), S(stat(rs, fWaited)), S(stat(rs, fFutile)), S(stat(rs, fTimeout)),
+				S(stat(rs, fWaitPR)), S(stat(rs, fRMean)), S(stat(rs, fRP50)), S(stat(rs, fRP99)),
+				S(stat(rs, fRYW)), S(stat(rs, fMR)), S(stat(rs, fAll))})
+		}
+	}
+	t.Notes = []string{setupNote(&cfgs[0]),
+		fmt.Sprintf("Delay: a standing ship delay added on every replica of the identical world (MySQL's SOURCE_DELAY); the last rows are the %s world with no delay. Lag mean: commit to apply, pooled over every record. Wait per read: the time reads spent waiting (every wait of every attempt) over all reads, what the waits add to the mean latency. Wait-futile: reads whose budget wait was skipped because the waited replica's Lag minus the read's need age exceeded the budget left (router.ReasonWaitFutile); the primary served them at once. Timeouts: waits that spent the whole budget.", WorldStragglerHeavy),
+		allWritesNote}
+	return &Report{Tables: []*Table{t}}, nil
 }
 
 // CapExp is the `cap` experiment: token-ryw-mr under a fleet-wide lag spike

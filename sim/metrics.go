@@ -24,6 +24,7 @@ type trialMetrics struct {
 	deferrals   int64 // ActDefer decisions (each one is followed by a retry)
 	hashMoved   int64 // affinity decisions hashroute moved off the first choice
 	events      int64
+	waitTotal   usec // time reads spent in ActWait, every attempt
 	reasons     [16]int64
 
 	readLat, writeLat, lag hist
@@ -77,6 +78,10 @@ type Result struct {
 	Deferred, Deferrals int64
 	// Events is the number of simulator events processed.
 	Events int64
+	// WaitPerRead is the time reads spent waiting (ActWait, every wait of
+	// every attempt) divided by the reads, in milliseconds: what the waits
+	// add to the mean read latency.
+	WaitPerRead float64
 	// Percentages of reads.
 	RYWPct, MRPct, PrimaryPct, AllWritesPct float64
 	// WorstBinPct is the highest share of reads on the primary in any 100 ms
@@ -115,6 +120,9 @@ func (m *trialMetrics) result() Result {
 		WriteMean: m.writeLat.mean() / 1000, WriteP99: m.writeLat.quantile(0.99) / 1000,
 		LagMean: m.lag.mean() / 1000, LagP99: m.lag.quantile(0.99) / 1000,
 		DeferredMean: m.deferLat.mean() / 1000, DeferredP99: m.deferLat.quantile(0.99) / 1000,
+	}
+	if m.reads > 0 {
+		r.WaitPerRead = float64(m.waitTotal) / 1000 / float64(m.reads)
 	}
 	for b := range m.binReads {
 		if m.binReads[b] > 0 {
