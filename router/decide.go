@@ -105,10 +105,13 @@ import (
 //     serves stale nor waits longer: ReasonCapExceeded fails).
 //     Token policy, none qualifies: PolicyTokenWait and PolicyGlobal with
 //     Waited < WaitBudget wait (ActWait) on the up replica with the
-//     smallest Behind (lowest index on ties). Otherwise a freshness
-//     fallback, with Reason ReasonNoReplicaQualifies (token-ryw,
-//     token-ryw-mr), ReasonWaitBudgetSpent (token-wait, global) or
-//     ReasonPrimaryUnknown.
+//     smallest Behind (lowest index on ties), unless the wait is futile:
+//     with NeedAgeKnown, that replica's Lag minus NeedAge (how long it
+//     still needs to hold what the read needs, if its lag holds steady)
+//     exceeds WaitBudget - Waited. Otherwise a freshness fallback, with
+//     Reason ReasonNoReplicaQualifies (token-ryw, token-ryw-mr),
+//     ReasonWaitFutile (token-wait, global: the wait was skipped),
+//     ReasonWaitBudgetSpent (token-wait, global) or ReasonPrimaryUnknown.
 //  5. The primary serves a token only if it contains it when PrimaryKnown:
 //     otherwise ActFail/ReasonTimedOut (this is what makes a GTID-set token
 //     of a lost timeline time out instead of reading stale data, while a
@@ -283,11 +286,14 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 		reason = ReasonSeenUnknown
 	case pol.Kind == PolicyTokenWait || global:
 		budget = pol.WaitBudget
-		if in.Waited < budget {
-			return Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: best,
-				WaitFor: budget - in.Waited, Reanchor: reanchor}
-		}
 		reason = ReasonWaitBudgetSpent
+		if left := budget - in.Waited; left > 0 {
+			if !in.NeedAgeKnown || v.Replicas[best].Lag-in.NeedAge <= left {
+				return Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: best,
+					WaitFor: left, Reanchor: reanchor}
+			}
+			reason = ReasonWaitFutile
+		}
 	}
 
 	// Rule 5.

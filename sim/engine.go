@@ -494,6 +494,9 @@ func (e *engine) route(t usec, c int32, waited usec) {
 		if d.Fallback {
 			m.fallbacks++
 		}
+		if d.Reason == router.ReasonWaitFutile && e.servedWithin(t, t+dur(e.pol.WaitBudget)-waited, ses, st) {
+			m.futileMissed++
+		}
 		if d.Reason == router.ReasonWaitBudgetSpent {
 			m.timeouts++
 		}
@@ -546,6 +549,18 @@ func (e *engine) route(t usec, c int32, waited usec) {
 	if e.rec != nil {
 		e.rec.after(e, t, c, d)
 	}
+}
+
+// servedWithin reports whether a wait from t would have ended with a
+// replica qualifying by end (ground truth for a futile-wait skip: the
+// view's first up replica to show the read's need).
+func (e *engine) servedWithin(t, end usec, ses *router.Session[LogPos], st *chainState) bool {
+	for r := range e.nr {
+		if e.view.Replicas[r].Up && e.qualifyTime(r, ses, st) <= end && e.isUp(r, end) {
+			return true
+		}
+	}
+	return false
 }
 
 // need is what chain st's read of session ses needs of a replica: its

@@ -25,6 +25,9 @@ type trialMetrics struct {
 	hashMoved   int64 // affinity decisions hashroute moved off the first choice
 	events      int64
 	waitTotal   usec // time reads spent in ActWait, every attempt
+	// futileMissed counts futile-wait skips (router.ReasonWaitFutile)
+	// after which a replica would have qualified within the budget left.
+	futileMissed int64
 	reasons     [16]int64
 
 	readLat, writeLat, lag hist
@@ -82,6 +85,11 @@ type Result struct {
 	// every attempt) divided by the reads, in milliseconds: what the waits
 	// add to the mean read latency.
 	WaitPerRead float64
+	// FutileMissed counts reads whose wait Decide judged futile
+	// (router.ReasonWaitFutile) although a replica would have qualified
+	// within the budget left (the simulator's ground truth): primary reads
+	// the estimate added.
+	FutileMissed int64
 	// Percentages of reads.
 	RYWPct, MRPct, PrimaryPct, AllWritesPct float64
 	// WorstBinPct is the highest share of reads on the primary in any 100 ms
@@ -121,6 +129,7 @@ func (m *trialMetrics) result() Result {
 		LagMean: m.lag.mean() / 1000, LagP99: m.lag.quantile(0.99) / 1000,
 		DeferredMean: m.deferLat.mean() / 1000, DeferredP99: m.deferLat.quantile(0.99) / 1000,
 	}
+	r.FutileMissed = m.futileMissed
 	if m.reads > 0 {
 		r.WaitPerRead = float64(m.waitTotal) / 1000 / float64(m.reads)
 	}
