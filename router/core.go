@@ -123,7 +123,8 @@ const (
 	// primary, which holds everything a replica showed in its epoch
 	// (capped, deferred under Policy.Defer).
 	ReasonSeenUnknown
-	// ReasonWaitFutile: (PolicyTokenWait, PolicyGlobal) no replica
+	// ReasonWaitFutile: (PolicyTokenWait, PolicyGlobal with
+	// Policy.SkipFutile) no replica
 	// qualifies and the budget wait was skipped because it cannot succeed:
 	// the replica it would wait on needs longer than the budget left to
 	// hold what the read needs, if its lag holds steady (its Lag minus
@@ -215,6 +216,16 @@ type Policy struct {
 	// availability fallback (no replica up, ReasonNoReplicaUp) still goes to
 	// the primary.
 	Defer bool
+	// SkipFutile (PolicyTokenWait, PolicyGlobal): skip a budget wait that
+	// cannot succeed and fall back at once (ReasonWaitFutile, Decide's rule
+	// 4): the replica it would wait on needs longer than the budget left to
+	// hold what the read needs, if its lag holds steady (Replica.Lag minus
+	// Input.NeedAge). Off by default: the steady-lag estimate fits a
+	// standing lag (a delayed or distant replica, a stopped applier with
+	// writes behind it) and misjudges a replica catching up faster than
+	// real time after a stall, whose waits it skips although they would
+	// have succeeded (docs/sim.md, "lagwait", measures both).
+	SkipFutile bool
 	// HashMode selects the hashroute mode for PolicyAffinity (FullList, the
 	// correct scheme, is the zero value; AvailableOnly and RebalanceOverride
 	// reproduce Shopify's two bugs).

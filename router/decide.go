@@ -105,10 +105,10 @@ import (
 //     serves stale nor waits longer: ReasonCapExceeded fails).
 //     Token policy, none qualifies: PolicyTokenWait and PolicyGlobal with
 //     Waited < WaitBudget wait (ActWait) on the up replica with the
-//     smallest Behind (lowest index on ties), unless the wait is futile:
-//     with NeedAgeKnown, that replica's Lag minus NeedAge (how long it
-//     still needs to hold what the read needs, if its lag holds steady)
-//     exceeds WaitBudget - Waited. Otherwise a freshness fallback, with
+//     smallest Behind (lowest index on ties), unless the wait is futile
+//     (Policy.SkipFutile, NeedAgeKnown, and that replica's Lag minus
+//     NeedAge, how long it still needs to hold what the read needs if its
+//     lag holds steady, exceeds WaitBudget - Waited). Otherwise a freshness fallback, with
 //     Reason ReasonNoReplicaQualifies (token-ryw, token-ryw-mr),
 //     ReasonWaitFutile (token-wait, global: the wait was skipped),
 //     ReasonWaitBudgetSpent (token-wait, global) or ReasonPrimaryUnknown.
@@ -288,7 +288,7 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 		budget = pol.WaitBudget
 		reason = ReasonWaitBudgetSpent
 		if left := budget - in.Waited; left > 0 {
-			if !in.NeedAgeKnown || v.Replicas[best].Lag-in.NeedAge <= left {
+			if !pol.SkipFutile || !in.NeedAgeKnown || v.Replicas[best].Lag-in.NeedAge <= left {
 				return Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: best,
 					WaitFor: left, Reanchor: reanchor}
 			}

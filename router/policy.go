@@ -159,7 +159,8 @@ func ParseCapBehavior(s string) (CapBehavior, error) {
 }
 
 // Validate rejects nonsense (unknown kind or hash mode, negative or huge
-// durations, Defer on a policy without tokens). It fills no defaults: a zero Window means "no window", a zero
+// durations, Defer on a policy without tokens, SkipFutile on one that
+// never waits). It fills no defaults: a zero Window means "no window", a zero
 // WaitBudget means "do not wait"; ParsePolicy applies DefaultWindow and
 // DefaultWaitBudget when the text gives none.
 func (p *Policy) Validate() error {
@@ -171,6 +172,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.Defer && !p.Kind.IsToken() {
 		return fmt.Errorf("router: policy %v has no freshness fallback to defer (defer needs token-ryw, token-ryw-mr, token-wait or global)", p.Kind)
+	}
+	if p.SkipFutile && p.Kind != PolicyTokenWait && p.Kind != PolicyGlobal {
+		return fmt.Errorf("router: policy %v has no budget wait to skip (skip-futile needs token-wait or global)", p.Kind)
 	}
 	if err := checkDuration("window", p.Window); err != nil {
 		return err
@@ -187,7 +191,7 @@ func checkDuration(what string, d time.Duration) error {
 
 // String renders the policy in ParsePolicy's syntax, e.g. "window(500ms)",
 // "token-wait(400ms)", "global(400ms)", "affinity(full-list)"; "+epoch"
-// marks CheckEpoch, "+defer" Defer.
+// marks CheckEpoch, "+defer" Defer, "+skip-futile" SkipFutile.
 func (p Policy) String() string {
 	var b strings.Builder
 	b.WriteString(p.Kind.String())
@@ -205,12 +209,16 @@ func (p Policy) String() string {
 	if p.Defer {
 		b.WriteString("+defer")
 	}
+	if p.SkipFutile {
+		b.WriteString("+skip-futile")
+	}
 	return b.String()
 }
 
 // ParsePolicy parses a policy: any | affinity[(MODE)] | window[(DUR)] |
 // token-ryw | token-ryw-mr | token-wait[(DUR)] | global[(DUR)], optionally
-// followed by "+epoch" (CheckEpoch) and "+defer" (Defer), in either order.
+// followed by "+epoch" (CheckEpoch), "+defer" (Defer) and "+skip-futile"
+// (SkipFutile), in any order.
 // MODE is a hashroute mode name; DUR a Go duration ("400ms") or a bare
 // number of milliseconds ("400"). Case and surrounding space are ignored.
 // The result is validated.
@@ -218,11 +226,13 @@ func ParsePolicy(s string) (Policy, error) {
 	orig := s
 	s = strings.ToLower(strings.TrimSpace(s))
 	var p Policy
-	for range 2 {
+	for range 3 {
 		if rest, ok := strings.CutSuffix(s, "+epoch"); ok && !p.CheckEpoch {
 			p.CheckEpoch, s = true, strings.TrimSpace(rest)
 		} else if rest, ok := strings.CutSuffix(s, "+defer"); ok && !p.Defer {
 			p.Defer, s = true, strings.TrimSpace(rest)
+		} else if rest, ok := strings.CutSuffix(s, "+skip-futile"); ok && !p.SkipFutile {
+			p.SkipFutile, s = true, strings.TrimSpace(rest)
 		}
 	}
 	name, arg, hasArg := s, "", false

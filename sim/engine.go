@@ -460,7 +460,7 @@ func (e *engine) route(t usec, c int32, waited usec) {
 	// the primary committed the newest record the read needs. The
 	// simulator knows it exactly; Decide reads it only when about to wait.
 	e.in.NeedAge, e.in.NeedAgeKnown = 0, false
-	if k := e.pol.Kind; k == router.PolicyTokenWait || k == router.PolicyGlobal {
+	if e.pol.SkipFutile {
 		if n := e.need(ses, st); n > 0 && e.commit[n-1] <= t {
 			e.in.NeedAge, e.in.NeedAgeKnown = time.Duration(t-e.commit[n-1])*time.Microsecond, true
 		}

@@ -571,18 +571,23 @@ func Wait(ctx context.Context, o Options) (*Report, error) {
 // succeed only adds latency before the primary serves the read anyway;
 // rule 4's futile-wait test (router.ReasonWaitFutile) skips it.
 func LagWait(ctx context.Context, o Options) (*Report, error) {
-	type pt struct {
-		world World
-		delay time.Duration
-	}
-	pts := []pt{{WorldIdentical, 0}, {WorldIdentical, 100 * time.Millisecond}, {WorldIdentical, 500 * time.Millisecond},
-		{WorldIdentical, 2 * time.Second}, {WorldStragglerHeavy, 0}}
 	b := o.WaitBudget
 	if b <= 0 {
 		b = 50 * time.Millisecond
 	}
-	specs := []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR}),
-		spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: b}), spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: b})}
+	type pt struct {
+		world  World
+		delay  time.Duration
+		budget time.Duration
+	}
+	pts := []pt{{WorldIdentical, 0, b}, {WorldIdentical, 100 * time.Millisecond, b}, {WorldIdentical, 500 * time.Millisecond, b},
+		{WorldIdentical, 2 * time.Second, b}, {WorldStragglerHeavy, 0, b}, {WorldStragglerHeavy, 0, router.DefaultWaitBudget}}
+	specsAt := func(i int) []RouterSpec {
+		b := pts[i].budget
+		return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR}),
+			spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: b}), spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: b, SkipFutile: true}),
+			spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: b}), spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: b, SkipFutile: true})}
+	}
 	cfgs, res, pools, err := sweep(ctx, len(pts), func(i int) Config {
 		c := o.base(8)
 		c.World = pts[i].world
@@ -595,19 +600,19 @@ func LagWait(ctx context.Context, o Options) (*Report, error) {
 			c.Model = &m
 		}
 		return c
-	}, func(int) []RouterSpec { return specs }, o.Progress)
+	}, specsAt, o.Progress)
 	if err != nil {
 		return nil, err
 	}
-	t := &Table{Name: "lagwait", Title: fmt.Sprintf("Futile waits: budget %v on lagging replicas", b), Columns: []Column{
+	t := &Table{Name: "lagwait", Title: fmt.Sprintf("Futile waits: budget %v on lagging replicas (and %v in the %s world)", b, router.DefaultWaitBudget, WorldStragglerHeavy), Columns: []Column{
 		{"replicas", "replicas", 0}, {"world", "world", 0}, {"delay_ms", "delay ms", 0}, {"lag_mean_ms", "lag mean ms", 0}, {"router", "router", 0},
 		{"primary_pct", "primary %", 1}, {"waited_pct", "waited %", 2}, {"futile_pct", "wait-futile %", 2}, {"futile_missed_pct", "futile, missed %", 2}, {"timeouts_pct", "timeouts %", 2},
 		{"wait_per_read_ms", "wait per read ms", 2}, {"read_mean_ms", "read mean ms", 1}, {"read_p50_ms", "read p50 ms", 1}, {"read_p99_ms", "read p99 ms", 1},
 		{"ryw_pct", "RYW viol. %", 2}, {"mr_pct", "MR viol. %", 2}, {"all_writes_pct", "all-writes viol. %", 2}}}
-	t.Brief = []BriefColumn{{Key: "replicas"}, {Key: "router"}, {Key: "primary_pct", Header: "prim %"}, {Key: "waited_pct", Header: "waited %"},
-		{Key: "futile_pct", Header: "futile %"}, {Key: "wait_per_read_ms", Header: "wait/read"}, {Key: "read_mean_ms", Header: "mean ms"}, {Key: "read_p99_ms", Header: "p99 ms"}}
+	t.Brief = []BriefColumn{{Key: "replicas"}, {Key: "router"}, {Key: "primary_pct", Header: "prim %"},
+		{Key: "futile_pct", Header: "futile %"}, {Key: "futile_missed_pct", Header: "missed %"}, {Key: "wait_per_read_ms", Header: "wait/read"}, {Key: "read_mean_ms", Header: "mean"}}
 	for i, p := range pts {
-		for k, sp := range specs {
+		for k, sp := range specsAt(i) {
 			rs := res[i][k]
 			name := string(p.world)
 			if p.delay > 0 {
@@ -620,7 +625,7 @@ func LagWait(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	t.Notes = []string{setupNote(&cfgs[0]),
-		fmt.Sprintf("Delay: a standing ship delay added on every replica of the identical world (MySQL's SOURCE_DELAY); the last rows are the %s world with no delay. Lag mean: commit to apply, pooled over every record. Wait per read: the time reads spent waiting (every wait of every attempt) over all reads, what the waits add to the mean latency. Wait-futile: reads whose budget wait was skipped because the waited replica's Lag minus the read's need age exceeded the budget left (router.ReasonWaitFutile); the primary served them at once. Futile, missed: of those, the reads a replica would have served within the budget left (the simulator's ground truth; the estimate assumes the lag holds steady, and a replica catching up after a stall or a heavy record beats it). Timeouts: waits that spent the whole budget.", WorldStragglerHeavy),
+		fmt.Sprintf("Delay: a standing ship delay added on every replica of the identical world (MySQL's SOURCE_DELAY); the last rows are the %s world with no delay, at the budget and at the default 400 ms. Lag mean: commit to apply, pooled over every record. Wait per read: the time reads spent waiting (every wait of every attempt) over all reads, what the waits add to the mean latency. Wait-futile: reads whose budget wait was skipped because the waited replica's Lag minus the read's need age exceeded the budget left (router.ReasonWaitFutile); the primary served them at once. Futile, missed: of those, the reads a replica would have served within the budget left (the simulator's ground truth; the estimate assumes the lag holds steady, and a replica catching up after a stall or a heavy record beats it). Timeouts: waits that spent the whole budget.", WorldStragglerHeavy),
 		allWritesNote}
 	return &Report{Tables: []*Table{t}}, nil
 }

@@ -28,7 +28,7 @@ type trialMetrics struct {
 	// futileMissed counts futile-wait skips (router.ReasonWaitFutile)
 	// after which a replica would have qualified within the budget left.
 	futileMissed int64
-	reasons     [16]int64
+	reasons      [16]int64
 
 	readLat, writeLat, lag hist
 	deferLat               hist // issue to answer of the reads that were deferred

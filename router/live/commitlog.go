@@ -103,3 +103,26 @@ func (l *CommitLog[P]) Lag(applied P, now time.Time) time.Duration {
 	}
 	return max(now.Sub(l.at(lo).at), 0)
 }
+
+// Age is how long ago the router learned a primary position containing p
+// (now minus the first such entry's time): the age of the newest
+// transaction of p, up to Resolution, as Lag is of the oldest one a
+// replica lacks. A p newer than every entry (the router has not recorded
+// it yet) gets the newest entry's age, the most it can be; one that the
+// oldest entry already holds gets the oldest's age. False when the log is
+// empty.
+func (l *CommitLog[P]) Age(p P, now time.Time) (time.Duration, bool) {
+	if l.n == 0 {
+		return 0, false
+	}
+	lo, hi := 0, l.n-1
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if l.at(mid).pos.Contains(p) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return max(now.Sub(l.at(lo).at), 0), true
+}

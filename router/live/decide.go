@@ -78,6 +78,15 @@ type LiveRequest[P gtid.Position[P]] struct {
 // st.PrimaryPos raised by src's view of the primary (PrimaryKnown is always
 // true); the raised position is returned for the caller to store.
 //
+// Under Policy.SkipFutile a budget wait (ActWait,
+// router.ReasonNoReplicaQualifies) is tested for futility before it is returned (router.Decide's rule 4): the waited
+// replica's Lag (CommitLog.Lag at req.Wall) and the read's need age
+// (router.Input.NeedAge: the youngest CommitLog.Age of the parts it lacks
+// of the token, the watermark and, for PolicyGlobal, req.Global) are
+// filled in and Decide is asked again; it answers the wait, or a fallback
+// with router.ReasonWaitFutile. Without a log, no wait is judged futile.
+// Reads that need no wait do none of this.
+//
 // A deferral (ActDefer) gets its retry estimate from st.Commits: each up
 // replica's Lag is filled in (CommitLog.Lag at req.Wall) and RetryAfter is
 // router.RetryAfter of that view; without a log, router.MinRetryAfter.
@@ -112,6 +121,19 @@ func decideLiveIn[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], r
 		Now: req.Now, Rand: req.Rand, Waited: req.Waited, Global: req.Global, GlobalKnown: req.GlobalKnown,
 		PendingWait: req.PendingWait}
 	d := router.Decide(&in, b)
+	if d.Action == router.ActWait && d.Reason == router.ReasonNoReplicaQualifies && req.Policy.SkipFutile && d.Replica >= 0 && st.Commits != nil {
+		// A budget wait is about to start: the futile-wait test's inputs
+		// (rule 4), measured only now, off the zero-wait path: the waited
+		// replica's Lag and the read's need age, from the commit log.
+		// Decide left the bucket alone (it returned before rule 7), so
+		// asking again is the same decision with the test made.
+		if age, ok := needAge(st.Commits, req, v.Replicas[d.Replica].Applied); ok {
+			rep := &v.Replicas[d.Replica]
+			rep.Lag = st.Commits.Lag(rep.Applied, req.Wall)
+			in.NeedAge, in.NeedAgeKnown = age, true
+			d = router.Decide(&in, b)
+		}
+	}
 	if d.Action == router.ActDefer && st.Commits != nil {
 		for i := range v.Replicas {
 			if rep := &v.Replicas[i]; rep.Up {
@@ -121,4 +143,32 @@ func decideLiveIn[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], r
 		d.RetryAfter = router.RetryAfter(v)
 	}
 	return d, v, prim
+}
+
+// needAge is router.Input.NeedAge for a read the replica at applied
+// cannot serve: the smallest Age of the parts of the read's need that
+// applied lacks (the session's token; its watermark, for the MR policies
+// the waits belong to; PolicyGlobal's target). False when the log is
+// empty or applied lacks none (then nothing is measured).
+func needAge[P gtid.Position[P]](l *CommitLog[P], req *LiveRequest[P], applied P) (time.Duration, bool) {
+	s := req.Session
+	age, known := time.Duration(0), false
+	part := func(p P) {
+		if applied.Contains(p) {
+			return
+		}
+		if a, ok := l.Age(p, req.Wall); ok && (!known || a < age) {
+			age, known = a, true
+		}
+	}
+	if s.HasToken {
+		part(s.Token)
+	}
+	if s.HasSeen && req.Policy.Kind != router.PolicyTokenRYW {
+		part(s.Seen)
+	}
+	if req.GlobalKnown && req.Policy.Kind == router.PolicyGlobal {
+		part(req.Global)
+	}
+	return age, known
 }
