@@ -32,6 +32,14 @@ func genBset(t *rapid.T, label string) bset {
 //     only for a pending seen, falls back with ReasonSeenUnknown only when
 //     PendingWait is 0, and under CheckEpoch an older epoch's pending seen
 //     is bounded (or the read fails) before anything else;
+//   - the futile-wait skip (Policy.SkipFutile): the decision differs from
+//     the one without the skip only where that one is a budget wait
+//     (ActWait, ReasonNoReplicaQualifies) on a replica whose Lag minus
+//     Input.NeedAge (NeedAgeKnown) exceeds its WaitFor, the budget left;
+//     every such wait is skipped; and the skip is exactly the decision of
+//     a spent budget (Waited = WaitBudget): the same action, node,
+//     fallback flag and bucket, ReasonWaitFutile for ReasonWaitBudgetSpent
+//     (a cap wait's WaitFor still runs to WaitBudget + ExtraWait);
 //   - Decide is deterministic and does not modify its inputs.
 func TestDecideProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -42,7 +50,7 @@ func TestDecideProperties(t *testing.T) {
 				Applied: genBset(t, "applied"),
 				Up:      rapid.Bool().Draw(t, "up"),
 				Behind:  rapid.Int64Range(0, 100).Draw(t, "behind"),
-				Lag:     time.Duration(rapid.IntRange(0, 50).Draw(t, "lagMs")) * time.Millisecond,
+				Lag:     time.Duration(rapid.IntRange(0, 1000).Draw(t, "lagMs")) * time.Millisecond,
 			}
 		}
 		pol := Policy{
@@ -50,6 +58,7 @@ func TestDecideProperties(t *testing.T) {
 			WaitBudget: time.Duration(rapid.IntRange(0, 3).Draw(t, "budget")) * 100 * time.Millisecond,
 			CheckEpoch: rapid.Bool().Draw(t, "checkEpoch"),
 			Defer:      rapid.Bool().Draw(t, "defer"),
+			SkipFutile: rapid.Bool().Draw(t, "skipFutile"),
 		}
 		var cp *Cap
 		if rapid.Bool().Draw(t, "capped") {
@@ -74,7 +83,9 @@ func TestDecideProperties(t *testing.T) {
 			Rand:   rapid.Uint64().Draw(t, "rand"),
 			Waited: time.Duration(rapid.IntRange(0, 8).Draw(t, "waited")) * 100 * time.Millisecond,
 			Global: genBset(t, "global"), GlobalKnown: rapid.Bool().Draw(t, "globalKnown"),
-			PendingWait: time.Duration(rapid.IntRange(0, 2).Draw(t, "pendingWaitMs")) * time.Millisecond}
+			PendingWait:  time.Duration(rapid.IntRange(0, 2).Draw(t, "pendingWaitMs")) * time.Millisecond,
+			NeedAge:      time.Duration(rapid.IntRange(0, 600).Draw(t, "needAgeMs")) * time.Millisecond,
+			NeedAgeKnown: rapid.Bool().Draw(t, "needAgeKnown")}
 		var b Bucket
 		if cp != nil && rapid.Bool().Draw(t, "spent") {
 			b.take(cp, in.Now)
@@ -132,7 +143,7 @@ func TestDecideProperties(t *testing.T) {
 			if sess.HasToken && view.PrimaryKnown && !view.Primary.Contains(sess.Token) {
 				t.Fatalf("primary %b lacks token %b but serves it: %+v", view.Primary, sess.Token, d)
 			}
-			if d.Fallback != (d.Reason == ReasonNoReplicaQualifies || d.Reason == ReasonWaitBudgetSpent || d.Reason == ReasonPrimaryUnknown || d.Reason == ReasonSeenUnknown) {
+			if d.Fallback != (d.Reason == ReasonNoReplicaQualifies || d.Reason == ReasonWaitBudgetSpent || d.Reason == ReasonWaitFutile || d.Reason == ReasonPrimaryUnknown || d.Reason == ReasonSeenUnknown) {
 				t.Fatalf("fallback flag/reason mismatch: %+v", d)
 			}
 			if d.Fallback && pol.Defer {
@@ -191,7 +202,54 @@ func TestDecideProperties(t *testing.T) {
 		if d.Fallback && cp != nil && b0.primed && b0.tokens < 1 && in.Now <= b0.last {
 			t.Fatalf("fallback from an empty bucket: %+v", d)
 		}
+
+		// The futile-wait skip against the same read without it.
+		polOff := pol
+		polOff.SkipFutile = false
+		inOff := in
+		inOff.Policy = &polOff
+		bOff := b0
+		dOff := Decide(&inOff, &bOff)
+		if d.Reason == ReasonWaitFutile && !pol.SkipFutile {
+			t.Fatalf("wait-futile without SkipFutile: %+v", d)
+		}
+		futile := pol.SkipFutile && in.NeedAgeKnown && dOff.Action == ActWait && dOff.Reason == ReasonNoReplicaQualifies &&
+			reps[dOff.Replica].Lag-in.NeedAge > dOff.WaitFor
+		if !futile {
+			if d != dOff || b != bOff {
+				t.Fatalf("skip-futile changed a decision the estimate does not call futile: %+v, without it %+v (lag %v, need age %v known %v)",
+					d, dOff, lagOf(reps, dOff.Replica), in.NeedAge, in.NeedAgeKnown)
+			}
+			return
+		}
+		// Futile: exactly the spent budget's decision, taken now.
+		inSpent := inOff
+		inSpent.Waited = pol.WaitBudget
+		bSpent := b0
+		dSpent := Decide(&inSpent, &bSpent)
+		if d.Action != dSpent.Action || d.Replica != dSpent.Replica || d.Fallback != dSpent.Fallback || d.Reanchor != dSpent.Reanchor ||
+			d.RetryAfter != dSpent.RetryAfter || b != bSpent {
+			t.Fatalf("futile skip %+v is not the spent budget's decision %+v", d, dSpent)
+		}
+		switch {
+		case dSpent.Reason == ReasonWaitBudgetSpent:
+			if d.Reason != ReasonWaitFutile {
+				t.Fatalf("futile skip with reason %v (the spent budget's: %v)", d.Reason, dSpent.Reason)
+			}
+		case d.Reason != dSpent.Reason:
+			t.Fatalf("futile skip's reason %v, the spent budget's %v", d.Reason, dSpent.Reason)
+		}
+		if d.Action == ActWait && d.WaitFor != pol.WaitBudget+cp.ExtraWait-in.Waited {
+			t.Fatalf("cap wait after a futile skip for %v, want up to budget+extra: %+v", d.WaitFor, d)
+		}
 	})
+}
+
+func lagOf(reps []Replica[bset], i int) time.Duration {
+	if i < 0 || i >= len(reps) {
+		return -1
+	}
+	return reps[i].Lag
 }
 
 // TestCapNeverExceeded: a stream of fallback-needing reads at random times

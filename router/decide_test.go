@@ -63,6 +63,7 @@ func TestDecideTable(t *testing.T) {
 		global  lsn           // Input.Global
 		gKnown  bool          // Input.GlobalKnown
 		pwait   time.Duration // Input.PendingWait
+		needAge time.Duration // Input.NeedAge, known when > 0
 		want    Decision
 	}
 	// pend: a session whose last reads ran on replica i (-1: primary), not
@@ -73,6 +74,10 @@ func TestDecideTable(t *testing.T) {
 	}
 	mrP := Policy{Kind: PolicyTokenRYWMR}
 	waitP := Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}
+	waitF := Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms, SkipFutile: true}
+	lagB := func(p lsn, behind int64, lag time.Duration) Replica[lsn] {
+		return Replica[lsn]{Applied: p, Up: true, Behind: behind, Lag: lag}
+	}
 	cases := []tc{
 		// the lazy watermark (pending seen)
 		{name: "pending/sticky-whatever-rand", pol: mrP, sess: pend(1, 0, 0), reps: []Replica[lsn]{up(9), up(1), up(9)}, rnd: 2, pwait: 10 * ms,
@@ -178,6 +183,36 @@ func TestDecideTable(t *testing.T) {
 		{name: "wait/waits-on-least-behind", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, sess: tok(5),
 			reps: []Replica[lsn]{upB(1, 40), upB(3, 20), {Applied: 4, Behind: 1}, upB(3, 20)}, waited: 100 * ms,
 			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 1, WaitFor: 300 * ms}},
+		// token-wait+skip-futile: the waited replica (least Behind) is
+		// 2 s behind and the need 10 ms old: 1.99 s to go, past the budget.
+		{name: "futile/skipped", pol: waitF, sess: tok(5), reps: []Replica[lsn]{lagB(1, 2, 3*time.Second), lagB(1, 1, 2*time.Second)}, needAge: 10 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
+		{name: "futile/after-a-wait", pol: waitF, sess: tok(5), reps: []Replica[lsn]{lagB(1, 1, 500*ms)}, needAge: 10 * ms, waited: 300 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
+		{name: "futile/within-budget-waits", pol: waitF, sess: tok(5), reps: []Replica[lsn]{lagB(1, 1, 410*ms)}, needAge: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "futile/old-need-waits", pol: waitF, sess: tok(5), reps: []Replica[lsn]{lagB(1, 1, 2*time.Second)}, needAge: 1700 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "futile/need-age-unknown-waits", pol: waitF, sess: tok(5), reps: []Replica[lsn]{lagB(1, 1, 2*time.Second)},
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "futile/off-waits", pol: waitP, sess: tok(5), reps: []Replica[lsn]{lagB(1, 1, 2*time.Second)}, needAge: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "futile/judges-the-waited-replica", pol: waitF, sess: tok(5), reps: []Replica[lsn]{lagB(1, 2, 0), lagB(1, 1, 2*time.Second)}, needAge: 10 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
+		{name: "futile/primary-lacks-times-out", pol: waitF, sess: tok(5), reps: []Replica[lsn]{lagB(1, 1, 2*time.Second)}, needAge: 10 * ms,
+			primary: 4, pKnown: true,
+			want: Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1}},
+		{name: "futile/deferred", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms, Defer: true, SkipFutile: true}, sess: tok(5),
+			reps: []Replica[lsn]{lagB(1, 1, 2*time.Second)}, needAge: 10 * ms,
+			want: Decision{Action: ActDefer, Reason: ReasonWaitFutile, Replica: -1, RetryAfter: 2 * time.Second}},
+		{name: "futile/cap-fail-fast", pol: waitF, cap: capFail, emptyB: true, sess: tok(5), reps: []Replica[lsn]{lagB(1, 1, 2*time.Second)}, needAge: 10 * ms,
+			want: Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1}},
+		{name: "futile/cap-wait-longer-to-budget-plus-extra", pol: waitF, cap: capWait, emptyB: true, sess: tok(5), reps: []Replica[lsn]{lagB(1, 1, 2*time.Second)},
+			needAge: 10 * ms, waited: 100 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonCapExceeded, Replica: 0, WaitFor: 600 * ms}},
+		{name: "futile/global", pol: Policy{Kind: PolicyGlobal, WaitBudget: 50 * ms, SkipFutile: true}, reps: []Replica[lsn]{lagB(3, 1, 100*ms)},
+			global: 5, gKnown: true, needAge: 40 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
 		{name: "wait/budget-spent", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, sess: tok(5), reps: []Replica[lsn]{up(1)}, waited: 400 * ms,
 			want: Decision{Action: ActPrimary, Reason: ReasonWaitBudgetSpent, Replica: -1, Fallback: true}},
 		{name: "wait/zero-budget", pol: Policy{Kind: PolicyTokenWait}, sess: tok(5), reps: []Replica[lsn]{up(1)},
@@ -317,7 +352,7 @@ func TestDecideTable(t *testing.T) {
 			reps := append([]Replica[lsn](nil), c.reps...)
 			view := View[lsn]{Replicas: reps, Primary: c.primary, PrimaryKnown: c.pKnown, Epoch: c.epoch}
 			in := Input[lsn]{Policy: &c.pol, Cap: c.cap, Session: &sess, View: &view, Now: c.now, Rand: c.rnd, Waited: c.waited,
-				Global: c.global, GlobalKnown: c.gKnown, PendingWait: c.pwait}
+				Global: c.global, GlobalKnown: c.gKnown, PendingWait: c.pwait, NeedAge: c.needAge, NeedAgeKnown: c.needAge > 0}
 			var b Bucket
 			if c.emptyB {
 				if c.cap == nil || !b.take(c.cap, 0) || b.take(c.cap, 0) {

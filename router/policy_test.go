@@ -31,6 +31,8 @@ func TestParsePolicy(t *testing.T) {
 		{"global(0)+defer", Policy{Kind: PolicyGlobal, Defer: true}},
 		{"token-wait(2s)+defer", Policy{Kind: PolicyTokenWait, WaitBudget: 2 * time.Second, Defer: true}},
 		{"token-ryw+defer+epoch", Policy{Kind: PolicyTokenRYW, Defer: true, CheckEpoch: true}},
+		{"token-wait(50ms)+skip-futile", Policy{Kind: PolicyTokenWait, WaitBudget: 50 * time.Millisecond, SkipFutile: true}},
+		{"global+skip-futile+defer+epoch", Policy{Kind: PolicyGlobal, WaitBudget: DefaultWaitBudget, SkipFutile: true, Defer: true, CheckEpoch: true}},
 		{" Token-RYW-MR+Epoch+Defer ", Policy{Kind: PolicyTokenRYWMR, Defer: true, CheckEpoch: true}},
 	}
 	for _, c := range ok {
@@ -40,22 +42,25 @@ func TestParsePolicy(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"":                   "unknown policy",
-		"random":             "unknown policy",
-		"token-ryw(5)":       "takes no argument",
-		"window(5":           "closing parenthesis",
-		"window(-5ms)":       "out of range",
-		"window(2h)":         "out of range",
-		"window(abc)":        "duration",
-		"window()":           "empty duration",
-		"token-wait(NaN)":    "out of range",
-		"affinity(modulo)":   "unknown mode",
-		"any+epoch+epoch":    "unknown policy",
-		"token-wait(1e300)":  "out of range",
-		"any+defer":          "no freshness fallback to defer",
-		"window(1s)+defer":   "no freshness fallback to defer",
-		"global+defer+defer": "unknown policy",
-		"global(-1)":         "out of range",
+		"":                                   "unknown policy",
+		"random":                             "unknown policy",
+		"token-ryw(5)":                       "takes no argument",
+		"window(5":                           "closing parenthesis",
+		"window(-5ms)":                       "out of range",
+		"window(2h)":                         "out of range",
+		"window(abc)":                        "duration",
+		"window()":                           "empty duration",
+		"token-wait(NaN)":                    "out of range",
+		"affinity(modulo)":                   "unknown mode",
+		"any+epoch+epoch":                    "unknown policy",
+		"token-wait(1e300)":                  "out of range",
+		"any+defer":                          "no freshness fallback to defer",
+		"window(1s)+defer":                   "no freshness fallback to defer",
+		"global+defer+defer":                 "unknown policy",
+		"token-ryw-mr+skip-futile":           "no budget wait to skip",
+		"any+skip-futile":                    "no budget wait to skip",
+		"token-wait+skip-futile+skip-futile": "unknown policy",
+		"global(-1)":                         "out of range",
 	}
 	for in, want := range bad {
 		_, err := ParsePolicy(in)
@@ -132,7 +137,7 @@ func TestNames(t *testing.T) {
 func FuzzParsePolicy(f *testing.F) {
 	for _, s := range []string{"any", "affinity(full-list)", "window(500ms)", "window(0)", "token-ryw",
 		"token-ryw-mr+epoch", "token-wait(1600)", "token-wait(1.5s)", "window(", "x(y)z", "token-wait(1e-9)",
-		"global(400ms)+defer", "token-ryw+defer+epoch", "global+epoch"} {
+		"global(400ms)+defer", "token-ryw+defer+epoch", "global+epoch", "token-wait(50ms)+skip-futile", "global(1s)+epoch+defer+skip-futile"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -20,12 +20,15 @@ type DecisionRecord struct {
 	Cap     router.Cap
 	Session router.Session[LogPos]
 	View    router.View[LogPos]
-	// Now, Rand, Waited, Global and GlobalKnown are the Input's scalars.
-	Now         time.Duration
-	Rand        uint64
-	Waited      time.Duration
-	Global      LogPos
-	GlobalKnown bool
+	// Now, Rand, Waited, Global, GlobalKnown, NeedAge and NeedAgeKnown
+	// are the Input's scalars.
+	Now          time.Duration
+	Rand         uint64
+	Waited       time.Duration
+	Global       LogPos
+	GlobalKnown  bool
+	NeedAge      time.Duration
+	NeedAgeKnown bool
 	// Bucket is the fallback bucket before the call.
 	Bucket router.Bucket
 	// Decision is what router.Decide answered and the engine did.
@@ -35,7 +38,8 @@ type DecisionRecord struct {
 // Input returns the record's input; its pointers point into the record.
 func (r *DecisionRecord) Input() router.Input[LogPos] {
 	return router.Input[LogPos]{Policy: &r.Policy, Cap: &r.Cap, Session: &r.Session, View: &r.View,
-		Now: r.Now, Rand: r.Rand, Waited: r.Waited, Global: r.Global, GlobalKnown: r.GlobalKnown}
+		Now: r.Now, Rand: r.Rand, Waited: r.Waited, Global: r.Global, GlobalKnown: r.GlobalKnown,
+		NeedAge: r.NeedAge, NeedAgeKnown: r.NeedAgeKnown}
 }
 
 // RecordDecisions runs trial trial of cfg under spec and calls fn with
@@ -99,6 +103,7 @@ func (dr *decisionRecorder) before(e *engine) {
 	r.View = router.View[LogPos]{Replicas: append(r.View.Replicas[:0], v.Replicas...),
 		Primary: v.Primary, PrimaryKnown: v.PrimaryKnown, Epoch: v.Epoch, Hash: v.Hash}
 	r.Now, r.Rand, r.Waited, r.Global, r.GlobalKnown = in.Now, in.Rand, in.Waited, in.Global, in.GlobalKnown
+	r.NeedAge, r.NeedAgeKnown = in.NeedAge, in.NeedAgeKnown
 	m := e.m
 	dr.reasons, dr.fallbacks, dr.failed, dr.staled = m.reasons, m.fallbacks, m.failed, m.staleServed
 }

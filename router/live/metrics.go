@@ -47,7 +47,7 @@ type liveMetrics struct {
 // is counted through the vector itself).
 const (
 	numActions  = int(router.ActDefer) + 1
-	numReasons  = int(router.ReasonSeenUnknown) + 1
+	numReasons  = int(router.ReasonWaitFutile) + 1
 	numPolicies = int(router.PolicyGlobal) + 1
 )
 

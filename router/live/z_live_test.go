@@ -151,6 +151,7 @@ func TestLive(t *testing.T) {
 	t.Run("standing-lag", func(t *testing.T) { testStandingLag(t, ctx, pl) })
 	t.Run("watermark", func(t *testing.T) { testWatermark(t, ctx) })
 	t.Run("cap", func(t *testing.T) { testCap(t, ctx, pl) })
+	t.Run("futile-wait", func(t *testing.T) { testFutileWait(t, ctx, pl) })
 	t.Run("replica-down", func(t *testing.T) { testReplicaDown(t, ctx, pl) })
 	t.Run("shared-pool", func(t *testing.T) { testSharedPool(t, ctx, pl) })
 	t.Run("failover", func(t *testing.T) { testFailover(t, ctx, pl) })
@@ -572,6 +573,75 @@ func testCap(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
 		if fallbacks == 0 {
 			t.Errorf("%v: no fallback at all", beh)
 		}
+	}
+}
+
+// testFutileWait: token-wait(100ms)+skip-futile with every applier
+// stopped. Once the replicas are far behind (1.5 s of sleep after a first
+// write they lack), a read whose need is a fresh write cannot be served by
+// a replica within the budget: the router's commit log says the waited
+// replica still needs its Lag minus the need's age, about 1.5 s, so each
+// read goes to the primary at once, typed and counted wait-futile (a
+// freshness fallback), never waiting, and the primary's answer holds the
+// write. Counters, not clocks, are asserted: the decisions by action and
+// reason, the fallbacks by reason, and each read's Waited.
+func testFutileWait(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
+	defer resetFaults(t, ctx)
+	for _, r := range topo.Replicas() {
+		if err := topo.StopApplier(ctx, r.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	pol := router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 100 * time.Millisecond, SkipFutile: true}
+	r := newLiveRouter(t, ctx, Config[gtid.Set]{Positions: pl, Policy: pol, Registerer: reg})
+	s := r.NewSession()
+	defer s.Close()
+	const sess = 900
+	count := func() int64 {
+		t.Helper()
+		rd, err := s.Query(ctx, "SELECT COUNT(*) FROM rt.aux WHERE sess = ?", sess)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rd.Outcome != router.OutFallback {
+			t.Fatalf("read on %s: outcome %v (%v), want a freshness fallback: no replica applies", rd.Node, rd.Outcome, rd.Reason)
+		}
+		if rd.Reason == router.ReasonWaitFutile && rd.Waited != 0 {
+			t.Errorf("a wait-futile read waited %v", rd.Waited)
+		}
+		return readInt(t, rd)
+	}
+	mustExec(t, ctx, s, "INSERT INTO rt.aux VALUES (?, 0)", sess)
+	// The replicas lack only this write: if their lag held steady they
+	// would apply it at once, so the steady-lag estimate lets the read wait
+	// (a stopped applier looks like a steady one here); it falls back.
+	if n := count(); n != 1 {
+		t.Fatalf("the primary's answer lacks the session's write: %d rows", n)
+	}
+	time.Sleep(1500 * time.Millisecond) // the replicas fall 1.5 s behind
+	waits := r.m.decision(router.ActWait, router.ReasonNoReplicaQualifies)
+	futile := r.m.decision(router.ActPrimary, router.ReasonWaitFutile)
+	waits0, futile0 := testutil.ToFloat64(waits), testutil.ToFloat64(futile)
+	fb0 := testutil.ToFloat64(r.m.fallbacks.WithLabelValues(router.ReasonWaitFutile.String()))
+	const reads = 5
+	for i := 1; i <= reads; i++ {
+		mustExec(t, ctx, s, "INSERT INTO rt.aux VALUES (?, ?)", sess, i)
+		if n := count(); n != int64(i+1) {
+			t.Fatalf("read %d: the primary's answer lacks the session's write: %d rows", i, n)
+		}
+	}
+	if got := testutil.ToFloat64(futile) - futile0; got != reads {
+		t.Errorf("decisions{primary,wait-futile} grew by %v over %d reads, want every read", got, reads)
+	}
+	if got := testutil.ToFloat64(waits) - waits0; got != 0 {
+		t.Errorf("decisions{wait,no-replica-qualifies} grew by %v: a futile wait was waited", got)
+	}
+	if got := testutil.ToFloat64(r.m.fallbacks.WithLabelValues(router.ReasonWaitFutile.String())) - fb0; got != reads {
+		t.Errorf("freshness fallbacks{wait-futile} grew by %v, want %d", got, reads)
+	}
+	if _, err := s.Exec(ctx, "DELETE FROM rt.aux WHERE sess = ?", sess); err != nil {
+		t.Fatal(err)
 	}
 }
 
