@@ -92,6 +92,50 @@ func BenchmarkDecide(b *testing.B) {
 				benchDecide(b, c.reps, c.uuids, c.holes, pol)
 			})
 		}
+		// The zero-wait path with the futile-wait test on: a replica
+		// qualifies, so the test is never reached.
+		pol := Policy{Kind: PolicyTokenWait, WaitBudget: DefaultWaitBudget, CheckEpoch: true, SkipFutile: true}
+		name := fmt.Sprintf("replicas=%d/uuids=%d/%v", c.reps, c.uuids, pol.Kind)
+		if c.holes {
+			name = fmt.Sprintf("replicas=%d/uuids=%d/fragmented/%v", c.reps, c.uuids, pol.Kind)
+		}
+		b.Run(name+"+skip-futile", func(b *testing.B) {
+			benchDecide(b, c.reps, c.uuids, c.holes, pol)
+		})
+	}
+}
+
+// BenchmarkDecideWait: no replica qualifies under token-wait(400ms): the
+// budget wait, and with +skip-futile the wait the estimate lets through
+// (lag 100 ms) and the futile one it skips to the primary (lag 2 s).
+func BenchmarkDecideWait(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		skip bool
+		lag  time.Duration
+		want Action
+	}{{"token-wait", false, 2 * time.Second, ActWait}, {"skip-futile/waits", true, 100 * time.Millisecond, ActWait},
+		{"skip-futile/futile", true, 2 * time.Second, ActPrimary}} {
+		b.Run(c.name, func(b *testing.B) {
+			reps := make([]Replica[gtid.Set], 5)
+			for i := range reps {
+				reps[i] = Replica[gtid.Set]{Applied: setOf(1, 100, false), Up: true, Behind: int64(5 - i), Lag: c.lag}
+			}
+			sess := Session[gtid.Set]{Token: gtid.MustParse(uuidN(0) + ":200"), HasToken: true}
+			pol := Policy{Kind: PolicyTokenWait, WaitBudget: DefaultWaitBudget, SkipFutile: c.skip}
+			cp := &Cap{PerSecond: 1e9, Behavior: CapFailFast}
+			_ = cp.Validate()
+			in := Input[gtid.Set]{Policy: &pol, Cap: cp, Session: &sess, View: &View[gtid.Set]{Replicas: reps},
+				NeedAge: 5 * time.Millisecond, NeedAgeKnown: true}
+			var bk Bucket
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				in.Now = time.Duration(i) * time.Microsecond
+				if d := Decide(&in, &bk); d.Action != c.want {
+					b.Fatalf("%+v", d)
+				}
+			}
+		})
 	}
 }
 

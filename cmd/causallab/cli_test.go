@@ -61,6 +61,7 @@ var badUsage = map[string][]string{
 	"sim failover":   {"--window", "-1s"},
 	"sim fleet":      {"--world", "mars"},
 	"sim hashing":    {"--hash-mode", "modulo"},
+	"sim lagwait":    {"--budget", "-5ms"},
 	"sim load":       {"--workload", "x"},
 	"sim routers":    {"--replicas", "500"},
 	"sim wait":       {"--budget", "2h"},

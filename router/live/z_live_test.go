@@ -616,9 +616,11 @@ func testFutileWait(t *testing.T, ctx context.Context, pl *Poller[gtid.Set]) {
 	// The replicas lack only this write: if their lag held steady they
 	// would apply it at once, so the steady-lag estimate lets the read wait
 	// (a stopped applier looks like a steady one here); it falls back.
+	first := r.m.decision(router.ActPrimary, router.ReasonWaitBudgetSpent)
 	if n := count(); n != 1 {
 		t.Fatalf("the primary's answer lacks the session's write: %d rows", n)
 	}
+	t.Logf("first read: decisions{primary,wait-budget-spent} = %v (the wait the estimate cannot call futile)", testutil.ToFloat64(first))
 	time.Sleep(1500 * time.Millisecond) // the replicas fall 1.5 s behind
 	waits := r.m.decision(router.ActWait, router.ReasonNoReplicaQualifies)
 	futile := r.m.decision(router.ActPrimary, router.ReasonWaitFutile)
