@@ -108,10 +108,11 @@ import (
 //     smallest Behind (lowest index on ties), unless the wait is futile
 //     (Policy.SkipFutile, NeedAgeKnown, and that replica's Lag minus
 //     NeedAge, how long it still needs to hold what the read needs if its
-//     lag holds steady, exceeds WaitBudget - Waited). Otherwise a freshness fallback, with
-//     Reason ReasonNoReplicaQualifies (token-ryw, token-ryw-mr),
-//     ReasonWaitFutile (token-wait, global: the wait was skipped),
-//     ReasonWaitBudgetSpent (token-wait, global) or ReasonPrimaryUnknown.
+//     lag holds steady, exceeds WaitBudget - Waited). Otherwise a
+//     freshness fallback, with Reason ReasonNoReplicaQualifies (token-ryw,
+//     token-ryw-mr), ReasonWaitFutile (token-wait, global: the wait was
+//     skipped), ReasonWaitBudgetSpent (token-wait, global) or
+//     ReasonPrimaryUnknown.
 //  5. The primary serves a token only if it contains it when PrimaryKnown:
 //     otherwise ActFail/ReasonTimedOut (this is what makes a GTID-set token
 //     of a lost timeline time out instead of reading stale data, while a

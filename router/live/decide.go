@@ -79,8 +79,9 @@ type LiveRequest[P gtid.Position[P]] struct {
 // true); the raised position is returned for the caller to store.
 //
 // Under Policy.SkipFutile a budget wait (ActWait,
-// router.ReasonNoReplicaQualifies) is tested for futility before it is returned (router.Decide's rule 4): the waited
-// replica's Lag (CommitLog.Lag at req.Wall) and the read's need age
+// router.ReasonNoReplicaQualifies) is tested for futility before it is
+// returned (router.Decide's rule 4): the waited replica's Lag
+// (CommitLog.Lag at req.Wall) and the read's need age
 // (router.Input.NeedAge: the youngest CommitLog.Age of the parts it lacks
 // of the token, the watermark and, for PolicyGlobal, req.Global) are
 // filled in and Decide is asked again; it answers the wait, or a fallback
