@@ -133,6 +133,9 @@ const (
 	// deferred under Policy.Defer), taken at once instead of after the
 	// budget.
 	ReasonWaitFutile
+	// NumReasons is the number of reasons (array sizes); keep it after
+	// the last.
+	NumReasons = int(ReasonWaitFutile) + 1
 )
 
 // Outcome is the typed result of one read, whoever served or refused it:

@@ -28,7 +28,7 @@ type trialMetrics struct {
 	// futileMissed counts futile-wait skips (router.ReasonWaitFutile)
 	// after which a replica would have qualified within the budget left.
 	futileMissed int64
-	reasons      [16]int64
+	reasons      [router.NumReasons]int64
 
 	readLat, writeLat, lag hist
 	deferLat               hist // issue to answer of the reads that were deferred
@@ -104,7 +104,7 @@ type Result struct {
 	// the deferred reads, retries included (0 when none).
 	DeferredMean, DeferredP99 float64
 	// Reasons counts router decisions by router.Reason.
-	Reasons [16]int64
+	Reasons [router.NumReasons]int64
 	// Hash attributes an affinity router's moves and MR violations to
 	// their causes (zero under other policies).
 	Hash HashCauses
