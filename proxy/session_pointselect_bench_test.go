@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,6 +65,16 @@ func BenchmarkPointSelect(b *testing.B) {
 	r0 := topo.Replicas()[0]
 	b.Run("direct", func(b *testing.B) {
 		benchPointSelects(b, r0.Addr(), r0.User, r0.Password)
+	})
+	// The floor of any Go hop: the raw byte forwarder of TestSysbenchSpeed
+	// (rawnet socket I/O, no protocol work) in front of the same replica.
+	b.Run("forwarder", func(b *testing.B) {
+		host, port, err := net.SplitHostPort(r0.Addr())
+		if err != nil {
+			b.Fatal(err)
+		}
+		fwd := startGoForwarder(b, []string{host}, []string{port}, true)
+		benchPointSelects(b, net.JoinHostPort("127.0.0.1", strconv.Itoa(fwd)), r0.User, r0.Password)
 	})
 	for _, pol := range []string{"token-ryw", "token-ryw-mr", "token-wait"} {
 		b.Run(pol, func(b *testing.B) {

@@ -422,7 +422,7 @@ func freePort(t *testing.T) int {
 // round-robin), the Go counterpart of MySQL Router's plain routing. It
 // returns the port. Measured beside the proxy so its overhead splits into
 // what any Go hop costs and what the proxy's own work adds.
-func startGoForwarder(t *testing.T, hosts, ports []string, raw bool) int {
+func startGoForwarder(t testing.TB, hosts, ports []string, raw bool) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
