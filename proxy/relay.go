@@ -73,6 +73,9 @@ type relayReq struct {
 	// ctx is the client session's: its end cuts the backend socket
 	// (backendConn.bind).
 	ctx context.Context
+	// sentAt is when the command is sent (backendConn.used): the caller's
+	// clock reading when it has one, else (zero) the relay reads the clock.
+	sentAt time.Time
 	// op names the command in errors ("query", "execute").
 	op string
 	// cmd is the command's payload (command byte onward) in pieces, sent
@@ -123,7 +126,10 @@ func relayQuery(cc *server.Conn, bc *backendConn, query string, req relayReq) (r
 // req.watermark, the node's executed set read right after the command is
 // in relayOut.watermark (or the reason it is not, in relayOut.wmErr).
 func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
-	bc.used = time.Now()
+	bc.used = req.sentAt
+	if bc.used.IsZero() {
+		bc.used = time.Now()
+	}
 	defer bc.bind(req.ctx)()
 	if bc.allGTIDs && req.watermark {
 		return relayTracked(cc, bc, req)

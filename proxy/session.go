@@ -256,10 +256,10 @@ func (s *session) ensurePrimary() error {
 // replica returns the session's connection to replica i, opening it. A
 // connection the replica closed while it was idle (wait_timeout) is
 // redialled: it holds only replayed state.
-func (s *session) replica(i int) (*backendConn, error) {
+func (s *session) replica(i int, now time.Time) (*backendConn, error) {
 	fails := s.srv.rt.Failures(s.srv.cfg.Replicas[i].Name)
 	if bc := s.replicas[i]; bc != nil && !bc.broken && s.replicaFails[i] == fails {
-		if s.srv.skipIdlePeek.Load() || !bc.closedWhileIdle(time.Now()) {
+		if s.srv.skipIdlePeek.Load() || !bc.closedWhileIdle(now) {
 			return bc, nil
 		}
 		s.srv.m.idleClosed.WithLabelValues(bc.b.Name, "reconnected").Inc()
@@ -577,7 +577,7 @@ func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
 func (s *session) waitOn(ctx context.Context, t live.Target, need gtid.Set, d time.Duration) (bool, error) {
 	use := s.use
 	s.use = useWait
-	bc, rerr := s.conn(t)
+	bc, rerr := s.conn(t, time.Now())
 	s.use = use
 	if rerr != nil {
 		return false, rerr

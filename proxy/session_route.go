@@ -42,12 +42,13 @@ func (s *session) readOptions(st Stmt) (live.ReadOptions[gtid.Set], error) {
 }
 
 // conn returns the session's connection for a router target: the primary
-// (reconnected outside transactions) or replica i (opened lazily). A
+// (reconnected outside transactions) or replica i (opened lazily; now is
+// the caller's clock reading for its idle check). A
 // connection that cannot be opened is the router's verdict: a node
 // failure it may route around (marked down, decided again), or a
 // replica that refused the session's state (sessionRefusedError, not a
 // node fault).
-func (s *session) conn(t live.Target) (*backendConn, *live.RunError) {
+func (s *session) conn(t live.Target, now time.Time) (*backendConn, *live.RunError) {
 	if t.Replica < 0 {
 		if err := s.ensurePrimary(); err != nil {
 			if re := s.busyRun(err); re != nil {
@@ -57,7 +58,7 @@ func (s *session) conn(t live.Target) (*backendConn, *live.RunError) {
 		}
 		return s.primary, nil
 	}
-	bc, err := s.replica(t.Replica)
+	bc, err := s.replica(t.Replica, now)
 	if err != nil {
 		if re := s.busyRun(err); re != nil {
 			return nil, re // a busy pool (multiplex), not a node fault
@@ -100,13 +101,13 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
+	return s.routeRelay(st, o, func(bc *backendConn, t live.Target, at time.Time) (relayOut, error) {
 		role := rolePrimary
 		if t.Replica >= 0 {
 			role = roleReplica
 		}
 		s.srv.m.statement(false, st.Kind, role).Inc()
-		return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, flush: s.flushFunc(), healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
+		return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, flush: s.flushFunc(), healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
 	})
 }
 
@@ -137,11 +138,11 @@ func (r *readRun) failed(cause error, on *backendConn, verdict error) error {
 
 // relayFunc runs a read on bc, the session's connection to target t,
 // writing its response to the client (or handing it to the caller, the
-// decoded prepared path). Its error is a relay error (never retried
+// decoded prepared path); at is when the read began (relayReq.sentAt). Its error is a relay error (never retried
 // unless nothing reached the client and the node is at fault), a
 // *live.RunError with its own verdict, or the server's refusal
 // (*mysql.MyError) before anything was written.
-type relayFunc func(bc *backendConn, t live.Target) (relayOut, error)
+type relayFunc func(bc *backendConn, t live.Target, at time.Time) (relayOut, error)
 
 // routeRelay routes one read through the router (ls.QueryFunc: decision,
 // wait, cap, counting) and runs relayOne on the session's connection to
@@ -150,7 +151,10 @@ type relayFunc func(bc *backendConn, t live.Target) (relayOut, error)
 func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne relayFunc) (*mysql.Result, error) {
 	var run readRun
 	_, err := s.ls.QueryFunc(s.ctx, s.ls.Policy(), o, func(_ context.Context, t live.Target) (gtid.Set, error) {
-		bc, rerr := s.conn(t)
+		// One clock reading for the run: the idle peek's, the idle time's
+		// and the command's (backendConn.used).
+		now := time.Now()
+		bc, rerr := s.conn(t, now)
 		if rerr != nil {
 			return gtid.Set{}, run.failed(rerr.Err, nil, rerr)
 		}
@@ -158,11 +162,11 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne rel
 			on(ReadRoute{Conn: s.id, Node: t.Node.Name, Replica: t.Replica, Reason: t.Reason, HashReason: t.HashReason})
 		}
 		run.served, s.state.last = bc, bc
-		idleFor := time.Since(bc.used) // before this command (closedWhileIdle's race)
+		idleFor := now.Sub(bc.used) // before this command (closedWhileIdle's race)
 		if h := s.watchFor(bc, t.Replica); h != nil {
 			bc.watch(h)
 		}
-		out, err := relayOne(bc, t)
+		out, err := relayOne(bc, t, now)
 		bc.unwatch()
 		if err != nil {
 			return gtid.Set{}, s.runFailed(&run, bc, err, idleFor)

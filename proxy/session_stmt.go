@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -148,7 +149,7 @@ func (s *session) stmtExecute(ctx any, _ string, args []any) (*mysql.Result, err
 		// stmtErr is the server's refusal of the statement.
 		stmtErr *mysql.MyError
 	)
-	done, err := s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
+	done, err := s.routeRelay(st, o, func(bc *backendConn, t live.Target, _ time.Time) (relayOut, error) {
 		// The decoded result is buffered and written by go-mysql once the
 		// read is over (nothing reaches the client before).
 		r, g, err := s.executeOn(p, t.Replica, bc, args)
@@ -231,7 +232,7 @@ func (s *session) rawExecute(p *pstmt) ([][]byte, string) {
 func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error) {
 	st := p.class
 	s.srv.m.executesRaw.Inc()
-	send := func(bc *backendConn, i int, watermark bool) (relayOut, error) {
+	send := func(bc *backendConn, i int, watermark bool, at time.Time) (relayOut, error) {
 		cs, err := s.prepareOn(p, i, bc)
 		if err != nil {
 			return relayOut{}, err
@@ -250,7 +251,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = roleReplica
 		}
 		s.srv.m.statement(true, st.Kind, role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, flush: s.flushFunc(), healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
+		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, sentAt: at, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, flush: s.flushFunc(), healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
 		clear(bc.pieces)
 		return out, err
 	}
@@ -258,7 +259,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 		if st.Kind == KindPrimary {
 			s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 		}
-		out, err := send(s.primary, -1, false)
+		out, err := send(s.primary, -1, false, time.Time{})
 		s.state.last = s.primary
 		if err != nil {
 			// The server's refusal (of the prepare on a reconnected
@@ -272,8 +273,8 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 	if err != nil {
 		return nil, err
 	}
-	return s.routeRelay(st, o, func(bc *backendConn, t live.Target) (relayOut, error) {
-		out, err := send(bc, t.Replica, t.Watermark)
+	return s.routeRelay(st, o, func(bc *backendConn, t live.Target, at time.Time) (relayOut, error) {
+		out, err := send(bc, t.Replica, t.Watermark, at)
 		if err == nil {
 			return out, nil
 		}

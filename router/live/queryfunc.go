@@ -154,7 +154,10 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		} else if d.Action == router.ActPrimary {
 			node = primary.Name
 		}
-		step := TraceStep{At: r.now(), Decision: d, Node: node, Epoch: epoch, Waited: waited}
+		step := TraceStep{Decision: d, Node: node, Epoch: epoch, Waited: waited}
+		if r.cfg.Trace {
+			step.At = r.now() // a clock read per read otherwise unused
+		}
 		if d.Reanchor {
 			// Decide found every older-epoch part of this read's state
 			// (a superset of the session's) in the new primary.
@@ -411,12 +414,13 @@ func need[P gtid.Position[P]](st *router.Session[P], pol *router.Policy) P {
 }
 
 // inFlight adjusts the count of reads running on a node (affinity's
-// rebalance-override mode reads it).
+// rebalance-override mode reads it). A node's entry stays at zero when
+// its last read ends (deleted and added again by every read, it cost a
+// map delete and insert per read); the map holds one entry per node name
+// ever read from, and a missing entry reads as zero the same.
 func (r *Router[P]) inFlight(node string, d int) {
 	r.mu.Lock()
-	if r.st.InFlight[node] += d; r.st.InFlight[node] <= 0 {
-		delete(r.st.InFlight, node)
-	}
+	r.st.InFlight[node] += d
 	r.mu.Unlock()
 }
 
@@ -486,7 +490,7 @@ func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited tim
 			}
 		}
 	}
-	req := LiveRequest[P]{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: wall, Now: r.now(),
+	req := LiveRequest[P]{Session: st, Policy: pol, Cap: &r.cfg.Cap, Wall: wall, Now: wall.Sub(r.start), // r.now() from the same clock read
 		Rand: r.rng.Uint64(), Waited: waited, Known: known, Global: gl.pos, GlobalKnown: gl.known, PendingWait: pendWait}
 	d, v, prim := decideLiveIn(&r.st, r.cfg.Positions, &req, &r.bucket, view)
 	if !r.st.PrimaryPos.Contains(prim) {
