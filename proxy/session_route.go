@@ -138,7 +138,8 @@ func (r *readRun) failed(cause error, on *backendConn, verdict error) error {
 
 // relayFunc runs a read on bc, the session's connection to target t,
 // writing its response to the client (or handing it to the caller, the
-// decoded prepared path); at is when the read began (relayReq.sentAt). Its error is a relay error (never retried
+// decoded prepared path); at is the run's clock reading (relayReq.sentAt).
+// Its error is a relay error (never retried
 // unless nothing reached the client and the node is at fault), a
 // *live.RunError with its own verdict, or the server's refusal
 // (*mysql.MyError) before anything was written.
