@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,10 +78,21 @@ func BenchmarkPointSelect(b *testing.B) {
 		fwd := startGoForwarder(b, []string{host}, []string{port}, true)
 		benchPointSelects(b, net.JoinHostPort("127.0.0.1", strconv.Itoa(fwd)), r0.User, r0.Password)
 	})
+	// CAUSALLAB_PROXY_BENCH_POLL_INTERVAL sets the proxy's poll_interval
+	// (default the config's): the pollers' cost is per second, not per
+	// query.
+	var poll time.Duration
+	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_POLL_INTERVAL"); v != "" {
+		var err error
+		if poll, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("CAUSALLAB_PROXY_BENCH_POLL_INTERVAL: %v", err)
+		}
+	}
 	for _, pol := range []string{"token-ryw", "token-ryw-mr", "token-wait"} {
 		b.Run(pol, func(b *testing.B) {
 			s := startProxy(b, func(c *Config) {
 				c.AuthMethod, c.Policy, c.HTTPListen = "mysql_native_password", pol, ""
+				c.PollInterval = poll
 			})
 			benchPointSelects(b, s.Addr(), "app", "apppw")
 		})
