@@ -31,7 +31,6 @@ var (
 	_ live.SeenBounder[gtid.Set]    = (*pollers)(nil)
 )
 
-//
 // With watermark_source lazy the replicas' pollers read bounds
 // (live.PollerConfig.Bounds: performance_schema.log_status where the
 // account may read it), the primary's does not: the router bounds a
