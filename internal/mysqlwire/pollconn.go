@@ -99,7 +99,8 @@ func (p *PollConn) ReadValue(ctx context.Context, query string) (string, error) 
 // *mysql.MyError is the server's refusal, after which the connection is
 // still in step; any other error leaves it unusable (close it). An
 // exchange cut by the deadline returns an error that is
-// context.DeadlineExceeded.
+// context.DeadlineExceeded; one cut by the dial context's end, that
+// context's cause.
 func (p *PollConn) Value(deadline time.Time, query string) ([]byte, error) {
 	if query != p.q {
 		p.out = AppendQueryPacket(p.out[:0], p.caps, query)
@@ -107,8 +108,12 @@ func (p *PollConn) Value(deadline time.Time, query string) ([]byte, error) {
 	}
 	p.dc.Limit(deadline)
 	v, err := p.exchange()
-	if err != nil && !deadline.IsZero() && errors.Is(err, os.ErrDeadlineExceeded) && p.dc.CutReason() == nil {
-		err = fmt.Errorf("%w: %s: %w", context.DeadlineExceeded, Excerpt(query), err)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		if cut := p.dc.CutReason(); cut != nil {
+			err = fmt.Errorf("%w (%v)", cut, err)
+		} else if !deadline.IsZero() {
+			err = fmt.Errorf("%w: %s: %w", context.DeadlineExceeded, Excerpt(query), err)
+		}
 	}
 	return v, err
 }
