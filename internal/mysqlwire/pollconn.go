@@ -133,6 +133,9 @@ func (p *PollConn) exchange() ([]byte, error) {
 		m, err := p.dc.Read(p.in[n:])
 		n += m
 		if err != nil {
+			if n > 0 {
+				return nil, fmt.Errorf("%w (after %d bytes of the answer: %q)", err, n, p.in[:min(n, 200)])
+			}
 			return nil, err
 		}
 		v, used, err := ParseValueAnswer(p.in[:n], p.caps)
