@@ -204,8 +204,8 @@ type Poller[P gtid.Position[P]] struct {
 	states map[string]*nodeState[P]
 	// epoch is the origin of nodeState's times (monotonic clock).
 	epoch time.Time
-	polls  atomic.Uint64
-	errs   atomic.Uint64
+	polls atomic.Uint64
+	errs  atomic.Uint64
 	// overran counts polls cut by PollTimeout (also counted in errs).
 	overran atomic.Uint64
 	// primary is the node polled as the primary (PollerConfig.Primary,
