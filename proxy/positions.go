@@ -22,6 +22,8 @@ import (
 type pollers struct {
 	byName map[string]*live.Poller[gtid.Set]
 	all    []*live.Poller[gtid.Set]
+	// replicas names the replicas (their pollers read bounds when lazy).
+	replicas map[string]bool
 }
 
 var (
@@ -29,8 +31,23 @@ var (
 	_ live.SeenBounder[gtid.Set]    = (*pollers)(nil)
 )
 
+// With watermark_source lazy the replicas' pollers read bounds
+// (live.PollerConfig.Bounds: performance_schema.log_status where the
+// account may read it), the primary's does not: the router bounds a
+// pending seen only on a replica (a read the primary serves reads its
+// watermark pipelined on its own connection, live.Target.Watermark),
+// and the proxy has no failover that could make a replica's pending seen
+// one of the primary's. The primary's poll is the plain executed query
+// (SELECT @@GLOBAL.gtid_executed): its position (a lower bound of what
+// the primary committed, which raises the router's view of the primary
+// and its commit log) and its health are all the router reads of it.
+// log_status would cost the primary's mysqld about twice the CPU per poll
+// (BenchmarkPollerCPU) and briefly hold its commits.
 func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
-	p := &pollers{byName: map[string]*live.Poller[gtid.Set]{}}
+	p := &pollers{byName: map[string]*live.Poller[gtid.Set]{}, replicas: map[string]bool{}}
+	for _, b := range cfg.Replicas {
+		p.replicas[b.Name] = true
+	}
 	for _, b := range append([]Backend{cfg.Primary}, cfg.Replicas...) {
 		pl, err := live.NewPoller(live.PollerConfig[gtid.Set]{
 			Nodes:       []live.Node{{Name: b.Name, Addr: b.Addr}},
@@ -38,7 +55,7 @@ func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
 			Password:    b.Password,
 			Interval:    cfg.PollInterval,
 			DialTimeout: cfg.ConnectTimeout,
-			Bounds:      cfg.WatermarkSource == "lazy",
+			Bounds:      cfg.WatermarkSource == "lazy" && p.replicas[b.Name],
 			Logger:      log,
 		})
 		if err != nil {
@@ -77,11 +94,12 @@ func (p *pollers) WaitFor(ctx context.Context, node string, want gtid.Set) error
 	return pl.WaitFor(ctx, node, want)
 }
 
-// Bounds reports whether every poller reads upper bounds (watermark_source
-// lazy).
+// Bounds reports whether every replica's poller reads upper bounds
+// (watermark_source lazy): the router bounds reads on replicas only (the
+// primary's poller never reads bounds; newPollers).
 func (p *pollers) Bounds() bool {
-	for _, pl := range p.all {
-		if !pl.Bounds() {
+	for name := range p.replicas {
+		if !p.byName[name].Bounds() {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -148,20 +149,48 @@ func (c *PollerConfig[P]) validate() error {
 	return nil
 }
 
-// pollState is one published state of a node: immutable once published.
+// pollState is one published answer of a node: immutable once
+// published. A poll whose answer is the text the node's last one was, on
+// the same connection, publishes no new state (nodeState's times move).
 type pollState[P gtid.Position[P]] struct {
 	pos     P
-	lastOK  time.Time
 	changed chan struct{} // closed when replaced by a different position
 	// With bounds (PollerConfig.Bounds): upper is the upper bound the
-	// poll read, start when the poll's statement was about to be sent,
-	// gen the generation of the connection it ran on, and polled is
-	// closed when the state is replaced by any newer poll.
+	// poll read, gen the generation of the connection it ran on.
 	upper    P
 	hasUpper bool
-	start    time.Time
 	gen      uint64
-	polled   chan struct{}
+}
+
+// nodeState is what the poller publishes of one node, for lock-free
+// readers. Times are nanoseconds since the poller's epoch (monotonic;
+// 0: no successful poll yet). A successful poll stores cur (when its
+// answer changed), then lastOK, then start: a reader that loads start
+// before cur sees the state of that poll or of a later one, whose upper
+// bound (same generation) comes from a poll that started later still
+// (SeenBound).
+type nodeState[P gtid.Position[P]] struct {
+	cur atomic.Pointer[pollState[P]]
+	// lastOK is when the last successful poll ended, start when its
+	// statement was about to be sent.
+	lastOK, start atomic.Int64
+	// polled, when a WaitBound installed it, is closed (and cleared)
+	// after the next successful poll: no channel per poll when nobody
+	// waits.
+	polled atomic.Pointer[chan struct{}]
+}
+
+// waiter returns the channel the next successful poll closes.
+func (ns *nodeState[P]) waiter() chan struct{} {
+	for {
+		if c := ns.polled.Load(); c != nil {
+			return *c
+		}
+		c := make(chan struct{})
+		if ns.polled.CompareAndSwap(nil, &c) {
+			return c
+		}
+	}
 }
 
 // Poller is the polling PositionSource: one goroutine per node runs the
@@ -172,9 +201,11 @@ type pollState[P gtid.Position[P]] struct {
 type Poller[P gtid.Position[P]] struct {
 	cfg    PollerConfig[P]
 	dial   dialValue // opens a poll connection (MySQL protocol, or pgx for NewPGPoller)
-	states map[string]*atomic.Pointer[pollState[P]]
-	polls  atomic.Uint64
-	errs   atomic.Uint64
+	states map[string]*nodeState[P]
+	// epoch is the origin of nodeState's times (monotonic clock).
+	epoch time.Time
+	polls atomic.Uint64
+	errs  atomic.Uint64
 	// overran counts polls cut by PollTimeout (also counted in errs).
 	overran atomic.Uint64
 	// primary is the node polled as the primary (PollerConfig.Primary,
@@ -237,13 +268,11 @@ func NewPoller[P gtid.Position[P]](cfg PollerConfig[P]) (*Poller[P], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	d := &mysqlwire.Dialer{User: cfg.User, Password: cfg.Password, Timeout: cfg.DialTimeout}
+	// Every read and write is bounded by PollTimeout (the rolling
+	// deadline) as well as by each poll's own deadline.
+	d := &mysqlwire.Dialer{User: cfg.User, Password: cfg.Password, Timeout: cfg.DialTimeout, IOTimeout: cfg.PollTimeout}
 	return newPoller(cfg, func(ctx context.Context, addr string) (valueConn, error) {
-		c, err := d.Dial(ctx, addr, false)
-		if err != nil {
-			return nil, err
-		}
-		return mysqlValueConn{c}, nil
+		return d.DialPoll(ctx, addr)
 	}), nil
 }
 
@@ -252,6 +281,17 @@ type valueConn interface {
 	ReadValue(ctx context.Context, query string) (string, error)
 	Close() error
 }
+
+// bytesConn is a valueConn whose polls need no context of their own: it
+// bounds an exchange by a deadline and is cut when the context it was
+// dialled with ends (mysqlwire.PollConn). Its answer is in its own
+// buffer, valid until its next exchange.
+type bytesConn interface {
+	valueConn
+	Value(deadline time.Time, query string) ([]byte, error)
+}
+
+var _ bytesConn = (*mysqlwire.PollConn)(nil)
 
 // dialValue opens a valueConn to addr.
 type dialValue func(ctx context.Context, addr string) (valueConn, error)
@@ -268,7 +308,7 @@ func (m mysqlValueConn) Close() error { return m.c.Close() }
 // newPoller builds a Poller over validated cfg whose connections dial
 // opens.
 func newPoller[P gtid.Position[P]](cfg PollerConfig[P], dial dialValue) *Poller[P] {
-	p := &Poller[P]{cfg: cfg, dial: dial, states: map[string]*atomic.Pointer[pollState[P]]{}, kicks: map[string]chan struct{}{}}
+	p := &Poller[P]{cfg: cfg, dial: dial, states: map[string]*nodeState[P]{}, epoch: time.Now(), kicks: map[string]chan struct{}{}}
 	if _, ok := any(cfg.Flavor).(BoundsQuerier); ok && cfg.Bounds {
 		p.bounds = true
 		if _, ok := any(cfg.Flavor).(LogStatusFlavor); ok {
@@ -281,9 +321,9 @@ func newPoller[P gtid.Position[P]](cfg PollerConfig[P], dial dialValue) *Poller[
 	prim := cfg.Primary
 	p.primary.Store(&prim)
 	for _, n := range cfg.Nodes {
-		ptr := &atomic.Pointer[pollState[P]]{}
-		ptr.Store(&pollState[P]{changed: make(chan struct{}), polled: make(chan struct{})})
-		p.states[n.Name] = ptr
+		ns := &nodeState[P]{}
+		ns.cur.Store(&pollState[P]{changed: make(chan struct{})})
+		p.states[n.Name] = ns
 		p.kicks[n.Name] = make(chan struct{}, 1)
 	}
 	return p
@@ -329,17 +369,26 @@ func (p *Poller[P]) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// rel is t as nanoseconds since the poller's epoch (monotonic when t
+// has a monotonic reading, as time.Now's do).
+func (p *Poller[P]) rel(t time.Time) int64 { return int64(t.Sub(p.epoch)) }
+
 // nodePoll is one node's poll loop state.
 type nodePoll[P gtid.Position[P]] struct {
 	n       Node
-	ptr     *atomic.Pointer[pollState[P]]
+	ns      *nodeState[P]
 	c       valueConn
 	gen     uint64
 	failing bool
+	// last is the text of the last published answer, lastQuery the
+	// query that read it (valid: hasLast).
+	last      []byte
+	lastQuery string
+	hasLast   bool
 }
 
 func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
-	np := &nodePoll[P]{n: n, ptr: p.states[n.Name]}
+	np := &nodePoll[P]{n: n, ns: p.states[n.Name]}
 	defer func() {
 		if np.c != nil {
 			np.c.Close()
@@ -374,21 +423,24 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 
 // pollOnce polls np's node once (dialling first if it has no connection,
 // probing log_status on it while the node's verdict is unknown) and
-// publishes the answer. An error leaves np.c to be closed.
+// publishes the answer. An error leaves np.c to be closed. A poll whose
+// answer is the text of the node's last one on the same connection
+// parses nothing and allocates nothing (on a bytesConn): only the
+// node's times move.
 func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 	if np.c == nil {
 		c, err := p.dial(ctx, np.n.Addr)
 		if err != nil {
 			return err
 		}
-		np.c, np.gen = c, p.gens.Add(1)
+		np.c, np.gen, np.hasLast = c, p.gens.Add(1), false
 	}
-	pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
-	defer cancel()
 	exact := false
 	if ls := p.logStatus[np.n.Name]; ls != nil {
 		if !ls.Known() {
+			pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
 			refusal, err := ls.Probe(pctx, np.c.ReadValue)
+			cancel()
 			if err != nil {
 				return err
 			}
@@ -401,33 +453,64 @@ func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 			p.lsFallbacks.Add(1)
 		}
 	}
+	q := p.pollQuery(np.n.Name, exact)
+	var (
+		raw  []byte
+		text string
+		err  error
+	)
 	start := time.Now()
-	text, err := np.c.ReadValue(pctx, p.pollQuery(np.n.Name, exact))
+	bc, isBytes := np.c.(bytesConn)
+	if isBytes {
+		raw, err = bc.Value(start.Add(p.cfg.PollTimeout), q)
+	} else {
+		pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
+		text, err = np.c.ReadValue(pctx, q)
+		cancel()
+	}
 	if err != nil {
 		return err
 	}
-	pos, upper, err := p.parse(text, exact)
-	if err != nil {
-		return err
+	ns := np.ns
+	old := ns.cur.Load()
+	first := ns.lastOK.Load() == 0
+	same := !first && !np.failing && np.hasLast && np.lastQuery == q && old.gen == np.gen
+	if same {
+		if isBytes {
+			same = bytes.Equal(raw, np.last)
+		} else {
+			same = string(np.last) == text
+		}
+	}
+	if !same {
+		if isBytes {
+			text = string(raw)
+		}
+		pos, upper, err := p.parse(text, exact)
+		if err != nil {
+			return err
+		}
+		np.last, np.lastQuery, np.hasLast = append(np.last[:0], text...), q, true
+		st := &pollState[P]{pos: pos, changed: old.changed, upper: upper, hasUpper: p.bounds, gen: np.gen}
+		// Equal positions contain each other.
+		moved := first || np.failing || !(old.pos.Contains(pos) && pos.Contains(old.pos))
+		if moved {
+			st.changed = make(chan struct{})
+		} else {
+			// Same position: refresh liveness without waking
+			// WaitFor's waiters.
+			st.pos = old.pos
+		}
+		ns.cur.Store(st)
+		if moved {
+			close(old.changed)
+		}
 	}
 	p.polls.Add(1)
-	ptr := np.ptr
-	old := ptr.Load()
-	st := &pollState[P]{pos: pos, lastOK: time.Now(), changed: old.changed,
-		upper: upper, hasUpper: p.bounds, start: start, gen: np.gen, polled: make(chan struct{})}
-	// Equal positions contain each other.
-	moved := old.lastOK.IsZero() || np.failing || !(old.pos.Contains(pos) && pos.Contains(old.pos))
-	if moved {
-		st.changed = make(chan struct{})
-	} else {
-		// Same position: refresh liveness without waking
-		// WaitFor's waiters.
-		st.pos = old.pos
-	}
-	ptr.Store(st)
-	close(old.polled)
-	if moved {
-		close(old.changed)
+	ns.lastOK.Store(max(p.rel(time.Now()), 1))
+	ns.start.Store(max(p.rel(start), 1))
+	if c := ns.polled.Swap(nil); c != nil {
+		close(*c)
 	}
 	if np.failing {
 		p.cfg.Logger.Info("poller: node answers again", "node", np.n.Name)
@@ -438,23 +521,23 @@ func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 
 // Position implements PositionSource.
 func (p *Poller[P]) Position(node string) (P, bool) {
-	ptr, ok := p.states[node]
+	ns, ok := p.states[node]
 	if !ok {
 		var zero P
 		return zero, false
 	}
-	s := ptr.Load()
-	return s.pos, !s.lastOK.IsZero() && time.Since(s.lastOK) < p.cfg.DownAfter
+	last := ns.lastOK.Load()
+	return ns.cur.Load().pos, last != 0 && time.Duration(p.rel(time.Now())-last) < p.cfg.DownAfter
 }
 
 // WaitFor implements PositionSource.
 func (p *Poller[P]) WaitFor(ctx context.Context, node string, want P) error {
-	ptr, ok := p.states[node]
+	ns, ok := p.states[node]
 	if !ok {
 		return fmt.Errorf("router: poller: unknown node %q", node)
 	}
 	for {
-		s := ptr.Load()
+		s := ns.cur.Load()
 		if s.pos.Contains(want) {
 			return nil
 		}
@@ -501,31 +584,35 @@ func (p *Poller[P]) Bounds() bool { return p.bounds }
 
 // Generation implements SeenBounder.
 func (p *Poller[P]) Generation(node string) uint64 {
-	ptr, ok := p.states[node]
+	ns, ok := p.states[node]
 	if !ok || !p.bounds {
 		return 0
 	}
-	return ptr.Load().gen
+	return ns.cur.Load().gen
 }
 
 // SeenBound implements SeenBounder.
 func (p *Poller[P]) SeenBound(node string, after time.Time, gen uint64) (P, bool, time.Duration) {
 	var zero P
-	ptr, ok := p.states[node]
+	ns, ok := p.states[node]
 	if !ok || !p.bounds || gen == 0 {
 		return zero, false, 0
 	}
-	s := ptr.Load()
+	// start before cur (nodeState): cur is then the state of the poll
+	// that started at start or of a later one.
+	start := ns.start.Load()
+	s := ns.cur.Load()
 	switch {
 	case s.gen != gen:
 		return zero, false, 0
-	case s.hasUpper && s.start.After(after):
+	case s.hasUpper && start != 0 && start > p.rel(after):
 		return s.upper, true, 0
 	}
-	if s.lastOK.IsZero() {
+	last := ns.lastOK.Load()
+	if last == 0 {
 		return zero, false, 0
 	}
-	return zero, false, max(0, p.cfg.DownAfter-time.Since(s.lastOK))
+	return zero, false, max(0, p.cfg.DownAfter-time.Duration(p.rel(time.Now())-last))
 }
 
 // WaitBound implements SeenBounder: it kicks the node's poll loop (kicks
@@ -533,13 +620,21 @@ func (p *Poller[P]) SeenBound(node string, after time.Time, gen uint64) (P, bool
 // waiting reads costs the node one poll statement in flight) and waits
 // for each published poll until one started after after.
 func (p *Poller[P]) WaitBound(ctx context.Context, node string, after time.Time) error {
-	ptr, ok := p.states[node]
+	ns, ok := p.states[node]
 	if !ok || !p.bounds {
 		return fmt.Errorf("router: poller: no bounds for node %q", node)
 	}
+	a := p.rel(after)
+	polledAfter := func() bool { st := ns.start.Load(); return st != 0 && st > a }
 	for {
-		s := ptr.Load()
-		if s.start.After(after) {
+		if polledAfter() {
+			return nil
+		}
+		// Install the channel, then look again: a poll that stored its
+		// start before the install is seen here, one after it closes
+		// the channel.
+		polled := ns.waiter()
+		if polledAfter() {
 			return nil
 		}
 		select {
@@ -549,7 +644,7 @@ func (p *Poller[P]) WaitBound(ctx context.Context, node string, after time.Time)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.polled:
+		case <-polled:
 		}
 	}
 }

@@ -26,7 +26,9 @@ import (
 // reported), per poll, over b.N polls of replica1 at a 1 ms interval.
 // Modes: the executed query alone (no bounds), bounds as NewPoller polls
 // them (log_status where it answers), and bounds on connections refused
-// log_status (the joined mysqlwire.BoundsQuery); "no-poller" is the
+// log_status (the joined mysqlwire.BoundsQuery), each on NewPoller's poll
+// connection (mysqlwire.PollConn: raw packets) and, suffixed "-gomysql",
+// on go-mysql's client (the poll connection before it); "no-poller" is the
 // baseline (the same wall time with no poller: what the process and
 // mysqld spend anyway), subtracted from the others' server-cpu. Under
 // "writing" a writer updates a row on the primary every 2 ms, so the
@@ -56,11 +58,15 @@ func BenchmarkPollerCPU(b *testing.B) {
 		bounds  bool
 		refuse  bool
 		noPolls bool
+		gomysql bool
 	}{
-		{"no-poller", false, false, true},
-		{"executed", false, false, false},
-		{"bounds", true, false, false},
-		{"bounds-joined", true, true, false},
+		{"no-poller", false, false, true, false},
+		{"executed", false, false, false, false},
+		{"executed-gomysql", false, false, false, true},
+		{"bounds", true, false, false, false},
+		{"bounds-gomysql", true, false, false, true},
+		{"bounds-joined", true, true, false, false},
+		{"bounds-joined-gomysql", true, true, false, true},
 	}
 	for _, load := range []string{"idle", "writing"} {
 		for round := range 2 {
@@ -95,8 +101,18 @@ func BenchmarkPollerCPU(b *testing.B) {
 					if err := cfg.validate(); err != nil {
 						b.Fatal(err)
 					}
-					pd := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: cfg.DialTimeout}
+					pd := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: cfg.DialTimeout, IOTimeout: cfg.PollTimeout}
 					p := newPoller(cfg, func(ctx context.Context, addr string) (valueConn, error) {
+						if !m.gomysql {
+							c, err := pd.DialPoll(ctx, addr)
+							if err != nil {
+								return nil, err
+							}
+							if m.refuse {
+								return refusedLogStatusBytes{c}, nil
+							}
+							return c, nil
+						}
 						c, err := pd.Dial(ctx, addr, false)
 						if err != nil {
 							return nil, err
@@ -176,6 +192,25 @@ func (c refusedLogStatus) ReadValue(ctx context.Context, q string) (string, erro
 		return "", &mysql.MyError{Code: 1227, State: "42000", Message: "Access denied (refused by the benchmark)"}
 	}
 	return c.valueConn.ReadValue(ctx, q)
+}
+
+// refusedLogStatusBytes is refusedLogStatus for a bytesConn.
+type refusedLogStatusBytes struct{ bytesConn }
+
+var refusedByBench = &mysql.MyError{Code: 1227, State: "42000", Message: "Access denied (refused by the benchmark)"}
+
+func (c refusedLogStatusBytes) ReadValue(ctx context.Context, q string) (string, error) {
+	if q == mysqlwire.LogStatusQuery {
+		return "", refusedByBench
+	}
+	return c.bytesConn.ReadValue(ctx, q)
+}
+
+func (c refusedLogStatusBytes) Value(deadline time.Time, q string) ([]byte, error) {
+	if q == mysqlwire.LogStatusQuery {
+		return nil, refusedByBench
+	}
+	return c.bytesConn.Value(deadline, q)
 }
 
 // processCPU is this process's user+system CPU time in microseconds.
