@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/causallab/causallab/binlogwatch"
 	"github.com/causallab/causallab/router/live"
 
@@ -65,6 +67,40 @@ func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
 		p.all = append(p.all, pl)
 	}
 	return p, nil
+}
+
+// pollDescs are the pollers' series, read from their counters at each
+// scrape (pollers.Collect).
+var (
+	pollsDesc = prometheus.NewDesc("causallab_proxy_polls_total",
+		"Position polls of a backend by result: ok, or failed (a failed poll closes its connection; the next dials again).",
+		[]string{"backend", "result"}, nil)
+	pollOverrunsDesc = prometheus.NewDesc("causallab_proxy_poll_overruns_total",
+		"Failed polls that overran their timeout (poll_timeout: the backend did not answer in time).",
+		[]string{"backend"}, nil)
+	pollLogStatusFallbacksDesc = prometheus.NewDesc("causallab_proxy_poll_log_status_fallbacks_total",
+		"Polls of a replica that read gtid_executed joined with the received set because performance_schema.log_status is not the backend's bound (watermark_source lazy; grant BACKUP_ADMIN): an over-estimate of what a read there saw.",
+		[]string{"backend"}, nil)
+)
+
+var _ prometheus.Collector = (*pollers)(nil)
+
+// Describe implements prometheus.Collector.
+func (p *pollers) Describe(ch chan<- *prometheus.Desc) {
+	ch <- pollsDesc
+	ch <- pollOverrunsDesc
+	ch <- pollLogStatusFallbacksDesc
+}
+
+// Collect implements prometheus.Collector: each backend's poll counts.
+func (p *pollers) Collect(ch chan<- prometheus.Metric) {
+	for name, pl := range p.byName {
+		ok, failed := pl.Stats()
+		ch <- prometheus.MustNewConstMetric(pollsDesc, prometheus.CounterValue, float64(ok), name, "ok")
+		ch <- prometheus.MustNewConstMetric(pollsDesc, prometheus.CounterValue, float64(failed), name, "failed")
+		ch <- prometheus.MustNewConstMetric(pollOverrunsDesc, prometheus.CounterValue, float64(pl.Overran()), name)
+		ch <- prometheus.MustNewConstMetric(pollLogStatusFallbacksDesc, prometheus.CounterValue, float64(pl.LogStatusFallbacks()), name)
+	}
 }
 
 // Run polls every backend until ctx ends.

@@ -129,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.m.reg.MustRegister(p)
 		s.src, s.runSrc = p, p.Run
 	}
 	tlsConf, key, err := loadTLS(&cfg)
