@@ -311,7 +311,12 @@ func TestPoolWaiterServed(t *testing.T) {
 	waiters := func() float64 { return testutil.ToFloat64(p.m.waiters.WithLabelValues(p.node)) }
 	for deadline := time.Now().Add(30 * time.Second); waiters() != 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the waiter never counted in line: waiters %v", waiters())
+			n := waiters()
+			p.release(a, poolDirty) // the waiter's goroutine ends before the test
+			if bc := <-got; bc != nil {
+				p.release(bc, poolClean)
+			}
+			t.Fatalf("the waiter never counted in line: waiters %v", n)
 		}
 	}
 	p.release(a, poolDirty)
