@@ -254,7 +254,8 @@ func testReadOnPausedReplicas(t *testing.T, prepared bool) {
 			break
 		}
 		if time.Since(start) > 30*time.Second {
-			t.Fatalf("30 s of reads did not reach both replicas: %v", nodes)
+			t.Fatalf("30 s of reads did not reach both replicas: %v\n%s", nodes,
+				grepLines(metricText(t, s), "causallab_router_reads_total", "causallab_router_node_errors", "causallab_proxy_backend_errors", "causallab_proxy_pool_acquire_failures"))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -76,10 +76,17 @@ type PoolError struct {
 	Reason PoolFailure
 	// Err is the cause of a dial failure or the context's error.
 	Err error
+	// Size and Wait are the pool's pool_size and pool_wait (set for
+	// PoolWaitTimeout: the message names them).
+	Size int
+	Wait time.Duration
 }
 
 func (e *PoolError) Error() string {
 	msg := fmt.Sprintf("proxy: backend %s: no pooled connection: %s", e.Backend, e.Reason)
+	if e.Reason == PoolWaitTimeout && e.Size > 0 {
+		msg += fmt.Sprintf(" (none of pool_size %d came free within pool_wait %v)", e.Size, e.Wait)
+	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
@@ -140,6 +147,8 @@ type poolMetrics struct {
 	failures *prometheus.CounterVec
 	discards *prometheus.CounterVec
 	conns    *prometheus.GaugeVec
+	// waiters is the line of acquisitions waiting for a connection.
+	waiters *prometheus.GaugeVec
 	// pinned counts commands after which a session kept the pooled
 	// connections it held, by its first hold (Hold words).
 	pinned *prometheus.CounterVec
@@ -180,6 +189,8 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags)."}, []string{"backend", "reason"}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled)."}, []string{"backend", "state"}),
+		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "causallab_proxy_pool_waiters", Help: "Acquisitions of a pooled backend connection waiting in line (each for at most pool_wait), by backend."}, []string{"backend"}),
 		pinned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: in-transaction, autocommit-off, temp-table-session, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements; or, for one command, what the previous statement left to ask about: next-statement-warnings, next-statement-found-rows, next-transaction)."}, []string{"reason"}),
 	}
@@ -197,7 +208,7 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		Name: "causallab_proxy_pool_reset_wait_seconds", Help: "How long a borrower waited for the answers of the reset the previous borrower of its pooled connection sent (the reset's cost on the critical path), by backend.", Buckets: poolBuckets}, []string{"backend"})
 	m.cutKills = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_pool_cut_kills_total", Help: "KILL QUERY of pooled connections the watchdog cut mid-statement (their place kept until it ran), by backend and result (killed, failed, gave-up: the node stayed unhealthy past 30 s)."}, []string{"backend", "result"})
-	reg.MustRegister(m.failures, m.discards, m.conns, m.pinned, m.acquired, m.hold, m.wait, m.reset, m.resets, m.resetWait, m.cutKills)
+	reg.MustRegister(m.failures, m.discards, m.conns, m.waiters, m.pinned, m.acquired, m.hold, m.wait, m.reset, m.resets, m.resetWait, m.cutKills)
 	return m
 }
 
@@ -281,6 +292,7 @@ func (p *pool) run(ctx context.Context) {
 	gauge := func() {
 		p.m.conns.WithLabelValues(p.node, "idle").Set(float64(len(idle)))
 		p.m.conns.WithLabelValues(p.node, "open").Set(float64(open))
+		p.m.waiters.WithLabelValues(p.node).Set(float64(len(waiters)))
 	}
 	closeAll := func(gone []*backendConn) {
 		go func() {
@@ -464,7 +476,8 @@ func (p *pool) returned(bc *backendConn) {
 }
 
 func (p *pool) take(ctx context.Context, flags uint32) (*backendConn, error) {
-	bound := time.NewTimer(p.wait)
+	wait := p.wait
+	bound := time.NewTimer(wait)
 	defer bound.Stop()
 	for {
 		r := &poolReq{reply: make(chan poolGrant, 1), ack: make(chan struct{}), flags: flags}
@@ -473,7 +486,7 @@ func (p *pool) take(ctx context.Context, flags uint32) (*backendConn, error) {
 		case <-ctx.Done():
 			return nil, p.fail(PoolCanceled, ctx.Err())
 		case <-bound.C:
-			return nil, p.fail(PoolWaitTimeout, nil)
+			return nil, p.waitTimeout(wait)
 		case <-p.done:
 			return nil, p.fail(PoolClosed, nil)
 		}
@@ -482,7 +495,7 @@ func (p *pool) take(ctx context.Context, flags uint32) (*backendConn, error) {
 		case g = <-r.reply:
 		case <-bound.C:
 			p.withdraw(r)
-			return nil, p.fail(PoolWaitTimeout, nil)
+			return nil, p.waitTimeout(wait)
 		case <-ctx.Done():
 			p.withdraw(r)
 			return nil, p.fail(PoolCanceled, ctx.Err())
@@ -528,6 +541,12 @@ func (p *pool) withdraw(r *poolReq) {
 		}
 	default:
 	}
+}
+
+// waitTimeout is the failure of an acquisition past pool_wait (counted).
+func (p *pool) waitTimeout(wait time.Duration) error {
+	p.m.failures.WithLabelValues(p.node, string(PoolWaitTimeout)).Inc()
+	return &PoolError{Backend: p.node, Reason: PoolWaitTimeout, Size: p.size, Wait: wait}
 }
 
 func (p *pool) fail(reason PoolFailure, err error) error {

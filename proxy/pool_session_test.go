@@ -146,6 +146,16 @@ func TestMultiplexBusyPoolNotNodeFault(t *testing.T) {
 		c.Multiplex, c.PoolSize, c.PoolWait = true, 1, 300*time.Millisecond
 		c.Policy = "token-ryw-mr"
 		c.Replicas = c.Replicas[:1]
+		// Polls every 2 s: the position source gives the replica up
+		// after 10 s without a poll (down-after, five intervals), not
+		// 500 ms. At the default a loaded machine's overrun poll marked
+		// the replica down during the holding read (load 15): the
+		// watchdog cut it, its place stayed kept until a KILL QUERY of
+		// it ran (a cut connection's, pool.go), its kill's own
+		// acquisition timed out in the count below, and the read was
+		// run again on the primary. The replica's health is not what
+		// this test is about.
+		c.PollInterval = 2 * time.Second
 	})
 	db := openDB(t, s, "")
 	ctx := context.Background()
@@ -225,6 +235,16 @@ func TestMultiplexBusyPoolNotNodeFault(t *testing.T) {
 	}
 	if err := <-held; err != nil {
 		t.Logf("the holding read: %v", err) // see above: the watchdog on a loaded machine
+	}
+	// The pool's connection is idle again once the holding read gave it
+	// back (or, had the watchdog cut it after all, once its kill freed
+	// its place: within cutKillWithin).
+	idle := `causallab_proxy_pool_connections{backend="` + rep.Name + `",state="idle"} 1`
+	for deadline := time.Now().Add(cutKillWithin + 30*time.Second); grepLines(metricText(t, s), idle) == ""; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica pool's connection never came back:\n%s", grepLines(metricText(t, s), "causallab_proxy_pool_", "causallab_proxy_backend_errors"))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if err := b.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil || v != 1 {
 		t.Fatalf("after the pool came free: %v %d\n%s", err, v, grepLines(metricText(t, s), "causallab_proxy_pool_", "causallab_proxy_backend_errors"))

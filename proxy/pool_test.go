@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,6 +123,9 @@ func TestPoolBoundResetAndReuse(t *testing.T) {
 	_, err := p.acquire(context.Background())
 	p.wait = time.Minute
 	wantPoolError(t, err, PoolWaitTimeout)
+	if want := "no pooled connection: wait-timeout (none of pool_size 2 came free within pool_wait 50ms)"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("wait-timeout error %q, want it to say %q", err, want)
+	}
 	if n := p.failures(PoolWaitTimeout); n != 1 {
 		t.Fatalf("wait-timeout failures counted %v, want 1", n)
 	}
@@ -302,8 +306,19 @@ func TestPoolWaiterServed(t *testing.T) {
 		}
 		got <- bc
 	}()
-	// The waiter is in line once the pool's owner holds it (no timing:
-	// the release below serves it whether it queued first or not).
+	// The waiter is in line once the pool's owner holds it: the line's
+	// gauge says so.
+	waiters := func() float64 { return testutil.ToFloat64(p.m.waiters.WithLabelValues(p.node)) }
+	for deadline := time.Now().Add(30 * time.Second); waiters() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			n := waiters()
+			p.release(a, poolDirty) // the waiter's goroutine ends before the test
+			if bc := <-got; bc != nil {
+				p.release(bc, poolClean)
+			}
+			t.Fatalf("the waiter never counted in line: waiters %v", n)
+		}
+	}
 	p.release(a, poolDirty)
 	b := <-got
 	if b == nil {
@@ -313,6 +328,11 @@ func TestPoolWaiterServed(t *testing.T) {
 		t.Fatalf("waiter got connection %d, want the returned %d", b.conn.GetConnectionID(), id)
 	}
 	p.release(b, poolClean)
+	// The owner set the gauge again before it took the next request.
+	p.release(mustAcquire(t, p), poolClean)
+	if n := waiters(); n != 0 {
+		t.Fatalf("waiters %v after the waiter was served, want 0", n)
+	}
 }
 
 // TestPoolResetFails: a connection the server ended while it was lent

@@ -228,7 +228,7 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 		}
 		if m := metricText(t, s); !strings.Contains(m, `role="replica"} `) {
 			// Reads served by the primary alone would pass vacuously.
-			t.Errorf("%s %s: no read was served by a replica:\n%s", policy, source, grepLines(m, "statements_total", "backend_errors"))
+			t.Errorf("%s %s: no read was served by a replica:\n%s", policy, source, grepLines(m, "statements_total", "backend_errors", "causallab_router_reads_total", "causallab_router_node_errors", "pool_acquire_failures"))
 		}
 		return backwards, seen
 	}
