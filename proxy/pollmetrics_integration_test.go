@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose/composetest"
-	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
 // TestPollMetrics: the proxy exports its pollers' counts per backend
@@ -20,22 +19,7 @@ func TestPollMetrics(t *testing.T) {
 	composetest.Need(t, topo)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pu := topo.Primary()
-	d := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: 5 * time.Second}
-	c, err := d.Dial(ctx, pu.Addr(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	for _, q := range []string{"DROP USER IF EXISTS 'nopolllogstatus'@'%'", "CREATE USER 'nopolllogstatus'@'%' IDENTIFIED BY 'nppw'",
-		"GRANT ALL PRIVILEGES ON *.* TO 'nopolllogstatus'@'%'", "REVOKE BACKUP_ADMIN ON *.* FROM 'nopolllogstatus'@'%'"} {
-		if _, err := mysqlwire.Exec(ctx, c, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	userWithoutBackupAdmin(t, ctx, "nopolllogstatus", "nppw")
 	s := startProxy(t, func(cfg *Config) {
 		cfg.WatermarkSource = "lazy"
 		for i := range cfg.Replicas {

@@ -11,6 +11,29 @@ import (
 	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
+// userWithoutBackupAdmin creates (afresh) an account with every privilege
+// but BACKUP_ADMIN, which performance_schema.log_status needs, and waits
+// until the replicas have it.
+func userWithoutBackupAdmin(t *testing.T, ctx context.Context, user, password string) {
+	t.Helper()
+	pu := topo.Primary()
+	d := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: 5 * time.Second}
+	c, err := d.Dial(ctx, pu.Addr(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, q := range []string{"DROP USER IF EXISTS '" + user + "'@'%'", "CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'",
+		"GRANT ALL PRIVILEGES ON *.* TO '" + user + "'@'%'", "REVOKE BACKUP_ADMIN ON *.* FROM '" + user + "'@'%'"} {
+		if _, err := mysqlwire.Exec(ctx, c, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPrimaryWatermarkLogStatus: a primary connection reads its
 // watermark from performance_schema.log_status when the proxy's account
 // may (the compose account has every privilege), and the set contains
@@ -63,22 +86,7 @@ func TestPrimaryWatermarkLogStatus(t *testing.T) {
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
-		pu := topo.Primary()
-		d := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: 5 * time.Second}
-		c, err := d.Dial(ctx, pu.Addr(), false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		for _, q := range []string{"DROP USER IF EXISTS 'nologstatus'@'%'", "CREATE USER 'nologstatus'@'%' IDENTIFIED BY 'nlpw'",
-			"GRANT ALL PRIVILEGES ON *.* TO 'nologstatus'@'%'", "REVOKE BACKUP_ADMIN ON *.* FROM 'nologstatus'@'%'"} {
-			if _, err := mysqlwire.Exec(ctx, c, q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
-		if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
-			t.Fatal(err)
-		}
+		userWithoutBackupAdmin(t, ctx, "nologstatus", "nlpw")
 		s := startProxy(t, func(cfg *Config) {
 			cfg.Primary.User, cfg.Primary.Password = "nologstatus", "nlpw"
 		})
