@@ -43,6 +43,10 @@ type sysbenchResult struct {
 	latAvgMS, latPctMS, latMaxMS float64
 	// Filled by TestSysbenchSpeed for targets whose process it can see.
 	cpuPerQueryUS, switchesPerQuery float64
+	// machineCPUPerQueryUS is every CPU's busy time during the run per
+	// query (sysbench, the hop, the three mysqld and the rest);
+	// machineIdle the share of CPU time idle.
+	machineCPUPerQueryUS, machineIdle float64
 }
 
 var (

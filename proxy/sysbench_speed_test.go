@@ -229,9 +229,9 @@ func TestSysbenchSpeed(t *testing.T) {
 				args := append(append([]string{"oltp_point_select"}, tg.tg.args(db)...), common...)
 				args = append(args, fmt.Sprintf("--threads=%d", th), fmt.Sprintf("--time=%d", secs),
 					"--percentile=99", "--report-interval=0", "--histogram=off", "run")
-				before := readProcStats(tg.pid)
+				before, mBefore := readProcStats(tg.pid), readMachineStats()
 				r, err := runSysbench(ctx, t, sysbench, "", append(slices.Clone(pre), args...)...)
-				after := readProcStats(tg.pid)
+				after, mAfter := readProcStats(tg.pid), readMachineStats()
 				if strings.HasPrefix(tg.name, profTarget) && profiling {
 					pprof.StopCPUProfile()
 					profiling, prof = false, nil // one profiled run is enough
@@ -242,19 +242,26 @@ func TestSysbenchSpeed(t *testing.T) {
 				if r.ignoredErrors != 0 || r.reconnects != 0 {
 					t.Fatalf("%s: %d ignored errors, %d reconnects:\n%s", tg.name, r.ignoredErrors, r.reconnects, r.out)
 				}
+				if r.queries > 0 {
+					busy, idle := mAfter.busy-mBefore.busy, mAfter.idle-mBefore.idle
+					r.machineCPUPerQueryUS = float64(busy) * 1e6 / float64(clockTicks) / float64(r.queries)
+					if busy+idle > 0 {
+						r.machineIdle = float64(idle) / float64(busy+idle)
+					}
+				}
 				if tg.pid != 0 && r.queries > 0 {
 					r.cpuPerQueryUS = float64(after.cpuTicks-before.cpuTicks) * 1e6 / float64(clockTicks) / float64(r.queries)
 					r.switchesPerQuery = float64(after.switches-before.switches) / float64(r.queries)
 				}
 				results[key{tg.name, th}] = append(results[key{tg.name, th}], r)
-				t.Logf("round %d threads %d %-16s %8.0f qps  avg %.3f ms  p99 %.3f ms  cpu %.1f µs/q  switches %.2f/q", round+1, th, tg.name, r.qps, r.latAvgMS, r.latPctMS, r.cpuPerQueryUS, r.switchesPerQuery)
+				t.Logf("round %d threads %d %-16s %8.0f qps  avg %.3f ms  p99 %.3f ms  cpu %.1f µs/q  switches %.2f/q  machine %.1f µs/q idle %.0f%%", round+1, th, tg.name, r.qps, r.latAvgMS, r.latPctMS, r.cpuPerQueryUS, r.switchesPerQuery, r.machineCPUPerQueryUS, 100*r.machineIdle)
 			}
 		}
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%d rounds x %d s per run, GOMAXPROCS %d, load average after: %s", rounds, secs, runtime.GOMAXPROCS(0), strings.TrimSpace(string(load)))
-	fmt.Fprintf(&b, "\n| threads | target | qps (median) | ratio to direct | avg ms | p99 ms (median) | added p99 µs | hop CPU µs/query | hop switches/query |\n|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(&b, "\n| threads | target | qps (median) | ratio to direct | avg ms | p99 ms (median) | added p99 µs | hop CPU µs/query | hop switches/query | machine CPU µs/query | machine idle |\n|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, th := range threads {
 		d := medians(results[key{"direct", th}])
 		for _, tg := range targets {
@@ -263,7 +270,7 @@ func TestSysbenchSpeed(t *testing.T) {
 			if tg.pid != 0 {
 				cpu, sw = fmt.Sprintf("%.1f", m.cpuPerQueryUS), fmt.Sprintf("%.2f", m.switchesPerQuery)
 			}
-			fmt.Fprintf(&b, "\n| %d | %s | %.0f | %.0f%% | %.3f | %.3f | %+.0f | %s | %s |", th, tg.name, m.qps, 100*m.qps/d.qps, m.latAvgMS, m.latPctMS, 1000*(m.latPctMS-d.latPctMS), cpu, sw)
+			fmt.Fprintf(&b, "\n| %d | %s | %.0f | %.0f%% | %.3f | %.3f | %+.0f | %s | %s | %.1f | %.0f%% |", th, tg.name, m.qps, 100*m.qps/d.qps, m.latAvgMS, m.latPctMS, 1000*(m.latPctMS-d.latPctMS), cpu, sw, m.machineCPUPerQueryUS, 100*m.machineIdle)
 		}
 	}
 	t.Log(b.String())
@@ -319,11 +326,13 @@ func medians(rs []sysbenchResult) sysbenchResult {
 		return v[len(v)/2]
 	}
 	return sysbenchResult{
-		qps:              med(func(r sysbenchResult) float64 { return r.qps }),
-		latAvgMS:         med(func(r sysbenchResult) float64 { return r.latAvgMS }),
-		latPctMS:         med(func(r sysbenchResult) float64 { return r.latPctMS }),
-		cpuPerQueryUS:    med(func(r sysbenchResult) float64 { return r.cpuPerQueryUS }),
-		switchesPerQuery: med(func(r sysbenchResult) float64 { return r.switchesPerQuery }),
+		qps:                  med(func(r sysbenchResult) float64 { return r.qps }),
+		latAvgMS:             med(func(r sysbenchResult) float64 { return r.latAvgMS }),
+		latPctMS:             med(func(r sysbenchResult) float64 { return r.latPctMS }),
+		cpuPerQueryUS:        med(func(r sysbenchResult) float64 { return r.cpuPerQueryUS }),
+		switchesPerQuery:     med(func(r sysbenchResult) float64 { return r.switchesPerQuery }),
+		machineCPUPerQueryUS: med(func(r sysbenchResult) float64 { return r.machineCPUPerQueryUS }),
+		machineIdle:          med(func(r sysbenchResult) float64 { return r.machineIdle }),
 	}
 }
 
@@ -478,6 +487,37 @@ const clockTicks = 100
 // over its live threads.
 type procStats struct {
 	cpuTicks, switches int64
+}
+
+// machineStats is what every CPU has spent so far (/proc/stat's cpu line,
+// clock ticks): busy (user, nice, system, irq, softirq, steal) and idle
+// (idle, iowait).
+type machineStats struct {
+	busy, idle int64
+}
+
+// readMachineStats reads /proc/stat; zeros when it cannot.
+func readMachineStats() machineStats {
+	var m machineStats
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return m
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return m
+	}
+	for i, v := range f[1:9] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch i {
+		case 3, 4: // idle, iowait
+			m.idle += n
+		default:
+			m.busy += n
+		}
+	}
+	return m
 }
 
 // readProcStats reads /proc/<pid>/task/*/{stat,status}; pid 0 gives zeros.
