@@ -83,7 +83,7 @@ func TestPolicySelection(t *testing.T) {
 	if n := read("SELECT n FROM ppol.c WHERE id = 1"); n != 0 {
 		// The read was served by the primary: the router's reason says why.
 		t.Fatalf("token-ryw-mr saw the outside write (n=%d) with every applier stopped: the test cannot tell\n%s", n,
-			grepLines(metricText(t, s), "causallab_router_reads_total", "causallab_router_node_errors", "causallab_proxy_backend_errors", "causallab_proxy_pool_acquire_failures", "causallab_proxy_statements_total"))
+			grepLines(metricText(t, s), "causallab_router_reads_total", "causallab_router_node_errors", "causallab_proxy_backend_errors", "causallab_proxy_pool_acquire_failures", "causallab_proxy_statements_total", "causallab_proxy_primary_statements_total", "causallab_proxy_pinned_total"))
 	}
 	// Per statement: this read only.
 	if n := read("/* causal_policy=global(0) */ SELECT n FROM ppol.c WHERE id = 1"); n != 1 {

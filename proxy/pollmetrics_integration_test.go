@@ -33,9 +33,12 @@ func TestPollMetrics(t *testing.T) {
 	var m string
 	for {
 		m = metricText(t, s)
+		// A fallback is counted as its poll starts, before the poll's
+		// success: wait for both.
 		done := series(m, "causallab_proxy_polls_total", s.cfg.Primary.Name, `,result="ok"`) >= 3
 		for _, r := range reps {
-			done = done && series(m, "causallab_proxy_poll_log_status_fallbacks_total", r.Name, "") >= 3
+			done = done && series(m, "causallab_proxy_poll_log_status_fallbacks_total", r.Name, "") >= 3 &&
+				series(m, "causallab_proxy_polls_total", r.Name, `,result="ok"`) >= 3
 		}
 		if done {
 			break
