@@ -9,6 +9,8 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/causallab/causallab/gtid"
 )
 
 // TestPolicySelection: a client chooses the routing policy through the
@@ -28,6 +30,11 @@ func TestPolicySelection(t *testing.T) {
 	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// The session's token (the INSERT's, if conn below is the same client
+	// connection) must be in the proxy's view of the replicas, not only in
+	// the servers': a poll delayed on a loaded machine would otherwise
+	// send the first read to the primary (no replica qualifies).
+	waitProxySees(t, ctx, s)
 	for _, r := range topo.Replicas() {
 		if err := topo.StopApplier(ctx, r.Name); err != nil {
 			t.Fatal(err)
@@ -171,4 +178,27 @@ func retryDeferred(ctx context.Context, conn *sql.Conn, q string, dst *int) erro
 		time.Sleep(50 * time.Millisecond)
 	}
 	return err
+}
+
+// waitProxySees waits until the proxy's position source holds, for every
+// replica, what the primary had executed when it was called.
+func waitProxySees(t *testing.T, ctx context.Context, s *Server) {
+	t.Helper()
+	pdb, err := topo.DB(topo.Primary().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var txt string
+	if err := pdb.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_executed").Scan(&txt); err != nil {
+		t.Fatal(err)
+	}
+	want, err := gtid.Parse(txt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.cfg.Replicas {
+		if err := s.src.WaitFor(ctx, r.Name, want); err != nil {
+			t.Fatalf("the proxy's view of %s never held %v: %v", r.Name, want, err)
+		}
+	}
 }
