@@ -38,7 +38,10 @@ import (
 // on one, sysbench and the mysqld on the other),
 // CAUSALLAB_PROXY_BENCH_BINARIES (name=path,...: causallab
 // binaries run as `causallab proxy` processes, one target each, e.g. two
-// builds compared in one run), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
+// builds compared in one run), CAUSALLAB_PROXY_BENCH_HOOK (a shell command
+// started as each run starts and waited for after it, with BENCH_TARGET,
+// BENCH_PID, BENCH_THREADS and BENCH_ROUND set: e.g. a `perf sched record`
+// of a few seconds of one target's run), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
 // first run to this file).
 func TestSysbenchSpeed(t *testing.T) {
 	if os.Getenv("CAUSALLAB_PROXY_BENCH") != "1" {
@@ -229,9 +232,11 @@ func TestSysbenchSpeed(t *testing.T) {
 				args := append(append([]string{"oltp_point_select"}, tg.tg.args(db)...), common...)
 				args = append(args, fmt.Sprintf("--threads=%d", th), fmt.Sprintf("--time=%d", secs),
 					"--percentile=99", "--report-interval=0", "--histogram=off", "run")
+				hook := startBenchHook(t, tg.name, tg.pid, th, round+1)
 				before, mBefore := readProcStats(tg.pid), readMachineStats()
 				r, err := runSysbench(ctx, t, sysbench, "", append(slices.Clone(pre), args...)...)
 				after, mAfter := readProcStats(tg.pid), readMachineStats()
+				hook()
 				if strings.HasPrefix(tg.name, profTarget) && profiling {
 					pprof.StopCPUProfile()
 					profiling, prof = false, nil // one profiled run is enough
@@ -552,4 +557,29 @@ func readProcStats(pid int) procStats {
 		}
 	}
 	return ps
+}
+
+// startBenchHook starts CAUSALLAB_PROXY_BENCH_HOOK (when set) for one run
+// and returns the function that waits for it to end.
+func startBenchHook(t *testing.T, target string, pid, threads, round int) func() {
+	t.Helper()
+	v := os.Getenv("CAUSALLAB_PROXY_BENCH_HOOK")
+	if v == "" {
+		return func() {}
+	}
+	cmd := exec.Command("sh", "-c", v)
+	cmd.Env = append(os.Environ(), "BENCH_TARGET="+target, "BENCH_PID="+strconv.Itoa(pid),
+		"BENCH_THREADS="+strconv.Itoa(threads), "BENCH_ROUND="+strconv.Itoa(round))
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("CAUSALLAB_PROXY_BENCH_HOOK: %v", err)
+	}
+	return func() {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("CAUSALLAB_PROXY_BENCH_HOOK for %s: %v\n%s", target, err, out)
+		} else if out.Len() > 0 {
+			t.Logf("hook for %s: %s", target, strings.TrimSpace(out.String()))
+		}
+	}
 }
