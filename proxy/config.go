@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -235,6 +236,17 @@ type Config struct {
 	// in-process embedders and tests: the lab attributes hashed sessions'
 	// moves with it. It must not block.
 	OnRead func(ReadRoute) `yaml:"-"`
+	// Workers is how many worker processes `causallab proxy` runs: 1 (the
+	// default) serves every client in its own process; N > 1 makes it a
+	// supervisor that accepts clients on Listen and deals them out, in
+	// turn, to N worker processes (each a whole proxy: its own router,
+	// position pollers, pools and metrics; docs/proxy.md, "Worker
+	// processes"). The Server itself ignores it. 1..64.
+	Workers int `yaml:"workers"`
+	// Listener, when set, is where the Server accepts clients instead of
+	// listening on Listen (a worker process's hand-off listener); Listen
+	// is then only the address it reports.
+	Listener net.Listener `yaml:"-"`
 	// Logger receives the proxy's logs. Default slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -273,6 +285,12 @@ func LoadConfig(path string) (Config, error) {
 func (c *Config) validate() error {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:6033"
+	}
+	if c.Workers == 0 {
+		c.Workers = 1
+	}
+	if c.Workers < 1 || c.Workers > 64 {
+		return fmt.Errorf("proxy: workers %d out of range [1, 64]", c.Workers)
 	}
 	if len(c.Users) == 0 {
 		return errors.New("proxy: no users configured")

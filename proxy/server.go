@@ -246,9 +246,12 @@ func (s *Server) Listen(ctx context.Context) error {
 		}
 	}
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("proxy: listen: %w", err)
+	ln := s.cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = lc.Listen(ctx, "tcp", s.cfg.Listen); err != nil {
+			return fmt.Errorf("proxy: listen: %w", err)
+		}
 	}
 	s.ln = ln
 	if s.cfg.HTTPListen != "" {

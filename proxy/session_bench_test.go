@@ -17,7 +17,7 @@ import (
 // externalProxies starts one `causallab proxy` process per entry of
 // CAUSALLAB_PROXY_BENCH_BINARIES ("name=path,name=path": causallab
 // binaries, e.g. one built at an older commit and one at this one; a path
-// may end in ":policy:watermark_source" to set those), each
+// may end in ":policy:watermark_source:workers" to set those), each
 // with the in-process proxy target's settings (mysql_native_password, the
 // run's position source, default policy) against the shared topology,
 // so that two builds are measured in one run beside the other targets.
@@ -40,10 +40,11 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		if !ok || name == "" || bin == "" {
 			t.Fatalf("CAUSALLAB_PROXY_BENCH_BINARIES: %q is not name=path", entry)
 		}
-		// path:policy:watermark_source sets those two (either may be
+		// path:policy:watermark_source:workers sets those (any may be
 		// empty: the default).
 		bin, settings, _ := strings.Cut(bin, ":")
 		policy, wms, _ := strings.Cut(settings, ":")
+		wms, workers, _ := strings.Cut(wms, ":")
 		port := freePort(t)
 		cfg := map[string]any{
 			"listen":      "127.0.0.1:" + strconv.Itoa(port),
@@ -60,6 +61,13 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		}
 		if wms != "" {
 			cfg["watermark_source"] = wms
+		}
+		if workers != "" {
+			n, err := strconv.Atoi(workers)
+			if err != nil {
+				t.Fatalf("CAUSALLAB_PROXY_BENCH_BINARIES: %q: workers %q", entry, workers)
+			}
+			cfg["workers"] = n
 		}
 		var reps []backend
 		for _, r := range topo.Replicas() {

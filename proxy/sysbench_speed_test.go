@@ -233,9 +233,9 @@ func TestSysbenchSpeed(t *testing.T) {
 				args = append(args, fmt.Sprintf("--threads=%d", th), fmt.Sprintf("--time=%d", secs),
 					"--percentile=99", "--report-interval=0", "--histogram=off", "run")
 				hook := startBenchHook(t, tg.name, tg.pid, th, round+1)
-				before, mBefore := readProcStats(tg.pid), readMachineStats()
+				before, mBefore := hopStats(t, tg.pid, self), readMachineStats()
 				r, err := runSysbench(ctx, t, sysbench, "", append(slices.Clone(pre), args...)...)
-				after, mAfter := readProcStats(tg.pid), readMachineStats()
+				after, mAfter := hopStats(t, tg.pid, self), readMachineStats()
 				hook()
 				if strings.HasPrefix(tg.name, profTarget) && profiling {
 					pprof.StopCPUProfile()
@@ -528,6 +528,22 @@ func readMachineStats() machineStats {
 // readProcStats reads /proc/<pid>/task/*/{stat,status}; pid 0 gives zeros.
 // Threads that exited between two readings are lost (neither Go nor MySQL
 // Router ends threads while serving).
+// hopStats is a hop's CPU and switches: its process's, with its child
+// processes' (a `causallab proxy --workers` supervisor's workers) unless
+// it is this process (whose children are the servers).
+func hopStats(t *testing.T, pid, self int) procStats {
+	ps := readProcStats(pid)
+	if pid == 0 || pid == self {
+		return ps
+	}
+	for _, c := range descendants(t, pid) {
+		cs := readProcStats(c)
+		ps.cpuTicks += cs.cpuTicks
+		ps.switches += cs.switches
+	}
+	return ps
+}
+
 func readProcStats(pid int) procStats {
 	var ps procStats
 	if pid == 0 {

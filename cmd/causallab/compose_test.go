@@ -237,6 +237,7 @@ func TestComposeCLI(t *testing.T) {
 	})
 
 	t.Run("mysql client", func(t *testing.T) { testMySQLClient(t, ctx, state) })
+	t.Run("proxy workers", func(t *testing.T) { testProxyWorkers(t, ctx, state) })
 
 	t.Run("lab exit codes", func(t *testing.T) {
 		// lab attaches to this topology through its state file; a --fail-on

@@ -22,6 +22,7 @@ func newProxyCmd() *cobra.Command {
 		epoch                      uint64
 		startupTimeout             time.Duration
 		multiplex                  bool
+		workers, workerIndex       int
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -83,7 +84,16 @@ prints them) with --user/--password for the clients.`,
 			if cmd.Flags().Changed("multiplex") {
 				cfg.Multiplex = multiplex
 			}
+			if cmd.Flags().Changed("workers") {
+				cfg.Workers = workers
+			}
 			cfg.Logger = slog.Default()
+			if workerIndex >= 0 {
+				return serveWorker(cmd, cfg, workerIndex)
+			}
+			if cfg.Workers > 1 {
+				return runWorkers(cmd.Context(), cmd, cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			s, err := proxy.New(cfg)
 			if err != nil {
 				return withExitCode(2, err)
@@ -108,6 +118,9 @@ prints them) with --user/--password for the clients.`,
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
 	f.BoolVar(&multiplex, "multiplex", false, "share backend connections across client sessions (pool_size per node; docs/proxy.md, \"Multiplexing\")")
 	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads bound what a replica read saw: lazy (default with --positions poll: the poller's next poll, taken only when the session moves), query (the default with binlog positions; the watermark query pipelined behind each read) or all-gtids (the read's own OK packet; not sound)")
+	f.IntVar(&workers, "workers", 0, "worker processes: N > 1 accepts clients here and deals them out in turn to N proxy processes of one CPU each (default: the config's workers, else 1; docs/proxy.md, \"Worker processes\")")
+	f.IntVar(&workerIndex, "worker-index", -1, "internal: run as worker N of a --workers supervisor")
+	_ = f.MarkHidden("worker-index")
 	f.DurationVar(&startupTimeout, "startup-timeout", 0, "the readiness gate's bound: clients are served once every backend's position was read, or after this (default: the config's startup_timeout, else 10s)")
 	return cmd
 }

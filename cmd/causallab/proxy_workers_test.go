@@ -1,0 +1,311 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/spf13/pflag"
+)
+
+// TestWorkerHTTP: worker i's metrics port is the configured one plus i;
+// port 0 and "" stay as they are; a port with no room is refused.
+func TestWorkerHTTP(t *testing.T) {
+	for _, c := range []struct {
+		http string
+		i    int
+		want string
+		err  string
+	}{
+		{"", 3, "", ""},
+		{"127.0.0.1:9033", 0, "127.0.0.1:9033", ""},
+		{"127.0.0.1:9033", 2, "127.0.0.1:9035", ""},
+		{"127.0.0.1:0", 5, "127.0.0.1:0", ""},
+		{"[::1]:9033", 1, "[::1]:9034", ""},
+		{"127.0.0.1:65535", 1, "", "no room for worker 1"},
+		{"nonsense", 0, "", "http address"},
+	} {
+		got, err := workerHTTP(c.http, c.i)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("workerHTTP(%q, %d) = %q, %v; want an error naming %q", c.http, c.i, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("workerHTTP(%q, %d) = %q, %v; want %q", c.http, c.i, got, err, c.want)
+		}
+	}
+}
+
+// TestWorkerArgs: a worker gets the flags its supervisor was given but
+// for --workers, then its index and its addresses.
+func TestWorkerArgs(t *testing.T) {
+	cmd := newProxyCmd()
+	if err := cmd.ParseFlags([]string{"--config", "p.yaml", "--workers", "3", "--policy", "token-wait", "--multiplex", "--listen", "127.0.0.1:0", "--http", ""}); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(workerArgs(cmd.Flags(), 2, "127.0.0.1:7000", "127.0.0.1:9035"), " ")
+	want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --worker-index=2 --listen=127.0.0.1:7000 --http=127.0.0.1:9035"
+	if got != want {
+		t.Errorf("workerArgs:\n got %s\nwant %s", got, want)
+	}
+	var _ *pflag.FlagSet = cmd.Flags()
+}
+
+// TestProxyWorkersFlags: a bad --workers is a usage error, found before
+// anything starts; a worker started by hand says what starts one.
+func TestProxyWorkersFlags(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(cfg, []byte("users: [{name: app, password: app}]\nprimary: {addr: '127.0.0.1:1', user: u, password: p}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if r := runCLI(t, ctx, "proxy", "--config", cfg, "--workers", "65"); r.code != exitUsage || !strings.Contains(r.stderr, "workers 65 out of range") {
+		t.Errorf("--workers 65: %s", r)
+	}
+	if r := runCLI(t, ctx, "proxy", "--config", cfg, "--workers", "2", "--listen", "nonsense"); r.code == 0 || !strings.Contains(r.stderr, "listen") {
+		t.Errorf("--workers 2 on a bad address: %s", r)
+	}
+	if r := runCLI(t, ctx, "proxy", "--config", cfg, "--worker-index", "0"); r.code == 0 || !strings.Contains(r.stderr, "started by `causallab proxy --workers`") {
+		t.Errorf("a worker without a supervisor: %s", r)
+	}
+}
+
+// freeAddrs returns n consecutive free loopback ports' addresses.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := ln.Addr().(*net.TCPAddr).Port
+		lns := []net.Listener{ln}
+		ok := base+n <= 65535
+		for i := 1; ok && i < n; i++ {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
+			if err != nil {
+				ok = false
+				break
+			}
+			lns = append(lns, l)
+		}
+		for _, l := range lns {
+			l.Close()
+		}
+		if ok {
+			addrs := make([]string, n)
+			for i := range addrs {
+				addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i))
+			}
+			return addrs
+		}
+	}
+	t.Fatal("no run of free ports")
+	return nil
+}
+
+// metricValue reads one unlabelled sample from a worker's /metrics.
+func metricValue(ctx context.Context, addr, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s", addr, name)
+}
+
+// workerPids finds the worker processes of the supervisor listening on
+// listen, by their command lines.
+func workerPids(t *testing.T, listen string) map[int]int {
+	t.Helper()
+	out := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		idx, mine := -1, false
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--worker-index="); ok {
+				idx, _ = strconv.Atoi(v)
+			}
+			if a == "--listen="+listen {
+				mine = true
+			}
+		}
+		if mine && idx >= 0 {
+			out[idx] = pid
+		}
+	}
+	return out
+}
+
+// testProxyWorkers runs `causallab proxy --workers 2` on the topology of
+// state (this test binary as the workers: TestMain): four clients are
+// dealt out two and two, each reads its own write, and both workers
+// report two sessions. Stopping the supervisor stops the workers; a
+// killed worker ends the supervisor with exit 1 naming it, and the other
+// worker is stopped.
+func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
+	t.Setenv("CAUSALLAB_TEST_RUN_MAIN", "1") // the workers run this binary
+	start := func(t *testing.T) (listen string, metrics []string, stop context.CancelFunc, res chan cliResult) {
+		addrs := freeAddrs(t, 3)
+		listen, metrics = addrs[0], addrs[1:]
+		sctx, stop := context.WithCancel(ctx)
+		res = make(chan cliResult, 1)
+		go func() {
+			res <- runCLI(t, sctx, "proxy", "--topology", state, "--user", "app", "--password", "app",
+				"--workers", "2", "--listen", listen, "--http", metrics[0])
+		}()
+		// Ready when both workers' /ready answers 200 (no probe on the
+		// MySQL port: it would take a worker's turn).
+		deadline := time.Now().Add(60 * time.Second)
+		for _, m := range metrics {
+			for {
+				resp, err := http.Get("http://" + m + "/ready")
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						break
+					}
+				}
+				select {
+				case r := <-res:
+					t.Fatalf("supervisor exited before its workers were ready: %s", r)
+				default:
+				}
+				if time.Now().After(deadline) {
+					stop()
+					t.Fatalf("worker at %s not ready: %v", m, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		return listen, metrics, stop, res
+	}
+	gone := func(t *testing.T, pids map[int]int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for i, pid := range pids {
+			for syscall.Kill(pid, 0) == nil {
+				// A zombie (exited, not yet reaped) counts as gone.
+				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(b), ") Z ") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("worker %d (pid %d) still runs", i, pid)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+
+	t.Run("serves and stops", func(t *testing.T) {
+		listen, metrics, stop, res := start(t)
+		defer stop()
+		pids := workerPids(t, listen)
+		if len(pids) != 2 {
+			t.Fatalf("worker processes: %v, want 2", pids)
+		}
+		mc := mysql.NewConfig()
+		mc.User, mc.Passwd, mc.Net, mc.Addr = "app", "app", "tcp", listen
+		connector, err := mysql.NewConnector(mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sql.OpenDB(connector)
+		defer db.Close()
+		var conns []*sql.Conn
+		for i := range 4 {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatalf("client %d: %v", i, err)
+			}
+			defer c.Close()
+			conns = append(conns, c)
+		}
+		if _, err := conns[0].ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS workers"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conns[0].ExecContext(ctx, "CREATE TABLE IF NOT EXISTS workers.notes (id INT PRIMARY KEY AUTO_INCREMENT, body TEXT)"); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range conns {
+			body := fmt.Sprintf("worker test %d %d", i, time.Now().UnixNano())
+			if _, err := c.ExecContext(ctx, "INSERT INTO workers.notes (body) VALUES (?)", body); err != nil {
+				t.Fatalf("client %d: insert: %v", i, err)
+			}
+			var got string
+			if err := c.QueryRowContext(ctx, "SELECT body FROM workers.notes WHERE body = ?", body).Scan(&got); err != nil || got != body {
+				t.Fatalf("client %d: its own write: %q, %v", i, got, err)
+			}
+		}
+		for _, m := range metrics {
+			n, err := metricValue(ctx, m, "causallab_proxy_sessions")
+			if err != nil || n != 2 {
+				t.Errorf("worker at %s: %v sessions (%v), want 2 (clients dealt out in turn)", m, n, err)
+			}
+		}
+		stop()
+		select {
+		case r := <-res:
+			if r.code != 0 || !strings.Contains(r.stdout, "proxy listening on "+listen+" (2 workers") {
+				t.Errorf("stopped supervisor: %s", r)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("supervisor did not stop")
+		}
+		gone(t, pids)
+	})
+
+	t.Run("a worker dies", func(t *testing.T) {
+		listen, _, stop, res := start(t)
+		defer stop()
+		pids := workerPids(t, listen)
+		if len(pids) != 2 {
+			t.Fatalf("worker processes: %v, want 2", pids)
+		}
+		if err := syscall.Kill(pids[1], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-res:
+			if r.code != exitFailure || !strings.Contains(r.stderr, "worker 1 exited") {
+				t.Errorf("supervisor after its worker 1 was killed: %s", r)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("supervisor did not exit after a worker died")
+		}
+		gone(t, pids)
+	})
+}
