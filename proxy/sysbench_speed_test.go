@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,7 +39,9 @@ import (
 // on one, sysbench and the mysqld on the other),
 // CAUSALLAB_PROXY_BENCH_BINARIES (name=path,...: causallab
 // binaries run as `causallab proxy` processes, one target each, e.g. two
-// builds compared in one run), CAUSALLAB_PROXY_BENCH_HOOK (a shell command
+// builds compared in one run; each is stopped (SIGSTOP) while another
+// target runs, so that its pollers load nobody's run), POLICIES=none (no
+// in-process proxy target: only those processes), CAUSALLAB_PROXY_BENCH_HOOK (a shell command
 // started as each run starts and waited for after it, with BENCH_TARGET,
 // BENCH_PID, BENCH_THREADS and BENCH_ROUND set: e.g. a `perf sched record`
 // of a few seconds of one target's run), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
@@ -66,7 +69,9 @@ func TestSysbenchSpeed(t *testing.T) {
 	// CAUSALLAB_PROXY_BENCH_POLICIES: comma-separated proxy policies, one
 	// proxy target each (default: the config's default, token-wait).
 	policies := []string{""}
-	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_POLICIES"); v != "" {
+	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_POLICIES"); v == "none" {
+		policies = nil // only the external proxies (CAUSALLAB_PROXY_BENCH_BINARIES)
+	} else if v != "" {
 		policies = strings.Split(v, ",")
 	}
 	t.Logf("proxy positions: %q (empty: poll), policies %q", positions, policies)
@@ -220,6 +225,15 @@ func TestSysbenchSpeed(t *testing.T) {
 	if v := os.Getenv("CAUSALLAB_PROXY_PROFILE_TARGET"); v != "" {
 		profTarget = v
 	}
+	// Stopped proxies (below) are let go on before they are killed, so
+	// that their workers can act on their supervisor's death.
+	t.Cleanup(func() {
+		for _, pid := range epids {
+			for _, p := range append([]int{pid}, descendants(t, pid)...) {
+				_ = syscall.Kill(p, syscall.SIGCONT)
+			}
+		}
+	})
 	for round := 0; round < rounds; round++ {
 		for _, th := range threads {
 			for _, tg := range targets {
@@ -232,6 +246,24 @@ func TestSysbenchSpeed(t *testing.T) {
 				args := append(append([]string{"oltp_point_select"}, tg.tg.args(db)...), common...)
 				args = append(args, fmt.Sprintf("--threads=%d", th), fmt.Sprintf("--time=%d", secs),
 					"--percentile=99", "--report-interval=0", "--histogram=off", "run")
+				// Only the external proxy whose turn it is runs: the
+				// others are stopped (SIGSTOP, with their workers), so
+				// that their pollers do not load the servers and the
+				// cores under another target's run.
+				for _, pid := range epids {
+					sig := syscall.SIGSTOP
+					if pid == tg.pid {
+						sig = syscall.SIGCONT
+					}
+					for _, p := range append([]int{pid}, descendants(t, pid)...) {
+						_ = syscall.Kill(p, sig)
+					}
+				}
+				if slices.Contains(epids, tg.pid) {
+					// Its pollers' first polls after the stop (the
+					// positions went stale while it was stopped).
+					time.Sleep(300 * time.Millisecond)
+				}
 				hook := startBenchHook(t, tg.name, tg.pid, th, round+1)
 				before, mBefore := hopStats(t, tg.pid, self), readMachineStats()
 				r, err := runSysbench(ctx, t, sysbench, "", append(slices.Clone(pre), args...)...)
