@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -173,7 +174,11 @@ func runWorkers(ctx context.Context, cmd *cobra.Command, cfg proxy.Config, stdou
 			metrics = append(metrics, http)
 		}
 	}
-	fmt.Fprintf(stdout, "proxy listening on %s (%d workers, metrics %v)\n", addr, len(workers), metrics)
+	shown := "off"
+	if len(metrics) > 0 {
+		shown = strings.Join(metrics, ", ")
+	}
+	fmt.Fprintf(stdout, "proxy listening on %s (%d workers, metrics %s)\n", addr, len(workers), shown)
 
 	accepted := make(chan error, 1)
 	go func() { accepted <- dealOut(ln, workers) }()
