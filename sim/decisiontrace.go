@@ -33,6 +33,24 @@ type DecisionRecord struct {
 	Bucket router.Bucket
 	// Decision is what router.Decide answered and the engine did.
 	Decision router.Decision
+
+	commit []usec // the engine's commit times (valid during fn only)
+}
+
+// CommitTime is when the primary committed record p (LogPos p, 1-based),
+// exact: what a live router's commit log (live.CommitLog) would hold if it
+// learned every commit as it happened. False for 0 and for a record not
+// committed by the record's Now. Valid only during the call of
+// RecordDecisions' fn.
+func (r *DecisionRecord) CommitTime(p LogPos) (time.Duration, bool) {
+	if p == 0 || int(p) > len(r.commit) {
+		return 0, false
+	}
+	c := r.commit[p-1] // math.MaxInt64 until committed
+	if c > usec(r.Now/time.Microsecond) {
+		return 0, false
+	}
+	return time.Duration(c) * time.Microsecond, true
 }
 
 // Input returns the record's input; its pointers point into the record.
@@ -104,6 +122,7 @@ func (dr *decisionRecorder) before(e *engine) {
 		Primary: v.Primary, PrimaryKnown: v.PrimaryKnown, Epoch: v.Epoch, Hash: v.Hash}
 	r.Now, r.Rand, r.Waited, r.Global, r.GlobalKnown = in.Now, in.Rand, in.Waited, in.Global, in.GlobalKnown
 	r.NeedAge, r.NeedAgeKnown = in.NeedAge, in.NeedAgeKnown
+	r.commit = e.commit
 	m := e.m
 	dr.reasons, dr.fallbacks, dr.failed, dr.staled = m.reasons, m.fallbacks, m.failed, m.staleServed
 }

@@ -413,14 +413,18 @@ func (e *engine) fillView(t usec) {
 	prim := e.primaryPos(t)
 	for r := range e.nr {
 		var a LogPos
-		var lag time.Duration
-		if p := dur(e.cfg.Poll); p > 0 {
+		if e.cfg.Poll > 0 {
 			a = e.polled(r, t)
-			lag = e.lagAt(int(a), t/p*p) // as of the last poll
 		} else {
 			a = e.applied(r, t)
-			lag = e.lagAt(int(a), t)
 		}
+		// The view's position's lag now, as the live router measures it
+		// (live.CommitLog.Lag at the decision): the age of the first
+		// record the view lacks. Not as of the last poll: the live
+		// router's positions carry no poll time (an earlier lag as of the
+		// poll disagreed with the live router's futile-wait tests,
+		// TestSimLiveEquivalence).
+		lag := e.lagAt(int(a), t)
 		inf := e.inMove[r]
 		for _, d := range e.cfg.Drifts {
 			if d.Replica == r && t >= dur(d.From) && t < dur(d.To) {

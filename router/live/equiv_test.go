@@ -58,7 +58,12 @@ func (m *mapSource) WaitFor(ctx context.Context, n string, want gtid.Set) error 
 // sequence, must track the simulator's. PolicyGlobal's target (Input.Global)
 // and the defer fallbacks (Policy.Defer, CapDefer) are replayed too; a
 // deferral's retry estimate is the live router's own (its commit log),
-// compared apart.
+// compared apart when the live side has no log. The +skip-futile runs
+// give the live side a commit log holding every simulated commit at its
+// exact time: the futile-wait test (Lag, from CommitLog.Lag at the
+// decision, and NeedAge, from CommitLog.Age) must skip the same waits as
+// the simulator's, some waits must be skipped and some made, and a
+// deferral's retry estimate must be the simulator's.
 func TestSimLiveEquivalence(t *testing.T) {
 	pos := logPosToSet()
 	type run struct {
@@ -81,6 +86,14 @@ func TestSimLiveEquivalence(t *testing.T) {
 		c.Cap = router.Cap{PerSecond: 20, Burst: 5, Behavior: b, ExtraWait: 50 * time.Millisecond}
 		return c
 	}
+	// A lagging world (every replica about 100 ms behind, give or take
+	// 60 ms) for +skip-futile: a 30 ms budget wait on a replica whose lag
+	// is far past the need's age is futile and skipped, one on a replica
+	// about to catch up is not. The live side gets a commit log holding
+	// every commit at its exact time (the simulator's NeedAge and Lag are
+	// exact too).
+	lagging := base
+	lagging.Model = &sim.ReplicaModel{ShipDelay: 100 * time.Millisecond, ShipJitter: 60 * time.Millisecond, ApplyCost: 150 * time.Microsecond}
 	runs := []run{
 		{"any", base, router.Policy{Kind: router.PolicyAny}},
 		{"affinity-full-list", base, router.Policy{Kind: router.PolicyAffinity, HashMode: hashroute.FullList}},
@@ -100,6 +113,9 @@ func TestSimLiveEquivalence(t *testing.T) {
 		{"token-ryw+defer", slowPolled, router.Policy{Kind: router.PolicyTokenRYW, Defer: true}},
 		{"token-wait+defer", slow, router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 20 * time.Millisecond, Defer: true}},
 		{"token-ryw-mr-cap-defer", capped(router.CapDefer), router.Policy{Kind: router.PolicyTokenRYWMR}},
+		{"token-wait+skip-futile", lagging, router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 30 * time.Millisecond, SkipFutile: true}},
+		{"token-wait+skip-futile+defer", lagging, router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 30 * time.Millisecond, SkipFutile: true, Defer: true}},
+		{"global+skip-futile", lagging, router.Policy{Kind: router.PolicyGlobal, WaitBudget: 30 * time.Millisecond, SkipFutile: true}},
 	}
 	seen := map[router.Action]int{}
 	reasons := map[router.Reason]int{}
@@ -124,7 +140,17 @@ func TestSimLiveEquivalence(t *testing.T) {
 			st := &live.LiveState[gtid.Set]{Flavor: live.MySQL{}, Primary: live.Node{Name: "primary", Addr: "sim:p"}, Replicas: nodes, Table: table,
 				DownUntil: map[string]time.Time{}, InFlight: map[string]int{}}
 			var bucket router.Bucket
-			n := 0
+			// +skip-futile: the live router's commit log, fed before each
+			// decision with every commit up to the sim's primary
+			// position, at its commit time (resolution 0: one entry per
+			// record, none dropped).
+			const logSize = 1 << 16
+			var logged sim.LogPos
+			if rc.pol.SkipFutile {
+				st.Commits = live.NewCommitLog[gtid.Set](logSize, 0)
+			}
+			epoch0 := time.Unix(0, 0)
+			n, simFutile, liveFutile, futileWaits, retryLogged := 0, 0, 0, 0, 0
 			_, err = sim.RecordDecisions(context.Background(), rc.cfg, sim.RouterSpec{Name: rc.name, Policy: rc.pol}, 0, func(r *sim.DecisionRecord) {
 				if t.Failed() {
 					return
@@ -155,17 +181,29 @@ func TestSimLiveEquivalence(t *testing.T) {
 				if ses.HasSeen {
 					ses.Seen = pos(r.Session.Seen)
 				}
+				if st.Commits != nil {
+					for ; logged < r.View.Primary; logged++ {
+						at, ok := r.CommitTime(logged + 1)
+						if !ok {
+							t.Fatalf("decision %d: record %d of the primary's position %d has no commit time by %v", n, logged+1, r.View.Primary, r.Now)
+						}
+						st.Commits.Record(epoch0.Add(at), pos(logged+1))
+					}
+					if st.Commits.Len() >= logSize {
+						t.Fatalf("commit log full (%d entries): its Lag would be a lower bound, not the simulator's exact one", logSize)
+					}
+				}
 				pol, cp := r.Policy, r.Cap
 				if bucket != r.Bucket {
 					t.Fatalf("decision %d: live bucket %v tokens, sim %v", n, bucket.Tokens(), r.Bucket.Tokens())
 				}
-				req := live.LiveRequest[gtid.Set]{Session: &ses, Policy: &pol, Cap: &cp, Wall: time.Unix(0, 0),
+				req := live.LiveRequest[gtid.Set]{Session: &ses, Policy: &pol, Cap: &cp, Wall: epoch0.Add(r.Now),
 					Now: r.Now, Rand: r.Rand, Waited: r.Waited, GlobalKnown: r.GlobalKnown}
 				if r.GlobalKnown {
 					req.Global = pos(r.Global)
 				}
 				d, v, _ := live.DecideLive(st, src, &req, &bucket)
-				if d.Action == router.ActDefer {
+				if d.Action == router.ActDefer && st.Commits == nil {
 					// The retry estimate is the live commit log's (none
 					// here: the floor), not the simulator's lag model.
 					if d.RetryAfter != router.MinRetryAfter {
@@ -180,16 +218,43 @@ func TestSimLiveEquivalence(t *testing.T) {
 					}
 				}
 				if d != r.Decision {
-					t.Fatalf("decision %d at %v: live %+v, sim %+v\nsession %+v\nview %+v", n, r.Now, d, r.Decision, r.Session, r.View)
+					t.Fatalf("decision %d at %v: live %+v, sim %+v\nsession %+v\nview %+v\nsim need age %v (known %v); live view %+v", n, r.Now, d, r.Decision, r.Session, r.View, r.NeedAge, r.NeedAgeKnown, v.Replicas)
 				}
 				seen[d.Action]++
 				reasons[d.Reason]++
+				if r.Decision.Reason == router.ReasonWaitFutile {
+					simFutile++
+				}
+				if d.Reason == router.ReasonWaitFutile {
+					liveFutile++
+				}
+				if d.Action == router.ActDefer && st.Commits != nil && d.RetryAfter > router.MinRetryAfter {
+					retryLogged++
+				}
+				if d.Action == router.ActWait && d.Reason == router.ReasonNoReplicaQualifies && rc.pol.SkipFutile {
+					futileWaits++
+				}
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if n == 0 {
 				t.Fatal("no decision recorded")
+			}
+			if rc.pol.SkipFutile {
+				// The runs must exercise the test both ways: waits skipped
+				// (by the simulator and by the live path alike) and waits
+				// the estimate let through.
+				if simFutile == 0 || liveFutile == 0 {
+					t.Fatalf("%s: %d futile skips in the simulator, %d live: the lagging world must make some waits futile", rc.name, simFutile, liveFutile)
+				}
+				if futileWaits == 0 {
+					t.Fatalf("%s: no budget wait let through: the lagging world must leave some waits worth making", rc.name)
+				}
+				if rc.pol.Defer && retryLogged == 0 {
+					t.Fatalf("%s: no deferral with a retry estimate above the floor: the commit log's Lag was not compared", rc.name)
+				}
+				t.Logf("%d futile skips (sim %d, live %d), %d budget waits made, %d deferrals timed by the log", liveFutile, simFutile, liveFutile, futileWaits, retryLogged)
 			}
 			t.Logf("%d decisions identical", n)
 		})
@@ -200,7 +265,7 @@ func TestSimLiveEquivalence(t *testing.T) {
 			t.Errorf("no %v decision among the replayed ones: the runs do not cover that action", a)
 		}
 	}
-	for _, r := range []router.Reason{router.ReasonWaitBudgetSpent, router.ReasonNoReplicaQualifies, router.ReasonCapExceeded} {
+	for _, r := range []router.Reason{router.ReasonWaitBudgetSpent, router.ReasonNoReplicaQualifies, router.ReasonCapExceeded, router.ReasonWaitFutile} {
 		if reasons[r] == 0 {
 			t.Errorf("no %v decision among the replayed ones", r)
 		}
