@@ -229,6 +229,11 @@ type Policy struct {
 	// real time after a stall, whose waits it skips although they would
 	// have succeeded (docs/sim.md, "lagwait", measures both).
 	SkipFutile bool
+	// FutileTrend (with SkipFutile): the futile-wait test divides the
+	// steady-lag estimate by the waited replica's Progress when it is
+	// above 1 (a replica catching up reaches the need sooner than its lag
+	// says); Progress 0 or at most 1 leaves the steady estimate.
+	FutileTrend bool
 	// HashMode selects the hashroute mode for PolicyAffinity (FullList, the
 	// correct scheme, is the zero value; AvailableOnly and RebalanceOverride
 	// reproduce Shopify's two bugs).
@@ -310,6 +315,11 @@ type Replica[P gtid.Position[P]] struct {
 	// it only when it is needed (the live router) fills it after an ActWait
 	// with ReasonNoReplicaQualifies, for Decision.Replica, and decides again.
 	Lag time.Duration
+	// Progress is how fast the replica has recently moved through the
+	// primary's history: seconds of primary time its view advanced per
+	// second (1: a steady lag; above 1: catching up; 0: unknown). Read only
+	// under Policy.FutileTrend, by the futile-wait test.
+	Progress float64
 }
 
 // View is the router's view of the topology at decision time.

@@ -289,7 +289,7 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 		budget = pol.WaitBudget
 		reason = ReasonWaitBudgetSpent
 		if left := budget - in.Waited; left > 0 {
-			if !pol.SkipFutile || !in.NeedAgeKnown || v.Replicas[best].Lag-in.NeedAge <= left {
+			if !pol.SkipFutile || !in.NeedAgeKnown || !futile(pol, &v.Replicas[best], in.NeedAge, left) {
 				return Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: best,
 					WaitFor: left, Reanchor: reanchor}
 			}
@@ -325,6 +325,20 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 		return Decision{Action: ActDefer, Reason: ReasonCapExceeded, Replica: -1, RetryAfter: RetryAfter(v), Reanchor: reanchor}
 	}
 	return Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1, Reanchor: reanchor}
+}
+
+// futile is rule 4's futile-wait test of a wait on r with left of the
+// budget: r needs Lag-age to hold the need if its lag holds steady, that
+// divided by Progress under FutileTrend when r is catching up.
+func futile[P gtid.Position[P]](pol *Policy, r *Replica[P], age, left time.Duration) bool {
+	need := r.Lag - age
+	if need <= left {
+		return false
+	}
+	if pol.FutileTrend && r.Progress > 1 {
+		return float64(need) > float64(left)*r.Progress
+	}
+	return true
 }
 
 // RetryAfter is ActDefer's estimate: the smallest Lag of an up replica, at

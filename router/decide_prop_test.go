@@ -40,6 +40,10 @@ func genBset(t *rapid.T, label string) bset {
 //     a spent budget (Waited = WaitBudget): the same action, node,
 //     fallback flag and bucket, ReasonWaitFutile for ReasonWaitBudgetSpent
 //     (a cap wait's WaitFor still runs to WaitBudget + ExtraWait);
+//     under Policy.FutileTrend the estimate is divided by the waited
+//     replica's Progress when above 1 (a catching-up replica's waits are
+//     skipped only when Lag-NeedAge exceeds WaitFor×Progress), so it skips
+//     a subset of the steady estimate's skips;
 //   - Decide is deterministic and does not modify its inputs.
 func TestDecideProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -51,6 +55,8 @@ func TestDecideProperties(t *testing.T) {
 				Up:      rapid.Bool().Draw(t, "up"),
 				Behind:  rapid.Int64Range(0, 100).Draw(t, "behind"),
 				Lag:     time.Duration(rapid.IntRange(0, 1000).Draw(t, "lagMs")) * time.Millisecond,
+				// 0 (unknown), 0.5 (falling behind), 1 (steady) ... 4.
+				Progress: float64(rapid.IntRange(0, 8).Draw(t, "progressHalves")) / 2,
 			}
 		}
 		pol := Policy{
@@ -60,6 +66,7 @@ func TestDecideProperties(t *testing.T) {
 			Defer:      rapid.Bool().Draw(t, "defer"),
 			SkipFutile: rapid.Bool().Draw(t, "skipFutile"),
 		}
+		pol.FutileTrend = pol.SkipFutile && rapid.Bool().Draw(t, "futileTrend")
 		var cp *Cap
 		if rapid.Bool().Draw(t, "capped") {
 			cp = &Cap{PerSecond: 1, Burst: 1, Behavior: CapBehavior(rapid.IntRange(0, int(CapDefer)).Draw(t, "behavior")),
@@ -205,7 +212,7 @@ func TestDecideProperties(t *testing.T) {
 
 		// The futile-wait skip against the same read without it.
 		polOff := pol
-		polOff.SkipFutile = false
+		polOff.SkipFutile, polOff.FutileTrend = false, false
 		inOff := in
 		inOff.Policy = &polOff
 		bOff := b0
@@ -215,6 +222,11 @@ func TestDecideProperties(t *testing.T) {
 		}
 		futile := pol.SkipFutile && in.NeedAgeKnown && dOff.Action == ActWait && dOff.Reason == ReasonNoReplicaQualifies &&
 			reps[dOff.Replica].Lag-in.NeedAge > dOff.WaitFor
+		if futile && pol.FutileTrend {
+			if r := &reps[dOff.Replica]; r.Progress > 1 && float64(r.Lag-in.NeedAge) <= float64(dOff.WaitFor)*r.Progress {
+				futile = false // catching up fast enough: the wait is made
+			}
+		}
 		if !futile {
 			if d != dOff || b != bOff {
 				t.Fatalf("skip-futile changed a decision the estimate does not call futile: %+v, without it %+v (lag %v, need age %v known %v)",

@@ -78,6 +78,13 @@ func TestDecideTable(t *testing.T) {
 	lagB := func(p lsn, behind int64, lag time.Duration) Replica[lsn] {
 		return Replica[lsn]{Applied: p, Up: true, Behind: behind, Lag: lag}
 	}
+	waitT := Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms, SkipFutile: true, FutileTrend: true}
+	// lagP is lagB with the replica's Progress (Policy.FutileTrend).
+	lagP := func(p lsn, behind int64, lag time.Duration, progress float64) Replica[lsn] {
+		r := lagB(p, behind, lag)
+		r.Progress = progress
+		return r
+	}
 	cases := []tc{
 		// the lazy watermark (pending seen)
 		{name: "pending/sticky-whatever-rand", pol: mrP, sess: pend(1, 0, 0), reps: []Replica[lsn]{up(9), up(1), up(9)}, rnd: 2, pwait: 10 * ms,
@@ -213,6 +220,36 @@ func TestDecideTable(t *testing.T) {
 		{name: "futile/global", pol: Policy{Kind: PolicyGlobal, WaitBudget: 50 * ms, SkipFutile: true}, reps: []Replica[lsn]{lagB(3, 1, 100*ms)},
 			global: 5, gKnown: true, needAge: 40 * ms,
 			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
+		// +futile-trend: 1 s to go at a steady lag; catching up 3× faster
+		// than real time it is 333 ms, within the 400 ms budget: the wait
+		// is made. 2.5× (400 ms) is the edge; 2× (500 ms) is still futile.
+		{name: "futile-trend/catching-up-waits", pol: waitT, sess: tok(5), reps: []Replica[lsn]{lagP(1, 1, 1010*ms, 3)}, needAge: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "futile-trend/edge-waits", pol: waitT, sess: tok(5), reps: []Replica[lsn]{lagP(1, 1, 1010*ms, 2.5)}, needAge: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "futile-trend/too-slow-skipped", pol: waitT, sess: tok(5), reps: []Replica[lsn]{lagP(1, 1, 1010*ms, 2)}, needAge: 10 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
+		// Steady (1), falling behind (0.5) or unknown (0): the steady
+		// estimate, never more skips than it.
+		{name: "futile-trend/steady-skipped", pol: waitT, sess: tok(5), reps: []Replica[lsn]{lagP(1, 1, 1010*ms, 1)}, needAge: 10 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
+		{name: "futile-trend/falling-behind-within-budget-waits", pol: waitT, sess: tok(5), reps: []Replica[lsn]{lagP(1, 1, 410*ms, 0.5)}, needAge: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "futile-trend/unknown-skipped", pol: waitT, sess: tok(5), reps: []Replica[lsn]{lagP(1, 1, 1010*ms, 0)}, needAge: 10 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
+		// The budget left, not the budget: after 300 ms of waiting 100 ms
+		// are left, and 3× makes the 1 s 333 ms: futile.
+		{name: "futile-trend/budget-left", pol: waitT, sess: tok(5), reps: []Replica[lsn]{lagP(1, 1, 1010*ms, 3)}, needAge: 10 * ms, waited: 300 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
+		// The waited replica's Progress, not another's.
+		{name: "futile-trend/judges-the-waited-replica", pol: waitT, sess: tok(5), reps: []Replica[lsn]{lagP(1, 2, 0, 10), lagP(1, 1, 1010*ms, 1)}, needAge: 10 * ms,
+			want: Decision{Action: ActPrimary, Reason: ReasonWaitFutile, Replica: -1, Fallback: true}},
+		{name: "futile-trend/without-skip-futile-waits", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms, FutileTrend: true}, sess: tok(5),
+			reps: []Replica[lsn]{lagP(1, 1, 2*time.Second, 1)}, needAge: 10 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 400 * ms}},
+		{name: "futile-trend/global", pol: Policy{Kind: PolicyGlobal, WaitBudget: 50 * ms, SkipFutile: true, FutileTrend: true}, reps: []Replica[lsn]{lagP(3, 1, 100*ms, 1.5)},
+			global: 5, gKnown: true, needAge: 40 * ms,
+			want: Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: 0, WaitFor: 50 * ms}},
 		{name: "wait/budget-spent", pol: Policy{Kind: PolicyTokenWait, WaitBudget: 400 * ms}, sess: tok(5), reps: []Replica[lsn]{up(1)}, waited: 400 * ms,
 			want: Decision{Action: ActPrimary, Reason: ReasonWaitBudgetSpent, Replica: -1, Fallback: true}},
 		{name: "wait/zero-budget", pol: Policy{Kind: PolicyTokenWait}, sess: tok(5), reps: []Replica[lsn]{up(1)},

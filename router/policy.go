@@ -176,6 +176,9 @@ func (p *Policy) Validate() error {
 	if p.SkipFutile && p.Kind != PolicyTokenWait && p.Kind != PolicyGlobal {
 		return fmt.Errorf("router: policy %v has no budget wait to skip (skip-futile needs token-wait or global)", p.Kind)
 	}
+	if p.FutileTrend && !p.SkipFutile {
+		return fmt.Errorf("router: policy %v has futile-trend without skip-futile (futile-trend refines skip-futile's estimate)", p.Kind)
+	}
 	if err := checkDuration("window", p.Window); err != nil {
 		return err
 	}
@@ -191,7 +194,8 @@ func checkDuration(what string, d time.Duration) error {
 
 // String renders the policy in ParsePolicy's syntax, e.g. "window(500ms)",
 // "token-wait(400ms)", "global(400ms)", "affinity(full-list)"; "+epoch"
-// marks CheckEpoch, "+defer" Defer, "+skip-futile" SkipFutile.
+// marks CheckEpoch, "+defer" Defer, "+skip-futile" SkipFutile,
+// "+futile-trend" FutileTrend.
 func (p Policy) String() string {
 	var b strings.Builder
 	b.WriteString(p.Kind.String())
@@ -212,13 +216,17 @@ func (p Policy) String() string {
 	if p.SkipFutile {
 		b.WriteString("+skip-futile")
 	}
+	if p.FutileTrend {
+		b.WriteString("+futile-trend")
+	}
 	return b.String()
 }
 
 // ParsePolicy parses a policy: any | affinity[(MODE)] | window[(DUR)] |
 // token-ryw | token-ryw-mr | token-wait[(DUR)] | global[(DUR)], optionally
-// followed by "+epoch" (CheckEpoch), "+defer" (Defer) and "+skip-futile"
-// (SkipFutile), in any order.
+// followed by "+epoch" (CheckEpoch), "+defer" (Defer), "+skip-futile"
+// (SkipFutile) and "+futile-trend" (FutileTrend, with skip-futile), in any
+// order.
 // MODE is a hashroute mode name; DUR a Go duration ("400ms") or a bare
 // number of milliseconds ("400"). Case and surrounding space are ignored.
 // The result is validated.
@@ -226,13 +234,15 @@ func ParsePolicy(s string) (Policy, error) {
 	orig := s
 	s = strings.ToLower(strings.TrimSpace(s))
 	var p Policy
-	for range 3 {
+	for range 4 {
 		if rest, ok := strings.CutSuffix(s, "+epoch"); ok && !p.CheckEpoch {
 			p.CheckEpoch, s = true, strings.TrimSpace(rest)
 		} else if rest, ok := strings.CutSuffix(s, "+defer"); ok && !p.Defer {
 			p.Defer, s = true, strings.TrimSpace(rest)
 		} else if rest, ok := strings.CutSuffix(s, "+skip-futile"); ok && !p.SkipFutile {
 			p.SkipFutile, s = true, strings.TrimSpace(rest)
+		} else if rest, ok := strings.CutSuffix(s, "+futile-trend"); ok && !p.FutileTrend {
+			p.FutileTrend, s = true, strings.TrimSpace(rest)
 		}
 	}
 	name, arg, hasArg := s, "", false

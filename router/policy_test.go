@@ -33,6 +33,8 @@ func TestParsePolicy(t *testing.T) {
 		{"token-ryw+defer+epoch", Policy{Kind: PolicyTokenRYW, Defer: true, CheckEpoch: true}},
 		{"token-wait(50ms)+skip-futile", Policy{Kind: PolicyTokenWait, WaitBudget: 50 * time.Millisecond, SkipFutile: true}},
 		{"global+skip-futile+defer+epoch", Policy{Kind: PolicyGlobal, WaitBudget: DefaultWaitBudget, SkipFutile: true, Defer: true, CheckEpoch: true}},
+		{"token-wait(50ms)+skip-futile+futile-trend", Policy{Kind: PolicyTokenWait, WaitBudget: 50 * time.Millisecond, SkipFutile: true, FutileTrend: true}},
+		{"global+futile-trend+skip-futile+defer+epoch", Policy{Kind: PolicyGlobal, WaitBudget: DefaultWaitBudget, SkipFutile: true, FutileTrend: true, Defer: true, CheckEpoch: true}},
 		{" Token-RYW-MR+Epoch+Defer ", Policy{Kind: PolicyTokenRYWMR, Defer: true, CheckEpoch: true}},
 	}
 	for _, c := range ok {
@@ -58,6 +60,7 @@ func TestParsePolicy(t *testing.T) {
 		"window(1s)+defer":                   "no freshness fallback to defer",
 		"global+defer+defer":                 "unknown policy",
 		"token-ryw-mr+skip-futile":           "no budget wait to skip",
+		"token-wait+futile-trend":            "futile-trend without skip-futile",
 		"any+skip-futile":                    "no budget wait to skip",
 		"token-wait+skip-futile+skip-futile": "unknown policy",
 		"global(-1)":                         "out of range",

@@ -37,7 +37,8 @@ func TestRecordDecisions(t *testing.T) {
 func testRecordDecisions(t *testing.T, cfg Config, wantFutile bool) {
 	specs := append(seven(), spec(router.Policy{Kind: router.PolicyTokenRYWMR, Defer: true}),
 		spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 50 * time.Millisecond, SkipFutile: true}),
-		spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: 50 * time.Millisecond, SkipFutile: true}))
+		spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: 50 * time.Millisecond, SkipFutile: true}),
+		spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: 50 * time.Millisecond, SkipFutile: true, FutileTrend: true}))
 	res := run(t, cfg, specs)
 	var capWaited, deferred, futile int64
 	for k, sp := range specs {

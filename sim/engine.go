@@ -400,6 +400,36 @@ func (e *engine) polled(r int, t usec) LogPos {
 	return LogPos(c)
 }
 
+// trendWindow is how far back Replica.Progress looks (Policy.FutileTrend).
+const trendWindow usec = 100_000
+
+// viewPosAt is the router's view of replica r at any t (not only
+// increasing t: a binary search, the replica's applies being in order).
+func (e *engine) viewPosAt(r int, t usec) int {
+	if p := dur(e.cfg.Poll); p > 0 {
+		t = t / p * p
+	}
+	row := e.ends[r*e.nw : (r+1)*e.nw]
+	lo, hi := 0, len(row)
+	for lo < hi {
+		if m := int(uint(lo+hi) >> 1); row[m] <= t {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// shownTime is the primary time a view lacking records from c on shows
+// at t: the commit of record c, or t when it was not committed by t.
+func (e *engine) shownTime(c int, t usec) usec {
+	if c < e.nw && e.commit[c] <= t {
+		return e.commit[c]
+	}
+	return t
+}
+
 func (e *engine) isUp(r int, t usec) bool {
 	for _, iv := range e.down[r] {
 		if t >= iv.from && t < iv.to {
@@ -432,6 +462,14 @@ func (e *engine) fillView(t usec) {
 			}
 		}
 		e.view.Replicas[r] = router.Replica[LogPos]{Applied: a, Up: e.isUp(r, t), Behind: int64(prim - a), InFlight: inf, Lag: lag}
+		if e.pol.FutileTrend && t >= trendWindow {
+			// How far the view's primary time (the commit of the first
+			// record it lacks, or now when it lacks none) moved over the
+			// last trendWindow, per second: what the router saw of the
+			// replica's positions then and now.
+			from := t - trendWindow
+			e.view.Replicas[r].Progress = float64(e.shownTime(int(a), t)-e.shownTime(e.viewPosAt(r, from), from)) / float64(trendWindow)
+		}
 	}
 	e.view.Primary, e.view.PrimaryKnown = prim, true
 }

@@ -586,7 +586,9 @@ func LagWait(ctx context.Context, o Options) (*Report, error) {
 		b := pts[i].budget
 		return []RouterSpec{spec(router.Policy{Kind: router.PolicyTokenRYWMR}),
 			spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: b}), spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: b, SkipFutile: true}),
-			spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: b}), spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: b, SkipFutile: true})}
+			spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: b, SkipFutile: true, FutileTrend: true}),
+			spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: b}), spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: b, SkipFutile: true}),
+			spec(router.Policy{Kind: router.PolicyGlobal, WaitBudget: b, SkipFutile: true, FutileTrend: true})}
 	}
 	cfgs, res, pools, err := sweep(ctx, len(pts), func(i int) Config {
 		c := o.base(8)

@@ -670,3 +670,52 @@ func TestLagCalibration(t *testing.T) {
 	check("routers (16 trials) mean", pool.mean()/1000, 320)
 	check("routers (16 trials) p99", lagP99(pool), 2640)
 }
+
+// TestFutileTrend: Policy.FutileTrend in the straggler+heavy world, where
+// replicas catch up after heavy records: token-wait(400ms)+skip-futile
+// with the trend skips fewer waits than without it and misses fewer (a
+// replica would have met the wait), and still skips some; the views it
+// decided on carry Progress (above 1 for some replica: catching up, and
+// 0 before the first trendWindow), the plain skip's carry none.
+func TestFutileTrend(t *testing.T) {
+	cfg := Config{Seed: 1, Trials: 2, Duration: 4 * time.Second, Sessions: 800, World: WorldStragglerHeavy}
+	plain := spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: router.DefaultWaitBudget, SkipFutile: true})
+	trend := spec(router.Policy{Kind: router.PolicyTokenWait, WaitBudget: router.DefaultWaitBudget, SkipFutile: true, FutileTrend: true})
+	res := run(t, cfg, []RouterSpec{plain, trend})
+	var fp, ft, mp, mt int64
+	for i := range res[0] {
+		fp += res[0][i].Reasons[router.ReasonWaitFutile]
+		ft += res[1][i].Reasons[router.ReasonWaitFutile]
+		mp += res[0][i].FutileMissed
+		mt += res[1][i].FutileMissed
+	}
+	t.Logf("futile skips %d -> %d, missed %d -> %d", fp, ft, mp, mt)
+	if ft == 0 || ft >= fp || mt >= mp {
+		t.Fatalf("with the trend %d futile skips (%d missed), without %d (%d missed): want fewer of both, and some", ft, mt, fp, mp)
+	}
+	for _, sp := range []RouterSpec{plain, trend} {
+		catching, early := 0, 0
+		_, err := RecordDecisions(context.Background(), cfg, sp, 0, func(r *DecisionRecord) {
+			for _, rep := range r.View.Replicas {
+				if rep.Progress != 0 && !sp.Policy.FutileTrend {
+					t.Fatalf("%s: Progress %v filled without FutileTrend", sp.Name, rep.Progress)
+				}
+				if rep.Progress != 0 && r.Now < time.Duration(trendWindow)*time.Microsecond {
+					early++
+				}
+				if rep.Progress > 1 {
+					catching++
+				}
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if early > 0 {
+			t.Errorf("%s: %d replica views with Progress before the first trend window", sp.Name, early)
+		}
+		if sp.Policy.FutileTrend && catching == 0 {
+			t.Errorf("%s: no replica view with Progress above 1 in a world of catching-up replicas", sp.Name)
+		}
+	}
+}

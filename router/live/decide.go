@@ -1,6 +1,7 @@
 package live
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/causallab/causallab/gtid"
@@ -144,6 +145,17 @@ func decideLiveIn[P gtid.Position[P]](st *LiveState[P], src PositionSource[P], r
 		d.RetryAfter = router.RetryAfter(v)
 	}
 	return d, v, prim
+}
+
+// checkLivePolicy rejects what the live router cannot honour:
+// Policy.FutileTrend needs each replica's router.Replica.Progress, which
+// only the simulator measures; the live router would judge every wait
+// with the steady estimate, +skip-futile's, without saying so.
+func checkLivePolicy(p router.Policy) error {
+	if p.FutileTrend {
+		return fmt.Errorf("router: policy %v: futile-trend is measured in the simulator only (the live router does not estimate a replica's Progress); use +skip-futile", p)
+	}
+	return nil
 }
 
 // needAge is router.Input.NeedAge for a read the replica at applied

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +94,30 @@ func TestCommitLogAge(t *testing.T) {
 		if got, ok := l.Age(c.p, now); !ok || got != c.want {
 			t.Errorf("Age(%d) = %v, %v; want %v", c.p, got, ok, c.want)
 		}
+	}
+}
+
+// TestLiveRejectsFutileTrend: +futile-trend needs Replica.Progress, which
+// the live router does not measure: a session's SetPolicy refuses it with
+// an error naming it (and keeps its policy), plain +skip-futile is taken.
+func TestLiveRejectsFutileTrend(t *testing.T) {
+	trend, err := router.ParsePolicy("token-wait(100ms)+skip-futile+futile-trend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &LiveSession[gtid.Set]{}
+	if err := s.SetPolicy(trend); err == nil || !strings.Contains(err.Error(), "futile-trend") {
+		t.Fatalf("SetPolicy(%v) = %v, want an error naming futile-trend", trend, err)
+	}
+	if s.Policy().FutileTrend {
+		t.Fatal("the refused policy was kept")
+	}
+	plain := trend
+	plain.FutileTrend = false
+	if err := s.SetPolicy(plain); err != nil || s.Policy() != plain {
+		t.Fatalf("SetPolicy(%v) = %v, policy %v", plain, err, s.Policy())
+	}
+	if err := checkLivePolicy(trend); err == nil {
+		t.Fatal("checkLivePolicy accepts futile-trend")
 	}
 }

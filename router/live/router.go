@@ -208,6 +208,9 @@ func (c *Config[P]) validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
+	if err := checkLivePolicy(c.Policy); err != nil {
+		return err
+	}
 	if err := c.Cap.Validate(); err != nil {
 		return err
 	}

@@ -141,6 +141,9 @@ func (s *LiveSession[P]) SetPolicy(p router.Policy) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
+	if err := checkLivePolicy(p); err != nil {
+		return err
+	}
 	s.policy = p
 	return nil
 }
