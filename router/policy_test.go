@@ -140,7 +140,8 @@ func TestNames(t *testing.T) {
 func FuzzParsePolicy(f *testing.F) {
 	for _, s := range []string{"any", "affinity(full-list)", "window(500ms)", "window(0)", "token-ryw",
 		"token-ryw-mr+epoch", "token-wait(1600)", "token-wait(1.5s)", "window(", "x(y)z", "token-wait(1e-9)",
-		"global(400ms)+defer", "token-ryw+defer+epoch", "global+epoch", "token-wait(50ms)+skip-futile", "global(1s)+epoch+defer+skip-futile"} {
+		"global(400ms)+defer", "token-ryw+defer+epoch", "global+epoch", "token-wait(50ms)+skip-futile", "global(1s)+epoch+defer+skip-futile",
+		"token-wait+futile-trend+skip-futile", "global(1s)+futile-trend+epoch+defer+skip-futile", "token-wait+futile-trend"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
