@@ -98,8 +98,9 @@ func TestCommitLogAge(t *testing.T) {
 }
 
 // TestLiveRejectsFutileTrend: +futile-trend needs Replica.Progress, which
-// the live router does not measure: a session's SetPolicy refuses it with
-// an error naming it (and keeps its policy), plain +skip-futile is taken.
+// the live router does not measure: a session's SetPolicy and the
+// router's config refuse it with an error naming it (the session keeps
+// its policy), plain +skip-futile is taken.
 func TestLiveRejectsFutileTrend(t *testing.T) {
 	trend, err := router.ParsePolicy("token-wait(100ms)+skip-futile+futile-trend")
 	if err != nil {
@@ -117,7 +118,13 @@ func TestLiveRejectsFutileTrend(t *testing.T) {
 	if err := s.SetPolicy(plain); err != nil || s.Policy() != plain {
 		t.Fatalf("SetPolicy(%v) = %v, policy %v", plain, err, s.Policy())
 	}
-	if err := checkLivePolicy(trend); err == nil {
-		t.Fatal("checkLivePolicy accepts futile-trend")
+	// The router's default policy: its config is refused the same way.
+	cfg := Config[gtid.Set]{Primary: Node{Name: "p", Addr: "127.0.0.1:1"}, Positions: &Poller[gtid.Set]{}, Policy: trend}
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "futile-trend") {
+		t.Fatalf("config with %v: %v, want an error naming futile-trend", trend, err)
+	}
+	cfg.Policy = plain
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("config with %v: %v", plain, err)
 	}
 }
