@@ -230,6 +230,13 @@ type Config struct {
 	// PoolError (counted in pool_acquire_failures_total{reason=
 	// wait-timeout}). Default 2s, 1ms..1h.
 	PoolWait time.Duration `yaml:"pool_wait"`
+	// PoolMaxWaiters bounds the client acquisitions waiting in line for
+	// one node's pooled connection; one more fails at once (PoolError
+	// queue-full, counted in pool_acquire_failures_total{reason=
+	// queue-full}). A KILL QUERY's acquisition is not bounded by it.
+	// 0 means the default, 1024; 1..1048576 (docs/proxy.md,
+	// "Multiplexing").
+	PoolMaxWaiters int `yaml:"pool_max_waiters"`
 	// OnRead, when set, is called for every routed read with where it
 	// goes and why, before the read runs there (so before its answer
 	// reaches the client; again if it is retried on another node). For
@@ -425,6 +432,9 @@ func (c *Config) validate() error {
 	if c.PoolWait < time.Millisecond || c.PoolWait > time.Hour {
 		return fmt.Errorf("proxy: pool_wait %v out of range (1ms..1h)", c.PoolWait)
 	}
+	if err := defaultInt("pool_max_waiters", &c.PoolMaxWaiters, defaultPoolMaxWaiters, 1, 1<<20); err != nil {
+		return err
+	}
 	if c.MaxReplay == 0 {
 		c.MaxReplay = 256
 	}
@@ -510,3 +520,7 @@ func policyKind(name string) (router.PolicyKind, error) {
 	}
 	return 0, fmt.Errorf("proxy: unknown policy %q (want one of %v)", name, router.PolicyKinds())
 }
+
+// defaultPoolMaxWaiters is pool_max_waiters' default (docs/proxy.md,
+// "Multiplexing": why 1024).
+const defaultPoolMaxWaiters = 1024

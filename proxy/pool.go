@@ -18,7 +18,12 @@ import (
 // (idle, lent or being dialled); a session that finds none free waits in
 // line, for at most Config.PoolWait and its own context, and then fails
 // with a *PoolError, counted in
-// causallab_proxy_pool_acquire_failures_total{backend,reason}.
+// causallab_proxy_pool_acquire_failures_total{backend,reason}. The line
+// is bounded: with Config.PoolMaxWaiters client acquisitions already
+// waiting, one more fails at once (PoolQueueFull). A KILL QUERY's own
+// acquisition (useKill: of an overrun wait, of a connection the watchdog
+// cut) is neither refused by that bound nor counted with the clients': its
+// failures are causallab_proxy_pool_kill_acquire_failures_total.
 //
 // One goroutine (run) owns the pool's state: the idle connections, the
 // number open and the line of waiters. Every I/O (dialling, the reset of a
@@ -66,6 +71,9 @@ const (
 	PoolDialFailed PoolFailure = "dial-failed"
 	// PoolClosed: the proxy is shutting down.
 	PoolClosed PoolFailure = "closed"
+	// PoolQueueFull: Config.PoolMaxWaiters acquisitions were already
+	// waiting in line; this one failed at once.
+	PoolQueueFull PoolFailure = "queue-full"
 )
 
 // PoolError is a failed acquisition of a pooled backend connection.
@@ -77,15 +85,20 @@ type PoolError struct {
 	// Err is the cause of a dial failure or the context's error.
 	Err error
 	// Size and Wait are the pool's pool_size and pool_wait (set for
-	// PoolWaitTimeout: the message names them).
-	Size int
-	Wait time.Duration
+	// PoolWaitTimeout: the message names them); MaxWaiters is its
+	// pool_max_waiters (set for PoolQueueFull, with Size).
+	Size       int
+	Wait       time.Duration
+	MaxWaiters int
 }
 
 func (e *PoolError) Error() string {
 	msg := fmt.Sprintf("proxy: backend %s: no pooled connection: %s", e.Backend, e.Reason)
 	if e.Reason == PoolWaitTimeout && e.Size > 0 {
 		msg += fmt.Sprintf(" (none of pool_size %d came free within pool_wait %v)", e.Size, e.Wait)
+	}
+	if e.Reason == PoolQueueFull && e.MaxWaiters > 0 {
+		msg += fmt.Sprintf(" (pool_max_waiters %d acquisitions already waiting for one of pool_size %d)", e.MaxWaiters, e.Size)
 	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
@@ -133,6 +146,9 @@ type poolReq struct {
 	// flags are the client capabilities the borrower's connection must
 	// have been dialled with (the session's passedFlags).
 	flags uint32
+	// kill: a KILL QUERY's acquisition (useKill), not refused by the
+	// bound on waiters nor counted in it.
+	kill bool
 }
 
 type poolGrant struct {
@@ -145,10 +161,16 @@ type poolGrant struct {
 // poolMetrics are the pools' series (one set per Server, by backend).
 type poolMetrics struct {
 	failures *prometheus.CounterVec
-	discards *prometheus.CounterVec
-	conns    *prometheus.GaugeVec
-	// waiters is the line of acquisitions waiting for a connection.
-	waiters *prometheus.GaugeVec
+	// killFailures are the failed acquisitions of KILL QUERY (useKill),
+	// apart from the clients' (failures).
+	killFailures *prometheus.CounterVec
+	discards     *prometheus.CounterVec
+	conns        *prometheus.GaugeVec
+	// waiters is the line of acquisitions waiting for a connection;
+	// waitersPeak the longest line of client acquisitions (those
+	// pool_max_waiters bounds) since the pool started.
+	waiters     *prometheus.GaugeVec
+	waitersPeak *prometheus.GaugeVec
 	// pinned counts commands after which a session kept the pooled
 	// connections it held, by its first hold (Hold words).
 	pinned *prometheus.CounterVec
@@ -184,13 +206,17 @@ var poolBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
 func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 	m := &poolMetrics{
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_pool_acquire_failures_total", Help: "Failed acquisitions of a pooled backend connection, by backend and reason (wait-timeout, canceled, unhealthy, dial-failed, closed)."}, []string{"backend", "reason"}),
+			Name: "causallab_proxy_pool_acquire_failures_total", Help: "Failed acquisitions of a pooled backend connection by client sessions, by backend and reason (wait-timeout, queue-full, canceled, unhealthy, dial-failed, closed)."}, []string{"backend", "reason"}),
+		killFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_pool_kill_acquire_failures_total", Help: "Failed acquisitions of a pooled backend connection for a KILL QUERY (of an overrun wait, of a connection the watchdog cut), by backend and reason (the reasons of causallab_proxy_pool_acquire_failures_total; not counted there)."}, []string{"backend", "reason"}),
 		discards: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags)."}, []string{"backend", "reason"}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled)."}, []string{"backend", "state"}),
 		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_waiters", Help: "Acquisitions of a pooled backend connection waiting in line (each for at most pool_wait), by backend."}, []string{"backend"}),
+		waitersPeak: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "causallab_proxy_pool_waiters_peak", Help: "The longest line of client acquisitions of a pooled backend connection (those pool_max_waiters bounds; a KILL QUERY's not counted) since the proxy started, by backend."}, []string{"backend"}),
 		pinned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: in-transaction, autocommit-off, temp-table-session, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements; or, for one command, what the previous statement left to ask about: next-statement-warnings, next-statement-found-rows, next-transaction)."}, []string{"reason"}),
 	}
@@ -208,7 +234,7 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		Name: "causallab_proxy_pool_reset_wait_seconds", Help: "How long a borrower waited for the answers of the reset the previous borrower of its pooled connection sent (the reset's cost on the critical path), by backend.", Buckets: poolBuckets}, []string{"backend"})
 	m.cutKills = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_pool_cut_kills_total", Help: "KILL QUERY of pooled connections the watchdog cut mid-statement (their place kept until it ran), by backend and result (killed, failed, gave-up: the node stayed unhealthy past 30 s)."}, []string{"backend", "result"})
-	reg.MustRegister(m.failures, m.discards, m.conns, m.waiters, m.pinned, m.acquired, m.hold, m.wait, m.reset, m.resets, m.resetWait, m.cutKills)
+	reg.MustRegister(m.failures, m.killFailures, m.discards, m.conns, m.waiters, m.waitersPeak, m.pinned, m.acquired, m.hold, m.wait, m.reset, m.resets, m.resetWait, m.cutKills)
 	return m
 }
 
@@ -216,9 +242,12 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 type poolConfig struct {
 	// node names the backend (metric label, errors).
 	node string
-	// size bounds the open connections; wait bounds an acquisition.
-	size int
-	wait time.Duration
+	// size bounds the open connections; wait bounds an acquisition;
+	// maxWaiters bounds the client acquisitions waiting in line (0: no
+	// bound).
+	size       int
+	wait       time.Duration
+	maxWaiters int
 	// dial opens a new connection with client capabilities flags
 	// (dialBackend, bounded by connect_timeout); healthy, when not nil,
 	// is the node's health.
@@ -235,8 +264,8 @@ type poolConfig struct {
 // newPool starts a pool; it closes when ctx ends (the connections it
 // holds idle closed, waiters failed with PoolClosed).
 func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
-	if pc.size < 1 || pc.wait <= 0 || pc.dial == nil || pc.m == nil || pc.resetBound <= 0 {
-		return nil, fmt.Errorf("proxy: pool %s: bad configuration (size %d, wait %v, reset bound %v)", pc.node, pc.size, pc.wait, pc.resetBound)
+	if pc.size < 1 || pc.wait <= 0 || pc.maxWaiters < 0 || pc.dial == nil || pc.m == nil || pc.resetBound <= 0 {
+		return nil, fmt.Errorf("proxy: pool %s: bad configuration (size %d, wait %v, max waiters %d, reset bound %v)", pc.node, pc.size, pc.wait, pc.maxWaiters, pc.resetBound)
 	}
 	p := &pool{poolConfig: pc,
 		reqs: make(chan *poolReq), cancels: make(chan *poolReq), puts: make(chan *backendConn),
@@ -256,7 +285,7 @@ func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func()
 		setup = "SET SESSION session_track_gtids = ALL_GTIDS"
 	}
 	var p *pool
-	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, healthy: healthy,
+	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, maxWaiters: cfg.PoolMaxWaiters, healthy: healthy,
 		setup: setup, resetBound: cfg.ConnectTimeout, m: m,
 		dial: func(ctx context.Context, flags uint32) (*backendConn, error) {
 			bc, err := dialBackend(ctx, b, "", poolCollation, flags, cfg, healthy, allGTIDs)
@@ -284,6 +313,9 @@ func (p *pool) run(ctx context.Context) {
 		idle    []*backendConn // most recently returned last
 		open    int            // idle + lent + dialling
 		waiters []*poolReq
+		// queued counts the waiters that are not kills (the line
+		// maxWaiters bounds).
+		queued, peak int
 		// dialling counts the dials in flight by flags.
 		dialling = map[uint32]int{}
 	)
@@ -293,6 +325,19 @@ func (p *pool) run(ctx context.Context) {
 		p.m.conns.WithLabelValues(p.node, "idle").Set(float64(len(idle)))
 		p.m.conns.WithLabelValues(p.node, "open").Set(float64(open))
 		p.m.waiters.WithLabelValues(p.node).Set(float64(len(waiters)))
+		if queued > peak {
+			peak = queued
+			p.m.waitersPeak.WithLabelValues(p.node).Set(float64(peak))
+		}
+	}
+	// unqueue takes waiters[i] out of the line.
+	unqueue := func(i int) *poolReq {
+		w := waiters[i]
+		waiters = append(waiters[:i], waiters[i+1:]...)
+		if !w.kill {
+			queued--
+		}
+		return w
 	}
 	closeAll := func(gone []*backendConn) {
 		go func() {
@@ -364,7 +409,7 @@ func (p *pool) run(ctx context.Context) {
 	supply := func(bc *backendConn) {
 		for i, w := range waiters {
 			if w.flags == bc.pooledFlags {
-				waiters = append(waiters[:i], waiters[i+1:]...)
+				unqueue(i)
 				w.reply <- poolGrant{bc: bc}
 				return
 			}
@@ -401,12 +446,19 @@ func (p *pool) run(ctx context.Context) {
 			if granted {
 				continue
 			}
+			if !r.kill && p.maxWaiters > 0 && queued >= p.maxWaiters {
+				r.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolQueueFull, Size: p.size, MaxWaiters: p.maxWaiters}}
+				continue
+			}
 			waiters = append(waiters, r)
+			if !r.kill {
+				queued++
+			}
 			more()
 		case r := <-p.cancels:
 			for i, w := range waiters {
 				if w == r {
-					waiters = append(waiters[:i], waiters[i+1:]...)
+					unqueue(i)
 					break
 				}
 			}
@@ -427,7 +479,7 @@ func (p *pool) run(ctx context.Context) {
 						// The oldest waiter for it learns of the failure
 						// now, not at its bound; the others get a dial
 						// of their own.
-						waiters = append(waiters[:i], waiters[i+1:]...)
+						unqueue(i)
 						w.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolDialFailed, Err: g.err}}
 						break
 					}
@@ -452,13 +504,23 @@ func (p *pool) acquire(ctx context.Context) (*backendConn, error) {
 }
 
 // acquireFor is acquire for a borrower that needs the connection for use
-// (the metrics' label), dialled with client capabilities flags.
+// (the metrics' label), dialled with client capabilities flags. A failure
+// is counted by its reason: in acquire_failures_total, or, for a KILL
+// QUERY (useKill), in kill_acquire_failures_total.
 func (p *pool) acquireFor(ctx context.Context, use string, flags uint32) (*backendConn, error) {
 	start := time.Now()
-	bc, err := p.take(ctx, flags)
+	bc, err := p.take(ctx, flags, use == useKill)
 	now := time.Now()
 	p.m.wait.WithLabelValues(p.node).Observe(now.Sub(start).Seconds())
 	if err != nil {
+		var pe *PoolError
+		if errors.As(err, &pe) {
+			failures := p.m.failures
+			if use == useKill {
+				failures = p.m.killFailures
+			}
+			failures.WithLabelValues(p.node, string(pe.Reason)).Inc()
+		}
 		return nil, err
 	}
 	p.m.acquired.WithLabelValues(p.node, use).Inc()
@@ -475,12 +537,14 @@ func (p *pool) returned(bc *backendConn) {
 	bc.lent = time.Time{}
 }
 
-func (p *pool) take(ctx context.Context, flags uint32) (*backendConn, error) {
+// take is acquireFor's acquisition (uncounted: acquireFor counts its
+// failure); kill marks a KILL QUERY's (poolReq.kill).
+func (p *pool) take(ctx context.Context, flags uint32, kill bool) (*backendConn, error) {
 	wait := p.wait
 	bound := time.NewTimer(wait)
 	defer bound.Stop()
 	for {
-		r := &poolReq{reply: make(chan poolGrant, 1), ack: make(chan struct{}), flags: flags}
+		r := &poolReq{reply: make(chan poolGrant, 1), ack: make(chan struct{}), flags: flags, kill: kill}
 		select {
 		case p.reqs <- r:
 		case <-ctx.Done():
@@ -504,10 +568,6 @@ func (p *pool) take(ctx context.Context, flags uint32) (*backendConn, error) {
 			g = <-r.reply
 		}
 		if g.err != nil {
-			var pe *PoolError
-			if errors.As(g.err, &pe) {
-				p.m.failures.WithLabelValues(p.node, string(pe.Reason)).Inc()
-			}
 			return nil, g.err
 		}
 		if g.bc.resetPending {
@@ -543,14 +603,12 @@ func (p *pool) withdraw(r *poolReq) {
 	}
 }
 
-// waitTimeout is the failure of an acquisition past pool_wait (counted).
+// waitTimeout is the failure of an acquisition past pool_wait.
 func (p *pool) waitTimeout(wait time.Duration) error {
-	p.m.failures.WithLabelValues(p.node, string(PoolWaitTimeout)).Inc()
 	return &PoolError{Backend: p.node, Reason: PoolWaitTimeout, Size: p.size, Wait: wait}
 }
 
 func (p *pool) fail(reason PoolFailure, err error) error {
-	p.m.failures.WithLabelValues(p.node, string(reason)).Inc()
 	return &PoolError{Backend: p.node, Reason: reason, Err: err}
 }
 

@@ -53,7 +53,7 @@ func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 				switch pe.Reason {
 				case PoolDialFailed:
 					s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
-				case PoolWaitTimeout, PoolCanceled, PoolClosed:
+				case PoolWaitTimeout, PoolQueueFull, PoolCanceled, PoolClosed:
 					s.poolBusy = true
 				}
 			}
@@ -97,7 +97,8 @@ func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 
 // busyRun is the router's verdict on a connection the session could not
 // get because its pool was busy (poolBusy: every connection lent past
-// pool_wait, the session's context ended, the proxy closing), nil for
+// pool_wait, pool_max_waiters already waiting, the session's context
+// ended, the proxy closing), nil for
 // any other failure. That is not the node's fault: the node is not marked
 // down and the read is not routed elsewhere (a busy replica pool would
 // otherwise move its reads onto the primary's pool, and a busy primary

@@ -151,9 +151,10 @@ func TestMultiplexBusyPoolNotNodeFault(t *testing.T) {
 		// 500 ms. At the default a loaded machine's overrun poll marked
 		// the replica down during the holding read (load 15): the
 		// watchdog cut it, its place stayed kept until a KILL QUERY of
-		// it ran (a cut connection's, pool.go), its kill's own
-		// acquisition timed out in the count below, and the read was
-		// run again on the primary. The replica's health is not what
+		// it ran (a cut connection's, pool.go), and the read was run
+		// again on the primary. (Its kill's own acquisition, timed out,
+		// then counted in the wait-timeout count below; it is now
+		// counted apart, in kill_acquire_failures_total.) The replica's health is not what
 		// this test is about.
 		c.PollInterval = 2 * time.Second
 	})
@@ -332,5 +333,80 @@ func TestMultiplexDiagnostics(t *testing.T) {
 	// for a replica to honour).
 	if err := other.QueryRowContext(ctx, "SELECT COUNT(*) FROM ptest.diag FOR UPDATE").Scan(&n); err != nil || n != 4 {
 		t.Fatalf("another session after the keeps: %d rows, %v", n, err)
+	}
+}
+
+// TestMultiplexQueueFull: with pool_max_waiters sessions already waiting
+// for the primary pool's connection, another session's statement fails
+// at once with the proxy's backend-lost error naming queue-full and the
+// setting, counted in acquire_failures_total{reason="queue-full"}; the
+// waiting session is served once the connection comes back.
+func TestMultiplexQueueFull(t *testing.T) {
+	composetest.Need(t, topo)
+	s := startProxy(t, func(c *Config) {
+		// pool_wait long: the waiter must not time out on a loaded
+		// machine; only the primary, so every statement borrows there.
+		c.Multiplex, c.PoolSize, c.PoolWait, c.PoolMaxWaiters = true, 1, time.Minute, 1
+		c.Replicas = nil
+	})
+	db := openDB(t, s, "")
+	ctx := context.Background()
+	var conns []*sql.Conn
+	for range 3 {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	holder, waiter, refused := conns[0], conns[1], conns[2]
+	// holder's open transaction pins the pool's only connection.
+	if _, err := holder.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := holder.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() {
+		var v int
+		served <- waiter.QueryRowContext(ctx, "SELECT 2").Scan(&v)
+	}()
+	inLine := `causallab_proxy_pool_waiters{backend="primary"} 1`
+	for deadline := time.Now().Add(30 * time.Second); grepLines(metricText(t, s), inLine) == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiting session never counted in line:\n%s", grepLines(metricText(t, s), "causallab_proxy_pool_"))
+		}
+	}
+	start := time.Now()
+	err := refused.QueryRowContext(ctx, "SELECT 3").Scan(&v)
+	if err == nil || !strings.Contains(err.Error(), "2013") || !strings.Contains(err.Error(), "queue-full") || !strings.Contains(err.Error(), "pool_max_waiters 1") {
+		t.Fatalf("a statement past a full line: %v, want 2013 queue-full naming pool_max_waiters 1", err)
+	}
+	// At once: not after pool_wait (a minute).
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("the refusal took %v", d)
+	}
+	m := metricText(t, s)
+	if g := grepLines(m, `causallab_proxy_pool_acquire_failures_total{backend="primary",reason="queue-full"}`); !strings.HasSuffix(g, " 1") {
+		t.Fatalf("queue-full not counted once: %q", g)
+	}
+	if g := grepLines(m, `causallab_proxy_pool_acquire_failures_total{backend="primary",reason="wait-timeout"}`); g != "" {
+		t.Fatalf("a wait-timeout counted: %q", g)
+	}
+	if _, err := holder.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("the waiting session after the connection came back: %v", err)
+	}
+	// The refused session goes on once there is room.
+	if err := refused.QueryRowContext(ctx, "SELECT 3").Scan(&v); err != nil || v != 3 {
+		t.Fatalf("the refused session afterwards: %v %d", err, v)
 	}
 }

@@ -24,15 +24,17 @@ func TestPoolConfigValidate(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.PoolSize != 64 || c.PoolWait != 2*time.Second {
-		t.Fatalf("pool defaults: size %d, wait %v", c.PoolSize, c.PoolWait)
+	if c.PoolSize != 64 || c.PoolWait != 2*time.Second || c.PoolMaxWaiters != 1024 {
+		t.Fatalf("pool defaults: size %d, wait %v, max waiters %d", c.PoolSize, c.PoolWait, c.PoolMaxWaiters)
 	}
 	for name, mod := range map[string]func(*Config){
-		"size <0":   func(c *Config) { c.PoolSize = -1 },
-		"size big":  func(c *Config) { c.PoolSize = 1 << 20 },
-		"wait <0":   func(c *Config) { c.PoolWait = -time.Second },
-		"wait 1us":  func(c *Config) { c.PoolWait = time.Microsecond },
-		"wait long": func(c *Config) { c.PoolWait = 2 * time.Hour },
+		"size <0":     func(c *Config) { c.PoolSize = -1 },
+		"size big":    func(c *Config) { c.PoolSize = 1 << 20 },
+		"wait <0":     func(c *Config) { c.PoolWait = -time.Second },
+		"wait 1us":    func(c *Config) { c.PoolWait = time.Microsecond },
+		"wait long":   func(c *Config) { c.PoolWait = 2 * time.Hour },
+		"waiters <0":  func(c *Config) { c.PoolMaxWaiters = -1 },
+		"waiters big": func(c *Config) { c.PoolMaxWaiters = 1<<20 + 1 },
 	} {
 		c := Config{Users: []User{{Name: "a"}}, Primary: Backend{Addr: "127.0.0.1:1"}}
 		mod(&c)
@@ -566,5 +568,145 @@ func TestPoolCutKeptAlone(t *testing.T) {
 	if g := testutil.ToFloat64(p.m.conns.WithLabelValues(p.node, "open")); g != 1 {
 		t.Fatalf("open connections %v, want 1", g)
 	}
+	// The kill's own acquisition timed out (no place came free) before
+	// it dialled in the kept one: the kills' count, not the clients'.
+	if n, c := p.killFailures(PoolWaitTimeout), p.failures(PoolWaitTimeout); n != 1 || c != 0 {
+		t.Fatalf("the kill's wait-timeout: kill failures %v (want 1), client failures %v (want 0)", n, c)
+	}
 	p.release(b, poolClean)
+}
+
+// newFakePool is a pool whose dial lends connections that are never used
+// for I/O (no conn: the test only borrows and returns them clean), for
+// the line's bookkeeping without servers. Its connections were used "in
+// an hour", so take never peeks at their (absent) socket.
+func newFakePool(t *testing.T, size, maxWaiters int, wait time.Duration) *testPool {
+	t.Helper()
+	m := newPoolMetrics(prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := newPool(ctx, poolConfig{node: "fake", size: size, wait: wait, maxWaiters: maxWaiters,
+		resetBound: time.Minute, m: m,
+		dial: func(ctx context.Context, flags uint32) (*backendConn, error) {
+			return &backendConn{used: time.Now().Add(time.Hour), pooledFlags: flags}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-p.done })
+	return &testPool{pool: p, m: m, cancel: cancel}
+}
+
+func (p *testPool) killFailures(r PoolFailure) float64 {
+	return testutil.ToFloat64(p.m.killFailures.WithLabelValues(p.node, string(r)))
+}
+
+// waitWaiters waits until the pool's line (the waiters gauge) is n long.
+func waitWaiters(t *testing.T, p *testPool, n float64) {
+	t.Helper()
+	waiters := func() float64 { return testutil.ToFloat64(p.m.waiters.WithLabelValues(p.node)) }
+	for deadline := time.Now().Add(30 * time.Second); waiters() != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiters %v, want %v", waiters(), n)
+		}
+	}
+}
+
+// TestPoolQueueFull: with pool_max_waiters client acquisitions in line,
+// one more fails at once, typed (queue-full), counted, its message naming
+// the setting; a KILL QUERY's acquisition is not refused by the bound
+// and its failure is counted apart (kill_acquire_failures_total); a
+// waiter that gives up leaves room in the line; waiters are served in
+// order once connections come back.
+func TestPoolQueueFull(t *testing.T) {
+	p := newFakePool(t, 1, 2, time.Hour)
+	a := mustAcquire(t, p)
+	type got struct {
+		bc  *backendConn
+		err error
+	}
+	wait := func(ctx context.Context, use string) chan got {
+		ch := make(chan got, 1)
+		go func() {
+			bc, err := p.acquireFor(ctx, use, 0)
+			ch <- got{bc, err}
+		}()
+		return ch
+	}
+	first := wait(t.Context(), useRead)
+	waitWaiters(t, p, 1)
+	ctx2, cancel2 := context.WithCancel(t.Context())
+	second := wait(ctx2, useRead)
+	waitWaiters(t, p, 2)
+
+	// The line is full: the next client acquisition fails at once.
+	_, err := p.acquireFor(t.Context(), useRead, 0)
+	wantPoolError(t, err, PoolQueueFull)
+	for _, want := range []string{"queue-full", "pool_max_waiters 2", "pool_size 1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("queue-full error %q does not say %q", err, want)
+		}
+	}
+	if n := p.failures(PoolQueueFull); n != 1 {
+		t.Fatalf("queue-full failures %v, want 1", n)
+	}
+
+	// A kill waits past the bound; its failure (here: its context ended)
+	// is the kills' count, not the clients'.
+	kctx, kcancel := context.WithCancel(t.Context())
+	kill := wait(kctx, useKill)
+	waitWaiters(t, p, 3)
+	kcancel()
+	k := <-kill
+	wantPoolError(t, k.err, PoolCanceled)
+	if n, c := p.killFailures(PoolCanceled), p.failures(PoolCanceled); n != 1 || c != 0 {
+		t.Fatalf("a kill's canceled acquisition: kill failures %v (want 1), client failures %v (want 0)", n, c)
+	}
+	waitWaiters(t, p, 2)
+
+	// A waiter that gives up makes room: the next one waits, not refused.
+	cancel2()
+	wantPoolError(t, (<-second).err, PoolCanceled)
+	waitWaiters(t, p, 1)
+	third := wait(t.Context(), useRead)
+	waitWaiters(t, p, 2)
+	if n := p.failures(PoolQueueFull); n != 1 {
+		t.Fatalf("queue-full failures %v after a waiter left, want still 1", n)
+	}
+	if n := testutil.ToFloat64(p.m.waitersPeak.WithLabelValues(p.node)); n != 2 {
+		t.Fatalf("waiters peak %v, want 2 (the kill not counted)", n)
+	}
+
+	// Connections coming back serve the line in order.
+	p.release(a, poolClean)
+	f := <-first
+	if f.err != nil || f.bc != a {
+		t.Fatalf("first waiter: %v (same connection %v)", f.err, f.bc == a)
+	}
+	p.release(f.bc, poolClean)
+	th := <-third
+	if th.err != nil {
+		t.Fatal(th.err)
+	}
+	p.release(th.bc, poolClean)
+	waitWaiters(t, p, 0)
+}
+
+// TestPoolKillWaitTimeoutApart: a KILL QUERY's acquisition that times out
+// in a full pool (pool.kill, as an overrun wait's or a cut connection's
+// kill does) is counted in kill_acquire_failures_total, not in the
+// clients' acquire_failures_total.
+func TestPoolKillWaitTimeoutApart(t *testing.T) {
+	p := newFakePool(t, 1, 1, 10*time.Millisecond)
+	a := mustAcquire(t, p)
+	defer p.release(a, poolClean)
+	wantPoolError(t, p.kill(t.Context(), 12345), PoolWaitTimeout)
+	if n, c := p.killFailures(PoolWaitTimeout), p.failures(PoolWaitTimeout); n != 1 || c != 0 {
+		t.Fatalf("kill wait-timeout: kill failures %v (want 1), client failures %v (want 0)", n, c)
+	}
+	// A client's, for comparison, is the clients'.
+	_, err := p.acquireFor(t.Context(), useRead, 0)
+	wantPoolError(t, err, PoolWaitTimeout)
+	if n, c := p.killFailures(PoolWaitTimeout), p.failures(PoolWaitTimeout); n != 1 || c != 1 {
+		t.Fatalf("client wait-timeout: kill failures %v (want 1), client failures %v (want 1)", n, c)
+	}
 }
