@@ -234,8 +234,9 @@ type Config struct {
 	// one node's pooled connection; one more fails at once (PoolError
 	// queue-full, counted in pool_acquire_failures_total{reason=
 	// queue-full}). A KILL QUERY's acquisition is not bounded by it.
-	// 0 means the default, 1024; 1..1048576 (docs/proxy.md,
-	// "Multiplexing").
+	// 0 means the default, MaxConnections (a session waits for one
+	// pooled connection at a time, so by default nothing is refused);
+	// 1..1048576 (docs/proxy.md, "Multiplexing": why).
 	PoolMaxWaiters int `yaml:"pool_max_waiters"`
 	// OnRead, when set, is called for every routed read with where it
 	// goes and why, before the read runs there (so before its answer
@@ -432,7 +433,7 @@ func (c *Config) validate() error {
 	if c.PoolWait < time.Millisecond || c.PoolWait > time.Hour {
 		return fmt.Errorf("proxy: pool_wait %v out of range (1ms..1h)", c.PoolWait)
 	}
-	if err := defaultInt("pool_max_waiters", &c.PoolMaxWaiters, defaultPoolMaxWaiters, 1, 1<<20); err != nil {
+	if err := defaultInt("pool_max_waiters", &c.PoolMaxWaiters, c.MaxConnections, 1, 1<<20); err != nil {
 		return err
 	}
 	if c.MaxReplay == 0 {
@@ -520,7 +521,3 @@ func policyKind(name string) (router.PolicyKind, error) {
 	}
 	return 0, fmt.Errorf("proxy: unknown policy %q (want one of %v)", name, router.PolicyKinds())
 }
-
-// defaultPoolMaxWaiters is pool_max_waiters' default (docs/proxy.md,
-// "Multiplexing": why 1024).
-const defaultPoolMaxWaiters = 1024

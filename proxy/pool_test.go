@@ -24,7 +24,7 @@ func TestPoolConfigValidate(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.PoolSize != 64 || c.PoolWait != 2*time.Second || c.PoolMaxWaiters != 1024 {
+	if c.PoolSize != 64 || c.PoolWait != 2*time.Second || c.PoolMaxWaiters != c.MaxConnections {
 		t.Fatalf("pool defaults: size %d, wait %v, max waiters %d", c.PoolSize, c.PoolWait, c.PoolMaxWaiters)
 	}
 	for name, mod := range map[string]func(*Config){
