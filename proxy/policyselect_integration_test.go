@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +22,40 @@ import (
 // anywhere) is missed by token-ryw-mr reads and seen by global ones; a
 // deferred read gets the configured error code and a retry estimate, and a
 // retry once the appliers run is served.
+//
+// The proxy's view of the replicas (its position polls) trails the
+// servers: a read decided before a poll saw the session's last write
+// falls back to the primary (no-replica-qualifies), which is what failed
+// this test once in a multiplexed run on 2026-12-02 (docs/proxy.md,
+// "Multiplexing"). The polls here run every 250 ms instead of 5 ms, so
+// that trailing view is every run's case, not one run's in fourteen: the
+// test must wait for the proxy's view (waitProxySees), never only for
+// the servers (topo.WaitReplicated).
 func TestPolicySelection(t *testing.T) {
-	s := startProxy(t, func(c *Config) { c.Policy, c.DeferErrorCode = "token-ryw-mr", 1205 })
+	var (
+		s        *Server
+		routesMu sync.Mutex
+		routes   []string
+	)
+	s = startProxy(t, func(c *Config) {
+		c.Policy, c.DeferErrorCode = "token-ryw-mr", 1205
+		c.PollInterval = 250 * time.Millisecond
+		replicas := c.Replicas
+		// Each read's route with the router's reason and the view it was
+		// decided on, recorded before the read runs (the router counts
+		// reads_total only after the client has its answer: a fallback's
+		// watermark is read behind it).
+		c.OnRead = func(r ReadRoute) {
+			route := fmt.Sprintf("conn %d: %s (%s); view:", r.Conn, r.Node, r.Reason)
+			for _, b := range replicas {
+				pos, healthy := s.src.Position(b.Name)
+				route += fmt.Sprintf(" %s healthy=%v %v;", b.Name, healthy, pos)
+			}
+			routesMu.Lock()
+			routes = append(routes, route)
+			routesMu.Unlock()
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	db := openDB(t, s, "tls=skip-verify")
@@ -32,8 +66,8 @@ func TestPolicySelection(t *testing.T) {
 	}
 	// The session's token (the INSERT's, if conn below is the same client
 	// connection) must be in the proxy's view of the replicas, not only in
-	// the servers': a poll delayed on a loaded machine would otherwise
-	// send the first read to the primary (no replica qualifies).
+	// the servers': else the first read goes to the primary (no replica
+	// qualifies). Their positions cannot move once the appliers stop.
 	waitProxySees(t, ctx, s)
 	for _, r := range topo.Replicas() {
 		if err := topo.StopApplier(ctx, r.Name); err != nil {
@@ -88,9 +122,15 @@ func TestPolicySelection(t *testing.T) {
 		t.Errorf("the configured policy reads %q", p)
 	}
 	if n := read("SELECT n FROM ppol.c WHERE id = 1"); n != 0 {
-		// The read was served by the primary: the router's reason says why.
-		t.Fatalf("token-ryw-mr saw the outside write (n=%d) with every applier stopped: the test cannot tell\n%s", n,
-			grepLines(metricText(t, s), "causallab_router_reads_total", "causallab_router_node_errors", "causallab_proxy_backend_errors", "causallab_proxy_pool_acquire_failures", "causallab_proxy_statements_total", "causallab_proxy_primary_statements_total", "causallab_proxy_pinned_total"))
+		// The read was served by the primary: the router's reason and
+		// view say why (a pinned read has reason routed on the primary).
+		var tok sql.NullString
+		_ = conn.QueryRowContext(ctx, "SELECT @causal_token").Scan(&tok)
+		routesMu.Lock()
+		rs := strings.Join(routes, "\n")
+		routesMu.Unlock()
+		t.Fatalf("token-ryw-mr saw the outside write (n=%d) with every applier stopped: the test cannot tell\nroutes:\n%s\nsession token %v\n%s", n, rs, tok.String,
+			grepLines(metricText(t, s), "causallab_router_node_errors", "causallab_proxy_backend_errors", "causallab_proxy_pool_acquire_failures", "causallab_proxy_statements_total", "causallab_proxy_primary_statements_total", "causallab_proxy_pinned_total", "causallab_proxy_polls_total", "causallab_proxy_poll_overruns_total"))
 	}
 	// Per statement: this read only.
 	if n := read("/* causal_policy=global(0) */ SELECT n FROM ppol.c WHERE id = 1"); n != 1 {
@@ -145,7 +185,10 @@ func TestPolicySelection(t *testing.T) {
 		t.Errorf("deferrals_total: %q", l)
 	}
 	startAppliers()
-	if err := retryDeferred(ctx, conn, "SELECT n FROM ppol.c WHERE id = 1", &n); err != nil || n != 2 {
+	// Once the proxy's view holds the session's write, the retry is
+	// served (the replicas hold it).
+	waitProxySees(t, ctx, s)
+	if err := conn.QueryRowContext(ctx, "SELECT n FROM ppol.c WHERE id = 1").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("retry after the appliers started: n=%d %v", n, err)
 	}
 }
@@ -163,21 +206,6 @@ func linesWithAll(s string, subs ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// retryDeferred runs q until it is not deferred (error 1205), at most 20
-// times, sleeping 50 ms between tries.
-func retryDeferred(ctx context.Context, conn *sql.Conn, q string, dst *int) error {
-	var err error
-	for range 20 {
-		err = conn.QueryRowContext(ctx, q).Scan(dst)
-		var me *gomysql.MySQLError
-		if !errors.As(err, &me) || me.Number != 1205 {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return err
 }
 
 // waitProxySees waits until the proxy's position source holds, for every
