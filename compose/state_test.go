@@ -17,8 +17,10 @@ func sampleState() State {
 	}
 }
 
-func TestStateRoundTrip(t *testing.T) {
-	st := sampleState()
+// roundTrip marshals st and parses it back: the parsed state and the
+// JSON it was parsed from.
+func roundTrip(t *testing.T, st State) (State, []byte) {
+	t.Helper()
 	b, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +29,11 @@ func TestStateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return got, b
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	got, b := roundTrip(t, sampleState())
 	b2, _ := json.Marshal(got)
 	if string(b) != string(b2) {
 		t.Fatalf("round trip changed the state:\n%s\n%s", b, b2)
@@ -136,14 +143,7 @@ func TestStatePendingRepointRoundTrip(t *testing.T) {
 	st.Nodes = append(st.Nodes, Node{Name: "replica2", Role: RoleReplica, Host: "127.0.0.1", Port: 4002, User: "u", Password: "p", PeerHost: "127.0.0.1", PeerPort: 4002})
 	st.Internal.Local.Servers = append(st.Internal.Local.Servers, localServerState{Name: "replica2", ServerID: 3, Port: 4002, Pid: 12})
 	st.PendingRepoint = map[string]string{"replica2": "paused"}
-	b, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ParseState(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _ := roundTrip(t, st)
 	if got.PendingRepoint["replica2"] != "paused" || len(got.PendingRepoint) != 1 {
 		t.Fatalf("pending repoints after round trip: %v", got.PendingRepoint)
 	}

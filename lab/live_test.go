@@ -47,27 +47,37 @@ func accounted(t *testing.T, r *RouterResult) {
 	}
 }
 
-// TestLabViaProxy: the lab's sessions through `causallab proxy` (started
-// in-process against the shared topology), tokens in comments: token-ryw-mr
-// shows zero violations; any shows RYW violations under the same lag.
-func TestLabViaProxy(t *testing.T) {
-	composetest.Need(t, topo)
+// runUnderLag runs the routers experiment for 8 s at 100 writes/s under
+// the straggler+heavy condition (lag that makes RYW violations of the
+// any router unavoidable) with routers (a ParseRouters list) and the rest
+// of cfg, logs the result and returns it.
+func runUnderLag(t *testing.T, routers string, cfg Config) *Result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cond, err := ParseCondition("straggler+heavy")
 	if err != nil {
 		t.Fatal(err)
 	}
-	routers, err := ParseRouters("any,token-ryw-mr")
-	if err != nil {
+	if cfg.Routers, err = ParseRouters(routers); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(ctx, topo, Config{Sessions: 400, WriteRate: 100, Duration: 8 * time.Second, Condition: cond, Routers: routers, Via: ViaProxy})
+	cfg.WriteRate, cfg.Duration, cfg.Condition = 100, 8*time.Second, cond
+	res, err := Run(ctx, topo, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Experiment = "routers"
 	logResult(t, res)
+	return res
+}
+
+// TestLabViaProxy: the lab's sessions through `causallab proxy` (started
+// in-process against the shared topology), tokens in comments: token-ryw-mr
+// shows zero violations; any shows RYW violations under the same lag.
+func TestLabViaProxy(t *testing.T) {
+	composetest.Need(t, topo)
+	res := runUnderLag(t, "any,token-ryw-mr", Config{Sessions: 400, Via: ViaProxy})
 	for i := range res.Routers {
 		accounted(t, &res.Routers[i])
 		if n := res.Routers[i].Outcomes[router.OutProxied.String()]; n == 0 {
@@ -93,23 +103,7 @@ func TestLabPositionsPoll(t *testing.T) {
 	composetest.Need(t, topo)
 	for _, via := range []Via{ViaRouter, ViaProxy} {
 		t.Run(string(via), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
-			cond, err := ParseCondition("straggler+heavy")
-			if err != nil {
-				t.Fatal(err)
-			}
-			routers, err := ParseRouters("any,token-ryw-mr,token-wait")
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := Run(ctx, topo, Config{Sessions: 450, WriteRate: 100, Duration: 8 * time.Second, Condition: cond,
-				Routers: routers, Via: via, Positions: PositionsPoll})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Experiment = "routers"
-			logResult(t, res)
+			res := runUnderLag(t, "any,token-ryw-mr,token-wait", Config{Sessions: 450, Via: via, Positions: PositionsPoll})
 			if res.Config.Positions != string(PositionsPoll) || res.Config.WatermarkSource != string(WatermarkLazy) {
 				t.Errorf("config summary: positions %q, watermark %q; want poll, lazy", res.Config.Positions, res.Config.WatermarkSource)
 			}

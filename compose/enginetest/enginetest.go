@@ -290,55 +290,64 @@ func killRestart(t *testing.T, topo *compose.Topology) {
 	}
 }
 
-func partition(t *testing.T, topo *compose.Topology) {
-	ctx := Ctx(t)
-	mode, err := topo.Partition(ctx, "replica1")
+// cutOffWrite is the skeleton of the faults that cut a replica off from
+// the primary's changes (partition, stop-receiver): it injects kind on
+// replica, writes on the primary and waits for other to apply the write;
+// where replica can still be read (all but a network partition), it
+// checks that replica lacks the write and shows its receiver stopped;
+// then it undoes kind (also at cleanup, should the test stop before) and
+// waits for replica to apply the write. It returns what kind reported.
+func cutOffWrite(t *testing.T, ctx context.Context, topo *compose.Topology, kind compose.FaultKind, replica, other string) compose.FaultResult {
+	t.Helper()
+	fault := compose.Fault{Kind: kind, Node: replica}
+	undo, ok := fault.Undo()
+	if !ok {
+		t.Fatalf("%s has no undo", fault)
+	}
+	res, err := compose.Inject(ctx, topo, fault)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", fault, err)
 	}
-	t.Cleanup(func() { _ = topo.Heal(context.Background(), "replica1") })
+	t.Cleanup(func() { _, _ = compose.Inject(context.Background(), topo, undo) })
 	id := Write(t, ctx, topo)
-	Eventually(t, "replica2 to apply", func() bool { return Has(t, ctx, topo, "replica2", id) })
-	if mode == compose.PartitionIOThread {
+	Eventually(t, other+" to apply", func() bool { return Has(t, ctx, topo, other, id) })
+	if res.Partition != compose.PartitionNetwork {
+		// An absence has no condition to wait on: give the write time
+		// to arrive.
 		time.Sleep(200 * time.Millisecond)
-		if Has(t, ctx, topo, "replica1", id) {
-			t.Fatal("partitioned replica1 applied a write")
+		if Has(t, ctx, topo, replica, id) {
+			t.Fatalf("%s applied a write after %s", replica, fault)
 		}
-		if st := Status(t, ctx, topo, "replica1"); st.Health != compose.HealthStopped || st.IORunning == "Yes" {
-			t.Fatalf("partitioned replica1: %+v", st)
+		if st := Status(t, ctx, topo, replica); st.Health != compose.HealthStopped || st.IORunning == "Yes" {
+			t.Fatalf("%s after %s: %+v", replica, fault, st)
 		}
 	}
-	if err := topo.Heal(ctx, "replica1"); err != nil {
-		t.Fatal(err)
+	if _, err := compose.Inject(ctx, topo, undo); err != nil {
+		t.Fatalf("%s: %v", undo, err)
 	}
-	Eventually(t, "replica1 to apply after heal", func() bool { return Has(t, ctx, topo, "replica1", id) })
+	Eventually(t, replica+" to apply after "+undo.String(), func() bool { return Has(t, ctx, topo, replica, id) })
+	return res
+}
+
+// partition: a partitioned replica lacks the next write; healed, it has
+// it. Only the local backend's stand-in (PartitionIOThread) leaves it
+// readable while cut off.
+func partition(t *testing.T, topo *compose.Topology) {
+	res := cutOffWrite(t, Ctx(t), topo, compose.FaultPartition, "replica1", "replica2")
+	if res.Partition != compose.PartitionIOThread && res.Partition != compose.PartitionNetwork {
+		t.Fatalf("partition mode %q", res.Partition)
+	}
 }
 
 // stopStartReceiver: a replica whose receiver is stopped (on any backend)
 // stays reachable, shows no running receiver and lacks the next write;
-// started again, it has it.
+// started again, it has it. The primary has no receiver to stop.
 func stopStartReceiver(t *testing.T, topo *compose.Topology) {
 	ctx := Ctx(t)
-	if err := topo.StopReceiver(ctx, "replica2"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = topo.StartReceiver(context.Background(), "replica2") })
 	if err := topo.StopReceiver(ctx, "primary"); !errors.Is(err, compose.ErrWrongRole) {
 		t.Fatalf("StopReceiver(primary): %v, want ErrWrongRole", err)
 	}
-	id := Write(t, ctx, topo)
-	Eventually(t, "replica1 to apply", func() bool { return Has(t, ctx, topo, "replica1", id) })
-	time.Sleep(200 * time.Millisecond)
-	if Has(t, ctx, topo, "replica2", id) {
-		t.Fatal("replica2 applied a write with its receiver stopped")
-	}
-	if st := Status(t, ctx, topo, "replica2"); st.Health != compose.HealthStopped || st.IORunning == "Yes" {
-		t.Fatalf("replica2 with its receiver stopped: %+v", st)
-	}
-	if err := topo.StartReceiver(ctx, "replica2"); err != nil {
-		t.Fatal(err)
-	}
-	Eventually(t, "replica2 to apply after its receiver started", func() bool { return Has(t, ctx, topo, "replica2", id) })
+	cutOffWrite(t, ctx, topo, compose.FaultStopReceiver, "replica2", "replica1")
 }
 
 func heavy(t *testing.T, topo *compose.Topology) {
