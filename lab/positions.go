@@ -54,6 +54,9 @@ type poller struct {
 	timeout  time.Duration
 	log      *slog.Logger
 	lag      *lagTracker
+	// firstPoll bounds start's wait for the primary's first successful
+	// poll (retried every interval until then).
+	firstPoll time.Duration
 
 	mu    sync.Mutex // guards slots
 	slots map[string]nodeSlot
@@ -66,7 +69,7 @@ type poller struct {
 
 func newPoller(nodes Nodes, interval, timeout time.Duration, lag *lagTracker, log *slog.Logger) *poller {
 	return &poller{nodes: nodes, interval: interval, timeout: timeout, lag: lag, log: log,
-		slots: map[string]nodeSlot{}}
+		firstPoll: 30 * time.Second, slots: map[string]nodeSlot{}}
 }
 
 // allNodes lists every node the poller should watch, by stable name.
@@ -87,9 +90,16 @@ func (p *poller) start(ctx context.Context, wg *sync.WaitGroup) error {
 			p.pollNode(ctx, n, first)
 		}()
 	}
+	// Every node's first poll ends (the primary's first successful one:
+	// on a loaded machine its first attempt may time out), within
+	// firstPoll.
+	bound := time.NewTimer(p.firstPoll)
+	defer bound.Stop()
 	for range nodes {
 		select {
 		case <-first:
+		case <-bound.C:
+			return fmt.Errorf("lab: the primary did not answer a position poll within %v", p.firstPoll)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -99,6 +109,7 @@ func (p *poller) start(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 	return nil
 }
+
 
 func (p *poller) pollNode(ctx context.Context, n compose.Node, first chan<- struct{}) {
 	var conn *nodeConn
@@ -121,7 +132,9 @@ func (p *poller) pollNode(ctx context.Context, n compose.Node, first chan<- stru
 			prev = pos
 		}
 		p.update(n.Name, pos, ok)
-		if !signalled {
+		// A replica's first poll counts whatever it found (a replica may
+		// be down); the primary's only once it answered.
+		if !signalled && (ok || n.Name != p.nodes.Primary().Name) {
 			first <- struct{}{}
 			signalled = true
 		}
