@@ -110,7 +110,6 @@ func (p *poller) start(ctx context.Context, wg *sync.WaitGroup) error {
 	return nil
 }
 
-
 func (p *poller) pollNode(ctx context.Context, n compose.Node, first chan<- struct{}) {
 	var conn *nodeConn
 	defer func() {

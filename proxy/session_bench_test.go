@@ -92,7 +92,13 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		}
 		exited := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() { cancel(); <-exited })
+		t.Cleanup(func() {
+			cancel()
+			<-exited
+			if t.Failed() {
+				t.Logf("%s's output:\n%s", name, out)
+			}
+		})
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
