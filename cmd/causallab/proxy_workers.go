@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -116,6 +117,10 @@ func runWorkers(ctx context.Context, cmd *cobra.Command, cfg proxy.Config, stdou
 	if err != nil {
 		return fmt.Errorf("proxy: workers: %w", err)
 	}
+	// The workers write to the same streams as the supervisor: a stream
+	// that is not a file (a test's buffer) is copied from each worker by
+	// its own goroutine, so every write to it takes one lock.
+	stdout, stderr = serialized(stdout), serialized(stderr)
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
@@ -268,4 +273,25 @@ func errOrExit(err error) string {
 		return "exit status 0"
 	}
 	return err.Error()
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// serialized is w itself when it is a file (a worker then writes to the
+// descriptor directly), else w behind a lock.
+func serialized(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return lockedWriter{mu: &sync.Mutex{}, w: w}
 }
