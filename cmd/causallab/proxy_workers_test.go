@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/spf13/pflag"
 )
 
 // TestWorkerHTTP: worker i's metrics port is the configured one plus i;
@@ -61,7 +60,6 @@ func TestWorkerArgs(t *testing.T) {
 	if got != want {
 		t.Errorf("workerArgs:\n got %s\nwant %s", got, want)
 	}
-	var _ *pflag.FlagSet = cmd.Flags()
 }
 
 // TestProxyWorkersFlags: a bad --workers is a usage error, found before
@@ -178,7 +176,9 @@ func workerPids(t *testing.T, listen string) map[int]int {
 // worker is stopped.
 func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 	t.Setenv("CAUSALLAB_TEST_RUN_MAIN", "1") // the workers run this binary
-	start := func(t *testing.T) (listen string, metrics []string, stop context.CancelFunc, res chan cliResult) {
+	// start runs the supervisor until stop, returning where it listens,
+	// the workers' metrics addresses and their pids (checked: two).
+	start := func(t *testing.T) (listen string, metrics []string, pids map[int]int, stop context.CancelFunc, res chan cliResult) {
 		addrs := freeAddrs(t, 3)
 		listen, metrics = addrs[0], addrs[1:]
 		sctx, stop := context.WithCancel(ctx)
@@ -211,7 +211,12 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		}
-		return listen, metrics, stop, res
+		pids = workerPids(t, listen)
+		if len(pids) != 2 {
+			stop()
+			t.Fatalf("worker processes: %v, want 2", pids)
+		}
+		return listen, metrics, pids, stop, res
 	}
 	gone := func(t *testing.T, pids map[int]int) {
 		t.Helper()
@@ -231,12 +236,8 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 	}
 
 	t.Run("serves and stops", func(t *testing.T) {
-		listen, metrics, stop, res := start(t)
+		listen, metrics, pids, stop, res := start(t)
 		defer stop()
-		pids := workerPids(t, listen)
-		if len(pids) != 2 {
-			t.Fatalf("worker processes: %v, want 2", pids)
-		}
 		mc := mysql.NewConfig()
 		mc.User, mc.Passwd, mc.Net, mc.Addr = "app", "app", "tcp", listen
 		connector, err := mysql.NewConnector(mc)
@@ -289,12 +290,8 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 	})
 
 	t.Run("a worker dies", func(t *testing.T) {
-		listen, _, stop, res := start(t)
+		_, _, pids, stop, res := start(t)
 		defer stop()
-		pids := workerPids(t, listen)
-		if len(pids) != 2 {
-			t.Fatalf("worker processes: %v, want 2", pids)
-		}
 		if err := syscall.Kill(pids[1], syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
