@@ -360,6 +360,11 @@ func medians(rs []sysbenchResult) sysbenchResult {
 			v[i] = f(r)
 		}
 		slices.Sort(v)
+		if n := len(v); n%2 == 0 {
+			// An even count's median is the mean of the middle two (the
+			// upper one alone made a two-round table mix rounds).
+			return (v[n/2-1] + v[n/2]) / 2
+		}
 		return v[len(v)/2]
 	}
 	return sysbenchResult{
@@ -629,5 +634,18 @@ func startBenchHook(t *testing.T, target string, pid, threads, round int) func()
 		} else if out.Len() > 0 {
 			t.Logf("hook for %s: %s", target, strings.TrimSpace(out.String()))
 		}
+	}
+}
+
+// TestMedians checks the bench's summary: an odd count takes the middle
+// run, an even count the mean of the middle two.
+func TestMedians(t *testing.T) {
+	rs := []sysbenchResult{{qps: 4977}, {qps: 5384}}
+	if got := medians(rs).qps; got != (4977+5384)/2.0 {
+		t.Fatalf("two rounds: median qps %v, want %v", got, (4977+5384)/2.0)
+	}
+	rs = append(rs, sysbenchResult{qps: 100})
+	if got := medians(rs).qps; got != 4977 {
+		t.Fatalf("three rounds: median qps %v, want 4977", got)
 	}
 }
