@@ -57,7 +57,8 @@ import (
 // query: the sound one), _MAX_CONNECTIONS (each server's max_connections for the run;
 // default: the topology's, restored after), _HEAPPROFILE (a file: the
 // proxy's heap profile with the clients idle), _MULTIPLEX=1 (Config.Multiplex),
-// _POOL_SIZE, _POOL_WAIT (Config.PoolSize, PoolWait), _MAX_BACKEND (when set, the
+// _POOL_SIZE, _POOL_WAIT, _POOL_MAX_WAITERS (Config.PoolSize, PoolWait,
+// PoolMaxWaiters), _MAX_BACKEND (when set, the
 // test fails above that many backend connections on any node, or on any
 // refusal), _TASKSET=P:R (the proxy pinned to CPU list P, the clients to R;
 // scripts/proxy-scale.sh then starts the whole test, servers included, on
@@ -124,6 +125,9 @@ func TestScale(t *testing.T) {
 				t.Fatalf("CAUSALLAB_PROXY_SCALE_POOL_WAIT=%q: %v", v, err)
 			}
 			c.PoolWait = d
+		}
+		if v := os.Getenv("CAUSALLAB_PROXY_SCALE_POOL_MAX_WAITERS"); v != "" {
+			c.PoolMaxWaiters = envInt(t, "CAUSALLAB_PROXY_SCALE_POOL_MAX_WAITERS", 0)
 		}
 	})
 	heap0, gor0 := proxyHeap()
