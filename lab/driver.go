@@ -660,6 +660,11 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 				res.Notes = append(res.Notes, fmt.Sprintf("%s: %d served reads named no node and could not be attributed.", row.Name, a.hash.unknown))
 			}
 		}
+		if t := &a.tally; t.Reconnects > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d reads were served on a new connection after their session's broke (a statement past the read timeout); "+
+				"monotonic reads hold per connection, so each started its session's guarantee afresh, and %d of them went back in time across it "+
+				"(mr_across_reconnect, not counted in mr).", g.e.routers[i].spec().Name, t.Reconnects, t.MRAcrossReconnect))
+		}
 	}
 	res.Faults = evlog.down.windows(m.measured)
 	res.ReplicaLag = g.lag.perReplica(g.topo.Replicas())

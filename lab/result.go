@@ -264,6 +264,15 @@ type RouterResult struct {
 	// DeclaredLosses counts reads failed because what the session had seen
 	// was lost in a failover (the checker restarts its watermark).
 	DeclaredLosses int64 `json:"declared_losses"`
+	// Reconnects counts served reads on another connection than their
+	// session's previous served read: under --via proxy, after the lab's
+	// connection to the proxy broke (a statement past --read-timeout).
+	// The proxy keeps monotonic reads per connection, so each starts the
+	// session's guarantee afresh; MRAcrossReconnect counts those that
+	// showed a hot row older than the session's earlier connection had
+	// (the session's user saw the world go back; not in MR).
+	Reconnects        int64 `json:"reconnects"`
+	MRAcrossReconnect int64 `json:"mr_across_reconnect"`
 	// SessionsMoved counts sessions whose serving replica changed between
 	// two consecutive replica reads; ReplicaSwitches counts the changes.
 	SessionsMoved   int64 `json:"sessions_moved"`
@@ -325,7 +334,7 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 		Reads: t.Reads, Served: t.Served(), RYW: t.RYW, MR: t.MR, AllWrites: t.AllWrites,
 		Fallbacks: t.Fallbacks, Waited: t.Waited, StaleServed: t.ByOutcome[router.OutStale],
 		Writes: a.writes, WriteErrors: a.writeErrs, Outcomes: map[string]int64{},
-		DeclaredLosses: t.DeclaredLosses, SessionsMoved: int64(len(a.moved)), ReplicaSwitches: a.switches, Reasons: a.reasons}
+		DeclaredLosses: t.DeclaredLosses, Reconnects: t.Reconnects, MRAcrossReconnect: t.MRAcrossReconnect, SessionsMoved: int64(len(a.moved)), ReplicaSwitches: a.switches, Reasons: a.reasons}
 	for _, o := range router.Outcomes() {
 		r.Outcomes[o.String()] = t.ByOutcome[o]
 	}

@@ -57,6 +57,17 @@ type Read struct {
 	// monotonic-reads watermark: the loss was declared, not silent, and is
 	// counted in Tally.DeclaredLosses instead of as later MR violations.
 	ResetSeen bool
+	// Conn identifies the connection whose monotonic-reads watermark
+	// covered the read, where the router keeps that watermark per client
+	// connection rather than per session: under --via proxy, the id the
+	// proxy gave the lab's connection (ViaProxy); 0 where the session's
+	// watermark outlives any connection (router/live keeps it in the
+	// session). A served read on another connection than the session's
+	// previous served read starts a new scope of the guarantee: the
+	// checker counts it as a reconnect, restarts the session's watermark,
+	// and counts a hot row below the old watermark in
+	// Verdict.MRAcrossReconnect, not in Verdict.MR.
+	Conn uint32
 }
 
 // Verdict is the checker's judgement of one read.
@@ -66,8 +77,19 @@ type Verdict struct {
 	// MR: some hot row's version was lower than in an earlier answer to the
 	// same session (the session saw the world go backwards).
 	MR bool
-	// MRRow is the first hot row that went backwards (when MR).
+	// MRRow is the first hot row that went backwards (when MR or
+	// MRAcrossReconnect).
 	MRRow int
+	// Reconnect: the read was served on another connection than the
+	// session's previous served read (Read.Conn): the router's
+	// monotonic-reads guarantee restarted with it.
+	Reconnect bool
+	// MRAcrossReconnect: a Reconnect read in which some hot row was lower
+	// than in an answer the session had on its earlier connection. The
+	// router promised nothing across the two connections, so it is not an
+	// MR violation, but the session's user saw the world go backwards: it
+	// is counted, never dropped.
+	MRAcrossReconnect bool
 	// AllWrites: the answer lacked a write acknowledged to some session
 	// before the read was issued (read-all-writes, the guarantee of
 	// router.PolicyGlobal): its own write (RYW) or a hot row below
@@ -78,8 +100,10 @@ type Verdict struct {
 // sessionTruth is the checker's state for one session.
 type sessionTruth struct {
 	// seen[h] is the highest version of hot row h in any answer the session
-	// has been given so far (its monotonic-reads watermark, in data).
+	// has been given so far on connection conn (its monotonic-reads
+	// watermark, in data).
 	seen []int64
+	conn uint32
 }
 
 // Checker judges reads against ground truth. It is not safe for concurrent
@@ -136,6 +160,21 @@ func (c *Checker) Check(r *Read) (Verdict, error) {
 	if st.seen == nil {
 		st.seen = make([]int64, c.hot)
 		copy(st.seen, r.Hot)
+		st.conn = r.Conn
+		return v, nil
+	}
+	if r.Conn != st.conn {
+		// A new scope of the guarantee: judge the read against the old
+		// watermark for the record, then start the new one from it.
+		v.Reconnect = true
+		for h, ver := range r.Hot {
+			if ver < st.seen[h] {
+				v.MRAcrossReconnect, v.MRRow = true, h
+				break
+			}
+		}
+		copy(st.seen, r.Hot)
+		st.conn = r.Conn
 		return v, nil
 	}
 	for h, ver := range r.Hot {
@@ -170,6 +209,10 @@ type Tally struct {
 	// DeclaredLosses counts reads failed with a declared loss of what the
 	// session had seen (Read.ResetSeen).
 	DeclaredLosses int64
+	// Reconnects counts served reads on another connection than their
+	// session's previous served read (Verdict.Reconnect);
+	// MRAcrossReconnect those that went back in time across it.
+	Reconnects, MRAcrossReconnect int64
 }
 
 // Add counts one checked read.
@@ -197,6 +240,12 @@ func (t *Tally) Add(r *Read, v Verdict) {
 	if r.ResetSeen {
 		t.DeclaredLosses++
 	}
+	if v.Reconnect {
+		t.Reconnects++
+	}
+	if v.MRAcrossReconnect {
+		t.MRAcrossReconnect++
+	}
 }
 
 // Merge adds o into t.
@@ -212,6 +261,8 @@ func (t *Tally) Merge(o *Tally) {
 	t.AllWrites += o.AllWrites
 	t.StaleRYW += o.StaleRYW
 	t.DeclaredLosses += o.DeclaredLosses
+	t.Reconnects += o.Reconnects
+	t.MRAcrossReconnect += o.MRAcrossReconnect
 }
 
 // Served is the number of reads that returned rows.

@@ -10,6 +10,9 @@ func served(sess int, acked, own int64, hot ...int64) *Read {
 	return &Read{Session: sess, AckedSeq: acked, Own: own, Hot: hot, Outcome: router.OutReplica}
 }
 
+// on marks r as served on connection conn (Read.Conn).
+func on(conn uint32, r *Read) *Read { r.Conn = conn; return r }
+
 // TestCheckerCraftedHistories feeds hand-written histories and pins every
 // verdict: both kinds of violation, and none where there is none.
 func TestCheckerCraftedHistories(t *testing.T) {
@@ -17,6 +20,9 @@ func TestCheckerCraftedHistories(t *testing.T) {
 		r       *Read
 		ryw, mr bool
 		mrRow   int
+		// reconnect and across: Verdict.Reconnect and
+		// Verdict.MRAcrossReconnect (mrRow is then the row that went back).
+		reconnect, across bool
 	}
 	cases := []struct {
 		name  string
@@ -74,6 +80,29 @@ func TestCheckerCraftedHistories(t *testing.T) {
 			{r: &Read{Session: 0, Outcome: router.OutFailedFast}},
 			{r: served(0, 0, 0, 4), mr: true},
 		}},
+		{"a reconnect starts a new scope: a regression across it is counted apart", []step{
+			{r: on(7, served(0, 0, 0, 3, 9))},
+			{r: on(8, served(0, 0, 0, 3, 4)), reconnect: true, across: true, mrRow: 1},
+			// the new connection's watermark is (3, 4): 4 again is fine,
+			// 3 is an MR violation within it
+			{r: on(8, served(0, 0, 0, 3, 4))},
+			{r: on(8, served(0, 0, 0, 3, 3)), mr: true, mrRow: 1},
+		}},
+		{"a reconnect that shows nothing older is counted, not flagged", []step{
+			{r: on(7, served(0, 0, 0, 3, 9))},
+			{r: &Read{Session: 0, Outcome: router.OutTimedOut}}, // the read that broke the connection
+			{r: on(8, served(0, 0, 0, 5, 9)), reconnect: true},
+			{r: on(8, served(0, 0, 0, 4, 9)), mr: true, mrRow: 0},
+		}},
+		{"RYW is judged across a reconnect as ever", []step{
+			{r: on(7, served(0, 1, 1, 2))},
+			{r: on(8, served(0, 2, 1, 2)), ryw: true, reconnect: true},
+		}},
+		{"a declared loss then a reconnect: a fresh start, no reconnect", []step{
+			{r: on(7, served(0, 0, 0, 9))},
+			{r: &Read{Session: 0, Outcome: router.OutFailedFast, ResetSeen: true}},
+			{r: on(8, served(0, 0, 0, 4))},
+		}},
 		{"stale-labelled reads are judged too", []step{
 			{r: served(0, 0, 0, 5)},
 			{r: &Read{Session: 0, AckedSeq: 1, Own: 0, Hot: []int64{4}, Outcome: router.OutStale}, ryw: true, mr: true},
@@ -92,14 +121,15 @@ func TestCheckerCraftedHistories(t *testing.T) {
 				t.Fatal(err)
 			}
 			var tally Tally
-			var wantRYW, wantMR int64
+			var wantRYW, wantMR, wantReconnects, wantAcross int64
 			for i, s := range tc.steps {
 				v, err := c.Check(s.r)
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
-				if v.RYW != s.ryw || v.MR != s.mr || (s.mr && v.MRRow != s.mrRow) {
-					t.Fatalf("step %d: verdict %+v, want ryw=%v mr=%v row=%d", i, v, s.ryw, s.mr, s.mrRow)
+				if v.RYW != s.ryw || v.MR != s.mr || ((s.mr || s.across) && v.MRRow != s.mrRow) ||
+					v.Reconnect != s.reconnect || v.MRAcrossReconnect != s.across {
+					t.Fatalf("step %d: verdict %+v, want ryw=%v mr=%v row=%d reconnect=%v across=%v", i, v, s.ryw, s.mr, s.mrRow, s.reconnect, s.across)
 				}
 				tally.Add(s.r, v)
 				if s.ryw {
@@ -108,9 +138,22 @@ func TestCheckerCraftedHistories(t *testing.T) {
 				if s.mr {
 					wantMR++
 				}
+				if s.reconnect {
+					wantReconnects++
+				}
+				if s.across {
+					wantAcross++
+				}
 			}
-			if tally.RYW != wantRYW || tally.MR != wantMR || tally.Reads != int64(len(tc.steps)) || !tally.Accounted() {
-				t.Fatalf("tally %+v, want ryw=%d mr=%d reads=%d", tally, wantRYW, wantMR, len(tc.steps))
+			if tally.RYW != wantRYW || tally.MR != wantMR || tally.Reconnects != wantReconnects || tally.MRAcrossReconnect != wantAcross ||
+				tally.Reads != int64(len(tc.steps)) || !tally.Accounted() {
+				t.Fatalf("tally %+v, want ryw=%d mr=%d reconnects=%d across=%d reads=%d", tally, wantRYW, wantMR, wantReconnects, wantAcross, len(tc.steps))
+			}
+			var merged Tally
+			merged.Merge(&tally)
+			merged.Merge(&tally)
+			if merged.Reconnects != 2*wantReconnects || merged.MRAcrossReconnect != 2*wantAcross {
+				t.Fatalf("merged tally %+v, want reconnects=%d across=%d", merged, 2*wantReconnects, 2*wantAcross)
 			}
 		})
 	}

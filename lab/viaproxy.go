@@ -28,7 +28,12 @@ import (
 // client connections to it. Lab session i always uses connection
 // i % len(conns), so the proxy's per-connection monotonic-reads watermark
 // covers every read that session made before (it also covers the other
-// sessions sharing the connection: more cautious, never less).
+// sessions sharing the connection: more cautious, never less). A read or
+// write that outlives ReadTimeout closes the connection and the next
+// statement dials a new one, a new proxy session whose watermark starts
+// empty: each read records its connection (Read.Conn), and the checker
+// counts a read after such a reconnect apart (Tally.Reconnects,
+// MRAcrossReconnect).
 //
 // Tokens travel as a client without session tracking would carry them:
 // after each write the lab reads the connection's token (SELECT
@@ -245,6 +250,9 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 		r := rt.(proxy.ReadRoute)
 		out.Node, out.Reason, out.HashReason = r.Node, r.Reason.String(), r.HashReason
 	}
+	// The proxy keeps the monotonic-reads watermark per connection: the
+	// checker judges the read within this connection's scope (Read.Conn).
+	out.Conn = c.connID()
 	unlock()
 	out.Done = v.e.since()
 	if err == nil {
