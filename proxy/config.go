@@ -117,8 +117,25 @@ type Config struct {
 	// statement on the replica; best with positions: binlog).
 	Wait string `yaml:"wait"`
 	// PollInterval is how often each server's gtid_executed is polled in
-	// "poll" mode. Default 5ms, at least 1ms.
+	// "poll" mode while some client needs a fresher view of it (see
+	// PollIdleInterval; always, when that equals it). Default 5ms, at
+	// least 1ms.
 	PollInterval time.Duration `yaml:"poll_interval"`
+	// PollIdleInterval is how often a server is polled in "poll" mode
+	// while no client needs a fresher view of it (live.PollerConfig.
+	// IdleInterval): a replica is polled every PollInterval after each
+	// write whose GTID the proxy learns (until its view holds it, or the
+	// poller's down-after passes), while a read finds no replica whose
+	// view holds what it needs (a wait, a freshness fallback, a stale or
+	// deferred read), while a watcher wait waits on it, and until its
+	// first successful poll; a lazy-watermark bound asks for a poll at
+	// once. The primary too, except with global_source view (its view is
+	// global's target there: polled every PollInterval). Sound: a view
+	// polled less often is older, never ahead of the server. Default
+	// 100ms (PollInterval when that is longer); equal to PollInterval:
+	// every server polled every PollInterval, as before. In
+	// [PollInterval, 1m].
+	PollIdleInterval time.Duration `yaml:"poll_idle_interval"`
 	// Source, when set, is the position source for every backend (by
 	// Backend.Name), run by the caller; Positions is then ignored.
 	Source live.PositionSource[gtid.Set] `yaml:"-"`
@@ -390,6 +407,12 @@ func (c *Config) validate() error {
 	}
 	if c.PollInterval < time.Millisecond || c.PollInterval > time.Minute {
 		return fmt.Errorf("proxy: poll_interval %v out of range", c.PollInterval)
+	}
+	if c.PollIdleInterval == 0 {
+		c.PollIdleInterval = max(DefaultPollIdleInterval, c.PollInterval)
+	}
+	if c.PollIdleInterval < c.PollInterval || c.PollIdleInterval > time.Minute {
+		return fmt.Errorf("proxy: poll_idle_interval %v out of range [poll_interval %v, 1m] (equal to poll_interval: always poll every poll_interval)", c.PollIdleInterval, c.PollInterval)
 	}
 	if c.MaxAllowedPacket == 0 {
 		c.MaxAllowedPacket = 64 << 20

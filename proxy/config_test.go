@@ -40,6 +40,9 @@ func TestConfigValidate(t *testing.T) {
 		"dup name":     func(c *Config) { c.Replicas[0].Name = "primary" },
 		"poll":         func(c *Config) { c.PollInterval = -1 },
 		"poll 500us":   func(c *Config) { c.PollInterval = 500 * time.Microsecond },
+		"poll idle <":  func(c *Config) { c.PollIdleInterval = time.Millisecond },
+		"poll idle <0": func(c *Config) { c.PollIdleInterval = -time.Second },
+		"poll idle 2m": func(c *Config) { c.PollIdleInterval = 2 * time.Minute },
 		"positions":    func(c *Config) { c.Positions = "gossip" },
 		"wait method":  func(c *Config) { c.Wait = "sleep" },
 		"socket io":    func(c *Config) { c.SocketIO = "uring" },
@@ -59,6 +62,47 @@ func TestConfigValidate(t *testing.T) {
 		mod(&c)
 		if err := c.validate(); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestConfigPollIdleInterval: poll_idle_interval defaults to 100ms, or to
+// poll_interval when that is longer (every poll fast, as before); a value
+// equal to poll_interval is kept (always fast). The pollers take it, but
+// the primary's polls every poll_interval with global_source view (its
+// view is global's target there).
+func TestConfigPollIdleInterval(t *testing.T) {
+	for _, c := range []struct{ poll, idle, want time.Duration }{
+		{0, 0, DefaultPollIdleInterval},
+		{250 * time.Millisecond, 0, 250 * time.Millisecond},
+		{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
+		{10 * time.Millisecond, time.Second, time.Second},
+	} {
+		cfg := Config{Users: []User{{Name: "a", Password: "b"}}, Primary: Backend{Addr: "127.0.0.1:3306"},
+			Replicas: []Backend{{Addr: "127.0.0.1:3307"}}, PollInterval: c.poll, PollIdleInterval: c.idle}
+		if err := cfg.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.PollIdleInterval != c.want {
+			t.Errorf("poll %v, idle %v: idle %v, want %v", c.poll, c.idle, cfg.PollIdleInterval, c.want)
+		}
+	}
+	for _, global := range []string{"primary-query", "view"} {
+		cfg := Config{Users: []User{{Name: "a", Password: "b"}}, Primary: Backend{Addr: "127.0.0.1:3306"},
+			Replicas: []Backend{{Addr: "127.0.0.1:3307"}}, GlobalSource: global}
+		if err := cfg.validate(); err != nil {
+			t.Fatal(err)
+		}
+		p, err := newPollers(&cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, idle := p.byName["replica1"].Intervals(); idle != DefaultPollIdleInterval {
+			t.Errorf("%s: replica idle interval %v", global, idle)
+		}
+		_, idle := p.byName["primary"].Intervals()
+		if want := map[string]time.Duration{"primary-query": DefaultPollIdleInterval, "view": 0}[global]; idle != want {
+			t.Errorf("%s: primary idle interval %v, want %v", global, idle, want)
 		}
 	}
 }

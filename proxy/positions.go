@@ -31,7 +31,11 @@ type pollers struct {
 var (
 	_ live.PositionSource[gtid.Set] = (*pollers)(nil)
 	_ live.SeenBounder[gtid.Set]    = (*pollers)(nil)
+	_ live.Demander[gtid.Set]       = (*pollers)(nil)
 )
+
+// DefaultPollIdleInterval is poll_idle_interval's default.
+const DefaultPollIdleInterval = 100 * time.Millisecond
 
 // With watermark_source lazy the replicas' pollers read bounds
 // (live.PollerConfig.Bounds: performance_schema.log_status where the
@@ -45,20 +49,39 @@ var (
 // and its commit log) and its health are all the router reads of it.
 // log_status would cost the primary's mysqld about twice the CPU per poll
 // (BenchmarkPollerCPU) and briefly hold its commits.
+//
+// Polling is demand-driven (poll_idle_interval, live.PollerConfig.
+// IdleInterval): each backend is polled every poll_idle_interval unless
+// a client needs a fresher view of it, then every poll_interval (the
+// router tells a replica's poller what its clients need: live.Demander,
+// pollers.Want). The primary's poller idles too, except with
+// global_source view, where its view is a global read's target: polled
+// less often it would miss more of other clients' newest writes, so it
+// is polled every poll_interval as before. Elsewhere an older view of
+// the primary is sound (a lower bound; the proxy's own writes raise the
+// router's bound of it at their acknowledgement, and a token the view
+// does not hold makes the router read the primary before refusing); it
+// only makes the commit log's lag estimates (+skip-futile's test,
+// +defer's retry-after) lower for other clients' writes.
 func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
 	p := &pollers{byName: map[string]*live.Poller[gtid.Set]{}, replicas: map[string]bool{}}
 	for _, b := range cfg.Replicas {
 		p.replicas[b.Name] = true
 	}
 	for _, b := range append([]Backend{cfg.Primary}, cfg.Replicas...) {
+		idle := cfg.PollIdleInterval
+		if !p.replicas[b.Name] && cfg.globalSource() == live.GlobalView {
+			idle = cfg.PollInterval
+		}
 		pl, err := live.NewPoller(live.PollerConfig[gtid.Set]{
-			Nodes:       []live.Node{{Name: b.Name, Addr: b.Addr}},
-			User:        b.User,
-			Password:    b.Password,
-			Interval:    cfg.PollInterval,
-			DialTimeout: cfg.ConnectTimeout,
-			Bounds:      cfg.WatermarkSource == "lazy" && p.replicas[b.Name],
-			Logger:      log,
+			Nodes:        []live.Node{{Name: b.Name, Addr: b.Addr}},
+			User:         b.User,
+			Password:     b.Password,
+			Interval:     cfg.PollInterval,
+			IdleInterval: idle,
+			DialTimeout:  cfg.ConnectTimeout,
+			Bounds:       cfg.WatermarkSource == "lazy" && p.replicas[b.Name],
+			Logger:       log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("proxy: poller for %s: %w", b.Name, err)
@@ -75,6 +98,9 @@ var (
 	pollsDesc = prometheus.NewDesc("causallab_proxy_polls_total",
 		"Position polls of a backend by result: ok, or failed (a failed poll closes its connection; the next dials again).",
 		[]string{"backend", "result"}, nil)
+	pollModesDesc = prometheus.NewDesc("causallab_proxy_poll_modes_total",
+		"Position polls of a backend (ok or failed) by mode: fast (every poll_interval, or at once: a client needed a fresher view) or idle (every poll_idle_interval: none did).",
+		[]string{"backend", "mode"}, nil)
 	pollOverrunsDesc = prometheus.NewDesc("causallab_proxy_poll_overruns_total",
 		"Failed polls that overran their timeout (poll_timeout: the backend did not answer in time).",
 		[]string{"backend"}, nil)
@@ -88,6 +114,7 @@ var _ prometheus.Collector = (*pollers)(nil)
 // Describe implements prometheus.Collector.
 func (p *pollers) Describe(ch chan<- *prometheus.Desc) {
 	ch <- pollsDesc
+	ch <- pollModesDesc
 	ch <- pollOverrunsDesc
 	ch <- pollLogStatusFallbacksDesc
 }
@@ -98,6 +125,9 @@ func (p *pollers) Collect(ch chan<- prometheus.Metric) {
 		ok, failed := pl.Stats()
 		ch <- prometheus.MustNewConstMetric(pollsDesc, prometheus.CounterValue, float64(ok), name, "ok")
 		ch <- prometheus.MustNewConstMetric(pollsDesc, prometheus.CounterValue, float64(failed), name, "failed")
+		fast, idle := pl.Modes()
+		ch <- prometheus.MustNewConstMetric(pollModesDesc, prometheus.CounterValue, float64(fast), name, "fast")
+		ch <- prometheus.MustNewConstMetric(pollModesDesc, prometheus.CounterValue, float64(idle), name, "idle")
 		ch <- prometheus.MustNewConstMetric(pollOverrunsDesc, prometheus.CounterValue, float64(pl.Overran()), name)
 		ch <- prometheus.MustNewConstMetric(pollLogStatusFallbacksDesc, prometheus.CounterValue, float64(pl.LogStatusFallbacks()), name)
 	}
@@ -128,6 +158,14 @@ func (p *pollers) WaitFor(ctx context.Context, node string, want gtid.Set) error
 		return fmt.Errorf("proxy: no position source for node %q", node)
 	}
 	return pl.WaitFor(ctx, node, want)
+}
+
+// Want implements live.Demander: the node's poller polls it every
+// poll_interval until its view holds want (bounded; live.Poller.Want).
+func (p *pollers) Want(node string, want gtid.Set) {
+	if pl, ok := p.byName[node]; ok {
+		pl.Want(node, want)
+	}
 }
 
 // Bounds reports whether every replica's poller reads upper bounds

@@ -17,8 +17,9 @@ import (
 // externalProxies starts one `causallab proxy` process per entry of
 // CAUSALLAB_PROXY_BENCH_BINARIES ("name=path,name=path": causallab
 // binaries, e.g. one built at an older commit and one at this one; a path
-// may end in ":policy:watermark_source:workers:poll_interval" to set
-// those), each
+// may end in ":policy:watermark_source:workers:poll_interval:poll_idle_interval"
+// to set those; a build older than poll_idle_interval refuses that key,
+// so leave it empty there), each
 // with the in-process proxy target's settings (mysql_native_password, the
 // run's position source, default policy) against the shared topology,
 // so that two builds are measured in one run beside the other targets.
@@ -41,12 +42,13 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		if !ok || name == "" || bin == "" {
 			t.Fatalf("CAUSALLAB_PROXY_BENCH_BINARIES: %q is not name=path", entry)
 		}
-		// path:policy:watermark_source:workers:poll_interval sets those
-		// (any may be empty: the default).
+		// path:policy:watermark_source:workers:poll_interval:poll_idle_interval
+		// sets those (any may be empty: the default).
 		bin, settings, _ := strings.Cut(bin, ":")
 		policy, wms, _ := strings.Cut(settings, ":")
 		wms, workers, _ := strings.Cut(wms, ":")
 		workers, poll, _ := strings.Cut(workers, ":")
+		poll, idle, _ := strings.Cut(poll, ":")
 		port := freePort(t)
 		cfg := map[string]any{
 			"listen":      "127.0.0.1:" + strconv.Itoa(port),
@@ -76,6 +78,12 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 				t.Fatalf("CAUSALLAB_PROXY_BENCH_BINARIES: %q: poll_interval %q: %v", entry, poll, err)
 			}
 			cfg["poll_interval"] = poll
+		}
+		if idle != "" {
+			if _, err := time.ParseDuration(idle); err != nil {
+				t.Fatalf("CAUSALLAB_PROXY_BENCH_BINARIES: %q: poll_idle_interval %q: %v", entry, idle, err)
+			}
+			cfg["poll_idle_interval"] = idle
 		}
 		var reps []backend
 		for _, r := range topo.Replicas() {

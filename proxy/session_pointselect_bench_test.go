@@ -88,11 +88,20 @@ func BenchmarkPointSelect(b *testing.B) {
 			b.Fatalf("CAUSALLAB_PROXY_BENCH_POLL_INTERVAL: %v", err)
 		}
 	}
+	// CAUSALLAB_PROXY_BENCH_POLL_IDLE_INTERVAL its poll_idle_interval
+	// (default the config's; equal to poll_interval: always fast).
+	var idle time.Duration
+	if v := os.Getenv("CAUSALLAB_PROXY_BENCH_POLL_IDLE_INTERVAL"); v != "" {
+		var err error
+		if idle, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("CAUSALLAB_PROXY_BENCH_POLL_IDLE_INTERVAL: %v", err)
+		}
+	}
 	for _, pol := range []string{"token-ryw", "token-ryw-mr", "token-wait"} {
 		b.Run(pol, func(b *testing.B) {
 			s := startProxy(b, func(c *Config) {
 				c.AuthMethod, c.Policy, c.HTTPListen = "mysql_native_password", pol, ""
-				c.PollInterval = poll
+				c.PollInterval, c.PollIdleInterval = poll, idle
 			})
 			benchPointSelects(b, s.Addr(), "app", "apppw")
 		})

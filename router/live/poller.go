@@ -48,17 +48,40 @@ type PollerConfig[P gtid.Position[P]] struct {
 	// User and Password authenticate the poll connections.
 	User, Password string
 	// Interval between polls of one node. Default 10ms; at least 1ms.
+	// With IdleInterval, the fast interval: a node is polled this often
+	// only while some client needs a fresher view of it.
 	Interval time.Duration
+	// IdleInterval, when set, makes polling demand-driven: a node is polled
+	// every IdleInterval unless some client needs a fresher view of it,
+	// and every Interval (fast) while one does. Demand is: a WaitFor
+	// waiting for a position the node's view lacks (while it waits); a
+	// Want whose position the view lacks (until the view holds it, or
+	// DownAfter after the node's last Want); the node's first successful
+	// poll not yet made. A new demand of an idle node, and every
+	// WaitBound, asks for a poll at once (kicks). Sound: a view polled
+	// less often is only older, and positions are lower bounds (Position
+	// never runs ahead of the node), so routing on it is as safe, only
+	// less often able to use a replica; a lazy-watermark bound still
+	// comes from a poll that started after the read ended (WaitBound asks
+	// for one); health is still the time since the last successful poll
+	// (DownAfter's default leaves 5 idle intervals). 0 (the default), or
+	// equal to Interval: every node is polled every Interval and no demand
+	// is kept (Want is a no-op). Else in [Interval, 1m].
+	IdleInterval time.Duration
 	// DownAfter marks a node unhealthy after this long without a successful
-	// poll. Default 5 × Interval, at least 500ms (a loaded machine delays
-	// polls; a flapping health verdict would send reads to the primary).
+	// poll. Default 5 × Interval (5 × IdleInterval with one), at least
+	// 500ms (a loaded machine delays polls; a flapping health verdict
+	// would send reads to the primary). At least Interval, and twice
+	// IdleInterval (a node nobody needs must not look down between idle
+	// polls).
 	DownAfter time.Duration
 	// DialTimeout bounds one connection attempt. Default 2s.
 	DialTimeout time.Duration
 	// PollTimeout bounds one poll (the query and its answer). A poll that
 	// overruns closes its connection and the next tick dials again, so a
 	// node behind a partition that drops packets is polled afresh once it
-	// answers, not after TCP gives up. Default DownAfter; at most 1m.
+	// answers, not after TCP gives up. Default DownAfter (1m if longer);
+	// at most 1m.
 	PollTimeout time.Duration
 	// Primary names the node the router writes to. With a flavor that has
 	// a standby query (StandbyQuerier: PostgreSQL), every other node is
@@ -128,17 +151,26 @@ func (c *PollerConfig[P]) validate() error {
 	if c.Interval < time.Millisecond || c.Interval > time.Minute {
 		return fmt.Errorf("router: poller: interval %v out of range [1ms, 1m]", c.Interval)
 	}
+	if c.IdleInterval == c.Interval {
+		c.IdleInterval = 0 // always fast
+	}
+	if c.IdleInterval != 0 && (c.IdleInterval < c.Interval || c.IdleInterval > time.Minute) {
+		return fmt.Errorf("router: poller: idle interval %v out of range [interval %v, 1m] (0: always the interval)", c.IdleInterval, c.Interval)
+	}
 	if c.DownAfter == 0 {
-		c.DownAfter = max(5*c.Interval, 500*time.Millisecond)
+		c.DownAfter = max(5*c.Interval, 5*c.IdleInterval, 500*time.Millisecond)
 	}
 	if c.DownAfter < c.Interval {
 		return fmt.Errorf("router: poller: down-after %v shorter than the interval %v", c.DownAfter, c.Interval)
+	}
+	if c.DownAfter < 2*c.IdleInterval {
+		return fmt.Errorf("router: poller: down-after %v shorter than twice the idle interval %v (a node nobody needs would look down between its polls)", c.DownAfter, c.IdleInterval)
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 2 * time.Second
 	}
 	if c.PollTimeout == 0 {
-		c.PollTimeout = c.DownAfter
+		c.PollTimeout = min(c.DownAfter, time.Minute)
 	}
 	if c.PollTimeout < time.Millisecond || c.PollTimeout > time.Minute {
 		return fmt.Errorf("router: poller: poll timeout %v out of range [1ms, 1m]", c.PollTimeout)
@@ -178,6 +210,18 @@ type nodeState[P gtid.Position[P]] struct {
 	// after the next successful poll: no channel per poll when nobody
 	// waits.
 	polled atomic.Pointer[chan struct{}]
+	// Demand (PollerConfig.IdleInterval; untouched without one): waiters
+	// counts the WaitFor calls waiting for a position the view lacks;
+	// under dmu, want is the union of the positions Want was asked for
+	// and the view did not hold, wanted until wantUntil (poller epoch
+	// nanoseconds; 0: no Want pending). fast is the poll loop's mode
+	// (polling every Interval), which a new demand reads to decide
+	// whether to kick the loop (see demanded).
+	waiters   atomic.Int32
+	fast      atomic.Bool
+	dmu       sync.Mutex
+	want      P
+	wantUntil int64
 }
 
 // waiter returns the channel the next successful poll closes.
@@ -206,6 +250,10 @@ type Poller[P gtid.Position[P]] struct {
 	epoch time.Time
 	polls atomic.Uint64
 	errs  atomic.Uint64
+	// fastPolls and idlePolls count the polls (successful or failed) by
+	// the loop's mode: idle when an IdleInterval tick started it, fast
+	// otherwise (a tick of Interval, a kick, a node's first poll).
+	fastPolls, idlePolls atomic.Uint64
 	// overran counts polls cut by PollTimeout (also counted in errs).
 	overran atomic.Uint64
 	// primary is the node polled as the primary (PollerConfig.Primary,
@@ -387,6 +435,10 @@ type nodePoll[P gtid.Position[P]] struct {
 	hasLast   bool
 }
 
+// pollNode is one node's poll loop: a poll at once, then one per tick
+// of its ticker (Interval; with an IdleInterval, that while the node is
+// in demand and IdleInterval otherwise, decided after each poll) or
+// kick.
 func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 	np := &nodePoll[P]{n: n, ns: p.states[n.Name]}
 	defer func() {
@@ -396,8 +448,23 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 	}()
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
+	np.ns.fast.Store(true)
+	idle, idleTick := false, false // the ticker's period is IdleInterval; this poll was started by its tick
 	for {
 		err := p.pollOnce(ctx, np)
+		if ctx.Err() == nil {
+			if idleTick {
+				p.idlePolls.Add(1)
+			} else {
+				p.fastPolls.Add(1)
+			}
+		}
+		if p.cfg.IdleInterval > 0 {
+			if next := !p.nextFast(np.ns); next != idle {
+				idle = next
+				t.Reset(p.interval(idle))
+			}
+		}
 		if err != nil && np.c != nil {
 			np.c.Close()
 			np.c = nil
@@ -412,13 +479,119 @@ func (p *Poller[P]) pollNode(ctx context.Context, n Node) {
 			}
 			np.failing = true
 		}
+		idleTick = false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			idleTick = idle
 		case <-p.kicks[n.Name]:
 		}
 	}
+}
+
+// interval is the poll loop's ticker period in a mode.
+func (p *Poller[P]) interval(idle bool) time.Duration {
+	if idle {
+		return p.cfg.IdleInterval
+	}
+	return p.cfg.Interval
+}
+
+// nextFast decides, after a poll, whether ns's node is polled every
+// Interval next (in demand) and publishes it in ns.fast. A demand and
+// the loop meet as in Dekker's protocol: a demand is recorded first and
+// ns.fast read after (kicking the loop when false); the loop stores
+// false first and looks for demand after. Either the loop sees the new
+// demand, or the demand sees false and kicks: a demand never waits for
+// an idle tick.
+func (p *Poller[P]) nextFast(ns *nodeState[P]) bool {
+	if p.demanded(ns) {
+		ns.fast.Store(true)
+		return true
+	}
+	ns.fast.Store(false)
+	if p.demanded(ns) {
+		ns.fast.Store(true)
+		return true
+	}
+	return false
+}
+
+// demanded reports whether a client needs a fresher view of ns's node
+// (PollerConfig.IdleInterval): no successful poll yet, a WaitFor
+// waiting, or a Want the view does not hold yet that has not expired
+// (dropped otherwise).
+func (p *Poller[P]) demanded(ns *nodeState[P]) bool {
+	if ns.lastOK.Load() == 0 || ns.waiters.Load() > 0 {
+		return true
+	}
+	ns.dmu.Lock()
+	defer ns.dmu.Unlock()
+	if ns.wantUntil == 0 {
+		return false
+	}
+	if p.rel(time.Now()) >= ns.wantUntil || ns.cur.Load().pos.Contains(ns.want) {
+		var zero P
+		ns.want, ns.wantUntil = zero, 0
+		return false
+	}
+	return true
+}
+
+// wake kicks node's poll loop unless it polls every Interval already (a
+// new demand: see nextFast). Kicks coalesce.
+func (p *Poller[P]) wake(node string, ns *nodeState[P]) {
+	if ns.fast.Load() {
+		return
+	}
+	select {
+	case p.kicks[node] <- struct{}{}:
+	default:
+	}
+}
+
+// Demander is a PositionSource whose view of a node can be refreshed on
+// demand (a *Poller with PollerConfig.IdleInterval): the router tells it
+// which positions its clients need to find in a replica's view (after a
+// write it learns; when a read finds no replica whose view holds what it
+// needs). Only a hint about freshness: nothing waits for it, and routing
+// stays sound whatever the source does with it (positions are lower
+// bounds).
+type Demander[P gtid.Position[P]] interface {
+	// Want says some client needs a view of node that contains want.
+	// It must not block.
+	Want(node string, want P)
+}
+
+var _ Demander[gtid.Set] = (*Poller[gtid.Set])(nil)
+
+// Want implements Demander: node is polled every Interval (a poll at
+// once if it was idle) until its view contains want, or DownAfter after
+// the last Want of it (a want that never arrives, such as a write lost
+// in a failover, is given up). Wants of one node join (their union is
+// wanted). A no-op without IdleInterval, for an unknown node, or when
+// the view holds want already (no lock, no allocation).
+func (p *Poller[P]) Want(node string, want P) {
+	if p.cfg.IdleInterval == 0 {
+		return
+	}
+	ns, ok := p.states[node]
+	if !ok || ns.cur.Load().pos.Contains(want) {
+		return
+	}
+	until := p.rel(time.Now()) + int64(p.cfg.DownAfter)
+	ns.dmu.Lock()
+	switch {
+	case ns.wantUntil == 0:
+		var zero P
+		ns.want = zero.Union(want) // shares no memory with the caller's
+	case !ns.want.Contains(want):
+		ns.want = ns.want.Union(want)
+	}
+	ns.wantUntil = until
+	ns.dmu.Unlock()
+	p.wake(node, ns)
 }
 
 // pollOnce polls np's node once (dialling first if it has no connection,
@@ -536,10 +709,19 @@ func (p *Poller[P]) WaitFor(ctx context.Context, node string, want P) error {
 	if !ok {
 		return fmt.Errorf("router: poller: unknown node %q", node)
 	}
+	waiting := false
 	for {
 		s := ns.cur.Load()
 		if s.pos.Contains(want) {
 			return nil
+		}
+		if !waiting && p.cfg.IdleInterval > 0 {
+			// Demand: the node is polled every Interval while this
+			// waits (a poll at once if it was idle).
+			waiting = true
+			ns.waiters.Add(1)
+			defer ns.waiters.Add(-1)
+			p.wake(node, ns)
 		}
 		select {
 		case <-ctx.Done():
@@ -651,6 +833,17 @@ func (p *Poller[P]) WaitBound(ctx context.Context, node string, after time.Time)
 
 // Stats returns the number of successful polls and of failed ones.
 func (p *Poller[P]) Stats() (polls, errs uint64) { return p.polls.Load(), p.errs.Load() }
+
+// Intervals returns the poll intervals: fast (PollerConfig.Interval)
+// and idle (PollerConfig.IdleInterval; 0: every poll is fast).
+func (p *Poller[P]) Intervals() (fast, idle time.Duration) { return p.cfg.Interval, p.cfg.IdleInterval }
+
+// Modes returns the number of polls (successful or failed) by the poll
+// loop's mode: idle (started by a tick of PollerConfig.IdleInterval: no
+// client needed a fresher view) and fast (every other: a tick of
+// Interval, a kick, a node's first poll). Without IdleInterval every
+// poll is fast.
+func (p *Poller[P]) Modes() (fast, idle uint64) { return p.fastPolls.Load(), p.idlePolls.Load() }
 
 // Overran returns the number of polls cut by PollTimeout (counted in
 // Stats' errs too).

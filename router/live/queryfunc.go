@@ -148,6 +148,11 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		}
 		d, v, nodes, primary, epoch := r.decide(st, polp, waited, known, gl, s.pendNode, pendWait, &s.qview)
 		r.m.decision(d.Action, d.Reason).Inc()
+		if r.demander != nil && wantsFresher(d) {
+			// No replica's view holds what the read needs: ask for
+			// fresher views (off the path of a read a replica serves).
+			r.want(nodes, readNeed(st, polp, gl.pos, gl.known))
+		}
 		node := ""
 		if d.Replica >= 0 && d.Replica < len(nodes) && d.Action != router.ActPrimary && d.Action != router.ActFail {
 			node = nodes[d.Replica].Name
@@ -362,6 +367,35 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		}
 		return &Read[P]{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == router.OutStale, Reason: d.Reason,
 			HashReason: d.HashReason, Waited: waited, Watermark: wm, Trace: trace}, nil
+	}
+}
+
+// wantsFresher reports whether decision d was made because no replica's
+// view held what the read needs: a wait for a replica (not for a pending
+// seen's bound, which WaitBound asks for itself), a freshness fallback,
+// a stale read or a deferral. A fresher view may let the next such read
+// (or this one, after its wait) be served by a replica.
+func wantsFresher(d router.Decision) bool {
+	switch d.Action {
+	case router.ActWait:
+		return d.Reason != router.ReasonSeenPending
+	case router.ActStale, router.ActDefer:
+		return true
+	}
+	return d.Fallback
+}
+
+// want tells the position source, when it is a Demander, that clients
+// need views of the replicas (reps: the router's replica list) that
+// contain need: after a write the router learns (RecordAck, ExecWrite),
+// and when a read finds no replica's view holding what it needs
+// (wantsFresher). Empty: nothing.
+func (r *Router[P]) want(reps []Node, need P) {
+	if r.demander == nil || isEmpty(need) {
+		return
+	}
+	for _, n := range reps {
+		r.demander.Want(n.Name, need)
 	}
 }
 

@@ -283,6 +283,9 @@ type Router[P gtid.Position[P]] struct {
 	killWG sync.WaitGroup
 	// bounder is Positions as a SeenBounder (WatermarkLazy; nil otherwise).
 	bounder SeenBounder[P]
+	// demander is Positions as a Demander (nil when it is not one): told
+	// what clients need to find in the replicas' views (Router.want).
+	demander Demander[P]
 }
 
 // New validates cfg and builds a Router. It dials the primary once to prove
@@ -327,6 +330,7 @@ func build[P gtid.Position[P]](cfg Config[P]) (*Router[P], error) {
 	if cfg.Watermark == WatermarkLazy {
 		r.bounder = cfg.Positions.(SeenBounder[P]) // validated
 	}
+	r.demander, _ = cfg.Positions.(Demander[P])
 	if len(cfg.Replicas) > 0 {
 		if r.st.Table, err = hashroute.NewTable(hashServers(cfg.Replicas)); err != nil {
 			return nil, err

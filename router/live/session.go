@@ -207,12 +207,13 @@ func (s *LiveSession[P]) RecordAck(set P) {
 	}
 	r := s.r
 	r.mu.Lock()
-	epoch := r.st.Epoch
+	epoch, reps := r.st.Epoch, r.st.Replicas
 	if !r.st.PrimaryPos.Contains(set) {
 		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
 		r.st.Commits.Record(time.Now(), r.st.PrimaryPos)
 	}
 	r.mu.Unlock()
+	r.want(reps, set)
 	r.recordWrite(&s.st, set, epoch, r.now())
 	r.m.writes.Inc()
 }
@@ -391,7 +392,9 @@ func (s *LiveSession[P]) ExecWrite(ctx context.Context, query string, args ...an
 		r.st.PrimaryPos = r.st.PrimaryPos.Union(pos)
 		r.st.Commits.Record(time.Now(), r.st.PrimaryPos)
 	}
+	reps := r.st.Replicas
 	r.mu.Unlock()
+	r.want(reps, pos)
 	r.m.writes.Inc()
 	w.Pos, w.OK = pos, true
 	return res, w, nil
