@@ -254,6 +254,9 @@ type Poller[P gtid.Position[P]] struct {
 	// the loop's mode: idle when an IdleInterval tick started it, fast
 	// otherwise (a tick of Interval, a kick, a node's first poll).
 	fastPolls, idlePolls atomic.Uint64
+	// testHookIdle, when set (tests only), runs on a poll loop about to
+	// publish its idle mode (nextFast).
+	testHookIdle func()
 	// overran counts polls cut by PollTimeout (also counted in errs).
 	overran atomic.Uint64
 	// primary is the node polled as the primary (PollerConfig.Primary,
@@ -509,6 +512,9 @@ func (p *Poller[P]) nextFast(ns *nodeState[P]) bool {
 	if p.demanded(ns) {
 		ns.fast.Store(true)
 		return true
+	}
+	if p.testHookIdle != nil {
+		p.testHookIdle() // a demand arriving here, before the store
 	}
 	ns.fast.Store(false)
 	if p.demanded(ns) {

@@ -451,3 +451,38 @@ func TestPollerIdleWaitBound(t *testing.T) {
 		}
 	})
 }
+
+// TestPollerWantNoLostWakeup: a Want that arrives while the poll loop
+// decides to go idle (after it found no demand, before it publishes
+// idle: testHookIdle runs the Want there) finds the loop still fast, so
+// it does not kick; the loop must see it (nextFast looks for demand
+// again after publishing idle) and poll fast, not wait for the idle
+// tick.
+func TestPollerWantNoLostWakeup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := PollerConfig[gtid.Set]{Nodes: []Node{{Name: "r1", Addr: "r1:3306"}}, Interval: 10 * time.Millisecond,
+			IdleInterval: 30 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if err := cfg.validate(); err != nil {
+			t.Fatal(err)
+		}
+		node := &demandNode{set: uA + ":1-5"}
+		p := newPoller(cfg, func(context.Context, string) (valueConn, error) { return demandConn{node}, nil })
+		var once sync.Once
+		p.testHookIdle = func() {
+			once.Do(func() {
+				if !p.states["r1"].fast.Load() {
+					t.Error("the loop published idle before the hook")
+				}
+				p.Want("r1", set(t, uA+":9"))
+			})
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = p.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		time.Sleep(95 * time.Millisecond)
+		if f, i := p.Modes(); f != 10 || i != 0 {
+			t.Errorf("a Want during the idle decision: fast %d, idle %d in 95ms; want 10 fast (every 10ms), 0 idle", f, i)
+		}
+	})
+}
