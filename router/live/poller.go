@@ -661,6 +661,7 @@ func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 			same = string(np.last) == text
 		}
 	}
+	var woken chan struct{} // closed once the poll's times are stored
 	if !same {
 		if isBytes {
 			text = string(raw)
@@ -682,12 +683,18 @@ func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 		}
 		ns.cur.Store(st)
 		if moved {
-			close(old.changed)
+			woken = old.changed
 		}
 	}
 	p.polls.Add(1)
 	ns.lastOK.Store(max(p.rel(time.Now()), 1))
 	ns.start.Store(max(p.rel(start), 1))
+	if woken != nil {
+		// After the times: a WaitFor woken by this poll finds the node
+		// healthy (Position) and the poll's start (SeenBound), also at
+		// its first poll, when lastOK was still 0 as cur was stored.
+		close(woken)
+	}
 	if c := ns.polled.Swap(nil); c != nil {
 		close(*c)
 	}
