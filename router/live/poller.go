@@ -254,6 +254,9 @@ type Poller[P gtid.Position[P]] struct {
 	// the loop's mode: idle when an IdleInterval tick started it, fast
 	// otherwise (a tick of Interval, a kick, a node's first poll).
 	fastPolls, idlePolls atomic.Uint64
+	// testHookIdle, when set (tests only), runs on a poll loop about to
+	// publish its idle mode (nextFast).
+	testHookIdle func()
 	// overran counts polls cut by PollTimeout (also counted in errs).
 	overran atomic.Uint64
 	// primary is the node polled as the primary (PollerConfig.Primary,
@@ -510,6 +513,9 @@ func (p *Poller[P]) nextFast(ns *nodeState[P]) bool {
 		ns.fast.Store(true)
 		return true
 	}
+	if p.testHookIdle != nil {
+		p.testHookIdle() // a demand arriving here, before the store
+	}
 	ns.fast.Store(false)
 	if p.demanded(ns) {
 		ns.fast.Store(true)
@@ -655,6 +661,7 @@ func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 			same = string(np.last) == text
 		}
 	}
+	var woken chan struct{} // closed once the poll's times are stored
 	if !same {
 		if isBytes {
 			text = string(raw)
@@ -676,12 +683,18 @@ func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 		}
 		ns.cur.Store(st)
 		if moved {
-			close(old.changed)
+			woken = old.changed
 		}
 	}
 	p.polls.Add(1)
 	ns.lastOK.Store(max(p.rel(time.Now()), 1))
 	ns.start.Store(max(p.rel(start), 1))
+	if woken != nil {
+		// After the times: a WaitFor woken by this poll finds the node
+		// healthy (Position) and the poll's start (SeenBound), also at
+		// its first poll, when lastOK was still 0 as cur was stored.
+		close(woken)
+	}
 	if c := ns.polled.Swap(nil); c != nil {
 		close(*c)
 	}

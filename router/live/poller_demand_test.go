@@ -406,3 +406,83 @@ func TestRouterWants(t *testing.T) {
 		t.Errorf("a read a replica served asked for %v", w)
 	}
 }
+
+// TestPollerIdleWaitBound: under the lazy watermark a node polled idly
+// still bounds a read at once: WaitBound kicks a poll, which starts
+// after the read ended (so SeenBound answers from it), and the node
+// stays idle after (a bound is one poll, not a demand).
+func TestPollerIdleWaitBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+		cfg := PollerConfig[gtid.Set]{Nodes: []Node{{Name: "r1", Addr: "r1:3306"}}, Interval: 10 * time.Millisecond,
+			IdleInterval: 30 * time.Second, Bounds: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if err := cfg.validate(); err != nil {
+			t.Fatal(err)
+		}
+		node := &boundsNode{exec: u + ":1-5", received: u + ":1-9", noLogStatus: true}
+		p := newPoller(cfg, func(context.Context, string) (valueConn, error) { return &boundsConn{node: node}, nil })
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = p.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		time.Sleep(time.Second)
+		gen := p.Generation("r1")
+		readEnd := time.Now()
+		if _, ok, wait := p.SeenBound("r1", readEnd, gen); ok || wait <= 0 {
+			t.Fatalf("bounded before a poll after the read (ok %v, wait %v)", ok, wait)
+		}
+		time.Sleep(time.Millisecond) // the fake clock moves only when asked: the poll must start after readEnd
+		t0 := time.Now()
+		if err := p.WaitBound(t.Context(), "r1", readEnd); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); d != 0 {
+			t.Errorf("WaitBound of an idle node took %v, want a poll at once", d)
+		}
+		if b, ok, _ := p.SeenBound("r1", readEnd, gen); !ok || !b.Contains(mustSet(t, u+":1-9")) {
+			t.Fatalf("after WaitBound: bound %v ok %v", b, ok)
+		}
+		synctest.Wait()
+		f0, _ := p.Modes()
+		time.Sleep(45 * time.Second)
+		synctest.Wait()
+		if f, i := p.Modes(); f != f0 || i != 1 {
+			t.Errorf("after the bound: fast %d (was %d), idle %d in 45s; want idle", f, f0, i)
+		}
+	})
+}
+
+// TestPollerWantNoLostWakeup: a Want that arrives while the poll loop
+// decides to go idle (after it found no demand, before it publishes
+// idle: testHookIdle runs the Want there) finds the loop still fast, so
+// it does not kick; the loop must see it (nextFast looks for demand
+// again after publishing idle) and poll fast, not wait for the idle
+// tick.
+func TestPollerWantNoLostWakeup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := PollerConfig[gtid.Set]{Nodes: []Node{{Name: "r1", Addr: "r1:3306"}}, Interval: 10 * time.Millisecond,
+			IdleInterval: 30 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if err := cfg.validate(); err != nil {
+			t.Fatal(err)
+		}
+		node := &demandNode{set: uA + ":1-5"}
+		p := newPoller(cfg, func(context.Context, string) (valueConn, error) { return demandConn{node}, nil })
+		var once sync.Once
+		p.testHookIdle = func() {
+			once.Do(func() {
+				if !p.states["r1"].fast.Load() {
+					t.Error("the loop published idle before the hook")
+				}
+				p.Want("r1", set(t, uA+":9"))
+			})
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = p.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		time.Sleep(95 * time.Millisecond)
+		if f, i := p.Modes(); f != 10 || i != 0 {
+			t.Errorf("a Want during the idle decision: fast %d, idle %d in 95ms; want 10 fast (every 10ms), 0 idle", f, i)
+		}
+	})
+}
