@@ -266,7 +266,7 @@ type RouterResult struct {
 	DeclaredLosses int64 `json:"declared_losses"`
 	// Reconnects counts served reads on another connection than their
 	// session's previous served read: under --via proxy, after the lab's
-	// connection to the proxy broke (a statement past --read-timeout).
+	// connection to the proxy broke (a statement past Config.ReadTimeout).
 	// The proxy keeps monotonic reads per connection, so each starts the
 	// session's guarantee afresh; MRAcrossReconnect counts those that
 	// showed a hot row older than the session's earlier connection had
