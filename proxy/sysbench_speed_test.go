@@ -45,7 +45,9 @@ import (
 // started as each run starts and waited for after it, with BENCH_TARGET,
 // BENCH_PID, BENCH_THREADS and BENCH_ROUND set: e.g. a `perf sched record`
 // of a few seconds of one target's run), CAUSALLAB_PROXY_PROFILE (write a CPU profile of the proxy's
-// first run to this file).
+// first run to this file), CAUSALLAB_PROXY_BENCH_ROTATE=0 (run the targets in
+// the listed order every round; by default round r starts at target r mod n,
+// benchOrder).
 func TestSysbenchSpeed(t *testing.T) {
 	if os.Getenv("CAUSALLAB_PROXY_BENCH") != "1" {
 		t.Skip("speed run: set CAUSALLAB_PROXY_BENCH=1")
@@ -234,9 +236,17 @@ func TestSysbenchSpeed(t *testing.T) {
 			}
 		}
 	})
+	rotate := os.Getenv("CAUSALLAB_PROXY_BENCH_ROTATE") != "0"
 	for round := 0; round < rounds; round++ {
 		for _, th := range threads {
-			for _, tg := range targets {
+			order := benchOrder(len(targets), round, rotate)
+			var names []string
+			for _, i := range order {
+				names = append(names, targets[i].name)
+			}
+			t.Logf("round %d threads %d order: %s", round+1, th, strings.Join(names, ", "))
+			for _, i := range order {
+				tg := targets[i]
 				if prof != nil && strings.HasPrefix(tg.name, profTarget) && !profiling {
 					if err := pprof.StartCPUProfile(prof); err != nil {
 						t.Fatal(err)
@@ -637,6 +647,21 @@ func startBenchHook(t *testing.T, target string, pid, threads, round int) func()
 	}
 }
 
+// benchOrder is the order of n targets in a round (0-based): with rotate,
+// round r starts at target r mod n and wraps, so that no target always runs
+// first after the machine changed load, or always right after the same
+// neighbour; without it, the listed order.
+func benchOrder(n, round int, rotate bool) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+		if rotate {
+			order[i] = (i + round) % n
+		}
+	}
+	return order
+}
+
 // TestMedians checks the bench's summary: an odd count takes the middle
 // run, an even count the mean of the middle two.
 func TestMedians(t *testing.T) {
@@ -647,5 +672,25 @@ func TestMedians(t *testing.T) {
 	rs = append(rs, sysbenchResult{qps: 100})
 	if got := medians(rs).qps; got != 4977 {
 		t.Fatalf("three rounds: median qps %v, want 4977", got)
+	}
+}
+
+// TestBenchOrder checks the rotation: every target runs once per round,
+// and over n rounds each one is first once.
+func TestBenchOrder(t *testing.T) {
+	if got := benchOrder(3, 1, false); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Fatalf("no rotation: %v", got)
+	}
+	first := map[int]int{}
+	for r := 0; r < 4; r++ {
+		got := benchOrder(4, r, true)
+		s := slices.Sorted(slices.Values(got))
+		if !slices.Equal(s, []int{0, 1, 2, 3}) {
+			t.Fatalf("round %d: %v is not each target once", r, got)
+		}
+		first[got[0]]++
+	}
+	if len(first) != 4 {
+		t.Fatalf("first targets over 4 rounds: %v, want each once", first)
 	}
 }
