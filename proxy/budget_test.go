@@ -236,11 +236,15 @@ func testReadOnPausedReplicas(t *testing.T, prepared bool) {
 	db.SetMaxOpenConns(1)
 	emptyTable(t, db, "paused", "t", "id INT PRIMARY KEY")
 	var one int
-	// Open the session's connections to both replicas (reads spread over
-	// them). The session's token names its DDL above: a replica that has
-	// not applied it yet does not qualify, so wait for both first (under
-	// load replica2 once stayed behind for all of 500 back-to-back reads).
+	// Open the session's connections to both replicas: under policy any
+	// its reads spread over them (a token policy keeps a session on its
+	// last replica, router.Session.LastReplica). Wait for both replicas
+	// to hold the DDL above first (under load replica2 once stayed behind
+	// for all of 500 back-to-back reads).
 	if err := topo.WaitReplicated(context.Background(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("SET @causal_policy = 'any'"); err != nil {
 		t.Fatal(err)
 	}
 	for start := time.Now(); ; {
@@ -258,6 +262,9 @@ func testReadOnPausedReplicas(t *testing.T, prepared bool) {
 				grepLines(metricText(t, s), "causallab_router_reads_total", "causallab_router_node_errors", "causallab_proxy_backend_errors", "causallab_proxy_pool_acquire_failures"))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := db.Exec("SET @causal_policy = ''"); err != nil {
+		t.Fatal(err)
 	}
 	ctx := context.Background()
 	for _, r := range topo.Replicas() {

@@ -288,6 +288,17 @@ type Session[P gtid.Position[P]] struct {
 	PendingReplica int
 	// PendingEpoch is the topology epoch of the pending reads.
 	PendingEpoch uint64
+	// HasLast (set by a caller that keeps a connection per replica, as
+	// router/live does; the simulator leaves it false): LastReplica
+	// indexes View.Replicas for the replica that served the session's
+	// last replica read. Where a token policy would pick a random
+	// qualifying (or, with nothing to honour, up) replica, it picks that
+	// one while it qualifies and no other candidate has fewer reads in
+	// flight (Replica.InFlight): the session's connection there is open and
+	// that server's threads are warm, as with MySQL Router, which routes
+	// a connection, not a read. It never makes a replica qualify.
+	HasLast     bool
+	LastReplica int
 	// LastWriteAt is the clock time of the last acknowledged write
 	// (PolicyWindow); meaningful when HasToken.
 	LastWriteAt time.Duration

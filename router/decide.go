@@ -83,7 +83,10 @@ import (
 //     Token policies: with nothing to honour (no token, and no watermark for
 //     the MR policies; PolicyGlobal always has Input.Global to honour), as
 //     PolicyAny with ReasonNoToken. Otherwise a uniformly random qualifying
-//     replica. PolicyGlobal without Input.GlobalKnown: no replica can be
+//     replica. Either way, Session.LastReplica (HasLast) when it is up
+//     (nothing to honour) or qualifies and no other such replica has fewer
+//     reads in flight (InFlight): the session stays where its last replica
+//     read ran unless that server is the busier one. PolicyGlobal without Input.GlobalKnown: no replica can be
 //     shown to qualify; it goes straight to rule 5 with
 //     ReasonPrimaryUnknown (no wait: there is nothing to wait for).
 //     The lazy watermark (MR policies, Session.HasPending): the pending
@@ -201,6 +204,9 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 	}
 
 	if !s.HasToken && !needSeen && !pending && !global {
+		if i, ok := s.last(v); ok && v.Replicas[i].Up && !busier(v, i, func(j int) bool { return v.Replicas[j].Up }) {
+			return Decision{Action: ActReplica, Reason: ReasonNoToken, Replica: i, Reanchor: reanchor}
+		}
 		d := pickAny(v, in.Rand, ReasonNoToken)
 		d.Reanchor = reanchor
 		return d
@@ -250,6 +256,10 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 		if pending {
 			// Only the pending reads' replica can qualify: it serves.
 			return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: sticky, Reanchor: reanchor}
+		}
+		if i, ok := s.last(v); ok && i < 64 && mask&(1<<uint(i)) != 0 &&
+			!busier(v, i, func(j int) bool { return j < 64 && mask&(1<<uint(j)) != 0 }) {
+			return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: i, Reanchor: reanchor}
 		}
 		k := int(in.Rand % uint64(nq))
 		idx := nthQualifying(in, mask, k, nd)
@@ -377,6 +387,25 @@ func nthQualifying[P gtid.Position[P]](in *Input[P], mask uint64, k int, nd need
 		}
 	}
 	return -1 // unreachable when k < number qualifying
+}
+
+// last returns Session.LastReplica when it is set and indexes v.Replicas.
+func (s *Session[P]) last(v *View[P]) (int, bool) {
+	if !s.HasLast || s.LastReplica < 0 || s.LastReplica >= len(v.Replicas) {
+		return -1, false
+	}
+	return s.LastReplica, true
+}
+
+// busier reports whether replica i has more reads in flight than some
+// other replica j for which ok(j) holds (a candidate of the same pick).
+func busier[P gtid.Position[P]](v *View[P], i int, ok func(j int) bool) bool {
+	for j := range v.Replicas {
+		if j != i && ok(j) && v.Replicas[j].InFlight < v.Replicas[i].InFlight {
+			return true
+		}
+	}
+	return false
 }
 
 // pickAny returns a uniformly random up replica, or the primary

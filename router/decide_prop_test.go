@@ -83,6 +83,10 @@ func TestDecideProperties(t *testing.T) {
 			sess.PendingReplica = rapid.IntRange(-1, n).Draw(t, "pendingReplica")
 			sess.PendingEpoch = rapid.Uint64Range(0, 2).Draw(t, "pendingEpoch")
 		}
+		if rapid.Bool().Draw(t, "hasLast") {
+			sess.HasLast = true
+			sess.LastReplica = rapid.IntRange(-1, n).Draw(t, "lastReplica")
+		}
 		view := View[bset]{Replicas: reps, Primary: genBset(t, "primary"),
 			PrimaryKnown: rapid.Bool().Draw(t, "primaryKnown"), Epoch: rapid.Uint64Range(0, 2).Draw(t, "viewEpoch")}
 		in := Input[bset]{Policy: &pol, Cap: cp, Session: &sess, View: &view,
@@ -104,6 +108,20 @@ func TestDecideProperties(t *testing.T) {
 		b1 := b0
 		if d2 := Decide(&in, &b1); d2 != d || b1 != b {
 			t.Fatalf("not deterministic: %+v vs %+v", d, d2)
+		}
+		if sess.HasLast {
+			// The last replica only chooses among replicas the decision
+			// would take anyway: same action and reason, and either the
+			// same replica or the last one.
+			noLast := sess
+			noLast.HasLast = false
+			in0 := in
+			in0.Session = &noLast
+			b2 := b0
+			d0 := Decide(&in0, &b2)
+			if d.Action != d0.Action || d.Reason != d0.Reason || (d.Replica != d0.Replica && d.Replica != sess.LastReplica) {
+				t.Fatalf("LastReplica %d changed the decision: %+v, without it %+v", sess.LastReplica, d, d0)
+			}
 		}
 		if sess != sess0 {
 			t.Fatal("session modified")

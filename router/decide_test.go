@@ -670,3 +670,64 @@ func TestManyReplicas(t *testing.T) {
 		t.Fatalf("picks %v, want exactly {10, 70, 99}", got)
 	}
 }
+
+// TestDecideLastReplica: a token policy stays on the session's last
+// replica while it qualifies (or, with nothing to honour, is up) and no
+// other candidate has fewer reads in flight, whatever Rand; elsewhere the
+// pick is random as before, and a pending seen's replica still decides
+// for the lazy watermark.
+func TestDecideLastReplica(t *testing.T) {
+	ryw := Policy{Kind: PolicyTokenRYW}
+	mr := Policy{Kind: PolicyTokenRYWMR}
+	decide := func(pol Policy, s Session[lsn], reps []Replica[lsn], rnd uint64) Decision {
+		v := View[lsn]{Replicas: reps, Primary: 10, PrimaryKnown: true}
+		in := Input[lsn]{Policy: &pol, Session: &s, View: &v, Rand: rnd, PendingWait: time.Millisecond}
+		var b Bucket
+		return Decide(&in, &b)
+	}
+	three := []Replica[lsn]{up(10), up(10), up(10)}
+	cases := []struct {
+		name string
+		pol  Policy
+		sess Session[lsn]
+		reps []Replica[lsn]
+		want map[int]bool // replicas some Rand picks
+		why  Reason
+	}{
+		{"no token: the last replica", ryw, Session[lsn]{HasLast: true, LastReplica: 2}, three, map[int]bool{2: true}, ReasonNoToken},
+		{"no token, last down: random among the rest", ryw, Session[lsn]{HasLast: true, LastReplica: 2},
+			[]Replica[lsn]{up(10), up(10), down(10)}, map[int]bool{0: true, 1: true}, ReasonNoToken},
+		{"token held by the last: it serves", ryw, Session[lsn]{Token: 5, HasToken: true, HasLast: true, LastReplica: 1}, three, map[int]bool{1: true}, ReasonRouted},
+		{"token not held by the last: random qualifying", ryw, Session[lsn]{Token: 5, HasToken: true, HasLast: true, LastReplica: 1},
+			[]Replica[lsn]{up(10), up(4), up(10)}, map[int]bool{0: true, 2: true}, ReasonRouted},
+		{"no last: random", ryw, Session[lsn]{Token: 5, HasToken: true}, three, map[int]bool{0: true, 1: true, 2: true}, ReasonRouted},
+		{"last out of range: random", ryw, Session[lsn]{HasLast: true, LastReplica: 3}, three, map[int]bool{0: true, 1: true, 2: true}, ReasonNoToken},
+		{"pending seen decides, not the last", mr, Session[lsn]{HasPending: true, PendingReplica: 0, HasLast: true, LastReplica: 2}, three, map[int]bool{0: true}, ReasonRouted},
+		{"mr watermark held by the last", mr, Session[lsn]{Seen: 8, HasSeen: true, HasLast: true, LastReplica: 0},
+			[]Replica[lsn]{up(10), up(10), up(7)}, map[int]bool{0: true}, ReasonRouted},
+		{"last busier than another qualifying: random", ryw, Session[lsn]{Token: 5, HasToken: true, HasLast: true, LastReplica: 1},
+			[]Replica[lsn]{up(10), {Applied: 10, Up: true, InFlight: 2}, {Applied: 10, Up: true, InFlight: 1}}, map[int]bool{0: true, 1: true, 2: true}, ReasonRouted},
+		{"last busy, the less busy one lacks the token: the last", ryw, Session[lsn]{Token: 5, HasToken: true, HasLast: true, LastReplica: 1},
+			[]Replica[lsn]{up(4), {Applied: 10, Up: true, InFlight: 2}, {Applied: 10, Up: true, InFlight: 2}}, map[int]bool{1: true}, ReasonRouted},
+		{"no token, last busier: random", ryw, Session[lsn]{HasLast: true, LastReplica: 0},
+			[]Replica[lsn]{{Applied: 10, Up: true, InFlight: 1}, up(10), down(10)}, map[int]bool{0: true, 1: true}, ReasonNoToken},
+	}
+	for _, c := range cases {
+		got := map[int]bool{}
+		for rnd := uint64(0); rnd < 12; rnd++ {
+			d := decide(c.pol, c.sess, c.reps, rnd)
+			if d.Action != ActReplica || d.Reason != c.why {
+				t.Fatalf("%s: rand %d: %+v, want a replica (%v)", c.name, rnd, d, c.why)
+			}
+			got[d.Replica] = true
+		}
+		if len(got) != len(c.want) {
+			t.Fatalf("%s: picked %v, want %v", c.name, got, c.want)
+		}
+		for i := range got {
+			if !c.want[i] {
+				t.Fatalf("%s: picked %v, want %v", c.name, got, c.want)
+			}
+		}
+	}
+}

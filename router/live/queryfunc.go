@@ -146,7 +146,7 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		if lazy && s.st.HasPending {
 			pendWait = s.resolvePending(st)
 		}
-		d, v, nodes, primary, epoch := r.decide(st, polp, waited, known, gl, s.pendNode, pendWait, &s.qview)
+		d, v, nodes, primary, epoch := r.decide(st, polp, waited, known, gl, s.pendNode, s.lastNode, pendWait, &s.qview)
 		r.m.decision(d.Action, d.Reason).Inc()
 		if r.demander != nil && wantsFresher(d) {
 			// No replica's view holds what the read needs: ask for
@@ -343,6 +343,9 @@ func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o Rea
 		if r.cfg.Trace {
 			trace = append(trace, step)
 		}
+		if t.Replica >= 0 {
+			s.lastNode = t.Node.Name
+		}
 		switch {
 		case lazy && t.Replica >= 0:
 			s.notePending(t, gen, time.Now(), epoch)
@@ -507,12 +510,22 @@ func (s *LiveSession[P]) notePending(t Target, gen uint64, at time.Time, epoch u
 // and stores the primary position it raised. A pending seen's node
 // (pendNode) is named by its index in the replica list now (-1: the
 // primary; past the list: neither, so not sticky), and pendWait is
-// router.Input.PendingWait. The view is built in view (the session's,
+// router.Input.PendingWait. The session's last replica (lastNode, "":
+// none yet) becomes Session.LastReplica when it is still a replica. The view is built in view (the session's,
 // reused read after read: decideLiveIn).
-func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P, gl glob[P], pendNode string, pendWait time.Duration, view *router.View[P]) (router.Decision, *router.View[P], []Node, Node, uint64) {
+func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P, gl glob[P], pendNode, lastNode string, pendWait time.Duration, view *router.View[P]) (router.Decision, *router.View[P], []Node, Node, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wall := time.Now()
+	st.HasLast = false
+	if lastNode != "" {
+		for i, n := range r.st.Replicas {
+			if n.Name == lastNode {
+				st.HasLast, st.LastReplica = true, i
+				break
+			}
+		}
+	}
 	if st.HasPending {
 		st.PendingReplica = len(r.st.Replicas)
 		if pendNode == r.st.Primary.Name {

@@ -482,6 +482,10 @@ type LiveSession[P gtid.Position[P]] struct {
 	pendNode string
 	pendAt   time.Time
 	pendGen  uint64
+	// lastNode names the replica that served the session's last replica
+	// read (router.Session.LastReplica: the token policies stay there
+	// while it qualifies).
+	lastNode string
 	// qst and qpol are QueryFunc's working copies of the read's state and
 	// policy, qview the view its decisions are made on (QueryFunc is not
 	// re-entered from its run).
