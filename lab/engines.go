@@ -272,8 +272,12 @@ type efRouter interface {
 	// readRow reads row's v through session sess: v (-1 when no row) and
 	// the router's outcome; a *live.ReadError when refused.
 	readRow(ctx context.Context, sess, row int) (v int64, out router.Outcome, err error)
-	// failover tells the router about the new primary (fr: what compose
-	// did, its epoch and, on PostgreSQL, the new timeline's switch point).
+	// prepare reads what the router's failover needs from the new primary
+	// before any router is told (its epoch base: once one router is told,
+	// its sessions write there); failover then tells the router about the
+	// new primary (fr: what compose did, its epoch and, on PostgreSQL, the
+	// new timeline's switch point).
+	prepare(ctx context.Context, primary compose.Node) error
 	failover(ctx context.Context, primary compose.Node, replicas []compose.Node, fr compose.FailoverResult) error
 	flavor() string
 	close()
@@ -361,6 +365,9 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 				}
 			}
 			var errs []error
+			for _, r := range routers {
+				errs = append(errs, r.prepare(rctx, topo.Primary()))
+			}
 			for i, r := range routers {
 				errs = append(errs, r.failover(rctx, topo.Primary(), topo.Replicas(), fr))
 				lostS, lostW, err := efLost(rctx, topo, efTable(e, i), snap[i])
@@ -628,6 +635,10 @@ type efMySQL[P gtid.Position[P]] struct {
 	fname string
 	table string
 	sess  []*live.LiveSession[P]
+	// base is the new primary's position read by prepare, before any
+	// router was told of the failover (the epoch's base).
+	base    P
+	hasBase bool
 }
 
 func newEFMySQL[P gtid.Position[P]](ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology, f live.Flavor[P], pol router.Policy, table string, bg *sync.WaitGroup) (*efMySQL[P], error) {
@@ -669,12 +680,24 @@ func (m *efMySQL[P]) readRow(ctx context.Context, sess, row int) (int64, router.
 	return v, rd.Outcome, err
 }
 
+func (m *efMySQL[P]) prepare(ctx context.Context, primary compose.Node) error {
+	base, err := m.rt.ReadPosition(ctx, routerNode(primary))
+	if err != nil {
+		return fmt.Errorf("lab: the new primary's position: %w", err)
+	}
+	m.base, m.hasBase = base, true
+	return nil
+}
+
 func (m *efMySQL[P]) failover(ctx context.Context, primary compose.Node, replicas []compose.Node, fr compose.FailoverResult) error {
 	var reps []live.Node
 	for _, r := range replicas {
 		reps = append(reps, routerNode(r))
 	}
-	return m.rt.Failover(ctx, routerNode(primary), reps, fr.Epoch)
+	if !m.hasBase {
+		return errors.New("lab: failover before prepare")
+	}
+	return m.rt.FailoverAt(routerNode(primary), reps, fr.Epoch, m.base)
 }
 
 func (m *efMySQL[P]) flavor() string { return m.fname }
@@ -735,6 +758,10 @@ func (g *efPG) readRow(ctx context.Context, sess, row int) (int64, router.Outcom
 	}
 	return v, rd.Outcome, nil
 }
+
+// prepare: the PostgreSQL routers' base is the switch point compose
+// reports (or, without one, the position Failover reads).
+func (g *efPG) prepare(context.Context, compose.Node) error { return nil }
 
 func (g *efPG) failover(ctx context.Context, primary compose.Node, replicas []compose.Node, fr compose.FailoverResult) error {
 	var reps []live.Node

@@ -360,16 +360,35 @@ func (r *Router[P]) Epoch() uint64 {
 // from older epochs are then checked against it (Policy.CheckEpoch) on
 // their next read.
 func (r *Router[P]) Failover(ctx context.Context, primary Node, replicas []Node, epoch uint64) error {
-	c, err := r.dial.Dial(ctx, primary.Addr, false)
-	if err != nil {
-		return fmt.Errorf("router: failover: %w", err)
-	}
-	pos, err := r.readPosition(ctx, c)
-	c.Close()
+	pos, err := r.ReadPosition(ctx, primary)
 	if err != nil {
 		return fmt.Errorf("router: failover: read the new primary's position: %w", err)
 	}
 	return r.failoverTo(primary, replicas, epoch, pos)
+}
+
+// ReadPosition reads node's executed position on a connection of its own
+// (the router's account and flavor).
+func (r *Router[P]) ReadPosition(ctx context.Context, node Node) (P, error) {
+	var zero P
+	c, err := r.dial.Dial(ctx, node.Addr, false)
+	if err != nil {
+		return zero, err
+	}
+	defer c.Close()
+	return r.readPosition(ctx, c)
+}
+
+// FailoverAt is Failover with the epoch's base given: base is the new
+// primary's position read by the caller right after the promotion
+// (ReadPosition), before any client wrote there. Several routers over one
+// topology need it: told in turn, the first one's clients write to the new
+// primary before the next one reads its position, and with a scalar
+// position (or MariaDB's, compared by sequence number) those new writes
+// can lift a base past a lost write's position, which rule 1 would then
+// let through.
+func (r *Router[P]) FailoverAt(primary Node, replicas []Node, epoch uint64, base P) error {
+	return r.failoverTo(primary, replicas, epoch, base)
 }
 
 // failoverTo is Failover's state change (Router's and PGRouter's), once
