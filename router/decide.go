@@ -86,8 +86,8 @@ import (
 //     replica. Either way, Session.LastReplica (HasLast) when it is up
 //     (nothing to honour) or qualifies and no other such replica has fewer
 //     reads in flight (InFlight): the session stays where its last replica
-//     read ran unless that server is the busier one. PolicyGlobal without Input.GlobalKnown: no replica can be
-//     shown to qualify; it goes straight to rule 5 with
+//     read ran unless that server is the busier one. PolicyGlobal without
+//     Input.GlobalKnown: no replica can be shown to qualify; it goes straight to rule 5 with
 //     ReasonPrimaryUnknown (no wait: there is nothing to wait for).
 //     The lazy watermark (MR policies, Session.HasPending): the pending
 //     reads' replica, View.Replicas[PendingReplica], qualifies on the

@@ -511,8 +511,9 @@ func (s *LiveSession[P]) notePending(t Target, gen uint64, at time.Time, epoch u
 // (pendNode) is named by its index in the replica list now (-1: the
 // primary; past the list: neither, so not sticky), and pendWait is
 // router.Input.PendingWait. The session's last replica (lastNode, "":
-// none yet) becomes Session.LastReplica when it is still a replica. The view is built in view (the session's,
-// reused read after read: decideLiveIn).
+// none yet) becomes Session.LastReplica when it is still a replica. The
+// view is built in view (the session's, reused read after read:
+// decideLiveIn).
 func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited time.Duration, known map[string]P, gl glob[P], pendNode, lastNode string, pendWait time.Duration, view *router.View[P]) (router.Decision, *router.View[P], []Node, Node, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
