@@ -225,6 +225,9 @@ func (c *ConditionSpec) straggle(ctx context.Context, f Faults, seed uint64, st 
 		name := rs[0].Name
 		stall := gapDraw(&r, c.StragglerMin, c.StragglerMax)
 		if err := f.StopApplier(ctx, name); err != nil {
+			if ctx.Err() != nil {
+				return // the run ended, not a fault
+			}
 			st.FaultErrors.Add(1)
 			log.Debug("lab: straggler stop", "node", name, "err", err)
 			continue
