@@ -269,9 +269,10 @@ type efRouter interface {
 	// writeRow sets row's v on the primary through session sess
 	// (tokened); the failover's sessions each write their own row.
 	writeRow(ctx context.Context, sess, row int, v int64) error
-	// readRow reads row's v through session sess: v (-1 when no row) and
-	// the router's outcome; a *live.ReadError when refused.
-	readRow(ctx context.Context, sess, row int) (v int64, out router.Outcome, err error)
+	// readRow reads row's v through session sess: v (-1 when no row), the
+	// router's outcome and its decision's reason; a *live.ReadError when
+	// refused.
+	readRow(ctx context.Context, sess, row int) (v int64, out router.Outcome, why router.Reason, err error)
 	// prepare reads what the router's failover needs from the new primary
 	// before any router is told (its epoch base: once one router is told,
 	// its sessions write there); failover then tells the router about the
@@ -440,7 +441,7 @@ func runSession(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess
 // timeline.
 func efRead(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess int, want, seen int64, failedOver *atomic.Bool, c *efCounters) int64 {
 	rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-	got, out, err := r.readRow(rctx, sess, sess)
+	got, out, _, err := r.readRow(rctx, sess, sess)
 	after := failedOver.Load()
 	cancel()
 	if ctx.Err() != nil {
@@ -668,16 +669,16 @@ func (m *efMySQL[P]) writeRow(ctx context.Context, sess, row int, v int64) error
 	return err
 }
 
-func (m *efMySQL[P]) readRow(ctx context.Context, sess, row int) (int64, router.Outcome, error) {
+func (m *efMySQL[P]) readRow(ctx context.Context, sess, row int) (int64, router.Outcome, router.Reason, error) {
 	rd, err := m.sess[sess].Query(ctx, "SELECT v FROM "+m.table+" WHERE id = ?", row)
 	if err != nil {
-		return 0, router.OutError, err
+		return 0, router.OutError, 0, err
 	}
 	if rd.Result == nil || rd.Result.RowNumber() == 0 {
-		return -1, rd.Outcome, nil
+		return -1, rd.Outcome, rd.Reason, nil
 	}
 	v, err := rd.Result.GetInt(0, 0)
-	return v, rd.Outcome, err
+	return v, rd.Outcome, rd.Reason, err
 }
 
 func (m *efMySQL[P]) prepare(ctx context.Context, primary compose.Node) error {
@@ -744,19 +745,19 @@ func (g *efPG) writeRow(ctx context.Context, sess, row int, v int64) error {
 	return err
 }
 
-func (g *efPG) readRow(ctx context.Context, sess, row int) (int64, router.Outcome, error) {
+func (g *efPG) readRow(ctx context.Context, sess, row int) (int64, router.Outcome, router.Reason, error) {
 	rd, err := g.sess[sess].Query(ctx, "SELECT v FROM "+g.table+" WHERE id = $1", row)
 	if err != nil {
-		return 0, router.OutError, err
+		return 0, router.OutError, 0, err
 	}
 	if len(rd.Rows) == 0 {
-		return -1, rd.Outcome, nil
+		return -1, rd.Outcome, rd.Reason, nil
 	}
 	v, ok := rd.Rows[0][0].(int64)
 	if !ok {
-		return 0, rd.Outcome, fmt.Errorf("lab: %s: v is %T", g.table, rd.Rows[0][0])
+		return 0, rd.Outcome, rd.Reason, fmt.Errorf("lab: %s: v is %T", g.table, rd.Rows[0][0])
 	}
-	return v, rd.Outcome, nil
+	return v, rd.Outcome, rd.Reason, nil
 }
 
 // prepare: the PostgreSQL routers' base is the switch point compose

@@ -237,6 +237,11 @@ type GatedRouterRow struct {
 	// OnReplica: served by the replica; OnPrimary: by the primary.
 	OnReplica int64 `json:"on_replica"`
 	OnPrimary int64 `json:"on_primary"`
+	// PrimaryNoReplicaUp: of OnPrimary, the reads the router sent there
+	// because its view had no replica up (router.ReasonNoReplicaUp: the
+	// replica's position was not read within its health bound, as on a
+	// machine too loaded to poll in time, or a failed read held it down).
+	PrimaryNoReplicaUp int64 `json:"primary_no_replica_up"`
 	// Errors: reads refused or failed.
 	Errors int64 `json:"errors"`
 	// ReadOwn and ReadOwnStale: the reads right after the user's own
@@ -480,7 +485,7 @@ func runGatedStream(ctx context.Context, cfg *GatedEngineConfig, r efRouter, ops
 		}
 		rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
 		t := time.Now()
-		got, out, err := r.readRow(rctx, op.user, op.user)
+		got, out, why, err := r.readRow(rctx, op.user, op.user)
 		lat = append(lat, time.Since(t))
 		cancel()
 		if err != nil {
@@ -492,6 +497,9 @@ func runGatedStream(ctx context.Context, cfg *GatedEngineConfig, r efRouter, ops
 			row.OnReplica++
 		} else {
 			row.OnPrimary++
+			if why == router.ReasonNoReplicaUp {
+				row.PrimaryNoReplicaUp++
+			}
 		}
 		if got < truth[op.user] {
 			row.Stale++
@@ -582,7 +590,7 @@ func runGatedSweep(ctx context.Context, cfg *GatedEngineConfig, r efRouter, step
 			defer func() { free <- s }()
 			tr.waited = time.Since(acked)
 			rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-			got, out, err := r.readRow(rctx, s, i)
+			got, out, _, err := r.readRow(rctx, s, i)
 			tr.read = time.Since(acked) - tr.waited
 			cancel()
 			if err != nil {

@@ -148,6 +148,26 @@ func TestGatedEngineTables(t *testing.T) {
 			t.Errorf("line wider than 80 columns: %q", l)
 		}
 	}
+	if strings.Contains(b.String(), "saw no replica up") {
+		t.Errorf("a note on reads with no replica up, and there were none:\n%s", b.String())
+	}
+	// Reads the router sent to the primary for want of a replica up are
+	// said, per router.
+	down := *res
+	down.Rows = slices.Clone(res.Rows)
+	down.Rows[0].OnReplica, down.Rows[0].OnPrimary, down.Rows[0].PrimaryNoReplicaUp = 95, 5, 5
+	var nb strings.Builder
+	if err := GatedEngineTables(&down)[0].Compact().Write(&nb, "md"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "naive: 5 of its 5 reads on the primary went there because the router saw no replica up"; !strings.Contains(strings.Join(strings.Fields(nb.String()), " "), want) {
+		t.Errorf("tables lack %q:\n%s", want, nb.String())
+	}
+	for _, l := range strings.Split(nb.String(), "\n") {
+		if len([]rune(l)) > 80 {
+			t.Errorf("line wider than 80 columns: %q", l)
+		}
+	}
 	dir := t.TempDir()
 	if err := WriteGatedEngineOut(dir, res); err != nil {
 		t.Fatal(err)

@@ -53,6 +53,12 @@ func GatedEngineTables(res *GatedEngineResult) []*sim.Table {
 			"at once, each on its own table, so not at the very same moments); gated kept %.1f %%.",
 			pctOf(nv.Served-nv.Stale, nv.Served), pctOf(g.OnReplica, g.Served)))
 	}
+	for _, r := range res.Rows {
+		if r.PrimaryNoReplicaUp > 0 {
+			rt.Notes = append(rt.Notes, fmt.Sprintf("%s: %d of its %d reads on the primary went there because the router saw no replica up "+
+				"(its position not read within the health bound, or a failed read holding it down).", r.Router, r.PrimaryNoReplicaUp, r.OnPrimary))
+		}
+	}
 	if res.Engine == "postgres" && res.ApplyDelayMs == 250 {
 		rt.Notes = append(rt.Notes, publishedGated)
 	}

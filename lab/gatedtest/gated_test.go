@@ -44,8 +44,15 @@ func TestGatedEngine(t *testing.T) {
 					t.Errorf("%s: reads do not add up: %+v", r.Router, r)
 				}
 			}
-			if naive.OnPrimary != 0 {
-				t.Errorf("naive served %d reads on the primary; its one replica was up", naive.OnPrimary)
+			// The naive router reads the replica whenever its view has it
+			// up; on a loaded machine a position poll can miss the health
+			// bound (a CI run at load 13 sent 6 of 300 reads to the
+			// primary), and those reads, only those, go to the primary.
+			if naive.OnPrimary != naive.PrimaryNoReplicaUp {
+				t.Errorf("naive served %d reads on the primary, %d of them with no replica up; the others had the replica", naive.OnPrimary, naive.PrimaryNoReplicaUp)
+			}
+			if naive.PrimaryNoReplicaUp > 0 {
+				t.Logf("naive: %d reads on the primary with no replica up in the router's view (a position poll missed its health bound)", naive.PrimaryNoReplicaUp)
 			}
 			if naive.ReadOwn == 0 || naive.ReadOwnStale == 0 || naive.Stale < naive.ReadOwnStale {
 				t.Errorf("naive: %d of %d own reads stale (%d stale in all); a read at once after the write meets the apply delay", naive.ReadOwnStale, naive.ReadOwn, naive.Stale)
