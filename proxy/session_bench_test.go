@@ -17,9 +17,9 @@ import (
 // externalProxies starts one `causallab proxy` process per entry of
 // CAUSALLAB_PROXY_BENCH_BINARIES ("name=path,name=path": causallab
 // binaries, e.g. one built at an older commit and one at this one; a path
-// may end in ":policy:watermark_source:workers:poll_interval:poll_idle_interval"
-// to set those; a build older than poll_idle_interval refuses that key,
-// so leave it empty there), each
+// may end in ":policy:watermark_source:workers:poll_interval:poll_idle_interval:socket_io"
+// to set those; a build older than a key refuses it, so leave it empty
+// there), each
 // with the in-process proxy target's settings (mysql_native_password, the
 // run's position source, default policy) against the shared topology,
 // so that two builds are measured in one run beside the other targets.
@@ -42,13 +42,14 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		if !ok || name == "" || bin == "" {
 			t.Fatalf("CAUSALLAB_PROXY_BENCH_BINARIES: %q is not name=path", entry)
 		}
-		// path:policy:watermark_source:workers:poll_interval:poll_idle_interval
+		// path:policy:watermark_source:workers:poll_interval:poll_idle_interval:socket_io
 		// sets those (any may be empty: the default).
 		bin, settings, _ := strings.Cut(bin, ":")
 		policy, wms, _ := strings.Cut(settings, ":")
 		wms, workers, _ := strings.Cut(wms, ":")
 		workers, poll, _ := strings.Cut(workers, ":")
 		poll, idle, _ := strings.Cut(poll, ":")
+		idle, sio, _ := strings.Cut(idle, ":")
 		port := freePort(t)
 		cfg := map[string]any{
 			"listen":      "127.0.0.1:" + strconv.Itoa(port),
@@ -84,6 +85,9 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 				t.Fatalf("CAUSALLAB_PROXY_BENCH_BINARIES: %q: poll_idle_interval %q: %v", entry, idle, err)
 			}
 			cfg["poll_idle_interval"] = idle
+		}
+		if sio != "" {
+			cfg["socket_io"] = sio
 		}
 		var reps []backend
 		for _, r := range topo.Replicas() {
