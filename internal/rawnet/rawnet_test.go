@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // pair returns both ends of a loopback TCP connection, each wrapped.
@@ -339,11 +340,29 @@ func echoServer(addr string) {
 	}
 }
 
+// pingPongMode is how the benchmark's client socket is read and written.
+type pingPongMode int
+
+const (
+	modeGo          pingPongMode = iota // net.Conn's own calls
+	modeRaw                             // Wrap: raw calls, Go's netpoller
+	modeBlocking                        // out of the netpoller: blocking descriptor, ordinary system calls
+	modeRawBlocking                     // out of the netpoller: blocking descriptor, raw system calls
+)
+
 // benchPingPong bounces a 64-byte message off an echo server in another
-// process (this test binary, see TestMain); raw selects a wrapped client
-// connection. Besides ns/op it reports this process's CPU time and context
+// process (this test binary, see TestMain), its client socket read and
+// written as mode says. The blocking modes take the socket out of Go's
+// netpoller (a duplicate descriptor, the connection closed) and wait in
+// read(2) itself: an experiment on what the netpoller's park and wake-up
+// cost (docs/benchmarks-proxy.md, "Measured and not kept"), not a mode
+// the proxy has; with raw calls the thread keeps its processor while it
+// waits. Besides ns/op it reports this process's CPU time and context
 // switches per round trip (getrusage).
-func benchPingPong(b *testing.B, raw bool) {
+func benchPingPong(b *testing.B, mode pingPongMode) {
+	if mode >= modeBlocking && runtime.GOOS != "linux" {
+		b.Skip("blocking modes: Linux only")
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -370,20 +389,36 @@ func benchPingPong(b *testing.B, raw bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if raw {
+	var rw io.ReadWriter = c
+	switch mode {
+	case modeRaw:
 		c = Wrap(c)
+		rw = c
+	case modeBlocking, modeRawBlocking:
+		f, err := c.(*net.TCPConn).File()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		// Closing the connection takes its descriptor out of Go's epoll
+		// (the duplicate was never in it).
+		c.Close()
+		if err := syscall.SetNonblock(int(f.Fd()), false); err != nil {
+			b.Fatal(err)
+		}
+		rw = blockingFD{fd: f.Fd(), raw: mode == modeRawBlocking}
 	}
-	defer c.Close()
+	defer c.Close() // a second Close of a blocking mode's is harmless
 	buf := make([]byte, 64)
 	var before, after syscall.Rusage
 	b.ReportAllocs()
 	b.ResetTimer()
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
 	for b.Loop() {
-		if _, err := c.Write(buf); err != nil {
+		if _, err := rw.Write(buf); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := io.ReadFull(c, buf); err != nil {
+		if _, err := io.ReadFull(rw, buf); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -394,5 +429,38 @@ func benchPingPong(b *testing.B, raw bool) {
 	b.ReportMetric(float64(sw)/float64(b.N), "switches/op")
 }
 
-func BenchmarkPingPongGo(b *testing.B)  { benchPingPong(b, false) }
-func BenchmarkPingPongRaw(b *testing.B) { benchPingPong(b, true) }
+// blockingFD reads and writes a blocking descriptor with ordinary or raw
+// system calls.
+type blockingFD struct {
+	fd  uintptr
+	raw bool
+}
+
+func (f blockingFD) call(trap uintptr, b []byte) (int, error) {
+	for {
+		var n uintptr
+		var e syscall.Errno
+		if f.raw {
+			n, _, e = syscall.RawSyscall(trap, f.fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		} else {
+			n, _, e = syscall.Syscall(trap, f.fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		}
+		switch {
+		case e == syscall.EINTR: // a preemption signal: call again
+		case e != 0:
+			return 0, e
+		case n == 0 && trap == syscall.SYS_READ:
+			return 0, io.EOF
+		default:
+			return int(n), nil
+		}
+	}
+}
+
+func (f blockingFD) Read(b []byte) (int, error)  { return f.call(syscall.SYS_READ, b) }
+func (f blockingFD) Write(b []byte) (int, error) { return f.call(syscall.SYS_WRITE, b) }
+
+func BenchmarkPingPongGo(b *testing.B)          { benchPingPong(b, modeGo) }
+func BenchmarkPingPongRaw(b *testing.B)         { benchPingPong(b, modeRaw) }
+func BenchmarkPingPongBlocking(b *testing.B)    { benchPingPong(b, modeBlocking) }
+func BenchmarkPingPongRawBlocking(b *testing.B) { benchPingPong(b, modeRawBlocking) }
