@@ -25,6 +25,10 @@ type backendConn struct {
 	// (Config.BackendTimeout), Limit bounds a wait by its budget, Cut
 	// ends a read the watchdog gave up on.
 	dc *mysqlwire.DeadlineConn
+	// frames reads the socket under go-mysql's reader (InstallFrames):
+	// the relay takes a response's packets from it in place
+	// (relayResponse); nil: through go-mysql (packets not plain).
+	frames *mysqlwire.FrameReader
 	// broken is set after an I/O error: the connection is unusable.
 	broken bool
 	// wmCmd is this connection's watermark command when it is not
@@ -144,14 +148,19 @@ func (bc *backendConn) watermark() []byte {
 	return watermarkCmd
 }
 
-// backendReadBuffer is the read buffer of a backend connection's go-mysql
-// client (its default is 64 KiB, most of an idle session's memory without
-// multiplexing: docs/benchmarks-proxy.md, "Where the heap goes"). The
-// buffer only batches socket reads: a packet larger than it is read
-// through (bufio reads directly into the packet), so any size is correct;
-// 16 KiB holds a point read's whole answer, as go-mysql's server side
-// (packet.DefaultBufferSize) does for the client's.
-const backendReadBuffer = 16 << 10
+// backendReadBuffer is the read buffer of a backend connection's
+// FrameReader, which batches its socket reads (go-mysql's default is 64
+// KiB, most of an idle session's memory without multiplexing:
+// docs/benchmarks-proxy.md, "Where the heap goes"). A packet larger than
+// it is assembled apart, so any size is correct; 16 KiB holds a point
+// read's whole answer, as go-mysql's server side (packet.DefaultBufferSize)
+// does for the client's. goMySQLReadBuffer is go-mysql's own buffer above
+// it, which holds at most one packet at a time once the FrameReader is
+// under it (and reads bigger ones through).
+const (
+	backendReadBuffer = 16 << 10
+	goMySQLReadBuffer = 4 << 10
+)
 
 func dialBackend(ctx context.Context, b *Backend, db string, collation string, flags uint32, cfg *Config, healthy func() bool, allGTIDs bool) (*backendConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
@@ -171,7 +180,7 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 		}
 	})
 	c, err := client.ConnectWithDialer(dctx, "", b.Addr, b.User, b.Password, db, dial, func(c *client.Conn) error {
-		c.BufferSize = backendReadBuffer
+		c.BufferSize = goMySQLReadBuffer
 		off := uint32(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
 		if allGTIDs {
 			off = mysql.CLIENT_QUERY_ATTRIBUTES // go-mysql asks for DEPRECATE_EOF by default
@@ -234,7 +243,10 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 	stop()
 	stop = func() {}
 	dc.Limit(time.Time{})
-	return &backendConn{b: b, conn: c, dc: dc, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, status: mysql.SERVER_STATUS_AUTOCOMMIT,
+	// Every answer so far was read whole: the relay's packet reader goes
+	// under go-mysql's now (nil when the packets are not plain).
+	frames := mysqlwire.InstallFrames(c, backendReadBuffer)
+	return &backendConn{b: b, conn: c, dc: dc, frames: frames, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, status: mysql.SERVER_STATUS_AUTOCOMMIT,
 		wmCmd: wmCmd, wmFallback: wmFallback}, nil
 }
 

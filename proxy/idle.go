@@ -20,6 +20,9 @@ func (bc *backendConn) closedWhileIdle(now time.Time) bool {
 	if bc == nil || bc.broken || now.Sub(bc.used) < idleCheckAfter {
 		return false
 	}
+	if bc.frames != nil && bc.frames.Buffered() > 0 {
+		return true // bytes nobody asked for, already read off the socket
+	}
 	c := bc.conn.Conn.Conn
 	if bc.dc != nil {
 		c = bc.dc.Conn // the socket below the deadlines (a DeadlineConn has no SyscallConn)

@@ -340,7 +340,16 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 		written = true
 	}
 	read := func() ([]byte, error) {
-		pkt, err := bc.conn.ReadPacketReuseMem(bc.buf[:4])
+		var (
+			pkt []byte
+			err error
+		)
+		if bc.frames != nil {
+			// In place, valid until the next read (write copies it).
+			pkt, err = bc.frames.Next(&bc.conn.Sequence)
+		} else {
+			pkt, err = bc.conn.ReadPacketReuseMem(bc.buf[:4])
+		}
 		if err != nil {
 			bc.broken = true
 			return nil, &relayError{err: backendErr(bc.b, op, err), partial: written}
@@ -362,7 +371,7 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 			bc.broken = true
 			return nil, &relayError{err: &BackendError{Backend: bc.b.Name, Op: op, Msg: "empty packet"}, partial: written}
 		}
-		if cap(pkt) <= 1<<20 {
+		if bc.frames == nil && cap(pkt) <= 1<<20 {
 			bc.buf = pkt[:0]
 		}
 		return pkt, nil

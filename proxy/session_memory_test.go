@@ -115,6 +115,7 @@ func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient
 		b:      &Backend{Name: "replica1"},
 		conn:   c,
 		dc:     dc,
+		frames: mysqlwire.InstallFrames(c, backendReadBuffer), // as dialBackend
 		buf:    make([]byte, 0, 4096),
 		used:   time.Now(),
 		status: mysql.SERVER_STATUS_AUTOCOMMIT,
