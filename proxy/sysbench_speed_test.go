@@ -192,6 +192,13 @@ func TestSysbenchSpeed(t *testing.T) {
 			if tg.pid != 0 {
 				hops[tg.pid] = true
 			}
+			if tg.pid != 0 && tg.pid != self {
+				// A `--workers` supervisor's worker processes are the hop
+				// too (they are this process's descendants as well).
+				for _, d := range descendants(t, tg.pid) {
+					hops[d] = true
+				}
+			}
 		}
 		for _, pid := range append([]int{self}, descendants(t, self)...) {
 			cpus := rest
