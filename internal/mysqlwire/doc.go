@@ -14,6 +14,8 @@
 //     GTID set, and WAIT_FOR_EXECUTED_GTID_SET built from a parsed set
 //     (never from caller text).
 //   - Recorder, ParseLastOK: the OK recorder (below).
+//   - FrameReader, InstallFrames: a reader under go-mysql's that lets a
+//     relay take a response's packets in place, go-mysql reading in turn.
 //   - GoMySQLSet, FromGoMySQLSet: gtid.Set to and from go-mysql's set, for
 //     the binlog syncer (so package gtid imports no MySQL driver).
 //
