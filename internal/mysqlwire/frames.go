@@ -123,13 +123,9 @@ func (f *FrameReader) Next(seq *uint8) ([]byte, error) {
 	if f.left != 0 {
 		return nil, fmt.Errorf("mysqlwire: FrameReader.Next inside a packet go-mysql is reading (%d bytes left)", f.left)
 	}
-	if err := f.fill(4); err != nil {
+	n, err := f.header(*seq)
+	if err != nil {
 		return nil, err
-	}
-	h := f.buf[f.r : f.r+4]
-	n := frameLen(h)
-	if h[3] != *seq {
-		return nil, fmt.Errorf("mysqlwire: invalid packet sequence %d, want %d", h[3], *seq)
 	}
 	if n < mysql.MaxPayloadLen && 4+n <= len(f.buf) {
 		// The common case: the whole packet in buf, no copy.
@@ -145,17 +141,11 @@ func (f *FrameReader) Next(seq *uint8) ([]byte, error) {
 	// assembled in big.
 	out := append(f.big[:0], 0, 0, 0, 0)
 	for {
-		if err := f.fill(4); err != nil {
+		if n, err = f.header(*seq); err != nil {
 			return nil, err
-		}
-		h := f.buf[f.r : f.r+4]
-		n := frameLen(h)
-		if h[3] != *seq {
-			return nil, fmt.Errorf("mysqlwire: invalid packet sequence %d, want %d", h[3], *seq)
 		}
 		f.r += 4
 		*seq++
-		var err error
 		if out, err = f.appendN(out, n); err != nil {
 			return nil, err
 		}
@@ -167,6 +157,19 @@ func (f *FrameReader) Next(seq *uint8) ([]byte, error) {
 			return out, nil
 		}
 	}
+}
+
+// header waits for the next packet's header (not consumed) and returns
+// its payload length; an error when its sequence number is not seq.
+func (f *FrameReader) header(seq uint8) (int, error) {
+	if err := f.fill(4); err != nil {
+		return 0, err
+	}
+	h := f.buf[f.r : f.r+4]
+	if h[3] != seq {
+		return 0, fmt.Errorf("mysqlwire: invalid packet sequence %d, want %d", h[3], seq)
+	}
+	return frameLen(h), nil
 }
 
 // appendN appends the next n bytes of the stream to dst: what is buffered

@@ -153,22 +153,20 @@ func TestFrameReaderFaults(t *testing.T) {
 			t.Fatalf("Next = %v, want the sequence named", err)
 		}
 	})
-	t.Run("truncated", func(t *testing.T) {
-		wire := wireFrame(0, bytes.Repeat([]byte{1}, 40))
-		f := NewFrameReader(&chunkConn{data: wire[:20]}, 64)
-		var seq uint8
-		if _, err := f.Next(&seq); !errors.Is(err, io.ErrUnexpectedEOF) {
-			t.Fatalf("Next = %v, want io.ErrUnexpectedEOF", err)
-		}
-	})
-	t.Run("truncated big", func(t *testing.T) {
-		wire := wireFrame(0, bytes.Repeat([]byte{1}, 400))
-		f := NewFrameReader(&chunkConn{data: wire[:300]}, 64)
-		var seq uint8
-		if _, err := f.Next(&seq); !errors.Is(err, io.ErrUnexpectedEOF) {
-			t.Fatalf("Next = %v, want io.ErrUnexpectedEOF", err)
-		}
-	})
+	// A packet cut short, one that fits the buffer and one that does not.
+	for _, c := range []struct {
+		name       string
+		size, sent int
+	}{{"truncated", 40, 20}, {"truncated big", 400, 300}} {
+		t.Run(c.name, func(t *testing.T) {
+			wire := wireFrame(0, bytes.Repeat([]byte{1}, c.size))
+			f := NewFrameReader(&chunkConn{data: wire[:c.sent]}, 64)
+			var seq uint8
+			if _, err := f.Next(&seq); !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("Next = %v, want io.ErrUnexpectedEOF", err)
+			}
+		})
+	}
 	t.Run("next inside go-mysql's packet", func(t *testing.T) {
 		f := NewFrameReader(&chunkConn{data: wireFrame(0, []byte("hello"))}, 64)
 		var b [2]byte
