@@ -268,6 +268,15 @@ type Config struct {
 	// position pollers, pools and metrics; docs/proxy.md, "Worker
 	// processes"). The Server itself ignores it. 1..64.
 	Workers int `yaml:"workers"`
+	// GOMAXPROCS is how the Server sets the process's GOMAXPROCS:
+	// "adaptive" (one P while client commands arrive one at a time, Go's
+	// default while they overlap: internal/procs; off when the
+	// environment sets GOMAXPROCS, as in a --workers worker) or "fixed"
+	// (Go's value, untouched). GOMAXPROCS is the process's: run at most one
+	// adaptive Server per process. Default "fixed" for an embedder of
+	// package proxy; `causallab proxy` defaults it to "adaptive"
+	// (docs/proxy.md, "GOMAXPROCS").
+	GOMAXPROCS string `yaml:"gomaxprocs"`
 	// Listener, when set, is where the Server accepts clients instead of
 	// listening on Listen (a worker process's hand-off listener); Listen
 	// is then only the address it reports.
@@ -481,6 +490,9 @@ func (c *Config) validate() error {
 		return errors.New("proxy: negative timeout")
 	}
 	if err := oneOf("socket_io", &c.SocketIO, "raw", "go"); err != nil {
+		return err
+	}
+	if err := oneOf("gomaxprocs", &c.GOMAXPROCS, "fixed", "adaptive"); err != nil {
 		return err
 	}
 	if c.WatermarkSource == "" {

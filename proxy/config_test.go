@@ -18,7 +18,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Listen == "" || c.AuthMethod != "caching_sha2_password" || c.Policy != "token-wait" || c.Epoch != 1 ||
-		c.Replicas[0].Name != "replica1" || c.MaxAllowedPacket != 64<<20 || c.PollInterval != 5*time.Millisecond || c.SocketIO != "raw" || c.WatermarkSource != "lazy" {
+		c.Replicas[0].Name != "replica1" || c.MaxAllowedPacket != 64<<20 || c.PollInterval != 5*time.Millisecond || c.SocketIO != "raw" || c.WatermarkSource != "lazy" || c.GOMAXPROCS != "fixed" {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
 	if c.MaxConnections != 1000 || c.HandshakeTimeout != 10*time.Second || c.IdleTimeout != 8*time.Hour ||
@@ -46,6 +46,7 @@ func TestConfigValidate(t *testing.T) {
 		"positions":    func(c *Config) { c.Positions = "gossip" },
 		"wait method":  func(c *Config) { c.Wait = "sleep" },
 		"socket io":    func(c *Config) { c.SocketIO = "uring" },
+		"gomaxprocs":   func(c *Config) { c.GOMAXPROCS = "2" },
 		"watermark":    func(c *Config) { c.WatermarkSource = "ALL_GTIDS" },
 		"lazy binlog":  func(c *Config) { c.WatermarkSource, c.Positions = "lazy", "binlog" },
 		"connections":  func(c *Config) { c.MaxConnections = -1 },

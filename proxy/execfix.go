@@ -13,6 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/internal/mysqlwire"
+	"github.com/causallab/causallab/internal/procs"
 )
 
 // execFixConn is the client connection as go-mysql's server sees it after
@@ -117,6 +118,12 @@ type execFixConn struct {
 	// rdl and wdl are the read and write deadlines last set (moving one
 	// costs a timer update, so it moves at most about once a second).
 	rdl, wdl time.Time
+
+	// meter counts the commands handed to go-mysql (nil: not counted);
+	// busy is set from a command's hand-over until the session's
+	// handler returns (finished): the gomaxprocs controller's signal.
+	meter *procs.Meter
+	busy  bool
 }
 
 // gateLimits are the bounds execFixConn enforces on one client.
@@ -284,9 +291,21 @@ func (c *execFixConn) Read(p []byte) (int, error) {
 	if err := c.Flush(); err != nil {
 		return 0, err
 	}
+	if c.meter != nil && !c.busy {
+		c.busy = true
+		c.meter.Begin()
+	}
 	n := copy(p, c.out)
 	c.out = c.out[n:]
 	return n, nil
+}
+
+// finished ends the command counted since go-mysql read it (Read).
+func (c *execFixConn) finished() {
+	if c.busy {
+		c.busy = false
+		c.meter.End()
+	}
 }
 
 // command returns the payload (command byte onward) of the command

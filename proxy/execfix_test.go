@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/internal/procs"
 )
 
 // execPacket builds a COM_STMT_EXECUTE packet for a statement with n
@@ -474,4 +476,56 @@ func FuzzExecFix(f *testing.F) {
 		params := map[uint32]*stmtParams{1: {n: int(n%9) + 1}}
 		_, _, _, _ = runGate(params, lim, &byteBudget{limit: 1 << 20}, bytes.NewReader(in))
 	})
+}
+
+// TestGateMetersCommands: a command counts in the gomaxprocs meter from
+// go-mysql's reading it until the handler finished it; the wait for the
+// next command does not; a second client's command begun meanwhile counts
+// as overlapped.
+func TestGateMetersCommands(t *testing.T) {
+	var m procs.Meter
+	gate := func(in []byte) *execFixConn {
+		g := newExecFixConn(&fakeConn{r: bytes.NewReader(in)}, nil, testLimits, nil, nil, func(string) {})
+		g.meter = &m
+		return g
+	}
+	a := gate(append(packet(0, []byte("\x03SELECT 1")), packet(0, []byte("\x03SELECT 2"))...))
+	b := gate(packet(0, []byte("\x03SELECT 3")))
+	if w := m.Read(); w != (procs.Window{}) {
+		t.Fatalf("before any command: %+v", w)
+	}
+	if _, _, err := readPacket(a); err != nil {
+		t.Fatal(err)
+	}
+	if w := m.Read(); w != (procs.Window{Commands: 1}) {
+		t.Fatalf("a's first command read: %+v, want 1 command, none overlapped", w)
+	}
+	if _, _, err := readPacket(b); err != nil { // while a's runs
+		t.Fatal(err)
+	}
+	if w := m.Read(); w != (procs.Window{Commands: 2, Overlapped: 1}) {
+		t.Fatalf("b's command during a's: %+v, want 2 commands, 1 overlapped", w)
+	}
+	a.finished()
+	b.finished()
+	b.finished() // a second call ends nothing
+	if _, _, err := readPacket(a); err != nil {
+		t.Fatal(err)
+	}
+	if w := m.Read(); w != (procs.Window{Commands: 3, Overlapped: 1}) {
+		t.Fatalf("a's second command alone: %+v, want 3 commands, 1 overlapped", w)
+	}
+	a.finished()
+	if _, _, err := readPacket(a); !errors.Is(err, io.EOF) {
+		t.Fatalf("end of a's stream: %v", err)
+	}
+	a.finished()
+	if w := m.Read(); w.Commands != 3 {
+		t.Fatalf("the end of the stream counted as a command: %+v", w)
+	}
+	m.Begin() // a command alone again: nothing was left active
+	m.End()
+	if w := m.Read(); w != (procs.Window{Commands: 4, Overlapped: 1}) {
+		t.Fatalf("a command after all finished: %+v, want it alone", w)
+	}
 }

@@ -56,6 +56,9 @@ type metrics struct {
 	executes *prometheus.CounterVec
 	// executesRaw is executes{path="raw",reason=""}, resolved once.
 	executesRaw prometheus.Counter
+	// procsChanges counts the changes gomaxprocs: adaptive made, by
+	// direction (grow, shrink); Server.adaptProcs.
+	procsChanges *prometheus.CounterVec
 	// ready is 1 once the proxy serves (Server.awaitReady); startupUnread
 	// counts, by backend, those whose position was not read when
 	// startup_timeout passed.
@@ -148,6 +151,8 @@ func newMetrics() *metrics {
 		Name: "causallab_proxy_ready", Help: "1 once the proxy serves: every backend's position read once, or startup_timeout passed."})
 	m.startupUnread = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_startup_unread_total", Help: "Backends whose position was not read when startup_timeout passed (the proxy then served without it)."}, []string{"backend"})
-	m.reg.MustRegister(m.ready, m.startupUnread)
+	m.procsChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_gomaxprocs_changes_total", Help: "Changes gomaxprocs: adaptive made to GOMAXPROCS, by direction (grow: client commands overlapped, to Go's default; shrink: they stopped, to one); the current value is go_sched_gomaxprocs_threads."}, []string{"direction"})
+	m.reg.MustRegister(m.ready, m.startupUnread, m.procsChanges)
 	return m
 }

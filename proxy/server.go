@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/internal/procs"
 	"github.com/causallab/causallab/internal/rawnet"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
@@ -85,6 +87,10 @@ type Server struct {
 	// is what /ready says meanwhile and after.
 	ready     chan struct{}
 	readiness atomic.Pointer[string]
+
+	// meter counts client commands and their overlap (execFixConn):
+	// the signal of gomaxprocs: adaptive (Serve runs procs.Run on it).
+	meter procs.Meter
 }
 
 // maxKills bounds the KILL QUERY connections of overrun waits at once.
@@ -292,6 +298,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		pollWG.Go(func() { s.runSrc(pctx) })
 	}
 	pollWG.Go(func() { s.awaitReady(pctx) })
+	if s.cfg.GOMAXPROCS == "adaptive" {
+		pollWG.Go(func() { s.adaptProcs(pctx) })
+	}
 	// The pools outlive the sessions (closed after they end, below).
 	poolCtx, stopPools := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPools()
@@ -597,6 +606,8 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		read:      s.cfg.ClientReadTimeout,
 		write:     s.cfg.ClientWriteTimeout,
 	}, sess.budget, ctx.Done(), func(kind string) { s.m.clientErrors.WithLabelValues(kind).Inc() })
+	fc.meter = &s.meter
+	defer fc.finished()
 	cc.Conn.Conn = fc
 	sess.fc = fc
 	if ctx.Err() != nil {
@@ -607,7 +618,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	defer s.m.active.Dec()
 	sess.park(false) // the login's primary connection (multiplex)
 	for !cc.Closed() {
-		if err := cc.HandleCommand(); err != nil || sess.closeAfter {
+		err := cc.HandleCommand()
+		fc.finished()
+		if err != nil || sess.closeAfter {
 			break
 		}
 		if sess.holdsPooled() {
@@ -621,4 +634,20 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	}
 	_ = fc.Flush() // the last response (e.g. the error before closeAfter)
 	s.m.connections.WithLabelValues("closed").Inc()
+}
+
+// adaptProcs runs gomaxprocs: adaptive until ctx ends (Config.GOMAXPROCS,
+// internal/procs): one P while client commands come one at a time, Go's
+// default while they overlap; the value found is restored at the end.
+func (s *Server) adaptProcs(ctx context.Context) {
+	err := procs.Run(ctx, procs.Config{Max: runtime.GOMAXPROCS(0)}, &s.meter, s.log, func(from, to int) {
+		if to > from {
+			s.m.procsChanges.WithLabelValues("grow").Inc()
+		} else {
+			s.m.procsChanges.WithLabelValues("shrink").Inc()
+		}
+	})
+	if err != nil {
+		s.log.Info("gomaxprocs adaptive is off", "reason", err.Error(), "gomaxprocs", runtime.GOMAXPROCS(0))
+	}
 }

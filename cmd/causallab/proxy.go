@@ -18,6 +18,7 @@ func newProxyCmd() *cobra.Command {
 		configPath, topologyPath   string
 		listen, httpListen, policy string
 		positions, wait, wmSource  string
+		gomaxprocs                 string
 		user, password             string
 		epoch                      uint64
 		startupTimeout             time.Duration
@@ -87,8 +88,15 @@ prints them) with --user/--password for the clients.`,
 			if cmd.Flags().Changed("workers") {
 				cfg.Workers = workers
 			}
+			switch {
+			case gomaxprocs != "":
+				cfg.GOMAXPROCS = gomaxprocs
+			case cfg.GOMAXPROCS == "":
+				cfg.GOMAXPROCS = "adaptive" // the command owns its process
+			}
 			cfg.Logger = slog.Default()
 			if workerIndex >= 0 {
+				cfg.GOMAXPROCS = "fixed" // a worker runs on one P (runWorkers)
 				return serveWorker(cmd, cfg, workerIndex)
 			}
 			if cfg.Workers > 1 {
@@ -119,6 +127,7 @@ prints them) with --user/--password for the clients.`,
 	f.BoolVar(&multiplex, "multiplex", false, "share backend connections across client sessions (pool_size per node; docs/proxy.md, \"Multiplexing\")")
 	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads bound what a replica read saw: lazy (default with --positions poll: the poller's next poll, taken only when the session moves), query (the default with binlog positions; the watermark query pipelined behind each read) or all-gtids (the read's own OK packet; not sound)")
 	f.IntVar(&workers, "workers", 0, "worker processes: N > 1 accepts clients here and deals them out in turn to N proxy processes of one CPU each (default: the config's workers, else 1; docs/proxy.md, \"Worker processes\")")
+	f.StringVar(&gomaxprocs, "gomaxprocs", "", "adaptive (default: one P while client commands arrive one at a time, Go's default while they overlap; off when the environment sets GOMAXPROCS) or fixed (Go's value; docs/proxy.md, \"GOMAXPROCS\")")
 	f.IntVar(&workerIndex, "worker-index", -1, "internal: run as worker N of a --workers supervisor")
 	_ = f.MarkHidden("worker-index")
 	f.DurationVar(&startupTimeout, "startup-timeout", 0, "the readiness gate's bound: clients are served once every backend's position was read, or after this (default: the config's startup_timeout, else 10s)")
