@@ -6,7 +6,7 @@
 // for work whenever a goroutine becomes runnable while a P is idle, and
 // that thread finds nothing and sleeps again. For a proxy serving one
 // client at a time that is a futex wake-up and two context switches per
-// network event, about a sixth of the proxy's CPU per query on a two-core
+// network event, about a fifth of the proxy's CPU per query on a two-core
 // machine (docs/benchmarks-proxy.md, "Adaptive GOMAXPROCS"). With one P nothing is
 // woken, but commands that arrive together wait for one another. The
 // Controller is the decision (a deterministic function of the windows it
