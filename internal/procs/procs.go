@@ -1,5 +1,5 @@
 // Package procs adapts a process's GOMAXPROCS to how many client commands
-// it runs at once: one P while commands arrive one at a time, all of them
+// it runs at once: one P while commands arrive one at a time, Go's default
 // while they overlap.
 //
 // Why: with more than one P, Go's scheduler wakes a second thread to look
@@ -7,11 +7,11 @@
 // that thread finds nothing and sleeps again. For a proxy serving one
 // client at a time that is a futex wake-up and two context switches per
 // network event, about a fifth of the proxy's CPU per query on a two-core
-// machine (docs/benchmarks-proxy.md, "Adaptive GOMAXPROCS"). With one P nothing is
-// woken, but commands that arrive together wait for one another. The
-// Controller is the decision (a deterministic function of the windows it
-// is shown, tested without a clock); Run is its I/O: a ticker, the
-// counters, runtime.GOMAXPROCS.
+// machine (docs/benchmarks-proxy.md, "Adaptive GOMAXPROCS"). With one P
+// nothing is woken, but commands that arrive together wait for one
+// another. The Controller is the decision (a deterministic function of
+// the windows it is shown, tested without a clock); Run is its I/O: a
+// ticker, the Meter's counters, runtime.GOMAXPROCS.
 //
 // GOMAXPROCS is the process's: one process runs at most one Run (the
 // `causallab proxy` command does, for its one Server; an embedder of
