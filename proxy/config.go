@@ -240,7 +240,9 @@ type Config struct {
 	Multiplex bool `yaml:"multiplex"`
 	// PoolSize bounds each node's shared pool of backend connections
 	// (pool.go: the connections client sessions borrow while nothing pins
-	// one to them), idle, lent or being dialled. Default 64, 1..65536.
+	// one to them), idle, lent or being dialled. Default DefaultPoolSize,
+	// 1..65536. It is the proxy's: `causallab proxy --workers N` gives
+	// each worker its share (PoolShare).
 	PoolSize int `yaml:"pool_size"`
 	// PoolWait bounds how long a session waits for a pooled connection
 	// when all PoolSize are lent; past it the statement fails with a
@@ -265,8 +267,9 @@ type Config struct {
 	// default) serves every client in its own process; N > 1 makes it a
 	// supervisor that accepts clients on Listen and deals them out, in
 	// turn, to N worker processes (each a whole proxy: its own router,
-	// position pollers, pools and metrics; docs/proxy.md, "Worker
-	// processes"). The Server itself ignores it. 1..64.
+	// position pollers, its share of pool_size (PoolShare) and metrics;
+	// docs/proxy.md, "Worker processes"). The Server itself ignores it.
+	// 1..64.
 	Workers int `yaml:"workers"`
 	// GOMAXPROCS is how the Server sets the process's GOMAXPROCS:
 	// "adaptive" (one P while client commands arrive one at a time, Go's
@@ -313,6 +316,28 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, fmt.Errorf("proxy: config %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// DefaultPoolSize is pool_size's default.
+const DefaultPoolSize = 64
+
+// PoolShare is worker i's share of pool_size among n workers: pool_size
+// divided by n, one more for the first pool_size mod n workers, so that
+// the shares add up to pool_size (0 for an unset pool_size: the default).
+// An error names a pool_size smaller than n (a worker's pool needs at
+// least one connection per node).
+func PoolShare(poolSize, n, i int) (int, error) {
+	if poolSize == 0 {
+		poolSize = DefaultPoolSize
+	}
+	if poolSize < n {
+		return 0, fmt.Errorf("proxy: pool_size %d is smaller than workers %d: each worker takes a share of pool_size, at least one connection per node", poolSize, n)
+	}
+	share := poolSize / n
+	if i < poolSize%n {
+		share++
+	}
+	return share, nil
 }
 
 // validate fills defaults and rejects nonsense.
@@ -456,7 +481,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("proxy: %s %v out of range (1ms..8760h)", d.key, *d.v)
 		}
 	}
-	if err := defaultInt("pool_size", &c.PoolSize, 64, 1, 1<<16); err != nil {
+	if err := defaultInt("pool_size", &c.PoolSize, DefaultPoolSize, 1, 1<<16); err != nil {
 		return err
 	}
 	if c.PoolWait == 0 {

@@ -136,3 +136,30 @@ func TestBackendErrScrubsCredentials(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestPoolShare: the workers' shares of pool_size add up to it and differ
+// by at most one; an unset pool_size shares the default; fewer
+// connections than workers is refused.
+func TestPoolShare(t *testing.T) {
+	for _, c := range []struct{ size, n int }{{64, 2}, {64, 3}, {7, 7}, {10, 4}, {0, 5}, {1, 1}} {
+		total, lo, hi := 0, 1<<30, 0
+		for i := range c.n {
+			s, err := PoolShare(c.size, c.n, i)
+			if err != nil {
+				t.Fatalf("PoolShare(%d, %d, %d): %v", c.size, c.n, i, err)
+			}
+			total += s
+			lo, hi = min(lo, s), max(hi, s)
+		}
+		want := c.size
+		if want == 0 {
+			want = DefaultPoolSize
+		}
+		if total != want || hi-lo > 1 || lo < 1 {
+			t.Errorf("pool_size %d over %d workers: shares add up to %d (want %d), from %d to %d", c.size, c.n, total, want, lo, hi)
+		}
+	}
+	if _, err := PoolShare(2, 3, 0); err == nil || !strings.Contains(err.Error(), "pool_size 2 is smaller than workers 3") {
+		t.Errorf("pool_size 2 over 3 workers: %v", err)
+	}
+}

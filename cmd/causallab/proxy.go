@@ -24,6 +24,7 @@ func newProxyCmd() *cobra.Command {
 		startupTimeout             time.Duration
 		multiplex                  bool
 		workers, workerIndex       int
+		poolSize                   int
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -88,6 +89,9 @@ prints them) with --user/--password for the clients.`,
 			if cmd.Flags().Changed("workers") {
 				cfg.Workers = workers
 			}
+			if cmd.Flags().Changed("pool-size") {
+				cfg.PoolSize = poolSize
+			}
 			switch {
 			case gomaxprocs != "":
 				cfg.GOMAXPROCS = gomaxprocs
@@ -126,6 +130,7 @@ prints them) with --user/--password for the clients.`,
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
 	f.BoolVar(&multiplex, "multiplex", false, "share backend connections across client sessions (pool_size per node; docs/proxy.md, \"Multiplexing\")")
 	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads bound what a replica read saw: lazy (default with --positions poll: the poller's next poll, taken only when the session moves), query (the default with binlog positions; the watermark query pipelined behind each read) or all-gtids (the read's own OK packet; not sound)")
+	f.IntVar(&poolSize, "pool-size", 0, "with --multiplex: each node's pool of shared backend connections, the proxy's (--workers N: each worker pools its share; default: the config's pool_size, else 64)")
 	f.IntVar(&workers, "workers", 0, "worker processes: N > 1 accepts clients here and deals them out in turn to N proxy processes of one CPU each (default: the config's workers, else 1; docs/proxy.md, \"Worker processes\")")
 	f.StringVar(&gomaxprocs, "gomaxprocs", "", "adaptive (default: one P while client commands arrive one at a time, Go's default while they overlap; off when the environment sets GOMAXPROCS) or fixed (Go's value; docs/proxy.md, \"GOMAXPROCS\")")
 	f.IntVar(&workerIndex, "worker-index", -1, "internal: run as worker N of a --workers supervisor")

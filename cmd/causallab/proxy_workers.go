@@ -90,16 +90,20 @@ func workerHTTP(http string, i int) (string, error) {
 // workerArgs is the command line of worker i: the flags the supervisor
 // was given (so that it reads the same config), but for --workers, with
 // its index, the supervisor's listen address and its own metrics address.
-func workerArgs(flags *pflag.FlagSet, i int, listen, http string) []string {
+func workerArgs(flags *pflag.FlagSet, i int, listen, http string, poolSize int) []string {
 	args := []string{"proxy"}
 	flags.Visit(func(f *pflag.Flag) {
 		switch f.Name {
-		case "workers", "worker-index", "listen", "http":
+		case "workers", "worker-index", "listen", "http", "pool-size":
 			return
 		}
 		args = append(args, "--"+f.Name+"="+f.Value.String())
 	})
-	return append(args, "--worker-index="+strconv.Itoa(i), "--listen="+listen, "--http="+http)
+	args = append(args, "--worker-index="+strconv.Itoa(i), "--listen="+listen, "--http="+http)
+	if poolSize > 0 {
+		args = append(args, "--pool-size="+strconv.Itoa(poolSize))
+	}
+	return args
 }
 
 // runWorkers is `causallab proxy` with cfg.Workers > 1: it listens on
@@ -156,11 +160,18 @@ func runWorkers(ctx context.Context, cmd *cobra.Command, cfg proxy.Config, stdou
 		if err != nil {
 			return withExitCode(2, err)
 		}
+		// pool_size is the proxy's: each worker pools its share.
+		var pool int
+		if cfg.Multiplex {
+			if pool, err = proxy.PoolShare(cfg.PoolSize, cfg.Workers, i); err != nil {
+				return withExitCode(2, err)
+			}
+		}
 		u, f, err := connpass.Pair()
 		if err != nil {
 			return err
 		}
-		c := exec.Command(exe, workerArgs(cmd.Flags(), i, addr, http)...)
+		c := exec.Command(exe, workerArgs(cmd.Flags(), i, addr, http, pool)...)
 		c.ExtraFiles = []*os.File{f} // descriptor workerFD
 		c.Env = env
 		c.Stdout, c.Stderr = stdout, stderr

@@ -49,16 +49,21 @@ func TestWorkerHTTP(t *testing.T) {
 }
 
 // TestWorkerArgs: a worker gets the flags its supervisor was given but
-// for --workers, then its index and its addresses.
+// for --workers and --pool-size, then its index, its addresses and its
+// share of the pool size (none without multiplexing).
 func TestWorkerArgs(t *testing.T) {
 	cmd := newProxyCmd()
-	if err := cmd.ParseFlags([]string{"--config", "p.yaml", "--workers", "3", "--policy", "token-wait", "--multiplex", "--listen", "127.0.0.1:0", "--http", ""}); err != nil {
+	if err := cmd.ParseFlags([]string{"--config", "p.yaml", "--workers", "3", "--policy", "token-wait", "--multiplex", "--pool-size", "10", "--listen", "127.0.0.1:0", "--http", ""}); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(workerArgs(cmd.Flags(), 2, "127.0.0.1:7000", "127.0.0.1:9035"), " ")
-	want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --worker-index=2 --listen=127.0.0.1:7000 --http=127.0.0.1:9035"
+	got := strings.Join(workerArgs(cmd.Flags(), 2, "127.0.0.1:7000", "127.0.0.1:9035", 3), " ")
+	want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --worker-index=2 --listen=127.0.0.1:7000 --http=127.0.0.1:9035 --pool-size=3"
 	if got != want {
 		t.Errorf("workerArgs:\n got %s\nwant %s", got, want)
+	}
+	got = strings.Join(workerArgs(cmd.Flags(), 0, "127.0.0.1:7000", "", 0), " ")
+	if want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --worker-index=0 --listen=127.0.0.1:7000 --http="; got != want {
+		t.Errorf("workerArgs without a pool share:\n got %s\nwant %s", got, want)
 	}
 }
 
@@ -79,6 +84,9 @@ func TestProxyWorkersFlags(t *testing.T) {
 	}
 	if r := runCLI(t, ctx, "proxy", "--config", cfg, "--worker-index", "0"); r.code == 0 || !strings.Contains(r.stderr, "started by `causallab proxy --workers`") {
 		t.Errorf("a worker without a supervisor: %s", r)
+	}
+	if r := runCLI(t, ctx, "proxy", "--config", cfg, "--workers", "3", "--multiplex", "--pool-size", "2", "--listen", "127.0.0.1:0", "--http", ""); r.code != exitUsage || !strings.Contains(r.stderr, "pool_size 2 is smaller than workers 3") {
+		t.Errorf("--pool-size 2 for 3 workers: %s", r)
 	}
 }
 
@@ -136,6 +144,34 @@ func metricValue(ctx context.Context, addr, name string) (float64, error) {
 	return 0, fmt.Errorf("%s: no %s", addr, name)
 }
 
+// metricValues reads the samples whose series starts with prefix and
+// contains label, by series, from a worker's /metrics.
+func metricValues(ctx context.Context, addr, prefix, label string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		series, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !strings.HasPrefix(series, prefix) || !strings.Contains(series, label) {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q: %w", addr, sc.Text(), err)
+		}
+		out[series] = f
+	}
+	return out, sc.Err()
+}
+
 // workerPids finds the worker processes of the supervisor listening on
 // listen, by their command lines.
 func workerPids(t *testing.T, listen string) map[int]int {
@@ -185,7 +221,7 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 		res = make(chan cliResult, 1)
 		go func() {
 			res <- runCLI(t, sctx, "proxy", "--topology", state, "--user", "app", "--password", "app",
-				"--workers", "2", "--listen", listen, "--http", metrics[0])
+				"--workers", "2", "--listen", listen, "--http", metrics[0], "--multiplex", "--pool-size", "3")
 		}()
 		// Ready when both workers' /ready answers 200 (no probe on the
 		// MySQL port: it would take a worker's turn).
@@ -271,10 +307,27 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 				t.Fatalf("client %d: its own write: %q, %v", i, got, err)
 			}
 		}
-		for _, m := range metrics {
+		for i, m := range metrics {
 			n, err := metricValue(ctx, m, "causallab_proxy_sessions")
 			if err != nil || n != 2 {
 				t.Errorf("worker at %s: %v sessions (%v), want 2 (clients dealt out in turn)", m, n, err)
+			}
+			// --pool-size 3 is the proxy's: worker 0 pools 2 connections
+			// per node, worker 1 one.
+			share := 2 - i
+			open, err := metricValues(ctx, m, "causallab_proxy_pool_connections{", `state="open"`)
+			if err != nil || len(open) != 3 {
+				t.Errorf("worker %d: pool connections %v (%v), want one series per node", i, open, err)
+			}
+			used := 0.0
+			for series, v := range open {
+				if v > float64(share) {
+					t.Errorf("worker %d: %s = %v, more than its share %d of --pool-size 3", i, series, v, share)
+				}
+				used = max(used, v)
+			}
+			if used < 1 {
+				t.Errorf("worker %d: no pooled connection open (%v): its clients' statements did not go through its pools", i, open)
 			}
 		}
 		stop()
