@@ -89,6 +89,13 @@ type Config struct {
 	// that comes and goes does not flap.
 	ShrinkBelow float64
 	ShrinkAfter int
+	// CPUs returns how many CPUs the process may run on now (its CPU
+	// affinity: `taskset -p` may change it after start), 0 when unknown;
+	// Run reads it every window and never grows past it (Go stops
+	// following such changes itself once GOMAXPROCS was set). Nil means
+	// the process's affinity mask (sched_getaffinity; 0 off Linux).
+	// Tests set it.
+	CPUs func() int
 }
 
 // validate fills defaults and rejects nonsense.
@@ -108,6 +115,9 @@ func (c *Config) validate() error {
 	if c.ShrinkAfter == 0 {
 		c.ShrinkAfter = 4
 	}
+	if c.CPUs == nil {
+		c.CPUs = affinityCPUs
+	}
 	switch {
 	case c.Max < 1:
 		return fmt.Errorf("procs: max %d: must be at least 1", c.Max)
@@ -125,10 +135,14 @@ func (c *Config) validate() error {
 
 // Controller decides GOMAXPROCS from successive windows. It starts at one
 // P. Not safe for concurrent use (Run owns it).
+//
+// Invariant: Procs() is 1 unless grown, and then the smaller of Max and
+// the limit (SetLimit), never below 1.
 type Controller struct {
 	cfg   Config
-	procs int
-	quiet int // consecutive quiet windows at Max
+	limit int  // SetLimit's bound on Max (0: none)
+	grown bool // commands overlapped: run on Max
+	quiet int  // consecutive quiet windows while grown
 }
 
 // NewController returns a Controller at one P.
@@ -136,11 +150,31 @@ func NewController(cfg Config) (*Controller, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, procs: 1}, nil
+	return &Controller{cfg: cfg}, nil
+}
+
+// max is Max under the limit.
+func (c *Controller) max() int {
+	if c.limit > 0 && c.limit < c.cfg.Max {
+		return c.limit
+	}
+	return c.cfg.Max
 }
 
 // Procs is the Controller's current decision.
-func (c *Controller) Procs() int { return c.procs }
+func (c *Controller) Procs() int {
+	if c.grown {
+		return c.max()
+	}
+	return 1
+}
+
+// SetLimit bounds Max by the CPUs the process may run on now (0:
+// unknown, no bound) and returns the decision under it.
+func (c *Controller) SetLimit(cpus int) int {
+	c.limit = max(cpus, 0)
+	return c.Procs()
+}
 
 // Observe takes one window and returns the GOMAXPROCS to run with next.
 func (c *Controller) Observe(w Window) int {
@@ -149,17 +183,17 @@ func (c *Controller) Observe(w Window) int {
 		share = float64(w.Overlapped) / float64(w.Commands)
 	}
 	switch {
-	case c.procs == 1 && c.cfg.Max > 1 && share >= c.cfg.GrowAt:
-		c.procs, c.quiet = c.cfg.Max, 0
-	case c.procs > 1 && share < c.cfg.ShrinkBelow:
+	case !c.grown && share >= c.cfg.GrowAt:
+		c.grown, c.quiet = true, 0
+	case c.grown && share < c.cfg.ShrinkBelow:
 		c.quiet++
 		if c.quiet >= c.cfg.ShrinkAfter {
-			c.procs, c.quiet = 1, 0
+			c.grown, c.quiet = false, 0
 		}
-	case c.procs > 1:
+	case c.grown:
 		c.quiet = 0
 	}
-	return c.procs
+	return c.Procs()
 }
 
 // Observer is told of every change Run makes (metrics); nil is allowed.
@@ -192,7 +226,7 @@ func Run(ctx context.Context, cfg Config, m *Meter, log *slog.Logger, changed Ob
 	log.Debug("gomaxprocs adaptive", "max", c.cfg.Max, "procs", 1)
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
-	last := m.Read()
+	cur, last := 1, m.Read()
 	for {
 		select {
 		case <-ctx.Done():
@@ -200,15 +234,16 @@ func Run(ctx context.Context, cfg Config, m *Meter, log *slog.Logger, changed Ob
 		case <-t.C:
 		}
 		now := m.Read()
-		from := c.Procs()
+		c.SetLimit(c.cfg.CPUs())
 		to := c.Observe(now.Sub(last))
 		last = now
-		if to != from {
+		if to != cur {
 			runtime.GOMAXPROCS(to)
 			if changed != nil {
-				changed(from, to)
+				changed(cur, to)
 			}
-			log.Debug("gomaxprocs changed", "from", from, "to", to)
+			log.Debug("gomaxprocs changed", "from", cur, "to", to)
+			cur = to
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -57,6 +58,45 @@ func TestControllerMaxOneNeverGrows(t *testing.T) {
 	}
 }
 
+// TestControllerLimit: the CPUs the process may run on bound Max while
+// grown (and at once); without a limit (0) Max holds again; a limit of
+// one keeps one P whatever the overlap.
+func TestControllerLimit(t *testing.T) {
+	c, err := NewController(Config{Max: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlap := Window{Commands: 100, Overlapped: 100}
+	if got := c.SetLimit(4); got != 1 {
+		t.Fatalf("a limit before growing: %d, want 1", got)
+	}
+	if got := c.Observe(overlap); got != 4 {
+		t.Fatalf("grown under a limit of 4: %d", got)
+	}
+	if got := c.SetLimit(2); got != 2 {
+		t.Fatalf("the limit lowered while grown: %d, want 2", got)
+	}
+	if got := c.SetLimit(0); got != 8 {
+		t.Fatalf("the limit unknown again: %d, want Max 8", got)
+	}
+	if got := c.SetLimit(16); got != 8 {
+		t.Fatalf("a limit above Max: %d, want 8", got)
+	}
+	c.SetLimit(1)
+	for range 3 {
+		if got := c.Observe(overlap); got != 1 {
+			t.Fatalf("one CPU allowed: %d Ps", got)
+		}
+	}
+}
+
+func TestAffinityCPUs(t *testing.T) {
+	n := affinityCPUs()
+	if runtime.GOOS == "linux" && (n < 1 || n > runtime.NumCPU()) {
+		t.Fatalf("affinityCPUs = %d, want 1..%d on Linux", n, runtime.NumCPU())
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
@@ -77,7 +117,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Interval != 250*time.Millisecond || c.MinCommands != 20 || c.GrowAt != 0.25 || c.ShrinkBelow != 0.05 || c.ShrinkAfter != 4 {
+	if c.Interval != 250*time.Millisecond || c.MinCommands != 20 || c.GrowAt != 0.25 || c.ShrinkBelow != 0.05 || c.ShrinkAfter != 4 || c.CPUs == nil {
 		t.Fatalf("defaults: %+v", c)
 	}
 }
@@ -132,12 +172,13 @@ func TestRunFollowsTheMeterAndRestores(t *testing.T) {
 	orig := runtime.GOMAXPROCS(0)
 	const max = 3
 	var m Meter
+	var cpus atomic.Int32 // the affinity Run sees: 0 unknown
 	var mu sync.Mutex
 	var changes [][2]int
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{Max: max, Interval: 2 * time.Millisecond, ShrinkAfter: 2}, &m,
+		done <- Run(ctx, Config{Max: max, Interval: 2 * time.Millisecond, ShrinkAfter: 2, CPUs: func() int { return int(cpus.Load()) }}, &m,
 			slog.New(slog.NewTextHandler(io.Discard, nil)), func(from, to int) {
 				mu.Lock()
 				changes = append(changes, [2]int{from, to})
@@ -165,6 +206,12 @@ func TestRunFollowsTheMeterAndRestores(t *testing.T) {
 			time.Sleep(100 * time.Microsecond)
 		}
 	})
+	waitProcs(t, max)
+	// Pinned to one CPU while grown (taskset -p): one P, though the
+	// commands still overlap; unpinned: Max again.
+	cpus.Store(1)
+	waitProcs(t, 1)
+	cpus.Store(0)
 	waitProcs(t, max)
 	close(stop)
 	wg.Wait()
