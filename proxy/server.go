@@ -606,7 +606,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		read:      s.cfg.ClientReadTimeout,
 		write:     s.cfg.ClientWriteTimeout,
 	}, sess.budget, ctx.Done(), func(kind string) { s.m.clientErrors.WithLabelValues(kind).Inc() })
-	fc.meter = &s.meter
+	if s.cfg.GOMAXPROCS == "adaptive" {
+		fc.meter = &s.meter // its only reader (no cost to a fixed proxy)
+	}
 	defer fc.finished()
 	cc.Conn.Conn = fc
 	sess.fc = fc

@@ -89,7 +89,8 @@ func workerHTTP(http string, i int) (string, error) {
 
 // workerArgs is the command line of worker i: the flags the supervisor
 // was given (so that it reads the same config), but for --workers, with
-// its index, the supervisor's listen address and its own metrics address.
+// its index, the supervisor's listen address, its own metrics address and
+// (poolSize > 0, multiplexing) its share of the pool size.
 func workerArgs(flags *pflag.FlagSet, i int, listen, http string, poolSize int) []string {
 	args := []string{"proxy"}
 	flags.Visit(func(f *pflag.Flag) {
