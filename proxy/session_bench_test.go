@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,6 +108,13 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		cmd := exec.CommandContext(ctx, bin, "proxy", "--config", path, "--http", "")
 		out := &strings.Builder{}
 		cmd.Stdout, cmd.Stderr = out, out
+		// Its own process group: TestSysbenchSpeed stops the proxies
+		// whose turn it is not (SIGSTOP), and a group holding a stopped
+		// process gets SIGHUP from the kernel when it becomes orphaned
+		// (POSIX), as the test's group does when the shell that started
+		// the test exits before it: the proxies died of it mid-run. Their
+		// own group's parent, this process, outlives them.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			cancel()
 			t.Fatalf("start %s: %v", bin, err)
@@ -113,10 +122,17 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		exited := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(exited) }()
 		t.Cleanup(func() {
+			// A proxy that ended on its own before the run did says how.
+			early := ""
+			select {
+			case <-exited:
+				early = fmt.Sprintf(" (it ended before the run did: %s)", cmd.ProcessState)
+			default:
+			}
 			cancel()
 			<-exited
-			if t.Failed() {
-				t.Logf("%s's output:\n%s", name, out)
+			if t.Failed() || early != "" {
+				t.Logf("%s's output%s:\n%s", name, early, out)
 			}
 		})
 		deadline := time.Now().Add(30 * time.Second)
