@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -62,6 +63,37 @@ func (h *loginHandler) OnAuthSuccess(c *server.Conn) error {
 
 // OnAuthFailure is informational; the connection closes.
 func (h *loginHandler) OnAuthFailure(*server.Conn, error) {}
+
+// handshakeHandler is the server.Handler go-mysql's server is given for
+// the login: during the handshake it calls UseDB with the database the
+// client named; the session's commands never reach go-mysql (the
+// session's loop reads them, session.handleNextCommand), so every other
+// method refuses.
+type handshakeHandler struct{ sess *session }
+
+var _ server.Handler = handshakeHandler{}
+
+var errNotGoMySQL = errors.New("proxy: commands are not handled by go-mysql's server")
+
+// UseDB records the handshake's database: the session's connections
+// open in it.
+func (h handshakeHandler) UseDB(db string) error {
+	h.sess.state.db = strings.Clone(db)
+	return nil
+}
+
+func (handshakeHandler) HandleQuery(string) (*mysql.Result, error) { return nil, errNotGoMySQL }
+func (handshakeHandler) HandleFieldList(string, string) ([]*mysql.Field, error) {
+	return nil, errNotGoMySQL
+}
+func (handshakeHandler) HandleStmtPrepare(string) (int, int, any, error) {
+	return 0, 0, nil, errNotGoMySQL
+}
+func (handshakeHandler) HandleStmtExecute(any, string, []any) (*mysql.Result, error) {
+	return nil, errNotGoMySQL
+}
+func (handshakeHandler) HandleStmtClose(any) error             { return errNotGoMySQL }
+func (handshakeHandler) HandleOtherCommand(byte, []byte) error { return errNotGoMySQL }
 
 // loginError is the client's answer when the session's primary connection
 // failed at login: the backend's own code and SQLSTATE (the code's

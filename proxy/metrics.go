@@ -51,8 +51,8 @@ type metrics struct {
 	// from another source (session.watermarkFromPrimary), by source.
 	watermarkFallbacks *prometheus.CounterVec
 	// executes counts prepared-statement executions by path: raw (the
-	// client's packet and the binary result relayed unchanged) or decoded
-	// (through go-mysql's client), with why it could not be raw.
+	// client's packet and the binary result relayed unchanged) is the one
+	// path; the path and reason labels stay for dashboards built on them.
 	executes *prometheus.CounterVec
 	// executesRaw is executes{path="raw",reason=""}, resolved once.
 	executesRaw prometheus.Counter
@@ -140,7 +140,7 @@ func newMetrics() *metrics {
 		watermarkFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_watermark_fallbacks_total", Help: "Replica reads whose watermark could not be read after the result reached the client and was taken from another source instead, by source (primary: its executed set read afterwards; replica-query: under watermark_source all-gtids, the final OK carried no usable set and the replica's executed set was read with a query afterwards; primary-no-log-status: a read served by the primary whose watermark was read with gtid_executed because the server refused performance_schema.log_status to the proxy's account)."}, []string{"source"}),
 		executes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_stmt_executes_total", Help: "Prepared-statement executions by path (raw or decoded) and why not raw."}, []string{"path", "reason"}),
+			Name: "causallab_proxy_stmt_executes_total", Help: "Prepared-statement executions by path (raw: the client's packet and the binary result relayed unchanged; the only path)."}, []string{"path", "reason"}),
 	}
 	m.executesRaw = m.executes.WithLabelValues("raw", "")
 	m.statementsBy = promcache.New(m.statements, 2*numKinds*3)

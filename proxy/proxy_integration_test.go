@@ -207,8 +207,7 @@ func testQueriesTransactionsAndErrors(t *testing.T, socketIO string) {
 			t.Fatal(err)
 		}
 	}
-	// A prepared execution's server error keeps its code and SQLSTATE
-	// (go-mysql's server would turn it into 1105: see HandleStmtExecute).
+	// A prepared execution's server error keeps its code and SQLSTATE.
 	_, err = ins.Exec(2, "dup")
 	if !errors.As(err, &me) || me.Number != 1062 || string(me.SQLState[:]) != "23000" {
 		t.Fatalf("prepared duplicate key: %#v", err)

@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/go-mysql-org/go-mysql/server"
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/mysqlwire"
@@ -91,7 +90,7 @@ type relayReq struct {
 	// answer is read (nil: nothing to flush).
 	flush func() error
 	// file reads the client's next LOAD DATA LOCAL INFILE packet
-	// (execFixConn.filePacket). Nil: the server's request for a local
+	// (clientConn.filePacket). Nil: the server's request for a local
 	// file is answered with an empty file, the client never asked.
 	file func() ([]byte, byte, error)
 	// dropTracked: ignore the final OK's ALL_GTIDS set (Server.dropTracked).
@@ -103,12 +102,12 @@ type relayReq struct {
 
 // relay sends a COM_QUERY to bc and streams the response to the client
 // (see relayCmd).
-func relay(ctx context.Context, cc *server.Conn, bc *backendConn, query string, wantGTIDs bool, file func() ([]byte, byte, error)) (relayOut, error) {
+func relay(ctx context.Context, cc *clientConn, bc *backendConn, query string, wantGTIDs bool, file func() ([]byte, byte, error)) (relayOut, error) {
 	return relayQuery(cc, bc, query, relayReq{ctx: ctx, op: "query", wantGTIDs: wantGTIDs, file: file})
 }
 
 // relayQuery relays the COM_QUERY of query with req's options.
-func relayQuery(cc *server.Conn, bc *backendConn, query string, req relayReq) (relayOut, error) {
+func relayQuery(cc *clientConn, bc *backendConn, query string, req relayReq) (relayOut, error) {
 	bc.head[0] = mysql.COM_QUERY
 	bc.pieces = append(bc.pieces[:0], bc.head[:1], unsafe.Slice(unsafe.StringData(query), len(query)))
 	req.cmd = bc.pieces
@@ -125,7 +124,7 @@ func relayQuery(cc *server.Conn, bc *backendConn, query string, req relayReq) (r
 // result sets (CALL) are relayed in turn. Rows are never buffered. With
 // req.watermark, the node's executed set read right after the command is
 // in relayOut.watermark (or the reason it is not, in relayOut.wmErr).
-func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
+func relayCmd(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	bc.used = req.sentAt
 	if bc.used.IsZero() {
 		bc.used = time.Now()
@@ -164,7 +163,7 @@ func relayCmd(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) 
 // says a transaction is open (the set would not bound a snapshot the
 // session keeps reading from), the watermark is read with watermarkQuery
 // after the response (one more round trip, out.wmFallback).
-func relayTracked(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
+func relayTracked(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	if err := bc.send(req.cmd, false); err != nil {
 		bc.broken = true
 		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
@@ -323,7 +322,7 @@ func (bc *backendConn) readWatermark() (gtid.Set, error) {
 }
 
 // relayResponse streams one command's response from bc to the client.
-func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, error) {
+func relayResponse(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	op, wantGTIDs := req.op, req.wantGTIDs
 	var out relayOut
 	written := false
@@ -333,7 +332,7 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 		if !clientOK {
 			return
 		}
-		if err := cc.WritePacket(pkt); err != nil {
+		if err := cc.relayPacket(pkt); err != nil {
 			clientOK = false
 			return
 		}
@@ -468,7 +467,7 @@ func relayResponse(cc *server.Conn, bc *backendConn, req relayReq) (relayOut, er
 // go to the server unchanged until the empty packet that ends it; without,
 // the server gets an empty file. The server's answer follows (relayed by
 // the caller). Sequence numbers continue on each side as MySQL's do.
-func relayLocalFile(cc *server.Conn, bc *backendConn, pkt []byte, req relayReq, write func([]byte)) error {
+func relayLocalFile(cc *clientConn, bc *backendConn, pkt []byte, req relayReq, write func([]byte)) error {
 	// pkt's header bytes are room for the client's header; the backend
 	// connection counts the sequence.
 	seq := bc.conn.Sequence
@@ -497,7 +496,7 @@ func relayLocalFile(cc *server.Conn, bc *backendConn, pkt []byte, req relayReq, 
 			return err
 		}
 		seq++
-		cc.Sequence = cseq + 1
+		cc.seq = cseq + 1
 		if n == 0 {
 			bc.conn.Sequence = seq
 			return nil
@@ -547,7 +546,7 @@ func finish(clientOK bool) error {
 
 // relayOK parses an OK packet (captures status and GTID) and forwards it in
 // the client's format.
-func relayOK(cc *server.Conn, bc *backendConn, pkt []byte, wantGTIDs bool, out *relayOut, write func([]byte)) error {
+func relayOK(cc *clientConn, bc *backendConn, pkt []byte, wantGTIDs bool, out *relayOut, write func([]byte)) error {
 	r := bc.conn.HandleOKPacket(pkt[4:])
 	if r == nil {
 		bc.broken = true
@@ -561,7 +560,7 @@ func relayOK(cc *server.Conn, bc *backendConn, pkt []byte, wantGTIDs bool, out *
 	} else if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
 		out.gtid = strings.Clone(r.SessionTracking.GTID)
 	}
-	clientTrack := cc.HasCapability(mysql.CLIENT_SESSION_TRACK)
+	clientTrack := cc.hasCapability(mysql.CLIENT_SESSION_TRACK)
 	if clientTrack && (wantGTIDs || r.Status&mysql.SERVER_SESSION_STATE_CHANGED == 0) {
 		write(pkt) // same format on both sides
 		return nil

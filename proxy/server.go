@@ -75,8 +75,11 @@ type Server struct {
 	ln     net.Listener
 	httpLn net.Listener
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	mu sync.Mutex
+	// conns are the client connections being served, each with the
+	// cancel of its session's context (nil until the session starts): at
+	// the shutdown timeout both are ended.
+	conns map[net.Conn]context.CancelFunc
 	wg    sync.WaitGroup
 	// kills holds one token per KILL QUERY of an overrun wait in flight
 	// (session.killWait), at most maxKills.
@@ -88,7 +91,7 @@ type Server struct {
 	ready     chan struct{}
 	readiness atomic.Pointer[string]
 
-	// meter counts client commands and their overlap (execFixConn):
+	// meter counts client commands and their overlap (clientConn):
 	// the signal of gomaxprocs: adaptive (Serve runs procs.Run on it).
 	meter procs.Meter
 }
@@ -107,7 +110,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:   cfg,
 		log:   cfg.Logger,
 		m:     newMetrics(),
-		conns: map[net.Conn]struct{}{},
+		conns: map[net.Conn]context.CancelFunc{},
 		kills: make(chan struct{}, maxKills),
 		ready: make(chan struct{}),
 		policy: router.Policy{
@@ -352,7 +355,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.mu.Lock()
 		full := len(s.conns) >= s.cfg.MaxConnections
 		if !full {
-			s.conns[c] = struct{}{}
+			s.conns[c] = nil
 		}
 		s.mu.Unlock()
 		if full {
@@ -376,8 +379,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-time.After(s.cfg.ShutdownTimeout):
 		s.mu.Lock()
 		n := len(s.conns)
-		for c := range s.conns {
+		for c, cancel := range s.conns {
 			c.Close()
+			if cancel != nil {
+				cancel()
+			}
 		}
 		s.mu.Unlock()
 		s.log.Warn("shutdown timeout: closed sessions with statements in flight", "sessions", n)
@@ -569,49 +575,26 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	if !s.waitReady(ctx) {
 		return
 	}
-	// Backend I/O of this session must not outlive the proxy's shutdown
-	// timeout, but in-flight statements must not be cut at ctx's end.
-	sctx := context.WithoutCancel(ctx)
+	// The session's context ends with the session (the client went, or
+	// the shutdown timeout closed it), never at the shutdown signal alone:
+	// statements in flight are not cut then.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	s.mu.Lock()
+	s.conns[c] = cancel
+	s.mu.Unlock()
 	sess := newSession(sctx, s)
 	defer sess.close()
 	defer sess.park(true) // before close: borrowed connections go back reset
-	// The login, the session's primary connection included, within
-	// handshake_timeout (the backend's own attempt: connect_timeout).
-	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	hc := &handshakeConn{Conn: c}
-	login := &loginHandler{srv: s, sess: sess}
-	cc, err := s.mysqlSrv.NewCustomizedConn(hc, login, sess)
-	if err != nil {
-		outcome := "auth-failed"
-		if login.backendFailed {
-			outcome = "backend-failed"
-		}
-		s.m.connections.WithLabelValues(outcome).Inc()
-		s.log.Debug("client login failed", "remote", c.RemoteAddr().String(), "outcome", outcome, "err", err.Error())
+	cc, ok := s.login(ctx, c, sess)
+	if !ok {
 		return
 	}
-	_ = c.SetDeadline(time.Time{})
-	hc.through = true
-	under := cc.Conn.Conn // TLS over hc, or hc itself
-	if under == net.Conn(hc) {
-		under = c
-	}
-	if tc, ok := under.(*tls.Conn); ok {
-		st := tc.ConnectionState()
-		sess.tls = &st
-	}
-	fc := newExecFixConn(under, sess.params, gateLimits{
-		maxPacket: s.cfg.MaxAllowedPacket,
-		idle:      s.cfg.IdleTimeout,
-		read:      s.cfg.ClientReadTimeout,
-		write:     s.cfg.ClientWriteTimeout,
-	}, sess.budget, ctx.Done(), func(kind string) { s.m.clientErrors.WithLabelValues(kind).Inc() })
 	if s.cfg.GOMAXPROCS == "adaptive" {
-		fc.meter = &s.meter // its only reader (no cost to a fixed proxy)
+		cc.meter = &s.meter // its only reader (no cost to a fixed proxy)
 	}
-	defer fc.finished()
-	cc.Conn.Conn = fc
-	sess.fc = fc
+	defer cc.finished()
+	sess.cc = cc
 	if ctx.Err() != nil {
 		_ = c.SetReadDeadline(time.Now())
 	}
@@ -619,10 +602,8 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	s.m.active.Inc()
 	defer s.m.active.Dec()
 	sess.park(false) // the login's primary connection (multiplex)
-	for !cc.Closed() {
-		err := cc.HandleCommand()
-		fc.finished()
-		if err != nil || sess.closeAfter {
+	for {
+		if err := sess.handleNextCommand(); err != nil || sess.closeAfter {
 			break
 		}
 		if sess.holdsPooled() {
@@ -634,8 +615,45 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			sess.park(false)
 		}
 	}
-	_ = fc.Flush() // the last response (e.g. the error before closeAfter)
+	_ = cc.Flush() // the last response (e.g. the error before closeAfter)
 	s.m.connections.WithLabelValues("closed").Inc()
+}
+
+// login runs the handshake and authentication on c with go-mysql's server
+// (the greeting, TLS, the authentication exchange; loginHandler opens the
+// session's primary connection) within handshake_timeout, and returns the
+// client connection the session's commands are read from. False: the
+// login failed (counted; go-mysql answered the client).
+func (s *Server) login(ctx context.Context, c net.Conn, sess *session) (*clientConn, bool) {
+	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	hc := &handshakeConn{Conn: c}
+	login := &loginHandler{srv: s, sess: sess}
+	gc, err := s.mysqlSrv.NewCustomizedConn(hc, login, handshakeHandler{sess})
+	if err != nil {
+		outcome := "auth-failed"
+		if login.backendFailed {
+			outcome = "backend-failed"
+		}
+		s.m.connections.WithLabelValues(outcome).Inc()
+		s.log.Debug("client login failed", "remote", c.RemoteAddr().String(), "outcome", outcome, "err", err.Error())
+		return nil, false
+	}
+	_ = c.SetDeadline(time.Time{})
+	hc.through = true
+	under := gc.Conn.Conn // TLS over hc, or hc itself
+	if under == net.Conn(hc) {
+		under = c
+	}
+	if tc, ok := under.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		sess.tls = &st
+	}
+	return newClientConn(under, sess.caps, sess.stmts, gateLimits{
+		maxPacket: s.cfg.MaxAllowedPacket,
+		idle:      s.cfg.IdleTimeout,
+		read:      s.cfg.ClientReadTimeout,
+		write:     s.cfg.ClientWriteTimeout,
+	}, ctx.Done(), sess.countClientError), true
 }
 
 // adaptProcs runs gomaxprocs: adaptive until ctx ends (Config.GOMAXPROCS,

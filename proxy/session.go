@@ -31,21 +31,21 @@ const (
 	codeClientTimeout = 4031
 )
 
-// session is the server.Handler of one client connection. The go-mysql
-// server calls it from the connection's goroutine only, so it needs no
-// locks; everything shared lives in *Server.
+// session is one client connection's proxy session. Its goroutine alone
+// runs it (serveConn: the login, then handleNextCommand in a loop), so it
+// needs no locks; everything shared lives in *Server.
 type session struct {
 	srv *Server
-	// ctx is the client connection's (serveConn's: without the server's
-	// cancel, so that statements in flight are not cut at shutdown):
-	// every backend call is bound to it (backendConn.bind), which costs
-	// nothing while it cannot end.
+	// ctx is the client connection's: cancelled when the session ends
+	// (the client went, or the proxy's shutdown timeout cut it), never at
+	// the server's shutdown signal alone, so that statements in flight
+	// are not cut then. Every backend call is bound to it
+	// (backendConn.bind).
 	ctx context.Context
 	id  uint32
-	cc  *server.Conn
-	// fc is cc's connection below go-mysql's packet layer (nil in tests
-	// without a listener): buffered writes, the raw COM_STMT_EXECUTE.
-	fc *execFixConn
+	// cc is the client connection after the login: every byte to the
+	// client goes through it (nil during the login).
+	cc *clientConn
 
 	// state mirrors what MySQL holds for this session (state.go): it
 	// decides where a read goes and what a new connection replays.
@@ -67,15 +67,19 @@ type session struct {
 	// affinity key); reads go through ls.QueryFunc.
 	ls *live.LiveSession[gtid.Set]
 
-	// prepares mirrors go-mysql's statement id counter (incremented before
-	// every COM_STMT_PREPARE is handled, failed or not); params maps those
-	// ids to parameter counts for execFixConn.
+	// prepares is the last statement id given to the client (incremented
+	// before every COM_STMT_PREPARE is handled, failed or not, as MySQL
+	// does); stmts remembers the statements' parameter types and long
+	// data (stmtdata.go).
 	prepares uint32
-	params   map[uint32]*stmtParams
-	// budget is max_session_bytes: long data (execFixConn), prepared
+	stmts    *stmtMemory
+	// budget is max_session_bytes: long data (stmtMemory), prepared
 	// statement texts (pstmt.cost) and remembered session statements
 	// (sessionState.replayBytes).
 	budget *byteBudget
+	// caps are the client's capabilities from the handshake; charset its
+	// collation id.
+	caps uint32
 	// healthFns[i] is replica i's health check for the watchdog (built
 	// once: watchFor).
 	healthFns []func() bool
@@ -112,7 +116,7 @@ func (s *session) flushFunc() func() error {
 type pstmt struct {
 	query string
 	class Stmt
-	// id is go-mysql's statement id (execFixConn's key).
+	// id is the statement id the client was given (stmtMemory's key).
 	id uint32
 	// params is the statement's parameter count.
 	params int
@@ -123,10 +127,9 @@ type pstmt struct {
 	cost int
 }
 
-var _ server.Handler = (*session)(nil)
-
 func newSession(ctx context.Context, srv *Server) *session {
 	n := len(srv.cfg.Replicas)
+	budget := &byteBudget{limit: srv.cfg.MaxSessionBytes}
 	s := &session{
 		srv:          srv,
 		ctx:          ctx,
@@ -134,17 +137,22 @@ func newSession(ctx context.Context, srv *Server) *session {
 		replicaFails: make([]uint64, n),
 		ls:           srv.rt.NewSession(),
 		state:        newSessionState(),
-		params:       map[uint32]*stmtParams{},
-		budget:       &byteBudget{limit: srv.cfg.MaxSessionBytes},
+		budget:       budget,
 	}
+	s.stmts = newStmtMemory(budget, srv.cfg.MaxAllowedPacket, s.countClientError)
 	return s
 }
 
-// start runs after authentication: pick up the client's collation and
-// connect to the primary.
+// countClientError counts a client error of kind (the client connection's
+// and the statement memory's refusals).
+func (s *session) countClientError(kind string) { s.srv.m.clientErrors.WithLabelValues(kind).Inc() }
+
+// start runs after authentication (go-mysql's handshake, loginHandler):
+// pick up the client's capabilities and collation and connect to the
+// primary.
 func (s *session) start(cc *server.Conn) error {
-	s.cc = cc
 	s.id = cc.ConnectionID()
+	s.caps = cc.Capability()
 	s.ls.SetAffinityKey(hashroute.Hash(strconv.FormatUint(uint64(s.id), 10)))
 	if col, err := charset.GetCollationByID(int(cc.Charset())); err == nil {
 		s.state.collation = col.Name
@@ -206,10 +214,10 @@ const passedFlags = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_FOUND_ROWS | my
 // server then refuses the statement itself: the backend connection does
 // not offer them either).
 func (s *session) localFile() func() ([]byte, byte, error) {
-	if s.fc == nil || s.state.flags&mysql.CLIENT_LOCAL_FILES == 0 {
+	if s.state.flags&mysql.CLIENT_LOCAL_FILES == 0 {
 		return nil
 	}
-	return s.fc.filePacket
+	return s.cc.filePacket
 }
 
 // proxyErr is an error the proxy returns to the client itself.
@@ -277,12 +285,8 @@ func (s *session) replica(i int, now time.Time) (*backendConn, error) {
 	return bc, nil
 }
 
-// UseDB handles COM_INIT_DB (and the handshake's database).
-func (s *session) UseDB(db string) error {
-	if s.primary == nil && s.cc == nil { // during the handshake
-		s.state.db = strings.Clone(db)
-		return nil
-	}
+// useDB handles COM_INIT_DB.
+func (s *session) useDB(db string) error {
 	if err := s.ensurePrimary(); err != nil {
 		return err
 	}
@@ -302,15 +306,12 @@ func (s *session) UseDB(db string) error {
 	return nil
 }
 
-// done is the result the go-mysql server writes nothing for: the response
-// was already relayed.
+// done is the result a handler returns when the response was already
+// written (relayed from a backend): writeResult writes nothing more.
 func done() *mysql.Result { return relayed }
 
-// relayed is done's result, one for every session: nothing modifies it
-// (the server's WriteValue only reads it; a result the proxy modifies,
-// finishExecute's, is the backend's own). Building one per statement cost
-// five allocations.
-var relayed = mysql.NewResult(&mysql.Resultset{Fields: []*mysql.Field{{}}, Streaming: mysql.StreamingMultiple, StreamingDone: true})
+// relayed is done's sentinel, compared by address; never written.
+var relayed = new(mysql.Result)
 
 // oneValueResultset is a one-row, one-column text result (NULL when v is
 // nil). It is built by hand, not with mysql.BuildSimpleTextResultset:
@@ -358,28 +359,10 @@ func statusResultset(name, value string) *mysql.Resultset {
 	return &mysql.Resultset{Fields: fs, FieldNames: map[string]int{"Variable_name": 0, "Value": 1}, RowDatas: []mysql.RowData{row}}
 }
 
-// takeCommand returns the client's own command when execFixConn handed
-// go-mysql a stand-in for it (it always does for COM_QUERY,
-// COM_STMT_PREPARE and COM_STMT_EXECUTE), and sets the response's
-// sequence number past the client's packets.
-func (s *session) takeCommand(cmd byte) ([]byte, bool) {
-	payload, seq, ok := s.fc.command(cmd)
-	if ok {
-		s.cc.Sequence = seq
-	}
-	return payload, ok
-}
-
-// HandleQuery handles COM_QUERY.
-func (s *session) HandleQuery(query string) (*mysql.Result, error) {
-	if payload, ok := s.takeCommand(mysql.COM_QUERY); ok {
-		query = payloadText(payload) // valid during this command
-	}
-	if len(query) > s.srv.cfg.MaxAllowedPacket {
-		s.closeAfter = true
-		return nil, s.proxyErr("packet-too-large", mysql.ER_NET_PACKET_TOO_LARGE,
-			"statement of %d bytes exceeds max_allowed_packet (%d)", len(query), s.srv.cfg.MaxAllowedPacket)
-	}
+// handleQuery handles COM_QUERY: a statement the proxy answers itself
+// (tokens, policy, the client link's status), a read routed by the
+// router, or a statement for the primary.
+func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	if handled, res, restore, err := s.selectPolicy(query); handled || err != nil {
 		return res, err // SET / SELECT @causal_policy (policyselect.go)
 	} else if restore != nil {
@@ -390,35 +373,8 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 		return nil, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
 	}
 	s.use, s.poolBusy = st.Kind.String(), false
-	switch st.Kind {
-	case KindSetToken:
-		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
-		if st.Token == "" {
-			s.ls.SetToken(gtid.Set{}, 0)
-			return nil, nil
-		}
-		tok, err := s.parseToken(st.Token, st.TokenForm)
-		if err != nil {
-			return nil, err
-		}
-		s.ls.SetToken(tok.GTIDs, tok.Epoch)
-		return nil, nil
-	case KindGetToken:
-		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
-		var v *string
-		if set, epoch := s.ls.Token(); !set.IsEmpty() {
-			txt := gtid.Token{Epoch: epoch, GTIDs: set}.String()
-			v = &txt
-		}
-		rs := oneValueResultset("@causal_token", v)
-		return mysql.NewResult(rs), nil
-	case KindTrackGTIDs:
-		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
-		s.state.wantGTIDs = st.TrackGTIDs
-		return nil, nil
-	case KindConnStatus:
-		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
-		return mysql.NewResult(statusResultset(st.Status, s.connStatus(st.Status))), nil
+	if res, ok, err := s.proxyAnswer(st); ok {
+		return res, err
 	}
 	if st.Kind == KindRead {
 		// The primary connection is checked (ensurePrimary) only if the
@@ -460,6 +416,43 @@ func (s *session) HandleQuery(query string) (*mysql.Result, error) {
 	return done(), nil
 }
 
+// proxyAnswer answers the statements the proxy itself holds the answer
+// to: setting or reading the session's causal token, GTID tracking, the
+// client link's TLS status. ok is false for every other statement.
+func (s *session) proxyAnswer(st Stmt) (res *mysql.Result, ok bool, err error) {
+	switch st.Kind {
+	case KindSetToken:
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
+		if st.Token == "" {
+			s.ls.SetToken(gtid.Set{}, 0)
+			return nil, true, nil
+		}
+		tok, err := s.parseToken(st.Token, st.TokenForm)
+		if err != nil {
+			return nil, true, err
+		}
+		s.ls.SetToken(tok.GTIDs, tok.Epoch)
+		return nil, true, nil
+	case KindGetToken:
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
+		var v *string
+		if set, epoch := s.ls.Token(); !set.IsEmpty() {
+			txt := gtid.Token{Epoch: epoch, GTIDs: set}.String()
+			v = &txt
+		}
+		rs := oneValueResultset("@causal_token", v)
+		return mysql.NewResult(rs), true, nil
+	case KindTrackGTIDs:
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
+		s.state.wantGTIDs = st.TrackGTIDs
+		return nil, true, nil
+	case KindConnStatus:
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
+		return mysql.NewResult(statusResultset(st.Status, s.connStatus(st.Status))), true, nil
+	}
+	return nil, false, nil
+}
+
 // previous returns the replica connection that ran the session's
 // previous statement, for a statement that reads what it left there
 // (ReasonPreviousStatement: warnings, FOUND_ROWS): nil when that was the
@@ -486,9 +479,9 @@ func (s *session) afterPrimary(st Stmt, out relayOut) {
 	s.state.afterPrimary(st, out.status, out.serverErr)
 	s.state.noteAnswer(st, out.warnings, out.serverErr)
 	if s.state.inTx() {
-		s.cc.SetInTransaction()
+		s.cc.setInTransaction(true)
 	} else {
-		s.cc.ClearInTransaction()
+		s.cc.setInTransaction(false)
 	}
 	if !out.serverErr && out.gtid != "" {
 		s.recordWrite(out.gtid)
@@ -668,10 +661,7 @@ func (s *session) healthy(b *Backend) func() bool {
 
 // flush sends the client's buffered response now.
 func (s *session) flush() error {
-	if s.fc == nil {
-		return nil
-	}
-	return s.fc.Flush()
+	return s.cc.Flush()
 }
 
 // executed reads the node's watermark (watermarkQuery: gtid_executed, on
@@ -693,8 +683,8 @@ func (s *session) executed(bc *backendConn) (gtid.Set, error) {
 	return set, nil
 }
 
-// HandleFieldList handles COM_FIELD_LIST on the primary.
-func (s *session) HandleFieldList(table string, wildcard string) ([]*mysql.Field, error) {
+// fieldList handles COM_FIELD_LIST on the primary.
+func (s *session) fieldList(table string, wildcard string) ([]*mysql.Field, error) {
 	if err := s.ensurePrimary(); err != nil {
 		return nil, err
 	}
@@ -709,21 +699,6 @@ func (s *session) HandleFieldList(table string, wildcard string) ([]*mysql.Field
 	return fs, nil
 }
 
-// HandleOtherCommand handles COM_RESET_CONNECTION and COM_CHANGE_USER
-// (session state cleared everywhere, session_changeuser.go) and
-// COM_SET_OPTION, and refuses the rest with a clear error.
-func (s *session) HandleOtherCommand(cmd byte, data []byte) error {
-	switch cmd {
-	case mysql.COM_RESET_CONNECTION:
-		return s.resetSession()
-	case mysql.COM_CHANGE_USER:
-		return s.changeUser(data)
-	case mysql.COM_SET_OPTION:
-		return s.setOption(data)
-	}
-	return s.proxyErr("unsupported", mysql.ER_UNKNOWN_COM_ERROR, "command 0x%02x is not supported by the proxy", cmd)
-}
-
 // resetSession is COM_RESET_CONNECTION: the session's state is cleared
 // as MySQL clears it (sessionState.reset: variables, holds, transaction,
 // prepared statements; the schema stays), its causal token and
@@ -736,11 +711,8 @@ func (s *session) resetSession() error {
 		s.replicas[i] = nil
 	}
 	s.budget.give(s.state.reset())
-	clear(s.params)
-	if s.fc != nil {
-		s.fc.dropAllLongData()
-	}
-	s.cc.ClearInTransaction()
+	s.stmts.reset()
+	s.cc.setInTransaction(false)
 	key := s.ls.State().AffinityKey
 	s.ls = s.srv.rt.NewSession()
 	s.ls.SetAffinityKey(key)
@@ -755,8 +727,8 @@ const (
 	optionMultiStatementsOff = 1
 )
 
-// setOption handles COM_SET_OPTION (go-mysql answers EOF when it returns
-// nil): CLIENT_MULTI_STATEMENTS on or off for the session, as MySQL does.
+// setOption handles COM_SET_OPTION (answered with EOF when it returns
+// nil, as MySQL answers it): CLIENT_MULTI_STATEMENTS on or off for the session, as MySQL does.
 // The primary runs it first (its refusal is the answer); open replica
 // connections follow, and connections opened later are dialled with the
 // new flags. A replica connection that fails it is closed (counted as a

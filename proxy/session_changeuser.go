@@ -94,10 +94,7 @@ func parseChangeUser(data []byte, caps uint32) (changeUserReq, error) {
 // scramble does not fit. A failed authentication is MySQL's 1045 and
 // the connection closes (the old user's session does not continue).
 func (s *session) changeUser(data []byte) error {
-	if s.fc == nil {
-		return s.proxyErr("unsupported", mysql.ER_UNKNOWN_COM_ERROR, "COM_CHANGE_USER needs the proxy's client gate")
-	}
-	req, err := parseChangeUser(data, s.cc.Capability())
+	req, err := parseChangeUser(data, s.caps)
 	if err != nil {
 		return mysql.NewError(mysql.ER_MALFORMED_PACKET, "Malformed communication packet.")
 	}
@@ -108,14 +105,13 @@ func (s *session) changeUser(data []byte) error {
 	salt := mysql.RandomBuf(20)
 	sw := append([]byte{0, 0, 0, 0, mysql.EOF_HEADER}, plugin...)
 	sw = append(append(append(sw, 0), salt...), 0)
-	if err := s.cc.WritePacket(sw); err != nil {
+	if err := s.cc.writePacket(sw); err != nil {
 		return err
 	}
-	resp, seq, err := s.fc.filePacket()
+	resp, err := s.cc.readPacket()
 	if err != nil {
 		return err // the client is gone: the connection closes
 	}
-	s.cc.Sequence = seq + 1
 	cred, known := s.srv.users[req.user]
 	if !known || !checkScramble(plugin, salt, cred.Passwords, resp) {
 		s.srv.m.clientErrors.WithLabelValues("change-user-denied").Inc()
@@ -124,7 +120,7 @@ func (s *session) changeUser(data []byte) error {
 			"Access denied for user '"+strings.ReplaceAll(req.user, "'", "''")+"' (causallab proxy: COM_CHANGE_USER)")
 	}
 	if plugin == mysql.AUTH_CACHING_SHA2_PASSWORD {
-		if err := s.cc.WritePacket([]byte{0, 0, 0, 0, mysql.MORE_DATE_HEADER, mysql.CACHE_SHA2_FAST_AUTH}); err != nil {
+		if err := s.cc.writePacket([]byte{0, 0, 0, 0, mysql.MORE_DATE_HEADER, mysql.CACHE_SHA2_FAST_AUTH}); err != nil {
 			return err
 		}
 	}

@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"bytes"
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
-	mpacket "github.com/go-mysql-org/go-mysql/packet"
 	"github.com/go-mysql-org/go-mysql/server"
-	"github.com/go-mysql-org/go-mysql/stmt"
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/mysqlwire"
@@ -84,7 +83,7 @@ func (c *memClient) packets(t *testing.T, n int) [][]byte {
 // pipes, with the far ends. The backend connection's handshake is real
 // (go-mysql's server side answers it on the far end, then the test
 // scripts the far end's packets); the client side needs none.
-func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient) {
+func memConns(t *testing.T) (*backendConn, *memBackend, *clientConn, *memClient) {
 	t.Helper()
 	bNear, bFar := net.Pipe()
 	cNear, cFar := net.Pipe()
@@ -122,7 +121,7 @@ func memConns(t *testing.T) (*backendConn, *memBackend, *server.Conn, *memClient
 	}
 	mc := &memClient{nc: cFar, done: make(chan struct{})}
 	go mc.read()
-	return bc, &memBackend{t: t, nc: bFar, hook: hc}, &server.Conn{Conn: mpacket.NewConn(cNear)}, mc
+	return bc, &memBackend{t: t, nc: bFar, hook: hc}, newClientConn(cNear, 0, nil, testLimits, nil, func(string) {}), mc
 }
 
 // hookConn is the proxy's end of a backend pipe, with a hook run right
@@ -206,6 +205,7 @@ func TestRelayResultSetInMemory(t *testing.T) {
 		be.send(1, want...)
 	}()
 	out, err := relayQuery(cc, bc, "SELECT a FROM t", relayReq{op: "query"})
+	_ = cc.Flush() // the response is complete: the client gets it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +230,7 @@ func TestRelayServerErrorInMemory(t *testing.T) {
 	erp := errPayload(1146, "42S02", "Table 'app.t' doesn't exist")
 	go func() { be.command(); be.send(1, erp) }()
 	out, err := relayQuery(cc, bc, "SELECT * FROM t", relayReq{op: "query"})
+	_ = cc.Flush() // the response is complete: the client gets it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,6 +256,7 @@ func TestRelayBackendLostInMemory(t *testing.T) {
 			be.nc.Close()
 		}()
 		_, err := relayQuery(cc, bc, "SELECT a FROM t", relayReq{op: "query"})
+		_ = cc.Flush() // the response is complete: the client gets it
 		var re *relayError
 		if !errors.As(err, &re) {
 			t.Fatalf("mid=%v: error %v, want a relay error", mid, err)
@@ -269,7 +271,8 @@ func TestRelayBackendLostInMemory(t *testing.T) {
 }
 
 // TestRelayClientGoneInMemory: a client that vanished mid-response is
-// errClientGone; the backend's response is read to its end, so the
+// errClientGone once the client connection's write buffer is written (a
+// row past wbufMax); the backend's response is read to its end, so the
 // backend connection is left in step.
 func TestRelayClientGoneInMemory(t *testing.T) {
 	bc, be, cc, mc := memConns(t)
@@ -277,9 +280,10 @@ func TestRelayClientGoneInMemory(t *testing.T) {
 	<-mc.done
 	go func() {
 		be.command()
-		be.send(1, []byte{1}, columnDef("a"), eofPayload(2), textRow("x"), eofPayload(2))
+		be.send(1, []byte{1}, columnDef("a"), eofPayload(2), textRow(strings.Repeat("x", wbufMax)), eofPayload(2))
 	}()
 	_, err := relayQuery(cc, bc, "SELECT a FROM t", relayReq{op: "query"})
+	_ = cc.Flush() // the response is complete: the client gets it
 	if !errors.Is(err, errClientGone) {
 		t.Fatalf("error %v, want errClientGone", err)
 	}
@@ -296,6 +300,7 @@ func TestRelayOKWithoutTrackingInMemory(t *testing.T) {
 	status := uint16(mysql.SERVER_STATUS_AUTOCOMMIT | mysql.SERVER_SESSION_STATE_CHANGED)
 	go func() { be.command(); be.send(1, okPayload(3, status)) }()
 	out, err := relayQuery(cc, bc, "UPDATE t SET a = 1", relayReq{op: "query"})
+	_ = cc.Flush() // the response is complete: the client gets it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +325,7 @@ func memSession(t *testing.T) (*session, *memClient) {
 	mc := &memClient{nc: cFar, done: make(chan struct{})}
 	go mc.read()
 	srv := &Server{m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	s := &session{srv: srv, state: newSessionState(), cc: &server.Conn{Conn: mpacket.NewConn(cNear)}, budget: &byteBudget{limit: 1 << 20}}
+	s := &session{srv: srv, state: newSessionState(), cc: newClientConn(cNear, 0, nil, testLimits, nil, func(string) {}), budget: &byteBudget{limit: 1 << 20}}
 	return s, mc
 }
 
@@ -366,8 +371,8 @@ func TestAnswerMapsEveryError(t *testing.T) {
 			}
 			res, err := s.answer(c.err, bc)
 			if c.closed {
-				if err != nil || res == nil || !s.cc.Closed() {
-					t.Fatalf("answer = %v, %v, closed %v; want the client closed", res, err, s.cc.Closed())
+				if err != nil || res == nil || !s.cc.closed {
+					t.Fatalf("answer = %v, %v, closed %v; want the client closed", res, err, s.cc.closed)
 				}
 				return
 			}
@@ -378,7 +383,7 @@ func TestAnswerMapsEveryError(t *testing.T) {
 			if !strings.Contains(me.Message, c.msg) {
 				t.Fatalf("message %q does not say %q", me.Message, c.msg)
 			}
-			if s.cc.Closed() {
+			if s.cc.closed {
 				t.Fatal("the client was closed for an error it can be told")
 			}
 			if bc != nil && bc.broken != c.broken {
@@ -496,6 +501,7 @@ func TestRouteRelayPinnedInMemory(t *testing.T) {
 	if _, err := s.readQuery("SELECT a FROM t", mustClassify(t, "SELECT a FROM t")); err != nil {
 		t.Fatal(err)
 	}
+	_ = s.cc.Flush()
 	if got := mc.packets(t, len(rows)); len(got) != len(rows) || string(got[3]) != string(textRow("p")) {
 		t.Fatalf("client got %q", got)
 	}
@@ -520,7 +526,7 @@ func TestRouteRelayReplicaLostInMemory(t *testing.T) {
 	if !errors.As(err, &me) || me.Code != codeBackendLost || !strings.Contains(me.Message, "replica1") {
 		t.Fatalf("error %v, want 2013 naming replica1", err)
 	}
-	if s.cc.Closed() {
+	if s.cc.closed {
 		t.Fatal("the client was closed although nothing reached it")
 	}
 	if s.srv.rt.Failures("replica1") == 0 {
@@ -639,57 +645,64 @@ func prepareOK(id uint32, columns, params uint16) []byte {
 	return append(p, 0, 0, 0)
 }
 
-// TestDecodedExecuteRoutedInMemory: a prepared execution go-mysql
-// decoded (no client gate: the parameter types never came) takes the same
-// route as every read: prepared lazily on the replica the router chose,
-// executed there, its watermark read, the replica the previous
-// statement's backend; the server's refusal of the execution is the
-// client's answer and no node fault.
-func TestDecodedExecuteRoutedInMemory(t *testing.T) {
+// TestRawExecuteRoutedInMemory: a prepared execution (COM_STMT_EXECUTE)
+// takes the same route as every read: prepared lazily on the replica the
+// router chose, the client's packet relayed there under the replica's
+// statement id, the binary result relayed raw to the client, its
+// watermark read, the replica the previous statement's backend; the
+// server's refusal of the execution is the client's answer and no node
+// fault.
+func TestRawExecuteRoutedInMemory(t *testing.T) {
 	for _, refused := range []bool{false, true} {
-		s, _, rep, _ := memRouted(t, "token-ryw-mr")
+		s, _, rep, mc := memRouted(t, "token-ryw-mr")
 		const q = "SELECT a FROM t WHERE k = ?"
-		key := &stmt.PreparedStmt{}
-		s.state.stmts[key] = &pstmt{query: q, class: mustClassify(t, q), id: 1, params: 1, onReplica: map[int]*client.Stmt{}}
+		s.state.stmts[1] = &pstmt{query: q, class: mustClassify(t, q), id: 1, params: 1, onReplica: map[int]*client.Stmt{}}
+		s.stmts.prepared(1, 1)
+		value := binary.LittleEndian.AppendUint64(nil, 1)
+		payload := execPayload(1, 1, true, []byte{mysql.MYSQL_TYPE_LONGLONG, 0}, value)
 		erp := errPayload(1146, "42S02", "Table 'app.t' doesn't exist")
+		row := append([]byte{0, 0}, mysql.PutLengthEncodedString([]byte("x"))...)
 		go func() {
 			if cmd := rep.command(); len(cmd) < 1 || cmd[0] != mysql.COM_STMT_PREPARE || string(cmd[1:]) != q {
 				t.Errorf("replica got %q, want the prepare", cmd)
 				return
 			}
 			rep.send(1, prepareOK(7, 1, 1), columnDef("?"), eofPayload(2), columnDef("a"), eofPayload(2))
-			if cmd := rep.command(); len(cmd) < 5 || cmd[0] != mysql.COM_STMT_EXECUTE || binary.LittleEndian.Uint32(cmd[1:5]) != 7 {
-				t.Errorf("replica got %q, want the execution of statement 7", cmd)
+			cmd := rep.command()
+			if want := append([]byte{mysql.COM_STMT_EXECUTE, 7, 0, 0, 0}, payload[5:]...); !bytes.Equal(cmd, want) {
+				t.Errorf("replica got %x, want the client's execution under statement 7: %x", cmd, want)
 				return
 			}
-			if refused {
-				rep.send(1, erp) // no watermark read after a refusal
-				return
-			}
-			// Binary row: header 0, NULL bitmap (offset 2), the value.
-			rep.send(1, []byte{1}, columnDef("a"), eofPayload(2), append([]byte{0, 0}, mysql.PutLengthEncodedString([]byte("x"))...), eofPayload(2))
+			// The watermark query is pipelined behind the execution.
 			if cmd := rep.command(); len(cmd) < 1 || string(cmd[1:]) != watermarkQuery {
 				t.Errorf("replica got %q, want the watermark query", cmd)
 				return
 			}
+			if refused {
+				rep.send(1, erp)
+				rep.send(1, executedAnswer(memUUID+":1-9")...)
+				return
+			}
+			rep.send(1, []byte{1}, columnDef("a"), eofPayload(2), row, eofPayload(2))
 			rep.send(1, executedAnswer(memUUID+":1-9")...)
 		}()
-		r, err := s.stmtExecute(key, q, []any{int64(1)})
+		res, err := s.handleStmtExecute(payload)
+		if err != nil || res != done() {
+			t.Fatalf("execution: %v, %v; want it relayed", res, err)
+		}
+		_ = s.cc.Flush()
 		if refused {
-			var me *mysql.MyError
-			if !errors.As(err, &me) || me.Code != 1146 {
-				t.Fatalf("refused execution: %v, want the server's 1146", err)
+			got := mc.packets(t, 1)
+			if len(got) != 1 || !bytes.Equal(got[0], erp) {
+				t.Fatalf("client got %x, want the server's 1146", got)
 			}
 			if s.replicas[0].broken || s.srv.rt.Failures("replica1") != 0 {
 				t.Fatal("the server's refusal was taken for a node fault")
 			}
 			continue
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v, err := r.GetString(0, 0); err != nil || v != "x" {
-			t.Fatalf("result %v %v, want x", v, err)
+		if got := mc.packets(t, 5); len(got) != 5 || !bytes.Equal(got[3], row) {
+			t.Fatalf("client got %x, want the binary row %x", got, row)
 		}
 		if s.state.last != s.replicas[0] {
 			t.Fatal("the previous statement's backend is not the replica that ran it")
@@ -721,10 +734,12 @@ func TestRelayWatchdogCutAsAnswerArrivesInMemory(t *testing.T) {
 	if _, err := relayQuery(cc, bc, "DO 1", relayReq{op: "query"}); err != nil {
 		t.Fatal(err)
 	}
+	_ = cc.Flush()
 	before := len(mc.packets(t, 1))
 	bc.watch(func() bool { return true })
 	be.hook.afterWrite = func() { bc.dc.Cut(errUnresponsive) } // the cut lands as the command is out
 	_, err := relayQuery(cc, bc, "SELECT a FROM t", relayReq{op: "query"})
+	_ = cc.Flush() // the response is complete: the client gets it
 	var re *relayError
 	if !errors.As(err, &re) || re.partial || !bc.broken || !bc.unresponsive() {
 		t.Fatalf("error %v (relay error %+v), broken %v: want a failure with nothing written", err, re, bc.broken)

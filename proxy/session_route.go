@@ -368,7 +368,7 @@ func (s *session) answerErr(err error, bc *backendConn) error {
 func (s *session) lostErr(bc *backendConn) error {
 	if bc == s.primary && s.state.inTx() {
 		s.state.observeStatus(s.state.status&^mysql.SERVER_STATUS_IN_TRANS, false)
-		s.cc.ClearInTransaction()
+		s.cc.setInTransaction(false)
 		return s.proxyErr("backend-lost", codeBackendLost,
 			"lost the connection to %s inside a transaction: the transaction is rolled back and was not retried", bc.b.Name)
 	}

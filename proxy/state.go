@@ -4,7 +4,6 @@ import (
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/go-mysql-org/go-mysql/stmt"
 
 	"github.com/causallab/causallab/router/live"
 )
@@ -141,7 +140,7 @@ type sessionState struct {
 	// status is the server status of the primary's last OK or EOF.
 	status uint16
 	// stmts are the client's prepared statements.
-	stmts map[*stmt.PreparedStmt]*pstmt
+	stmts map[uint32]*pstmt
 	// last is the backend connection that ran the previous statement
 	// (ReasonPreviousStatement statements follow it: its warnings, its
 	// FOUND_ROWS).
@@ -198,7 +197,7 @@ func (m *sessionState) noteAnswer(st Stmt, warnings uint16, serverErr bool) {
 }
 
 func newSessionState() *sessionState {
-	return &sessionState{status: mysql.SERVER_STATUS_AUTOCOMMIT, stmts: map[*stmt.PreparedStmt]*pstmt{}}
+	return &sessionState{status: mysql.SERVER_STATUS_AUTOCOMMIT, stmts: map[uint32]*pstmt{}}
 }
 
 // inTx reports whether the primary said a transaction is open.
@@ -339,7 +338,7 @@ func (m *sessionState) reset() (freed int) {
 	m.replay, m.replayBytes = nil, 0
 	m.held = 0
 	m.status = mysql.SERVER_STATUS_AUTOCOMMIT
-	m.stmts = map[*stmt.PreparedStmt]*pstmt{}
+	m.stmts = map[uint32]*pstmt{}
 	m.last = nil
 	m.keepNext = keepNone
 	m.wantGTIDs = false

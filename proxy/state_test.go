@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/go-mysql-org/go-mysql/stmt"
 
 	"github.com/causallab/causallab/router/live"
 )
@@ -166,7 +165,7 @@ func TestStateReplay(t *testing.T) {
 	}
 	used := budget.used
 	p := &pstmt{cost: 700}
-	m.stmts[&stmt.PreparedStmt{}] = p
+	m.stmts[1] = p
 	if got := m.Holds(); got != HoldReplayOverflow|HoldPreparedStatements {
 		t.Fatalf("with a prepared statement: %q", got)
 	}

@@ -54,45 +54,51 @@ func (f *fakeConn) SetReadDeadline(time.Time) error  { return nil }
 func (f *fakeConn) SetWriteDeadline(time.Time) error { return nil }
 func (f *fakeConn) Close() error                     { return nil }
 
-// seen is one command as go-mysql's reader gets it from the gate: the
-// packet it reads, and what the gate substituted (the client's payload:
-// the command's, or the execution's pieces joined) with the response's
-// sequence number.
+// seen is one command as the session's loop reads it from the client
+// connection: its payload (an execution's as the statement memory fixed
+// it: the pieces joined) and the sequence number its response starts at.
 type seen struct {
-	pkt     []byte
 	payload []byte
 	seq     uint8
 }
 
 var testLimits = gateLimits{maxPacket: 64 << 20, idle: time.Hour, read: time.Hour, write: time.Hour}
 
-// runGate feeds input through a gate as go-mysql reads it, packet by
-// packet, and returns what it read, what the gate wrote (its own
-// answers), the kinds it counted and the error that ended the stream (nil
-// for a clean end).
+// runGate reads input's commands through a clientConn as the session's
+// loop does (readCommand; an execution through the statement memory,
+// whose refusal it answers as the session would) and returns them, what
+// the connection wrote (its own answers), the kinds it counted and the
+// error that ended the stream (nil for a clean end).
 func runGate(params map[uint32]*stmtParams, lim gateLimits, budget *byteBudget, input io.Reader) ([]seen, []byte, []string, error) {
 	fc := &fakeConn{r: input}
 	var counted []string
-	g := newExecFixConn(fc, params, lim, budget, nil, func(k string) { counted = append(counted, k) })
+	count := func(k string) { counted = append(counted, k) }
+	m := newStmtMemory(budget, lim.maxPacket, count)
+	if params != nil {
+		m.params = params
+	}
+	c := newClientConn(fc, 0, m, lim, nil, count)
 	var out []seen
 	for {
-		seq, p, err := readPacket(g)
+		p, err := c.readCommand()
 		if err != nil {
-			_ = g.Flush()
+			_ = c.Flush()
 			if errors.Is(err, io.EOF) {
 				err = nil
 			}
 			return out, fc.w.Bytes(), counted, err
 		}
-		sn := seen{pkt: append([]byte{seq}, p...)}
-		if len(p) > 0 {
-			if pl, s, ok := g.command(p[0]); ok {
-				sn.seq = s
-				sn.payload = bytes.Clone(pl)
-				if p[0] == mysql.COM_STMT_EXECUTE {
-					sn.payload = bytes.Join(g.exec, nil)
-				}
+		sn := seen{payload: bytes.Clone(p), seq: c.seq}
+		switch {
+		case p[0] == mysql.COM_STMT_EXECUTE && len(p) >= 10:
+			pieces, refused := m.fix(p)
+			if refused != nil {
+				_ = c.writeErr(refused)
+				continue
 			}
+			sn.payload = bytes.Join(pieces, nil)
+		case p[0] == mysql.COM_STMT_RESET && len(p) >= 5:
+			m.dropLongData(binary.LittleEndian.Uint32(p[1:5]))
 		}
 		out = append(out, sn)
 	}
@@ -124,14 +130,6 @@ func TestGateRewritesUnboundExecute(t *testing.T) {
 		if !bytes.Equal(g.payload, want[i]) || g.seq != 1 {
 			t.Errorf("command %d: payload %x seq %d, want %x seq 1", i, g.payload, g.seq, want[i])
 		}
-	}
-	// go-mysql reads stand-ins: the command, statement id, flags, iteration
-	// count, a NULL bitmap and new-params-bound 0.
-	if stand := []byte{0, mysql.COM_STMT_EXECUTE, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0}; !bytes.Equal(got[0].pkt, stand) {
-		t.Errorf("execute stand-in %x, want %x", got[0].pkt, stand)
-	}
-	if !bytes.Equal(got[1].pkt, []byte{0, mysql.COM_QUERY}) {
-		t.Errorf("query stand-in %x", got[1].pkt)
 	}
 }
 
@@ -204,7 +202,7 @@ func TestGateInlinesLongData(t *testing.T) {
 	want := [][]byte{
 		execPayload(5, 3, true, types, []byte{42, 0, 0, 0, 12, 'h', 'e', 'l', 'l', 'o', ',', ' ', 'w', 'o', 'r', 'l', 'd', 2, 'x', 'y'}),
 		execPayload(5, 3, true, types, again),
-		nil, // the reset, passed to go-mysql as it came
+		reset[4:], // COM_STMT_RESET, read as it came
 		execPayload(5, 3, true, types, again),
 	}
 	if len(got) != len(want) {
@@ -214,9 +212,6 @@ func TestGateInlinesLongData(t *testing.T) {
 		if !bytes.Equal(got[i].payload, w) {
 			t.Errorf("command %d: %x, want %x", i, got[i].payload, w)
 		}
-	}
-	if !bytes.Equal(got[2].pkt, reset[3:]) {
-		t.Errorf("reset passed as %x", got[2].pkt)
 	}
 	if budget.used != 0 {
 		t.Errorf("%d bytes still counted against the session after the executions", budget.used)
@@ -247,7 +242,7 @@ func errAnswers(t *testing.T, b []byte) []answer {
 
 func TestGateEmptyPacketIsCOMSleep(t *testing.T) {
 	got := mustRunGate(t, nil, []byte{0, 0, 0, 0, 1, 0, 0, 0, mysql.COM_PING})
-	if len(got) != 2 || !bytes.Equal(got[0].pkt, []byte{0, mysql.COM_SLEEP}) || !bytes.Equal(got[1].pkt, []byte{0, mysql.COM_PING}) {
+	if len(got) != 2 || !bytes.Equal(got[0].payload, []byte{mysql.COM_SLEEP}) || !bytes.Equal(got[1].payload, []byte{mysql.COM_PING}) {
 		t.Fatalf("%v", got)
 	}
 }
@@ -289,7 +284,7 @@ func TestGateRefusesLargeOtherCommands(t *testing.T) {
 	name := bytes.Repeat([]byte{'d'}, 20<<10)
 	in := append(packet(0, append([]byte{mysql.COM_INIT_DB}, name...)), 1, 0, 0, 0, mysql.COM_PING)
 	got, written, counted, err := runGate(nil, testLimits, nil, bytes.NewReader(in))
-	if err != nil || len(got) != 1 || !bytes.Equal(got[0].pkt, []byte{0, mysql.COM_PING}) {
+	if err != nil || len(got) != 1 || !bytes.Equal(got[0].payload, []byte{mysql.COM_PING}) {
 		t.Fatalf("err %v, commands %v", err, got)
 	}
 	if as := errAnswers(t, written); len(as) != 1 || as[0].code != mysql.ER_NET_PACKET_TOO_LARGE || as[0].seq != 1 {
@@ -422,7 +417,7 @@ func messages(in []byte) [][]byte {
 // COM_STMT_PREPARE and COM_STMT_EXECUTE through the session (command,
 // exec), the rest as they came, an empty packet as COM_SLEEP, long data
 // swallowed.
-func FuzzExecFix(f *testing.F) {
+func FuzzClientConn(f *testing.F) {
 	types := []byte{mysql.MYSQL_TYPE_LONG, 0}
 	f.Add(execPacket(0, 1, 1, false, nil, []byte{1, 0, 0, 0}), uint8(1))
 	f.Add(append(execPacket(0, 1, 1, true, types, []byte{1, 0, 0, 0}), execPacket(0, 1, 1, false, nil, []byte{2, 0, 0, 0})...), uint8(1))
@@ -443,8 +438,12 @@ func FuzzExecFix(f *testing.F) {
 			t.Fatalf("%d bytes in, %d allocated", len(in), alloc)
 		}
 		for _, g := range got {
-			if len(g.pkt) > 1+maxOtherCommand {
-				t.Fatalf("go-mysql got a %d-byte packet", len(g.pkt))
+			switch g.payload[0] {
+			case mysql.COM_QUERY, mysql.COM_STMT_PREPARE, mysql.COM_STMT_EXECUTE:
+			default:
+				if len(g.payload) > maxOtherCommand {
+					t.Fatalf("a %d-byte command 0x%02x was read", len(g.payload), g.payload[0])
+				}
 			}
 		}
 		if err == nil {
@@ -464,11 +463,7 @@ func FuzzExecFix(f *testing.F) {
 				t.Fatalf("%d commands handed on, %d sent", len(got), len(want))
 			}
 			for i, g := range got {
-				hand := g.payload
-				if hand == nil {
-					hand = g.pkt[1:]
-				}
-				if !bytes.Equal(hand, want[i]) {
+				if hand := g.payload; !bytes.Equal(hand, want[i]) {
 					t.Fatalf("command %d handed on as %x, sent %x", i, hand, want[i])
 				}
 			}
@@ -484,8 +479,8 @@ func FuzzExecFix(f *testing.F) {
 // as overlapped.
 func TestGateMetersCommands(t *testing.T) {
 	var m procs.Meter
-	gate := func(in []byte) *execFixConn {
-		g := newExecFixConn(&fakeConn{r: bytes.NewReader(in)}, nil, testLimits, nil, nil, func(string) {})
+	gate := func(in []byte) *clientConn {
+		g := newClientConn(&fakeConn{r: bytes.NewReader(in)}, 0, nil, testLimits, nil, func(string) {})
 		g.meter = &m
 		return g
 	}
@@ -494,13 +489,13 @@ func TestGateMetersCommands(t *testing.T) {
 	if w := m.Read(); w != (procs.Window{}) {
 		t.Fatalf("before any command: %+v", w)
 	}
-	if _, _, err := readPacket(a); err != nil {
+	if _, _, err := readCmd(a); err != nil {
 		t.Fatal(err)
 	}
 	if w := m.Read(); w != (procs.Window{Commands: 1}) {
 		t.Fatalf("a's first command read: %+v, want 1 command, none overlapped", w)
 	}
-	if _, _, err := readPacket(b); err != nil { // while a's runs
+	if _, _, err := readCmd(b); err != nil { // while a's runs
 		t.Fatal(err)
 	}
 	if w := m.Read(); w != (procs.Window{Commands: 2, Overlapped: 1}) {
@@ -509,14 +504,14 @@ func TestGateMetersCommands(t *testing.T) {
 	a.finished()
 	b.finished()
 	b.finished() // a second call ends nothing
-	if _, _, err := readPacket(a); err != nil {
+	if _, _, err := readCmd(a); err != nil {
 		t.Fatal(err)
 	}
 	if w := m.Read(); w != (procs.Window{Commands: 3, Overlapped: 1}) {
 		t.Fatalf("a's second command alone: %+v, want 3 commands, 1 overlapped", w)
 	}
 	a.finished()
-	if _, _, err := readPacket(a); !errors.Is(err, io.EOF) {
+	if _, _, err := readCmd(a); !errors.Is(err, io.EOF) {
 		t.Fatalf("end of a's stream: %v", err)
 	}
 	a.finished()
@@ -528,4 +523,10 @@ func TestGateMetersCommands(t *testing.T) {
 	if w := m.Read(); w != (procs.Window{Commands: 4, Overlapped: 1}) {
 		t.Fatalf("a command after all finished: %+v, want it alone", w)
 	}
+}
+
+// readCmd reads c's next command as the session's loop does.
+func readCmd(c *clientConn) (uint8, []byte, error) {
+	p, err := c.readCommand()
+	return c.seq, p, err
 }
