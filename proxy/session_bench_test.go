@@ -44,7 +44,7 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		if !ok || name == "" || bin == "" {
 			t.Fatalf("CAUSALLAB_PROXY_BENCH_BINARIES: %q is not name=path", entry)
 		}
-		// path:policy:watermark_source:workers:poll_interval:poll_idle_interval:socket_io
+		// path:policy:watermark_source:workers:poll_interval:poll_idle_interval:socket_io:gomaxprocs
 		// sets those (any may be empty: the default).
 		bin, settings, _ := strings.Cut(bin, ":")
 		policy, wms, _ := strings.Cut(settings, ":")
@@ -52,6 +52,7 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		workers, poll, _ := strings.Cut(workers, ":")
 		poll, idle, _ := strings.Cut(poll, ":")
 		idle, sio, _ := strings.Cut(idle, ":")
+		sio, gmp, _ := strings.Cut(sio, ":")
 		port := freePort(t)
 		cfg := map[string]any{
 			"listen":      "127.0.0.1:" + strconv.Itoa(port),
@@ -90,6 +91,9 @@ func externalProxies(t *testing.T, positions string) (names []string, ports []in
 		}
 		if sio != "" {
 			cfg["socket_io"] = sio
+		}
+		if gmp != "" {
+			cfg["gomaxprocs"] = gmp
 		}
 		var reps []backend
 		for _, r := range topo.Replicas() {
