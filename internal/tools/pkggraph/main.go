@@ -70,6 +70,9 @@ func Load() (*Graph, error) {
 	g := &Graph{Module: path, Internal: map[string][]string{}, External: map[string][]string{}}
 	list := exec.Command("go", "list", "-deps", "-json", "./...")
 	list.Dir = dir // the whole module, wherever this runs from
+	// Imports differ by GOOS (internal/procs reads the affinity mask
+	// through x/sys on Linux only): the page shows Linux's, on any host.
+	list.Env = append(os.Environ(), "GOOS=linux")
 	out, err := list.Output()
 	if err != nil {
 		return nil, fmt.Errorf("go list -deps -json ./...: %w", err)
@@ -230,6 +233,19 @@ func Splice(page, body string) (string, error) {
 	return page[:i+len(beginMark)] + "\n" + body + page[j:], nil
 }
 
+// Generate returns page with its pkggraph section rewritten from g, and
+// the drawing's SVG text. It writes nothing: run writes both, the test
+// compares them with the files.
+func Generate(g *Graph, page, docPath, svgPath string) (doc, svg string, err error) {
+	img := filepath.ToSlash(strings.TrimPrefix(svgPath, filepath.Dir(docPath)+"/"))
+	body := fmt.Sprintf("![the module's packages, each above what it imports](%s)\n\n%s", img, g.Table())
+	doc, err = Splice(page, body)
+	if err != nil {
+		return "", "", err
+	}
+	return doc, g.SVG(), nil
+}
+
 func run(docPath, svgPath string) error {
 	g, err := Load()
 	if err != nil {
@@ -239,16 +255,14 @@ func run(docPath, svgPath string) error {
 	if err != nil {
 		return err
 	}
-	img := filepath.ToSlash(strings.TrimPrefix(svgPath, filepath.Dir(docPath)+"/"))
-	body := fmt.Sprintf("![the module's packages, each above what it imports](%s)\n\n%s", img, g.Table())
-	out, err := Splice(string(page), body)
+	doc, svg, err := Generate(g, string(page), docPath, svgPath)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(docPath, []byte(out), 0o644); err != nil {
+	if err := os.WriteFile(docPath, []byte(doc), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(svgPath, []byte(g.SVG()), 0o644); err != nil {
+	if err := os.WriteFile(svgPath, []byte(svg), 0o644); err != nil {
 		return err
 	}
 	png := strings.TrimSuffix(svgPath, ".svg") + ".png"
