@@ -259,13 +259,18 @@ func TestMonotonicReadsWatermark(t *testing.T) {
 // TestPreparedExecuteWithoutTypes sends the first execution of a
 // statement without its parameter types (new-params-bound flag 0): the
 // proxy relays it as it came and the client gets MySQL's own answer, the
-// same error as from MySQL direct.
+// same error as from MySQL direct to a client that, like the proxy's,
+// did not negotiate query attributes (MySQL reads the packet differently
+// with them).
 func TestPreparedExecuteWithoutTypes(t *testing.T) {
 	s := startProxy(t, nil)
 	p := topo.Primary()
 	answer := func(addr, user, password string) *mysql.MyError {
 		t.Helper()
-		c, err := client.Connect(addr, user, password, "")
+		c, err := client.Connect(addr, user, password, "", func(c *client.Conn) error {
+			c.UnsetCapability(mysql.CLIENT_QUERY_ATTRIBUTES)
+			return nil
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

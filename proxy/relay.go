@@ -321,143 +321,184 @@ func (bc *backendConn) readWatermark() (gtid.Set, error) {
 	return set, nil
 }
 
-// relayResponse streams one command's response from bc to the client.
+// relayResponse streams one command's response from bc to the client:
+// OK, ERR, a LOCAL INFILE request, or result sets (several, for CALL),
+// each dispatched to the step that relays it.
 func relayResponse(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
-	op, wantGTIDs := req.op, req.wantGTIDs
-	var out relayOut
-	written := false
-	clientOK := true
-	// write forwards one packet (with its 4-byte header room) to the client.
-	write := func(pkt []byte) {
-		if !clientOK {
-			return
-		}
-		if err := cc.relayPacket(pkt); err != nil {
-			clientOK = false
-			return
-		}
-		written = true
-	}
-	read := func() ([]byte, error) {
-		var (
-			pkt []byte
-			err error
-		)
-		if bc.frames != nil {
-			// In place, valid until the next read (write copies it).
-			pkt, err = bc.frames.Next(&bc.conn.Sequence)
-		} else {
-			pkt, err = bc.conn.ReadPacketReuseMem(bc.buf[:4])
-		}
-		if err != nil {
-			bc.broken = true
-			return nil, &relayError{err: backendErr(bc.b, op, err), partial: written}
-		}
-		if bc.watched {
-			// The replica answers: from here on only backend_timeout
-			// bounds it (a cut would close the client mid-result).
-			bc.unwatch()
-			if bc.unresponsive() {
-				// The watchdog cut the connection as the answer arrived
-				// (after this packet, before the unwatch): the rest of the
-				// answer is lost, but nothing was written to the client,
-				// so the read is decided again elsewhere (runFailed).
-				bc.broken = true
-				return nil, &relayError{err: backendErr(bc.b, op, errUnresponsive), partial: written}
-			}
-		}
-		if len(pkt) == 4 {
-			bc.broken = true
-			return nil, &relayError{err: &BackendError{Backend: bc.b.Name, Op: op, Msg: "empty packet"}, partial: written}
-		}
-		if bc.frames == nil && cap(pkt) <= 1<<20 {
-			bc.buf = pkt[:0]
-		}
-		return pkt, nil
-	}
+	r := responseRelay{cc: cc, bc: bc, req: &req, clientOK: true}
 	for {
-		pkt, err := read()
+		pkt, err := r.read()
 		if err != nil {
-			return out, err
+			return r.out, err
 		}
+		var last bool
 		switch pkt[4] {
 		case mysql.OK_HEADER:
-			if err := relayOK(cc, bc, pkt, wantGTIDs, &out, write); err != nil {
-				return out, err
+			if err := relayOK(cc, bc, pkt, req.wantGTIDs, &r.out, r.write); err != nil {
+				return r.out, err
 			}
-			if out.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
-				return out, finish(clientOK)
-			}
-			continue
+			last = r.out.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0
 		case mysql.ERR_HEADER:
-			out.serverErr = true
-			if len(pkt) >= 7 {
-				out.code = binary.LittleEndian.Uint16(pkt[5:7])
-			}
-			write(pkt)
-			return out, finish(clientOK)
+			r.serverError(pkt)
+			last = true
 		case mysql.LocalInFile_HEADER:
-			if err := relayLocalFile(cc, bc, pkt, req, write); err != nil {
-				if errors.Is(err, errClientGone) {
-					return out, err
-				}
-				return out, &relayError{err: backendErr(bc.b, op, err), partial: written}
+			if err := r.localFile(pkt); err != nil {
+				return r.out, err
 			}
-			written = written || req.file != nil
-			continue
+		default:
+			if last, err = r.resultSet(pkt); err != nil {
+				return r.out, err
+			}
 		}
-		// A result set: column count, column definitions, EOF, rows, EOF
-		// (on an allGTIDs connection: no EOF after the columns and an OK
-		// packet with the 0xfe header at the end, each rewritten to the
-		// classic EOF packet for the client, eofFromOK).
-		n, _, _ := mysql.LengthEncodedInt(pkt[4:])
-		write(pkt)
-		for i := uint64(0); i < n; i++ {
-			if pkt, err = read(); err != nil {
-				return out, err
-			}
-			write(pkt)
+		if last {
+			return r.out, finish(r.clientOK)
 		}
-		if bc.allGTIDs {
-			write(eofPacket(0, bc.status&^mysql.SERVER_SESSION_STATE_CHANGED))
-		} else {
-			if pkt, err = read(); err != nil { // EOF after the columns
-				return out, err
-			}
-			write(pkt)
+	}
+}
+
+// responseRelay is one response being relayed from bc to the client cc.
+type responseRelay struct {
+	cc  *clientConn
+	bc  *backendConn
+	req *relayReq
+	out relayOut
+	// written: some of the response went to the client; clientOK: no
+	// write to the client failed (the rest is read and dropped).
+	written, clientOK bool
+}
+
+// write forwards one packet (with its 4-byte header room) to the client.
+func (r *responseRelay) write(pkt []byte) {
+	if !r.clientOK {
+		return
+	}
+	if err := r.cc.relayPacket(pkt); err != nil {
+		r.clientOK = false
+		return
+	}
+	r.written = true
+}
+
+// read reads the backend's next packet (4 bytes of header room first),
+// in place: valid until the next read (write copies it).
+func (r *responseRelay) read() ([]byte, error) {
+	bc := r.bc
+	var (
+		pkt []byte
+		err error
+	)
+	if bc.frames != nil {
+		pkt, err = bc.frames.Next(&bc.conn.Sequence)
+	} else {
+		pkt, err = bc.conn.ReadPacketReuseMem(bc.buf[:4])
+	}
+	if err != nil {
+		bc.broken = true
+		return nil, &relayError{err: backendErr(bc.b, r.req.op, err), partial: r.written}
+	}
+	if bc.watched {
+		// The replica answers: from here on only backend_timeout
+		// bounds it (a cut would close the client mid-result).
+		bc.unwatch()
+		if bc.unresponsive() {
+			// The watchdog cut the connection as the answer arrived
+			// (after this packet, before the unwatch): the rest of the
+			// answer is lost, but nothing was written to the client,
+			// so the read is decided again elsewhere (runFailed).
+			bc.broken = true
+			return nil, &relayError{err: backendErr(bc.b, r.req.op, errUnresponsive), partial: r.written}
 		}
-		for {
-			if pkt, err = read(); err != nil {
-				return out, err
-			}
-			if bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt)-4 < mysql.MaxPayloadLen {
-				// The OK that ends the result (a row starting with 0xfe
-				// fills a whole packet).
-				eof, err := eofFromOK(bc, pkt, &out)
-				if err != nil {
-					return out, err
-				}
-				write(eof)
-				break
-			}
-			if !bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt) < 4+9 {
-				if len(pkt) >= 9 {
-					out.warnings = binary.LittleEndian.Uint16(pkt[5:7])
-					out.status = binary.LittleEndian.Uint16(pkt[7:9])
-				}
-				write(pkt)
-				break
-			}
-			if pkt[4] == mysql.ERR_HEADER {
-				out.serverErr = true
-				write(pkt)
-				return out, finish(clientOK)
-			}
-			write(pkt)
+	}
+	if len(pkt) == 4 {
+		bc.broken = true
+		return nil, &relayError{err: &BackendError{Backend: bc.b.Name, Op: r.req.op, Msg: "empty packet"}, partial: r.written}
+	}
+	if bc.frames == nil && cap(pkt) <= 1<<20 {
+		bc.buf = pkt[:0]
+	}
+	return pkt, nil
+}
+
+// serverError relays the server's ERR packet, which ends the response.
+func (r *responseRelay) serverError(pkt []byte) {
+	r.out.serverErr = true
+	if len(pkt) >= 7 {
+		r.out.code = binary.LittleEndian.Uint16(pkt[5:7])
+	}
+	r.write(pkt)
+}
+
+// localFile relays a LOAD DATA LOCAL INFILE exchange (relayLocalFile); the
+// server's answer follows.
+func (r *responseRelay) localFile(pkt []byte) error {
+	if err := relayLocalFile(r.cc, r.bc, pkt, *r.req, r.write); err != nil {
+		if errors.Is(err, errClientGone) {
+			return err
 		}
-		if out.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
-			return out, finish(clientOK)
+		return &relayError{err: backendErr(r.bc.b, r.req.op, err), partial: r.written}
+	}
+	r.written = r.written || r.req.file != nil
+	return nil
+}
+
+// resultSet relays a result set whose first packet (the column count) is
+// pkt: column definitions, EOF, rows, EOF (on an allGTIDs connection: no
+// EOF after the columns and an OK packet with the 0xfe header at the end,
+// each rewritten to the classic EOF packet for the client, eofFromOK).
+// last: no more results follow.
+func (r *responseRelay) resultSet(pkt []byte) (last bool, err error) {
+	bc := r.bc
+	n, _, _ := mysql.LengthEncodedInt(pkt[4:])
+	r.write(pkt)
+	for i := uint64(0); i < n; i++ {
+		if pkt, err = r.read(); err != nil {
+			return false, err
 		}
+		r.write(pkt)
+	}
+	if bc.allGTIDs {
+		r.write(eofPacket(0, bc.status&^mysql.SERVER_SESSION_STATE_CHANGED))
+	} else {
+		if pkt, err = r.read(); err != nil { // EOF after the columns
+			return false, err
+		}
+		r.write(pkt)
+	}
+	return r.rows()
+}
+
+// rows relays a result set's rows up to the EOF (or OK) that ends them,
+// or the ERR that cuts them short; last: no more results follow.
+func (r *responseRelay) rows() (last bool, err error) {
+	bc := r.bc
+	for {
+		pkt, err := r.read()
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt)-4 < mysql.MaxPayloadLen:
+			// The OK that ends the result (a row starting with 0xfe
+			// fills a whole packet).
+			eof, err := eofFromOK(bc, pkt, &r.out)
+			if err != nil {
+				return false, err
+			}
+			r.write(eof)
+			return r.out.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0, nil
+		case !bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt) < 4+9:
+			if len(pkt) >= 9 {
+				r.out.warnings = binary.LittleEndian.Uint16(pkt[5:7])
+				r.out.status = binary.LittleEndian.Uint16(pkt[7:9])
+			}
+			r.write(pkt)
+			return r.out.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0, nil
+		case pkt[4] == mysql.ERR_HEADER:
+			r.out.serverErr = true
+			r.write(pkt)
+			return true, nil
+		}
+		r.write(pkt)
 	}
 }
 
