@@ -54,7 +54,8 @@ type clientConn struct {
 	// handshake (the OK packet's format, CLIENT_SESSION_TRACK).
 	caps uint32
 	// status is the server status the proxy's own OK and EOF packets
-	// carry (autocommit, in transaction: setInTransaction).
+	// carry: the primary's autocommit and in-transaction flags
+	// (mirrorStatus, setInTransaction).
 	status uint16
 	// seq is the sequence number of the next packet written: the one
 	// after the client's last packet of the command being answered.
@@ -127,6 +128,13 @@ func newClientConn(c net.Conn, caps uint32, stmts *stmtMemory, lim gateLimits, d
 
 // hasCapability reports whether the client negotiated flag.
 func (c *clientConn) hasCapability(flag uint32) bool { return c.caps&flag != 0 }
+
+// mirrorStatus takes the primary's autocommit and in-transaction flags
+// (its last OK or EOF) as the proxy's own status.
+func (c *clientConn) mirrorStatus(primary uint16) {
+	const kept = mysql.SERVER_STATUS_AUTOCOMMIT | mysql.SERVER_STATUS_IN_TRANS
+	c.status = c.status&^kept | primary&kept
+}
 
 // setInTransaction sets the in-transaction flag of the proxy's own status.
 func (c *clientConn) setInTransaction(in bool) {

@@ -77,8 +77,7 @@ type session struct {
 	// statement texts (pstmt.cost) and remembered session statements
 	// (sessionState.replayBytes).
 	budget *byteBudget
-	// caps are the client's capabilities from the handshake; charset its
-	// collation id.
+	// caps are the client's capabilities from the handshake.
 	caps uint32
 	// healthFns[i] is replica i's health check for the watchdog (built
 	// once: watchFor).
@@ -478,11 +477,7 @@ func (s *session) previous() *backendConn {
 func (s *session) afterPrimary(st Stmt, out relayOut) {
 	s.state.afterPrimary(st, out.status, out.serverErr)
 	s.state.noteAnswer(st, out.warnings, out.serverErr)
-	if s.state.inTx() {
-		s.cc.setInTransaction(true)
-	} else {
-		s.cc.setInTransaction(false)
-	}
+	s.cc.mirrorStatus(s.state.status)
 	if !out.serverErr && out.gtid != "" {
 		s.recordWrite(out.gtid)
 	}
