@@ -18,7 +18,7 @@ import (
 // the manner of Vitess's mysql.Conn: the one owner of the client socket.
 // It reads each command message (framing, limits, timeouts), and every
 // byte the proxy sends the client goes through it (the buffered writer and
-// the packet sequence number: writePacket, relayPacket, writeOK, writeErr,
+// the packet sequence number: writePacket, writeOK, writeErr,
 // writeEOF, writeResultset, writeFieldList, writePrepare). The session's
 // loop (session.handleNextCommand) reads a command with readCommand and
 // dispatches on its first byte. Used by the session's goroutine only (no
@@ -550,29 +550,29 @@ func (c *clientConn) Close() error {
 	return ferr
 }
 
-// relayPacket writes pkt, one packet with 4 bytes of header room in
-// front of its payload (as a backend connection reads it), with the next
-// sequence number. It is never split: a packet of 0xffffff bytes is the
-// first of a message whose continuation packets the caller relays next.
-func (c *clientConn) relayPacket(pkt []byte) error {
+// writePacket writes a payload with 4 bytes of header room in front (as
+// a backend connection reads it, or as the proxy builds it), split into
+// packets of at most 0xffffff bytes as the protocol does (an empty packet
+// ends a payload of an exact multiple), each with the next sequence
+// number. The header room of each packet after the first is the last 4
+// bytes of the one before, already written.
+func (c *clientConn) writePacket(data []byte) error {
+	for len(data)-4 >= mysql.MaxPayloadLen {
+		if err := c.writeFrame(data[:4+mysql.MaxPayloadLen]); err != nil {
+			return err
+		}
+		data = data[mysql.MaxPayloadLen:]
+	}
+	return c.writeFrame(data)
+}
+
+// writeFrame writes one packet whose payload follows 4 bytes of header
+// room.
+func (c *clientConn) writeFrame(pkt []byte) error {
 	n := len(pkt) - 4
 	pkt[0], pkt[1], pkt[2], pkt[3] = byte(n), byte(n>>8), byte(n>>16), c.seq
 	c.seq++
 	return c.write(pkt)
-}
-
-// writePacket writes a payload the proxy built, with 4 bytes of header
-// room in front, split into packets of at most 0xffffff bytes as the
-// protocol does (an empty packet ends a payload of an exact multiple).
-func (c *clientConn) writePacket(data []byte) error {
-	for len(data)-4 >= mysql.MaxPayloadLen {
-		if err := c.relayPacket(data[:4+mysql.MaxPayloadLen]); err != nil {
-			return err
-		}
-		// The next packet's header goes over the last 4 bytes sent.
-		data = data[mysql.MaxPayloadLen:]
-	}
-	return c.relayPacket(data)
 }
 
 // writeOK writes an OK packet for r (nil: no rows affected) with the

@@ -530,3 +530,43 @@ func readCmd(c *clientConn) (uint8, []byte, error) {
 	p, err := c.readCommand()
 	return c.seq, p, err
 }
+
+// TestWritePacketSplitsLargePayload: a payload of 0xffffff bytes or more
+// (a backend's joined packet, FrameReader.Next) goes to the client as
+// protocol packets of at most 0xffffff bytes with consecutive sequence
+// numbers, an exact multiple ended by an empty packet.
+func TestWritePacketSplitsLargePayload(t *testing.T) {
+	for _, n := range []int{mysql.MaxPayloadLen - 1, mysql.MaxPayloadLen, mysql.MaxPayloadLen + 10} {
+		fc := &fakeConn{r: bytes.NewReader(nil)}
+		c := newClientConn(fc, 0, nil, testLimits, nil, func(string) {})
+		c.seq = 3
+		data := make([]byte, 4+n)
+		for i := range n {
+			data[4+i] = byte(i)
+		}
+		if err := c.writePacket(data); err != nil || c.Flush() != nil {
+			t.Fatal(err)
+		}
+		out := fc.w.Bytes()
+		var got []byte
+		seq := byte(3)
+		for len(out) > 0 {
+			l := packetLen(out)
+			if out[3] != seq {
+				t.Fatalf("n=%d: packet seq %d, want %d", n, out[3], seq)
+			}
+			got = append(got, out[4:4+l]...)
+			out = out[4+l:]
+			seq++
+			if l < mysql.MaxPayloadLen {
+				break
+			}
+		}
+		if len(out) != 0 || len(got) != n || got[n-1] != byte(n-1) {
+			t.Fatalf("n=%d: %d payload bytes read back, %d left over", n, len(got), len(out))
+		}
+		if want := byte(3 + 1 + n/mysql.MaxPayloadLen); seq != want || c.seq != want {
+			t.Fatalf("n=%d: next seq %d (conn %d), want %d", n, seq, c.seq, want)
+		}
+	}
+}

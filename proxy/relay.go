@@ -372,7 +372,7 @@ func (r *responseRelay) write(pkt []byte) {
 	if !r.clientOK {
 		return
 	}
-	if err := r.cc.relayPacket(pkt); err != nil {
+	if err := r.cc.writePacket(pkt); err != nil {
 		r.clientOK = false
 		return
 	}

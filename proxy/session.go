@@ -707,7 +707,7 @@ func (s *session) resetSession() error {
 	}
 	s.budget.give(s.state.reset())
 	s.stmts.reset()
-	s.cc.setInTransaction(false)
+	s.cc.mirrorStatus(s.state.status) // autocommit on, no transaction
 	key := s.ls.State().AffinityKey
 	s.ls = s.srv.rt.NewSession()
 	s.ls.SetAffinityKey(key)
