@@ -164,62 +164,153 @@ func (n need[P]) holds(in *Input[P], a P) bool {
 }
 
 // decideToken handles the token policies (token-ryw, token-ryw-mr,
-// token-wait, global).
+// token-wait, global): the rules of Decide in order, one function per
+// rule group, each returning when its rule decides.
 func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
-	pol, s, v := in.Policy, in.Session, in.View
-	global := pol.Kind == PolicyGlobal
-	mr := pol.Kind != PolicyTokenRYW
-	needSeen := s.HasSeen && mr
+	t := newTokenRead(in, b)
+	// Rule 1: epochs.
+	if in.Policy.CheckEpoch {
+		if t.ruleEpoch() {
+			return t.d
+		}
+	}
+	// Rule 2: nothing to honour, else the qualifying replicas.
+	if t.nothingToHonour() {
+		return t.pickNoToken()
+	}
+	t.scan()
+	if t.nq > 0 {
+		return t.pickQualifying()
+	}
+	// Rule 3: nothing up.
+	if t.nUp == 0 {
+		return t.noneUp()
+	}
+	// Rule 4: the pending seen's wait, or the budget wait.
+	if t.ruleWait() {
+		return t.d
+	}
+	// Rules 5-7: the freshness fallback.
+	return t.fallback()
+}
+
+// tokenRead is what decideToken's rules share about one token-policy
+// read: what the read needs (set up by newTokenRead), what rule 1 found,
+// what rule 2's pass over the replicas found (scan) and what rule 4 left
+// for the fallback.
+type tokenRead[P gtid.Position[P]] struct {
+	in *Input[P]
+	b  *Bucket
+	// global: PolicyGlobal; needSeen: an MR policy with a watermark.
+	global, needSeen bool
 	// pending: the MR part of the last reads is not bounded yet; sticky is
 	// the replica they ran on (-1: the primary, or no longer a replica).
-	pending := s.HasPending && mr
-	sticky := -1
-	if pending && in.PendingWait > 0 && s.PendingReplica >= 0 && s.PendingReplica < len(v.Replicas) {
-		sticky = s.PendingReplica
-	}
-	var reanchor bool
+	pending bool
+	sticky  int
+	// reanchor: rule 1 found an older-epoch part on the new timeline
+	// (every decision after rule 1 carries it).
+	reanchor bool
 
-	// Rule 1: epochs.
-	if pol.CheckEpoch {
-		if s.HasToken && s.Epoch < v.Epoch {
-			if !survived(v, s.Token, s.Epoch) {
-				return Decision{Action: ActFail, Reason: ReasonWriteLost, Replica: -1}
-			}
-			reanchor = true
-		}
-		if needSeen && s.SeenEpoch < v.Epoch {
-			if !survived(v, s.Seen, s.SeenEpoch) {
-				return Decision{Action: ActFail, Reason: ReasonSeenLost, Replica: -1}
-			}
-			reanchor = true
-		}
-		if pending && s.PendingEpoch < v.Epoch {
-			// What the pending reads saw must be bounded before the
-			// watermark's survival can be judged.
-			if in.PendingWait > 0 {
-				return Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: in.PendingWait, Reanchor: reanchor}
-			}
-			return Decision{Action: ActFail, Reason: ReasonSeenLost, Replica: -1}
-		}
-	}
+	// Rule 2's pass (scan). nd is what a replica is tested for; unknown:
+	// PolicyGlobal without Input.GlobalKnown (no replica can qualify).
+	// mask holds the qualifying replicas among the first 64, nq counts
+	// them, nUp the up replicas; best is the up, non-qualifying replica
+	// with the smallest Behind (-1: none), the one rules 4 and 7 wait on
+	// or serve stale.
+	nd      need[P]
+	unknown bool
+	mask    uint64
+	nq, nUp int
+	best    int
 
-	if !s.HasToken && !needSeen && !pending && !global {
-		if i, ok := s.last(v); ok && v.Replicas[i].Up && !busier(v, i, func(j int) bool { return v.Replicas[j].Up }) {
-			return Decision{Action: ActReplica, Reason: ReasonNoToken, Replica: i, Reanchor: reanchor}
-		}
-		d := pickAny(v, in.Rand, ReasonNoToken)
-		d.Reanchor = reanchor
-		return d
-	}
+	// Rule 4's verdict for the fallback: its reason, and the wait budget
+	// the policy had (CapWaitLonger waits beyond it).
+	reason Reason
+	budget time.Duration
 
-	// Rule 2: qualifying replicas. One pass; qualifying indexes go into a
-	// bitmask (first 64 replicas) so the random pick needs no second pass of
-	// Contains calls. A part already contained in another part is not
-	// tested again: when the watermark holds the token (the usual case once
-	// a session has read its own write), or the global target holds both
-	// (it usually does: the primary has every acknowledged write), one
-	// Contains per replica instead of two or three.
-	nd := need[P]{global: global && in.GlobalKnown, tok: s.HasToken, seen: needSeen}
+	// d is the decision of a rule function that reports whether it
+	// decided (ruleEpoch, ruleWait).
+	d Decision
+}
+
+// newTokenRead sets up decideToken's shared state for in.
+func newTokenRead[P gtid.Position[P]](in *Input[P], b *Bucket) tokenRead[P] {
+	pol, s, v := in.Policy, in.Session, in.View
+	mr := pol.Kind != PolicyTokenRYW
+	t := tokenRead[P]{in: in, b: b, global: pol.Kind == PolicyGlobal, needSeen: s.HasSeen && mr,
+		pending: s.HasPending && mr, sticky: -1}
+	if t.pending && in.PendingWait > 0 && s.PendingReplica >= 0 && s.PendingReplica < len(v.Replicas) {
+		t.sticky = s.PendingReplica
+	}
+	return t
+}
+
+// with is d carrying rule 1's Reanchor.
+func (t *tokenRead[P]) with(d Decision) Decision {
+	d.Reanchor = t.reanchor
+	return d
+}
+
+// ruleEpoch is rule 1 (Policy.CheckEpoch): an older epoch's token and
+// watermark must have survived onto the current timeline, and an older
+// epoch's pending seen must be bounded first. It reports whether it
+// decided (t.d).
+func (t *tokenRead[P]) ruleEpoch() bool {
+	s, v := t.in.Session, t.in.View
+	if s.HasToken && s.Epoch < v.Epoch {
+		if !survived(v, s.Token, s.Epoch) {
+			t.d = Decision{Action: ActFail, Reason: ReasonWriteLost, Replica: -1}
+			return true
+		}
+		t.reanchor = true
+	}
+	if t.needSeen && s.SeenEpoch < v.Epoch {
+		if !survived(v, s.Seen, s.SeenEpoch) {
+			t.d = Decision{Action: ActFail, Reason: ReasonSeenLost, Replica: -1}
+			return true
+		}
+		t.reanchor = true
+	}
+	if t.pending && s.PendingEpoch < v.Epoch {
+		// What the pending reads saw must be bounded before the
+		// watermark's survival can be judged.
+		t.d = Decision{Action: ActFail, Reason: ReasonSeenLost, Replica: -1}
+		if t.in.PendingWait > 0 {
+			t.d = t.with(Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: t.in.PendingWait})
+		}
+		return true
+	}
+	return false
+}
+
+// nothingToHonour reports rule 2's no-token case: no token, and no
+// watermark or pending seen for the MR policies (PolicyGlobal always has
+// Input.Global to honour).
+func (t *tokenRead[P]) nothingToHonour() bool {
+	return !t.in.Session.HasToken && !t.needSeen && !t.pending && !t.global
+}
+
+// pickNoToken is rule 2 with nothing to honour: the session's last
+// replica when it is up and not the busier one, else as PolicyAny, with
+// ReasonNoToken.
+func (t *tokenRead[P]) pickNoToken() Decision {
+	s, v := t.in.Session, t.in.View
+	if i, ok := s.last(v); ok && v.Replicas[i].Up && !busier(v, i, func(j int) bool { return v.Replicas[j].Up }) {
+		return t.with(Decision{Action: ActReplica, Reason: ReasonNoToken, Replica: i})
+	}
+	return t.with(pickAny(v, t.in.Rand, ReasonNoToken))
+}
+
+// needs is what rule 2 tests a replica for (nd), and whether no replica
+// can be shown to qualify (unknown: PolicyGlobal without
+// Input.GlobalKnown). A part already contained in another part is not
+// tested again: when the watermark holds the token (the usual case once
+// a session has read its own write), or the global target holds both (it
+// usually does: the primary has every acknowledged write), one Contains
+// per replica instead of two or three.
+func (t *tokenRead[P]) needs() (nd need[P], unknown bool) {
+	in, s := t.in, t.in.Session
+	nd = need[P]{global: t.global && in.GlobalKnown, tok: s.HasToken, seen: t.needSeen}
 	if nd.global {
 		if nd.tok && in.Global.Contains(s.Token) {
 			nd.tok = false
@@ -228,10 +319,20 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 			nd.seen = false
 		}
 	}
-	if nd.tok && nd.seen && len(v.Replicas) > 1 && s.Seen.Contains(s.Token) {
+	if nd.tok && nd.seen && len(in.View.Replicas) > 1 && s.Seen.Contains(s.Token) {
 		nd.tok = false
 	}
-	unknown := global && !in.GlobalKnown
+	return nd, t.global && !in.GlobalKnown
+}
+
+// scan is rule 2's pass over the replicas. One pass; qualifying indexes
+// go into a bitmask (first 64 replicas) so the random pick needs no
+// second pass of Contains calls. With a pending seen only its replica
+// (sticky) can qualify.
+func (t *tokenRead[P]) scan() {
+	nd, unknown := t.needs()
+	in, pending, sticky := t.in, t.pending, t.sticky
+	v := in.View
 	var mask uint64
 	nq, nUp := 0, 0
 	best, bestBehind := -1, int64(0)
@@ -252,20 +353,7 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 			best, bestBehind = i, r.Behind
 		}
 	}
-	if nq > 0 {
-		if pending {
-			// Only the pending reads' replica can qualify: it serves.
-			return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: sticky, Reanchor: reanchor}
-		}
-		if i, ok := s.last(v); ok && i < 64 && mask&(1<<uint(i)) != 0 &&
-			!busier(v, i, func(j int) bool { return j < 64 && mask&(1<<uint(j)) != 0 }) {
-			return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: i, Reanchor: reanchor}
-		}
-		k := int(in.Rand % uint64(nq))
-		idx := nthQualifying(in, mask, k, nd)
-		return Decision{Action: ActReplica, Reason: ReasonRouted, Replica: idx, Reanchor: reanchor}
-	}
-	if pending {
+	if pending && nq == 0 {
 		// No stale read or cap wait elsewhere: the session's pending seen
 		// is on one node only (and, unbounded, not sticky).
 		best = -1
@@ -273,68 +361,117 @@ func decideToken[P gtid.Position[P]](in *Input[P], b *Bucket) Decision {
 			best = sticky
 		}
 	}
+	t.nd, t.unknown, t.mask, t.nq, t.nUp, t.best = nd, unknown, mask, nq, nUp, best
+}
 
-	// Rule 5 precondition: can the primary serve the token at all?
-	primaryOK := !s.HasToken || !v.PrimaryKnown || v.Primary.Contains(s.Token)
-
-	// Rule 3: nothing up.
-	if nUp == 0 {
-		if !primaryOK {
-			return Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1, Reanchor: reanchor}
-		}
-		return Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1, Reanchor: reanchor}
+// pickQualifying is rule 2's pick among the qualifying replicas (t.nq >
+// 0): the pending reads' replica, else the session's last replica when
+// it qualifies and is not the busier one, else a uniformly random one.
+func (t *tokenRead[P]) pickQualifying() Decision {
+	if t.pending {
+		// Only the pending reads' replica can qualify: it serves.
+		return t.with(Decision{Action: ActReplica, Reason: ReasonRouted, Replica: t.sticky})
 	}
+	in, mask := t.in, t.mask
+	v := in.View
+	if i, ok := in.Session.last(v); ok && i < 64 && mask&(1<<uint(i)) != 0 &&
+		!busier(v, i, func(j int) bool { return j < 64 && mask&(1<<uint(j)) != 0 }) {
+		return t.with(Decision{Action: ActReplica, Reason: ReasonRouted, Replica: i})
+	}
+	k := int(in.Rand % uint64(t.nq))
+	idx := nthQualifying(in, mask, k, t.nd)
+	return t.with(Decision{Action: ActReplica, Reason: ReasonRouted, Replica: idx})
+}
 
-	// Rule 4: the pending seen's wait, or the budget wait.
-	var budget time.Duration
-	reason := ReasonNoReplicaQualifies
+// primaryOK is rule 5's precondition: can the primary serve the token at
+// all?
+func (t *tokenRead[P]) primaryOK() bool {
+	s, v := t.in.Session, t.in.View
+	return !s.HasToken || !v.PrimaryKnown || v.Primary.Contains(s.Token)
+}
+
+// noneUp is rule 3: no replica up, the primary (an availability
+// fallback), when it can serve the token (rule 5's test).
+func (t *tokenRead[P]) noneUp() Decision {
+	if !t.primaryOK() {
+		return t.with(Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1})
+	}
+	return t.with(Decision{Action: ActPrimary, Reason: ReasonNoReplicaUp, Replica: -1})
+}
+
+// ruleWait is rule 4: the pending seen's wait, or the budget wait. It
+// reports whether it decided (t.d); otherwise it has set the fallback's
+// reason and budget.
+func (t *tokenRead[P]) ruleWait() bool {
+	in := t.in
+	t.reason = ReasonNoReplicaQualifies
 	switch {
-	case unknown:
-		reason = ReasonPrimaryUnknown
-	case pending && in.PendingWait > 0:
-		return Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: in.PendingWait, Reanchor: reanchor}
-	case pending:
-		reason = ReasonSeenUnknown
-	case pol.Kind == PolicyTokenWait || global:
-		budget = pol.WaitBudget
-		reason = ReasonWaitBudgetSpent
-		if left := budget - in.Waited; left > 0 {
-			if !pol.SkipFutile || !in.NeedAgeKnown || !futile(pol, &v.Replicas[best], in.NeedAge, left) {
-				return Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: best,
-					WaitFor: left, Reanchor: reanchor}
-			}
-			reason = ReasonWaitFutile
-		}
+	case t.unknown:
+		t.reason = ReasonPrimaryUnknown
+	case t.pending && in.PendingWait > 0:
+		t.d = t.with(Decision{Action: ActWait, Reason: ReasonSeenPending, Replica: -1, WaitFor: in.PendingWait})
+		return true
+	case t.pending:
+		t.reason = ReasonSeenUnknown
+	case in.Policy.Kind == PolicyTokenWait || t.global:
+		return t.budgetWait()
 	}
+	return false
+}
 
+// budgetWait is rule 4's budget wait (token-wait, global): on the best
+// replica for what is left of the budget, unless the budget is spent or
+// the wait is futile (Policy.SkipFutile).
+func (t *tokenRead[P]) budgetWait() bool {
+	in, pol := t.in, t.in.Policy
+	t.budget = pol.WaitBudget
+	t.reason = ReasonWaitBudgetSpent
+	left := t.budget - in.Waited
+	if left <= 0 {
+		return false
+	}
+	if pol.SkipFutile && in.NeedAgeKnown && futile(pol, &in.View.Replicas[t.best], in.NeedAge, left) {
+		t.reason = ReasonWaitFutile
+		return false
+	}
+	t.d = t.with(Decision{Action: ActWait, Reason: ReasonNoReplicaQualifies, Replica: t.best, WaitFor: left})
+	return true
+}
+
+// fallback is rules 5-7: a freshness fallback with t.reason.
+func (t *tokenRead[P]) fallback() Decision {
+	in := t.in
 	// Rule 5.
-	if !primaryOK {
-		return Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1, Reanchor: reanchor}
+	if !t.primaryOK() {
+		return t.with(Decision{Action: ActFail, Reason: ReasonTimedOut, Replica: -1})
 	}
-
 	// Rule 6: never the primary for freshness.
-	if pol.Defer {
-		return Decision{Action: ActDefer, Reason: reason, Replica: -1, RetryAfter: RetryAfter(v), Reanchor: reanchor}
+	if in.Policy.Defer {
+		return t.with(Decision{Action: ActDefer, Reason: t.reason, Replica: -1, RetryAfter: RetryAfter(in.View)})
 	}
-
 	// Rule 7: the cap.
-	if b.take(in.Cap, in.Now) {
-		return Decision{Action: ActPrimary, Reason: reason, Replica: -1, Fallback: true, Reanchor: reanchor}
+	if t.b.take(in.Cap, in.Now) {
+		return t.with(Decision{Action: ActPrimary, Reason: t.reason, Replica: -1, Fallback: true})
 	}
+	return t.capEmpty()
+}
+
+// capEmpty is rule 7 with an empty bucket: the cap's behaviour.
+func (t *tokenRead[P]) capEmpty() Decision {
+	in := t.in
 	switch in.Cap.Behavior {
 	case CapServeStale:
-		if best >= 0 {
-			return Decision{Action: ActStale, Reason: ReasonCapExceeded, Replica: best, Reanchor: reanchor}
+		if t.best >= 0 {
+			return t.with(Decision{Action: ActStale, Reason: ReasonCapExceeded, Replica: t.best})
 		}
 	case CapWaitLonger:
-		if limit := budget + in.Cap.ExtraWait; in.Waited < limit && best >= 0 {
-			return Decision{Action: ActWait, Reason: ReasonCapExceeded, Replica: best,
-				WaitFor: limit - in.Waited, Reanchor: reanchor}
+		if limit := t.budget + in.Cap.ExtraWait; in.Waited < limit && t.best >= 0 {
+			return t.with(Decision{Action: ActWait, Reason: ReasonCapExceeded, Replica: t.best, WaitFor: limit - in.Waited})
 		}
 	case CapDefer:
-		return Decision{Action: ActDefer, Reason: ReasonCapExceeded, Replica: -1, RetryAfter: RetryAfter(v), Reanchor: reanchor}
+		return t.with(Decision{Action: ActDefer, Reason: ReasonCapExceeded, Replica: -1, RetryAfter: RetryAfter(in.View)})
 	}
-	return Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1, Reanchor: reanchor}
+	return t.with(Decision{Action: ActFail, Reason: ReasonCapExceeded, Replica: -1})
 }
 
 // futile is rule 4's futile-wait test of a wait on r with left of the

@@ -608,84 +608,141 @@ func (p *Poller[P]) Want(node string, want P) {
 // node's times move.
 func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 	if np.c == nil {
-		c, err := p.dial(ctx, np.n.Addr)
-		if err != nil {
+		if err := p.dialPoll(ctx, np); err != nil {
 			return err
 		}
-		np.c, np.gen, np.hasLast = c, p.gens.Add(1), false
 	}
-	exact := false
-	if ls := p.logStatus[np.n.Name]; ls != nil {
-		if !ls.Known() {
-			pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
-			refusal, err := ls.Probe(pctx, np.c.ReadValue)
-			cancel()
-			if err != nil {
-				return err
-			}
-			if refusal != nil {
-				p.cfg.Logger.Warn("poller: performance_schema.log_status is not the node's bound; polls read gtid_executed and the received set, which over-estimates what a read there saw (grant BACKUP_ADMIN; docs/router.md, \"The lazy watermark\")",
-					"node", np.n.Name, "reason", refusal.Error())
-			}
-		}
-		if exact = ls.Sound(); !exact {
-			p.lsFallbacks.Add(1)
-		}
-	}
-	q := p.pollQuery(np.n.Name, exact)
-	var (
-		raw  []byte
-		text string
-		err  error
-	)
-	start := time.Now()
-	bc, isBytes := np.c.(bytesConn)
-	if isBytes {
-		raw, err = bc.Value(start.Add(p.cfg.PollTimeout), q)
-	} else {
-		pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
-		text, err = np.c.ReadValue(pctx, q)
-		cancel()
-	}
+	exact, err := p.exactBound(ctx, np)
 	if err != nil {
 		return err
 	}
-	ns := np.ns
-	old := ns.cur.Load()
-	first := ns.lastOK.Load() == 0
-	same := !first && !np.failing && np.hasLast && np.lastQuery == q && old.gen == np.gen
-	if same {
-		if isBytes {
-			same = bytes.Equal(raw, np.last)
-		} else {
-			same = string(np.last) == text
-		}
+	q := p.pollQuery(np.n.Name, exact)
+	start := time.Now()
+	a, err := p.ask(ctx, np, q, start)
+	if err != nil {
+		return err
 	}
+	old := np.ns.cur.Load()
+	first := np.ns.lastOK.Load() == 0
 	var woken chan struct{} // closed once the poll's times are stored
-	if !same {
-		if isBytes {
-			text = string(raw)
-		}
-		pos, upper, err := p.parse(text, exact)
-		if err != nil {
+	if !np.sameAnswer(q, &a, old, first) {
+		if woken, err = p.publish(np, q, &a, old, first, exact); err != nil {
 			return err
 		}
-		np.last, np.lastQuery, np.hasLast = append(np.last[:0], text...), q, true
-		st := &pollState[P]{pos: pos, changed: old.changed, upper: upper, hasUpper: p.bounds, gen: np.gen}
-		// Equal positions contain each other.
-		moved := first || np.failing || !(old.pos.Contains(pos) && pos.Contains(old.pos))
-		if moved {
-			st.changed = make(chan struct{})
-		} else {
-			// Same position: refresh liveness without waking
-			// WaitFor's waiters.
-			st.pos = old.pos
+	}
+	p.answered(np, start, woken)
+	return nil
+}
+
+// dialPoll opens np's poll connection: a new generation, with no answer
+// published on it yet.
+func (p *Poller[P]) dialPoll(ctx context.Context, np *nodePoll[P]) error {
+	c, err := p.dial(ctx, np.n.Addr)
+	if err != nil {
+		return err
+	}
+	np.c, np.gen, np.hasLast = c, p.gens.Add(1), false
+	return nil
+}
+
+// exactBound reports whether np's poll reads log_status (the node's
+// verdict is that it is sound), probing it on np.c while the verdict is
+// unknown (a refusal is logged). A bounds poll refused it is counted
+// (lsFallbacks); a node without a verdict (no bounds, or a flavor
+// without log_status) is not exact.
+func (p *Poller[P]) exactBound(ctx context.Context, np *nodePoll[P]) (bool, error) {
+	ls := p.logStatus[np.n.Name]
+	if ls == nil {
+		return false, nil
+	}
+	if !ls.Known() {
+		pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
+		refusal, err := ls.Probe(pctx, np.c.ReadValue)
+		cancel()
+		if err != nil {
+			return false, err
 		}
-		ns.cur.Store(st)
-		if moved {
-			woken = old.changed
+		if refusal != nil {
+			p.cfg.Logger.Warn("poller: performance_schema.log_status is not the node's bound; polls read gtid_executed and the received set, which over-estimates what a read there saw (grant BACKUP_ADMIN; docs/router.md, \"The lazy watermark\")",
+				"node", np.n.Name, "reason", refusal.Error())
 		}
 	}
+	exact := ls.Sound()
+	if !exact {
+		p.lsFallbacks.Add(1)
+	}
+	return exact, nil
+}
+
+// pollAnswer is a poll's answer: raw on a bytesConn (in the
+// connection's buffer, valid until its next exchange), text otherwise.
+type pollAnswer struct {
+	raw     []byte
+	text    string
+	isBytes bool
+}
+
+// ask runs poll query q on np.c, begun at start, within PollTimeout.
+func (p *Poller[P]) ask(ctx context.Context, np *nodePoll[P], q string, start time.Time) (a pollAnswer, err error) {
+	if bc, ok := np.c.(bytesConn); ok {
+		a.isBytes = true
+		a.raw, err = bc.Value(start.Add(p.cfg.PollTimeout), q)
+		return a, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, p.cfg.PollTimeout)
+	a.text, err = np.c.ReadValue(pctx, q)
+	cancel()
+	return a, err
+}
+
+// sameAnswer reports whether a is the text of np's last published
+// answer to the same query q on the same connection, with the node's
+// state old still of that connection: nothing to parse or publish. Never
+// at the node's first poll (first) nor when it answers again after
+// failing (np.failing): those publish.
+func (np *nodePoll[P]) sameAnswer(q string, a *pollAnswer, old *pollState[P], first bool) bool {
+	if first || np.failing || !np.hasLast || np.lastQuery != q || old.gen != np.gen {
+		return false
+	}
+	if a.isBytes {
+		return bytes.Equal(a.raw, np.last)
+	}
+	return string(np.last) == a.text
+}
+
+// publish parses a new answer a to q and stores it as the node's state,
+// replacing old. When the position moved (or at the node's first poll,
+// or when it answers again after failing) the state gets a new changed
+// channel and publish returns old's (woken), for answered to close.
+func (p *Poller[P]) publish(np *nodePoll[P], q string, a *pollAnswer, old *pollState[P], first, exact bool) (woken chan struct{}, err error) {
+	text := a.text
+	if a.isBytes {
+		text = string(a.raw)
+	}
+	pos, upper, err := p.parse(text, exact)
+	if err != nil {
+		return nil, err
+	}
+	np.last, np.lastQuery, np.hasLast = append(np.last[:0], text...), q, true
+	st := &pollState[P]{pos: pos, changed: old.changed, upper: upper, hasUpper: p.bounds, gen: np.gen}
+	// Equal positions contain each other.
+	if !first && !np.failing && old.pos.Contains(pos) && pos.Contains(old.pos) {
+		// Same position: refresh liveness without waking
+		// WaitFor's waiters.
+		st.pos = old.pos
+		np.ns.cur.Store(st)
+		return nil, nil
+	}
+	st.changed = make(chan struct{})
+	np.ns.cur.Store(st)
+	return old.changed, nil
+}
+
+// answered records a successful poll of np's node begun at start: the
+// poll counted, the node's times stored, then woken closed (publish),
+// the node's polled waiters released, and a recovery logged.
+func (p *Poller[P]) answered(np *nodePoll[P], start time.Time, woken chan struct{}) {
+	ns := np.ns
 	p.polls.Add(1)
 	ns.lastOK.Store(max(p.rel(time.Now()), 1))
 	ns.start.Store(max(p.rel(start), 1))
@@ -702,7 +759,6 @@ func (p *Poller[P]) pollOnce(ctx context.Context, np *nodePoll[P]) error {
 		p.cfg.Logger.Info("poller: node answers again", "node", np.n.Name)
 	}
 	np.failing = false
-	return nil
 }
 
 // Position implements PositionSource.

@@ -102,275 +102,429 @@ func (e *RunError) Unwrap() error { return e.Err }
 // view's position instead). A proxy relaying raw packets on its own
 // connections uses it; QueryWith is QueryFunc on the router's read pool.
 func (s *LiveSession[P]) QueryFunc(ctx context.Context, pol router.Policy, o ReadOptions[P], run RunFunc[P]) (*Read[P], error) {
-	r := s.r
 	if o.Pin != "" {
 		return s.pinnedRead(ctx, pol, o.Pin, run)
 	}
-	// This read's state (the session's plus the read's own token and key)
-	// and policy, in the session's working copies: as locals, the generic
-	// decision's calls moved them to the heap, two allocations per read.
+	var q liveRead[P]
+	if err := q.begin(ctx, s, pol, &o); err != nil {
+		return nil, err
+	}
+	// Each pass decides (liveRead.decide) and dispatches on the
+	// decision's action to one step function, which ends the read or
+	// asks for another decision (again).
+	for {
+		var (
+			again bool
+			rd    *Read[P]
+			err   error
+		)
+		switch q.decide(); q.d.Action {
+		case router.ActFail:
+			again, err = q.stepFail(ctx)
+		case router.ActDefer:
+			err = q.stepDefer()
+		case router.ActWait:
+			again, err = q.stepWait(ctx)
+		default: // ActReplica, ActStale, ActPrimary
+			again, rd, err = q.stepServe(ctx, run)
+		}
+		if !again {
+			return rd, err
+		}
+	}
+}
+
+// liveRead is one QueryFunc read across its decisions: what the read
+// needs, what it has done so far, and its current decision, shared by
+// the step functions. It lives on QueryFunc's stack.
+type liveRead[P gtid.Position[P]] struct {
+	s *LiveSession[P]
+	r *Router[P]
+	// st and pol are the read's state (the session's plus the read's own
+	// token and key) and policy, in the session's working copies (qst,
+	// qpol: as locals, the generic decision's calls moved them to the
+	// heap, two allocations per read).
+	st  *router.Session[P]
+	pol *router.Policy
+	// wait is ReadOptions.Wait.
+	wait WaitFunc[P]
+	// needWM: the policy needs the watermark; lazy: bounded lazily
+	// (WatermarkLazy).
+	needWM, lazy bool
+	// gl is a PolicyGlobal read's target, fixed for every decision of
+	// the read.
+	gl glob[P]
+
+	waited    time.Duration
+	trace     []TraceStep
+	nodeErrs  int
+	refreshed bool
+	known     map[string]P // positions proven by a server-side wait
+
+	// The current decision (decide): d made on view v, the router's
+	// replica list, primary and epoch then; step its trace step.
+	d       router.Decision
+	v       *router.View[P]
+	nodes   []Node
+	primary Node
+	epoch   uint64
+	step    TraceStep
+}
+
+// begin sets q up for a read of s under pol with options o. A
+// PolicyGlobal read's target is read here (GlobalPrimaryQuery: on the
+// primary), once for all its decisions.
+func (q *liveRead[P]) begin(ctx context.Context, s *LiveSession[P], pol router.Policy, o *ReadOptions[P]) error {
+	r := s.r
 	s.qst, s.qpol = s.st, pol
-	st, polp := &s.qst, &s.qpol
+	q.s, q.r, q.st, q.pol, q.wait = s, r, &s.qst, &s.qpol, o.Wait
 	if !isEmpty(o.Token) {
-		r.recordWrite(st, o.Token, o.TokenEpoch, st.LastWriteAt)
+		r.recordWrite(q.st, o.Token, o.TokenEpoch, q.st.LastWriteAt)
 	}
 	if o.AffinityKey != 0 {
-		st.AffinityKey = o.AffinityKey
+		q.st.AffinityKey = o.AffinityKey
 	}
-	var (
-		waited    time.Duration
-		trace     []TraceStep
-		nodeErrs  int
-		refreshed bool
-		known     map[string]P // positions proven by a server-side wait
-	)
-	needWM := pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait || pol.Kind == router.PolicyGlobal
-	lazy := needWM && r.bounder != nil
-	count := func(out router.Outcome, reason string) {
-		r.m.reads.WithLabelValues(pol.Kind.String(), out.String(), reason).Inc()
-		if waited > 0 {
-			r.m.waited.WithLabelValues(pol.Kind.String()).Inc()
-		}
-	}
-	var gl glob[P]
+	q.needWM = pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait || pol.Kind == router.PolicyGlobal
+	q.lazy = q.needWM && r.bounder != nil
 	if pol.Kind == router.PolicyGlobal {
-		// The read's target, fixed for every decision of this read.
 		var err error
-		if gl.pos, gl.known, err = r.globalTarget(ctx); err != nil {
-			count(router.OutError, "context")
-			return nil, err
+		if q.gl.pos, q.gl.known, err = r.globalTarget(ctx); err != nil {
+			q.count(router.OutError, "context")
+			return err
 		}
 	}
-	for {
-		var pendWait time.Duration
-		if lazy && s.st.HasPending {
-			pendWait = s.resolvePending(st)
-		}
-		d, v, nodes, primary, epoch := r.decide(st, polp, waited, known, gl, s.pendNode, s.lastNode, pendWait, &s.qview)
-		r.m.decision(d.Action, d.Reason).Inc()
-		if r.demander != nil && wantsFresher(d) {
-			// No replica's view holds what the read needs: ask for
-			// fresher views (off the path of a read a replica serves).
-			r.want(nodes, readNeed(st, polp, gl.pos, gl.known))
-		}
-		node := ""
-		if d.Replica >= 0 && d.Replica < len(nodes) && d.Action != router.ActPrimary && d.Action != router.ActFail {
-			node = nodes[d.Replica].Name
-		} else if d.Action == router.ActPrimary {
-			node = primary.Name
-		}
-		step := TraceStep{Decision: d, Node: node, Epoch: epoch, Waited: waited}
-		if r.cfg.Trace {
-			step.At = r.now() // a clock read per read otherwise unused
-		}
-		if d.Reanchor {
-			// Decide found every older-epoch part of this read's state
-			// (a superset of the session's) in the new primary.
-			st.Reanchor(epoch)
-			s.st.Reanchor(epoch)
-		}
-		switch d.Action {
-		case router.ActFail:
-			if !refreshed && (d.Reason == router.ReasonTimedOut || d.Reason == router.ReasonWriteLost) {
-				// The view's primary position may trail a token issued
-				// elsewhere (another process, a proxy's own connection):
-				// read the primary once and decide again.
-				refreshed = true
-				if err := r.refreshPrimary(ctx, primary); err == nil {
-					step.Note = "primary position re-read"
-					if r.cfg.Trace {
-						trace = append(trace, step)
-					}
-					continue
-				} else if ctx.Err() != nil {
-					count(router.OutError, "context")
-					return nil, ctx.Err()
-				}
-			}
-			if r.cfg.Trace {
-				trace = append(trace, step)
-			}
-			out := router.OutFailedFast
-			if d.Reason == router.ReasonTimedOut || (d.Reason == router.ReasonCapExceeded && waited > 0 && r.cfg.Cap.Behavior == router.CapWaitLonger) {
-				out = router.OutTimedOut
-			}
-			if d.Reason == router.ReasonSeenLost {
-				s.st.DropSeen()
-			}
-			count(out, d.Reason.String())
-			return nil, &ReadError{Reason: d.Reason, Outcome: out, Waited: waited, Trace: trace}
-		case router.ActDefer:
-			if r.cfg.Trace {
-				trace = append(trace, step)
-			}
-			count(router.OutDeferred, d.Reason.String())
-			return nil, r.deferred(d, waited, trace)
-		case router.ActWait:
-			if d.Reason == router.ReasonSeenPending {
-				// Wait for a poll of the pending seen's node that started
-				// after its reads ended (asked for at once), then resolve
-				// it at the top of the loop and decide again.
-				t0 := time.Now()
-				wctx, cancel := context.WithTimeout(ctx, d.WaitFor)
-				werr := r.bounder.WaitBound(wctx, s.pendNode, s.pendAt)
-				cancel()
-				el := time.Since(t0)
-				waited += max(el, time.Microsecond)
-				res := "polled"
-				if werr != nil {
-					res = "timeout"
-				}
-				r.m.waitSecs.WithLabelValues("seen-bound", res).Observe(el.Seconds())
-				step.Note = fmt.Sprintf("waited %v for a poll of %s: %s", el.Round(time.Microsecond), s.pendNode, res)
-				if r.cfg.Trace {
-					trace = append(trace, step)
-				}
-				if ctx.Err() != nil {
-					count(router.OutError, "context")
-					return nil, ctx.Err()
-				}
-				continue
-			}
-			need := readNeed(st, polp, gl.pos, gl.known)
-			t := Target{Node: nodes[d.Replica], Replica: d.Replica, Reason: d.Reason}
-			t0 := time.Now()
-			ok, werr := r.wait(ctx, t, need, d.WaitFor, o.Wait)
-			el := time.Since(t0)
-			waited += max(el, time.Microsecond)
-			step.Note = fmt.Sprintf("waited %v ok=%v", el.Round(time.Microsecond), ok)
-			if r.cfg.Trace {
-				trace = append(trace, step)
-			}
-			if ctx.Err() != nil {
-				count(router.OutError, "context")
-				return nil, ctx.Err()
-			}
-			if werr != nil {
-				var re *RunError
-				if errors.As(werr, &re) && !re.NodeFailed {
-					// The caller's verdict on the wait (a WaitFunc that
-					// could not start it for a reason of the caller's,
-					// such as a replica refusing the caller's session
-					// state): not a node fault, no hold-down; the read
-					// ends with its error, counted as the caller's.
-					count(router.OutError, "caller")
-					return nil, re.Err
-				}
-				r.markDown(ctx, t.Node, werr)
-			}
-			if ok && r.cfg.Wait == WaitGTIDFunction {
-				if known == nil {
-					known = map[string]P{}
-				}
-				known[t.Node.Name] = need
-			}
-			continue
-		}
-		// Serve: replica, stale replica or primary.
-		t := Target{Node: primary, Replica: -1, Reason: d.Reason, HashReason: d.HashReason, Watermark: needWM && !lazy && r.cfg.Watermark == WatermarkAfterRead}
-		var viewPos P
-		switch {
-		case d.Action == router.ActReplica || d.Action == router.ActStale:
-			t.Node, t.Replica, t.Outcome = nodes[d.Replica], d.Replica, router.OutReplica
-			if d.Action == router.ActStale {
-				t.Outcome = router.OutStale
-			}
-			viewPos = v.Replicas[d.Replica].Applied
-		case d.Fallback:
-			t.Outcome, viewPos = router.OutFallback, v.Primary
-		default:
-			t.Outcome, viewPos = router.OutPrimary, v.Primary
-		}
-		if lazy && t.Replica < 0 {
-			// A read on the primary (a fallback) reads its watermark
-			// after it, pipelined, as WatermarkAfterRead does: bounding
-			// it lazily would make the session's next read wait for a
-			// poll of the primary, whose bound no lagging replica holds.
-			t.Watermark = true
-		}
-		var gen uint64
-		if lazy && t.Replica >= 0 {
-			// Before the read begins: a bound must come from a poll
-			// connection open since then (the same server throughout).
-			gen = r.bounder.Generation(t.Node.Name)
-		}
-		r.inFlight(t.Node.Name, 1)
-		wm, err := run(ctx, t)
-		r.inFlight(t.Node.Name, -1)
-		if err != nil {
-			var (
-				re *RunError
-				me *mysql.MyError
-			)
-			switch {
-			case ctx.Err() != nil:
-				count(router.OutError, "context")
-				return nil, err
-			case errors.As(err, &re):
-				step.Note = "run error: " + oneLine(re.Error())
-				if r.cfg.Trace {
-					trace = append(trace, step)
-				}
-				if re.NodeFailed {
-					r.markDown(ctx, t.Node, re.Err)
-				}
-				if re.Retry {
-					if nodeErrs++; nodeErrs <= maxNodeErrors {
-						continue
-					}
-				}
-				reason := "caller"
-				if re.NodeFailed {
-					reason = "node"
-				}
-				count(router.OutError, reason)
-				return nil, re.Err
-			case errors.As(err, &me):
-				count(router.OutError, "statement")
-				return nil, err
-			}
-			step.Note = "node error: " + oneLine(err.Error())
-			if r.cfg.Trace {
-				trace = append(trace, step)
-			}
-			r.markDown(ctx, t.Node, err)
-			if nodeErrs++; nodeErrs > maxNodeErrors {
-				count(router.OutError, "node")
-				return nil, err
-			}
-			continue
-		}
-		if r.cfg.Trace {
-			trace = append(trace, step)
-		}
-		if t.Replica >= 0 {
-			s.lastNode = t.Node.Name
-		}
-		switch {
-		case lazy && t.Replica >= 0:
-			s.notePending(t, gen, time.Now(), epoch)
-		case lazy:
-			// Within an epoch the primary holds everything a replica
-			// showed: its watermark bounds a replica's pending seen too
-			// (an older epoch's is resolved first, rule 1).
-			router.ResolvePending(&s.st, wm)
-			router.Observe(&s.st, wm, epoch)
-		case needWM:
-			if r.cfg.Watermark == WatermarkViewAtDecision {
-				wm = viewPos
-			}
-			router.Observe(&s.st, wm, epoch)
-		}
-		if t.Outcome == router.OutFallback {
-			r.m.fallbacks.WithLabelValues(d.Reason.String()).Inc()
-		}
-		r.m.served(pol.Kind, t.Outcome, d.Reason).Inc()
-		if waited > 0 {
-			r.m.waited.WithLabelValues(pol.Kind.String()).Inc()
-		}
-		return &Read[P]{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == router.OutStale, Reason: d.Reason,
-			HashReason: d.HashReason, Waited: waited, Watermark: wm, Trace: trace}, nil
+	return nil
+}
+
+// count counts the read's outcome out (for reason) and, when it waited,
+// that it did.
+func (q *liveRead[P]) count(out router.Outcome, reason string) {
+	m := q.r.m
+	m.reads.WithLabelValues(q.pol.Kind.String(), out.String(), reason).Inc()
+	if q.waited > 0 {
+		m.waited.WithLabelValues(q.pol.Kind.String()).Inc()
 	}
+}
+
+// record appends the current step to the read's trace (Config.Trace).
+func (q *liveRead[P]) record() {
+	if q.r.cfg.Trace {
+		q.trace = append(q.trace, q.step)
+	}
+}
+
+// contextDone ends the read when its context did: counted, ctx.Err().
+func (q *liveRead[P]) contextDone(ctx context.Context) error {
+	q.count(router.OutError, "context")
+	return ctx.Err()
+}
+
+// decide makes the read's next decision: it bounds the pending seen
+// first when a bound is there (WatermarkLazy), decides on the router's
+// state, asks for fresher views when no replica's view held what the
+// read needs, starts the decision's trace step and reanchors the session
+// when the decision says so.
+func (q *liveRead[P]) decide() {
+	s, r := q.s, q.r
+	var pendWait time.Duration
+	if q.lazy && s.st.HasPending {
+		pendWait = s.resolvePending(q.st)
+	}
+	q.d, q.v, q.nodes, q.primary, q.epoch = r.decide(q.st, q.pol, q.waited, q.known, q.gl, s.pendNode, s.lastNode, pendWait, &s.qview)
+	d := q.d
+	r.m.decision(d.Action, d.Reason).Inc()
+	if r.demander != nil && wantsFresher(d) {
+		// No replica's view holds what the read needs: ask for
+		// fresher views (off the path of a read a replica serves).
+		r.want(q.nodes, readNeed(q.st, q.pol, q.gl.pos, q.gl.known))
+	}
+	q.step = TraceStep{Decision: d, Node: decisionNode(d, q.nodes, q.primary), Epoch: q.epoch, Waited: q.waited}
+	if r.cfg.Trace {
+		q.step.At = r.now() // a clock read per read otherwise unused
+	}
+	if d.Reanchor {
+		// Decide found every older-epoch part of this read's state
+		// (a superset of the session's) in the new primary.
+		q.st.Reanchor(q.epoch)
+		s.st.Reanchor(q.epoch)
+	}
+}
+
+// decisionNode names the node decision d refers to ("" when none).
+func decisionNode(d router.Decision, nodes []Node, primary Node) string {
+	switch {
+	case d.Replica >= 0 && d.Replica < len(nodes) && d.Action != router.ActPrimary && d.Action != router.ActFail:
+		return nodes[d.Replica].Name
+	case d.Action == router.ActPrimary:
+		return primary.Name
+	}
+	return ""
+}
+
+// stepFail handles ActFail: after a refusal that the primary's position
+// may explain (ReasonTimedOut, ReasonWriteLost), once per read, the
+// primary is re-read and the read decided again (refreshPrimary);
+// otherwise the read ends with a *ReadError (ReasonSeenLost drops the
+// session's watermark).
+func (q *liveRead[P]) stepFail(ctx context.Context) (again bool, err error) {
+	d := q.d
+	if !q.refreshed && (d.Reason == router.ReasonTimedOut || d.Reason == router.ReasonWriteLost) {
+		q.refreshed = true
+		if again, err = q.refreshPrimary(ctx); again || err != nil {
+			return again, err
+		}
+	}
+	q.record()
+	out := router.OutFailedFast
+	if d.Reason == router.ReasonTimedOut || (d.Reason == router.ReasonCapExceeded && q.waited > 0 && q.r.cfg.Cap.Behavior == router.CapWaitLonger) {
+		out = router.OutTimedOut
+	}
+	if d.Reason == router.ReasonSeenLost {
+		q.s.st.DropSeen()
+	}
+	q.count(out, d.Reason.String())
+	return false, &ReadError{Reason: d.Reason, Outcome: out, Waited: q.waited, Trace: q.trace}
+}
+
+// refreshPrimary re-reads the primary's position before a refusal: the
+// view's may trail a token issued elsewhere (another process, a proxy's
+// own connection). again: read, decide again; an error: the context
+// ended; neither: the refusal stands.
+func (q *liveRead[P]) refreshPrimary(ctx context.Context) (again bool, err error) {
+	if err := q.r.refreshPrimary(ctx, q.primary); err != nil {
+		if ctx.Err() != nil {
+			return false, q.contextDone(ctx)
+		}
+		return false, nil
+	}
+	q.step.Note = "primary position re-read"
+	q.record()
+	return true, nil
+}
+
+// stepDefer handles ActDefer: the read ends with a deferral.
+func (q *liveRead[P]) stepDefer() error {
+	q.record()
+	q.count(router.OutDeferred, q.d.Reason.String())
+	return q.r.deferred(q.d, q.waited, q.trace)
+}
+
+// stepWait handles ActWait: a wait for the pending seen's bound
+// (ReasonSeenPending) or for a replica; then the read is decided again.
+func (q *liveRead[P]) stepWait(ctx context.Context) (again bool, err error) {
+	if q.d.Reason == router.ReasonSeenPending {
+		return q.waitBound(ctx)
+	}
+	return q.waitReplica(ctx)
+}
+
+// waitBound waits for a poll of the pending seen's node that started
+// after its reads ended (asked for at once); the next decide resolves
+// it.
+func (q *liveRead[P]) waitBound(ctx context.Context) (again bool, err error) {
+	s, r := q.s, q.r
+	t0 := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, q.d.WaitFor)
+	werr := r.bounder.WaitBound(wctx, s.pendNode, s.pendAt)
+	cancel()
+	el := time.Since(t0)
+	q.waited += max(el, time.Microsecond)
+	res := "polled"
+	if werr != nil {
+		res = "timeout"
+	}
+	r.m.waitSecs.WithLabelValues("seen-bound", res).Observe(el.Seconds())
+	q.step.Note = fmt.Sprintf("waited %v for a poll of %s: %s", el.Round(time.Microsecond), s.pendNode, res)
+	q.record()
+	if ctx.Err() != nil {
+		return false, q.contextDone(ctx)
+	}
+	return true, nil
+}
+
+// waitReplica waits for the decision's replica to contain what the read
+// needs (Router.wait). A node error marks it down; the caller's error
+// (a *RunError without NodeFailed) ends the read. A server-side wait
+// that succeeded proves the position on that node (known).
+func (q *liveRead[P]) waitReplica(ctx context.Context) (again bool, err error) {
+	r := q.r
+	need := readNeed(q.st, q.pol, q.gl.pos, q.gl.known)
+	t := Target{Node: q.nodes[q.d.Replica], Replica: q.d.Replica, Reason: q.d.Reason}
+	t0 := time.Now()
+	ok, werr := r.wait(ctx, t, need, q.d.WaitFor, q.wait)
+	el := time.Since(t0)
+	q.waited += max(el, time.Microsecond)
+	q.step.Note = fmt.Sprintf("waited %v ok=%v", el.Round(time.Microsecond), ok)
+	q.record()
+	if ctx.Err() != nil {
+		return false, q.contextDone(ctx)
+	}
+	if werr != nil {
+		var re *RunError
+		if errors.As(werr, &re) && !re.NodeFailed {
+			// The caller's verdict on the wait (a WaitFunc that
+			// could not start it for a reason of the caller's,
+			// such as a replica refusing the caller's session
+			// state): not a node fault, no hold-down; the read
+			// ends with its error, counted as the caller's.
+			q.count(router.OutError, "caller")
+			return false, re.Err
+		}
+		r.markDown(ctx, t.Node, werr)
+	}
+	if ok && r.cfg.Wait == WaitGTIDFunction {
+		if q.known == nil {
+			q.known = map[string]P{}
+		}
+		q.known[t.Node.Name] = need
+	}
+	return true, nil
+}
+
+// stepServe handles ActReplica, ActStale and ActPrimary: run serves the
+// read on the decision's node. A failed run may let the read be decided
+// again (runFailed).
+func (q *liveRead[P]) stepServe(ctx context.Context, run RunFunc[P]) (again bool, rd *Read[P], err error) {
+	r := q.r
+	t, viewPos := q.target()
+	var gen uint64
+	if q.lazy && t.Replica >= 0 {
+		// Before the read begins: a bound must come from a poll
+		// connection open since then (the same server throughout).
+		gen = r.bounder.Generation(t.Node.Name)
+	}
+	r.inFlight(t.Node.Name, 1)
+	wm, err := run(ctx, t)
+	r.inFlight(t.Node.Name, -1)
+	if err != nil {
+		again, err = q.runFailed(ctx, t, err)
+		return again, nil, err
+	}
+	return false, q.served(t, gen, wm, viewPos), nil
+}
+
+// target is where the decision sends the read, and the view's position
+// of that node (the watermark under WatermarkViewAtDecision).
+func (q *liveRead[P]) target() (t Target, viewPos P) {
+	d := q.d
+	t = Target{Node: q.primary, Replica: -1, Reason: d.Reason, HashReason: d.HashReason, Watermark: q.needWM && !q.lazy && q.r.cfg.Watermark == WatermarkAfterRead}
+	switch {
+	case d.Action == router.ActReplica || d.Action == router.ActStale:
+		t.Node, t.Replica, t.Outcome = q.nodes[d.Replica], d.Replica, router.OutReplica
+		if d.Action == router.ActStale {
+			t.Outcome = router.OutStale
+		}
+		viewPos = q.v.Replicas[d.Replica].Applied
+	case d.Fallback:
+		t.Outcome, viewPos = router.OutFallback, q.v.Primary
+	default:
+		t.Outcome, viewPos = router.OutPrimary, q.v.Primary
+	}
+	if q.lazy && t.Replica < 0 {
+		// A read on the primary (a fallback) reads its watermark
+		// after it, pipelined, as WatermarkAfterRead does: bounding
+		// it lazily would make the session's next read wait for a
+		// poll of the primary, whose bound no lagging replica holds.
+		t.Watermark = true
+	}
+	return t, viewPos
+}
+
+// runFailed handles run's error err on t: the context's and a statement
+// error end the read; a *RunError says what to do (runError); any other
+// error marks the node down and the read is decided again, at most
+// maxNodeErrors times.
+func (q *liveRead[P]) runFailed(ctx context.Context, t Target, err error) (again bool, _ error) {
+	var (
+		re *RunError
+		me *mysql.MyError
+	)
+	switch {
+	case ctx.Err() != nil:
+		q.count(router.OutError, "context")
+		return false, err
+	case errors.As(err, &re):
+		return q.runError(ctx, t, re)
+	case errors.As(err, &me):
+		q.count(router.OutError, "statement")
+		return false, err
+	}
+	q.step.Note = "node error: " + oneLine(err.Error())
+	q.record()
+	q.r.markDown(ctx, t.Node, err)
+	if q.nodeErrs++; q.nodeErrs > maxNodeErrors {
+		q.count(router.OutError, "node")
+		return false, err
+	}
+	return true, nil
+}
+
+// runError follows a *RunError's instructions: NodeFailed marks the node
+// down, Retry decides again (at most maxNodeErrors node errors);
+// otherwise the read ends with re.Err.
+func (q *liveRead[P]) runError(ctx context.Context, t Target, re *RunError) (again bool, _ error) {
+	q.step.Note = "run error: " + oneLine(re.Error())
+	q.record()
+	if re.NodeFailed {
+		q.r.markDown(ctx, t.Node, re.Err)
+	}
+	if re.Retry {
+		if q.nodeErrs++; q.nodeErrs <= maxNodeErrors {
+			return true, nil
+		}
+	}
+	reason := "caller"
+	if re.NodeFailed {
+		reason = "node"
+	}
+	q.count(router.OutError, reason)
+	return false, re.Err
+}
+
+// served ends a read t served: the session's last replica, its
+// watermark (observe), the outcome's metrics and the Read.
+func (q *liveRead[P]) served(t Target, gen uint64, wm, viewPos P) *Read[P] {
+	r, d := q.r, q.d
+	q.record()
+	if t.Replica >= 0 {
+		q.s.lastNode = t.Node.Name
+	}
+	wm = q.observe(t, gen, wm, viewPos)
+	if t.Outcome == router.OutFallback {
+		r.m.fallbacks.WithLabelValues(d.Reason.String()).Inc()
+	}
+	r.m.served(q.pol.Kind, t.Outcome, d.Reason).Inc()
+	if q.waited > 0 {
+		r.m.waited.WithLabelValues(q.pol.Kind.String()).Inc()
+	}
+	return &Read[P]{Node: t.Node.Name, Outcome: t.Outcome, Stale: t.Outcome == router.OutStale, Reason: d.Reason,
+		HashReason: d.HashReason, Waited: q.waited, Watermark: wm, Trace: q.trace}
+}
+
+// observe raises the session's watermark after a read served on t (gen:
+// the node's poll generation when it began) that returned wm, and
+// returns the watermark the read reports: lazily, a replica's read
+// becomes the pending seen and a primary's bounds it; otherwise (the MR
+// policies) wm, or the view's position viewPos under
+// WatermarkViewAtDecision, is observed.
+func (q *liveRead[P]) observe(t Target, gen uint64, wm, viewPos P) P {
+	s := q.s
+	switch {
+	case q.lazy && t.Replica >= 0:
+		s.notePending(t, gen, time.Now(), q.epoch)
+	case q.lazy:
+		// Within an epoch the primary holds everything a replica
+		// showed: its watermark bounds a replica's pending seen too
+		// (an older epoch's is resolved first, rule 1).
+		router.ResolvePending(&s.st, wm)
+		router.Observe(&s.st, wm, q.epoch)
+	case q.needWM:
+		if q.r.cfg.Watermark == WatermarkViewAtDecision {
+			wm = viewPos
+		}
+		router.Observe(&s.st, wm, q.epoch)
+	}
+	return wm
 }
 
 // wantsFresher reports whether decision d was made because no replica's

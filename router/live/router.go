@@ -173,7 +173,31 @@ type Config[P gtid.Position[P]] struct {
 	Seed uint64
 }
 
+// validate rejects nonsense in c and fills its defaults, concern by
+// concern, in this order (the first error is returned).
 func (c *Config[P]) validate() error {
+	if err := c.validateNodes(); err != nil {
+		return err
+	}
+	if err := c.validateSource(); err != nil {
+		return err
+	}
+	if err := c.validatePolicy(); err != nil {
+		return err
+	}
+	if err := c.validateWait(); err != nil {
+		return err
+	}
+	if err := c.validateWatermark(); err != nil {
+		return err
+	}
+	return c.fillDefaults()
+}
+
+// validateNodes rejects a primary or replica without a name or an
+// address, too many replicas, a weight out of range and a node name
+// used twice.
+func (c *Config[P]) validateNodes() error {
 	if c.Primary.Name == "" || c.Primary.Addr == "" {
 		return errors.New("router: config: primary needs a name and an address")
 	}
@@ -193,6 +217,12 @@ func (c *Config[P]) validate() error {
 		}
 		seen[r.Name] = true
 	}
+	return nil
+}
+
+// validateSource requires a PositionSource and fills the default Flavor
+// (MySQL{} for gtid.Set; any other P needs one).
+func (c *Config[P]) validateSource() error {
 	if c.Positions == nil {
 		return errors.New("router: config: no PositionSource")
 	}
@@ -203,8 +233,12 @@ func (c *Config[P]) validate() error {
 		}
 		c.Flavor = f
 	}
-	var zero P
-	serverWait := c.Flavor.WaitQuery(zero, time.Second) != ""
+	return nil
+}
+
+// validatePolicy rejects a default policy, a cap or a global source that
+// is not valid (or that the live router does not run).
+func (c *Config[P]) validatePolicy() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
@@ -217,6 +251,15 @@ func (c *Config[P]) validate() error {
 	if c.Global > GlobalView {
 		return fmt.Errorf("router: config: unknown global source %d", c.Global)
 	}
+	return nil
+}
+
+// validateWait rejects an unknown wait method, resolves WaitAuto (see
+// WaitAuto) and rejects WaitGTIDFunction for a flavor without a
+// server-side wait.
+func (c *Config[P]) validateWait() error {
+	var zero P
+	serverWait := c.Flavor.WaitQuery(zero, time.Second) != ""
 	if c.Wait > WaitWatcher {
 		return fmt.Errorf("router: config: unknown wait method %d", c.Wait)
 	}
@@ -229,6 +272,12 @@ func (c *Config[P]) validate() error {
 	if c.Wait == WaitGTIDFunction && !serverWait {
 		return fmt.Errorf("router: config: flavor %s has no server-side wait: use WaitWatcher", c.Flavor.Name())
 	}
+	return nil
+}
+
+// validateWatermark rejects an unknown watermark mode, and WatermarkLazy
+// over a position source that does not bound reads.
+func (c *Config[P]) validateWatermark() error {
 	if c.Watermark > WatermarkLazy {
 		return fmt.Errorf("router: config: unknown watermark mode %d", c.Watermark)
 	}
@@ -239,6 +288,12 @@ func (c *Config[P]) validate() error {
 			return fmt.Errorf("router: config: WatermarkLazy needs a position source that bounds reads (a Poller with Bounds), not %T", c.Positions)
 		}
 	}
+	return nil
+}
+
+// fillDefaults fills the zero DownHold, DialTimeout, MaxIdle,
+// PrimaryPool and Logger with their defaults, and rejects negative ones.
+func (c *Config[P]) fillDefaults() error {
 	if c.DownHold == 0 {
 		c.DownHold = time.Second
 	}
