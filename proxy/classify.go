@@ -481,27 +481,10 @@ func classifyExplain(l *sqllex.Lexer) Stmt {
 				return primary(ReasonUnclassified)
 			}
 			return st
-		case t.Kind == sqllex.Word && (t.Is("ANALYZE") || t.Is("FORMAT") || t.Is("EXTENDED") || t.Is("PARTITIONS") || t.Is("TREE") || t.Is("JSON") || t.Is("TRADITIONAL")):
-			continue
-		case t.Punct('='):
+		case isExplainOption(t), t.Punct('='):
 			continue
 		case t.Kind == sqllex.Word:
-			// DESCRIBE tbl [col]: metadata read, routable.
-			if n := l.Next(); n.Kind == sqllex.EOF || n.Kind == sqllex.Word || n.Kind == sqllex.Ident || n.Punct('.') || n.Kind == sqllex.String {
-				if n.Kind == sqllex.EOF {
-					return Stmt{Kind: KindRead}
-				}
-				for m := l.Next(); m.Kind != sqllex.EOF; m = l.Next() {
-					if m.Kind == sqllex.Word && (m.Is("INSERT") || m.Is("UPDATE") || m.Is("DELETE") || m.Is("REPLACE")) {
-						return primary(ReasonWrite)
-					}
-				}
-				if t.Is("INSERT") || t.Is("UPDATE") || t.Is("DELETE") || t.Is("REPLACE") || t.Is("FOR") {
-					return primary(ReasonWrite)
-				}
-				return Stmt{Kind: KindRead}
-			}
-			return primary(ReasonUnclassified)
+			return classifyDescribe(l, t)
 		case t.Kind == sqllex.Ident:
 			return Stmt{Kind: KindRead}
 		default:
@@ -511,114 +494,175 @@ func classifyExplain(l *sqllex.Lexer) Stmt {
 	return primary(ReasonUnclassified)
 }
 
-// classifySelect scans a SELECT (or WITH/TABLE/VALUES) to its end.
-func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
-	st := Stmt{Kind: KindRead}
-	pin := func(r Reason) {
-		// The first pinning reason wins; later ones are the same outcome.
-		if st.Kind == KindRead {
-			st.Kind, st.Reason = KindPrimary, r
+// isExplainOption is a word of EXPLAIN's options (ANALYZE, FORMAT = ...,
+// EXTENDED, PARTITIONS), skipped on the way to the explained statement.
+func isExplainOption(t sqllex.Token) bool {
+	return t.Is("ANALYZE") || t.Is("FORMAT") || t.Is("EXTENDED") || t.Is("PARTITIONS") ||
+		t.Is("TREE") || t.Is("JSON") || t.Is("TRADITIONAL")
+}
+
+// classifyDescribe classifies what follows EXPLAIN or DESCRIBE when it is
+// a word other than a SELECT: DESCRIBE tbl [col], a metadata read,
+// routable; EXPLAIN of a write stays on the primary.
+func classifyDescribe(l *sqllex.Lexer, t sqllex.Token) Stmt {
+	n := l.Next()
+	if n.Kind != sqllex.EOF && n.Kind != sqllex.Word && n.Kind != sqllex.Ident && !n.Punct('.') && n.Kind != sqllex.String {
+		return primary(ReasonUnclassified)
+	}
+	if n.Kind == sqllex.EOF {
+		return Stmt{Kind: KindRead}
+	}
+	for m := l.Next(); m.Kind != sqllex.EOF; m = l.Next() {
+		if isWriteWord(m) {
+			return primary(ReasonWrite)
 		}
 	}
-	var prev sqllex.Token
-	words := 0
-	onlyToken := first.Is("SELECT")
+	if isWriteWord(t) || t.Is("FOR") {
+		return primary(ReasonWrite)
+	}
+	return Stmt{Kind: KindRead}
+}
+
+// isWriteWord is a DML statement's first word.
+func isWriteWord(t sqllex.Token) bool {
+	return t.Is("INSERT") || t.Is("UPDATE") || t.Is("DELETE") || t.Is("REPLACE")
+}
+
+// selectScan is classifySelect's state as it reads a statement's tokens.
+type selectScan struct {
+	st   Stmt
+	prev sqllex.Token
+	// words counts the tokens before any semicolon.
+	words int
+	// onlyToken: so far the statement may be SELECT @causal_token alone.
+	onlyToken bool
+	intoVars  bool // inside SELECT ... INTO @a, @b
+	previous  bool // reads what the previous statement left (FOUND_ROWS, @@warning_count)
+}
+
+// pin sends the statement to the primary for r.
+func (s *selectScan) pin(r Reason) {
+	// The first pinning reason wins; later ones are the same outcome.
+	if s.st.Kind == KindRead {
+		s.st.Kind, s.st.Reason = KindPrimary, r
+	}
+}
+
+// classifySelect scans a SELECT (or WITH/TABLE/VALUES) to its end.
+func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
+	s := selectScan{st: Stmt{Kind: KindRead}, onlyToken: first.Is("SELECT")}
 	sawSemicolon := false
-	intoVars := false // inside SELECT ... INTO @a, @b
-	previous := false // reads what the previous statement left (FOUND_ROWS, @@warning_count)
-	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
+	for t := l.Next(); t.Kind != sqllex.EOF; s.prev, t = t, l.Next() {
 		if sawSemicolon {
-			pin(ReasonMultiStatement)
-			onlyToken = false
+			s.pin(ReasonMultiStatement)
+			s.onlyToken = false
 			continue
 		}
 		if t.Punct(';') {
 			sawSemicolon = true
 			continue
 		}
-		words++
-		intoVars = intoVars && (t.Kind == sqllex.Var || t.Punct(','))
+		s.words++
+		s.intoVars = s.intoVars && (t.Kind == sqllex.Var || t.Punct(','))
 		switch t.Kind {
 		case sqllex.Var:
-			st.UsesUserVar = true
-			if prev.Is("INTO") {
-				intoVars = true
-			}
-			if intoVars {
-				st.assignsToken = st.assignsToken || isCausalTokenVar(t.Text)
-			}
-			if words == 1 && isCausalTokenVar(t.Text) {
-				continue
-			}
-			onlyToken = false
-			if intoVars {
-				st.SetsUserVar = true
-				pin(ReasonUserVariable)
-			}
+			s.userVar(t)
 		case sqllex.SysVar:
-			onlyToken = false
+			s.onlyToken = false
 			if n := sysVarName(t); sqllex.EqualFoldUpper(n, "WARNING_COUNT") || sqllex.EqualFoldUpper(n, "ERROR_COUNT") {
-				previous = true
+				s.previous = true
 			}
 		case sqllex.Assign:
-			onlyToken = false
-			if prev.Kind == sqllex.Var {
-				st.SetsUserVar = true
-				st.assignsToken = st.assignsToken || isCausalTokenVar(prev.Text)
-				pin(ReasonUserVariable)
+			s.onlyToken = false
+			if s.prev.Kind == sqllex.Var {
+				s.st.SetsUserVar = true
+				s.st.assignsToken = s.st.assignsToken || isCausalTokenVar(s.prev.Text)
+				s.pin(ReasonUserVariable)
 			}
 		case sqllex.Punct:
-			if t.Punct('(') && prev.Kind == sqllex.Word {
-				switch {
-				case prev.Is("GET_LOCK"), prev.Is("RELEASE_LOCK"), prev.Is("RELEASE_ALL_LOCKS"),
-					prev.Is("IS_FREE_LOCK"), prev.Is("IS_USED_LOCK"),
-					prev.Is("SERVICE_GET_WRITE_LOCKS"), prev.Is("SERVICE_GET_READ_LOCKS"),
-					prev.Is("SERVICE_RELEASE_LOCKS"):
-					pin(ReasonLockingFunction)
-				case prev.Is("FOUND_ROWS"), prev.Is("ROW_COUNT"):
-					previous = true
-				case prev.Is("LAST_INSERT_ID"),
-					prev.Is("CONNECTION_ID"), prev.Is("WAIT_FOR_EXECUTED_GTID_SET"),
-					prev.Is("SOURCE_POS_WAIT"), prev.Is("MASTER_POS_WAIT"), prev.Is("NEXTVAL"):
-					pin(ReasonSessionFunction)
-				}
+			if t.Punct('(') && s.prev.Kind == sqllex.Word {
+				s.call(s.prev)
 			}
-			onlyToken = false
+			s.onlyToken = false
 		case sqllex.Word:
-			onlyToken = false
-			switch {
-			case t.Is("UPDATE") && prev.Is("FOR"):
-				pin(ReasonLockingRead)
-			case t.Is("SHARE") && prev.Is("FOR"):
-				pin(ReasonLockingRead)
-			case t.Is("SHARE") && prev.Is("IN"):
-				pin(ReasonLockingRead) // LOCK IN SHARE MODE
-			case t.Is("SQL_CALC_FOUND_ROWS"):
-				// Its FOUND_ROWS() would be spoilt on a replica by the
-				// watermark read the proxy runs there right after it.
-				pin(ReasonSessionFunction)
-				st.CalcFoundRows = true
-			case t.Is("OUTFILE") || t.Is("DUMPFILE"):
-				if prev.Is("INTO") {
-					pin(ReasonIntoFile)
-				}
-			case t.Is("INSERT") || t.Is("UPDATE") || t.Is("DELETE") || t.Is("REPLACE"):
-				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
-				pin(ReasonWrite)
-			}
+			s.onlyToken = false
+			s.word(t)
 		default:
-			onlyToken = false
+			s.onlyToken = false
 		}
 	}
-	if onlyToken && words == 1 {
+	if s.onlyToken && s.words == 1 {
 		return Stmt{Kind: KindGetToken}
 	}
 	// Any other reason to stay on the primary wins over following the
 	// previous statement.
-	if previous && st.Kind == KindRead {
-		st.Kind, st.Reason = KindPrimary, ReasonPreviousStatement
+	if s.previous && s.st.Kind == KindRead {
+		s.st.Kind, s.st.Reason = KindPrimary, ReasonPreviousStatement
 	}
-	return st
+	return s.st
+}
+
+// userVar reads a user variable: one use, a target of SELECT ... INTO, or
+// SELECT @causal_token's.
+func (s *selectScan) userVar(t sqllex.Token) {
+	s.st.UsesUserVar = true
+	if s.prev.Is("INTO") {
+		s.intoVars = true
+	}
+	if s.intoVars {
+		s.st.assignsToken = s.st.assignsToken || isCausalTokenVar(t.Text)
+	}
+	if s.words == 1 && isCausalTokenVar(t.Text) {
+		return
+	}
+	s.onlyToken = false
+	if s.intoVars {
+		s.st.SetsUserVar = true
+		s.pin(ReasonUserVariable)
+	}
+}
+
+// call reads a call of function fn.
+func (s *selectScan) call(fn sqllex.Token) {
+	switch {
+	case fn.Is("GET_LOCK"), fn.Is("RELEASE_LOCK"), fn.Is("RELEASE_ALL_LOCKS"),
+		fn.Is("IS_FREE_LOCK"), fn.Is("IS_USED_LOCK"),
+		fn.Is("SERVICE_GET_WRITE_LOCKS"), fn.Is("SERVICE_GET_READ_LOCKS"),
+		fn.Is("SERVICE_RELEASE_LOCKS"):
+		s.pin(ReasonLockingFunction)
+	case fn.Is("FOUND_ROWS"), fn.Is("ROW_COUNT"):
+		s.previous = true
+	case fn.Is("LAST_INSERT_ID"),
+		fn.Is("CONNECTION_ID"), fn.Is("WAIT_FOR_EXECUTED_GTID_SET"),
+		fn.Is("SOURCE_POS_WAIT"), fn.Is("MASTER_POS_WAIT"), fn.Is("NEXTVAL"):
+		s.pin(ReasonSessionFunction)
+	}
+}
+
+// word reads a keyword or identifier: locking reads, SQL_CALC_FOUND_ROWS,
+// INTO OUTFILE and writes pin the statement.
+func (s *selectScan) word(t sqllex.Token) {
+	prev := s.prev
+	switch {
+	case t.Is("UPDATE") && prev.Is("FOR"):
+		s.pin(ReasonLockingRead)
+	case t.Is("SHARE") && prev.Is("FOR"):
+		s.pin(ReasonLockingRead)
+	case t.Is("SHARE") && prev.Is("IN"):
+		s.pin(ReasonLockingRead) // LOCK IN SHARE MODE
+	case t.Is("SQL_CALC_FOUND_ROWS"):
+		// Its FOUND_ROWS() would be spoilt on a replica by the
+		// watermark read the proxy runs there right after it.
+		s.pin(ReasonSessionFunction)
+		s.st.CalcFoundRows = true
+	case t.Is("OUTFILE") || t.Is("DUMPFILE"):
+		if prev.Is("INTO") {
+			s.pin(ReasonIntoFile)
+		}
+	case isWriteWord(t):
+		// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
+		s.pin(ReasonWrite)
+	}
 }
 
 func isCausalTokenVar(v string) bool {
@@ -631,57 +675,84 @@ func isCausalTokenVar(v string) bool {
 
 // classifySet classifies SET statements.
 func classifySet(l *sqllex.Lexer) Stmt {
-	t := l.Next()
+	t, st, done := setScope(l)
+	switch {
+	case done:
+		return st
+	// SET @causal_token = '<token>' alone.
+	case t.Kind == sqllex.Var && isCausalTokenVar(t.Text):
+		return setToken(l)
+	case isTrackGTIDs(t):
+		return setTrackGTIDs(l)
+	}
+	return setSession(l, t)
+}
+
+// setScope reads SET's scope: t is the first token after it. done: the
+// statement is classified (st) by its scope alone.
+func setScope(l *sqllex.Lexer) (t sqllex.Token, st Stmt, done bool) {
+	t = l.Next()
 	// SET TRANSACTION applies to the next transaction only: primary.
 	if t.Is("TRANSACTION") {
 		st := primary(ReasonTransaction)
 		st.NextTransaction = true
-		return st
+		return t, st, true
 	}
 	if t.Is("SESSION") || t.Is("LOCAL") {
 		n := l.Next()
 		if n.Is("TRANSACTION") {
-			return Stmt{Kind: KindSession} // every later transaction
+			return n, Stmt{Kind: KindSession}, true // every later transaction
 		}
-		t = n
-	} else if t.Is("GLOBAL") || t.Is("PERSIST") || t.Is("PERSIST_ONLY") || t.Is("PASSWORD") || t.Is("DEFAULT") || t.Is("ROLE") || t.Is("RESOURCE") {
-		return primary(ReasonWrite)
+		return n, Stmt{}, false
 	}
-	// SET @causal_token = '<token>' alone.
-	if t.Kind == sqllex.Var && isCausalTokenVar(t.Text) {
-		eq := l.Next()
-		v := l.Next()
-		end := l.Next()
-		if (eq.Punct('=') || eq.Kind == sqllex.Assign) && v.Kind == sqllex.String && (end.Kind == sqllex.EOF || end.Punct(';')) &&
-			(end.Kind == sqllex.EOF || l.Next().Kind == sqllex.EOF) {
-			return Stmt{Kind: KindSetToken, Token: unquote(v.Text), TokenForm: TokenSet}
+	if t.Is("GLOBAL") || t.Is("PERSIST") || t.Is("PERSIST_ONLY") || t.Is("PASSWORD") || t.Is("DEFAULT") || t.Is("ROLE") || t.Is("RESOURCE") {
+		return t, primary(ReasonWrite), true
+	}
+	return t, Stmt{}, false
+}
+
+// setToken classifies SET @causal_token after the variable: KindSetToken
+// for one string literal alone.
+func setToken(l *sqllex.Lexer) Stmt {
+	eq := l.Next()
+	v := l.Next()
+	end := l.Next()
+	if (eq.Punct('=') || eq.Kind == sqllex.Assign) && v.Kind == sqllex.String && (end.Kind == sqllex.EOF || end.Punct(';')) &&
+		(end.Kind == sqllex.EOF || l.Next().Kind == sqllex.EOF) {
+		return Stmt{Kind: KindSetToken, Token: unquote(v.Text), TokenForm: TokenSet}
+	}
+	// An expression, a subquery, a second target or statement: the
+	// server would set its own @causal_token, not the session's.
+	return Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, assignsToken: true}
+}
+
+// setTrackGTIDs classifies SET session_track_gtids after the variable:
+// KindTrackGTIDs for a value alone the proxy knows.
+func setTrackGTIDs(l *sqllex.Lexer) Stmt {
+	eq := l.Next()
+	v := l.Next()
+	end := l.Next()
+	if (eq.Punct('=') || eq.Kind == sqllex.Assign) && end.Kind == sqllex.EOF {
+		val := v.Text
+		if v.Kind == sqllex.String {
+			val = unquote(val)
 		}
-		// An expression, a subquery, a second target or statement: the
-		// server would set its own @causal_token, not the session's.
-		return Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, assignsToken: true}
-	}
-	if isTrackGTIDs(t) {
-		eq := l.Next()
-		v := l.Next()
-		end := l.Next()
-		if (eq.Punct('=') || eq.Kind == sqllex.Assign) && end.Kind == sqllex.EOF {
-			val := v.Text
-			if v.Kind == sqllex.String {
-				val = unquote(val)
-			}
-			switch {
-			case sqllex.EqualFoldUpper(val, "OFF"), val == "0":
-				return Stmt{Kind: KindTrackGTIDs, TrackGTIDs: false}
-			case sqllex.EqualFoldUpper(val, "OWN_GTID"), sqllex.EqualFoldUpper(val, "ALL_GTIDS"), val == "1", val == "2":
-				return Stmt{Kind: KindTrackGTIDs, TrackGTIDs: true}
-			}
+		switch {
+		case sqllex.EqualFoldUpper(val, "OFF"), val == "0":
+			return Stmt{Kind: KindTrackGTIDs, TrackGTIDs: false}
+		case sqllex.EqualFoldUpper(val, "OWN_GTID"), sqllex.EqualFoldUpper(val, "ALL_GTIDS"), val == "1", val == "2":
+			return Stmt{Kind: KindTrackGTIDs, TrackGTIDs: true}
 		}
-		return primary(ReasonUnclassified)
 	}
-	// Plain session SET: replayed everywhere, unless it reads data (a
-	// subquery: its result could differ between servers), assigns
-	// session_track_gtids among others, or sets autocommit (the primary's
-	// status flags then pin the session: see session.go).
+	return primary(ReasonUnclassified)
+}
+
+// setSession classifies a plain session SET from its first target t:
+// replayed everywhere, unless it reads data (a subquery: its result could
+// differ between servers), assigns session_track_gtids among others, or
+// sets autocommit (the primary's status flags then pin the session: see
+// session.go).
+func setSession(l *sqllex.Lexer, t sqllex.Token) Stmt {
 	st := Stmt{Kind: KindSession}
 	var prev sqllex.Token
 	// target: t begins an assignment (the statement's start, or after a
@@ -718,17 +789,7 @@ func classifySet(l *sqllex.Lexer) Stmt {
 			// A subquery's value could differ on a lagging replica: run on
 			// the primary only; a system variable set so pins the session
 			// (its value is the primary's alone).
-			for n := l.Next(); n.Kind != sqllex.EOF && !sysTarget; n = l.Next() {
-				switch {
-				case n.Punct('('):
-					depth++
-				case n.Punct(')'):
-					depth--
-				case n.Punct(',') && depth == 0:
-					n = l.Next()
-					sysTarget = n.Kind != sqllex.Var && n.Kind != sqllex.EOF
-				}
-			}
+			sysTarget = setsSysVarAfter(l, depth, sysTarget)
 			return Stmt{Kind: KindPrimary, Reason: ReasonUserVariable, SetsUserVar: true, UsesUserVar: true, PinsSession: sysTarget}
 		case isTrackGTIDs(t):
 			return primary(ReasonUnclassified)
@@ -739,6 +800,24 @@ func classifySet(l *sqllex.Lexer) Stmt {
 		}
 	}
 	return st
+}
+
+// setsSysVarAfter reads the rest of a SET from inside a subquery at
+// parenthesis depth depth: whether some target is a system variable
+// (sysTarget: one before it was).
+func setsSysVarAfter(l *sqllex.Lexer, depth int, sysTarget bool) bool {
+	for n := l.Next(); n.Kind != sqllex.EOF && !sysTarget; n = l.Next() {
+		switch {
+		case n.Punct('('):
+			depth++
+		case n.Punct(')'):
+			depth--
+		case n.Punct(',') && depth == 0:
+			n = l.Next()
+			sysTarget = n.Kind != sqllex.Var && n.Kind != sqllex.EOF
+		}
+	}
+	return sysTarget
 }
 
 func isTrackGTIDs(t sqllex.Token) bool {

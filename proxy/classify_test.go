@@ -325,6 +325,31 @@ func BenchmarkClassifyWithToken(b *testing.B) {
 	}
 }
 
+// BenchmarkClassifyStatements covers the classifier's other paths beside
+// the point select: SET (plain, token, session_track_gtids, subquery),
+// EXPLAIN/DESCRIBE and a SELECT that pins to the primary.
+func BenchmarkClassifyStatements(b *testing.B) {
+	for _, c := range []struct{ name, q string }{
+		{"SetSession", "SET NAMES utf8mb4, sql_mode = 'STRICT_TRANS_TABLES', @a = 1"},
+		{"SetToken", "SET @causal_token = '3e11fa47-71ca-11e1-9e33-c80aa9429562:1-23'"},
+		{"SetTrackGTIDs", "SET SESSION session_track_gtids = OWN_GTID"},
+		{"SetSubquery", "SET @a = (SELECT MAX(id) FROM t), @@SESSION.sql_mode = 'x'"},
+		{"ExplainSelect", "EXPLAIN FORMAT=TREE SELECT c FROM sbtest1 WHERE id=5012"},
+		{"Describe", "DESCRIBE sbtest1 c"},
+		{"SelectLocking", "SELECT a.c, COUNT(*) FROM t1 a JOIN t2 b ON a.id = b.id WHERE a.k IN (1, 2, 3) AND b.x = @v GROUP BY a.c ORDER BY 2 DESC LIMIT 10 FOR SHARE"},
+		{"SelectFunctions", "SELECT SQL_CALC_FOUND_ROWS GET_LOCK('x', 1), FOUND_ROWS(), @@warning_count INTO @r, @s"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Classify(c.q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func TestClassifyMulti(t *testing.T) {
 	for _, c := range []struct {
 		q     string

@@ -340,8 +340,36 @@ func PoolShare(poolSize, n, i int) (int, error) {
 	return share, nil
 }
 
-// validate fills defaults and rejects nonsense.
+// validate fills defaults and rejects nonsense, one concern at a time in
+// this order (the first nonsense found is the error).
 func (c *Config) validate() error {
+	for _, check := range []func() error{
+		c.validateListener,
+		c.validateUsers,
+		c.validateHandshake,
+		c.validateBackends,
+		c.validateRouting,
+		c.validatePositions,
+		c.validateSizes,
+		c.validateClientTimeouts,
+		c.validatePool,
+		c.validateReplay,
+		c.validateServerTimeouts,
+		c.validateRuntime,
+		c.validateWatermark,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// validateListener: listen and workers.
+func (c *Config) validateListener() error {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:6033"
 	}
@@ -351,6 +379,11 @@ func (c *Config) validate() error {
 	if c.Workers < 1 || c.Workers > 64 {
 		return fmt.Errorf("proxy: workers %d out of range [1, 64]", c.Workers)
 	}
+	return nil
+}
+
+// validateUsers: at least one user, each named, no name twice.
+func (c *Config) validateUsers() error {
 	if len(c.Users) == 0 {
 		return errors.New("proxy: no users configured")
 	}
@@ -364,6 +397,12 @@ func (c *Config) validate() error {
 		}
 		seen[u.Name] = true
 	}
+	return nil
+}
+
+// validateHandshake: what the proxy offers a client at login
+// (auth_method, tls_cert and tls_key, server_version).
+func (c *Config) validateHandshake() error {
 	switch c.AuthMethod {
 	case "":
 		c.AuthMethod = mysql.AUTH_CACHING_SHA2_PASSWORD
@@ -377,6 +416,12 @@ func (c *Config) validate() error {
 	if c.ServerVersion == "" {
 		c.ServerVersion = "8.4.0-causallab"
 	}
+	return nil
+}
+
+// validateBackends: the primary and the replicas, every node's name
+// unique.
+func (c *Config) validateBackends() error {
 	if c.Primary.Addr == "" {
 		return errors.New("proxy: primary.addr is required")
 	}
@@ -388,24 +433,38 @@ func (c *Config) validate() error {
 	}
 	names := map[string]bool{c.Primary.Name: true}
 	for i := range c.Replicas {
-		r := &c.Replicas[i]
-		if r.Addr == "" {
-			return fmt.Errorf("proxy: replica %d has no addr", i+1)
+		if err := validateReplica(&c.Replicas[i], i, names); err != nil {
+			return err
 		}
-		if r.Name == "" {
-			r.Name = fmt.Sprintf("replica%d", i+1)
-		}
-		if names[r.Name] {
-			return fmt.Errorf("proxy: backend name %q used twice", r.Name)
-		}
-		if r.Weight == 0 {
-			r.Weight = 1
-		}
-		if r.Weight < 1 || r.Weight > hashroute.MaxWeight {
-			return fmt.Errorf("proxy: replica %s: weight %d out of range 1..%d", r.Name, r.Weight, hashroute.MaxWeight)
-		}
-		names[r.Name] = true
 	}
+	return nil
+}
+
+// validateReplica fills and checks r, the config's replica i (0-based);
+// names holds the node names taken before it, and takes its own.
+func validateReplica(r *Backend, i int, names map[string]bool) error {
+	if r.Addr == "" {
+		return fmt.Errorf("proxy: replica %d has no addr", i+1)
+	}
+	if r.Name == "" {
+		r.Name = fmt.Sprintf("replica%d", i+1)
+	}
+	if names[r.Name] {
+		return fmt.Errorf("proxy: backend name %q used twice", r.Name)
+	}
+	if r.Weight == 0 {
+		r.Weight = 1
+	}
+	if r.Weight < 1 || r.Weight > hashroute.MaxWeight {
+		return fmt.Errorf("proxy: replica %s: weight %d out of range 1..%d", r.Name, r.Weight, hashroute.MaxWeight)
+	}
+	names[r.Name] = true
+	return nil
+}
+
+// validateRouting: how reads are routed (policy and its per-session
+// choice, hash_mode, wait_budget, fallback_per_second, epoch).
+func (c *Config) validateRouting() error {
 	if c.Policy == "" {
 		c.Policy = router.PolicyTokenWait.String()
 	}
@@ -430,6 +489,12 @@ func (c *Config) validate() error {
 	if c.Epoch == 0 {
 		c.Epoch = 1
 	}
+	return nil
+}
+
+// validatePositions: how the replicas' positions are learnt and waited
+// for (positions, wait, poll_interval, poll_idle_interval).
+func (c *Config) validatePositions() error {
 	if err := oneOf("positions", &c.Positions, "poll", "binlog"); err != nil {
 		return err
 	}
@@ -448,6 +513,12 @@ func (c *Config) validate() error {
 	if c.PollIdleInterval < c.PollInterval || c.PollIdleInterval > time.Minute {
 		return fmt.Errorf("proxy: poll_idle_interval %v out of range [poll_interval %v, 1m] (equal to poll_interval: always poll every poll_interval)", c.PollIdleInterval, c.PollInterval)
 	}
+	return nil
+}
+
+// validateSizes: the bounds on packets, sessions, tokens and
+// connections.
+func (c *Config) validateSizes() error {
 	if c.MaxAllowedPacket == 0 {
 		c.MaxAllowedPacket = 64 << 20
 	}
@@ -460,9 +531,11 @@ func (c *Config) validate() error {
 	if err := defaultInt("max_token_bytes", &c.MaxTokenBytes, 64<<10, 64, 1<<30); err != nil {
 		return err
 	}
-	if err := defaultInt("max_connections", &c.MaxConnections, 1000, 1, 1<<20); err != nil {
-		return err
-	}
+	return defaultInt("max_connections", &c.MaxConnections, 1000, 1, 1<<20)
+}
+
+// validateClientTimeouts: the timeouts of a client's connection.
+func (c *Config) validateClientTimeouts() error {
 	for _, d := range []struct {
 		key string
 		v   *time.Duration
@@ -481,6 +554,13 @@ func (c *Config) validate() error {
 			return fmt.Errorf("proxy: %s %v out of range (1ms..8760h)", d.key, *d.v)
 		}
 	}
+	return nil
+}
+
+// validatePool: the pools of backend connections (pool_size, pool_wait,
+// pool_max_waiters, whose default is max_connections: validateSizes
+// filled it).
+func (c *Config) validatePool() error {
 	if err := defaultInt("pool_size", &c.PoolSize, DefaultPoolSize, 1, 1<<16); err != nil {
 		return err
 	}
@@ -490,15 +570,23 @@ func (c *Config) validate() error {
 	if c.PoolWait < time.Millisecond || c.PoolWait > time.Hour {
 		return fmt.Errorf("proxy: pool_wait %v out of range (1ms..1h)", c.PoolWait)
 	}
-	if err := defaultInt("pool_max_waiters", &c.PoolMaxWaiters, c.MaxConnections, 1, 1<<20); err != nil {
-		return err
-	}
+	return defaultInt("pool_max_waiters", &c.PoolMaxWaiters, c.MaxConnections, 1, 1<<20)
+}
+
+// validateReplay: max_replay.
+func (c *Config) validateReplay() error {
 	if c.MaxReplay == 0 {
 		c.MaxReplay = 256
 	}
 	if c.MaxReplay < 0 {
 		return fmt.Errorf("proxy: negative max_replay %d", c.MaxReplay)
 	}
+	return nil
+}
+
+// validateServerTimeouts: the timeouts of shutdown and of the backends'
+// connections.
+func (c *Config) validateServerTimeouts() error {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
 	}
@@ -514,12 +602,20 @@ func (c *Config) validate() error {
 	if c.ShutdownTimeout < 0 || c.ConnectTimeout < 0 {
 		return errors.New("proxy: negative timeout")
 	}
+	return nil
+}
+
+// validateRuntime: how the process does its I/O and sets GOMAXPROCS.
+func (c *Config) validateRuntime() error {
 	if err := oneOf("socket_io", &c.SocketIO, "raw", "go"); err != nil {
 		return err
 	}
-	if err := oneOf("gomaxprocs", &c.GOMAXPROCS, "fixed", "adaptive"); err != nil {
-		return err
-	}
+	return oneOf("gomaxprocs", &c.GOMAXPROCS, "fixed", "adaptive")
+}
+
+// validateWatermark: watermark_source, whose default follows positions
+// (validatePositions filled it) and Source.
+func (c *Config) validateWatermark() error {
 	if c.WatermarkSource == "" {
 		c.WatermarkSource = "query"
 		if c.Source == nil && c.Positions == "poll" {
@@ -531,9 +627,6 @@ func (c *Config) validate() error {
 	}
 	if c.WatermarkSource == "lazy" && c.Source == nil && c.Positions != "poll" {
 		return fmt.Errorf("proxy: watermark_source lazy needs positions poll (the poller bounds reads; a binlog stream cannot), not %q", c.Positions)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	return nil
 }
@@ -550,8 +643,6 @@ func defaultInt(key string, v *int, def, lo, hi int) error {
 	return nil
 }
 
-// oneOf fills an empty *v with the first allowed value (the default) and
-// rejects a value that is none of them, naming the config key.
 // watermarkMode is the router's watermark mode for WatermarkSource: lazy
 // bounds reads after the fact (live.WatermarkLazy); query and all-gtids
 // have the relay return the watermark after each read.
@@ -562,6 +653,8 @@ func (c *Config) watermarkMode() live.WatermarkMode {
 	return live.WatermarkAfterRead
 }
 
+// oneOf fills an empty *v with the first allowed value (the default) and
+// rejects a value that is none of them, naming the config key.
 func oneOf(key string, v *string, allowed ...string) error {
 	if *v == "" {
 		*v = allowed[0]

@@ -83,34 +83,8 @@ func parsePolicyStmt(query string) (policyStmt, error) {
 	if !mentionsPolicy(query) {
 		return policyStmt{}, nil
 	}
-	var (
-		note    string
-		noted   bool
-		noteErr error
-	)
-	l := sqllex.Lexer{S: query, Comment: func(c sqllex.Comment) {
-		if c.Kind == sqllex.Hint {
-			return
-		}
-		for _, f := range strings.FieldsFunc(c.Body, func(r rune) bool {
-			return r == ',' || r == ';' || r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' || r == '\v'
-		}) {
-			key, val, ok := strings.Cut(f, "=")
-			if !ok {
-				key, val, ok = strings.Cut(f, ":")
-			}
-			if !ok || !strings.EqualFold(key, policyKey) {
-				continue
-			}
-			switch {
-			case val == "":
-				noteErr = firstErr(noteErr, fmt.Errorf("%w: %s", ErrEmptyAnnotation, policyKey))
-			case noted && val != note:
-				noteErr = firstErr(noteErr, errConflictingPolicies)
-			}
-			note, noted = val, true
-		}
-	}}
+	var notes policyNotes
+	l := sqllex.Lexer{S: query, Comment: notes.comment}
 	var toks [6]sqllex.Token
 	n, usesVar := 0, false
 	for t := l.Next(); t.Kind != sqllex.EOF; t = l.Next() {
@@ -122,29 +96,74 @@ func parsePolicyStmt(query string) (policyStmt, error) {
 			usesVar = true
 		}
 	}
-	if noteErr != nil {
-		return policyStmt{}, noteErr
+	if notes.err != nil {
+		return policyStmt{}, notes.err
 	}
 	if usesVar {
 		if l.Unterminated {
 			return policyStmt{}, errPolicyNotLiteral
 		}
-		t := toks[:min(n, len(toks))]
-		if len(t) > 0 && t[len(t)-1].Punct(';') {
-			t = t[:len(t)-1]
-		}
-		switch {
-		case n <= len(toks) && len(t) == 4 && t[0].Is("SET") && (t[2].Punct('=') || t[2].Kind == sqllex.Assign) && t[3].Kind == sqllex.String:
-			return policyStmt{kind: policySet, text: unquote(t[3].Text)}, nil
-		case n <= len(toks) && len(t) == 2 && t[0].Is("SELECT"):
-			return policyStmt{kind: policyGet}, nil
-		}
-		return policyStmt{}, errPolicyNotLiteral
+		return policyVarStmt(toks[:min(n, len(toks))], n > len(toks))
 	}
-	if noted {
-		return policyStmt{kind: policyComment, text: note}, nil
+	if notes.noted {
+		return policyStmt{kind: policyComment, text: notes.note}, nil
 	}
 	return policyStmt{}, nil
+}
+
+// policyNotes collects the causal_policy annotations of a statement's
+// comments.
+type policyNotes struct {
+	note  string
+	noted bool
+	err   error // the first empty or conflicting annotation
+}
+
+// comment reads one comment's fields (separated by whitespace, ',' or
+// ';'), causal_policy=<text> or causal_policy:<text> among them; an
+// optimizer hint has none.
+func (a *policyNotes) comment(c sqllex.Comment) {
+	if c.Kind == sqllex.Hint {
+		return
+	}
+	for _, f := range strings.FieldsFunc(c.Body, isPolicyFieldSep) {
+		key, val, ok := strings.Cut(f, "=")
+		if !ok {
+			key, val, ok = strings.Cut(f, ":")
+		}
+		if !ok || !strings.EqualFold(key, policyKey) {
+			continue
+		}
+		switch {
+		case val == "":
+			a.err = firstErr(a.err, fmt.Errorf("%w: %s", ErrEmptyAnnotation, policyKey))
+		case a.noted && val != a.note:
+			a.err = firstErr(a.err, errConflictingPolicies)
+		}
+		a.note, a.noted = val, true
+	}
+}
+
+// isPolicyFieldSep separates the fields of a comment.
+func isPolicyFieldSep(r rune) bool {
+	return r == ',' || r == ';' || r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' || r == '\v'
+}
+
+// policyVarStmt is the use of @causal_policy by a statement (lexically
+// whole) whose first tokens are t, all of them unless more: SET
+// @causal_policy = '<text>' or SELECT @causal_policy alone (a semicolon
+// may end either); anything else is errPolicyNotLiteral.
+func policyVarStmt(t []sqllex.Token, more bool) (policyStmt, error) {
+	if len(t) > 0 && t[len(t)-1].Punct(';') {
+		t = t[:len(t)-1]
+	}
+	switch {
+	case !more && len(t) == 4 && t[0].Is("SET") && (t[2].Punct('=') || t[2].Kind == sqllex.Assign) && t[3].Kind == sqllex.String:
+		return policyStmt{kind: policySet, text: unquote(t[3].Text)}, nil
+	case !more && len(t) == 2 && t[0].Is("SELECT"):
+		return policyStmt{kind: policyGet}, nil
+	}
+	return policyStmt{}, errPolicyNotLiteral
 }
 
 // firstErr keeps the first error.

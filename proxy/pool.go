@@ -309,191 +309,252 @@ func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func()
 // is closed to make it.
 func (p *pool) run(ctx context.Context) {
 	defer close(p.done)
-	var (
-		idle    []*backendConn // most recently returned last
-		open    int            // idle + lent + dialling
-		waiters []*poolReq
-		// queued counts the waiters that are not kills (the line
-		// maxWaiters bounds).
-		queued, peak int
-		// dialling counts the dials in flight by flags.
-		dialling = map[uint32]int{}
-	)
+	o := &poolOwner{p: p, ctx: ctx, dialling: map[uint32]int{}}
 	sweep := time.NewTicker(poolSweep)
 	defer sweep.Stop()
-	gauge := func() {
-		p.m.conns.WithLabelValues(p.node, "idle").Set(float64(len(idle)))
-		p.m.conns.WithLabelValues(p.node, "open").Set(float64(open))
-		p.m.waiters.WithLabelValues(p.node).Set(float64(len(waiters)))
-		if queued > peak {
-			peak = queued
-			p.m.waitersPeak.WithLabelValues(p.node).Set(float64(peak))
-		}
-	}
-	// unqueue takes waiters[i] out of the line.
-	unqueue := func(i int) *poolReq {
-		w := waiters[i]
-		waiters = append(waiters[:i], waiters[i+1:]...)
-		if !w.kill {
-			queued--
-		}
-		return w
-	}
-	closeAll := func(gone []*backendConn) {
-		go func() {
-			for _, bc := range gone {
-				bc.home = nil
-				bc.close()
-			}
-		}()
-	}
-	dropIdle := func(reason string) {
-		if len(idle) == 0 {
-			return
-		}
-		p.m.discards.WithLabelValues(p.node, reason).Add(float64(len(idle)))
-		open -= len(idle)
-		closeAll(idle)
-		idle = nil
-	}
-	startDial := func(flags uint32) {
-		open++
-		dialling[flags]++
-		go func() {
-			bc, err := p.dial(ctx, flags)
-			select {
-			case p.dialed <- poolGrant{bc: bc, err: err, flags: flags}:
-			case <-p.done:
-				if bc != nil {
-					bc.home = nil
-					bc.close()
-				}
-			}
-		}()
-	}
-	// unserved returns the flags of the oldest waiter no dial in flight
-	// will serve (ok false: none).
-	unserved := func() (flags uint32, ok bool) {
-		seen := map[uint32]int{}
-		for _, w := range waiters {
-			seen[w.flags]++
-			if seen[w.flags] > dialling[w.flags] {
-				return w.flags, true
-			}
-		}
-		return 0, false
-	}
-	// more starts dials for waiters no dial in flight will serve, closing
-	// idle connections (of other flags: a waiter never waits beside an
-	// idle connection of its own flags) to make room.
-	more := func() {
-		for {
-			f, ok := unserved()
-			if !ok {
-				return
-			}
-			if open >= p.size {
-				if len(idle) == 0 {
-					return
-				}
-				p.m.discards.WithLabelValues(p.node, discardFlags).Inc()
-				open--
-				closeAll(idle[:1:1])
-				idle = idle[1:]
-			}
-			startDial(f)
-		}
-	}
-	// supply hands bc to the first waiter with its flags, or keeps it
-	// idle (more then closes it if other waiters need its room).
-	supply := func(bc *backendConn) {
-		for i, w := range waiters {
-			if w.flags == bc.pooledFlags {
-				unqueue(i)
-				w.reply <- poolGrant{bc: bc}
-				return
-			}
-		}
-		idle = append(idle, bc)
-		more()
-	}
 	for {
-		gauge()
+		o.gauge()
 		select {
 		case <-ctx.Done():
-			for _, w := range waiters {
-				w.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolClosed}}
-			}
-			dropIdle(discardPoolClosed)
+			o.handleClose()
 			// Dials in flight and lent connections are closed by their
 			// goroutines (p.done).
 			return
 		case r := <-p.reqs:
-			if p.healthy != nil && !p.healthy() {
-				dropIdle(discardUnhealthy)
-				r.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolUnhealthy}}
-				continue
-			}
-			granted := false
-			for i := len(idle) - 1; i >= 0; i-- {
-				if bc := idle[i]; bc.pooledFlags == r.flags {
-					idle = append(idle[:i], idle[i+1:]...)
-					r.reply <- poolGrant{bc: bc}
-					granted = true
-					break
-				}
-			}
-			if granted {
-				continue
-			}
-			if !r.kill && p.maxWaiters > 0 && queued >= p.maxWaiters {
-				r.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolQueueFull, Size: p.size, MaxWaiters: p.maxWaiters}}
-				continue
-			}
-			waiters = append(waiters, r)
-			if !r.kill {
-				queued++
-			}
-			more()
+			o.handleReq(r)
 		case r := <-p.cancels:
-			for i, w := range waiters {
-				if w == r {
-					unqueue(i)
-					break
-				}
-			}
-			close(r.ack)
+			o.handleCancel(r)
 		case bc := <-p.puts:
-			if bc == nil {
-				open--
-				more()
-				continue
-			}
-			supply(bc)
+			o.handlePut(bc)
 		case g := <-p.dialed:
-			dialling[g.flags]--
-			if g.err != nil {
-				open--
-				for i, w := range waiters {
-					if w.flags == g.flags {
-						// The oldest waiter for it learns of the failure
-						// now, not at its bound; the others get a dial
-						// of their own.
-						unqueue(i)
-						w.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolDialFailed, Err: g.err}}
-						break
-					}
-				}
-				more()
-				continue
-			}
-			supply(g.bc)
+			o.handleDial(g)
 		case <-sweep.C:
-			if p.healthy != nil && !p.healthy() {
-				dropIdle(discardUnhealthy)
+			if o.unhealthy() {
+				o.dropIdle(discardUnhealthy)
 			}
 		}
 	}
+}
+
+// poolOwner is the pool's state, which run owns: only its goroutine
+// reads or changes it.
+type poolOwner struct {
+	p *pool
+	// ctx is run's: the dials' context.
+	ctx     context.Context
+	idle    []*backendConn // most recently returned last
+	open    int            // idle + lent + dialling
+	waiters []*poolReq
+	// queued counts the waiters that are not kills (the line
+	// maxWaiters bounds).
+	queued, peak int
+	// dialling counts the dials in flight by flags.
+	dialling map[uint32]int
+}
+
+// gauge sets the pool's gauges.
+func (o *poolOwner) gauge() {
+	p := o.p
+	p.m.conns.WithLabelValues(p.node, "idle").Set(float64(len(o.idle)))
+	p.m.conns.WithLabelValues(p.node, "open").Set(float64(o.open))
+	p.m.waiters.WithLabelValues(p.node).Set(float64(len(o.waiters)))
+	if o.queued > o.peak {
+		o.peak = o.queued
+		p.m.waitersPeak.WithLabelValues(p.node).Set(float64(o.peak))
+	}
+}
+
+// unhealthy: the node has a health function and is not healthy.
+func (o *poolOwner) unhealthy() bool {
+	return o.p.healthy != nil && !o.p.healthy()
+}
+
+// handleClose fails the waiters and closes the idle connections: the pool
+// is closing.
+func (o *poolOwner) handleClose() {
+	for _, w := range o.waiters {
+		w.reply <- poolGrant{err: &PoolError{Backend: o.p.node, Reason: PoolClosed}}
+	}
+	o.dropIdle(discardPoolClosed)
+}
+
+// handleReq serves an acquisition: at once with an idle connection of its
+// flags, or a failure (the node unhealthy, the line full); else it waits
+// in line, a dial started for it if there is room.
+func (o *poolOwner) handleReq(r *poolReq) {
+	p := o.p
+	if o.unhealthy() {
+		o.dropIdle(discardUnhealthy)
+		r.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolUnhealthy}}
+		return
+	}
+	if bc := o.takeIdle(r.flags); bc != nil {
+		r.reply <- poolGrant{bc: bc}
+		return
+	}
+	if !r.kill && p.maxWaiters > 0 && o.queued >= p.maxWaiters {
+		r.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolQueueFull, Size: p.size, MaxWaiters: p.maxWaiters}}
+		return
+	}
+	o.waiters = append(o.waiters, r)
+	if !r.kill {
+		o.queued++
+	}
+	o.more()
+}
+
+// takeIdle takes the most recently returned idle connection dialled with
+// flags (nil: none).
+func (o *poolOwner) takeIdle(flags uint32) *backendConn {
+	for i := len(o.idle) - 1; i >= 0; i-- {
+		if bc := o.idle[i]; bc.pooledFlags == flags {
+			o.idle = append(o.idle[:i], o.idle[i+1:]...)
+			return bc
+		}
+	}
+	return nil
+}
+
+// handleCancel takes a waiter that gave up out of the line.
+func (o *poolOwner) handleCancel(r *poolReq) {
+	for i, w := range o.waiters {
+		if w == r {
+			o.unqueue(i)
+			break
+		}
+	}
+	close(r.ack)
+}
+
+// handlePut takes back a lent connection (nil: it was discarded, its
+// place is free).
+func (o *poolOwner) handlePut(bc *backendConn) {
+	if bc == nil {
+		o.open--
+		o.more()
+		return
+	}
+	o.supply(bc)
+}
+
+// handleDial takes a dial's result: a connection to supply, or a failure
+// for the oldest waiter for its flags.
+func (o *poolOwner) handleDial(g poolGrant) {
+	o.dialling[g.flags]--
+	if g.err == nil {
+		o.supply(g.bc)
+		return
+	}
+	o.open--
+	for i, w := range o.waiters {
+		if w.flags == g.flags {
+			// The oldest waiter for it learns of the failure
+			// now, not at its bound; the others get a dial
+			// of their own.
+			o.unqueue(i)
+			w.reply <- poolGrant{err: &PoolError{Backend: o.p.node, Reason: PoolDialFailed, Err: g.err}}
+			break
+		}
+	}
+	o.more()
+}
+
+// unqueue takes waiters[i] out of the line.
+func (o *poolOwner) unqueue(i int) *poolReq {
+	w := o.waiters[i]
+	o.waiters = append(o.waiters[:i], o.waiters[i+1:]...)
+	if !w.kill {
+		o.queued--
+	}
+	return w
+}
+
+// closeAll closes connections, away from the owner's goroutine.
+func (o *poolOwner) closeAll(gone []*backendConn) {
+	go func() {
+		for _, bc := range gone {
+			bc.home = nil
+			bc.close()
+		}
+	}()
+}
+
+// dropIdle closes the idle connections, counted as discards for reason.
+func (o *poolOwner) dropIdle(reason string) {
+	if len(o.idle) == 0 {
+		return
+	}
+	o.p.m.discards.WithLabelValues(o.p.node, reason).Add(float64(len(o.idle)))
+	o.open -= len(o.idle)
+	o.closeAll(o.idle)
+	o.idle = nil
+}
+
+// startDial starts a dial for a connection with flags.
+func (o *poolOwner) startDial(flags uint32) {
+	p, ctx := o.p, o.ctx
+	o.open++
+	o.dialling[flags]++
+	go func() {
+		bc, err := p.dial(ctx, flags)
+		select {
+		case p.dialed <- poolGrant{bc: bc, err: err, flags: flags}:
+		case <-p.done:
+			if bc != nil {
+				bc.home = nil
+				bc.close()
+			}
+		}
+	}()
+}
+
+// unserved returns the flags of the oldest waiter no dial in flight
+// will serve (ok false: none).
+func (o *poolOwner) unserved() (flags uint32, ok bool) {
+	seen := map[uint32]int{}
+	for _, w := range o.waiters {
+		seen[w.flags]++
+		if seen[w.flags] > o.dialling[w.flags] {
+			return w.flags, true
+		}
+	}
+	return 0, false
+}
+
+// more starts dials for waiters no dial in flight will serve, closing
+// idle connections (of other flags: a waiter never waits beside an
+// idle connection of its own flags) to make room.
+func (o *poolOwner) more() {
+	for {
+		f, ok := o.unserved()
+		if !ok {
+			return
+		}
+		if o.open >= o.p.size {
+			if len(o.idle) == 0 {
+				return
+			}
+			o.p.m.discards.WithLabelValues(o.p.node, discardFlags).Inc()
+			o.open--
+			o.closeAll(o.idle[:1:1])
+			o.idle = o.idle[1:]
+		}
+		o.startDial(f)
+	}
+}
+
+// supply hands bc to the first waiter with its flags, or keeps it
+// idle (more then closes it if other waiters need its room).
+func (o *poolOwner) supply(bc *backendConn) {
+	for i, w := range o.waiters {
+		if w.flags == bc.pooledFlags {
+			o.unqueue(i)
+			w.reply <- poolGrant{bc: bc}
+			return
+		}
+	}
+	o.idle = append(o.idle, bc)
+	o.more()
 }
 
 // acquire borrows a connection dialled without client flags: an idle
