@@ -358,6 +358,26 @@ func statusResultset(name, value string) *mysql.Resultset {
 	return &mysql.Resultset{Fields: fs, FieldNames: map[string]int{"Variable_name": 0, "Value": 1}, RowDatas: []mysql.RowData{row}}
 }
 
+// classify classifies a statement from the client (Classify) and holds
+// its annotations to what they must be: a token annotation is data, one
+// valid token, whatever the statement (a write's or a pinned read's is
+// checked too, never ignored): a statement carrying anything else is
+// refused before it reaches a server. Application code that pastes a
+// value from a cookie or a header into the comment form cannot make the
+// proxy run what follows the comment's end (docs/proxy.md, "Tokens").
+func (s *session) classify(query string) (Stmt, error) {
+	st, err := Classify(query)
+	if err != nil {
+		return Stmt{}, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
+	}
+	if st.Token != "" && st.Kind != KindSetToken {
+		if _, err := s.parseToken(st.Token, st.TokenForm); err != nil {
+			return Stmt{}, err
+		}
+	}
+	return st, nil
+}
+
 // handleQuery handles COM_QUERY: a statement the proxy answers itself
 // (tokens, policy, the client link's status), a read routed by the
 // router, or a statement for the primary.
@@ -367,9 +387,9 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	} else if restore != nil {
 		defer restore() // a /* causal_policy=... */ statement
 	}
-	st, err := Classify(query)
+	st, err := s.classify(query)
 	if err != nil {
-		return nil, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
+		return nil, err
 	}
 	s.use, s.poolBusy = st.Kind.String(), false
 	if res, ok, err := s.proxyAnswer(st); ok {

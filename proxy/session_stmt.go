@@ -29,9 +29,9 @@ func (s *session) handleStmtPrepare(query string) (*mysql.Result, error) {
 	if err := s.checkPreparePolicy(q); err != nil {
 		return nil, err
 	}
-	st, err := Classify(q)
+	st, err := s.classify(q)
 	if err != nil {
-		return nil, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
+		return nil, err
 	}
 	switch st.Kind {
 	case KindConnStatus:
