@@ -152,6 +152,9 @@ const (
 	TokenMinGTID
 	// TokenSet: SET @causal_token = '<token>'.
 	TokenSet
+	// TokenParam: SET @causal_token = ?, prepared: the token is the
+	// execution's parameter (Stmt.Token is empty).
+	TokenParam
 )
 
 // Stmt is the classification of one statement.
@@ -712,14 +715,19 @@ func setScope(l *sqllex.Lexer) (t sqllex.Token, st Stmt, done bool) {
 }
 
 // setToken classifies SET @causal_token after the variable: KindSetToken
-// for one string literal alone.
+// for one string literal, or one parameter marker, alone.
 func setToken(l *sqllex.Lexer) Stmt {
 	eq := l.Next()
 	v := l.Next()
 	end := l.Next()
-	if (eq.Punct('=') || eq.Kind == sqllex.Assign) && v.Kind == sqllex.String && (end.Kind == sqllex.EOF || end.Punct(';')) &&
-		(end.Kind == sqllex.EOF || l.Next().Kind == sqllex.EOF) {
+	alone := (eq.Punct('=') || eq.Kind == sqllex.Assign) && (end.Kind == sqllex.EOF || end.Punct(';')) &&
+		(end.Kind == sqllex.EOF || l.Next().Kind == sqllex.EOF)
+	switch {
+	case alone && v.Kind == sqllex.String:
 		return Stmt{Kind: KindSetToken, Token: unquote(v.Text), TokenForm: TokenSet}
+	case alone && v.Punct('?'):
+		// A prepared statement's parameter: the token arrives as data.
+		return Stmt{Kind: KindSetToken, TokenForm: TokenParam}
 	}
 	// An expression, a subquery, a second target or statement: the
 	// server would set its own @causal_token, not the session's.

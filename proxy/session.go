@@ -442,6 +442,10 @@ func (s *session) proxyAnswer(st Stmt) (res *mysql.Result, ok bool, err error) {
 	switch st.Kind {
 	case KindSetToken:
 		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
+		if st.TokenForm == TokenParam {
+			return nil, true, s.proxyErr("bad-token", mysql.ER_PARSE_ERROR,
+				"SET @causal_token = ? takes its token as a prepared statement's parameter (COM_STMT_PREPARE, then COM_STMT_EXECUTE)")
+		}
 		if st.Token == "" {
 			s.ls.SetToken(gtid.Set{}, 0)
 			return nil, true, nil

@@ -1,14 +1,18 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/causallab/causallab/gtid"
+	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/router/live"
 )
 
@@ -38,7 +42,12 @@ func (s *session) handleStmtPrepare(query string) (*mysql.Result, error) {
 		// Prepared, it runs on the primary: the status of the proxy's
 		// link to it (docs/proxy.md, limits).
 		st = primary(ReasonShow)
-	case KindSetToken, KindGetToken, KindTrackGTIDs:
+	case KindSetToken:
+		if st.TokenForm == TokenParam {
+			return s.prepareTokenParam(id, q, st)
+		}
+		return nil, s.proxyErr("unsupported", mysql.ER_UNSUPPORTED_PS, "SET @causal_token can be prepared only as SET @causal_token = ? (the token as the parameter); send a literal as a plain query")
+	case KindGetToken, KindTrackGTIDs:
 		return nil, s.proxyErr("unsupported", mysql.ER_UNSUPPORTED_PS, "causal token statements cannot be prepared; send them as plain queries")
 	}
 	if err := s.ensurePrimary(); err != nil {
@@ -120,6 +129,9 @@ func (s *session) handleStmtExecute(payload []byte) (*mysql.Result, error) {
 	if flags := payload[5]; flags&^mysql.PARAMETER_COUNT_AVAILABLE != 0 {
 		return nil, s.proxyErr("unsupported", mysql.ER_UNKNOWN_ERROR,
 			"COM_STMT_EXECUTE not supported by the proxy (flags 0x%02x: cursors are not offered)", flags)
+	}
+	if p.class.Kind == KindSetToken {
+		return s.executeTokenParam(payload)
 	}
 	if p.class.Kind != KindRead { // a read checks the primary only if routed there (conn)
 		if err := s.ensurePrimary(); err != nil {
@@ -261,4 +273,70 @@ func (s *session) handleStmtReset(data []byte) error {
 	}
 	s.stmts.dropLongData(id)
 	return nil
+}
+
+// prepareTokenParam prepares SET @causal_token = ? in the proxy alone (no
+// backend runs it): one parameter, no columns. Its executions set the
+// session's token from the parameter (executeTokenParam), so a token from
+// untrusted input travels as data, never as SQL text.
+func (s *session) prepareTokenParam(id uint32, q string, st Stmt) (*mysql.Result, error) {
+	cost := len(q) + 512
+	if !s.budget.take(cost) {
+		return nil, s.overBudget("prepared statement")
+	}
+	s.state.stmts[id] = &pstmt{query: q, class: st, id: id, params: 1, onReplica: map[int]*client.Stmt{}, cost: cost}
+	s.stmts.prepared(id, 1)
+	param := (&mysql.Field{Name: []byte("?"), Charset: 63, Type: mysql.MYSQL_TYPE_VAR_STRING}).Dump()
+	return done(), s.cc.writePrepare(id, [][]byte{param}, nil)
+}
+
+// executeTokenParam executes SET @causal_token = ?: the parameter (its
+// types and long data put in by the statement memory) is the token, a
+// string; NULL or an empty string clears it, as SET @causal_token = ''.
+func (s *session) executeTokenParam(payload []byte) (*mysql.Result, error) {
+	s.srv.m.statement(true, KindSetToken, roleProxy).Inc()
+	pieces, refused := s.stmts.fix(payload)
+	if refused != nil {
+		return nil, refused
+	}
+	text, null, err := stringParam(bytes.Join(pieces, nil))
+	if err != nil {
+		return nil, s.proxyErr("bad-token", mysql.ER_WRONG_ARGUMENTS, "%v", err)
+	}
+	if null || text == "" {
+		s.ls.SetToken(gtid.Set{}, 0)
+		return nil, nil
+	}
+	tok, err := s.parseToken(text, TokenSet)
+	if err != nil {
+		return nil, err
+	}
+	s.ls.SetToken(tok.GTIDs, tok.Epoch)
+	return nil, nil
+}
+
+// stringParam reads the one parameter of a COM_STMT_EXECUTE payload
+// (command byte onward) as a string: NULL, or a value of a string or
+// blob type. Anything else is an error naming what was wrong.
+func stringParam(p []byte) (text string, null bool, err error) {
+	// cmd(1) stmt_id(4) flags(1) iteration_count(4) null_bitmap(1) new_params_bound(1) type(2) value
+	switch {
+	case len(p) < 12:
+		return "", false, errors.New("Incorrect arguments to mysqld_stmt_execute: the execution carries no parameter")
+	case p[10]&1 != 0:
+		return "", true, nil
+	case p[11] != 1 || len(p) < 14:
+		return "", false, errors.New("Incorrect arguments to mysqld_stmt_execute: the parameter's type was never sent")
+	}
+	switch p[12] {
+	case mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_VARCHAR,
+		mysql.MYSQL_TYPE_BLOB, mysql.MYSQL_TYPE_TINY_BLOB, mysql.MYSQL_TYPE_MEDIUM_BLOB, mysql.MYSQL_TYPE_LONG_BLOB:
+	default:
+		return "", false, fmt.Errorf("the causal token must be a string parameter, not MySQL type 0x%02x", p[12])
+	}
+	n, hdr, ok := mysqlwire.LenencInt(p[14:])
+	if !ok || n != uint64(len(p)-14-hdr) {
+		return "", false, errors.New("Incorrect arguments to mysqld_stmt_execute: the string parameter is malformed")
+	}
+	return string(p[14+hdr:]), false, nil
 }
