@@ -292,7 +292,7 @@ func (s *session) prepareTokenParam(id uint32, q string, st Stmt) (*mysql.Result
 
 // executeTokenParam executes SET @causal_token = ?: the parameter (its
 // types and long data put in by the statement memory) is the token, a
-// string; NULL or an empty string clears it, as SET @causal_token = ”.
+// string; NULL or an empty string clears it, as an empty literal does.
 func (s *session) executeTokenParam(payload []byte) (*mysql.Result, error) {
 	s.srv.m.statement(true, KindSetToken, roleProxy).Inc()
 	pieces, refused := s.stmts.fix(payload)
