@@ -89,13 +89,22 @@ func PredictHash(ctx context.Context, res *Result, cfg Config, replicas []string
 	for k, i := range rows {
 		row := &res.Routers[i]
 		row.Hash.Sim = simHashResult(cfg.Routers[i].Policy.HashMode, out[k])
-		var ryw, mr float64
+		// The lag is the simulator's own achieved lag in this world (the
+		// standing delays and outages above, no fitted lag model): the
+		// figure the compact note prints beside the lab's.
+		var p Prediction
 		for _, t := range out[k] {
-			ryw += t.RYWPct
-			mr += t.MRPct
+			p.RYWPct += t.RYWPct
+			p.MRPct += t.MRPct
+			p.LagMeanMs += t.LagMean
+			p.LagP99Ms += t.LagP99
 		}
 		n := float64(len(out[k]))
-		row.Prediction = &Prediction{RYWPct: ryw / n, MRPct: mr / n}
+		p.RYWPct, p.MRPct, p.LagMeanMs, p.LagP99Ms = p.RYWPct/n, p.MRPct/n, p.LagMeanMs/n, p.LagP99Ms/n
+		p.RYWSD = trialSD(out[k], func(t sim.Result) float64 { return t.RYWPct })
+		p.MRSD = trialSD(out[k], func(t sim.Result) float64 { return t.MRPct })
+		p.Trials = len(out[k])
+		row.Prediction = &p
 	}
 	res.SimModel = fmt.Sprintf("the same world (replicas %s behind the fastest, as measured; the outages and drifts as they happened), mean of %d trials of %d sessions at %g writes/s per mode",
 		strings.Join(delays, ", "), sc.Trials, sc.Sessions, sc.WritesPerSec)

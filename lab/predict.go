@@ -167,6 +167,7 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 		p.LatP99Ms /= n
 		p.LagMeanMs /= n
 		p.LagP99Ms /= n
+		p.Trials = len(out[i])
 		res.Routers[i].Prediction = &p
 	}
 	res.SimModel = desc + describeModel(&model)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"image/color"
 	"io"
 	"math"
 	"os"
@@ -149,8 +150,7 @@ func briefNotes(res *Result) []string {
 		c.Sessions, c.WriteRate, c.DurationSec, res.Condition, res.Via, fmtMs(res.Lag.MeanMs), fmtMs(res.Lag.P99Ms))
 	var second []string
 	if len(res.Routers) > 0 && res.Routers[0].Prediction != nil {
-		p := res.Routers[0].Prediction
-		setup += fmt.Sprintf("; the simulator's: mean %s, p99 %s. %% cells: lab/sim.", fmtMs(p.LagMeanMs), fmtMs(p.LagP99Ms))
+		setup += simLagClause(res) + ". % cells: lab/sim."
 		second = append(second, agreementNote(res, briefDisagreements))
 	} else {
 		setup += "."
@@ -166,6 +166,23 @@ func briefNotes(res *Result) []string {
 	}
 	second = append(second, "Every column and note: --wide, or --out DIR.")
 	return append([]string{setup, strings.Join(second, " ")}, failed...)
+}
+
+// simLagClause is the compact note's clause on the simulator's lag: its
+// achieved lag, which a hashing prediction does not fit but builds from
+// the standing delays measured per replica (and says so). A prediction
+// without a lag recorded (a result written before hashing predictions
+// kept it) says that instead of printing zeros.
+func simLagClause(res *Result) string {
+	p := res.Routers[0].Prediction
+	if p.LagMeanMs == 0 && p.LagP99Ms == 0 {
+		return "; the simulator's lag not recorded"
+	}
+	who := "the simulator's"
+	if IsHashRun(res) {
+		who = "the simulator's, from the measured standing delays"
+	}
+	return fmt.Sprintf("; %s: mean %s, p99 %s", who, fmtMs(p.LagMeanMs), fmtMs(p.LagP99Ms))
 }
 
 // Disagreement is a figure on which the lab and the simulator differ by
@@ -366,17 +383,9 @@ func WriteOut(dir string, results []*Result) error {
 			fmt.Fprintf(&page, "<p><img src=%q alt=%q style=\"max-width:100%%\"></p>\n", base+".png", "moves and MR violations by cause, "+res.Experiment)
 			continue
 		}
-		for _, m := range []struct {
-			key, title string
-			lab        func(*RouterResult) float64
-			sim        func(*Prediction) float64
-		}{
-			{"ryw", "RYW violations (% of reads)", func(r *RouterResult) float64 { return r.RYWPct }, func(p *Prediction) float64 { return p.RYWPct }},
-			{"mr", "MR violations (% of reads)", func(r *RouterResult) float64 { return r.MRPct }, func(p *Prediction) float64 { return p.MRPct }},
-			{"primary", "Reads on the primary (%)", func(r *RouterResult) float64 { return r.PrimaryPct }, func(p *Prediction) float64 { return p.PrimaryPct }},
-		} {
+		for _, m := range barMetrics {
 			name := base + "-" + m.key
-			if err := barChart(filepath.Join(dir, name), res, m.title, m.lab, m.sim); err != nil {
+			if err := barChart(filepath.Join(dir, name), res, m); err != nil {
 				return fmt.Errorf("lab: drawing %s: %w", name, err)
 			}
 			fmt.Fprintf(&page, "<p><img src=%q alt=%q style=\"max-width:100%%\"></p>\n", name+".png", m.title)
@@ -385,69 +394,151 @@ func WriteOut(dir string, results []*Result) error {
 	return os.WriteFile(filepath.Join(dir, "report.html"), page.Bytes(), 0o644)
 }
 
-// barChart draws lab and simulator values side by side per router, as
-// base.svg and base.png: the legend in a column of its own (never over a
-// bar), the y axis from 0 (to 100 for shares near it; 0..1 when every
-// value is 0, never a negative axis).
-func barChart(base string, res *Result, title string, lab func(*RouterResult) float64, simf func(*Prediction) float64) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.Y.Label.Text = "%"
-	names := make([]string, len(res.Routers))
-	lv := make(plotter.Values, len(res.Routers))
-	sv := make(plotter.Values, len(res.Routers))
-	hasSim := false
-	ymax := 0.0
+// barMetric is one bar chart of WriteOut: the lab's figure per router, the
+// simulator's mean and its SD over the trials.
+type barMetric struct {
+	key, title string
+	lab        func(*RouterResult) float64
+	sim, sd    func(*Prediction) float64
+}
+
+var barMetrics = []barMetric{
+	{"ryw", "RYW violations (% of reads)", func(r *RouterResult) float64 { return r.RYWPct },
+		func(p *Prediction) float64 { return p.RYWPct }, func(p *Prediction) float64 { return p.RYWSD }},
+	{"mr", "MR violations (% of reads)", func(r *RouterResult) float64 { return r.MRPct },
+		func(p *Prediction) float64 { return p.MRPct }, func(p *Prediction) float64 { return p.MRSD }},
+	{"primary", "Reads on the primary (%)", func(r *RouterResult) float64 { return r.PrimaryPct },
+		func(p *Prediction) float64 { return p.PrimaryPct }, func(p *Prediction) float64 { return p.PrimarySD }},
+}
+
+// barSeries are a bar chart's values: the lab's per router and, when the
+// simulator ran, its means with whiskers of one SD over its trials.
+type barSeries struct {
+	names        []string
+	lab, sim     plotter.Values
+	simLo, simHi []float64
+	hasSim       bool
+	trials       int
+	top          float64 // the tallest bar or whisker
+}
+
+func barValues(res *Result, m barMetric) barSeries {
+	n := len(res.Routers)
+	b := barSeries{names: make([]string, n), lab: make(plotter.Values, n), sim: make(plotter.Values, n),
+		simLo: make([]float64, n), simHi: make([]float64, n)}
 	for i := range res.Routers {
 		r := &res.Routers[i]
-		names[i] = r.Name
-		lv[i] = lab(r)
-		ymax = max(ymax, lv[i])
-		if r.Prediction != nil {
-			sv[i] = simf(r.Prediction)
-			ymax = max(ymax, sv[i])
-			hasSim = true
+		b.names[i] = r.Name
+		b.lab[i] = m.lab(r)
+		b.top = max(b.top, b.lab[i])
+		if p := r.Prediction; p != nil {
+			b.hasSim = true
+			b.trials = max(b.trials, p.Trials)
+			b.sim[i] = m.sim(p)
+			sd := m.sd(p)
+			b.simLo[i], b.simHi[i] = b.sim[i]-sd, b.sim[i]+sd
+			b.top = max(b.top, b.simHi[i])
 		}
 	}
-	w := vg.Points(14)
-	lb, err := plotter.NewBarChart(lv, w)
+	return b
+}
+
+// barCaption names the run's condition and workload, and what the bars
+// and whiskers are.
+func barCaption(res *Result, b barSeries) string {
+	c := res.Config
+	s := fmt.Sprintf("lab %s: %s via %s; %d sessions, %g writes/s for %g s; lag mean %s, p99 %s. Lab: one run.",
+		res.Experiment, res.Condition, res.Via, c.Sessions, c.WriteRate, c.DurationSec, fmtMs(res.Lag.MeanMs), fmtMs(res.Lag.P99Ms))
+	if b.hasSim {
+		trials := "its trials"
+		if b.trials > 0 {
+			trials = fmt.Sprintf("%d trials", b.trials)
+		}
+		s += fmt.Sprintf(" Simulator: mean, whisker ±1 SD over %s.", trials)
+	}
+	return s
+}
+
+// barChart draws lab and simulator values side by side per router, as
+// base.svg and base.png: the run's condition in the title and a caption
+// under the plot, the legend in a column of its own (never over a bar),
+// the y axis from 0 to a labelled tick at or above the tallest bar or
+// whisker (0..1 when every value is 0, never a negative axis), a bar of
+// value 0 drawn as a labelled mark at the baseline, and the simulator's
+// spread over its trials as whiskers.
+func barChart(base string, res *Result, m barMetric) error {
+	p, lg, _, err := barPlot(res, m)
 	if err != nil {
 		return err
 	}
-	lb.Color = plotutil.Color(0)
-	lb.LineStyle.Width = 0
-	lg := plot.NewLegend()
-	lg.Add("lab (real MySQL)", chart.ColorBox{C: lb.Color})
-	if hasSim {
-		lb.Offset = -w / 2
-		sb, err := plotter.NewBarChart(sv, w)
-		if err != nil {
-			return err
+	caption := barCaption(res, barValues(res, m))
+	csty := p.X.Tick.Label
+	csty.Rotation, csty.XAlign, csty.YAlign = 0, draw.XLeft, draw.YBottom
+	return chart.Save(base, 20*vg.Centimeter, 11*vg.Centimeter, func(dc draw.Canvas) {
+		lines := chart.Wrap(csty, caption, dc.Max.X-dc.Min.X-vg.Points(12))
+		lh := csty.Height("0") * 1.15
+		for i, l := range lines {
+			dc.FillText(csty, vg.Point{X: dc.Min.X + vg.Points(6), Y: dc.Min.Y + vg.Points(4) + lh*vg.Length(len(lines)-1-i)}, l)
 		}
-		sb.Color = plotutil.Color(1)
-		sb.LineStyle.Width = 0
-		sb.Offset = w / 2
-		p.Add(sb)
-		lg.Add("simulator", chart.ColorBox{C: sb.Color})
-	}
-	p.Add(lb)
-	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
-	p.Y.Min, p.Y.Max = 0, math.Max(1, ymax*1.08)
-	if ymax == 0 {
-		p.Title.Text += ": 0 for every router"
-	}
-	if ymax > 80 {
-		p.Y.Max = 100
-	}
-	p.Y.Tick.Marker = chart.NumTicks{}
-	p.NominalX(names...)
-	p.X.Tick.Label.Rotation = math.Pi / 9
-	p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
-	return chart.Save(base, 20*vg.Centimeter, 10*vg.Centimeter, func(dc draw.Canvas) {
-		area, lc := chart.SplitLegend(dc, &lg)
+		body := draw.Crop(dc, 0, 0, lh*vg.Length(len(lines))+vg.Points(8), 0)
+		area, lc := chart.SplitLegend(body, lg)
 		p.Draw(area)
 		lg.Draw(lc)
 	})
+}
+
+// barPlot is barChart's plot and legend, and the marks over its bars
+// (zeros, whiskers), lab's first.
+func barPlot(res *Result, m barMetric) (*plot.Plot, *plot.Legend, []*chart.BarMarks, error) {
+	b := barValues(res, m)
+	p := plot.New()
+	p.Title.Text = m.title + ": " + res.Condition
+	if b.top == 0 {
+		p.Title.Text += ", 0 for every router"
+	}
+	p.Y.Label.Text = "%"
+	w := vg.Points(14)
+	lg := plot.NewLegend()
+	labOff := vg.Length(0)
+	if b.hasSim {
+		labOff = -w / 2
+	}
+	mk, err := addBars(p, &lg, b.lab, nil, nil, w, labOff, plotutil.Color(0), "lab (real MySQL), one run")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	marks := []*chart.BarMarks{mk}
+	if b.hasSim {
+		mk, err := addBars(p, &lg, b.sim, b.simLo, b.simHi, w, w/2, plotutil.Color(1), "simulator, mean ± SD")
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		marks = append(marks, mk)
+	}
+	p.X.Min, p.X.Max = -0.6, float64(len(b.names))-0.4
+	top := b.top
+	if top > 80 && top <= 100 {
+		top = 100 // a share near 100: the whole scale
+	}
+	chart.YFromZero(p, top)
+	p.NominalX(b.names...)
+	p.X.Tick.Label.Rotation = math.Pi / 9
+	p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
+	return p, &lg, marks, nil
+}
+
+// addBars adds one series of bars at offset off, with its zero marks and
+// whiskers (lo, hi: nil for none), and its legend entry.
+func addBars(p *plot.Plot, lg *plot.Legend, v plotter.Values, lo, hi []float64, w, off vg.Length, c color.Color, label string) (*chart.BarMarks, error) {
+	bc, err := plotter.NewBarChart(v, w)
+	if err != nil {
+		return nil, err
+	}
+	bc.Color, bc.LineStyle.Width, bc.Offset = c, 0, off
+	mk := &chart.BarMarks{Values: v, Low: lo, High: hi, Offset: off, Width: w, Color: c}
+	p.Add(bc, mk)
+	lg.Add(label, chart.ColorBox{C: c})
+	return mk, nil
 }
 
 // Summary is a one-line verdict per router, for logs.

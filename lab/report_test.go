@@ -2,12 +2,16 @@ package lab
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"gonum.org/v1/plot"
 
 	"github.com/causallab/causallab/sim"
 )
@@ -163,5 +167,101 @@ func TestCompactShowsFailedReads(t *testing.T) {
 		if n := utf8.RuneCountInString(l); n > sim.TermWidth {
 			t.Errorf("line of %d characters: %q", n, l)
 		}
+	}
+}
+
+// TestBarChartAxisZerosSpread: each routers picture runs its y axis to a
+// labelled tick at or above its tallest bar or whisker (gonum's ticks on
+// [0, 1.08·max] once stopped short of it), marks every zero bar (the
+// token routers' 0 violations once drew nothing, like missing data),
+// draws the simulator's trial spread as whiskers, and names the run's
+// condition in its title and caption.
+func TestBarChartAxisZerosSpread(t *testing.T) {
+	res := reportResult()
+	res.Routers[0].RYWPct = 21.3 // gonum labelled 0, 10, 20 under a bar of 21.3
+	for i := range res.Routers {
+		res.Routers[i].Prediction.Trials = 4
+	}
+	for _, m := range barMetrics {
+		p, _, marks, err := barPlot(res, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := barValues(res, m)
+		var last plot.Tick
+		for _, tk := range p.Y.Tick.Marker.Ticks(p.Y.Min, p.Y.Max) {
+			if tk.Label != "" {
+				last = tk
+			}
+		}
+		if last.Value < b.top || p.Y.Min != 0 {
+			t.Errorf("%s: last labelled tick %v below the tallest bar or whisker %v", m.key, last.Value, b.top)
+		}
+		if !strings.Contains(p.Title.Text, "straggler+heavy") {
+			t.Errorf("%s: title %q lacks the condition", m.key, p.Title.Text)
+		}
+		var zeros, whiskers int
+		for _, bm := range marks {
+			zeros += len(bm.Values)
+			whiskers += len(bm.High)
+			for i, v := range bm.Values {
+				if i < len(bm.High) && (bm.High[i] < v || bm.Low[i] > v) {
+					t.Errorf("%s: whisker %v..%v does not hold the mean %v", m.key, bm.Low[i], bm.High[i], v)
+				}
+			}
+		}
+		if zeros != 2*len(res.Routers) || whiskers != len(res.Routers) {
+			t.Errorf("%s: marks for %d bars, whiskers for %d, want %d and %d", m.key, zeros, whiskers, 2*len(res.Routers), len(res.Routers))
+		}
+		if c := barCaption(res, b); !strings.Contains(c, "straggler+heavy via router") || !strings.Contains(c, "±1 SD over 4 trials") {
+			t.Errorf("caption %q", c)
+		}
+	}
+	if b := barValues(res, barMetrics[0]); b.top != 21.3 || math.Abs(b.simHi[0]-(19.17+1.1)) > 1e-9 {
+		t.Errorf("ryw top %v, whisker %v", b.top, b.simHi[0])
+	}
+}
+
+// TestHashNoteSaysTheSimulatorsLag: a hashing run's compact note once
+// said "the simulator's: mean 0ms, p99 0ms" beside simulator RYW of
+// 67-82% (PredictHash kept no lag). It now prints the lag the simulator
+// had, built from the measured standing delays, and says so; a prediction
+// without a lag recorded says that instead of zeros.
+func TestHashNoteSaysTheSimulatorsLag(t *testing.T) {
+	res := &Result{Experiment: "hash-down", Condition: "staggered", Via: "router", Lag: LagStats{MeanMs: 4500, P99Ms: 12200},
+		Config: ConfigSummary{Sessions: 600, WriteRate: 200, DurationSec: 15},
+		Routers: []RouterResult{{Name: "affinity(full-list)", Hash: &HashResult{},
+			Prediction: &Prediction{RYWPct: 82, LagMeanMs: 2050, LagP99Ms: 4100}}}}
+	note := Table(res).BriefNotes[0]
+	if !strings.Contains(note, "the simulator's, from the measured standing delays: mean 2.0s, p99 4.1s") || strings.Contains(note, "0ms") {
+		t.Errorf("note %q", note)
+	}
+	res.Routers[0].Prediction.LagMeanMs, res.Routers[0].Prediction.LagP99Ms = 0, 0
+	if note := Table(res).BriefNotes[0]; !strings.Contains(note, "the simulator's lag not recorded") || strings.Contains(note, "mean 0ms") {
+		t.Errorf("note without a lag %q", note)
+	}
+	if note := Table(reportResult()).BriefNotes[0]; !strings.Contains(note, "; the simulator's: mean 470ms, p99 2.6s.") {
+		t.Errorf("routers note %q", note)
+	}
+}
+
+// TestPredictHashKeepsItsLag: the simulator's prediction of a hashing run
+// carries the lag it had (the measured standing delays: about 2 s and 4 s
+// behind the fastest here) and its trial count and spread.
+func TestPredictHashKeepsItsLag(t *testing.T) {
+	specs, err := ParseRouters("affinity(full-list)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &Result{Config: ConfigSummary{Sessions: 60, WriteRate: 50, DurationSec: 3, ReadsPerWrite: 3, GapMinMs: 15, GapMaxMs: 1000, Seed: 1},
+		Routers:    []RouterResult{{Name: specs[0].Name, Hash: &HashResult{}}},
+		ReplicaLag: []ReplicaLag{{Node: "replica1", P10Ms: 10}, {Node: "replica2", P10Ms: 2010}, {Node: "replica3", P10Ms: 4010}}}
+	cfg := Config{Routers: specs}
+	if err := PredictHash(context.Background(), res, cfg, []string{"replica1", "replica2", "replica3"}, PredictOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := res.Routers[0].Prediction
+	if p == nil || p.LagMeanMs < 1000 || p.LagP99Ms < 3000 || p.Trials != 4 {
+		t.Fatalf("prediction %+v, want the standing delays' lag over 4 trials", p)
 	}
 }

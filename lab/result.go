@@ -308,6 +308,9 @@ type Prediction struct {
 	RYWSD     float64 `json:"ryw_pct_sd"`
 	MRSD      float64 `json:"mr_pct_sd"`
 	PrimarySD float64 `json:"primary_pct_sd"`
+	// Trials is the number of the simulator's trials the figures are
+	// means over (0 in a result written before it was recorded).
+	Trials int `json:"trials,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -160,71 +160,95 @@ func (sc *Scenario) runConfig(r ScenarioRun, o ScenarioOptions, replicas []strin
 // named after the run), the simulator's part, and the per-router notes. It
 // returns the expectations that did not hold, one line each (empty: the
 // scenario passed; expectations about routers a run replaced with
-// o.Config.Routers are skipped). The results' notes say the same.
+// o.Config.Routers are skipped). The results' notes say the same. On an
+// error the results are the runs that finished before it (nil when none
+// did), each whole, with its expectations checked.
 func RunScenario(ctx context.Context, topo Topology, sc *Scenario, o ScenarioOptions) ([]*Result, []string, error) {
-	if topo == nil {
-		return nil, nil, fmt.Errorf("lab scenario %s: no topology", sc.Name)
-	}
-	reps := topo.Replicas()
-	if need := sc.minReplicas(); len(reps) < need {
-		return nil, nil, fmt.Errorf("lab scenario %s: needs at least %d replicas, have %d", sc.Name, need, len(reps))
-	}
-	names := make([]string, len(reps))
-	for i, r := range reps {
-		names[i] = r.Name
+	names, err := sc.replicaNames(topo)
+	if err != nil {
+		return nil, nil, err
 	}
 	var results []*Result
 	var failed []string
 	for _, run := range sc.runs() {
-		cfg, err := sc.runConfig(run, o, names)
+		res, fails, err := sc.runOne(ctx, topo, run, o, names)
 		if err != nil {
-			return nil, nil, fmt.Errorf("lab scenario %s: %w", run.Name, err)
+			return results, failed, fmt.Errorf("lab scenario %s: %w", run.Name, err)
 		}
-		if err := cfg.validate(); err != nil {
-			return nil, nil, fmt.Errorf("lab scenario %s: %w", run.Name, err)
-		}
-		res, err := Run(ctx, topo, cfg)
-		if err != nil {
-			return nil, nil, fmt.Errorf("lab scenario %s: %w", run.Name, err)
-		}
-		res.Experiment = run.Name
-		if err := sc.addNotes(res); err != nil {
-			return nil, nil, fmt.Errorf("lab scenario %s: %w", run.Name, err)
-		}
-		if sc.Predict == PredictFit && !o.NoPredict {
-			po := o.Predict
-			if cfg.Progress != nil {
-				po.OnPhase = func(p Phase) { cfg.Progress(Progress{Phase: p}) }
-			}
-			if err := Predict(ctx, res, cfg.Condition, len(reps), cfg.Routers, po); err != nil {
-				return nil, nil, fmt.Errorf("lab scenario %s: %w", run.Name, err)
-			}
-		}
-		if sc.Predict == PredictHashing && !o.NoPredict {
-			if err := PredictHash(ctx, res, cfg, names, o.Predict); err != nil {
-				return nil, nil, fmt.Errorf("lab scenario %s: %w", run.Name, err)
-			}
-		}
-		fails, err := checkExpectations(res, run, len(o.Config.Routers) > 0)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, f := range fails {
-			failed = append(failed, run.Name+": "+f)
-		}
+		failed = append(failed, fails...)
 		results = append(results, res)
 	}
 	if !o.NoPredict && len(results) > 0 && sc.Predict != PredictFit && sc.Predict != PredictNone && sc.Predict != "" {
 		if o.Config.Progress != nil {
 			o.Config.Progress(Progress{Phase: PhaseSimulation})
 		}
-		tables, err := sc.simTables(ctx, results[0], len(reps), o.Predict)
+		tables, err := sc.simTables(ctx, results[0], len(names), o.Predict)
 		if err != nil {
-			return nil, nil, fmt.Errorf("lab scenario %s: simulator: %w", sc.Name, err)
+			return results, failed, fmt.Errorf("lab scenario %s: simulator: %w", sc.Name, err)
 		}
 		results[0].SimTables = append(results[0].SimTables, tables...)
 	}
 	return results, failed, nil
+}
+
+// replicaNames checks that topo has the replicas sc needs and returns
+// their names.
+func (sc *Scenario) replicaNames(topo Topology) ([]string, error) {
+	if topo == nil {
+		return nil, fmt.Errorf("lab scenario %s: no topology", sc.Name)
+	}
+	reps := topo.Replicas()
+	if need := sc.minReplicas(); len(reps) < need {
+		return nil, fmt.Errorf("lab scenario %s: needs at least %d replicas, have %d", sc.Name, need, len(reps))
+	}
+	names := make([]string, len(reps))
+	for i, r := range reps {
+		names[i] = r.Name
+	}
+	return names, nil
+}
+
+// runOne runs one of sc's runs on topo (whose replicas are names), with
+// the simulator's prediction its Predict kind asks for, and checks its
+// expectations: the failures come back prefixed with the run's name.
+func (sc *Scenario) runOne(ctx context.Context, topo Topology, run ScenarioRun, o ScenarioOptions, names []string) (*Result, []string, error) {
+	cfg, err := sc.runConfig(run, o, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, nil, err
+	}
+	res, err := Run(ctx, topo, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	res.Experiment = run.Name
+	if err := sc.addNotes(res); err != nil {
+		return nil, nil, err
+	}
+	if sc.Predict == PredictFit && !o.NoPredict {
+		po := o.Predict
+		if cfg.Progress != nil {
+			po.OnPhase = func(p Phase) { cfg.Progress(Progress{Phase: p}) }
+		}
+		if err := Predict(ctx, res, cfg.Condition, len(names), cfg.Routers, po); err != nil {
+			return nil, nil, err
+		}
+	}
+	if sc.Predict == PredictHashing && !o.NoPredict {
+		if err := PredictHash(ctx, res, cfg, names, o.Predict); err != nil {
+			return nil, nil, err
+		}
+	}
+	fails, err := checkExpectations(res, run, len(o.Config.Routers) > 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, f := range fails {
+		fails[i] = run.Name + ": " + f
+	}
+	return res, fails, nil
 }
 
 // addNotes appends the scenario's note, executed per router row.

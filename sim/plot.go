@@ -40,6 +40,19 @@ func WritePlots(dir string, plots []Plot) ([]string, error) {
 }
 
 func drawLines(base string, p *Plot) error {
+	pl, lg, err := linesPlot(p)
+	if err != nil {
+		return err
+	}
+	return chart.Save(base, 18*vg.Centimeter, 10*vg.Centimeter, func(dc draw.Canvas) {
+		area, lc := chart.SplitLegend(dc, lg)
+		pl.Draw(area)
+		lg.Draw(lc)
+	})
+}
+
+// linesPlot is drawLines' plot and legend.
+func linesPlot(p *Plot) (*plot.Plot, *plot.Legend, error) {
 	pl := plot.New()
 	pl.Title.Text, pl.X.Label.Text, pl.Y.Label.Text = p.Title, p.X, p.Y
 	pl.Add(plotter.NewGrid())
@@ -55,7 +68,7 @@ func drawLines(base string, p *Plot) error {
 		xs = append(xs, l.X...)
 		ln, pts, err := plotter.NewLinePoints(xy)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		ln.Color = plotutil.Color(i)
 		ln.Width = vg.Points(1.5)
@@ -65,19 +78,18 @@ func drawLines(base string, p *Plot) error {
 		lg.Add(l.Name, ln, pts)
 	}
 	// Every quantity charted is non-negative: start the y axis at zero, and
-	// run percentages to 100 so two charts of shares read alike.
-	pl.Y.Min = 0
+	// run percentages to 100 so two charts of shares read alike; anything
+	// else to a labelled tick at or above its top point (gonum's ticks
+	// stopped short of it: wait-budget's 180 ms over a last tick of 160).
 	if strings.Contains(p.Y, "%") && ymax <= 100 {
-		pl.Y.Max = 100
+		pl.Y.Min, pl.Y.Max = 0, 100
+		pl.Y.Tick.Marker = chart.NumTicks{}
+	} else {
+		chart.YFromZero(pl, ymax)
 	}
-	pl.Y.Tick.Marker = chart.NumTicks{}
 	// The x values are the experiment's dial settings: tick each of them.
 	pl.X.Tick.Marker = chart.ValueTicks(xs)
-	return chart.Save(base, 18*vg.Centimeter, 10*vg.Centimeter, func(dc draw.Canvas) {
-		area, lc := chart.SplitLegend(dc, &lg)
-		pl.Draw(area)
-		lg.Draw(lc)
-	})
+	return pl, &lg, nil
 }
 
 // stripBin is the strip's time bin for read shares.
@@ -119,8 +131,11 @@ func drawStrip(base string, p *Plot) error {
 	}
 	lmean.Color, lmean.Width = color.RGBA{R: 90, G: 90, B: 90, A: 255}, vg.Points(1.2)
 	top.Add(lmax, lmean)
-	top.Y.Min = 0
-	top.Y.Tick.Marker = chart.NumTicks{}
+	lagMax := 0.0
+	for _, xy := range maxXY {
+		lagMax = math.Max(lagMax, xy.Y)
+	}
+	chart.YFromZero(top, lagMax)
 
 	counts, nodes, after := stripShares(tr, end)
 	bot := plot.New()

@@ -102,3 +102,34 @@ func TestReportHTML(t *testing.T) {
 		t.Errorf("report.md: %v\n%s", err, md)
 	}
 }
+
+// TestLinesAxisHoldsTheTopPoint: a line plot's y axis ends at a labelled
+// tick at or above its highest point. wait-budget.png once put global's
+// mean at 180 ms above a last tick of 160; shares keep their 0..100.
+func TestLinesAxisHoldsTheTopPoint(t *testing.T) {
+	for _, c := range []struct {
+		y    string
+		ys   []float64
+		want float64
+	}{
+		{"read latency (ms)", []float64{5, 33, 84, 127, 180.4}, 200},
+		{"read latency (ms)", []float64{0, 0}, 1},
+		{"% of reads", []float64{0, 54.8, 98.9}, 100},
+		{"% of reads", []float64{0, 121}, 140},
+	} {
+		p := Plot{Name: "x", Y: c.y, Lines: []Line{{Name: "a", X: []float64{0, 100, 400, 800, 1600}[:len(c.ys)], Y: c.ys}}}
+		pl, _, err := linesPlot(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last float64
+		for _, tk := range pl.Y.Tick.Marker.Ticks(pl.Y.Min, pl.Y.Max) {
+			if tk.Label != "" {
+				last = tk.Value
+			}
+		}
+		if pl.Y.Min != 0 || pl.Y.Max != c.want || last != c.want {
+			t.Errorf("%s %v: axis %v..%v, last labelled tick %v; want 0..%v", c.y, c.ys, pl.Y.Min, pl.Y.Max, last, c.want)
+		}
+	}
+}

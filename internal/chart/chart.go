@@ -10,8 +10,10 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -227,4 +229,111 @@ func (CountTicks) Ticks(lo, hi float64) []plot.Tick {
 		ts = append(ts, plot.Tick{Value: v, Label: FmtTick(v)})
 	}
 	return ts
+}
+
+// maxIntervals is the most labelled steps AxisTop gives an axis.
+const maxIntervals = 7
+
+// AxisTop is a value axis from 0 that holds v: the smallest step of 1, 2,
+// 2.5 or 5 times a power of ten that covers v in at most 7 steps, and the
+// top, the first multiple of the step at or above v. So the top tick is
+// labelled and never below the tallest point (gonum's own ticks may stop
+// short of it). A v of 0 or less gets 0..1 in steps of 0.2.
+func AxisTop(v float64) (top, step float64) {
+	if !(v > 0) || math.IsInf(v, 1) {
+		return 1, 0.2
+	}
+	for p := math.Pow(10, math.Floor(math.Log10(v))-1); ; p *= 10 {
+		for _, m := range []float64{1, 2, 2.5, 5} {
+			s := m * p
+			// The tolerance keeps a v that is a multiple of s (up to
+			// rounding) from getting one step more.
+			if n := math.Ceil(v/s - 1e-9); n <= maxIntervals {
+				return n * s, s
+			}
+		}
+	}
+}
+
+// YFromZero runs p's y axis from 0 to AxisTop(v), labelled at every step
+// with an unlabelled mark halfway.
+func YFromZero(p *plot.Plot, v float64) {
+	top, step := AxisTop(v)
+	p.Y.Min, p.Y.Max = 0, top
+	p.Y.Tick.Marker = StepTicks{Major: step, Minor: step / 2}
+}
+
+// BarMarks draws what a bar chart's bars cannot show, over the bars of a
+// plotter.BarChart at x = 0, 1, ... shifted by Offset: a bar of height 0
+// as a thick line at the baseline labelled "0" (a bar of zero height is
+// otherwise invisible, and reads as missing data), and whiskers from
+// Low[i] to High[i] when given (a spread over trials).
+type BarMarks struct {
+	Values    []float64
+	Low, High []float64
+	Offset    vg.Length
+	Width     vg.Length
+	Color     color.Color
+}
+
+// ZeroMarkWidth is the thickness of a zero bar's mark.
+var ZeroMarkWidth = vg.Points(2.5)
+
+// Plot implements plot.Plotter.
+func (m *BarMarks) Plot(c draw.Canvas, plt *plot.Plot) {
+	trX, trY := plt.Transforms(&c)
+	zero := draw.LineStyle{Color: m.Color, Width: ZeroMarkWidth}
+	whisker := draw.LineStyle{Color: color.Black, Width: vg.Points(1)}
+	label := plt.Y.Tick.Label
+	label.XAlign, label.YAlign = draw.XCenter, draw.YBottom
+	for i, v := range m.Values {
+		x := trX(float64(i)) + m.Offset
+		y0 := trY(0)
+		if v == 0 {
+			half := m.Width/2 - vg.Points(1)
+			c.StrokeLine2(zero, x-half, y0+ZeroMarkWidth/2, x+half, y0+ZeroMarkWidth/2)
+			c.FillText(label, vg.Point{X: x, Y: y0 + ZeroMarkWidth + vg.Points(1.5)}, "0")
+		}
+		if i < len(m.Low) && i < len(m.High) && m.High[i] > m.Low[i] {
+			lo, hi := trY(math.Max(0, m.Low[i])), trY(m.High[i])
+			cw := m.Width / 4
+			c.StrokeLine2(whisker, x, lo, x, hi)
+			c.StrokeLine2(whisker, x-cw, hi, x+cw, hi)
+			c.StrokeLine2(whisker, x-cw, lo, x+cw, lo)
+		}
+	}
+}
+
+// DataRange implements plot.DataRanger: the bars' x range and the
+// whiskers' top.
+func (m *BarMarks) DataRange() (xmin, xmax, ymin, ymax float64) {
+	for i, v := range m.Values {
+		ymax = math.Max(ymax, v)
+		if i < len(m.High) {
+			ymax = math.Max(ymax, m.High[i])
+		}
+	}
+	return 0, float64(max(len(m.Values)-1, 0)), 0, ymax
+}
+
+// Wrap breaks s at spaces into lines no wider than w in style sty (a word
+// wider than w gets a line of its own).
+func Wrap(sty text.Style, s string, w vg.Length) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		next := word
+		if line != "" {
+			next = line + " " + word
+		}
+		if line != "" && sty.Width(next) > w {
+			lines = append(lines, line)
+			next = word
+		}
+		line = next
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
 }
