@@ -250,15 +250,6 @@ func (f *labFlags) open(ctx context.Context, errw io.Writer, rep *reporter) (*co
 	return topo, err
 }
 
-// closeTopology closes what open returned, saying so when it fails.
-func closeTopology(ctx context.Context, topo *compose.Opened, errw io.Writer) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	if err := topo.Close(cctx); err != nil {
-		fmt.Fprintln(errw, "causallab lab:", err)
-	}
-}
-
 // progress returns a lab Progress callback that shows each phase of a
 // scenario's run on rep.
 func progress(rep *reporter) func(lab.Progress) {
@@ -351,34 +342,52 @@ Every flag is checked before anything starts.`,
 	return cmd
 }
 
-// runScenarios checks every flag, then runs scs on one topology and prints
-// the results. It returns the expectations that failed.
+// runScenarios checks every flag, then runs scs, each on the topology it
+// declares (lab.RunScenarios: a fresh one after a scenario that failed
+// over), prints every finished scenario's results and returns the
+// expectations that failed. A scenario's error is returned after the
+// others' results are printed (exit 1, before expectations and --fail-on).
 func (f *labFlags) runScenarios(cmd *cobra.Command, scs []*lab.Scenario, o lab.ScenarioOptions, format lab.Format, rules []lab.FailRule) ([]string, error) {
 	if err := f.check(scs, o, rules); err != nil {
 		return nil, err
 	}
 	ctx, errw := cmd.Context(), cmd.ErrOrStderr()
-	rep := newReporter(errw, "lab", f.noProgress)
-	topo, err := f.open(ctx, errw, rep)
+	outs, closeErr := lab.RunScenarios(ctx, &cliTopologies{f: f, errw: errw}, scs, o, func(sc *lab.Scenario, so *lab.ScenarioOptions) func() {
+		rep := newReporter(errw, "lab "+sc.Name, f.noProgress)
+		so.Config.Progress = progress(rep)
+		return rep.Done
+	})
+	results, failed, runErr := lab.CollectScenarios(outs)
+	var emitErr error
+	if len(results) > 0 {
+		emitErr = f.emit(cmd, results, format, rules)
+	}
+	if err := errors.Join(runErr, closeErr); err != nil {
+		return failed, err
+	}
+	return failed, emitErr
+}
+
+// cliTopologies opens the topologies the flags describe (lab.TopologySource).
+type cliTopologies struct {
+	f    *labFlags
+	errw io.Writer
+}
+
+func (s *cliTopologies) Open(ctx context.Context) (lab.Topology, error) {
+	rep := newReporter(s.errw, "lab", s.f.noProgress)
+	topo, err := s.f.open(ctx, s.errw, rep)
 	rep.Done()
 	if err != nil {
 		return nil, err
 	}
-	defer closeTopology(ctx, topo, errw)
-	var results []*lab.Result
-	var failed []string
-	for _, sc := range scs {
-		rep := newReporter(errw, "lab "+sc.Name, f.noProgress)
-		o.Config.Progress = progress(rep)
-		res, fails, err := lab.RunScenario(ctx, topo, sc, o)
-		rep.Done()
-		if err != nil {
-			return nil, err
-		}
-		results = append(results, res...)
-		failed = append(failed, fails...)
-	}
-	return failed, f.emit(cmd, results, format, rules)
+	return topo, nil
+}
+
+func (s *cliTopologies) Close(ctx context.Context, t lab.Topology) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	return t.(*compose.Opened).Close(cctx)
 }
 
 // newLabExperimentCmd is `lab NAME`: the built-in scenario NAME, with the
