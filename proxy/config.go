@@ -162,6 +162,17 @@ type Config struct {
 	// it a connection is refused with ER_CON_COUNT_ERROR (1040) and
 	// closed. Default 1000.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxUserConnections bounds the logged-in client connections of one
+	// account (the user name the client logged in with, as MySQL's
+	// max_user_connections): a login past it is refused with
+	// ER_TOO_MANY_USER_CONNECTIONS (1203) and closed, counted in
+	// connections_total{outcome="refused-max-user-connections"}; a
+	// COM_CHANGE_USER to an account at its bound too. Default: with one
+	// user, max_connections (nobody else to keep room for); with more,
+	// three quarters of max_connections, so that one account cannot take
+	// the last quarter every other account needs to log in.
+	// 1..max_connections.
+	MaxUserConnections int `yaml:"max_user_connections"`
 	// HandshakeTimeout bounds the client's side of its login (TLS,
 	// authentication); the session's primary connection, opened before
 	// the login's OK, adds at most connect_timeout. Default 10s.
@@ -531,7 +542,14 @@ func (c *Config) validateSizes() error {
 	if err := defaultInt("max_token_bytes", &c.MaxTokenBytes, 64<<10, 64, 1<<30); err != nil {
 		return err
 	}
-	return defaultInt("max_connections", &c.MaxConnections, 1000, 1, 1<<20)
+	if err := defaultInt("max_connections", &c.MaxConnections, 1000, 1, 1<<20); err != nil {
+		return err
+	}
+	perUser := c.MaxConnections
+	if len(c.Users) > 1 {
+		perUser = max(1, c.MaxConnections*3/4)
+	}
+	return defaultInt("max_user_connections", &c.MaxUserConnections, perUser, 1, c.MaxConnections)
 }
 
 // validateClientTimeouts: the timeouts of a client's connection.

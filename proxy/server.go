@@ -80,7 +80,10 @@ type Server struct {
 	// cancel of its session's context (nil until the session starts): at
 	// the shutdown timeout both are ended.
 	conns map[net.Conn]context.CancelFunc
-	wg    sync.WaitGroup
+	// accounts counts the logged-in connections by the account (user
+	// name) they logged in with: max_user_connections (fairness.go).
+	accounts map[string]int
+	wg       sync.WaitGroup
 	// kills holds one token per KILL QUERY of an overrun wait in flight
 	// (session.killWait), at most maxKills.
 	kills chan struct{}
@@ -107,12 +110,13 @@ func New(cfg Config) (*Server, error) {
 	kind, _ := policyKind(cfg.Policy)
 	hashMode, _ := hashroute.ParseMode(cfg.HashMode) // validated
 	s := &Server{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		m:     newMetrics(),
-		conns: map[net.Conn]context.CancelFunc{},
-		kills: make(chan struct{}, maxKills),
-		ready: make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		m:        newMetrics(),
+		conns:    map[net.Conn]context.CancelFunc{},
+		accounts: map[string]int{},
+		kills:    make(chan struct{}, maxKills),
+		ready:    make(chan struct{}),
 		policy: router.Policy{
 			Kind:       kind,
 			HashMode:   hashMode,
@@ -585,6 +589,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	s.mu.Unlock()
 	sess := newSession(sctx, s)
 	defer sess.close()
+	defer sess.releaseAccount()
 	defer sess.park(true) // before close: borrowed connections go back reset
 	cc, ok := s.login(ctx, c, sess)
 	if !ok {
@@ -634,7 +639,9 @@ func (s *Server) login(ctx context.Context, c net.Conn, sess *session) (*clientC
 		if login.backendFailed {
 			outcome = "backend-failed"
 		}
-		s.m.connections.WithLabelValues(outcome).Inc()
+		if !login.refused {
+			s.m.connections.WithLabelValues(outcome).Inc()
+		}
 		s.log.Debug("client login failed", "remote", c.RemoteAddr().String(), "outcome", outcome, "err", err.Error())
 		return nil, false
 	}
