@@ -153,6 +153,18 @@ type Config struct {
 	// prepare is refused, session statements stop being replayed (reads
 	// then stay on the primary). Default 64 MiB.
 	MaxSessionBytes int `yaml:"max_session_bytes"`
+	// MaxSessionPreparedStatements bounds the prepared statements one
+	// session holds open: a COM_STMT_PREPARE past it is refused before it
+	// reaches a server with ER_MAX_PREPARED_STMT_COUNT_REACHED (1461),
+	// counted in client_errors_total{kind="prepared-statements"}. MySQL's
+	// own bound, max_prepared_stmt_count (16,382 by default), is the
+	// server's, across every session: without this one, one client
+	// preparing in a loop takes all of it and every other client's
+	// prepare fails. Default 1024 (above the statement caches drivers
+	// are tuned to, as Connector/J's prepStmtCacheSize 250-500; 16
+	// sessions at it reach MySQL's default), 1..4194304 (MySQL's
+	// largest max_prepared_stmt_count).
+	MaxSessionPreparedStatements int `yaml:"max_session_prepared_statements"`
 	// MaxTokenBytes bounds the text of a causal token a client sends (in
 	// a comment, min_gtid or SET @causal_token); a longer one is refused
 	// with an error naming the limit (compact_tokens keeps the proxy's
@@ -537,6 +549,9 @@ func (c *Config) validateSizes() error {
 		return fmt.Errorf("proxy: max_allowed_packet %d out of range (1KiB..1GiB)", c.MaxAllowedPacket)
 	}
 	if err := defaultInt("max_session_bytes", &c.MaxSessionBytes, 64<<20, 1<<10, 1<<40); err != nil {
+		return err
+	}
+	if err := defaultInt("max_session_prepared_statements", &c.MaxSessionPreparedStatements, 1024, 1, 4194304); err != nil {
 		return err
 	}
 	if err := defaultInt("max_token_bytes", &c.MaxTokenBytes, 64<<10, 64, 1<<30); err != nil {

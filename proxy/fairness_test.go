@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,4 +79,61 @@ func TestMaxUserConnections(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestMaxSessionPreparedStatements: one client preparing in a loop is
+// refused at max_session_prepared_statements with MySQL's 1461 before its
+// prepare reaches the server, while another client still prepares. The
+// server's max_prepared_stmt_count (global, every session's) is set to
+// 60 statements above what the server holds: without the per-session
+// bound the looping client takes them all and the other client's
+// prepare fails with the server's 1461 (as one client took MySQL's
+// default 16,382 in 3 s).
+func TestMaxSessionPreparedStatements(t *testing.T) {
+	_, admin := limitedAccount(t)
+	var old, open int
+	if err := admin.QueryRow("SELECT @@GLOBAL.max_prepared_stmt_count").Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	if err := admin.QueryRow("SHOW GLOBAL STATUS LIKE 'Prepared_stmt_count'").Scan(&name, &open); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, admin, "SET GLOBAL max_prepared_stmt_count = "+strconv.Itoa(open+60))
+	t.Cleanup(func() { _, _ = admin.Exec("SET GLOBAL max_prepared_stmt_count = " + strconv.Itoa(old)) })
+
+	const limit = 20
+	s := startProxy(t, func(c *Config) { c.MaxSessionPreparedStatements = limit })
+	hog := rawLogin(t, s.Addr(), "app", "apppw", false)
+	prepared := 0
+	for i := range 80 {
+		_, err := hog.cc.Prepare("SELECT ? + " + strconv.Itoa(i))
+		if err == nil {
+			prepared++
+			continue
+		}
+		var me *mysql.MyError
+		if !errors.As(err, &me) || me.Code != mysql.ER_MAX_PREPARED_STMT_COUNT_REACHED || !strings.Contains(me.Message, "max_session_prepared_statements") {
+			t.Fatalf("prepare %d of the looping client: %v, want the proxy's 1461", i+1, err)
+		}
+	}
+	if prepared != limit {
+		t.Errorf("the looping client prepared %d statements, want max_session_prepared_statements %d", prepared, limit)
+	}
+	if got := testutil.ToFloat64(s.m.clientErrors.WithLabelValues("prepared-statements")); got != 80-limit {
+		t.Errorf("client_errors_total{kind=prepared-statements} = %v, want %d", got, 80-limit)
+	}
+	other := rawLogin(t, s.Addr(), "app", "apppw", false)
+	for i := range 10 {
+		st, err := other.cc.Prepare("SELECT ? * " + strconv.Itoa(i))
+		if err != nil {
+			t.Fatalf("another client's prepare %d while the first is at its bound: %v", i+1, err)
+		}
+		r, err := st.Execute(i)
+		if err != nil {
+			t.Fatalf("another client's execution %d: %v", i+1, err)
+		}
+		r.Close()
+	}
+	served(t, hog)
 }

@@ -23,6 +23,11 @@ import (
 func (s *session) handleStmtPrepare(query string) (*mysql.Result, error) {
 	s.prepares++
 	id := s.prepares
+	if limit := s.srv.cfg.MaxSessionPreparedStatements; len(s.state.stmts) >= limit {
+		// The session's share of the server's max_prepared_stmt_count.
+		return nil, s.proxyErr("prepared-statements", mysql.ER_MAX_PREPARED_STMT_COUNT_REACHED,
+			"Can't create more than max_session_prepared_statements statements in one session (current value: %d); close statements it no longer uses", limit)
+	}
 	// Classify the copy: Stmt's Token and ReadID alias the text, and the
 	// statement outlives the command's buffer.
 	q := strings.Clone(query)
