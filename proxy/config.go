@@ -170,10 +170,28 @@ type Config struct {
 	// with an error naming the limit (compact_tokens keeps the proxy's
 	// own tokens short). Default 64 KiB.
 	MaxTokenBytes int `yaml:"max_token_bytes"`
-	// MaxConnections bounds client connections, logged in or not; above
-	// it a connection is refused with ER_CON_COUNT_ERROR (1040) and
-	// closed. Default 1000.
+	// MaxConnections bounds logged-in client connections (from the
+	// authentication's success: the session's primary connection is
+	// dialled after it); while it is reached a new connection is refused
+	// with ER_CON_COUNT_ERROR (1040) in place of the greeting and closed,
+	// and a login that authenticates past it is answered 1040. Default
+	// 1000. Connections still in their login are bounded apart
+	// (MaxHandshakes).
 	MaxConnections int `yaml:"max_connections"`
+	// MaxHandshakes bounds the connections still in their login (the
+	// greeting, TLS, authentication; a connection waiting for the
+	// readiness gate included), apart from MaxConnections, so that
+	// neither starves the other: clients stalling their login cannot
+	// keep logged-in clients out, nor logged-in clients the logins. With
+	// MaxHandshakes logins in progress a new connection closes the
+	// oldest when it has been in progress for a second (a login takes
+	// milliseconds; one trickling bytes takes until handshake_timeout),
+	// counted in connections_total{outcome="handshake-evicted"}; else it
+	// is refused with 1040 as past max_connections
+	// (outcome="refused-max-handshakes"). Default max_connections (a
+	// reconnect storm of max_connections clients is never refused),
+	// 1..1048576.
+	MaxHandshakes int `yaml:"max_handshakes"`
 	// MaxUserConnections bounds the logged-in client connections of one
 	// account (the user name the client logged in with, as MySQL's
 	// max_user_connections): a login past it is refused with
@@ -558,6 +576,9 @@ func (c *Config) validateSizes() error {
 		return err
 	}
 	if err := defaultInt("max_connections", &c.MaxConnections, 1000, 1, 1<<20); err != nil {
+		return err
+	}
+	if err := defaultInt("max_handshakes", &c.MaxHandshakes, c.MaxConnections, 1, 1<<20); err != nil {
 		return err
 	}
 	perUser := c.MaxConnections

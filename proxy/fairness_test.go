@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"errors"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,4 +138,88 @@ func TestMaxSessionPreparedStatements(t *testing.T) {
 		r.Close()
 	}
 	served(t, hog)
+}
+
+// trickle opens a connection that stalls its login: after the greeting it
+// sends a handshake response one byte every interval until the proxy
+// closes the connection or stop closes. False: refused before the
+// greeting (1040).
+func trickle(t *testing.T, s *Server, interval time.Duration, stop <-chan struct{}, wg *sync.WaitGroup) bool {
+	t.Helper()
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	seq, p, err := readPacket(c)
+	if err != nil || classifyAnswer(seq, p).kind == "err" {
+		c.Close()
+		return false
+	}
+	wg.Go(func() {
+		defer c.Close()
+		msg := append([]byte{200, 0, 0, 1}, make([]byte, 200)...)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for _, b := range msg {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := c.Write([]byte{b}); err != nil {
+				return // closed by the proxy
+			}
+		}
+	})
+	return true
+}
+
+// TestMaxHandshakes: 200 clients trickling their login one byte every
+// half second do not keep a client from logging in: past max_handshakes
+// (100) a new connection closes the oldest login in progress once it has
+// stalled a second, and a normal login succeeds within a second, while a
+// client logged in before is served throughout. Before, logins in
+// progress counted against max_connections (150 here): the tricklers
+// took them all and every login was refused (1040) until
+// handshake_timeout cut them.
+func TestMaxHandshakes(t *testing.T) {
+	s := startProxy(t, func(c *Config) {
+		c.MaxConnections, c.MaxHandshakes = 150, 100
+		c.HandshakeTimeout = 30 * time.Second
+	})
+	early := rawLogin(t, s.Addr(), "app", "apppw", false)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
+	start := time.Now()
+	greeted := 0
+	for range 200 {
+		if trickle(t, s, 500*time.Millisecond, stop, &wg) {
+			greeted++
+		}
+	}
+	t.Logf("200 trickling clients connected in %v, %d greeted", time.Since(start).Round(time.Millisecond), greeted)
+	// The oldest logins in progress have stalled past a second.
+	time.Sleep(time.Until(start.Add(handshakeStalled + 200*time.Millisecond)))
+	for i := range 3 {
+		t0 := time.Now()
+		rc, err := tryRawLogin(s.Addr(), "app", "apppw", false)
+		took := time.Since(t0)
+		if err != nil {
+			t.Fatalf("login %d among 200 trickling clients: %v after %v", i+1, err, took)
+		}
+		rc.nc.Close()
+		if took > time.Second {
+			t.Errorf("login %d among 200 trickling clients took %v, want within a second", i+1, took)
+		}
+	}
+	served(t, early)
+	if n := testutil.ToFloat64(s.m.connections.WithLabelValues("handshake-evicted")); n < 1 {
+		t.Errorf("connections_total{outcome=handshake-evicted} = %v, want at least 1 (the first login made room)", n)
+	}
+	if n := testutil.ToFloat64(s.m.handshakes); n > 100 {
+		t.Errorf("causallab_proxy_handshakes = %v, past max_handshakes 100", n)
+	}
 }

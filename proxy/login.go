@@ -37,7 +37,8 @@ type loginHandler struct {
 	sess *session
 	// backendFailed: authentication passed, the session's backend
 	// connection did not; refused: authentication passed, a bound
-	// (max_user_connections) refused the login (counted where refused).
+	// (max_connections, max_user_connections) refused the login (counted
+	// where refused).
 	backendFailed bool
 	refused       bool
 }
@@ -55,16 +56,15 @@ func (h *loginHandler) GetCredential(user string) (server.Credential, bool, erro
 // own connect_timeout, added to the client's deadline (the OK, or the
 // backend's error, is written after it).
 //
-// The account's connection is counted first (max_user_connections): a
-// login past its bound is refused before the primary is dialled.
+// The connection leaves the handshakes and is counted as a session of
+// its account first (Server.graduate): a login past max_connections or
+// max_user_connections is refused before the primary is dialled.
 func (h *loginHandler) OnAuthSuccess(c *server.Conn) error {
 	_ = c.SetDeadline(time.Now().Add(h.srv.cfg.ConnectTimeout + h.srv.cfg.HandshakeTimeout))
-	user := c.GetUser()
-	if err := h.srv.takeAccount(user); err != nil {
+	if err := h.srv.graduate(h.sess.slot, c.GetUser()); err != nil {
 		h.refused = true
 		return err
 	}
-	h.sess.user = user
 	if err := h.sess.start(c); err != nil {
 		h.backendFailed = true
 		return loginError(err)

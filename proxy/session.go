@@ -43,9 +43,10 @@ type session struct {
 	// (backendConn.bind).
 	ctx context.Context
 	id  uint32
-	// user is the account the client logged in with (COM_CHANGE_USER
-	// changes it), counted in Server.accounts while set.
-	user string
+	// slot is the client connection's place in the Server's bounds
+	// (fairness.go): its account is the user it logged in with
+	// (COM_CHANGE_USER moves it).
+	slot *connSlot
 	// cc is the client connection after the login: every byte to the
 	// client goes through it (nil during the login).
 	cc *clientConn
@@ -167,15 +168,6 @@ func (s *session) start(cc *server.Conn) error {
 	}
 	s.primary = bc
 	return nil
-}
-
-// releaseAccount gives back the session's count in its account
-// (max_user_connections).
-func (s *session) releaseAccount() {
-	if s.user != "" {
-		s.srv.releaseAccount(s.user)
-		s.user = ""
-	}
 }
 
 func (s *session) close() {
