@@ -153,6 +153,16 @@ type Config struct {
 	// prepare is refused, session statements stop being replayed (reads
 	// then stay on the primary). Default 64 MiB.
 	MaxSessionBytes int `yaml:"max_session_bytes"`
+	// MaxTotalSessionBytes bounds what every session together holds from
+	// its client between statements (what MaxSessionBytes bounds per
+	// session): each session's bytes are drawn from it too, and a take
+	// past it is refused as one past max_session_bytes, naming this key,
+	// counted in client_errors_total{kind="total-session-bytes"}.
+	// Without it 1,000 clients at max_session_bytes could make the proxy
+	// hold 64 GiB. Default 1 GiB (16 sessions at the default
+	// max_session_bytes), 1 KiB..1 TiB; each worker of --workers N has
+	// its own.
+	MaxTotalSessionBytes int `yaml:"max_total_session_bytes"`
 	// MaxSessionPreparedStatements bounds the prepared statements one
 	// session holds open: a COM_STMT_PREPARE past it is refused before it
 	// reaches a server with ER_MAX_PREPARED_STMT_COUNT_REACHED (1461),
@@ -567,6 +577,9 @@ func (c *Config) validateSizes() error {
 		return fmt.Errorf("proxy: max_allowed_packet %d out of range (1KiB..1GiB)", c.MaxAllowedPacket)
 	}
 	if err := defaultInt("max_session_bytes", &c.MaxSessionBytes, 64<<20, 1<<10, 1<<40); err != nil {
+		return err
+	}
+	if err := defaultInt("max_total_session_bytes", &c.MaxTotalSessionBytes, 1<<30, 1<<10, 1<<40); err != nil {
 		return err
 	}
 	if err := defaultInt("max_session_prepared_statements", &c.MaxSessionPreparedStatements, 1024, 1, 4194304); err != nil {

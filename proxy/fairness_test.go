@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"strconv"
@@ -221,5 +222,58 @@ func TestMaxHandshakes(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(s.m.handshakes); n > 100 {
 		t.Errorf("causallab_proxy_handshakes = %v, past max_handshakes 100", n)
+	}
+}
+
+// TestMaxTotalSessionBytes: long data held by a few sessions, each within
+// max_session_bytes (1 MiB), is bounded in total by
+// max_total_session_bytes (2.5 MiB): the third session's 900 KiB is
+// refused, its execution failing with 1105 naming the total, while the
+// first two execute with theirs; once they have (their bytes given
+// back), the third's long data is kept again. Before, the total was
+// max_session_bytes times the sessions (8 clients holding 60 MiB each
+// added 490 MiB).
+func TestMaxTotalSessionBytes(t *testing.T) {
+	s := startProxy(t, func(c *Config) {
+		c.MaxAllowedPacket = 2 << 20
+		c.MaxSessionBytes = 1 << 20
+		c.MaxTotalSessionBytes = 5 << 19 // 2.5 MiB
+	})
+	const size = 900 << 10
+	var rcs []*rawConn
+	var ids []uint32
+	for range 3 {
+		rc := rawLogin(t, s.Addr(), "app", "apppw", false)
+		id, _ := rc.prepare("SELECT LENGTH(?)")
+		rc.longData(id, 0, bytes.Repeat([]byte{'t'}, size))
+		rcs, ids = append(rcs, rc), append(ids, id)
+	}
+	for i := range 2 {
+		if a, rows := rcs[i].executeBlob(ids[i]); a.kind != "data" || len(rows) != 1 || binaryBigint(rows[0]) != size {
+			t.Fatalf("session %d's long data within the total: %v %q", i+1, a, rows)
+		}
+	}
+	a, _ := rcs[2].executeBlob(ids[2])
+	if a.kind != "err" || a.code != mysql.ER_UNKNOWN_ERROR || !strings.Contains(a.msg, "max_total_session_bytes") {
+		t.Fatalf("the third session's long data past max_total_session_bytes: %v, want 1105 naming it", a)
+	}
+	if got := testutil.ToFloat64(s.m.clientErrors.WithLabelValues("total-session-bytes")); got != 1 {
+		t.Errorf("client_errors_total{kind=total-session-bytes} = %v, want 1", got)
+	}
+	// The first two executed: their bytes are back in the total.
+	rcs[2].longData(ids[2], 0, bytes.Repeat([]byte{'u'}, size))
+	if a, rows := rcs[2].executeBlob(ids[2]); a.kind != "data" || len(rows) != 1 || binaryBigint(rows[0]) != size {
+		t.Fatalf("the third session's long data once the others executed: %v %q", a, rows)
+	}
+	if used := s.totalBytes.used.Load(); used > 3*1024 { // the three statements' own costs
+		t.Errorf("the total holds %d bytes after every execution, want only the statements' costs", used)
+	}
+	for _, rc := range rcs {
+		rc.nc.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.totalBytes.used.Load() != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the total holds %d bytes after every session ended", s.totalBytes.used.Load())
+		}
 	}
 }

@@ -88,6 +88,9 @@ type Server struct {
 	handshakes list.List
 	sessions   int
 	accounts   map[string]int
+	// totalBytes is max_total_session_bytes: every session's budget
+	// draws from it.
+	totalBytes *totalBudget
 	wg         sync.WaitGroup
 	// kills holds one token per KILL QUERY of an overrun wait in flight
 	// (session.killWait), at most maxKills.
@@ -115,13 +118,14 @@ func New(cfg Config) (*Server, error) {
 	kind, _ := policyKind(cfg.Policy)
 	hashMode, _ := hashroute.ParseMode(cfg.HashMode) // validated
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		m:        newMetrics(),
-		conns:    map[net.Conn]context.CancelFunc{},
-		accounts: map[string]int{},
-		kills:    make(chan struct{}, maxKills),
-		ready:    make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		m:          newMetrics(),
+		conns:      map[net.Conn]context.CancelFunc{},
+		accounts:   map[string]int{},
+		totalBytes: &totalBudget{limit: int64(cfg.MaxTotalSessionBytes)},
+		kills:      make(chan struct{}, maxKills),
+		ready:      make(chan struct{}),
 		policy: router.Policy{
 			Kind:       kind,
 			HashMode:   hashMode,

@@ -92,11 +92,12 @@ func defs(raw [][]byte, n int) [][]byte {
 }
 
 // overBudget is the error for what would take the session past
-// max_session_bytes.
+// max_session_bytes, or the sessions past max_total_session_bytes.
 func (s *session) overBudget(what string) error {
-	return s.proxyErr("session-bytes", codeProxy,
-		"%s refused: the session would hold more than max_session_bytes (%d bytes) of prepared statements, session statements and long data; close statements it no longer uses",
-		what, s.budget.limit)
+	key, limit, kind := s.budget.exceeded()
+	return s.proxyErr(kind, codeProxy,
+		"%s refused: %s would hold more than %s (%d bytes) of prepared statements, session statements and long data; close statements it no longer uses",
+		what, budgetHolder(key), key, limit)
 }
 
 // handleStmtExecute handles COM_STMT_EXECUTE, routed like a query with
