@@ -227,6 +227,19 @@ type Config struct {
 	// (MySQL's wait_timeout; the client is told why, as MySQL tells it:
 	// error 4031). Default 8h.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// IdleInTransactionTimeout disconnects a client idle between
+	// commands that long while its session holds an open transaction
+	// (the primary's SERVER_STATUS_IN_TRANS), when shorter than
+	// IdleTimeout: the client is told why with 4031 as for IdleTimeout,
+	// counted in client_errors_total{kind="idle-in-transaction-timeout"},
+	// and the transaction is rolled back with the session's end (its
+	// backend connection closed, or reset back into its pool). An
+	// abandoned transaction otherwise holds its row locks (other
+	// clients' lock waits fail after innodb_lock_wait_timeout) and,
+	// with multiplex, a pooled connection, until idle_timeout (8h).
+	// Default 15m (ProxySQL's mysql-max_transaction_idle_time is 4h);
+	// idle_timeout or longer turns it off. 1ms..8760h.
+	IdleInTransactionTimeout time.Duration `yaml:"idle_in_transaction_timeout"`
 	// ClientReadTimeout bounds the wait for the rest of a command once
 	// its first byte arrived (MySQL's net_read_timeout); the client is
 	// then disconnected. Default 30s.
@@ -611,6 +624,7 @@ func (c *Config) validateClientTimeouts() error {
 		{"handshake_timeout", &c.HandshakeTimeout, 10 * time.Second},
 		{"startup_timeout", &c.StartupTimeout, 10 * time.Second},
 		{"idle_timeout", &c.IdleTimeout, 8 * time.Hour},
+		{"idle_in_transaction_timeout", &c.IdleInTransactionTimeout, 15 * time.Minute},
 		{"client_read_timeout", &c.ClientReadTimeout, 30 * time.Second},
 		{"client_write_timeout", &c.ClientWriteTimeout, 60 * time.Second},
 	} {

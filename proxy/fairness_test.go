@@ -277,3 +277,67 @@ func TestMaxTotalSessionBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleInTransactionTimeout: a client idle past
+// idle_in_transaction_timeout with an open transaction (BEGIN, an INSERT)
+// is told why (4031, sequence 0) and disconnected, and its transaction is
+// rolled back: another client inserts the same key without waiting for
+// its lock, and the row is that client's. A client idle as long outside a
+// transaction stays connected (idle_timeout is 8h), and others are served
+// meanwhile. Before, the transaction and its locks stayed until
+// idle_timeout.
+func TestIdleInTransactionTimeout(t *testing.T) {
+	const idleTx = 500 * time.Millisecond
+	s := startProxy(t, func(c *Config) { c.IdleInTransactionTimeout = idleTx })
+	db := openDB(t, s, "tls=skip-verify")
+	for _, q := range []string{"CREATE DATABASE IF NOT EXISTS fair", "DROP TABLE IF EXISTS fair.idle_tx",
+		"CREATE TABLE fair.idle_tx (k INT PRIMARY KEY, v VARCHAR(20))"} {
+		mustExec(t, db, q)
+	}
+	idle := rawLogin(t, s.Addr(), "app", "apppw", false)
+	tx := rawLogin(t, s.Addr(), "app", "apppw", false)
+	tx.exec(t, "BEGIN")
+	tx.exec(t, "INSERT INTO fair.idle_tx VALUES (1, 'abandoned')")
+	t0 := time.Now()
+	var one int
+	if err := db.QueryRow("SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("another client while one idles in a transaction: %v", err)
+	}
+	_ = tx.nc.SetReadDeadline(time.Now().Add(idleTx + 5*time.Second))
+	seq, p, err := readPacket(tx.nc)
+	if err != nil {
+		t.Fatalf("a client idle in a transaction past idle_in_transaction_timeout %v: %v after %v, want 4031", idleTx, err, time.Since(t0))
+	}
+	if a := classifyAnswer(seq, p); a.code != codeClientTimeout || seq != 0 || !strings.Contains(a.msg, "idle_in_transaction_timeout") {
+		t.Fatalf("idle in a transaction: %v, want 4031 naming idle_in_transaction_timeout with sequence 0", a)
+	}
+	if _, _, err := readPacket(tx.nc); err == nil {
+		t.Fatal("the connection stayed open after 4031")
+	}
+	if got := testutil.ToFloat64(s.m.clientErrors.WithLabelValues("idle-in-transaction-timeout")); got != 1 {
+		t.Errorf("client_errors_total{kind=idle-in-transaction-timeout} = %v, want 1", got)
+	}
+	// Rolled back: its lock released (the server sees the closed
+	// connection a moment later), its row gone.
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mustExec(t, conn, "SET SESSION innodb_lock_wait_timeout = 1")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, err := conn.ExecContext(t.Context(), "INSERT INTO fair.idle_tx VALUES (1, 'another')")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the abandoned transaction's row is still locked or there: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var v string
+	if err := conn.QueryRowContext(t.Context(), "SELECT v FROM fair.idle_tx WHERE k = 1 FOR SHARE").Scan(&v); err != nil || v != "another" {
+		t.Fatalf("row 1 after the rollback: %q %v, want another's", v, err)
+	}
+	served(t, idle)
+}

@@ -668,6 +668,7 @@ func (s *Server) login(ctx context.Context, c net.Conn, sess *session) (*clientC
 	return newClientConn(under, sess.caps, sess.stmts, gateLimits{
 		maxPacket: s.cfg.MaxAllowedPacket,
 		idle:      s.cfg.IdleTimeout,
+		idleTx:    s.cfg.IdleInTransactionTimeout,
 		read:      s.cfg.ClientReadTimeout,
 		write:     s.cfg.ClientWriteTimeout,
 	}, ctx.Done(), sess.countClientError), true
