@@ -321,6 +321,20 @@ type Config struct {
 	// pooled connection at a time, so by default nothing is refused);
 	// 1..1048576 (docs/proxy.md, "Multiplexing": why).
 	PoolMaxWaiters int `yaml:"pool_max_waiters"`
+	// MaxPinnedShare bounds the share of each node's pool (PoolSize)
+	// that sessions pinned by their state (a transaction, a temporary
+	// table, LOCK TABLES, ...: docs/proxy.md, "Multiplexing") may hold:
+	// a session whose state pins a pooled connection while that many are
+	// pinned gets it as a connection of its own instead, its place in the
+	// pool freed, counted in pool_pinned_own_total and
+	// pool_connections{state="own"}; the connection is closed when the
+	// pin ends. So clients of one account holding transactions open
+	// cannot take every pooled connection and fail everyone else's
+	// statements after pool_wait; each session still holds at most one
+	// connection per node (max_connections, max_user_connections bound
+	// them). Default 0.75 (48 of the default 64), in (0, 1]; each pool
+	// lets at least one connection be pinned.
+	MaxPinnedShare float64 `yaml:"max_pinned_share"`
 	// OnRead, when set, is called for every routed read with where it
 	// goes and why, before the read runs there (so before its answer
 	// reaches the client; again if it is retried on another node). For
@@ -639,8 +653,8 @@ func (c *Config) validateClientTimeouts() error {
 }
 
 // validatePool: the pools of backend connections (pool_size, pool_wait,
-// pool_max_waiters, whose default is max_connections: validateSizes
-// filled it).
+// max_pinned_share, pool_max_waiters, whose default is max_connections:
+// validateSizes filled it).
 func (c *Config) validatePool() error {
 	if err := defaultInt("pool_size", &c.PoolSize, DefaultPoolSize, 1, 1<<16); err != nil {
 		return err
@@ -651,7 +665,19 @@ func (c *Config) validatePool() error {
 	if c.PoolWait < time.Millisecond || c.PoolWait > time.Hour {
 		return fmt.Errorf("proxy: pool_wait %v out of range (1ms..1h)", c.PoolWait)
 	}
+	if c.MaxPinnedShare == 0 {
+		c.MaxPinnedShare = 0.75
+	}
+	if !(c.MaxPinnedShare > 0 && c.MaxPinnedShare <= 1) {
+		return fmt.Errorf("proxy: max_pinned_share %v out of range (0, 1]", c.MaxPinnedShare)
+	}
 	return defaultInt("pool_max_waiters", &c.PoolMaxWaiters, c.MaxConnections, 1, 1<<20)
+}
+
+// maxPinned is how many of a node's pooled connections pinned sessions
+// may hold: max_pinned_share of pool_size, at least one.
+func (c *Config) maxPinned() int {
+	return max(1, int(float64(c.PoolSize)*c.MaxPinnedShare))
 }
 
 // validateReplay: max_replay.

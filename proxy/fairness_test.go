@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"database/sql"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -340,4 +342,81 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 		t.Fatalf("row 1 after the rollback: %q %v, want another's", v, err)
 	}
 	served(t, idle)
+}
+
+// TestMultiplexPinnedShare: with multiplexing, 64 clients of one account
+// each pinning the primary's pool (BEGIN and an uncommitted INSERT) hold
+// at most max_pinned_share (0.75: 48) of its 64 connections; the other 16
+// become their sessions' own, outside the pool, and a 65th client of
+// another account logs in and writes within a second. Before, the 64 held
+// the whole pool and the 65th client's login failed after pool_wait
+// (2013 wait-timeout). When the transactions commit, the own connections
+// are closed and nothing stays pinned.
+func TestMultiplexPinnedShare(t *testing.T) {
+	s := startProxy(t, func(c *Config) {
+		twoAccounts(c)
+		c.Multiplex = true // pool_size 64, pool_wait 2s, max_pinned_share 0.75
+	})
+	db := openDB(t, s, "")
+	emptyTable(t, db, "fair", "pinned", "k INT PRIMARY KEY")
+	ctx := t.Context()
+	const clients = 64
+	conns := make([]*sql.Conn, clients)
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range conns {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+		wg.Go(func() {
+			for _, q := range []string{"BEGIN", "INSERT INTO fair.pinned VALUES (" + strconv.Itoa(i) + ")"} {
+				if _, err := c.ExecContext(ctx, q); err != nil {
+					errs <- fmt.Errorf("client %d: %s: %w", i, q, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	primary := s.cfg.Primary.Name
+	gauge := func(state string) float64 {
+		return testutil.ToFloat64(s.pm.conns.WithLabelValues(primary, state))
+	}
+	if p, own := gauge("pinned"), gauge("own"); p != 48 || own != clients-48 {
+		t.Errorf("64 pinned sessions: pool_connections{state=pinned} %v (want 48), {state=own} %v (want 16)", p, own)
+	}
+	if n := testutil.ToFloat64(s.pm.pinnedOwn.WithLabelValues(primary)); n != clients-48 {
+		t.Errorf("pool_pinned_own_total = %v, want 16", n)
+	}
+	other, err := sql.Open("mysql", "other:otherpw@tcp("+s.Addr()+")/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	t0 := time.Now()
+	if _, err := other.ExecContext(ctx, "INSERT INTO fair.pinned VALUES (1000)"); err != nil {
+		t.Fatalf("a client of another account while 64 sessions pin the pool: %v after %v", err, time.Since(t0))
+	}
+	took := time.Since(t0)
+	if took > time.Second {
+		t.Errorf("a client of another account was served after %v, want within a second", took)
+	}
+	t.Logf("a client of another account logged in and wrote in %v", took.Round(time.Millisecond))
+	for _, c := range conns {
+		mustExec(t, c, "COMMIT")
+	}
+	if p, own := gauge("pinned"), gauge("own"); p != 0 || own != 0 {
+		t.Errorf("after every commit: pool_connections{state=pinned} %v, {state=own} %v, want 0 and 0", p, own)
+	}
+	var n int
+	if err := conns[0].QueryRowContext(ctx, "SELECT COUNT(*) FROM fair.pinned FOR SHARE").Scan(&n); err != nil || n != clients+1 {
+		t.Fatalf("rows after the commits: %d %v, want %d", n, err, clients+1)
+	}
 }
