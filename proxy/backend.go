@@ -67,6 +67,12 @@ type backendConn struct {
 	pooledDB        string
 	pooledCollation string
 	replayed        bool
+	// pinnedIn is the pool whose pinned connections (max_pinned_share)
+	// count this lent one; own the pool it was lent by before it became
+	// the session's own, its session pinned past max_pinned_share
+	// (pool.pin): closed when the pin ends (session.dropOwn).
+	pinnedIn *pool
+	own      *pool
 	// pooledFlags are the client capabilities (passedFlags) a pooled
 	// connection has: those it was dialled with, CLIENT_MULTI_STATEMENTS
 	// as COM_SET_OPTION last left it. resetPending: a reset was written
@@ -258,6 +264,10 @@ func (bc *backendConn) close() {
 		bc.home = nil
 		home.discard(bc, discardSession)
 		return
+	}
+	if bc != nil && bc.own != nil {
+		bc.own.m.conns.WithLabelValues(bc.own.node, "own").Dec()
+		bc.own = nil
 	}
 	if bc != nil && bc.conn != nil {
 		bc.unwatch()

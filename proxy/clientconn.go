@@ -36,8 +36,9 @@ import (
 // with an error and discarded, the connection stays. An empty packet is
 // read as MySQL's own safety value, COM_SLEEP, which the session answers
 // with ER_UNKNOWN_COM_ERROR as MySQL answers an empty packet. A client
-// idle past idle_timeout, or silent past client_read_timeout inside a
-// packet, is disconnected; every write has client_write_timeout.
+// idle past idle_timeout (idle_in_transaction_timeout while its session
+// holds an open transaction), or silent past client_read_timeout inside
+// a packet, is disconnected; every write has client_write_timeout.
 // COM_STMT_SEND_LONG_DATA has no response: its data is streamed into the
 // session's statement memory as it arrives (stmtMemory.readLongData), and
 // readCommand goes on to the next command.
@@ -86,6 +87,11 @@ type clientConn struct {
 	// costs a timer update, so it moves at most about once a second).
 	rdl, wdl time.Time
 
+	// inTx: the session holds an open transaction (set by the session
+	// before each command is read): the wait for the next command is
+	// then bounded by idle_in_transaction_timeout (idleBound).
+	inTx bool
+
 	// meter counts the commands read (nil: not counted); busy is set from
 	// a command's reading until the next read begins: the gomaxprocs
 	// controller's signal.
@@ -98,9 +104,21 @@ type gateLimits struct {
 	// maxPacket is max_allowed_packet: one command message, continuation
 	// packets included, and one long-data parameter.
 	maxPacket int
-	// idle bounds the wait for a client's next command; read the wait for
-	// the rest of a packet once it started; write every write.
-	idle, read, write time.Duration
+	// idle bounds the wait for a client's next command (idleTx instead,
+	// when shorter, while its session holds an open transaction); read
+	// the wait for the rest of a packet once it started; write every
+	// write.
+	idle, idleTx, read, write time.Duration
+}
+
+// idleBound is the wait for the client's next command: idle_timeout, or
+// idle_in_transaction_timeout (tx) while the session holds an open
+// transaction, when that is shorter.
+func (c *clientConn) idleBound() (d time.Duration, tx bool) {
+	if c.inTx && c.lim.idleTx > 0 && c.lim.idleTx < c.lim.idle {
+		return c.lim.idleTx, true
+	}
+	return c.lim.idle, false
 }
 
 const (
@@ -294,7 +312,8 @@ func payloadText(payload []byte) string {
 // last idle_timeout; otherwise client_read_timeout).
 func (c *clientConn) header(first bool) (h [4]byte, err error) {
 	if first && c.r.Buffered() == 0 {
-		c.readDeadline(c.lim.idle)
+		idle, _ := c.idleBound()
+		c.readDeadline(idle)
 		select {
 		case <-c.done:
 			return h, io.EOF
@@ -344,9 +363,16 @@ func (c *clientConn) readErr(err error, idle bool) error {
 	}
 	if idle {
 		// MySQL 8.0.24+ says why before closing (sequence 0: no command).
-		c.count("idle-timeout")
 		c.seq = 0
-		c.writeErr(mysql.NewError(codeClientTimeout, fmt.Sprintf("causallab proxy: the client was disconnected because of inactivity (idle_timeout %v)", c.lim.idle)))
+		if d, tx := c.idleBound(); tx {
+			// The session's end rolls the transaction back (its
+			// backend connection closed, or reset back into its pool).
+			c.count("idle-in-transaction-timeout")
+			c.writeErr(mysql.NewError(codeClientTimeout, fmt.Sprintf("causallab proxy: the client was disconnected because of inactivity in an open transaction, which is rolled back (idle_in_transaction_timeout %v)", d)))
+		} else {
+			c.count("idle-timeout")
+			c.writeErr(mysql.NewError(codeClientTimeout, fmt.Sprintf("causallab proxy: the client was disconnected because of inactivity (idle_timeout %v)", d)))
+		}
 	} else {
 		c.count("read-timeout")
 	}

@@ -153,15 +153,66 @@ type Config struct {
 	// prepare is refused, session statements stop being replayed (reads
 	// then stay on the primary). Default 64 MiB.
 	MaxSessionBytes int `yaml:"max_session_bytes"`
+	// MaxTotalSessionBytes bounds what every session together holds from
+	// its client between statements (what MaxSessionBytes bounds per
+	// session): each session's bytes are drawn from it too, and a take
+	// past it is refused as one past max_session_bytes, naming this key,
+	// counted in client_errors_total{kind="total-session-bytes"}.
+	// Without it 1,000 clients at max_session_bytes could make the proxy
+	// hold 64 GiB. Default 1 GiB (16 sessions at the default
+	// max_session_bytes), 1 KiB..1 TiB; each worker of --workers N has
+	// its own.
+	MaxTotalSessionBytes int `yaml:"max_total_session_bytes"`
+	// MaxSessionPreparedStatements bounds the prepared statements one
+	// session holds open: a COM_STMT_PREPARE past it is refused before it
+	// reaches a server with ER_MAX_PREPARED_STMT_COUNT_REACHED (1461),
+	// counted in client_errors_total{kind="prepared-statements"}. MySQL's
+	// own bound, max_prepared_stmt_count (16,382 by default), is the
+	// server's, across every session: without this one, one client
+	// preparing in a loop takes all of it and every other client's
+	// prepare fails. Default 1024 (above the statement caches drivers
+	// are tuned to, as Connector/J's prepStmtCacheSize 250-500; 16
+	// sessions at it reach MySQL's default), 1..4194304 (MySQL's
+	// largest max_prepared_stmt_count).
+	MaxSessionPreparedStatements int `yaml:"max_session_prepared_statements"`
 	// MaxTokenBytes bounds the text of a causal token a client sends (in
 	// a comment, min_gtid or SET @causal_token); a longer one is refused
 	// with an error naming the limit (compact_tokens keeps the proxy's
 	// own tokens short). Default 64 KiB.
 	MaxTokenBytes int `yaml:"max_token_bytes"`
-	// MaxConnections bounds client connections, logged in or not; above
-	// it a connection is refused with ER_CON_COUNT_ERROR (1040) and
-	// closed. Default 1000.
+	// MaxConnections bounds logged-in client connections (from the
+	// authentication's success: the session's primary connection is
+	// dialled after it); while it is reached a new connection is refused
+	// with ER_CON_COUNT_ERROR (1040) in place of the greeting and closed,
+	// and a login that authenticates past it is answered 1040. Default
+	// 1000. Connections still in their login are bounded apart
+	// (MaxHandshakes).
 	MaxConnections int `yaml:"max_connections"`
+	// MaxHandshakes bounds the connections still in their login (the
+	// greeting, TLS, authentication; a connection waiting for the
+	// readiness gate included), apart from MaxConnections, so that
+	// neither starves the other: clients stalling their login cannot
+	// keep logged-in clients out, nor logged-in clients the logins. With
+	// MaxHandshakes logins in progress a new connection closes the
+	// oldest when it has been in progress for a second (a login takes
+	// milliseconds; one trickling bytes takes until handshake_timeout),
+	// counted in connections_total{outcome="handshake-evicted"}; else it
+	// is refused with 1040 as past max_connections
+	// (outcome="refused-max-handshakes"). Default max_connections (a
+	// reconnect storm of max_connections clients is never refused),
+	// 1..1048576.
+	MaxHandshakes int `yaml:"max_handshakes"`
+	// MaxUserConnections bounds the logged-in client connections of one
+	// account (the user name the client logged in with, as MySQL's
+	// max_user_connections): a login past it is refused with
+	// ER_TOO_MANY_USER_CONNECTIONS (1203) and closed, counted in
+	// connections_total{outcome="refused-max-user-connections"}; a
+	// COM_CHANGE_USER to an account at its bound too. Default: with one
+	// user, max_connections (nobody else to keep room for); with more,
+	// three quarters of max_connections, so that one account cannot take
+	// the last quarter every other account needs to log in.
+	// 1..max_connections.
+	MaxUserConnections int `yaml:"max_user_connections"`
 	// HandshakeTimeout bounds the client's side of its login (TLS,
 	// authentication); the session's primary connection, opened before
 	// the login's OK, adds at most connect_timeout. Default 10s.
@@ -176,6 +227,19 @@ type Config struct {
 	// (MySQL's wait_timeout; the client is told why, as MySQL tells it:
 	// error 4031). Default 8h.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// IdleInTransactionTimeout disconnects a client idle between
+	// commands that long while its session holds an open transaction
+	// (the primary's SERVER_STATUS_IN_TRANS), when shorter than
+	// IdleTimeout: the client is told why with 4031 as for IdleTimeout,
+	// counted in client_errors_total{kind="idle-in-transaction-timeout"},
+	// and the transaction is rolled back with the session's end (its
+	// backend connection closed, or reset back into its pool). An
+	// abandoned transaction otherwise holds its row locks (other
+	// clients' lock waits fail after innodb_lock_wait_timeout) and,
+	// with multiplex, a pooled connection, until idle_timeout (8h).
+	// Default 15m (ProxySQL's mysql-max_transaction_idle_time is 4h);
+	// idle_timeout or longer turns it off. 1ms..8760h.
+	IdleInTransactionTimeout time.Duration `yaml:"idle_in_transaction_timeout"`
 	// ClientReadTimeout bounds the wait for the rest of a command once
 	// its first byte arrived (MySQL's net_read_timeout); the client is
 	// then disconnected. Default 30s.
@@ -257,6 +321,20 @@ type Config struct {
 	// pooled connection at a time, so by default nothing is refused);
 	// 1..1048576 (docs/proxy.md, "Multiplexing": why).
 	PoolMaxWaiters int `yaml:"pool_max_waiters"`
+	// MaxPinnedShare bounds the share of each node's pool (PoolSize)
+	// that sessions pinned by their state (a transaction, a temporary
+	// table, LOCK TABLES, ...: docs/proxy.md, "Multiplexing") may hold:
+	// a session whose state pins a pooled connection while that many are
+	// pinned gets it as a connection of its own instead, its place in the
+	// pool freed, counted in pool_pinned_own_total and
+	// pool_connections{state="own"}; the connection is closed when the
+	// pin ends. So clients of one account holding transactions open
+	// cannot take every pooled connection and fail everyone else's
+	// statements after pool_wait; each session still holds at most one
+	// connection per node (max_connections, max_user_connections bound
+	// them). Default 0.75 (48 of the default 64), in (0, 1]; each pool
+	// lets at least one connection be pinned.
+	MaxPinnedShare float64 `yaml:"max_pinned_share"`
 	// OnRead, when set, is called for every routed read with where it
 	// goes and why, before the read runs there (so before its answer
 	// reaches the client; again if it is retried on another node). For
@@ -528,10 +606,26 @@ func (c *Config) validateSizes() error {
 	if err := defaultInt("max_session_bytes", &c.MaxSessionBytes, 64<<20, 1<<10, 1<<40); err != nil {
 		return err
 	}
+	if err := defaultInt("max_total_session_bytes", &c.MaxTotalSessionBytes, 1<<30, 1<<10, 1<<40); err != nil {
+		return err
+	}
+	if err := defaultInt("max_session_prepared_statements", &c.MaxSessionPreparedStatements, 1024, 1, 4194304); err != nil {
+		return err
+	}
 	if err := defaultInt("max_token_bytes", &c.MaxTokenBytes, 64<<10, 64, 1<<30); err != nil {
 		return err
 	}
-	return defaultInt("max_connections", &c.MaxConnections, 1000, 1, 1<<20)
+	if err := defaultInt("max_connections", &c.MaxConnections, 1000, 1, 1<<20); err != nil {
+		return err
+	}
+	if err := defaultInt("max_handshakes", &c.MaxHandshakes, c.MaxConnections, 1, 1<<20); err != nil {
+		return err
+	}
+	perUser := c.MaxConnections
+	if len(c.Users) > 1 {
+		perUser = max(1, c.MaxConnections*3/4)
+	}
+	return defaultInt("max_user_connections", &c.MaxUserConnections, perUser, 1, c.MaxConnections)
 }
 
 // validateClientTimeouts: the timeouts of a client's connection.
@@ -544,6 +638,7 @@ func (c *Config) validateClientTimeouts() error {
 		{"handshake_timeout", &c.HandshakeTimeout, 10 * time.Second},
 		{"startup_timeout", &c.StartupTimeout, 10 * time.Second},
 		{"idle_timeout", &c.IdleTimeout, 8 * time.Hour},
+		{"idle_in_transaction_timeout", &c.IdleInTransactionTimeout, 15 * time.Minute},
 		{"client_read_timeout", &c.ClientReadTimeout, 30 * time.Second},
 		{"client_write_timeout", &c.ClientWriteTimeout, 60 * time.Second},
 	} {
@@ -558,8 +653,8 @@ func (c *Config) validateClientTimeouts() error {
 }
 
 // validatePool: the pools of backend connections (pool_size, pool_wait,
-// pool_max_waiters, whose default is max_connections: validateSizes
-// filled it).
+// max_pinned_share, pool_max_waiters, whose default is max_connections:
+// validateSizes filled it).
 func (c *Config) validatePool() error {
 	if err := defaultInt("pool_size", &c.PoolSize, DefaultPoolSize, 1, 1<<16); err != nil {
 		return err
@@ -570,7 +665,19 @@ func (c *Config) validatePool() error {
 	if c.PoolWait < time.Millisecond || c.PoolWait > time.Hour {
 		return fmt.Errorf("proxy: pool_wait %v out of range (1ms..1h)", c.PoolWait)
 	}
+	if c.MaxPinnedShare == 0 {
+		c.MaxPinnedShare = 0.75
+	}
+	if !(c.MaxPinnedShare > 0 && c.MaxPinnedShare <= 1) {
+		return fmt.Errorf("proxy: max_pinned_share %v out of range (0, 1]", c.MaxPinnedShare)
+	}
 	return defaultInt("pool_max_waiters", &c.PoolMaxWaiters, c.MaxConnections, 1, 1<<20)
+}
+
+// maxPinned is how many of a node's pooled connections pinned sessions
+// may hold: max_pinned_share of pool_size, at least one.
+func (c *Config) maxPinned() int {
+	return max(1, int(float64(c.PoolSize)*c.MaxPinnedShare))
 }
 
 // validateReplay: max_replay.

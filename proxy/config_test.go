@@ -163,3 +163,57 @@ func TestPoolShare(t *testing.T) {
 		t.Errorf("pool_size 2 over 3 workers: %v", err)
 	}
 }
+
+// TestConfigFairnessDefaults: the fairness bounds' defaults (issue 38)
+// and their ranges.
+func TestConfigFairnessDefaults(t *testing.T) {
+	base := func(users ...string) Config {
+		c := Config{Primary: Backend{Addr: "127.0.0.1:3306"}}
+		for _, u := range users {
+			c.Users = append(c.Users, User{Name: u, Password: "pw"})
+		}
+		return c
+	}
+	one := base("app")
+	if err := one.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if one.MaxUserConnections != one.MaxConnections {
+		t.Errorf("one user: max_user_connections %d, want max_connections %d", one.MaxUserConnections, one.MaxConnections)
+	}
+	two := base("app", "report")
+	if err := two.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if two.MaxUserConnections != 750 {
+		t.Errorf("two users: max_user_connections %d, want 750 (3/4 of max_connections)", two.MaxUserConnections)
+	}
+	if one.MaxHandshakes != one.MaxConnections || one.MaxSessionPreparedStatements != 1024 ||
+		one.MaxTotalSessionBytes != 1<<30 || one.IdleInTransactionTimeout != 15*time.Minute || one.MaxPinnedShare != 0.75 {
+		t.Errorf("fairness defaults not filled: %+v", one)
+	}
+	if got := one.maxPinned(); got != 48 {
+		t.Errorf("max pinned of pool_size 64 at 0.75: %d, want 48", got)
+	}
+	one.PoolSize = 1
+	if got := one.maxPinned(); got != 1 {
+		t.Errorf("max pinned of pool_size 1: %d, want 1 (at least one)", got)
+	}
+	for name, mod := range map[string]func(*Config){
+		"user connections past max_connections": func(c *Config) { c.MaxUserConnections = c.MaxConnections + 1 },
+		"negative user connections":             func(c *Config) { c.MaxUserConnections = -1 },
+		"handshakes":                            func(c *Config) { c.MaxHandshakes = -1 },
+		"prepared statements":                   func(c *Config) { c.MaxSessionPreparedStatements = 5 << 20 },
+		"total session bytes":                   func(c *Config) { c.MaxTotalSessionBytes = 100 },
+		"idle in transaction":                   func(c *Config) { c.IdleInTransactionTimeout = time.Microsecond },
+		"pinned share > 1":                      func(c *Config) { c.MaxPinnedShare = 1.5 },
+		"pinned share < 0":                      func(c *Config) { c.MaxPinnedShare = -0.1 },
+	} {
+		c := base("app", "report")
+		c.MaxConnections = 100
+		mod(&c)
+		if err := c.validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -36,8 +36,11 @@ type loginHandler struct {
 	srv  *Server
 	sess *session
 	// backendFailed: authentication passed, the session's backend
-	// connection did not.
+	// connection did not; refused: authentication passed, a bound
+	// (max_connections, max_user_connections) refused the login (counted
+	// where refused).
 	backendFailed bool
+	refused       bool
 }
 
 // GetCredential returns the user's credential, or the decoy.
@@ -52,8 +55,16 @@ func (h *loginHandler) GetCredential(user string) (server.Credential, bool, erro
 // bounds the client's side of the login; the primary connection has its
 // own connect_timeout, added to the client's deadline (the OK, or the
 // backend's error, is written after it).
+//
+// The connection leaves the handshakes and is counted as a session of
+// its account first (Server.graduate): a login past max_connections or
+// max_user_connections is refused before the primary is dialled.
 func (h *loginHandler) OnAuthSuccess(c *server.Conn) error {
 	_ = c.SetDeadline(time.Now().Add(h.srv.cfg.ConnectTimeout + h.srv.cfg.HandshakeTimeout))
+	if err := h.srv.graduate(h.sess.slot, c.GetUser()); err != nil {
+		h.refused = true
+		return err
+	}
 	if err := h.sess.start(c); err != nil {
 		h.backendFailed = true
 		return loginError(err)

@@ -225,12 +225,16 @@ func TestServeSurvivesAcceptErrors(t *testing.T) {
 	}
 }
 
-// TestMaxConnections: connections past max_connections, logged in or not,
-// are refused with ER_CON_COUNT_ERROR (1040) as MySQL refuses them; a
-// client that does not finish its login is disconnected after
+// TestMaxConnections: connections past max_handshakes logins in progress
+// (none stalled a second) and past max_connections logged-in clients are
+// refused with ER_CON_COUNT_ERROR (1040) as MySQL refuses them; a client
+// that does not finish its login is disconnected after
 // handshake_timeout, which frees its slot.
 func TestMaxConnections(t *testing.T) {
-	s := startProxy(t, func(c *Config) { c.MaxConnections = 3; c.HandshakeTimeout = 500 * time.Millisecond })
+	s := startProxy(t, func(c *Config) {
+		c.MaxConnections, c.MaxHandshakes = 2, 3
+		c.HandshakeTimeout = 500 * time.Millisecond
+	})
 	var half []net.Conn
 	for range 3 {
 		c, err := net.Dial("tcp", s.Addr())
@@ -243,21 +247,25 @@ func TestMaxConnections(t *testing.T) {
 		}
 		half = append(half, c)
 	}
-	c, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
+	refused := func(what, key string) {
+		t.Helper()
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		seq, p, err := readPacket(c)
+		if a := classifyAnswer(seq, p); err != nil || a.kind != "err" || a.code != mysql.ER_CON_COUNT_ERROR || seq != 0 {
+			t.Fatalf("connection past %s: %v %v, want error 1040 with sequence 0", what, a, err)
+		}
+		// Nothing is negotiated before the greeting: no SQLSTATE marker (the
+		// mysql client printed "#08004causallab proxy: ..." as the message).
+		if msg := string(p[3:]); !strings.HasPrefix(msg, "causallab proxy: Too many connections") || !strings.Contains(msg, key) {
+			t.Fatalf("1040 before the greeting carries %q, want the message right after the code, naming %s", p[3:], key)
+		}
 	}
-	defer c.Close()
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	seq, p, err := readPacket(c)
-	if a := classifyAnswer(seq, p); err != nil || a.kind != "err" || a.code != mysql.ER_CON_COUNT_ERROR || seq != 0 {
-		t.Fatalf("connection past max_connections: %v %v, want error 1040 with sequence 0", a, err)
-	}
-	// Nothing is negotiated before the greeting: no SQLSTATE marker (the
-	// mysql client printed "#08004causallab proxy: ..." as the message).
-	if !strings.HasPrefix(string(p[3:]), "causallab proxy: Too many connections") {
-		t.Fatalf("1040 before the greeting carries %q, want the message right after the code", p[3:])
-	}
+	refused("max_handshakes logins in progress", "max_handshakes")
 	// The silent ones are disconnected after the handshake timeout.
 	for _, h := range half {
 		_ = h.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -265,11 +273,10 @@ func TestMaxConnections(t *testing.T) {
 			t.Fatalf("a client silent during its login was not disconnected: %v", err)
 		}
 	}
-	db := openDB(t, s, "tls=skip-verify&timeout=30s")
-	var one int
-	if err := db.QueryRow("SELECT 1").Scan(&one); err != nil {
-		t.Fatalf("after the half-open connections: %v", err)
+	for range 2 {
+		rawLogin(t, s.Addr(), "app", "apppw", false)
 	}
+	refused("max_connections logged-in clients", "max_connections")
 }
 
 // TestOfferFlags: the greeting go-mysql writes gets CLIENT_MULTI_STATEMENTS

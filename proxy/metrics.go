@@ -62,7 +62,10 @@ type metrics struct {
 	// ready is 1 once the proxy serves (Server.awaitReady); startupUnread
 	// counts, by backend, those whose position was not read when
 	// startup_timeout passed.
-	ready         prometheus.Gauge
+	ready prometheus.Gauge
+	// handshakes is the number of client connections still in their
+	// login (max_handshakes).
+	handshakes    prometheus.Gauge
 	startupUnread *prometheus.CounterVec
 	// statementsBy resolves statements' children once (statement).
 	statementsBy *promcache.Counters
@@ -153,6 +156,8 @@ func newMetrics() *metrics {
 		Name: "causallab_proxy_startup_unread_total", Help: "Backends whose position was not read when startup_timeout passed (the proxy then served without it)."}, []string{"backend"})
 	m.procsChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_gomaxprocs_changes_total", Help: "Changes gomaxprocs: adaptive made to GOMAXPROCS, by direction (grow: client commands overlapped, to Go's default; shrink: they stopped, to one); the current value is go_sched_gomaxprocs_threads."}, []string{"direction"})
-	m.reg.MustRegister(m.ready, m.startupUnread, m.procsChanges)
+	m.handshakes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "causallab_proxy_handshakes", Help: "Client connections still in their login (greeting, TLS, authentication), bounded by max_handshakes."})
+	m.reg.MustRegister(m.ready, m.startupUnread, m.procsChanges, m.handshakes)
 	return m
 }

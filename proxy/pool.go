@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -55,6 +56,9 @@ type pool struct {
 	// life is newPool's ctx: the pool's own background work (cutKill)
 	// ends with it.
 	life context.Context
+	// pinned counts the lent connections whose sessions' state pins them
+	// (pin), at most maxPinned.
+	pinned atomic.Int64
 }
 
 // PoolFailure is why an acquisition failed (the metric's reason label).
@@ -190,6 +194,9 @@ type poolMetrics struct {
 	// cutKills counts the KILL QUERY of connections the watchdog cut
 	// mid-statement (discard), by result.
 	cutKills *prometheus.CounterVec
+	// pinnedOwn counts lent connections given to their sessions as their
+	// own, pinned past max_pinned_share (pool.detach).
+	pinnedOwn *prometheus.CounterVec
 }
 
 // What a borrower needs a pooled connection for (the use label).
@@ -212,7 +219,7 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		discards: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags)."}, []string{"backend", "reason"}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled)."}, []string{"backend", "state"}),
+			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled; pinned: lent to sessions their state pins, at most max_pinned_share of pool_size; own: given to sessions pinned past that, outside the pool)."}, []string{"backend", "state"}),
 		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_waiters", Help: "Acquisitions of a pooled backend connection waiting in line (each for at most pool_wait), by backend."}, []string{"backend"}),
 		waitersPeak: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -234,7 +241,9 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		Name: "causallab_proxy_pool_reset_wait_seconds", Help: "How long a borrower waited for the answers of the reset the previous borrower of its pooled connection sent (the reset's cost on the critical path), by backend.", Buckets: poolBuckets}, []string{"backend"})
 	m.cutKills = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_pool_cut_kills_total", Help: "KILL QUERY of pooled connections the watchdog cut mid-statement (their place kept until it ran), by backend and result (killed, failed, gave-up: the node stayed unhealthy past 30 s)."}, []string{"backend", "result"})
-	reg.MustRegister(m.failures, m.killFailures, m.discards, m.conns, m.waiters, m.waitersPeak, m.pinned, m.acquired, m.hold, m.wait, m.reset, m.resets, m.resetWait, m.cutKills)
+	m.pinnedOwn = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_pool_pinned_own_total", Help: "Pooled backend connections given to their sessions as their own (the pool's place freed) because the sessions' state pinned them with max_pinned_share of the pool pinned already, by backend."}, []string{"backend"})
+	reg.MustRegister(m.failures, m.killFailures, m.discards, m.conns, m.waiters, m.waitersPeak, m.pinned, m.acquired, m.hold, m.wait, m.reset, m.resets, m.resetWait, m.cutKills, m.pinnedOwn)
 	return m
 }
 
@@ -248,6 +257,9 @@ type poolConfig struct {
 	size       int
 	wait       time.Duration
 	maxWaiters int
+	// maxPinned bounds the lent connections pinned sessions hold
+	// (max_pinned_share of size; 0: size).
+	maxPinned int
 	// dial opens a new connection with client capabilities flags
 	// (dialBackend, bounded by connect_timeout); healthy, when not nil,
 	// is the node's health.
@@ -266,6 +278,9 @@ type poolConfig struct {
 func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
 	if pc.size < 1 || pc.wait <= 0 || pc.maxWaiters < 0 || pc.dial == nil || pc.m == nil || pc.resetBound <= 0 {
 		return nil, fmt.Errorf("proxy: pool %s: bad configuration (size %d, wait %v, max waiters %d, reset bound %v)", pc.node, pc.size, pc.wait, pc.maxWaiters, pc.resetBound)
+	}
+	if pc.maxPinned <= 0 || pc.maxPinned > pc.size {
+		pc.maxPinned = pc.size
 	}
 	p := &pool{poolConfig: pc,
 		reqs: make(chan *poolReq), cancels: make(chan *poolReq), puts: make(chan *backendConn),
@@ -286,7 +301,8 @@ func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func()
 	}
 	var p *pool
 	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, maxWaiters: cfg.PoolMaxWaiters, healthy: healthy,
-		setup: setup, resetBound: cfg.ConnectTimeout, m: m,
+		maxPinned: cfg.maxPinned(),
+		setup:     setup, resetBound: cfg.ConnectTimeout, m: m,
 		dial: func(ctx context.Context, flags uint32) (*backendConn, error) {
 			bc, err := dialBackend(ctx, b, "", poolCollation, flags, cfg, healthy, allGTIDs)
 			if err == nil {
@@ -589,8 +605,9 @@ func (p *pool) acquireFor(ctx context.Context, use string, flags uint32) (*backe
 	return bc, nil
 }
 
-// returned observes how long bc was lent.
+// returned observes how long bc was lent; it no longer counts as pinned.
 func (p *pool) returned(bc *backendConn) {
+	p.unpin(bc)
 	if bc.lent.IsZero() {
 		return
 	}
@@ -644,6 +661,50 @@ func (p *pool) take(ctx context.Context, flags uint32, kill bool) (*backendConn,
 			continue
 		}
 		return g.bc, nil
+	}
+}
+
+// pin counts bc, lent by p to a session whose state now pins it, among
+// p's pinned connections (true); or, with maxPinned of them pinned
+// already, gives it to the session as its own (detach, false): the pool
+// gets its place back, so that pinned sessions never hold more than
+// max_pinned_share of the pool and every other session is still served.
+func (p *pool) pin(bc *backendConn) bool {
+	for {
+		n := p.pinned.Load()
+		if n >= int64(p.maxPinned) {
+			p.detach(bc)
+			return false
+		}
+		if p.pinned.CompareAndSwap(n, n+1) {
+			bc.pinnedIn = p
+			p.m.conns.WithLabelValues(p.node, "pinned").Inc()
+			return true
+		}
+	}
+}
+
+// unpin takes bc out of p's pinned connections (if pin counted it).
+func (p *pool) unpin(bc *backendConn) {
+	if bc.pinnedIn == p {
+		bc.pinnedIn = nil
+		p.pinned.Add(-1)
+		p.m.conns.WithLabelValues(p.node, "pinned").Dec()
+	}
+}
+
+// detach makes bc, lent by p, its borrower's own connection: its place in
+// the pool is freed (another is dialled when needed) and it is closed
+// when its session's pin ends, never returned. Counted in
+// pool_pinned_own_total and pool_connections{state="own"}.
+func (p *pool) detach(bc *backendConn) {
+	p.returned(bc)
+	bc.home, bc.own = nil, p
+	p.m.pinnedOwn.WithLabelValues(p.node).Inc()
+	p.m.conns.WithLabelValues(p.node, "own").Inc()
+	select {
+	case p.puts <- nil:
+	case <-p.done:
 	}
 }
 
@@ -965,7 +1026,10 @@ const (
 // BackendConnectionLimit is the most connections the proxy opens to the
 // backend named node at once under multiplexing: pool_size (every
 // session's connections, logins and KILL QUERY of overrun waits included)
-// plus positionConns, plus routerPrimaryConns on the primary. 0 when
+// plus positionConns, plus routerPrimaryConns on the primary; beyond it
+// only the connections of sessions pinned past max_pinned_share, each
+// its session's own (pool.detach, pool_connections{state="own"}: at most
+// one per session, so max_connections). 0 when
 // multiplexing is off (each session then owns its connections: the
 // servers' max_connections bound them) or node is unknown.
 func (s *Server) BackendConnectionLimit(node string) int {

@@ -136,15 +136,18 @@ func (s *session) park(final bool) {
 		if ok, why := s.state.Shareable(); !ok {
 			if s.holdsPooled() {
 				s.srv.pm.pinned.WithLabelValues(why.First().String()).Inc()
+				s.pinPooled()
 			}
 			return
 		}
+		s.unpinPooled()
 		if keep != keepNone && s.holdsPooled() {
 			// The previous statement's diagnostics stay asked-for one
 			// command longer (ProxySQL keeps the connection likewise).
 			s.srv.pm.pinned.WithLabelValues(keep.String()).Inc()
 			return
 		}
+		s.dropOwn()
 	}
 	if bc := s.primary; bc != nil && bc.home != nil {
 		s.primary = nil
@@ -165,15 +168,67 @@ func (s *session) park(final bool) {
 	s.state.last = nil
 }
 
-// holdsPooled reports whether the session holds a borrowed connection.
+// holdsPooled reports whether the session holds a borrowed connection,
+// or one of its own a pin past max_pinned_share made (pinPooled).
 func (s *session) holdsPooled() bool {
-	if s.primary != nil && s.primary.home != nil {
+	if fromPool(s.primary) {
 		return true
 	}
 	for _, bc := range s.replicas {
-		if bc != nil && bc.home != nil {
+		if fromPool(bc) {
 			return true
 		}
 	}
 	return false
+}
+
+// fromPool: bc is lent by a pool, or was (its session's own since a pin
+// past max_pinned_share).
+func fromPool(bc *backendConn) bool { return bc != nil && (bc.home != nil || bc.own != nil) }
+
+// pinPooled counts the borrowed connections of a session its state pins
+// among their pools' pinned connections; one whose pool has
+// max_pinned_share of it pinned already becomes the session's own, its
+// place in the pool freed (pool.pin): pinned sessions cannot take every
+// pooled connection and leave the others' statements waiting.
+func (s *session) pinPooled() {
+	pin := func(bc *backendConn) {
+		if bc != nil && bc.home != nil && bc.pinnedIn == nil {
+			bc.home.pin(bc)
+		}
+	}
+	pin(s.primary)
+	for _, bc := range s.replicas {
+		pin(bc)
+	}
+}
+
+// unpinPooled takes the session's borrowed connections out of their
+// pools' pinned connections: its state no longer pins them.
+func (s *session) unpinPooled() {
+	unpin := func(bc *backendConn) {
+		if bc != nil && bc.pinnedIn != nil {
+			bc.pinnedIn.unpin(bc)
+		}
+	}
+	unpin(s.primary)
+	for _, bc := range s.replicas {
+		unpin(bc)
+	}
+}
+
+// dropOwn closes the connections a pin past max_pinned_share made the
+// session's own, once nothing pins it: the next statement borrows from
+// the pool again.
+func (s *session) dropOwn() {
+	if bc := s.primary; bc != nil && bc.own != nil {
+		bc.close()
+		s.primary = nil
+	}
+	for i, bc := range s.replicas {
+		if bc != nil && bc.own != nil {
+			bc.close()
+			s.replicas[i] = nil
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -80,7 +81,17 @@ type Server struct {
 	// cancel of its session's context (nil until the session starts): at
 	// the shutdown timeout both are ended.
 	conns map[net.Conn]context.CancelFunc
-	wg    sync.WaitGroup
+	// handshakes are the connections still in their login, oldest
+	// first (max_handshakes); sessions counts the logged-in ones
+	// (max_connections); accounts counts those by the account (user
+	// name) they logged in with (max_user_connections). fairness.go.
+	handshakes list.List
+	sessions   int
+	accounts   map[string]int
+	// totalBytes is max_total_session_bytes: every session's budget
+	// draws from it.
+	totalBytes *totalBudget
+	wg         sync.WaitGroup
 	// kills holds one token per KILL QUERY of an overrun wait in flight
 	// (session.killWait), at most maxKills.
 	kills chan struct{}
@@ -107,12 +118,14 @@ func New(cfg Config) (*Server, error) {
 	kind, _ := policyKind(cfg.Policy)
 	hashMode, _ := hashroute.ParseMode(cfg.HashMode) // validated
 	s := &Server{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		m:     newMetrics(),
-		conns: map[net.Conn]context.CancelFunc{},
-		kills: make(chan struct{}, maxKills),
-		ready: make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		m:          newMetrics(),
+		conns:      map[net.Conn]context.CancelFunc{},
+		accounts:   map[string]int{},
+		totalBytes: &totalBudget{limit: int64(cfg.MaxTotalSessionBytes)},
+		kills:      make(chan struct{}, maxKills),
+		ready:      make(chan struct{}),
 		policy: router.Policy{
 			Kind:       kind,
 			HashMode:   hashMode,
@@ -352,18 +365,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		if s.cfg.SocketIO == "raw" {
 			c = rawnet.Wrap(c)
 		}
-		s.mu.Lock()
-		full := len(s.conns) >= s.cfg.MaxConnections
-		if !full {
-			s.conns[c] = nil
-		}
-		s.mu.Unlock()
-		if full {
-			s.refuseConn(c)
+		slot, refused := s.admit(c, time.Now())
+		if refused != "" {
+			s.refuseConn(c, refused)
 			continue
 		}
 		s.wg.Add(1)
-		go s.serveConn(ctx, c)
+		go s.serveConn(ctx, slot)
 	}
 	// Graceful shutdown: wake idle readers; a statement in flight finishes
 	// (only the read side gets the deadline) and its session then ends.
@@ -540,11 +548,12 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "ok primary=up replicas_up=%d/%d\n", n, len(s.cfg.Replicas))
 }
 
-// refuseConn answers a connection past max_connections as MySQL does (an
+// refuseConn answers a connection past max_connections or max_handshakes
+// (why, admit) as MySQL answers one past max_connections (an
 // ER_CON_COUNT_ERROR packet in place of the greeting) and closes it.
-func (s *Server) refuseConn(c net.Conn) {
-	s.m.connections.WithLabelValues("refused-max-connections").Inc()
-	msg := fmt.Sprintf("causallab proxy: Too many connections (max_connections %d)", s.cfg.MaxConnections)
+func (s *Server) refuseConn(c net.Conn, why string) {
+	s.m.connections.WithLabelValues(why).Inc()
+	msg := s.tooManyConnections(why)
 	// Before the greeting nothing is negotiated: no SQLSTATE marker (the
 	// client would read "#08004" as the message's start), as MySQL sends it.
 	code := uint16(mysql.ER_CON_COUNT_ERROR)
@@ -555,9 +564,11 @@ func (s *Server) refuseConn(c net.Conn) {
 	_ = c.Close()
 }
 
-func (s *Server) serveConn(ctx context.Context, c net.Conn) {
+func (s *Server) serveConn(ctx context.Context, slot *connSlot) {
 	defer s.wg.Done()
+	c := slot.c
 	defer func() {
+		s.leave(slot)
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
@@ -584,6 +595,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	s.conns[c] = cancel
 	s.mu.Unlock()
 	sess := newSession(sctx, s)
+	sess.slot = slot
 	defer sess.close()
 	defer sess.park(true) // before close: borrowed connections go back reset
 	cc, ok := s.login(ctx, c, sess)
@@ -634,7 +646,12 @@ func (s *Server) login(ctx context.Context, c net.Conn, sess *session) (*clientC
 		if login.backendFailed {
 			outcome = "backend-failed"
 		}
-		s.m.connections.WithLabelValues(outcome).Inc()
+		if sess.slot.evicted.Load() {
+			outcome = "" // counted at eviction
+		}
+		if !login.refused && outcome != "" {
+			s.m.connections.WithLabelValues(outcome).Inc()
+		}
 		s.log.Debug("client login failed", "remote", c.RemoteAddr().String(), "outcome", outcome, "err", err.Error())
 		return nil, false
 	}
@@ -651,6 +668,7 @@ func (s *Server) login(ctx context.Context, c net.Conn, sess *session) (*clientC
 	return newClientConn(under, sess.caps, sess.stmts, gateLimits{
 		maxPacket: s.cfg.MaxAllowedPacket,
 		idle:      s.cfg.IdleTimeout,
+		idleTx:    s.cfg.IdleInTransactionTimeout,
 		read:      s.cfg.ClientReadTimeout,
 		write:     s.cfg.ClientWriteTimeout,
 	}, ctx.Done(), sess.countClientError), true

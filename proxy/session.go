@@ -43,6 +43,10 @@ type session struct {
 	// (backendConn.bind).
 	ctx context.Context
 	id  uint32
+	// slot is the client connection's place in the Server's bounds
+	// (fairness.go): its account is the user it logged in with
+	// (COM_CHANGE_USER moves it).
+	slot *connSlot
 	// cc is the client connection after the login: every byte to the
 	// client goes through it (nil during the login).
 	cc *clientConn
@@ -75,7 +79,8 @@ type session struct {
 	stmts    *stmtMemory
 	// budget is max_session_bytes: long data (stmtMemory), prepared
 	// statement texts (pstmt.cost) and remembered session statements
-	// (sessionState.replayBytes).
+	// (sessionState.replayBytes), drawn from max_total_session_bytes
+	// (Server.totalBytes) too.
 	budget *byteBudget
 	// caps are the client's capabilities from the handshake.
 	caps uint32
@@ -128,7 +133,7 @@ type pstmt struct {
 
 func newSession(ctx context.Context, srv *Server) *session {
 	n := len(srv.cfg.Replicas)
-	budget := &byteBudget{limit: srv.cfg.MaxSessionBytes}
+	budget := &byteBudget{limit: srv.cfg.MaxSessionBytes, total: srv.totalBytes}
 	s := &session{
 		srv:          srv,
 		ctx:          ctx,
@@ -167,6 +172,7 @@ func (s *session) start(cc *server.Conn) error {
 }
 
 func (s *session) close() {
+	s.budget.release() // max_total_session_bytes: the session's share back
 	s.primary.close()
 	for _, r := range s.replicas {
 		r.close()

@@ -119,6 +119,11 @@ func (s *session) changeUser(data []byte) error {
 		return mysql.NewError(mysql.ER_ACCESS_DENIED_ERROR,
 			"Access denied for user '"+strings.ReplaceAll(req.user, "'", "''")+"' (causallab proxy: COM_CHANGE_USER)")
 	}
+	if err := s.srv.moveAccount(s.slot, req.user); err != nil {
+		// MySQL refuses it as a login past max_user_connections.
+		s.closeAfter = true
+		return err
+	}
 	if plugin == mysql.AUTH_CACHING_SHA2_PASSWORD {
 		if err := s.cc.writePacket([]byte{0, 0, 0, 0, mysql.MORE_DATE_HEADER, mysql.CACHE_SHA2_FAST_AUTH}); err != nil {
 			return err

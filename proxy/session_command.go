@@ -22,6 +22,7 @@ var errQuit = errors.New("proxy: the client quit")
 // handleNextCommand reads the client's next command and answers it. An
 // error ends the session (io.EOF or errQuit: the client went).
 func (s *session) handleNextCommand() error {
+	s.cc.inTx = s.state.inTx() // idle_in_transaction_timeout
 	payload, err := s.cc.readCommand()
 	if err != nil {
 		return err

@@ -27,6 +27,11 @@ import (
 func (s *session) handleStmtPrepare(query string) (*mysql.Result, error) {
 	s.prepares++
 	id := s.prepares
+	if limit := s.srv.cfg.MaxSessionPreparedStatements; len(s.state.stmts) >= limit {
+		// The session's share of the server's max_prepared_stmt_count.
+		return nil, s.proxyErr("prepared-statements", mysql.ER_MAX_PREPARED_STMT_COUNT_REACHED,
+			"Can't create more than max_session_prepared_statements statements in one session (current value: %d); close statements it no longer uses", limit)
+	}
 	// Classify the copy: Stmt's Token and ReadID alias the text, and the
 	// statement outlives the command's buffer.
 	q := strings.Clone(query)
@@ -96,11 +101,12 @@ func defs(raw [][]byte, n int) [][]byte {
 }
 
 // overBudget is the error for what would take the session past
-// max_session_bytes.
+// max_session_bytes, or the sessions past max_total_session_bytes.
 func (s *session) overBudget(what string) error {
-	return s.proxyErr("session-bytes", codeProxy,
-		"%s refused: the session would hold more than max_session_bytes (%d bytes) of prepared statements, session statements and long data; close statements it no longer uses",
-		what, s.budget.limit)
+	key, limit, kind := s.budget.exceeded()
+	return s.proxyErr(kind, codeProxy,
+		"%s refused: %s would hold more than %s (%d bytes) of prepared statements, session statements and long data; close statements it no longer uses",
+		what, budgetHolder(key), key, limit)
 }
 
 // handleStmtExecute handles COM_STMT_EXECUTE, routed like a query with

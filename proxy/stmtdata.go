@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -71,19 +72,31 @@ type stmtLongData struct {
 	refused *mysql.MyError
 }
 
-// byteBudget counts bytes against a limit. One goroutine uses it (the
-// session's), so it needs no lock.
+// byteBudget counts a session's bytes against a limit
+// (max_session_bytes) and, when total is set, against the bytes of every
+// session (max_total_session_bytes). One goroutine uses it (the
+// session's), so it needs no lock; total is shared (atomic), touched only
+// when bytes are taken or given, never per statement.
 type byteBudget struct {
 	limit, used int
+	total       *totalBudget
+	// byTotal: the last refusal was the total's (its error names
+	// max_total_session_bytes).
+	byTotal bool
 }
 
-// take reserves n bytes; false (nothing reserved) if the limit would be
-// passed.
+// take reserves n bytes; false (nothing reserved) if the session's limit
+// or the total would be passed.
 func (b *byteBudget) take(n int) bool {
 	if b == nil {
 		return true
 	}
 	if n > b.limit-b.used {
+		b.byTotal = false
+		return false
+	}
+	if !b.total.take(n) {
+		b.byTotal = true
 		return false
 	}
 	b.used += n
@@ -94,6 +107,49 @@ func (b *byteBudget) take(n int) bool {
 func (b *byteBudget) give(n int) {
 	if b != nil {
 		b.used -= n
+		b.total.give(n)
+	}
+}
+
+// release gives back everything the session still holds (its end).
+func (b *byteBudget) release() {
+	if b != nil {
+		b.give(b.used)
+	}
+}
+
+// exceeded names the bound the last refused take passed and its value
+// (for the refusal's error and its metric kind).
+func (b *byteBudget) exceeded() (key string, limit int, kind string) {
+	if b.byTotal {
+		return "max_total_session_bytes", int(b.total.limit), "total-session-bytes"
+	}
+	return "max_session_bytes", b.limit, "session-bytes"
+}
+
+// totalBudget is max_total_session_bytes: the bytes every session holds
+// between statements, shared by the Server's sessions.
+type totalBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// take reserves n bytes of the total; false (nothing reserved) past it.
+func (t *totalBudget) take(n int) bool {
+	if t == nil {
+		return true
+	}
+	if t.used.Add(int64(n)) > t.limit {
+		t.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+// give returns n bytes of the total.
+func (t *totalBudget) give(n int) {
+	if t != nil {
+		t.used.Add(-int64(n))
 	}
 }
 
@@ -187,9 +243,10 @@ func (m *stmtMemory) keepChunk(c *clientConn, ld *stmtLongData, param uint16, n 
 			"causallab proxy: Parameter of prepared statement which is set through mysql_send_long_data() is longer than 'max_allowed_packet' bytes (max_allowed_packet %d)", m.maxPacket)))
 		return c.discard(n)
 	case !m.budget.take(n):
-		m.count("session-bytes")
+		key, limit, kind := m.budget.exceeded()
+		m.count(kind)
 		m.refuseLongData(ld, mysql.NewError(mysql.ER_UNKNOWN_ERROR, fmt.Sprintf(
-			"causallab proxy: long data refused: the session would hold more than max_session_bytes (%d) of long data, prepared statements and session statements", m.budget.limit)))
+			"causallab proxy: long data refused: %s would hold more than %s (%d) of long data, prepared statements and session statements", budgetHolder(key), key, limit)))
 		return c.discard(n)
 	}
 	for n > 0 {
@@ -372,4 +429,13 @@ func (m *stmtMemory) fixTypes(payload []byte) []byte {
 		return out
 	}
 	return payload
+}
+
+// budgetHolder is who would hold too much past key: the session, or all
+// of them.
+func budgetHolder(key string) string {
+	if key == "max_total_session_bytes" {
+		return "the proxy's sessions together"
+	}
+	return "the session"
 }
