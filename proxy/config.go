@@ -346,7 +346,7 @@ type Config struct {
 	// supervisor that accepts clients on Listen and deals them out, in
 	// turn, to N worker processes (each a whole proxy: its own router,
 	// position pollers, its share of pool_size (PoolShare) and metrics;
-	// docs/proxy.md, "Worker processes"). The Server itself ignores it.
+	// docs/proxy-design.md, "Worker processes"). The Server itself ignores it.
 	// 1..64.
 	Workers int `yaml:"workers"`
 	// GOMAXPROCS is how the Server sets the process's GOMAXPROCS:
@@ -356,7 +356,7 @@ type Config struct {
 	// (Go's value, untouched). GOMAXPROCS is the process's: run at most one
 	// adaptive Server per process. Default "fixed" for an embedder of
 	// package proxy; `causallab proxy` defaults it to "adaptive"
-	// (docs/proxy.md, "GOMAXPROCS").
+	// (docs/proxy-design.md, "Adaptive GOMAXPROCS").
 	GOMAXPROCS string `yaml:"gomaxprocs"`
 	// Listener, when set, is where the Server accepts clients instead of
 	// listening on Listen (a worker process's hand-off listener); Listen
