@@ -8,6 +8,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -176,6 +179,28 @@ func engineName(e Engine) string {
 	return string(e)
 }
 
+// serverPrograms names the server programs of engines as a list
+// ("mysqld", "mariadbd and postgres"); none: MySQL's.
+func serverPrograms(engines []Engine) string {
+	if len(engines) == 0 {
+		engines = []Engine{EngineMySQL}
+	}
+	var names []string
+	for _, e := range engines {
+		name := string(e)
+		if eng, err := engineFor(e); err == nil {
+			name = filepath.Base(eng.server().program)
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
 // OpenOptions say how Open finds or starts a topology.
 type OpenOptions struct {
 	// StatePath is the state file of a running topology (`causallab up`'s);
@@ -264,22 +289,23 @@ func (o *Opened) Close(ctx context.Context) error {
 // in about 5 s against 8 s in containers, and a killed replica answers again
 // within a second where a container took about 14 s on a loaded two-core
 // machine (long enough to turn lab hash's flapping replica into one long
-// outage, docs/results-hash.md).
-func ChooseBackend(ctx context.Context, image string) (Backend, string) {
+// outage, docs/results-hash.md). engines are the engines the topology
+// runs (none: MySQL), whose server programs the reason names.
+func ChooseBackend(ctx context.Context, image string, engines ...Engine) (Backend, string) {
 	if os.Geteuid() == 0 {
-		return chooseBackend(true, DockerProbe{})
+		return chooseBackend(true, DockerProbe{}, engines...)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return chooseBackend(false, ProbeDocker(pctx, image))
+	return chooseBackend(false, ProbeDocker(pctx, image), engines...)
 }
 
 // chooseBackend is ChooseBackend's rule: root chroots; otherwise the probe
 // decides.
-func chooseBackend(root bool, p DockerProbe) (Backend, string) {
+func chooseBackend(root bool, p DockerProbe, engines ...Engine) (Backend, string) {
 	switch {
 	case root:
-		return BackendLocal, "running as root: mysqld processes chrooted into the root filesystem (the faster backend; --backend docker for containers)"
+		return BackendLocal, "running as root: " + serverPrograms(engines) + " processes chrooted into the root filesystem (the faster backend; --backend docker for containers)"
 	case p.Usable() && p.Image:
 		return BackendDocker, "not root (no chroot); a Docker engine answers and holds the image"
 	case p.Usable():

@@ -347,6 +347,19 @@ func TestChooseBackend(t *testing.T) {
 			t.Errorf("chooseBackend(root=%v, %+v) = %s (%q), want %s", c.root, c.probe, b, why, c.want)
 		}
 	}
+	for _, c := range []struct {
+		engines []Engine
+		want    string
+	}{
+		{nil, "root: mysqld processes"},
+		{[]Engine{EngineMariaDB}, "root: mariadbd processes"},
+		{[]Engine{EnginePostgres}, "root: postgres processes"},
+		{Engines(), "root: mysqld, mariadbd and postgres processes"},
+	} {
+		if _, why := chooseBackend(true, DockerProbe{}, c.engines...); !strings.Contains(why, c.want) {
+			t.Errorf("chooseBackend(root, %v): %q, want %q in it", c.engines, why, c.want)
+		}
+	}
 	b, why := ChooseBackend(context.Background(), "")
 	if os.Geteuid() == 0 && b != BackendLocal {
 		t.Fatalf("as root ChooseBackend = %s (%q)", b, why)

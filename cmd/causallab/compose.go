@@ -110,7 +110,7 @@ state file. The engine's root filesystem / image is built first if missing.`,
 			}
 			rep := newReporter(cmd.ErrOrStderr(), "up", false)
 			if backend == backendAuto {
-				b, why := compose.ChooseBackend(ctx, image)
+				b, why := compose.ChooseBackend(ctx, image, eng)
 				rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 				backend = string(b)
 			}
@@ -133,7 +133,7 @@ state file. The engine's root filesystem / image is built first if missing.`,
 		},
 	}
 	cmd.Flags().IntVar(&replicas, "replicas", compose.DefaultReplicas, fmt.Sprintf("number of replicas (0..%d)", compose.MaxReplicas))
-	cmd.Flags().StringVar(&backend, "backend", backendAuto, "auto, docker or local (mysqld processes chrooted into the root filesystem); auto: "+autoBackendRule)
+	cmd.Flags().StringVar(&backend, "backend", backendAuto, "auto, docker or local (server processes chrooted into the root filesystem); auto: "+autoBackendRule)
 	cmd.Flags().StringVar(&image, "image", "", "Docker image holding mysqld (default causallab/mysql:<version>; e.g. mysql:9.7)")
 	cmd.Flags().StringVar(&rootfs, "rootfs", "", "MySQL root filesystem for --backend local (default "+compose.DefaultRootFS()+"; env CAUSALLAB_ROOTFS, CAUSALLAB_CACHE)")
 	cmd.Flags().BoolVar(&hostMysqld, "host-mysqld", false, "with --backend local, run the mysqld on PATH instead of the root filesystem")

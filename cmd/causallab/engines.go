@@ -54,7 +54,7 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 	rep := newReporter(errw, "lab failover", f.noProgress)
 	backend := compose.Backend(f.backend)
 	if f.backend == backendAuto {
-		b, why := compose.ChooseBackend(ctx, "")
+		b, why := compose.ChooseBackend(ctx, "", es...)
 		rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 		backend = b
 	}

@@ -73,7 +73,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl := cmd.Flags()
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run (when causallab up runs none)")
 	fl.BoolVar(&f.fresh, "fresh", false, "start a topology for the run even when causallab up runs one")
-	fl.StringVar(&f.backend, "backend", backendAuto, "how to run the topology started for the run: auto, docker or local (chrooted mysqld processes); auto: "+autoBackendRule)
+	fl.StringVar(&f.backend, "backend", backendAuto, "how to run the topology started for the run: auto, docker or local (chrooted server processes); auto: "+autoBackendRule)
 	fl.StringVar(&f.primaryDSN, "primary-dsn", "", "attach to your own primary (user:pw@tcp(host:port)/) instead of starting a topology")
 	fl.StringSliceVar(&f.replicaDSNs, "replica-dsn", nil, "your own replicas' DSNs (with --primary-dsn; repeat or comma-separate)")
 	fl.IntVar(&f.sessions, "sessions", sessions, "sessions S")
@@ -660,7 +660,7 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 	rep := newReporter(errw, "lab gated", f.noProgress)
 	cfg.Backend = compose.Backend(f.backend)
 	if f.backend == backendAuto {
-		b, why := compose.ChooseBackend(ctx, "")
+		b, why := compose.ChooseBackend(ctx, "", cfg.Engine)
 		rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 		cfg.Backend = b
 	}
