@@ -645,7 +645,7 @@ type efMySQL[P gtid.Position[P]] struct {
 func newEFMySQL[P gtid.Position[P]](ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology, f live.Flavor[P], pol router.Policy, table string, bg *sync.WaitGroup) (*efMySQL[P], error) {
 	p, reps, all := efNodes(topo)
 	u := topo.Primary()
-	pl, err := live.NewPoller(live.PollerConfig[P]{Flavor: f, Nodes: all, User: u.User, Password: u.Password, Interval: cfg.PollInterval, Logger: cfg.Logger})
+	pl, err := live.NewPoller(live.PollerConfig[P]{Flavor: f, Nodes: all, User: u.User, Password: u.Password, Interval: cfg.PollInterval, Logger: topo.FaultLogger(cfg.Logger)})
 	if err != nil {
 		return nil, err
 	}
@@ -653,7 +653,7 @@ func newEFMySQL[P gtid.Position[P]](ctx context.Context, cfg *EngineFailoverConf
 		return nil, err
 	}
 	rt, err := live.New(ctx, live.Config[P]{Flavor: f, Primary: p, Replicas: reps, User: u.User, Password: u.Password, Policy: pol,
-		Positions: pl, Epoch: topo.Epoch(), PrimaryPool: cfg.Sessions, MaxIdle: cfg.Sessions, Logger: cfg.Logger, Seed: cfg.Seed})
+		Positions: pl, Epoch: topo.Epoch(), PrimaryPool: cfg.Sessions, MaxIdle: cfg.Sessions, Logger: topo.FaultLogger(cfg.Logger), Seed: cfg.Seed})
 	if err != nil {
 		return nil, err
 	}
@@ -721,7 +721,7 @@ func newEFPG(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topol
 	p, reps, all := efNodes(topo)
 	u := topo.Primary()
 	pl, err := live.NewPGPoller(live.PollerConfig[gtid.PGLSN]{Nodes: all, User: u.User, Password: u.Password, Interval: cfg.PollInterval,
-		Primary: p.Name, Logger: cfg.Logger}, "")
+		Primary: p.Name, Logger: topo.FaultLogger(cfg.Logger)}, "")
 	if err != nil {
 		return nil, err
 	}
@@ -729,7 +729,7 @@ func newEFPG(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topol
 		return nil, err
 	}
 	rt, err := live.NewPG(ctx, live.PGConfig{Primary: p, Replicas: reps, User: u.User, Password: u.Password, Policy: pol, Positions: pl,
-		Epoch: topo.Epoch(), StatementTimeout: cfg.ReadTimeout, MaxConns: int32(max(cfg.Sessions/2, 4)), Logger: cfg.Logger, Seed: cfg.Seed})
+		Epoch: topo.Epoch(), StatementTimeout: cfg.ReadTimeout, MaxConns: int32(max(cfg.Sessions/2, 4)), Logger: topo.FaultLogger(cfg.Logger), Seed: cfg.Seed})
 	if err != nil {
 		return nil, err
 	}
