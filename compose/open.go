@@ -48,12 +48,15 @@ func (b BuildOptions) notify(format string, args ...any) {
 // launcher holds the operations Launch, Up and Open are made of, so that
 // their error paths are testable without MySQL.
 type launcher struct {
-	start  func(context.Context, Config) (*Topology, error)
-	build  func(context.Context, ImageOptions) (ImageInfo, error)
-	attach func(context.Context, State, *slog.Logger) (*Topology, error)
+	start     func(context.Context, Config) (*Topology, error)
+	build     func(context.Context, ImageOptions) (ImageInfo, error)
+	attach    func(context.Context, State, *slog.Logger) (*Topology, error)
+	installed func(context.Context, Engine, Backend) error
 }
 
-func realLauncher() launcher { return launcher{start: Start, build: EnsureImage, attach: Attach} }
+func realLauncher() launcher {
+	return launcher{start: Start, build: EnsureImage, attach: Attach, installed: Installed}
+}
 
 // Launch starts cfg as Start does. When that fails for want of the MySQL
 // root filesystem (ErrNoRootFS) or Docker image (ErrNoImage), and cfg names
@@ -94,6 +97,34 @@ func (l launcher) launch(ctx context.Context, cfg Config, b BuildOptions) (*Topo
 	}
 	b.notify("starting %s on the %s just built...", engineName(engine), what)
 	return l.start(ctx, cfg)
+}
+
+// EnsureEngine makes engine e startable on backend be, as Launch does for
+// the topology it starts: when Installed finds its root filesystem (or,
+// for docker, its image) missing, it builds them once with EnsureImage
+// (b.Notify says so first; b.Progress gets the build's lines) and checks
+// again. What a build cannot fix (no Docker engine answers) is returned
+// as Installed says it. For the commands that start topologies with
+// Start (lab failover --engines, lab gated --engine).
+func EnsureEngine(ctx context.Context, e Engine, be Backend, b BuildOptions) error {
+	return realLauncher().ensureEngine(ctx, e, be, b)
+}
+
+func (l launcher) ensureEngine(ctx context.Context, e Engine, be Backend, b BuildOptions) error {
+	err := l.installed(ctx, e, be)
+	if err == nil || errors.Is(err, ErrNoDocker) || !(errors.Is(err, ErrNoRootFS) || errors.Is(err, ErrNoImage)) {
+		return err // there, or not something a build fixes
+	}
+	docker := be == BackendDocker
+	what := "root filesystem"
+	if docker {
+		what += " and image"
+	}
+	b.notify("building the %s %s first (causallab image --engine %s; cached, once)", engineName(e), what, e)
+	if _, berr := l.build(ctx, ImageOptions{Engine: e, Progress: b.Progress, SkipImage: !docker}); berr != nil {
+		return fmt.Errorf("compose: building the %s %s failed (run `causallab image --engine %s` to see why): %w", engineName(e), what, e, berr)
+	}
+	return l.installed(ctx, e, be)
 }
 
 // AttachFile attaches to the topology recorded in the state file at path.

@@ -454,10 +454,12 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 	}
 	switch name {
 	case "failover":
-		cmd.Long = `By default lab failover compares every engine this machine has (--engines
-auto: MySQL, MariaDB, PostgreSQL, whichever are installed; the others are
-named and skipped): one fresh topology each, every native token through a
-real failover, one table with a row per engine x token. Given a flag only
+		cmd.Long = `By default lab failover compares MySQL (built on first use, as every lab
+command builds it) with MariaDB and PostgreSQL when they are built here
+(--engines auto; one line names those skipped and the command that builds
+them; --engines mysql,mariadb,postgres builds every one first): one fresh
+topology each, every native token through a real failover, one table with
+a row per engine x token. Given a flag only
 the scenario below takes (--fail-on, --routers, --via, --promote, --out, ...)
 and no --engines, it runs that MySQL scenario instead.
 
@@ -477,7 +479,7 @@ then the stale share by the wait D after a write (docs/results-gated.md).`
 	switch name {
 	case "failover":
 		fl.StringVar(&promote, "promote", "", "replica to promote (default: the first)")
-		fl.StringVar(&engines, "engines", enginesAuto, "engines to compare, one fresh topology each (comma-separated: mysql,mariadb,postgres; auto: every engine this machine has, the others named and skipped): every native token per engine through a real failover; honours "+
+		fl.StringVar(&engines, "engines", enginesAuto, "engines to compare, one fresh topology each (comma-separated: mysql,mariadb,postgres, each built first when missing; auto: MySQL and the others built here, those skipped named): every native token per engine through a real failover; honours "+
 			strings.Join(prefixed(engineFailoverFlags), ", ")+"; any other lab flag (--fail-on, --routers, --via, --promote, --out, ...) without --engines runs the single-engine MySQL scenario instead (as lab scenario failover)")
 	case "gated":
 		gf.register(cmd)
@@ -582,22 +584,6 @@ func useEngines(cmd *cobra.Command) bool {
 	return cmd.Flags().Changed("engines") || len(changedOutside(cmd, engineFailoverFlags)) == 0
 }
 
-// installedEngines are the engines backend b can start on this machine
-// (compose.Installed: the root filesystem for local, the image for
-// docker), and a line for each one skipped saying why.
-func installedEngines(ctx context.Context, b compose.Backend) ([]compose.Engine, []string) {
-	var have []compose.Engine
-	var skipped []string
-	for _, e := range compose.Engines() {
-		if err := compose.Installed(ctx, e, b); err != nil {
-			skipped = append(skipped, fmt.Sprintf("%s skipped: %s", e, strings.TrimPrefix(err.Error(), "compose: "+string(e)+": ")))
-			continue
-		}
-		have = append(have, e)
-	}
-	return have, skipped
-}
-
 // gatedEngineFlags are `lab gated --engine`'s own flags.
 type gatedEngineFlags struct {
 	engine              string
@@ -664,7 +650,7 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 		rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 		cfg.Backend = b
 	}
-	if err := compose.Installed(ctx, cfg.Engine, cfg.Backend); err != nil {
+	if err := compose.EnsureEngine(ctx, cfg.Engine, cfg.Backend, rep.buildOptions()); err != nil {
 		rep.Done()
 		return oneLine(err)
 	}
