@@ -52,10 +52,10 @@ func fakeRootFS(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, body := range map[string]string{
-		"usr/sbin/mysqld":                               "#!/bin/sh\n",
-		"etc/passwd":                                    "root:x:0:0::/root:/bin/sh\n",
-		"root/.bashrc":                                  "# kept\n",
-		".causallab-mysql-version":                      "9.7.4\n",
+		"usr/sbin/mysqld":          "#!/bin/sh\n",
+		"etc/passwd":               "root:x:0:0::/root:/bin/sh\n",
+		"root/.bashrc":             "# kept\n",
+		".causallab-mysql-version": "9.7.4\n",
 		"tmp/causallab-2471967587/primary/data/ibdata1": strings.Repeat("x", 1<<16),
 		"tmp/gl-replica1.log":                           "stray\n",
 		"var/tmp/scratch":                               "x",
