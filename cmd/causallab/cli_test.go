@@ -171,12 +171,13 @@ func TestBackendRuleAndRootFSHelp(t *testing.T) {
 	t.Setenv("CAUSALLAB_CACHE", cache)
 	t.Setenv("CAUSALLAB_ROOTFS", "")
 	ctx := context.Background()
+	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") } // help is folded to 80 columns
 	up := runCLI(t, ctx, "up", "--help")
-	if !strings.Contains(up.stdout, autoBackendRule) || !strings.Contains(up.stdout, "(default "+filepath.Join(cache, "mysql-rootfs")) {
+	if !strings.Contains(flat(up.stdout), autoBackendRule) || !strings.Contains(flat(up.stdout), "(default "+filepath.Join(cache, "mysql-rootfs")) {
 		t.Errorf("up --help:\n%s", up.stdout)
 	}
 	for _, x := range experiments {
-		if r := runCLI(t, ctx, "lab", x.name, "--help"); !strings.Contains(r.stdout, autoBackendRule) || !strings.Contains(r.stdout, `--backend string `) {
+		if r := runCLI(t, ctx, "lab", x.name, "--help"); !strings.Contains(flat(r.stdout), autoBackendRule) || !strings.Contains(r.stdout, `--backend string `) {
 			t.Errorf("lab %s --help lacks the backend rule:\n%s", x.name, r.stdout)
 		}
 	}

@@ -151,7 +151,7 @@ compact view; --wide prints every column.`,
 	f := &simFlags{}
 	all := &cobra.Command{
 		Use:   "all",
-		Short: "every experiment at its default trial counts (with --out: tables, pictures, report)",
+		Short: "every experiment (with --out: tables, pictures, report)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o, format, err := f.options()
