@@ -815,5 +815,13 @@ func EngineFailoverTable(res *EngineFailoverResult) *sim.Table {
 		}
 		t.Notes = append(t.Notes, fmt.Sprintf("%s: new primary %s (epoch %d) lost %s; the engine's run took %.0f s.", f.Engine, f.Result.NewPrimary, f.Result.Epoch, lost, f.Seconds))
 	}
+	// The compact view (what a terminal shows by default) fits 80
+	// columns: the reads served without their own write and the reads
+	// refused, per token.
+	t.Brief = []sim.BriefColumn{{Key: "engine"}, {Key: "token"}, {Key: "reads"}, {Key: "stale", Header: "stale"},
+		{Key: "timed_out"}, {Key: "failed_fast"}, {Key: "errors"}, {Key: "lost_sessions", Header: "lost"}}
+	t.BriefNotes = append(slices.Clone(t.Notes), "stale: reads served without the session's own write; lost: sessions whose write "+
+		"the failover lost. Left out here (--wide shows them): of them answered after the kill, on a replica, on the primary, "+
+		"went backwards, simulator's model.")
 	return t
 }

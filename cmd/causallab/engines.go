@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -88,11 +89,7 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 		return oneLine(err)
 	}
 	out := cmd.OutOrStdout()
-	t := lab.EngineFailoverTable(res)
-	if len(skipped) > 0 {
-		t.Notes = append(t.Notes, "Skipped: "+strings.Join(skipped, "; ")+".")
-	}
-	if err := t.Write(out, format); err != nil {
+	if err := writeEngineFailover(out, res, skipped, format, f.wide); err != nil {
 		return err
 	}
 	if f.noSim {
@@ -104,8 +101,32 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 	if err != nil {
 		return oneLine(err)
 	}
-	for _, t := range srep.Tables {
-		fmt.Fprintln(out)
+	return writeTables(out, srep.Tables, format, f.wide, true)
+}
+
+// writeEngineFailover prints lab failover's engine table: in markdown its
+// compact view (80 columns) unless wide; the engines skipped are a note.
+func writeEngineFailover(out io.Writer, res *lab.EngineFailoverResult, skipped []string, format lab.Format, wide bool) error {
+	t := lab.EngineFailoverTable(res)
+	if len(skipped) > 0 {
+		note := "Skipped: " + strings.Join(skipped, "; ") + "."
+		t.Notes = append(t.Notes, note)
+		t.BriefNotes = append(t.BriefNotes, note)
+	}
+	return writeTables(out, []*sim.Table{t}, format, wide, false)
+}
+
+// writeTables prints ts, in markdown their compact views unless wide
+// (every table's compact view fits 80 columns), a blank line before each
+// when sep.
+func writeTables(out io.Writer, ts []*sim.Table, format lab.Format, wide, sep bool) error {
+	for _, t := range ts {
+		if sep {
+			fmt.Fprintln(out)
+		}
+		if format == sim.FormatMarkdown && !wide {
+			t = t.Compact()
+		}
 		if err := t.Write(out, format); err != nil {
 			return err
 		}
