@@ -136,7 +136,7 @@ engine's root filesystem / image is built first if missing.`,
 			return printStatus(cmd.OutOrStdout(), topo, topo.Status(ctx), jsonOut, wide)
 		},
 	}
-	cmd.Flags().IntVar(&replicas, "replicas", compose.DefaultReplicas, fmt.Sprintf("number of replicas (0..%d)", compose.MaxReplicas))
+	cmd.Flags().IntVar(&replicas, "replicas", compose.DefaultReplicas, fmt.Sprintf("number of replicas (0..%d; 0: a primary alone)", compose.MaxReplicas))
 	cmd.Flags().StringVar(&backend, "backend", backendAuto, "auto, docker or local (server processes chrooted into the root filesystem); auto: "+autoBackendRule)
 	cmd.Flags().StringVar(&image, "image", "", "Docker image holding mysqld (default causallab/mysql:<version>; e.g. mysql:9.7)")
 	cmd.Flags().StringVar(&rootfs, "rootfs", "", "MySQL root filesystem for --backend local (default "+compose.DefaultRootFS()+"; env CAUSALLAB_ROOTFS, CAUSALLAB_CACHE)")

@@ -133,6 +133,9 @@ func newHashExplainCmd() *cobra.Command {
 		Short: "show where an id goes under each mode, and why",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseZero(cmd, []defaultIfZero{{name: "factor"}}); err != nil {
+				return err
+			}
 			tab, up, inflight, err := f.setup()
 			if err != nil {
 				return withExitCode(2, err)
@@ -229,6 +232,9 @@ servers move (their weight share); under available-only most ids move;
 rebalance-override moves ids when --inflight is skewed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseZero(cmd, []defaultIfZero{{name: "factor"}}); err != nil {
+				return err
+			}
 			tab, up, inflight, err := f.setup()
 			if err != nil {
 				return withExitCode(2, err)

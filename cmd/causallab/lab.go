@@ -425,6 +425,9 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 			if loadErr != nil {
 				return loadErr
 			}
+			if err := refuseZero(cmd, labZeroDefaults, gatedZeroDefaults); err != nil {
+				return err
+			}
 			switch {
 			case name == "failover" && useEngines(cmd):
 				return runEngineFailover(cmd, &f, engines)
@@ -515,6 +518,9 @@ like --fail-on.
 ` + fold("Built-in: "+strings.Join(builtinNames(), ", ")+".", termWidth),
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := refuseZero(cmd, labZeroDefaults); err != nil {
+				return err
+			}
 			catalog := lab.Builtin()
 			if root != "" {
 				if st, err := os.Stat(root); err != nil || !st.IsDir() {

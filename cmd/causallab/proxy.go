@@ -11,6 +11,10 @@ import (
 	"github.com/causallab/causallab/proxy"
 )
 
+// proxyZeroDefaults are proxy's flags whose 0 would mean the default.
+var proxyZeroDefaults = []defaultIfZero{{"epoch", "the --topology state file's, else 1"}, {"pool-size", "the config's pool_size, else 64"},
+	{"workers", "the config's workers, else 1"}, {"startup-timeout", "the config's startup_timeout, else 10s"}}
+
 // newProxyCmd is `causallab proxy`: the causal read router behind a
 // MySQL-protocol listener.
 func newProxyCmd() *cobra.Command {
@@ -39,6 +43,9 @@ Configure it with a YAML file (--config), or point it at a running compose
 topology (--topology, a JSON file listing the topology's nodes as compose
 prints them) with --user/--password for the clients.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseZero(cmd, proxyZeroDefaults); err != nil {
+				return err
+			}
 			var cfg proxy.Config
 			switch {
 			case configPath != "" && topologyPath != "":

@@ -62,7 +62,12 @@ disconnect) reconnects clients to a fresh ST=. See docs/binlogwatch.md.`,
     --format json
   causallab watch --primary 'u:p@tcp(db0:3306)/' \
     --replica 'r1=u:p@tcp(db1:3306)/' --proxysql r1=:6020`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runWatch(cmd.Context(), cmd.OutOrStdout(), &f) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := refuseZero(cmd, []defaultIfZero{{name: "heartbeat"}}); err != nil {
+				return err
+			}
+			return runWatch(cmd.Context(), cmd.OutOrStdout(), &f)
+		},
 	}
 	cmd.Flags().StringArrayVar(&f.replicas, "replica", nil, "replica to watch, name=DSN (go-sql-driver DSN, e.g. u:p@tcp(host:port)/); repeatable")
 	cmd.Flags().StringVar(&f.primary, "primary", "", "primary DSN, to report transactions behind (optional)")
