@@ -183,7 +183,11 @@ func (t *Topology) fromRetired(st replSource) bool {
 // WAL: part of a failover's loss), counting a non-empty result in
 // Stats().ErrantOnRepoint.
 func (t *Topology) repoint(ctx context.Context, r, p Node) (string, error) {
+	// PostgreSQL restarts a standby to repoint it (pg_rewind first when
+	// it is ahead): its clients' errors meanwhile are this step's.
+	t.markOut(r.Name, "restarted to follow "+p.Name)
 	errant, err := t.eng.repoint(ctx, t, r, p)
+	t.markBack(r.Name)
 	if err != nil {
 		return "", err
 	}
