@@ -108,7 +108,22 @@ func FaultUsage() string {
 	var b strings.Builder
 	b.WriteString("Kinds:")
 	for _, s := range faultSpecs {
-		fmt.Fprintf(&b, "\n  %-27s %s", string(s.kind)+" "+s.args, s.help)
+		// Each help folded to 80 columns under itself.
+		fmt.Fprintf(&b, "\n  %-27s", string(s.kind)+" "+s.args)
+		n := 0
+		for _, w := range strings.Fields(s.help) {
+			if n > 0 && 30+n+1+len([]rune(w)) > 80 {
+				fmt.Fprintf(&b, "\n%30s", "")
+				n = 0
+			} else if n > 0 {
+				b.WriteByte(' ')
+				n++
+			} else {
+				b.WriteByte(' ')
+			}
+			b.WriteString(w)
+			n += len([]rune(w))
+		}
 	}
 	return b.String()
 }

@@ -58,7 +58,14 @@ func wantReplica(n Node) error {
 // Kill stops a node without a clean shutdown (SIGKILL, docker kill).
 // Killing a dead node is a no-op.
 func (t *Topology) Kill(ctx context.Context, name string) error {
-	return t.onNode(name, func(Node) error { return t.be.kill(ctx, name) })
+	return t.onNode(name, func(Node) error {
+		undo := t.markOut(name, "killed")
+		err := t.be.kill(ctx, name)
+		if err != nil {
+			undo()
+		}
+		return err
+	})
 }
 
 // Restart starts a node again with its data kept (stopping it cleanly
@@ -72,6 +79,7 @@ func (t *Topology) Restart(ctx context.Context, name string) error {
 		if err := t.be.restart(ctx, name); err != nil {
 			return err
 		}
+		t.markBack(name)
 		if err := t.eng.restarted(ctx, t, n); err != nil {
 			return err
 		}
@@ -90,7 +98,14 @@ func (t *Topology) Restart(ctx context.Context, name string) error {
 // Pause freezes a node's process (SIGSTOP, docker pause): it keeps its
 // connections but answers nothing.
 func (t *Topology) Pause(ctx context.Context, name string) error {
-	return t.onNode(name, func(Node) error { return t.be.pause(ctx, name) })
+	return t.onNode(name, func(Node) error {
+		undo := t.markOut(name, "paused")
+		err := t.be.pause(ctx, name)
+		if err != nil {
+			undo()
+		}
+		return err
+	})
 }
 
 // Resume thaws a paused node. A replica that a failover could not repoint
@@ -99,8 +114,12 @@ func (t *Topology) Pause(ctx context.Context, name string) error {
 func (t *Topology) Resume(ctx context.Context, name string) error {
 	return t.onNode(name, func(n Node) error {
 		if err := t.be.resume(ctx, name); err != nil || n.Role != RoleReplica {
+			if err == nil {
+				t.markBack(name)
+			}
 			return err
 		}
+		t.markBack(name)
 		return t.follow(ctx, n)
 	})
 }
@@ -164,7 +183,11 @@ func (t *Topology) fromRetired(st replSource) bool {
 // WAL: part of a failover's loss), counting a non-empty result in
 // Stats().ErrantOnRepoint.
 func (t *Topology) repoint(ctx context.Context, r, p Node) (string, error) {
+	// PostgreSQL restarts a standby to repoint it (pg_rewind first when
+	// it is ahead): its clients' errors meanwhile are this step's.
+	t.markOut(r.Name, "restarted to follow "+p.Name)
 	errant, err := t.eng.repoint(ctx, t, r, p)
+	t.markBack(r.Name)
 	if err != nil {
 		return "", err
 	}
@@ -172,7 +195,9 @@ func (t *Topology) repoint(ctx context.Context, r, p Node) (string, error) {
 		t.mu.Lock()
 		t.stats.ErrantOnRepoint++
 		t.mu.Unlock()
-		t.log.Warn("compose: repointed replica has transactions the primary lacks (lost at failover)", "node", r.Name, "primary", p.Name, "lost", errant)
+		// The expected effect of a failover that lost writes: said, not
+		// warned (the failover's result and Stats count it).
+		t.log.Info(fmt.Sprintf("compose: %s, repointed to %s, had transactions %s lacks: they were lost at the failover", r.Name, p.Name, p.Name), "node", r.Name, "lost", errant)
 	}
 	return errant, nil
 }
@@ -228,11 +253,13 @@ func (t *Topology) SetApplyDelay(ctx context.Context, name string, d time.Durati
 func (t *Topology) Partition(ctx context.Context, name string) (PartitionMode, error) {
 	var mode PartitionMode
 	err := t.onNode(name, func(n Node) error {
+		undo := t.markOut(name, "cut off the network")
 		err := t.be.partition(ctx, name)
 		if err == nil {
 			mode = PartitionNetwork
 			return nil
 		}
+		undo() // clients still reach it (or the fault failed)
 		if !errors.Is(err, ErrNotSupported) {
 			return err
 		}
@@ -253,6 +280,9 @@ func (t *Topology) Heal(ctx context.Context, name string) error {
 		err := t.be.heal(ctx, name)
 		if errors.Is(err, ErrNotSupported) {
 			err = t.receivers(ctx, n, true)
+		}
+		if err == nil {
+			t.markBack(name)
 		}
 		if err != nil || n.Role != RoleReplica {
 			return err

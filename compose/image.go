@@ -81,7 +81,10 @@ func EnsureImage(ctx context.Context, opts ImageOptions) (ImageInfo, error) {
 		cmd.Stderr = io.MultiWriter(&stderr, opts.Progress)
 	}
 	if err := cmd.Run(); err != nil {
-		return ImageInfo{}, fmt.Errorf("compose: ensure-engine.sh failed (%v): %s", err, lastLine(stderr.String()))
+		if last := lastLine(stderr.String()); last != "" {
+			return ImageInfo{}, fmt.Errorf("compose: ensure-engine.sh failed (%v): %s", err, last)
+		}
+		return ImageInfo{}, fmt.Errorf("compose: ensure-engine.sh failed (%v)", err)
 	}
 	return parseImageOutput(stdout.String())
 }

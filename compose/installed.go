@@ -14,7 +14,8 @@ import (
 // `causallab image --engine e` builds, scripts/ensure-engine.sh), the
 // docker backend the engine's default image in a Docker engine answering
 // within 5 s. A nil error means it is there; otherwise the error says
-// what is missing (wrapping ErrNoRootFS or ErrNoImage) and how to get it.
+// what is missing (wrapping ErrNoRootFS or ErrNoImage, and ErrNoDocker too
+// when no Docker engine answers) and how to get it.
 func Installed(ctx context.Context, e Engine, b Backend) error {
 	eng, err := engineFor(e)
 	if err != nil {
@@ -34,7 +35,7 @@ func Installed(ctx context.Context, e Engine, b Backend) error {
 		defer cancel()
 		p := ProbeDocker(pctx, image)
 		if !p.Engine {
-			return fmt.Errorf("compose: %s: %w: %s (%s)", e, ErrNoImage, image, p.Reason)
+			return fmt.Errorf("compose: %s: %w: %s (%s): %w", e, ErrNoImage, image, p.Reason, ErrNoDocker)
 		}
 		if !p.Image {
 			return fmt.Errorf("compose: %s: %w: %s is not in the Docker engine (build it with `causallab image --engine %s`)", e, ErrNoImage, image, e)

@@ -8,6 +8,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -45,12 +48,15 @@ func (b BuildOptions) notify(format string, args ...any) {
 // launcher holds the operations Launch, Up and Open are made of, so that
 // their error paths are testable without MySQL.
 type launcher struct {
-	start  func(context.Context, Config) (*Topology, error)
-	build  func(context.Context, ImageOptions) (ImageInfo, error)
-	attach func(context.Context, State, *slog.Logger) (*Topology, error)
+	start     func(context.Context, Config) (*Topology, error)
+	build     func(context.Context, ImageOptions) (ImageInfo, error)
+	attach    func(context.Context, State, *slog.Logger) (*Topology, error)
+	installed func(context.Context, Engine, Backend) error
 }
 
-func realLauncher() launcher { return launcher{start: Start, build: EnsureImage, attach: Attach} }
+func realLauncher() launcher {
+	return launcher{start: Start, build: EnsureImage, attach: Attach, installed: Installed}
+}
 
 // Launch starts cfg as Start does. When that fails for want of the MySQL
 // root filesystem (ErrNoRootFS) or Docker image (ErrNoImage), and cfg names
@@ -91,6 +97,34 @@ func (l launcher) launch(ctx context.Context, cfg Config, b BuildOptions) (*Topo
 	}
 	b.notify("starting %s on the %s just built...", engineName(engine), what)
 	return l.start(ctx, cfg)
+}
+
+// EnsureEngine makes engine e startable on backend be, as Launch does for
+// the topology it starts: when Installed finds its root filesystem (or,
+// for docker, its image) missing, it builds them once with EnsureImage
+// (b.Notify says so first; b.Progress gets the build's lines) and checks
+// again. What a build cannot fix (no Docker engine answers) is returned
+// as Installed says it. For the commands that start topologies with
+// Start (lab failover --engines, lab gated --engine).
+func EnsureEngine(ctx context.Context, e Engine, be Backend, b BuildOptions) error {
+	return realLauncher().ensureEngine(ctx, e, be, b)
+}
+
+func (l launcher) ensureEngine(ctx context.Context, e Engine, be Backend, b BuildOptions) error {
+	err := l.installed(ctx, e, be)
+	if err == nil || errors.Is(err, ErrNoDocker) || !(errors.Is(err, ErrNoRootFS) || errors.Is(err, ErrNoImage)) {
+		return err // there, or not something a build fixes
+	}
+	docker := be == BackendDocker
+	what := "root filesystem"
+	if docker {
+		what += " and image"
+	}
+	b.notify("building the %s %s first (causallab image --engine %s; cached, once)", engineName(e), what, e)
+	if _, berr := l.build(ctx, ImageOptions{Engine: e, Progress: b.Progress, SkipImage: !docker}); berr != nil {
+		return fmt.Errorf("compose: building the %s %s failed (run `causallab image --engine %s` to see why): %w", engineName(e), what, e, berr)
+	}
+	return l.installed(ctx, e, be)
 }
 
 // AttachFile attaches to the topology recorded in the state file at path.
@@ -174,6 +208,28 @@ func engineName(e Engine) string {
 		return "PostgreSQL"
 	}
 	return string(e)
+}
+
+// serverPrograms names the server programs of engines as a list
+// ("mysqld", "mariadbd and postgres"); none: MySQL's.
+func serverPrograms(engines []Engine) string {
+	if len(engines) == 0 {
+		engines = []Engine{EngineMySQL}
+	}
+	var names []string
+	for _, e := range engines {
+		name := string(e)
+		if eng, err := engineFor(e); err == nil {
+			name = filepath.Base(eng.server().program)
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // OpenOptions say how Open finds or starts a topology.
@@ -264,22 +320,23 @@ func (o *Opened) Close(ctx context.Context) error {
 // in about 5 s against 8 s in containers, and a killed replica answers again
 // within a second where a container took about 14 s on a loaded two-core
 // machine (long enough to turn lab hash's flapping replica into one long
-// outage, docs/results-hash.md).
-func ChooseBackend(ctx context.Context, image string) (Backend, string) {
+// outage, docs/results-hash.md). engines are the engines the topology
+// runs (none: MySQL), whose server programs the reason names.
+func ChooseBackend(ctx context.Context, image string, engines ...Engine) (Backend, string) {
 	if os.Geteuid() == 0 {
-		return chooseBackend(true, DockerProbe{})
+		return chooseBackend(true, DockerProbe{}, engines...)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return chooseBackend(false, ProbeDocker(pctx, image))
+	return chooseBackend(false, ProbeDocker(pctx, image), engines...)
 }
 
 // chooseBackend is ChooseBackend's rule: root chroots; otherwise the probe
 // decides.
-func chooseBackend(root bool, p DockerProbe) (Backend, string) {
+func chooseBackend(root bool, p DockerProbe, engines ...Engine) (Backend, string) {
 	switch {
 	case root:
-		return BackendLocal, "running as root: mysqld processes chrooted into the root filesystem (the faster backend; --backend docker for containers)"
+		return BackendLocal, "running as root: " + serverPrograms(engines) + " processes chrooted into the root filesystem (the faster backend; --backend docker for containers)"
 	case p.Usable() && p.Image:
 		return BackendDocker, "not root (no chroot); a Docker engine answers and holds the image"
 	case p.Usable():

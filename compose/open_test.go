@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -347,6 +348,19 @@ func TestChooseBackend(t *testing.T) {
 			t.Errorf("chooseBackend(root=%v, %+v) = %s (%q), want %s", c.root, c.probe, b, why, c.want)
 		}
 	}
+	for _, c := range []struct {
+		engines []Engine
+		want    string
+	}{
+		{nil, "root: mysqld processes"},
+		{[]Engine{EngineMariaDB}, "root: mariadbd processes"},
+		{[]Engine{EnginePostgres}, "root: postgres processes"},
+		{Engines(), "root: mysqld, mariadbd and postgres processes"},
+	} {
+		if _, why := chooseBackend(true, DockerProbe{}, c.engines...); !strings.Contains(why, c.want) {
+			t.Errorf("chooseBackend(root, %v): %q, want %q in it", c.engines, why, c.want)
+		}
+	}
 	b, why := ChooseBackend(context.Background(), "")
 	if os.Geteuid() == 0 && b != BackendLocal {
 		t.Fatalf("as root ChooseBackend = %s (%q)", b, why)
@@ -359,4 +373,73 @@ func (e Engine) orMySQL() Engine {
 		return EngineMySQL
 	}
 	return e
+}
+
+// TestEnsureEngineBuildsWhatIsMissing: EnsureEngine builds the engine's
+// root filesystem (and image, for docker) only when Installed finds it
+// missing, says so first, checks again, and leaves what no build fixes
+// (no Docker engine, another error) alone.
+func TestEnsureEngineBuildsWhatIsMissing(t *testing.T) {
+	ctx := context.Background()
+	errBuild := errors.New("mmdebstrap failed")
+	errOther := errors.New("backend vm cannot start engines")
+	noDocker := fmt.Errorf("%w: %w", ErrNoImage, ErrNoDocker)
+	for _, c := range []struct {
+		name          string
+		backend       Backend
+		installed     []error // what Installed says, call by call
+		buildErr      error
+		builds        int
+		wantErr       []error
+		wantSkipImage bool
+	}{
+		{name: "there: nothing built", backend: BackendLocal, installed: []error{nil}},
+		{name: "root filesystem missing: built", backend: BackendLocal, installed: []error{ErrNoRootFS, nil}, builds: 1, wantSkipImage: true},
+		{name: "image missing: built with the image", backend: BackendDocker, installed: []error{ErrNoImage, nil}, builds: 1},
+		{name: "no Docker engine: no build", backend: BackendDocker, installed: []error{noDocker}, wantErr: []error{ErrNoDocker}},
+		{name: "other error: no build", backend: BackendLocal, installed: []error{errOther}, wantErr: []error{errOther}},
+		{name: "build fails: says the command", backend: BackendLocal, installed: []error{ErrNoRootFS}, buildErr: errBuild, builds: 1,
+			wantErr: []error{errBuild}, wantSkipImage: true},
+		{name: "still missing after the build", backend: BackendLocal, installed: []error{ErrNoRootFS, ErrNoRootFS}, builds: 1,
+			wantErr: []error{ErrNoRootFS}, wantSkipImage: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &script{buildErr: c.buildErr}
+			l := s.launcher()
+			calls := 0
+			l.installed = func(_ context.Context, e Engine, b Backend) error {
+				if e != EnginePostgres || b != c.backend {
+					t.Errorf("Installed(%s, %s)", e, b)
+				}
+				err := c.installed[min(calls, len(c.installed)-1)]
+				calls++
+				return err
+			}
+			var notes []string
+			err := l.ensureEngine(ctx, EnginePostgres, c.backend, BuildOptions{Notify: func(m string) { notes = append(notes, m) }})
+			for _, w := range c.wantErr {
+				if !errors.Is(err, w) {
+					t.Errorf("err %v, want %v", err, w)
+				}
+			}
+			if len(c.wantErr) == 0 && err != nil {
+				t.Errorf("err %v", err)
+			}
+			if s.builds != c.builds {
+				t.Fatalf("%d builds, want %d", s.builds, c.builds)
+			}
+			if c.builds == 0 {
+				return
+			}
+			if o := s.built[0]; o.Engine != EnginePostgres || o.SkipImage != c.wantSkipImage {
+				t.Errorf("built %+v", o)
+			}
+			if len(notes) != 1 || !strings.Contains(notes[0], "building the PostgreSQL root filesystem") || !strings.Contains(notes[0], "causallab image --engine postgres") {
+				t.Errorf("notes %q", notes)
+			}
+			if c.buildErr != nil && !strings.Contains(err.Error(), "run `causallab image --engine postgres`") {
+				t.Errorf("build error %q does not say the command", err)
+			}
+		})
+	}
 }

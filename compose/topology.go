@@ -166,7 +166,7 @@ type Topology struct {
 	eng engine
 	log *slog.Logger
 
-	mu    sync.Mutex // guards nodes, epoch, dbs, stats
+	mu    sync.Mutex // guards nodes, epoch, dbs, stats, pending, injected, said
 	nodes []Node     // primary first at start; names are stable
 	epoch uint64
 	dbs   map[string]*sql.DB // compose's own pools by node name; users' pools under name+"/user" when the accounts differ
@@ -174,6 +174,11 @@ type Topology struct {
 	// pending maps replicas that a failover could not repoint (paused,
 	// down, unreachable) to why; Resume, Restart and Heal repoint them.
 	pending map[string]string
+	// injected maps nodes taken out on purpose (Kill, Pause, a network
+	// Partition) to that fault, for FaultLogger; faultSeq numbers them.
+	injected map[string]injectedFault
+	faultSeq uint64
+	said     map[faultSaid]bool
 
 	faultMu sync.Mutex // serializes faults and Down
 	closed  bool

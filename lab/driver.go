@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -358,6 +359,11 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 	}
 	if topo == nil {
 		return nil, errors.New("lab: Run needs a topology")
+	}
+	if fl, ok := topo.(interface {
+		FaultLogger(*slog.Logger) *slog.Logger
+	}); ok {
+		cfg.Logger = fl.FaultLogger(cfg.Logger) // its injected faults' effects: INFO, in words
 	}
 	res := &Result{Condition: cfg.Condition.String(), Mode: string(cfg.Mode), Via: string(cfg.Via), Config: summarize(&cfg), Weights: cfg.Weights}
 	began := time.Now()

@@ -312,9 +312,9 @@ func Write(w io.Writer, res *Result, f Format, wide bool) error {
 		return err
 	}
 	for _, t := range res.SimTables {
-		tt := *view(t)
+		tt := *t
 		tt.Title = "simulator: " + t.Title
-		if err := tt.Write(w, f); err != nil {
+		if err := view(&tt).Write(w, f); err != nil {
 			return err
 		}
 	}

@@ -20,7 +20,45 @@
 #
 # Prints the root filesystem path, the image tag ("" without Docker) and the
 # version as key=value lines on success.
+#
+# ensure-engine.sh tar DIR writes to stdout the tar stream the image is
+# imported from: root filesystem DIR without its runtime state (below).
 set -euo pipefail
+
+# The image holds the root filesystem as built, not what ran in it since:
+# the local backend keeps each topology's data directories and logs under
+# the root filesystem's tmp (hundreds of MB while one runs), and client
+# histories land in root's home. The directories stay (tmp keeps its
+# mode 1777); their contents are left out.
+tar_excludes=(
+  --exclude=./tmp/*
+  --exclude=./var/tmp/*
+  --exclude=./run/*
+  --exclude=./proc/*
+  --exclude=./sys/*
+  --exclude=./root/.*_history
+)
+
+# rootfs_tar DIR: the image's tar stream of DIR on stdout. Files change
+# under it while a topology runs on the root filesystem: GNU tar then
+# exits 1 ("file changed as we read it", "file removed before we read
+# it"), which under pipefail would fail the import; only exit codes above
+# 1 (a fatal error) fail.
+rootfs_tar() {
+  local rc=0
+  tar -C "$1" "${tar_excludes[@]}" --warning=no-file-changed --warning=no-file-removed \
+    --warning=no-file-shrank --warning=no-file-ignored -c . || rc=$?
+  if [ "$rc" -gt 1 ]; then
+    echo "ensure-engine: tar of $1 failed (exit $rc)" >&2
+    return "$rc"
+  fi
+}
+
+if [ "${1:-}" = tar ]; then
+  [ -d "${2:-}" ] || { echo "usage: ensure-engine.sh tar DIR (got '${2:-}': not a directory)" >&2; exit 2; }
+  rootfs_tar "$2"
+  exit 0
+fi
 
 engine=${1:-}
 CACHE=${CAUSALLAB_CACHE:-$HOME/.cache/causallab}
@@ -81,7 +119,7 @@ image="$IMAGE_REPO:$version"
 if [ "${CAUSALLAB_SKIP_IMAGE:-}" != "1" ] && docker info >/dev/null 2>&1; then
   if ! docker image inspect "$image" >/dev/null 2>&1; then
     log "importing $ROOTFS as Docker image $image"
-    tar -C "$ROOTFS" -c . | docker import - "$image" >/dev/null
+    rootfs_tar "$ROOTFS" | docker import - "$image" >/dev/null
   fi
 else
   image=""

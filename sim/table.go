@@ -91,10 +91,11 @@ const TermWidth = 80
 // wrapped to TermWidth, with a note naming the columns left out. A table
 // that fits as it is keeps every column (its notes wrapped).
 func (t *Table) Compact() *Table {
+	title, titleNote := fitTitle(t.Title)
 	if len(t.Brief) == 0 && t.width() <= TermWidth {
 		c := *t
-		c.Notes = nil
-		for _, n := range t.Notes {
+		c.Title, c.Notes = title, nil
+		for _, n := range append(titleNote, t.Notes...) {
 			c.Notes = append(c.Notes, Wrap(n, TermWidth)...)
 		}
 		return &c
@@ -109,7 +110,7 @@ func (t *Table) Compact() *Table {
 	for i, c := range t.Columns {
 		idx[c.Key] = i
 	}
-	c := &Table{Name: t.Name, Title: t.Title, Rows: make([][]Cell, len(t.Rows))}
+	c := &Table{Name: t.Name, Title: title, Rows: make([][]Cell, len(t.Rows))}
 	shown := map[string]bool{}
 	for _, b := range brief {
 		i, ok := idx[b.Key]
@@ -155,10 +156,32 @@ func (t *Table) Compact() *Table {
 			notes = append(slices.Clone(notes), "Every ± spread: --wide.")
 		}
 	}
-	for _, n := range notes {
+	for _, n := range append(titleNote, notes...) {
 		c.Notes = append(c.Notes, Wrap(n, TermWidth)...)
 	}
 	return c
+}
+
+// fitTitle fits a title to a markdown heading ("### " + title) of at most
+// TermWidth columns. A title that does not fit keeps its head, up to its
+// first ": " ("Futile waits"), and its rest opens the notes ("Budget 50ms
+// on lagging replicas (and ...)."); one without such a head keeps the
+// words that fit, and the whole title opens the notes.
+func fitTitle(title string) (string, []string) {
+	const room = TermWidth - len("### ")
+	if len([]rune(title)) <= room {
+		return title, nil
+	}
+	if head, rest, ok := strings.Cut(title, ": "); ok && len([]rune(head)) <= room && rest != "" {
+		r := []rune(rest)
+		note := strings.ToUpper(string(r[0])) + string(r[1:])
+		if !strings.HasSuffix(note, ".") {
+			note += "."
+		}
+		return head, []string{note}
+	}
+	head := []rune(Wrap(title, room-1)[0])
+	return string(head[:min(len(head), room-1)]) + "…", []string{title}
 }
 
 // width is the widest line of t's markdown rows (header included).

@@ -29,7 +29,7 @@ func TestCompactViewsFitATerminal(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, l := range strings.Split(b.String(), "\n") {
-				if n := utf8.RuneCountInString(l); n > TermWidth && !strings.HasPrefix(l, "### ") {
+				if n := utf8.RuneCountInString(l); n > TermWidth {
 					t.Errorf("%s: compact line of %d characters: %q", tb.Name, n, l)
 				}
 			}
@@ -39,6 +39,37 @@ func TestCompactViewsFitATerminal(t *testing.T) {
 			if len(c.Columns) < len(tb.Columns) && !strings.Contains(b.String(), "--wide") {
 				t.Errorf("%s: compact view left out %d columns without saying so:\n%s", tb.Name, len(tb.Columns)-len(c.Columns), b.String())
 			}
+		}
+	}
+}
+
+// TestCompactFitsTheHeading: a heading wider than a terminal keeps its
+// head and opens the notes with the rest; one with no head keeps what
+// fits; one that fits is kept.
+func TestCompactFitsTheHeading(t *testing.T) {
+	for _, c := range []struct{ title, heading, note string }{
+		{"Futile waits: budget 50ms on lagging replicas (and 400ms in the straggler+heavy world)", "Futile waits",
+			"Budget 50ms on lagging replicas (and 400ms in the straggler+heavy world)."},
+		{strings.Repeat("word ", 20) + "end", strings.TrimSpace(strings.Repeat("word ", 15)) + "…", strings.Repeat("word ", 20) + "end"},
+		{"lab routers: real MySQL beside the simulator (straggler+heavy, via router)", "lab routers: real MySQL beside the simulator (straggler+heavy, via router)", ""},
+	} {
+		tb := &Table{Name: "x", Title: c.title, Columns: []Column{{"a", "a", 0}}, Rows: [][]Cell{{N(1)}}, Notes: []string{"Setup."}}
+		got := tb.Compact()
+		if got.Title != c.heading {
+			t.Errorf("%q: heading %q, want %q", c.title, got.Title, c.heading)
+		}
+		if n := utf8.RuneCountInString("### " + got.Title); n > TermWidth {
+			t.Errorf("%q: heading of %d columns", c.title, n)
+		}
+		want := []string{"Setup."}
+		if c.note != "" {
+			want = append(Wrap(c.note, TermWidth), want...)
+		}
+		if strings.Join(got.Notes, "|") != strings.Join(want, "|") {
+			t.Errorf("%q: notes %q, want %q", c.title, got.Notes, want)
+		}
+		if tb.Title != c.title {
+			t.Errorf("Compact changed the table's own title")
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/sim"
 )
 
 // defaultStatePath is where `up` records the running topology.
@@ -68,17 +70,19 @@ func newUpCmd(statePath *string) *cobra.Command {
 		rootfs     string
 		settings   []string
 		jsonOut    bool
+		wide       bool
 		hostMysqld bool
 		engine     string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Start a MySQL, MariaDB or PostgreSQL topology (primary + replicas) and print its DSNs and status",
+		Short: "Start a primary and replicas (MySQL, MariaDB, PostgreSQL)",
 		Long: `up starts one primary and --replicas replicas of --engine (MySQL 9.7 wired
 with GTID auto-position, MariaDB 11.8 with MASTER_USE_GTID=slave_pos,
-PostgreSQL 18 streaming standbys with replication slots), records the topology in a state file so that status, fault and
-down find it, and prints each node's DSN and status. Only one topology runs per
-state file. The engine's root filesystem / image is built first if missing.`,
+PostgreSQL 18 streaming standbys with replication slots), records the
+topology in a state file so that status, fault and down find it, and prints
+each node's DSN and status. Only one topology runs per state file. The
+engine's root filesystem / image is built first if missing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -110,7 +114,7 @@ state file. The engine's root filesystem / image is built first if missing.`,
 			}
 			rep := newReporter(cmd.ErrOrStderr(), "up", false)
 			if backend == backendAuto {
-				b, why := compose.ChooseBackend(ctx, image)
+				b, why := compose.ChooseBackend(ctx, image, eng)
 				rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 				backend = string(b)
 			}
@@ -129,16 +133,17 @@ state file. The engine's root filesystem / image is built first if missing.`,
 			elapsed := time.Since(began)
 			slog.Debug("topology up", "elapsed", elapsed)
 			fmt.Fprintf(cmd.ErrOrStderr(), "causallab up: %s topology up in %.1fs (state: %s)\n", cfg.Backend, elapsed.Seconds(), *statePath)
-			return printStatus(cmd.OutOrStdout(), topo, topo.Status(ctx), jsonOut)
+			return printStatus(cmd.OutOrStdout(), topo, topo.Status(ctx), jsonOut, wide)
 		},
 	}
-	cmd.Flags().IntVar(&replicas, "replicas", compose.DefaultReplicas, fmt.Sprintf("number of replicas (0..%d)", compose.MaxReplicas))
-	cmd.Flags().StringVar(&backend, "backend", backendAuto, "auto, docker or local (mysqld processes chrooted into the root filesystem); auto: "+autoBackendRule)
+	cmd.Flags().IntVar(&replicas, "replicas", compose.DefaultReplicas, fmt.Sprintf("number of replicas (0..%d; 0: a primary alone)", compose.MaxReplicas))
+	cmd.Flags().StringVar(&backend, "backend", backendAuto, "auto, docker or local (server processes chrooted into the root filesystem); auto: "+autoBackendRule)
 	cmd.Flags().StringVar(&image, "image", "", "Docker image holding mysqld (default causallab/mysql:<version>; e.g. mysql:9.7)")
 	cmd.Flags().StringVar(&rootfs, "rootfs", "", "MySQL root filesystem for --backend local (default "+compose.DefaultRootFS()+"; env CAUSALLAB_ROOTFS, CAUSALLAB_CACHE)")
 	cmd.Flags().BoolVar(&hostMysqld, "host-mysqld", false, "with --backend local, run the mysqld on PATH instead of the root filesystem")
 	cmd.Flags().StringArrayVar(&settings, "set", nil, "extra my.cnf (postgresql.conf) setting name=value for every server (repeatable)")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the status as JSON")
+	cmd.Flags().BoolVar(&wide, "wide", false, "one row per node with every column (DSN, GTIDs, last error)")
 	cmd.Flags().StringVar(&engine, "engine", string(compose.EngineMySQL), "engine: mysql (9.7), mariadb (11.8) or postgres (18)")
 	addStateFlag(cmd, statePath)
 	return cmd
@@ -160,7 +165,22 @@ func attach(ctx context.Context, statePath string) (*compose.Topology, error) {
 	return topo, oneLine(err)
 }
 
-func printStatus(w io.Writer, topo *compose.Topology, sts []compose.NodeStatus, jsonOut bool) error {
+func printStatus(w io.Writer, topo *compose.Topology, sts []compose.NodeStatus, jsonOut, wide bool) error {
+	return writeStatus(w, statusHead{topo.Backend(), topo.Epoch(), topo.Stats()}, sts, jsonOut, wide)
+}
+
+// statusHead is what status prints above its nodes.
+type statusHead struct {
+	backend compose.Backend
+	epoch   uint64
+	stats   compose.Stats
+}
+
+// writeStatus prints the nodes' status: JSON, one row per node with every
+// column (wide), or by default a table that fits 80 columns (addresses for
+// DSNs, the DSN form once) with each node's position and last error on
+// lines of their own below it.
+func writeStatus(w io.Writer, h statusHead, sts []compose.NodeStatus, jsonOut, wide bool) error {
 	if jsonOut {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -169,47 +189,99 @@ func printStatus(w io.Writer, topo *compose.Topology, sts []compose.NodeStatus, 
 			Epoch   uint64               `json:"epoch"`
 			Nodes   []compose.NodeStatus `json:"nodes"`
 			Stats   compose.Stats        `json:"stats"`
-		}{topo.Backend(), topo.Epoch(), sts, topo.Stats()})
+		}{h.backend, h.epoch, sts, h.stats})
 	}
-	fmt.Fprintf(w, "backend %s, epoch %d\n", topo.Backend(), topo.Epoch())
+	fmt.Fprintf(w, "backend %s, epoch %d\n", h.backend, h.epoch)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tHEALTH\tIO\tSQL\tBEHIND\tDSN\tGTID_EXECUTED\tLAST_ERROR")
+	if wide {
+		fmt.Fprintln(tw, "NODE\tROLE\tHEALTH\tIO\tSQL\tBEHIND\tDSN\tGTID_EXECUTED\tLAST_ERROR")
+	} else {
+		fmt.Fprintln(tw, "NODE\tROLE\tHEALTH\tIO\tSQL\tBEHIND\tADDRESS")
+	}
+	var details []string
 	for _, s := range sts {
 		behind := "-"
 		if s.SecondsBehind >= 0 {
 			behind = strconv.Itoa(s.SecondsBehind)
 		}
-		dash := func(v string) string {
-			if v == "" {
-				return "-"
-			}
-			return v
-		}
+		gtids := strings.ReplaceAll(s.GTIDExecuted, "\n", "")
 		lastErr := strings.ReplaceAll(s.LastError, "\n", " ")
 		if s.PendingRepoint != "" {
 			lastErr = strings.TrimSpace("repoint pending (" + strings.ReplaceAll(s.PendingRepoint, "\n", " ") + ") " + lastErr)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Node.Name, s.Node.Role, s.Health, dash(s.IORunning), dash(s.SQLRunning),
-			behind, s.Node.DSN(), dash(strings.ReplaceAll(s.GTIDExecuted, "\n", "")), dash(lastErr))
+		row := []string{s.Node.Name, string(s.Node.Role), string(s.Health), dash(s.IORunning), dash(s.SQLRunning), behind}
+		if wide {
+			row = append(row, s.Node.DSN(), dash(gtids), dash(lastErr))
+		} else {
+			row = append(row, s.Node.Addr())
+			details = append(details, statusDetails(s.Node.Name, gtids, lastErr)...)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if wide || len(sts) == 0 {
+		return nil
+	}
+	n := sts[0].Node
+	dsn := strings.Replace(n.DSN(), n.Addr(), "ADDRESS", 1)
+	fmt.Fprintln(w, fold("DSN: "+dsn+" (--wide: every node's DSN, GTIDs and error on its row)", termWidth))
+	for _, d := range details {
+		fmt.Fprintln(w, d)
+	}
+	return nil
+}
+
+// statusDetails are node's executed GTIDs and last error, each folded to
+// termWidth (a GTID set at its commas).
+func statusDetails(node, gtids, lastErr string) []string {
+	var out []string
+	if gtids != "" {
+		out = append(out, hanging(node+" gtid_executed: "+strings.ReplaceAll(gtids, ",", ", "))...)
+	}
+	if lastErr != "" {
+		out = append(out, hanging(node+" last error: "+lastErr)...)
+	}
+	return out
+}
+
+// hanging folds s to termWidth, its continuation lines indented.
+func hanging(s string) []string {
+	lines := sim.Wrap(s, termWidth)
+	if len(lines) > 1 {
+		rest := sim.Wrap(strings.Join(lines[1:], " "), termWidth-4)
+		lines = lines[:1]
+		for _, l := range rest {
+			lines = append(lines, "    "+l)
+		}
+	}
+	return lines
+}
+
+func dash(v string) string {
+	if v == "" {
+		return "-"
+	}
+	return v
 }
 
 func newStatusCmd(statePath *string) *cobra.Command {
-	var jsonOut bool
+	var jsonOut, wide bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show each node's role, health, replication threads, lag, GTIDs and last error",
+		Short: "Show each node's role, health, replication, lag, GTIDs, last error",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			topo, err := attach(cmd.Context(), *statePath)
 			if err != nil {
 				return err
 			}
-			return printStatus(cmd.OutOrStdout(), topo, topo.Status(cmd.Context()), jsonOut)
+			return printStatus(cmd.OutOrStdout(), topo, topo.Status(cmd.Context()), jsonOut, wide)
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the status as JSON")
+	cmd.Flags().BoolVar(&wide, "wide", false, "one row per node with every column (DSN, GTIDs, last error)")
 	addStateFlag(cmd, statePath)
 	return cmd
 }
@@ -217,7 +289,7 @@ func newStatusCmd(statePath *string) *cobra.Command {
 func newDownCmd(statePath *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "down",
-		Short: "Remove the running topology (processes or containers, data, network)",
+		Short: "Remove the running topology (processes or containers, data)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			topo, err := attach(cmd.Context(), *statePath)
@@ -314,8 +386,22 @@ var faultDone = map[compose.FaultKind]string{
 	compose.FaultHeal:          "healed %s",
 }
 
-// printFault prints what a fault did, and the fault that undoes it.
-func printFault(out io.Writer, f compose.Fault, res compose.FaultResult, err error) {
+// printFault prints what a fault did, and the fault that undoes it, each
+// line folded to termWidth.
+func printFault(w io.Writer, f compose.Fault, res compose.FaultResult, err error) {
+	var out bytes.Buffer
+	writeFault(&out, f, res, err)
+	for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		if l != "" || out.Len() > 0 {
+			for _, h := range hanging(l) {
+				fmt.Fprintln(w, h)
+			}
+		}
+	}
+}
+
+// writeFault is printFault's text, one line per fact.
+func writeFault(out io.Writer, f compose.Fault, res compose.FaultResult, err error) {
 	if err == nil {
 		if msg, ok := faultDone[f.Kind]; ok {
 			fmt.Fprintf(out, msg+"\n", f.Node)
@@ -379,13 +465,14 @@ func newImageCmd() *cobra.Command {
 	var engine string
 	cmd := &cobra.Command{
 		Use:   "image",
-		Short: "Build (once, cached) the MySQL root filesystem and, when Docker answers, the Docker image",
+		Short: "Build (once, cached) an engine's root filesystem and Docker image",
 		Long: `image builds the MySQL 9.7 root filesystem (or --engine's: MariaDB 11.8,
-PostgreSQL 18) with mmdebstrap (installing it if missing) under ` + compose.DefaultCacheDir() + `
-(env CAUSALLAB_CACHE), and imports it as the Docker image causallab/<engine>:<version>
-when a Docker engine answers. It runs the same script as make deps and CI
-(scripts/ensure-engine.sh), embedded in the binary; a second run only reports
-what is cached.`,
+PostgreSQL 18) with mmdebstrap (installing it if missing) under
+` + compose.DefaultCacheDir() + ` (env CAUSALLAB_CACHE), and imports it as the
+Docker image causallab/<engine>:<version> when a Docker engine answers. It runs
+the same script as make deps and CI (scripts/ensure-engine.sh), embedded in
+the binary; a second run only reports what is cached. Commands that start a
+topology build what they need themselves, on first use.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			e := compose.Engine(engine)

@@ -16,7 +16,7 @@ func newGTIDCmd() *cobra.Command {
 	var compact bool
 	cmd := &cobra.Command{
 		Use:   "gtid",
-		Short: "GTID-set algebra: contains, subset, union, subtract, intersect, normalize",
+		Short: "GTID-set algebra: contains, subset, union, subtract, ...",
 		Long: `GTID-set algebra over MySQL's text form (classic and tagged GTIDs), exact and
 without a server. Sets are printed in the canonical form MySQL 9.7 prints
 (lower case, sorted, merged, sources separated by ",\n"); --compact prints them

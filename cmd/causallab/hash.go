@@ -99,9 +99,10 @@ func modesFlag(s string) ([]hashroute.Mode, error) {
 func newHashCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "hash",
-		Short: "consistent_read_id hashing: where an id goes and what moves when a server goes down",
-		Long: `Shopify-style hash-based monotonic reads: an id from /* consistent_read_id:<id> */
-is hashed (xxhash64) onto the full configured server list. Modes:
+		Short: "consistent_read_id hashing: where an id goes, what moves when down",
+		Long: `Shopify-style hash-based monotonic reads: an id from
+/* consistent_read_id:<id> */ is hashed (xxhash64) onto the full configured
+server list. Modes:
   full-list           the correct scheme: only ids whose server is down move
   available-only      bug 1: modulo over the up servers, so most ids move
   rebalance-override  bug 2: a load rebalancer overrides the hash`,
@@ -132,6 +133,9 @@ func newHashExplainCmd() *cobra.Command {
 		Short: "show where an id goes under each mode, and why",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseZero(cmd, []defaultIfZero{{name: "factor"}}); err != nil {
+				return err
+			}
 			tab, up, inflight, err := f.setup()
 			if err != nil {
 				return withExitCode(2, err)
@@ -192,7 +196,7 @@ func writeExplain(w io.Writer, format string, rows []explainRow) error {
 		title = fmt.Sprintf("hash explain: id %q (hash %s) under each mode", rows[0].ID, rows[0].Hash)
 	}
 	t := &sim.Table{Name: "hash_explain", Title: title, Columns: []sim.Column{
-		{Key: "mode", Header: "mode"}, {Key: "first_choice", Header: "first choice"}, {Key: "first_choice_up", Header: "up"},
+		{Key: "mode", Header: "mode"}, {Key: "first_choice", Header: "first"}, {Key: "first_choice_up", Header: "up"},
 		{Key: "probes", Header: "probes"}, {Key: "server", Header: "server"}, {Key: "reason", Header: "reason"},
 		{Key: "load_share", Header: "load share", Prec: 2}, {Key: "weight_share", Header: "weight share", Prec: 2},
 	}}
@@ -220,13 +224,17 @@ func newHashRemapCmd() *cobra.Command {
 	var prefix string
 	cmd := &cobra.Command{
 		Use:   "remap --servers a:1,b:1,c:2 --down b [--ids N] [--inflight a:9,b:1]",
-		Short: "the share of N sample ids that change server when servers go down (or load drifts), per mode",
-		Long: `remap compares, for N sample ids (PREFIX0 .. PREFIX<N-1>), the server each id gets with every
-server up and no load against the server it gets with --down servers down and --inflight load.
-Under full-list only the ids on the downed servers move (their weight share); under
-available-only most ids move; rebalance-override moves ids when --inflight is skewed.`,
+		Short: "the share of N sample ids that change server when servers go down",
+		Long: `remap compares, for N sample ids (PREFIX0 .. PREFIX<N-1>), the server each id
+gets with every server up and no load against the server it gets with --down
+servers down and --inflight load. Under full-list only the ids on the downed
+servers move (their weight share); under available-only most ids move;
+rebalance-override moves ids when --inflight is skewed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseZero(cmd, []defaultIfZero{{name: "factor"}}); err != nil {
+				return err
+			}
 			tab, up, inflight, err := f.setup()
 			if err != nil {
 				return withExitCode(2, err)
@@ -272,10 +280,16 @@ func writeRemap(w io.Writer, format string, n int, down []string, rows []hashrou
 	}
 	t := &sim.Table{Name: "hash_remap", Title: fmt.Sprintf("hash remap: ids that change server (%d ids, %s)", n, what), Columns: []sim.Column{
 		{Key: "mode", Header: "mode"}, {Key: "ids", Header: "ids"}, {Key: "moved", Header: "moved"},
-		{Key: "moved_pct", Header: "moved %", Prec: 2}, {Key: "moved_needlessly", Header: "moved needlessly"},
-		{Key: "moved_needlessly_pct", Header: "moved needlessly %", Prec: 2},
-		{Key: "down_weight_pct", Header: "down servers' weight %", Prec: 2},
+		{Key: "moved_pct", Header: "moved %", Prec: 2}, {Key: "moved_needlessly", Header: "needless"},
+		{Key: "moved_needlessly_pct", Header: "needless %", Prec: 2},
+		{Key: "down_weight_pct", Header: "down weight %", Prec: 2},
 	}}
+	// Headers short enough for 80 columns; the note says them in full
+	// (markdown only: CSV and JSON keep their keys).
+	if sim.Format(format) == sim.FormatMarkdown {
+		t.Notes = sim.Wrap("needless: ids that moved although their own server stayed up; down weight: the "+
+			"share of the configured weight on the servers down (what must move, at least).", sim.TermWidth)
+	}
 	for _, st := range rows {
 		pct := func(k int) sim.Cell { return sim.N(100 * float64(k) / float64(st.IDs)) }
 		t.Rows = append(t.Rows, []sim.Cell{sim.L(st.Mode.String()), sim.N(float64(st.IDs)), sim.N(float64(st.Moved)), pct(st.Moved),

@@ -73,7 +73,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl := cmd.Flags()
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run (when causallab up runs none)")
 	fl.BoolVar(&f.fresh, "fresh", false, "start a topology for the run even when causallab up runs one")
-	fl.StringVar(&f.backend, "backend", backendAuto, "how to run the topology started for the run: auto, docker or local (chrooted mysqld processes); auto: "+autoBackendRule)
+	fl.StringVar(&f.backend, "backend", backendAuto, "how to run the topology started for the run: auto, docker or local (chrooted server processes); auto: "+autoBackendRule)
 	fl.StringVar(&f.primaryDSN, "primary-dsn", "", "attach to your own primary (user:pw@tcp(host:port)/) instead of starting a topology")
 	fl.StringSliceVar(&f.replicaDSNs, "replica-dsn", nil, "your own replicas' DSNs (with --primary-dsn; repeat or comma-separate)")
 	fl.IntVar(&f.sessions, "sessions", sessions, "sessions S")
@@ -270,16 +270,8 @@ func progress(rep *reporter) func(lab.Progress) {
 
 // emit prints the results, writes --out and applies --fail-on.
 func (f *labFlags) emit(cmd *cobra.Command, results []*lab.Result, format lab.Format, rules []lab.FailRule) error {
-	if allHash(results) && !f.wide {
-		if err := lab.WriteHash(cmd.OutOrStdout(), results, format); err != nil {
-			return err
-		}
-	} else {
-		for _, r := range results {
-			if err := lab.Write(cmd.OutOrStdout(), r, format, f.wide); err != nil {
-				return err
-			}
-		}
+	if err := writeResults(cmd.OutOrStdout(), results, format, f.wide); err != nil {
+		return err
 	}
 	if f.out != "" {
 		rep := newReporter(cmd.ErrOrStderr(), "lab", f.noProgress)
@@ -294,6 +286,21 @@ func (f *labFlags) emit(cmd *cobra.Command, results []*lab.Result, format lab.Fo
 	fails := lab.FailuresAll(results, rules)
 	if len(fails) > 0 {
 		return withExitCode(3, fmt.Errorf("--fail-on: %d rule(s) hold:\n  %s", len(fails), strings.Join(fails, "\n  ")))
+	}
+	return nil
+}
+
+// writeResults prints a lab run's results: hashing runs as one compact
+// summary, others each as its table; in markdown their compact views (80
+// columns) unless wide.
+func writeResults(out io.Writer, results []*lab.Result, format lab.Format, wide bool) error {
+	if allHash(results) && !wide {
+		return lab.WriteHash(out, results, format)
+	}
+	for _, r := range results {
+		if err := lab.Write(out, r, format, wide); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -315,25 +322,25 @@ var experiments = []struct {
 	name, short string
 	folders     []string
 }{
-	{"routers", "The six routers under one live workload, with the simulator's prediction beside each", nil},
-	{"gated", "Naive replica reads against GTID-gated reads under a standing lag", nil},
-	{"failover", "Kill the primary while replicas lag: scalar vs GTID-set vs epoch tokens", nil},
-	{"hash", "Hashing's edge cases on real servers, by cause: a replica down, the same replica flapping, load drift", []string{"hash-down", "hash-flap", "hash-drift"}},
-	{"chaos", "Random faults and one failover under token-ryw-mr+epoch: expect zero violations, every read accounted for", nil},
+	{"routers", "The routers under one live workload, beside the simulator's", nil},
+	{"gated", "Naive replica reads against gated reads under a standing lag", nil},
+	{"failover", "Kill the primary under lag: scalar vs GTID-set vs epoch tokens", nil},
+	{"hash", "Hashing's edge cases: a replica down, flapping, load drift", []string{"hash-down", "hash-flap", "hash-drift"}},
+	{"chaos", "Random faults and a failover: expect zero violations", nil},
 }
 
 func newLabCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lab",
-		Short: "Run the experiments on real MySQL, beside the simulator's prediction",
+		Short: "Run the experiments on real servers, beside the simulator's",
 		Long: `lab measures on a real MySQL primary and replicas what the simulator predicts:
 how often each router showed a session a world without its own write (RYW) or
 one older than it had seen (MR), counted from the rows the database returned.
 Each experiment is a built-in scenario folder (lab/scenarios, embedded in the
 binary); ` + "`lab scenario`" + ` runs any folder, yours included.
-Without --primary-dsn it uses the topology ` + "`causallab up`" + ` is running (its state
-file) or, when none runs, starts one for the run (--backend) and removes it after.
-Every flag is checked before anything starts.`,
+Without --primary-dsn it uses the topology ` + "`causallab up`" + ` is running (its
+state file) or, when none runs, starts one for the run (--backend) and
+removes it after. Every flag is checked before anything starts.`,
 	}
 	for _, x := range experiments {
 		cmd.AddCommand(newLabExperimentCmd(x.name, x.short, x.folders))
@@ -427,6 +434,9 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 			if loadErr != nil {
 				return loadErr
 			}
+			if err := refuseZero(cmd, labZeroDefaults, gatedZeroDefaults); err != nil {
+				return err
+			}
 			switch {
 			case name == "failover" && useEngines(cmd):
 				return runEngineFailover(cmd, &f, engines)
@@ -458,17 +468,19 @@ func newLabExperimentCmd(name, short string, folders []string) *cobra.Command {
 		for _, s := range scs {
 			fmt.Fprintf(&b, "%s: %s\n\n", s.Name, strings.TrimSpace(s.Description))
 		}
-		cmd.Long = b.String() + "These are the built-in scenarios " + strings.Join(folders, ", ") + ", run on one topology; `causallab lab scenario " +
-			strings.Join(folders, " ") + "`\nruns the same and exits 3 when one of their expectations fails."
+		cmd.Long = b.String() + fold("These are the built-in scenarios "+strings.Join(folders, ", ")+", run on one topology; `causallab lab scenario "+
+			strings.Join(folders, " ")+"` runs the same and exits 3 when one of their expectations fails.", termWidth)
 	}
 	switch name {
 	case "failover":
-		cmd.Long = `By default lab failover compares every engine this machine has (--engines
-auto: MySQL, MariaDB, PostgreSQL, whichever are installed; the others are
-named and skipped): one fresh topology each, every native token through a
-real failover, one table with a row per engine x token. Given a flag only
-the scenario below takes (--fail-on, --routers, --via, --promote, --out, ...)
-and no --engines, it runs that MySQL scenario instead.
+		cmd.Long = `By default lab failover compares MySQL (built on first use, as every lab
+command builds it) with MariaDB and PostgreSQL when they are built here
+(--engines auto; one line names those skipped and the command that builds
+them; --engines mysql,mariadb,postgres builds every one first): one fresh
+topology each, every native token through a real failover, one table with
+a row per engine x token. Given a flag only the scenario below takes
+(--fail-on, --routers, --via, --promote, --out, ...) and no --engines, it
+runs that MySQL scenario instead.
 
 ` + cmd.Long
 	case "gated":
@@ -486,7 +498,7 @@ then the stale share by the wait D after a write (docs/results-gated.md).`
 	switch name {
 	case "failover":
 		fl.StringVar(&promote, "promote", "", "replica to promote (default: the first)")
-		fl.StringVar(&engines, "engines", enginesAuto, "engines to compare, one fresh topology each (comma-separated: mysql,mariadb,postgres; auto: every engine this machine has, the others named and skipped): every native token per engine through a real failover; honours "+
+		fl.StringVar(&engines, "engines", enginesAuto, "engines to compare, one fresh topology each (comma-separated: mysql,mariadb,postgres, each built first when missing; auto: MySQL and the others built here, those skipped named): every native token per engine through a real failover; honours "+
 			strings.Join(prefixed(engineFailoverFlags), ", ")+"; any other lab flag (--fail-on, --routers, --via, --promote, --out, ...) without --engines runs the single-engine MySQL scenario instead (as lab scenario failover)")
 	case "gated":
 		gf.register(cmd)
@@ -505,16 +517,19 @@ func newLabScenarioCmd() *cobra.Command {
 	var root string
 	cmd := &cobra.Command{
 		Use:   "scenario <name|dir>...",
-		Short: "Run scenario folders (scenario.yaml: workload, condition, routers, events, expected results); exit 3 when an expectation fails",
+		Short: "Run scenario folders; exit 3 when an expectation fails",
 		Long: `scenario runs data-folder scenarios: a directory holding scenario.yaml, or the
 name of a folder under --scenarios (default: the built-in scenarios, embedded in
 the binary). "all" runs every folder there. Workload flags given on the command
 line override the scenarios' own values. A failed expectation sets exit code 3,
 like --fail-on.
 
-Built-in: ` + strings.Join(builtinNames(), ", ") + ".",
+` + fold("Built-in: "+strings.Join(builtinNames(), ", ")+".", termWidth),
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := refuseZero(cmd, labZeroDefaults); err != nil {
+				return err
+			}
 			catalog := lab.Builtin()
 			if root != "" {
 				if st, err := os.Stat(root); err != nil || !st.IsDir() {
@@ -555,7 +570,7 @@ func builtinNames() []string {
 const enginesAuto = "auto"
 
 // engineFailoverFlags are the flags `lab failover --engines` honours.
-var engineFailoverFlags = []string{"engines", "sessions", "duration", "seed", "backend", "format", "no-sim", "sim-trials", "no-progress"}
+var engineFailoverFlags = []string{"engines", "sessions", "duration", "seed", "backend", "format", "wide", "no-sim", "sim-trials", "no-progress"}
 
 // gatedEngineOnly are the flags only `lab gated --engine` takes;
 // gatedEngineFlagsAll every flag it honours.
@@ -589,22 +604,6 @@ func changedOutside(cmd *cobra.Command, allowed []string) []string {
 // single-engine MySQL scenario (such a flag given without --engines).
 func useEngines(cmd *cobra.Command) bool {
 	return cmd.Flags().Changed("engines") || len(changedOutside(cmd, engineFailoverFlags)) == 0
-}
-
-// installedEngines are the engines backend b can start on this machine
-// (compose.Installed: the root filesystem for local, the image for
-// docker), and a line for each one skipped saying why.
-func installedEngines(ctx context.Context, b compose.Backend) ([]compose.Engine, []string) {
-	var have []compose.Engine
-	var skipped []string
-	for _, e := range compose.Engines() {
-		if err := compose.Installed(ctx, e, b); err != nil {
-			skipped = append(skipped, fmt.Sprintf("%s skipped: %s", e, strings.TrimPrefix(err.Error(), "compose: "+string(e)+": ")))
-			continue
-		}
-		have = append(have, e)
-	}
-	return have, skipped
 }
 
 // gatedEngineFlags are `lab gated --engine`'s own flags.
@@ -669,11 +668,11 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 	rep := newReporter(errw, "lab gated", f.noProgress)
 	cfg.Backend = compose.Backend(f.backend)
 	if f.backend == backendAuto {
-		b, why := compose.ChooseBackend(ctx, "")
+		b, why := compose.ChooseBackend(ctx, "", cfg.Engine)
 		rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 		cfg.Backend = b
 	}
-	if err := compose.Installed(ctx, cfg.Engine, cfg.Backend); err != nil {
+	if err := compose.EnsureEngine(ctx, cfg.Engine, cfg.Backend, rep.buildOptions()); err != nil {
 		rep.Done()
 		return oneLine(err)
 	}
@@ -683,17 +682,8 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 	if err != nil {
 		return oneLine(err)
 	}
-	out := cmd.OutOrStdout()
-	for i, t := range lab.GatedEngineTables(res) {
-		if i > 0 {
-			fmt.Fprintln(out)
-		}
-		if format == lab.Format("md") && !f.wide {
-			t = t.Compact()
-		}
-		if err := t.Write(out, format); err != nil {
-			return err
-		}
+	if err := writeGatedEngine(cmd.OutOrStdout(), res, format, f.wide); err != nil {
+		return err
 	}
 	if f.out != "" {
 		if err := lab.WriteGatedEngineOut(f.out, res); err != nil {
@@ -702,6 +692,16 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 		fmt.Fprintf(errw, "causallab lab gated: wrote %s\n", f.out)
 	}
 	return nil
+}
+
+// writeGatedEngine prints lab gated --engine's two tables, in markdown
+// their compact views (80 columns) unless wide.
+func writeGatedEngine(out io.Writer, res *lab.GatedEngineResult, format lab.Format, wide bool) error {
+	ts := lab.GatedEngineTables(res)
+	if err := writeTables(out, ts[:1], format, wide, false); err != nil {
+		return err
+	}
+	return writeTables(out, ts[1:], format, wide, true)
 }
 
 // formatAndBackend checks the lab flags every experiment takes: --format

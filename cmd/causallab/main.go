@@ -87,10 +87,8 @@ func newRootCmd() *cobra.Command {
 		Short: "Reproduce, simulate and measure causal reads from MySQL replicas",
 		Long: `causallab answers one question with numbers: when an application writes to a
 MySQL primary and reads from lagging replicas, how often does a session miss its
-own write (read-your-writes) or see the world go backwards (monotonic reads), and
-what does each routing rule cost the primary and the reader?
-
-` + exitCodes,
+own write (read-your-writes) or see the world go backwards (monotonic reads),
+and what does each routing rule cost the primary and the reader?`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, args []string) {
@@ -115,7 +113,10 @@ what does each routing rule cost the primary and the reader?
 		newWatchCmd(),
 	)
 	root.AddCommand(newComposeCmds()...) // compose: up, status, down, fault, image
-	root.SetUsageTemplate(root.UsageTemplate() + "\n" + exitCodes + "\n")
+	// Every command's help fits 80 columns and ends with the convention,
+	// once: the usage template prints it (a Long that said it too would
+	// say it twice).
+	setHelpTemplates(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withExitCode(exitUsage, err) })
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()

@@ -23,7 +23,7 @@ func newMySQLCmd() *cobra.Command {
 	var proxyAddr, user, password, execute string
 	cmd := &cobra.Command{
 		Use:   "mysql [NODE|proxy] [-- CLIENT-ARGS...]",
-		Short: "Open the mysql client on a node of the running topology, or on the proxy",
+		Short: "Open the mysql client on a node of the topology, or the proxy",
 		Long: `mysql opens MySQL's command-line client, the one in the MySQL root filesystem
 the servers run from (the host has no client of its own), connected to a node of
 the topology ` + "`causallab up`" + ` runs (default: its primary) with the topology's

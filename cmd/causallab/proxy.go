@@ -3,13 +3,22 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/causallab/causallab/proxy"
 )
+
+// proxyZeroDefaults are proxy's flags whose 0 would mean the default.
+var proxyZeroDefaults = []defaultIfZero{{"epoch", "the --topology state file's, else 1"}, {"pool-size", "the config's pool_size, else 64"},
+	{"workers", "the config's workers, else 1"}, {"startup-timeout", "the config's startup_timeout, else 10s"}}
 
 // newProxyCmd is `causallab proxy`: the causal read router behind a
 // MySQL-protocol listener.
@@ -37,27 +46,24 @@ read their session's token with SELECT @causal_token.
 
 Configure it with a YAML file (--config), or point it at a running compose
 topology (--topology, a JSON file listing the topology's nodes as compose
-prints them) with --user/--password for the clients.`,
+prints them) with --user/--password for the clients. With neither it fronts
+the topology ` + "`causallab up`" + ` is running (its state file, env CAUSALLAB_STATE),
+as every other command finds it.
+
+It listens where ProxySQL does, 127.0.0.1:6033 (metrics on :9033), and
+stops with a clear error when another program holds either address, as
+ProxySQL and MySQL Router do: --listen and --http move it (port 0: a free
+port). The addresses it listens on are printed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var cfg proxy.Config
-			switch {
-			case configPath != "" && topologyPath != "":
-				return withExitCode(2, errors.New("give --config or --topology, not both"))
-			case configPath != "":
-				c, err := proxy.LoadConfig(configPath)
-				if err != nil {
-					return withExitCode(2, err)
-				}
-				cfg = c
-			case topologyPath != "":
-				c, err := proxy.ConfigFromTopology(topologyPath)
-				if err != nil {
-					return withExitCode(2, err)
-				}
-				cfg = c
+			if err := refuseZero(cmd, proxyZeroDefaults); err != nil {
+				return err
+			}
+			cfg, err := proxyConfig(cmd, configPath, topologyPath, workerIndex < 0)
+			if err != nil {
+				return err
+			}
+			if configPath == "" {
 				cfg.Users = []proxy.User{{Name: user, Password: password}}
-			default:
-				return withExitCode(2, errors.New("need --config FILE or --topology FILE"))
 			}
 			if cmd.Flags().Changed("listen") || cfg.Listen == "" {
 				cfg.Listen = listen
@@ -103,6 +109,9 @@ prints them) with --user/--password for the clients.`,
 				cfg.GOMAXPROCS = "fixed" // a worker runs on one P (runWorkers)
 				return serveWorker(cmd, cfg, workerIndex)
 			}
+			if err := checkPorts(cfg); err != nil {
+				return err
+			}
 			if cfg.Workers > 1 {
 				return runWorkers(cmd.Context(), cmd, cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
@@ -111,7 +120,7 @@ prints them) with --user/--password for the clients.`,
 				return withExitCode(2, err)
 			}
 			if err := s.Listen(cmd.Context()); err != nil {
-				return err
+				return portTaken(err, cfg)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "proxy listening on %s (metrics %s)\n", s.Addr(), s.HTTPAddr())
 			return s.Serve(cmd.Context())
@@ -119,7 +128,7 @@ prints them) with --user/--password for the clients.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "YAML config file (see docs/proxy.md)")
-	f.StringVar(&topologyPath, "topology", "", "JSON file of a running compose topology's nodes")
+	f.StringVar(&topologyPath, "topology", "", "JSON file of a running compose topology's nodes (default, without --config: the state file of the topology causallab up runs)")
 	f.StringVar(&listen, "listen", "127.0.0.1:6033", "MySQL-protocol listen address")
 	f.StringVar(&httpListen, "http", "127.0.0.1:9033", "HTTP address for /metrics, /healthz and /ready (empty: off)")
 	f.StringVar(&policy, "policy", "", "routing policy (any, affinity, window, token-ryw, token-ryw-mr, token-wait)")
@@ -137,4 +146,97 @@ prints them) with --user/--password for the clients.`,
 	_ = f.MarkHidden("worker-index")
 	f.DurationVar(&startupTimeout, "startup-timeout", 0, "the readiness gate's bound: clients are served once every backend's position was read, or after this (default: the config's startup_timeout, else 10s)")
 	return cmd
+}
+
+// proxyConfig reads the proxy's backends: --config, --topology, or with
+// neither the state file of the topology `causallab up` runs (said on
+// stderr when say). Nothing running there is a usage error naming both.
+func proxyConfig(cmd *cobra.Command, configPath, topologyPath string, say bool) (proxy.Config, error) {
+	switch {
+	case configPath != "" && topologyPath != "":
+		return proxy.Config{}, withExitCode(2, errors.New("give --config or --topology, not both"))
+	case configPath != "":
+		c, err := proxy.LoadConfig(configPath)
+		return c, withExitCode(2, err)
+	case topologyPath != "":
+		c, err := proxy.ConfigFromTopology(topologyPath)
+		return c, withExitCode(2, err)
+	}
+	state := defaultStatePath()
+	if _, err := os.Stat(state); errors.Is(err, fs.ErrNotExist) {
+		return proxy.Config{}, withExitCode(2, fmt.Errorf("no topology is running (no state file at %s): start one with `causallab up`, or give --config FILE or --topology FILE", state))
+	}
+	c, err := proxy.ConfigFromTopology(state)
+	if err != nil {
+		return c, withExitCode(2, err)
+	}
+	if say {
+		reps := fmt.Sprintf("%d replicas", len(c.Replicas))
+		if len(c.Replicas) == 1 {
+			reps = "1 replica"
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "causallab proxy: fronting the topology causallab up runs (state %s: primary %s, %s)\n",
+			state, c.Primary.Addr, reps)
+	}
+	return c, nil
+}
+
+// checkPorts refuses, before the backends are dialled, listen addresses
+// another program holds (the defaults are fixed: ProxySQL's 6033, its
+// admin's neighbour 9033 for metrics): the error says which flag moves
+// it. Port 0 is any free port.
+func checkPorts(cfg proxy.Config) error {
+	http := []string{cfg.HTTPListen}
+	if cfg.Workers > 1 && cfg.HTTPListen != "" {
+		http = http[:0]
+		for i := range cfg.Workers {
+			a, err := workerHTTP(cfg.HTTPListen, i)
+			if err != nil {
+				return withExitCode(2, err)
+			}
+			http = append(http, a)
+		}
+	}
+	if err := probeListen(cfg.Listen, "--listen"); err != nil {
+		return err
+	}
+	for _, a := range http {
+		if err := probeListen(a, "--http"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// probeListen binds addr and lets it go: an address in use is an error
+// naming flag.
+func probeListen(addr, flag string) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return portTaken(fmt.Errorf("proxy: listen %s: %w", addr, err), proxy.Config{Listen: addr, HTTPListen: addr}, flag)
+	}
+	return ln.Close()
+}
+
+// portTaken says, for a listen error that is an address in use, which
+// address and which flag moves it; other errors pass.
+func portTaken(err error, cfg proxy.Config, flag ...string) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	addr, fl := cfg.Listen, "--listen"
+	switch {
+	case len(flag) > 0:
+		fl = flag[0]
+	case strings.Contains(err.Error(), "http listen"):
+		addr, fl = cfg.HTTPListen, "--http"
+	}
+	off := ""
+	if fl == "--http" {
+		off = `, or --http "" for none`
+	}
+	return fmt.Errorf("%s is in use (another causallab proxy, ProxySQL or MySQL Router?): give %s HOST:PORT, %s 127.0.0.1:0 for a free port (printed once listening)%s", addr, fl, fl, off)
 }

@@ -39,17 +39,17 @@ type simFlags struct {
 
 func (f *simFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.Uint64Var(&f.seed, "seed", 0, "random seed; 0: the experiment default (1, or 20260802 for the workorder Park-Miller stream); same seed and flags give byte-identical output")
-	fs.IntVar(&f.trials, "trials", 0, "trials per point (0: the experiment's default, 16)")
-	fs.IntVar(&f.replicas, "replicas", 0, "replicas (0: 5)")
-	fs.Float64Var(&f.wps, "writes-per-sec", 0, "offered writes per second (0: the experiment's default, 600)")
+	fs.Uint64Var(&f.seed, "seed", 0, "random seed (default: the experiment's, 1, or 20260802 for the workorder Park-Miller stream); same seed and flags give byte-identical output")
+	fs.IntVar(&f.trials, "trials", 0, "trials per point (default: the experiment's, 16)")
+	fs.IntVar(&f.replicas, "replicas", 0, "replicas (default 5)")
+	fs.Float64Var(&f.wps, "writes-per-sec", 0, "offered writes per second (default: the experiment's, 600)")
 	fs.StringVar(&f.world, "world", "", "world: instant, identical, straggler, straggler+heavy (default)")
 	fs.StringVar(&f.workload, "workload", "", "read pattern: chains (default: each write's reads are their own chain, the published demo's) or queue (one read queue per session, the earlier default)")
-	fs.IntVar(&f.sessions, "sessions", 0, "sessions (0: 800 under chains, 10000 under queue)")
-	fs.DurationVar(&f.duration, "duration", 0, "offered writes per trial (0: 16s)")
+	fs.IntVar(&f.sessions, "sessions", 0, "sessions (default 800 under chains, 10000 under queue)")
+	fs.DurationVar(&f.duration, "duration", 0, "offered writes per trial (default 16s)")
 	fs.DurationVar(&f.poll, "poll", 0, "router view polled every this long (0: perfect view)")
-	fs.DurationVar(&f.window, "window", 0, "window router's W (0: 500ms)")
-	fs.DurationVar(&f.budget, "budget", 0, "token-wait's budget B (0: 400ms)")
+	fs.DurationVar(&f.window, "window", 0, "window router's W (default 500ms)")
+	fs.DurationVar(&f.budget, "budget", 0, "token-wait's budget B (default 400ms)")
 	fs.StringVar(&f.hashMode, "hash-mode", "full-list", "affinity hashing: full-list, available-only, rebalance-override")
 	fs.Float64Var(&f.capPerSec, "cap", 0, "primary fallbacks allowed per second (0: no cap)")
 	fs.StringVar(&f.capBehave, "cap-behavior", "wait-longer", "above the cap: wait-longer, fail-fast, serve-stale, defer")
@@ -129,6 +129,9 @@ compact view; --wide prints every column.`,
 			Short: e.Short,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
+				if err := refuseZero(cmd, simZeroDefaults); err != nil {
+					return err
+				}
 				o, format, err := f.options()
 				if err != nil {
 					return err
@@ -151,9 +154,12 @@ compact view; --wide prints every column.`,
 	f := &simFlags{}
 	all := &cobra.Command{
 		Use:   "all",
-		Short: "every experiment at its default trial counts (with --out: tables, pictures, report)",
+		Short: "every experiment (with --out: tables, pictures, report)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseZero(cmd, simZeroDefaults); err != nil {
+				return err
+			}
 			o, format, err := f.options()
 			if err != nil {
 				return err

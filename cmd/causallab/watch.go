@@ -46,21 +46,28 @@ func newWatchCmd() *cobra.Command {
 	var f watchFlags
 	cmd := &cobra.Command{
 		Use:   "watch",
-		Short: "Stream each replica's binlog and show its live executed GTID set and health",
+		Short: "Stream each replica's binlog: its live GTID set and health",
 		Long: `watch keeps, for every replica, a lower bound of its executed GTID set, read
-from the replica's own binary log and confirmed against @@gtid_executed, and shows
-it live: a refreshing table on a terminal, or one JSON line per change with
---format json. With --primary it also shows how many transactions each replica
-lacks. --proxysql serves a replica's set with ProxySQL's binlog-reader protocol
-(what proxysql_mysqlbinlog speaks): ST= on connect, then an I1/I2 line per
-transaction, or with --proxysql-batch I3/I4 ranges (ProxySQL 3.0.8 or later).
-When the replica loses GTIDs ProxySQL was sent (reset, restore), ProxySQL 3.x
-keeps them: --proxysql-on-shrink fence (the default) then serves no client
-until the replica has them again; rebootstrap (for 2.x, which forgets on
+from the replica's own binary log and confirmed against @@gtid_executed, and
+shows it live: a refreshing table on a terminal, or one JSON line per change
+with --format json. With --primary it also shows how many transactions each
+replica lacks. --proxysql serves a replica's set with ProxySQL's binlog-reader
+protocol (what proxysql_mysqlbinlog speaks): ST= on connect, then an I1/I2 line
+per transaction, or with --proxysql-batch I3/I4 ranges (ProxySQL 3.0.8 or
+later). When the replica loses GTIDs ProxySQL was sent (reset, restore),
+ProxySQL 3.x keeps them: --proxysql-on-shrink fence (the default) then serves no
+client until the replica has them again; rebootstrap (for 2.x, which forgets on
 disconnect) reconnects clients to a fresh ST=. See docs/binlogwatch.md.`,
-		Example: `  causallab watch --replica r1=causallab:causallab@tcp(127.0.0.1:3307)/ --format json
-  causallab watch --primary 'u:p@tcp(db0:3306)/' --replica 'r1=u:p@tcp(db1:3306)/' --proxysql r1=:6020`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runWatch(cmd.Context(), cmd.OutOrStdout(), &f) },
+		Example: `  causallab watch --replica r1=causallab:causallab@tcp(127.0.0.1:3307)/ \
+    --format json
+  causallab watch --primary 'u:p@tcp(db0:3306)/' \
+    --replica 'r1=u:p@tcp(db1:3306)/' --proxysql r1=:6020`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := refuseZero(cmd, []defaultIfZero{{name: "heartbeat"}}); err != nil {
+				return err
+			}
+			return runWatch(cmd.Context(), cmd.OutOrStdout(), &f)
+		},
 	}
 	cmd.Flags().StringArrayVar(&f.replicas, "replica", nil, "replica to watch, name=DSN (go-sql-driver DSN, e.g. u:p@tcp(host:port)/); repeatable")
 	cmd.Flags().StringVar(&f.primary, "primary", "", "primary DSN, to report transactions behind (optional)")
