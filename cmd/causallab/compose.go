@@ -178,8 +178,8 @@ type statusHead struct {
 
 // writeStatus prints the nodes' status: JSON, one row per node with every
 // column (wide), or by default a table that fits 80 columns (addresses for
-// DSNs, the DSN form once) with each node's position and last error on
-// lines of their own below it.
+// DSNs) with each node's DSN, GTIDs and last error on lines of their own
+// below it.
 func writeStatus(w io.Writer, h statusHead, sts []compose.NodeStatus, jsonOut, wide bool) error {
 	if jsonOut {
 		enc := json.NewEncoder(w)
@@ -224,9 +224,16 @@ func writeStatus(w io.Writer, h statusHead, sts []compose.NodeStatus, jsonOut, w
 	if wide || len(sts) == 0 {
 		return nil
 	}
-	n := sts[0].Node
-	dsn := strings.Replace(n.DSN(), n.Addr(), "ADDRESS", 1)
-	fmt.Fprintln(w, fold("DSN: "+dsn+" (--wide: every node's DSN, GTIDs and error on its row)", termWidth))
+	// Each node's DSN on a line of its own: a PostgreSQL URL is 71
+	// columns, a node name 8 at most.
+	fmt.Fprintln(w)
+	dw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	for _, s := range sts {
+		fmt.Fprintf(dw, "%s\t%s\n", s.Node.Name, s.Node.DSN())
+	}
+	if err := dw.Flush(); err != nil {
+		return err
+	}
 	for _, d := range details {
 		fmt.Fprintln(w, d)
 	}

@@ -173,7 +173,10 @@ func statusFixture() []compose.NodeStatus {
 		return compose.Node{Name: name, Role: role, Host: "127.0.0.1", Port: port, User: "causallab", Password: "causallab"}
 	}
 	const gtids = "432392d9-f0c9-11f1-8234-02fc00000001:1-291,\n5a1b2c3d-f0c9-11f1-8234-02fc00000002:1-1204"
+	pg := node("replica9", compose.RoleReplica, 65535)
+	pg.Engine = compose.EnginePostgres // the longest DSN: a URL
 	return []compose.NodeStatus{
+		{Node: pg, Health: compose.HealthUnreachable, SecondsBehind: -1},
 		{Node: node("replica1", compose.RolePrimary, 43933), Health: compose.HealthOK, GTIDExecuted: gtids, SecondsBehind: -1},
 		{Node: node("primary", compose.RoleRetired, 41493), Health: compose.HealthUnreachable, SecondsBehind: -1,
 			LastError: "dial tcp 127.0.0.1:41493: connect: connection refused"},
