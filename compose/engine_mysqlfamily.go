@@ -181,10 +181,31 @@ func (m mysqlFamily) wire(ctx context.Context, t *Topology) error {
 // IO thread runs. r is fenced: a replica refuses the user's writes.
 func (m mysqlFamily) pointAt(ctx context.Context, t *Topology, r, src Node, delay time.Duration, before ...string) error {
 	stmts := append([]string{"STOP " + m.f.replica, "RESET " + m.f.replica + " ALL", m.f.change(src, delay)}, before...)
-	if err := t.exec(ctx, r, append(stmts, "START "+m.f.replica, m.f.fence)...); err != nil {
+	stmts = append(stmts, "START "+m.f.replica, m.f.fence)
+	err := t.exec(ctx, r, stmts...)
+	for try := 0; try < 3 && isRunningReplicaThreads(err); try++ {
+		// A server just restarted starts its replication threads in the
+		// background: they can start between STOP and RESET (3081 on a
+		// loaded machine). Stop them again.
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+		err = t.exec(ctx, r, stmts...)
+	}
+	if err != nil {
 		return err
 	}
 	return t.awaitIOThread(ctx, r, src)
+}
+
+// isRunningReplicaThreads reports MySQL's 3081 (ER_REPLICA_CHANNEL_MUST_STOP:
+// an operation that needs the replication threads stopped found them
+// running).
+func isRunningReplicaThreads(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 3081
 }
 
 // awaitIOThread waits until replica r's IO thread runs (MySQL, MariaDB).
