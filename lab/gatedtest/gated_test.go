@@ -65,12 +65,16 @@ func TestGatedEngine(t *testing.T) {
 			// A read at once after the write is stale unless the write and
 			// the read themselves took the delay (a loaded machine can
 			// stall either): the commit comes no earlier than the write's
-			// start, the read's snapshot no later than its end. So every
-			// D=0 trial is stale or explained by its own latency, and at
-			// least one is stale (a share would depend on the machine's
-			// load: at load 30-50 most trials' own latency spans 200 ms).
-			if now.Trials != 40 || now.Errors != 0 || now.OffReplica != 0 || now.Stale == 0 || now.Stale+now.EarlyExplained != now.Trials {
-				t.Errorf("D=0: %+v; want 40 trials served by the replica, each stale or fresh only because its own write and read took the apply delay, at least one stale", now)
+			// start, the read's snapshot no later than its end; or unless
+			// the read began only after the delay had passed (the
+			// achieved wait, not the nominal 0: on a loaded machine the
+			// D=0 reads' achieved waits reached 170 ms at the median).
+			// So every fresh D=0 trial whose achieved wait is below the
+			// delay is explained by its own latency (EarlyFresh ==
+			// EarlyExplained, checked below for every D), and at least
+			// one is stale (a share would depend on the machine's load).
+			if now.Trials != 40 || now.Errors != 0 || now.OffReplica != 0 || now.Stale == 0 {
+				t.Errorf("D=0: %+v; want 40 trials served by the replica, at least one stale", now)
 			}
 			for _, r := range res.Sweep {
 				if r.EarlyFresh != r.EarlyExplained {
