@@ -484,8 +484,9 @@ func classifyExplain(l *sqllex.Lexer) Stmt {
 				return primary(ReasonUnclassified)
 			}
 			return st
-		case isExplainOption(t), t.Punct('='):
-			continue
+		case t.Is("ANALYZE"), t.Is("FORMAT"), t.Is("EXTENDED"), t.Is("PARTITIONS"),
+			t.Is("TREE"), t.Is("JSON"), t.Is("TRADITIONAL"), t.Punct('='):
+			continue // EXPLAIN's options
 		case t.Kind == sqllex.Word:
 			return classifyDescribe(l, t)
 		case t.Kind == sqllex.Ident:
@@ -497,15 +498,8 @@ func classifyExplain(l *sqllex.Lexer) Stmt {
 	return primary(ReasonUnclassified)
 }
 
-// isExplainOption is a word of EXPLAIN's options (ANALYZE, FORMAT = ...,
-// EXTENDED, PARTITIONS), skipped on the way to the explained statement.
-func isExplainOption(t sqllex.Token) bool {
-	return t.Is("ANALYZE") || t.Is("FORMAT") || t.Is("EXTENDED") || t.Is("PARTITIONS") ||
-		t.Is("TREE") || t.Is("JSON") || t.Is("TRADITIONAL")
-}
-
 // classifyDescribe classifies what follows EXPLAIN or DESCRIBE when it is
-// a word other than a SELECT: DESCRIBE tbl [col], a metadata read,
+// a word t other than SELECT's: DESCRIBE tbl [col] is a metadata read,
 // routable; EXPLAIN of a write stays on the primary.
 func classifyDescribe(l *sqllex.Lexer, t sqllex.Token) Stmt {
 	n := l.Next()
@@ -516,156 +510,161 @@ func classifyDescribe(l *sqllex.Lexer, t sqllex.Token) Stmt {
 		return Stmt{Kind: KindRead}
 	}
 	for m := l.Next(); m.Kind != sqllex.EOF; m = l.Next() {
-		if isWriteWord(m) {
+		if m.Is("INSERT") || m.Is("UPDATE") || m.Is("DELETE") || m.Is("REPLACE") {
 			return primary(ReasonWrite)
 		}
 	}
-	if isWriteWord(t) || t.Is("FOR") {
+	if t.Is("INSERT") || t.Is("UPDATE") || t.Is("DELETE") || t.Is("REPLACE") || t.Is("FOR") {
 		return primary(ReasonWrite)
 	}
 	return Stmt{Kind: KindRead}
 }
 
-// isWriteWord is a DML statement's first word.
-func isWriteWord(t sqllex.Token) bool {
-	return t.Is("INSERT") || t.Is("UPDATE") || t.Is("DELETE") || t.Is("REPLACE")
-}
-
-// selectScan is classifySelect's state as it reads a statement's tokens.
-type selectScan struct {
-	st   Stmt
-	prev sqllex.Token
-	// words counts the tokens before any semicolon.
-	words int
-	// onlyToken: so far the statement may be SELECT @causal_token alone.
-	onlyToken bool
-	intoVars  bool // inside SELECT ... INTO @a, @b
-	previous  bool // reads what the previous statement left (FOUND_ROWS, @@warning_count)
-}
-
-// pin sends the statement to the primary for r.
-func (s *selectScan) pin(r Reason) {
-	// The first pinning reason wins; later ones are the same outcome.
-	if s.st.Kind == KindRead {
-		s.st.Kind, s.st.Reason = KindPrimary, r
-	}
-}
-
-// classifySelect scans a SELECT (or WITH/TABLE/VALUES) to its end.
+// classifySelect scans a SELECT (or WITH/TABLE/VALUES) to its end. Every
+// routed read passes here, so the loop decides the keywords itself (a
+// call per word would cost more than the words' tests); user variables,
+// assignments and function calls are selectVar's, selectAssign's and
+// selectCall's to decide, the statement's kind selectResult's.
 func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
-	s := selectScan{st: Stmt{Kind: KindRead}, onlyToken: first.Is("SELECT")}
+	st := Stmt{Kind: KindRead}
+	var prev sqllex.Token
+	words := 0
+	onlyToken := first.Is("SELECT")
 	sawSemicolon := false
-	for t := l.Next(); t.Kind != sqllex.EOF; s.prev, t = t, l.Next() {
+	intoVars := false // inside SELECT ... INTO @a, @b
+	previous := false // reads what the previous statement left (FOUND_ROWS, @@warning_count)
+	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
 		if sawSemicolon {
-			s.pin(ReasonMultiStatement)
-			s.onlyToken = false
+			pinRead(&st, ReasonMultiStatement)
+			onlyToken = false
 			continue
 		}
 		if t.Punct(';') {
 			sawSemicolon = true
 			continue
 		}
-		s.words++
-		s.intoVars = s.intoVars && (t.Kind == sqllex.Var || t.Punct(','))
+		words++
+		intoVars = intoVars && (t.Kind == sqllex.Var || t.Punct(','))
+		if t.Kind == sqllex.Var {
+			var keep bool
+			intoVars, keep = selectVar(&st, t, prev, words, intoVars)
+			onlyToken = onlyToken && keep
+			continue
+		}
+		onlyToken = false
 		switch t.Kind {
-		case sqllex.Var:
-			s.userVar(t)
 		case sqllex.SysVar:
-			s.onlyToken = false
-			if n := sysVarName(t); sqllex.EqualFoldUpper(n, "WARNING_COUNT") || sqllex.EqualFoldUpper(n, "ERROR_COUNT") {
-				s.previous = true
+			if readsPreviousSysVar(t) {
+				previous = true
 			}
 		case sqllex.Assign:
-			s.onlyToken = false
-			if s.prev.Kind == sqllex.Var {
-				s.st.SetsUserVar = true
-				s.st.assignsToken = s.st.assignsToken || isCausalTokenVar(s.prev.Text)
-				s.pin(ReasonUserVariable)
-			}
+			selectAssign(&st, prev)
 		case sqllex.Punct:
-			if t.Punct('(') && s.prev.Kind == sqllex.Word {
-				s.call(s.prev)
+			if t.Punct('(') && selectCall(&st, prev) {
+				previous = true
 			}
-			s.onlyToken = false
 		case sqllex.Word:
-			s.onlyToken = false
-			s.word(t)
-		default:
-			s.onlyToken = false
+			switch {
+			case t.Is("UPDATE") && prev.Is("FOR"), t.Is("SHARE") && (prev.Is("FOR") || prev.Is("IN")):
+				pinRead(&st, ReasonLockingRead) // FOR UPDATE, FOR SHARE, LOCK IN SHARE MODE
+			case t.Is("SQL_CALC_FOUND_ROWS"):
+				// Its FOUND_ROWS() would be spoilt on a replica by the
+				// watermark read the proxy runs there right after it.
+				pinRead(&st, ReasonSessionFunction)
+				st.CalcFoundRows = true
+			case t.Is("OUTFILE"), t.Is("DUMPFILE"):
+				if prev.Is("INTO") {
+					pinRead(&st, ReasonIntoFile)
+				}
+			case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"):
+				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
+				pinRead(&st, ReasonWrite)
+			}
 		}
 	}
-	if s.onlyToken && s.words == 1 {
+	return selectResult(st, onlyToken && words == 1, previous)
+}
+
+// pinRead sends a read to the primary for r.
+func pinRead(st *Stmt, r Reason) {
+	// The first pinning reason wins; later ones are the same outcome.
+	if st.Kind == KindRead {
+		st.Kind, st.Reason = KindPrimary, r
+	}
+}
+
+// selectResult is a scanned SELECT's classification: onlyToken, it was
+// SELECT @causal_token alone; previous, it reads what the previous
+// statement left.
+func selectResult(st Stmt, onlyToken, previous bool) Stmt {
+	if onlyToken {
 		return Stmt{Kind: KindGetToken}
 	}
 	// Any other reason to stay on the primary wins over following the
 	// previous statement.
-	if s.previous && s.st.Kind == KindRead {
-		s.st.Kind, s.st.Reason = KindPrimary, ReasonPreviousStatement
+	if previous && st.Kind == KindRead {
+		st.Kind, st.Reason = KindPrimary, ReasonPreviousStatement
 	}
-	return s.st
+	return st
 }
 
-// userVar reads a user variable: one use, a target of SELECT ... INTO, or
-// SELECT @causal_token's.
-func (s *selectScan) userVar(t sqllex.Token) {
-	s.st.UsesUserVar = true
-	if s.prev.Is("INTO") {
-		s.intoVars = true
+// selectVar reads user variable t of a SELECT, its words-th token, after
+// prev: a use, or a target of SELECT ... INTO @a, @b (intoVars: inside
+// that list before t). It returns whether t is in that list, and keep:
+// t may be SELECT @causal_token's.
+func selectVar(st *Stmt, t, prev sqllex.Token, words int, intoVars bool) (into, keep bool) {
+	st.UsesUserVar = true
+	if prev.Is("INTO") {
+		intoVars = true
 	}
-	if s.intoVars {
-		s.st.assignsToken = s.st.assignsToken || isCausalTokenVar(t.Text)
+	if intoVars {
+		st.assignsToken = st.assignsToken || isCausalTokenVar(t.Text)
 	}
-	if s.words == 1 && isCausalTokenVar(t.Text) {
-		return
+	if words == 1 && isCausalTokenVar(t.Text) {
+		return intoVars, true
 	}
-	s.onlyToken = false
-	if s.intoVars {
-		s.st.SetsUserVar = true
-		s.pin(ReasonUserVariable)
+	if intoVars {
+		st.SetsUserVar = true
+		pinRead(st, ReasonUserVariable)
+	}
+	return intoVars, false
+}
+
+// selectAssign reads a := after prev: the assignment of a user variable
+// pins the statement.
+func selectAssign(st *Stmt, prev sqllex.Token) {
+	if prev.Kind == sqllex.Var {
+		st.SetsUserVar = true
+		st.assignsToken = st.assignsToken || isCausalTokenVar(prev.Text)
+		pinRead(st, ReasonUserVariable)
 	}
 }
 
-// call reads a call of function fn.
-func (s *selectScan) call(fn sqllex.Token) {
+// selectCall reads the '(' after fn, a call when fn is a word: locking
+// and session functions pin the statement. It reports a function that
+// reads what the previous statement left.
+func selectCall(st *Stmt, fn sqllex.Token) (previous bool) {
 	switch {
 	case fn.Is("GET_LOCK"), fn.Is("RELEASE_LOCK"), fn.Is("RELEASE_ALL_LOCKS"),
 		fn.Is("IS_FREE_LOCK"), fn.Is("IS_USED_LOCK"),
 		fn.Is("SERVICE_GET_WRITE_LOCKS"), fn.Is("SERVICE_GET_READ_LOCKS"),
 		fn.Is("SERVICE_RELEASE_LOCKS"):
-		s.pin(ReasonLockingFunction)
+		pinRead(st, ReasonLockingFunction)
 	case fn.Is("FOUND_ROWS"), fn.Is("ROW_COUNT"):
-		s.previous = true
+		return true
 	case fn.Is("LAST_INSERT_ID"),
 		fn.Is("CONNECTION_ID"), fn.Is("WAIT_FOR_EXECUTED_GTID_SET"),
 		fn.Is("SOURCE_POS_WAIT"), fn.Is("MASTER_POS_WAIT"), fn.Is("NEXTVAL"):
-		s.pin(ReasonSessionFunction)
+		pinRead(st, ReasonSessionFunction)
 	}
+	return false
 }
 
-// word reads a keyword or identifier: locking reads, SQL_CALC_FOUND_ROWS,
-// INTO OUTFILE and writes pin the statement.
-func (s *selectScan) word(t sqllex.Token) {
-	prev := s.prev
-	switch {
-	case t.Is("UPDATE") && prev.Is("FOR"):
-		s.pin(ReasonLockingRead)
-	case t.Is("SHARE") && prev.Is("FOR"):
-		s.pin(ReasonLockingRead)
-	case t.Is("SHARE") && prev.Is("IN"):
-		s.pin(ReasonLockingRead) // LOCK IN SHARE MODE
-	case t.Is("SQL_CALC_FOUND_ROWS"):
-		// Its FOUND_ROWS() would be spoilt on a replica by the
-		// watermark read the proxy runs there right after it.
-		s.pin(ReasonSessionFunction)
-		s.st.CalcFoundRows = true
-	case t.Is("OUTFILE") || t.Is("DUMPFILE"):
-		if prev.Is("INTO") {
-			s.pin(ReasonIntoFile)
-		}
-	case isWriteWord(t):
-		// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
-		s.pin(ReasonWrite)
-	}
+// readsPreviousSysVar: system variable t is @@warning_count or
+// @@error_count, what the previous statement left.
+func readsPreviousSysVar(t sqllex.Token) bool {
+	n := sysVarName(t)
+	return sqllex.EqualFoldUpper(n, "WARNING_COUNT") || sqllex.EqualFoldUpper(n, "ERROR_COUNT")
 }
 
 func isCausalTokenVar(v string) bool {
@@ -676,47 +675,38 @@ func isCausalTokenVar(v string) bool {
 	return sqllex.EqualFoldUpper(name, "CAUSAL_TOKEN")
 }
 
-// classifySet classifies SET statements.
+// classifySet classifies SET statements: by their scope, then as SET
+// @causal_token, SET session_track_gtids or another session SET.
 func classifySet(l *sqllex.Lexer) Stmt {
-	t, st, done := setScope(l)
-	switch {
-	case done:
-		return st
-	// SET @causal_token = '<token>' alone.
-	case t.Kind == sqllex.Var && isCausalTokenVar(t.Text):
-		return setToken(l)
-	case isTrackGTIDs(t):
-		return setTrackGTIDs(l)
-	}
-	return setSession(l, t)
-}
-
-// setScope reads SET's scope: t is the first token after it. done: the
-// statement is classified (st) by its scope alone.
-func setScope(l *sqllex.Lexer) (t sqllex.Token, st Stmt, done bool) {
-	t = l.Next()
+	t := l.Next()
 	// SET TRANSACTION applies to the next transaction only: primary.
 	if t.Is("TRANSACTION") {
 		st := primary(ReasonTransaction)
 		st.NextTransaction = true
-		return t, st, true
+		return st
 	}
 	if t.Is("SESSION") || t.Is("LOCAL") {
 		n := l.Next()
 		if n.Is("TRANSACTION") {
-			return n, Stmt{Kind: KindSession}, true // every later transaction
+			return Stmt{Kind: KindSession} // every later transaction
 		}
-		return n, Stmt{}, false
+		t = n
+	} else if t.Is("GLOBAL") || t.Is("PERSIST") || t.Is("PERSIST_ONLY") || t.Is("PASSWORD") || t.Is("DEFAULT") || t.Is("ROLE") || t.Is("RESOURCE") {
+		return primary(ReasonWrite)
 	}
-	if t.Is("GLOBAL") || t.Is("PERSIST") || t.Is("PERSIST_ONLY") || t.Is("PASSWORD") || t.Is("DEFAULT") || t.Is("ROLE") || t.Is("RESOURCE") {
-		return t, primary(ReasonWrite), true
+	switch {
+	case t.Kind == sqllex.Var && isCausalTokenVar(t.Text):
+		// SET @causal_token = '<token>' alone.
+		return classifySetToken(l)
+	case isTrackGTIDs(t):
+		return classifySetTrackGTIDs(l)
 	}
-	return t, Stmt{}, false
+	return classifySetSession(l, t)
 }
 
-// setToken classifies SET @causal_token after the variable: KindSetToken
-// for one string literal, or one parameter marker, alone.
-func setToken(l *sqllex.Lexer) Stmt {
+// classifySetToken classifies SET @causal_token after the variable:
+// KindSetToken for one string literal, or one parameter marker, alone.
+func classifySetToken(l *sqllex.Lexer) Stmt {
 	eq := l.Next()
 	v := l.Next()
 	end := l.Next()
@@ -734,9 +724,9 @@ func setToken(l *sqllex.Lexer) Stmt {
 	return Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, assignsToken: true}
 }
 
-// setTrackGTIDs classifies SET session_track_gtids after the variable:
-// KindTrackGTIDs for a value alone the proxy knows.
-func setTrackGTIDs(l *sqllex.Lexer) Stmt {
+// classifySetTrackGTIDs classifies SET session_track_gtids after the
+// variable: KindTrackGTIDs for a value alone the proxy knows.
+func classifySetTrackGTIDs(l *sqllex.Lexer) Stmt {
 	eq := l.Next()
 	v := l.Next()
 	end := l.Next()
@@ -755,12 +745,12 @@ func setTrackGTIDs(l *sqllex.Lexer) Stmt {
 	return primary(ReasonUnclassified)
 }
 
-// setSession classifies a plain session SET from its first target t:
-// replayed everywhere, unless it reads data (a subquery: its result could
-// differ between servers), assigns session_track_gtids among others, or
-// sets autocommit (the primary's status flags then pin the session: see
-// session.go).
-func setSession(l *sqllex.Lexer, t sqllex.Token) Stmt {
+// classifySetSession classifies a plain session SET from its first
+// target t: replayed everywhere, unless it reads data (a subquery: its
+// result could differ between servers), assigns session_track_gtids among
+// others, or sets autocommit (the primary's status flags then pin the
+// session: see session.go).
+func classifySetSession(l *sqllex.Lexer, t sqllex.Token) Stmt {
 	st := Stmt{Kind: KindSession}
 	var prev sqllex.Token
 	// target: t begins an assignment (the statement's start, or after a
