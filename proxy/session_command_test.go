@@ -320,16 +320,23 @@ func (h *cmdHarness) prepare(q string, backendID, want uint32, params, columns [
 // client sent it; the primary's OK reaches the client at sequence 1.
 func TestCommandQueryWrite(t *testing.T) {
 	h := newCmdHarness(t)
-	const q = "INSERT INTO t VALUES (1)"
+	h.writeToPrimary("INSERT INTO t VALUES (1)")
+	h.ping()
+}
+
+// writeToPrimary sends COM_QUERY q, checks that the primary gets it as
+// sent, answers with an OK of one affected row and checks that the
+// client gets that OK at sequence 1.
+func (h *cmdHarness) writeToPrimary(q string) {
+	h.t.Helper()
 	ch := h.start()
 	h.write(packet(0, cmd(mysql.COM_QUERY, []byte(q))))
 	h.expectCommand(h.prim, cmd(mysql.COM_QUERY, []byte(q)))
 	h.answer(h.prim, 1, okPayload(1, mysql.SERVER_STATUS_AUTOCOMMIT))
 	if err := h.wait(ch); err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
 	h.expect(cmdPacket{1, okPayload(1, mysql.SERVER_STATUS_AUTOCOMMIT)})
-	h.ping()
 }
 
 // TestCommandQueryRead: COM_QUERY of a read (no token) goes to the
