@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# mtr-suite.sh: run MySQL's own test suite (Debian sid's mysql-testsuite,
+# mysql-test-run.pl --extern) one case at a time against a target, direct
+# to the primary or through `causallab proxy` (multiplexed or not), each case
+# on a fresh `causallab up --replicas 2` topology, and report pass / fail /
+# skip per case; with several targets, also the cases that pass direct and
+# fail through each proxy target.
+#
+#   scripts/mtr-suite.sh main.alias main.case          these cases, every target
+#   scripts/mtr-suite.sh --cases-file FILE             one case per line (# comments)
+#   scripts/mtr-suite.sh --all                         every main case (hours)
+#   scripts/mtr-suite.sh --targets direct,proxy ...    only these targets
+#                                                      (direct, proxy, proxy-multiplex)
+#   scripts/mtr-suite.sh --fresh-every N ...           one topology per N cases
+#                                                      (between cases: every
+#                                                      non-system schema dropped,
+#                                                      `test` re-created); default 1
+#
+# Environment: CAUSALLAB_MTR_OUT (directory for the results, each case's
+# mysql-test-run output and the proxy's log; default a temporary directory,
+# printed), CAUSALLAB_MTR_POLICY (the proxy's --policy; default the proxy's),
+# CAUSALLAB_CACHE (default ~/.cache/causallab: the testsuite's root
+# filesystem, built here on first use with mmdebstrap, about 3 minutes and
+# 2 GB). Cases run as an account `mtr` with every privilege (MySQL's tests
+# administer the server), created on the primary. Loopback only.
+#
+# Results: OUT/TARGET.results, one "CASE STATUS" line per case (pass, fail,
+# skipped); OUT/TARGET/CASE.log, mysql-test-run's output. Exit status 0 when
+# every case that passes direct passes through every proxy target run (or
+# when only one target ran), 1 otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "mtr-suite: $*" >&2; }
+
+targets=direct,proxy,proxy-multiplex
+fresh_every=1
+cases=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--targets) targets=$2; shift 2 ;;
+	--fresh-every) fresh_every=$2; shift 2 ;;
+	--cases-file) mapfile -t -O "${#cases[@]}" cases < <(grep -vE '^\s*(#|$)' "$2"); shift 2 ;;
+	--all) all=1; shift ;;
+	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	-*) log "unknown option $1 (--help)"; exit 2 ;;
+	*) cases+=("$1"); shift ;;
+	esac
+done
+case $fresh_every in '' | *[!0-9]* | 0) log "--fresh-every wants a positive number, not '$fresh_every'"; exit 2 ;; esac
+
+cache=${CAUSALLAB_CACHE:-$HOME/.cache/causallab}
+mtrfs=$cache/mtr-rootfs
+mysqlfs=${CAUSALLAB_ROOTFS:-$cache/mysql-rootfs}
+suite=/usr/lib/mysql-test
+
+ensure_rootfs() {
+	if [ ! -f "$mtrfs/$suite/mysql-test-run.pl" ]; then
+		command -v mmdebstrap >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq mmdebstrap >/dev/null; }
+		log "building the testsuite's root filesystem in $mtrfs (about 3 minutes)"
+		local tmp=$mtrfs.tmp.$$
+		rm -rf "$tmp"
+		mmdebstrap --quiet --variant=essential --include=mysql-testsuite,mysql-client,perl,openssl \
+			--aptopt='Acquire::Check-Valid-Until "false"' sid "$tmp" >&2
+		rm -rf "$mtrfs"
+		mv "$tmp" "$mtrfs"
+	fi
+	# mysql-test-run.pl opens a TCP socket on "localhost" (hosts, protocols).
+	cp /etc/hosts /etc/protocols /etc/services "$mtrfs/etc/" 2>/dev/null || true
+}
+ensure_rootfs
+[ -x "$mysqlfs/usr/bin/mysql" ] || { log "no MySQL root filesystem in $mysqlfs: run make deps"; exit 1; }
+
+if [ -n "${all:-}" ]; then
+	mapfile -t cases < <(cd "$mtrfs/$suite/t" && ls *.test | sed 's/\.test$//; s/^/main./')
+fi
+[ ${#cases[@]} -gt 0 ] || { log "no cases: name them, or --cases-file, or --all (--help)"; exit 2; }
+
+work=$(mktemp -d /tmp/causallab-mtr.XXXXXX)
+out=${CAUSALLAB_MTR_OUT:-$work/out}
+mkdir -p "$out"
+bin=$work/causallab
+state=$work/topology.json
+proxy_pid=""
+go build -o "$bin" ./cmd/causallab
+
+stop_proxy() {
+	if [ -n "$proxy_pid" ]; then
+		kill "$proxy_pid" 2>/dev/null || true
+		wait "$proxy_pid" 2>/dev/null || true
+		proxy_pid=""
+	fi
+}
+down() {
+	stop_proxy
+	[ -f "$state" ] && "$bin" down --state "$state" >/dev/null 2>&1 || true
+	rm -f "$state"
+}
+cleanup() {
+	set +e
+	down
+	rm -rf "$mtrfs/tmp/causallab-mtr-var"
+	if [ -n "${CAUSALLAB_MTR_OUT:-}" ]; then
+		rm -rf "$work"
+	else
+		find "$work" -mindepth 1 -maxdepth 1 ! -name out -exec rm -rf {} +
+	fi
+}
+trap cleanup EXIT
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+admin() { # SQL, on the primary as the topology's account
+	chroot "$mysqlfs" mysql -h "${primary%:*}" -P "${primary#*:}" -ucausallab -pcausallab -N -e "$1" 2>&1 | grep -v '^mysql: \[Warning\]' || true
+}
+
+# fresh_topology: a new topology, the `mtr` account and the `test` schema.
+fresh_topology() {
+	down
+	"$bin" up --backend local --replicas 2 --state "$state" >"$work/up.txt"
+	primary=$(python3 -c 'import json,sys; n=[n for n in json.load(open(sys.argv[1]))["nodes"] if n["role"]=="primary"][0]; print("%s:%d" % (n["host"], n["port"]))' "$state")
+	admin "CREATE USER mtr@'%' IDENTIFIED BY 'mtr'; GRANT ALL ON *.* TO mtr@'%' WITH GRANT OPTION; CREATE DATABASE test"
+}
+
+# clean_schemas: between cases on one topology.
+clean_schemas() {
+	local db
+	for db in $(admin "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('mysql','sys','information_schema','performance_schema')"); do
+		admin "DROP DATABASE \`$db\`" >/dev/null
+	done
+	admin "CREATE DATABASE test" >/dev/null
+}
+
+# start_target TARGET: sets addr to where the cases connect.
+start_target() {
+	case $1 in
+	direct) addr=$primary ;;
+	proxy | proxy-multiplex)
+		local port hport mux=false
+		port=$(free_port)
+		hport=$(free_port)
+		[ "$1" = proxy-multiplex ] && mux=true
+		"$bin" -v proxy --topology "$state" --listen "127.0.0.1:$port" --http "127.0.0.1:$hport" \
+			${CAUSALLAB_MTR_PROXY_ARGS:-} ${CAUSALLAB_MTR_POLICY:+--policy "$CAUSALLAB_MTR_POLICY"} \
+			--multiplex="$mux" >>"$out/$1-proxy.log" 2>&1 &
+		proxy_pid=$!
+		for _ in $(seq 1 100); do
+			if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+			sleep 0.1
+		done
+		addr=127.0.0.1:$port
+		;;
+	*) log "unknown target $1 (direct, proxy, proxy-multiplex)"; exit 2 ;;
+	esac
+}
+
+# run_case TARGET CASE: one mysql-test-run.pl; appends "CASE STATUS".
+run_case() {
+	local target=$1 c=$2 status
+	mkdir -p "$out/$target"
+	chroot "$mtrfs" /bin/sh -c "cd $suite && perl mysql-test-run.pl --client-bindir=$suite/bin \
+		--extern host=${addr%:*} --extern port=${addr#*:} --extern user=mtr --extern password=mtr \
+		--vardir=/tmp/causallab-mtr-var --force --retry=0 --max-test-fail=0 --testcase-timeout=10 $c" \
+		>"$out/$target/$c.log" 2>&1 || true
+	status=$(grep -E "^\[ *[0-9]+%\] $c " "$out/$target/$c.log" | sed -E 's/.*\[ ([a-z-]+) \].*/\1/' | head -1 || true)
+	echo "$c ${status:-error}" >>"$out/$target.results"
+}
+
+IFS=, read -ra tlist <<<"$targets"
+for target in "${tlist[@]}"; do
+	: >"$out/$target.results"
+	log "$target: ${#cases[@]} cases"
+	i=0
+	for c in "${cases[@]}"; do
+		if [ $((i % fresh_every)) -eq 0 ]; then
+			fresh_topology
+			start_target "$target"
+		else
+			clean_schemas
+		fi
+		run_case "$target" "$c"
+		i=$((i + 1))
+	done
+	down
+	log "$target: $(grep -c ' pass$' "$out/$target.results" || true) pass, $(grep -c ' fail$' "$out/$target.results" || true) fail, $(grep -vcE ' (pass|fail)$' "$out/$target.results" || true) other"
+done
+
+rc=0
+if [[ ",$targets," == *,direct,* ]]; then
+	for target in "${tlist[@]}"; do
+		[ "$target" = direct ] && continue
+		lost=$(join <(awk '$2=="pass"{print $1}' "$out/direct.results" | sort) \
+			<(awk '$2!="pass"{print $1}' "$out/$target.results" | sort) || true)
+		n=$(awk '$2=="pass"' "$out/direct.results" | wc -l)
+		k=$(echo "$lost" | grep -c . || true)
+		echo "$target: $((n - k)) of the $n cases that pass direct pass"
+		[ -n "$lost" ] && { echo "$lost" | sed 's/^/  fails through the proxy: /'; rc=1; }
+	done
+fi
+echo "results: $out"
+exit $rc
