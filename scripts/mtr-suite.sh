@@ -21,11 +21,13 @@
 # printed), CAUSALLAB_MTR_POLICY (the proxy's --policy; default the proxy's),
 # CAUSALLAB_CACHE (default ~/.cache/causallab: the testsuite's root
 # filesystem, built here on first use with mmdebstrap, about 3 minutes and
-# 2 GB). Cases run as an account `mtr` with every privilege (MySQL's tests
-# administer the server), created on the primary. Loopback only.
+# 2 GB). Cases run as root@'%' without a password, with every privilege,
+# created on the primary (MySQL's tests administer the server and log in as
+# root, as on the servers mysql-test-run.pl starts itself). Loopback only.
 #
 # Results: OUT/TARGET.results, one "CASE STATUS" line per case (pass, fail,
-# skipped); OUT/TARGET/CASE.log, mysql-test-run's output. Exit status 0 when
+# skipped, or not-run-server-options: a case with a t/CASE-master.opt of
+# its own, which --extern cannot give the server); OUT/TARGET/CASE.log, mysql-test-run's output. Exit status 0 when
 # every case that passes direct passes through every proxy target run (or
 # when only one target ran), 1 otherwise.
 set -euo pipefail
@@ -119,9 +121,32 @@ admin() { # SQL, on the primary as the topology's account
 # fresh_topology: a new topology, the `mtr` account and the `test` schema.
 fresh_topology() {
 	down
-	"$bin" up --backend local --replicas 2 --state "$state" >"$work/up.txt"
+	# What mysql-test-run.pl gives the servers it starts itself
+	# (include/default_mysqld.cnf, its mysqld arguments) that results
+	# depend on.
+	"$bin" up --backend local --replicas 2 --state "$state" \
+		--set explain_format=TRADITIONAL_STRICT --set log_bin_trust_function_creators=1 \
+		--set local_infile=ON >"$work/up.txt"
 	primary=$(python3 -c 'import json,sys; n=[n for n in json.load(open(sys.argv[1]))["nodes"] if n["role"]=="primary"][0]; print("%s:%d" % (n["host"], n["port"]))' "$state")
-	admin "CREATE USER mtr@'%' IDENTIFIED BY 'mtr'; GRANT ALL ON *.* TO mtr@'%' WITH GRANT OPTION; CREATE DATABASE test"
+	# MySQL's tests log in as root without a password (connect(...,root,,)),
+	# as on the servers mysql-test-run.pl bootstraps, which also hold the
+	# schemas test and mtr.
+	admin "CREATE USER root@'%'; GRANT ALL ON *.* TO root@'%' WITH GRANT OPTION"
+	bootstrap
+}
+
+# bootstrap: what mysql-test-run.pl's own bootstrap adds to a new server
+# (the time zone test data, the schemas test and mtr, mtr's suppression
+# and check procedures), read from the testsuite's files.
+bootstrap() {
+	local inc=$mtrfs/$suite/include
+	{
+		echo "USE mysql;"
+		cat "$inc/mtr_test_data_timezone.sql"
+		echo "CREATE DATABASE IF NOT EXISTS test; CREATE DATABASE IF NOT EXISTS mtr; USE mtr;"
+		cat "$inc/mtr_warnings.sql" "$inc/mtr_check.sql"
+	} | chroot "$mysqlfs" mysql -h "${primary%:*}" -P "${primary#*:}" -ucausallab -pcausallab 2>&1 |
+		grep -v '^mysql: \[Warning\]' >&2 || true
 }
 
 # clean_schemas: between cases on one topology.
@@ -130,7 +155,7 @@ clean_schemas() {
 	for db in $(admin "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('mysql','sys','information_schema','performance_schema')"); do
 		admin "DROP DATABASE \`$db\`" >/dev/null
 	done
-	admin "CREATE DATABASE test" >/dev/null
+	bootstrap
 }
 
 # start_target TARGET: sets addr to where the cases connect.
@@ -160,8 +185,14 @@ start_target() {
 run_case() {
 	local target=$1 c=$2 status
 	mkdir -p "$out/$target"
+	if [ -f "$mtrfs/$suite/t/${c#main.}-master.opt" ]; then
+		# Server options of its own (t/CASE-master.opt): mysql-test-run.pl
+		# starts a server with them; --extern runs the case without.
+		echo "$c not-run-server-options" >>"$out/$target.results"
+		return
+	fi
 	chroot "$mtrfs" /bin/sh -c "cd $suite && perl mysql-test-run.pl --client-bindir=$suite/bin \
-		--extern host=${addr%:*} --extern port=${addr#*:} --extern user=mtr --extern password=mtr \
+		--extern host=${addr%:*} --extern port=${addr#*:} --extern user=root \
 		--vardir=/tmp/causallab-mtr-var --force --retry=0 --max-test-fail=0 --testcase-timeout=10 $c" \
 		>"$out/$target/$c.log" 2>&1 || true
 	status=$(grep -E "^\[ *[0-9]+%\] $c " "$out/$target/$c.log" | sed -E 's/.*\[ ([a-z-]+) \].*/\1/' | head -1 || true)
