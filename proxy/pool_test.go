@@ -586,8 +586,8 @@ func newFakePool(t *testing.T, size, maxWaiters int, wait time.Duration) *testPo
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := newPool(ctx, poolConfig{node: "fake", size: size, wait: wait, maxWaiters: maxWaiters,
 		resetBound: time.Minute, m: m,
-		dial: func(ctx context.Context, flags uint32) (*backendConn, error) {
-			return &backendConn{used: time.Now().Add(time.Hour), pooledFlags: flags}, nil
+		dial: func(ctx context.Context, key poolKey) (*backendConn, error) {
+			return &backendConn{used: time.Now().Add(time.Hour), pooledFlags: key.flags, pooledAcct: key.acct, fresh: true}, nil
 		}})
 	if err != nil {
 		t.Fatal(err)

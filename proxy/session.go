@@ -84,6 +84,12 @@ type session struct {
 	budget *byteBudget
 	// caps are the client's capabilities from the handshake.
 	caps uint32
+	// acct is the account every backend connection of the session logs
+	// in as (identity.go; the zero account: each server's own). fresh:
+	// the next primary connection must be a new one (auth passthrough:
+	// opening it verifies the account's password, borrow).
+	acct  account
+	fresh bool
 	// healthFns[i] is replica i's health check for the watchdog (built
 	// once: watchFor).
 	healthFns []func() bool
@@ -188,7 +194,8 @@ func (s *session) dial(b *Backend) (*backendConn, error) {
 		healthy = s.healthy(b)
 	}
 	allGTIDs := healthy != nil && s.srv.cfg.WatermarkSource == "all-gtids"
-	bc, err := dialBackend(s.ctx, b, s.state.db, s.state.collation, s.state.flags, &s.srv.cfg, healthy, allGTIDs)
+	bc, err := dialBackend(s.ctx, b, s.acct, s.state.db, s.state.collation, s.state.flags, &s.srv.cfg, healthy, allGTIDs)
+	s.fresh = false
 	if err != nil {
 		s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
 		return nil, err
