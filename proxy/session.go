@@ -261,8 +261,12 @@ func (s *session) ensurePrimary() error {
 	}
 	s.primary.close()
 	s.primary = nil
+	verifying := s.fresh // COM_CHANGE_USER's new account (auth passthrough)
 	bc, err := s.dial(&s.srv.cfg.Primary)
 	if err != nil {
+		if verifying && backendDenied(err) {
+			return err // the server's verdict on the account: 1045
+		}
 		return s.proxyErr("backend-lost", codeBackendLost, "%v", err)
 	}
 	s.primary = bc
