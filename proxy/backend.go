@@ -84,7 +84,7 @@ type backendConn struct {
 	// (poolReq.fresh).
 	pooledAcct account
 	fresh      bool
-	resetSent    time.Time
+	resetSent  time.Time
 	// lent is when the pool lent the connection and lentFor what the
 	// borrower needed it for (the hold-time metric's use label).
 	lent    time.Time

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/go-mysql-org/go-mysql/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
 )
 
 // identityAccounts creates the application accounts u1 and u2 on the
