@@ -9,6 +9,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/compose/composetest"
 )
 
 // TestAppAccount (issue 38): every MySQL server compose starts has the
@@ -17,6 +18,7 @@ import (
 // on mysql and sys, no administrative privilege; replicas carry the same
 // partial revokes (partial_revokes=ON everywhere).
 func TestAppAccount(t *testing.T) {
+	composetest.Need(t, shared)
 	ctx := testCtx(t)
 	asApp := func(n compose.Node) *sql.DB {
 		db, err := sql.Open("mysql", compose.AppUser+":"+compose.AppPassword+"@tcp("+n.Addr()+")/?tls=preferred")

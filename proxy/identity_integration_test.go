@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/causallab/causallab/compose/composetest"
 )
 
 // identityAccounts creates the application accounts u1 and u2 on the
@@ -22,6 +24,7 @@ import (
 // replicates). Idempotent: the package's tests share the topology.
 func identityAccounts(t *testing.T) {
 	t.Helper()
+	composetest.Need(t, topo)
 	p := topo.Primary()
 	admin := sqlOpen(t, p.User+":"+p.Password+"@tcp("+p.Addr()+")/?multiStatements=true")
 	for _, u := range []string{"u1", "u2"} {

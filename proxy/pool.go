@@ -235,7 +235,7 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		killFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_kill_acquire_failures_total", Help: "Failed acquisitions of a pooled backend connection for a KILL QUERY (of an overrun wait, of a connection the watchdog cut), by backend and reason (the reasons of causallab_proxy_pool_acquire_failures_total; not counted there)."}, []string{"backend", "reason"}),
 		discards: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags)."}, []string{"backend", "reason"}),
+			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags, account)."}, []string{"backend", "reason"}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled; pinned: lent to sessions their state pins, at most max_pinned_share of pool_size; own: given to sessions pinned past that, outside the pool)."}, []string{"backend", "state"}),
 		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
