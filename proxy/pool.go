@@ -141,6 +141,9 @@ const (
 	// discardAccount: one of another account than a waiter's.
 	discardFlags   = "flags"
 	discardAccount = "account"
+	// discardFresh: an idle connection closed to make room for the dial a
+	// login of its own key needs (poolReq.fresh).
+	discardFresh = "fresh"
 )
 
 // poolSweep is how often an unhealthy node's idle connections are closed.
@@ -235,7 +238,7 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		killFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_kill_acquire_failures_total", Help: "Failed acquisitions of a pooled backend connection for a KILL QUERY (of an overrun wait, of a connection the watchdog cut), by backend and reason (the reasons of causallab_proxy_pool_acquire_failures_total; not counted there)."}, []string{"backend", "reason"}),
 		discards: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags, account)."}, []string{"backend", "reason"}),
+			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags, account, fresh)."}, []string{"backend", "reason"}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled; pinned: lent to sessions their state pins, at most max_pinned_share of pool_size; own: given to sessions pinned past that, outside the pool)."}, []string{"backend", "state"}),
 		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -574,8 +577,11 @@ func (o *poolOwner) more() {
 				return
 			}
 			reason := discardFlags
-			if o.idle[0].pooledAcct != f.acct {
+			switch {
+			case o.idle[0].pooledAcct != f.acct:
 				reason = discardAccount
+			case o.idle[0].key() == f:
+				reason = discardFresh // room for a login's own dial
 			}
 			o.p.m.discards.WithLabelValues(o.p.node, reason).Inc()
 			o.open--
