@@ -37,6 +37,20 @@ const (
 	DefaultPassword = "causallab"
 )
 
+// The least-privilege application account compose creates on every
+// MySQL server besides its own (DefaultUser): what clients of `causallab
+// proxy` log in as (docs/proxy.md, "Identity"). Its grants: AppPrivileges
+// on every schema but mysql and sys (partial revokes, partial_revokes=ON
+// in every server's my.cnf); no administrative privilege (SUPER, FILE,
+// PROCESS, CONNECTION_ADMIN, CREATE USER, SHUTDOWN, RELOAD, REPLICATION
+// *, SYSTEM_VARIABLES_ADMIN, ...).
+const (
+	AppUser       = "app"
+	AppPassword   = "app"
+	AppPrivileges = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, CREATE TEMPORARY TABLES, LOCK TABLES, " +
+		"EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, ALTER ROUTINE, EVENT, TRIGGER, REFERENCES"
+)
+
 // ReplicaOptions are settings of one replica.
 type ReplicaOptions struct {
 	// ApplyDelay is the replica's apply delay from start-up on: MySQL's
@@ -249,6 +263,8 @@ func (c *Config) myCnf(serverID, port int, dir string, bind string) string {
 		"innodb_redo_log_capacity": "32M",
 		"innodb_flush_method":      "nosync",
 		"log_error_verbosity":      "2",
+		// The app account's grants revoke on mysql and sys (initSQL).
+		"partial_revokes": "ON",
 	} {
 		set[k] = v
 	}

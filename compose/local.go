@@ -1001,7 +1001,16 @@ func copyDir(src, dst string, skip ...string) error {
 	})
 }
 
-// initSQL creates the account, outside the binary log, at --initialize.
+// initSQL creates the accounts, outside the binary log, at --initialize
+// (the data directory every server starts from): compose's own, with
+// every privilege, and the application account AppUser (unless compose's
+// own has its name), with AppPrivileges on every schema but mysql and
+// sys.
 func initSQL(cfg *Config) string {
-	return fmt.Sprintf("SET sql_log_bin=0;\nCREATE USER '%[1]s'@'%%' IDENTIFIED BY '%[2]s';\nGRANT ALL PRIVILEGES ON *.* TO '%[1]s'@'%%' WITH GRANT OPTION;\n", cfg.User, cfg.Password)
+	sql := fmt.Sprintf("SET sql_log_bin=0;\nCREATE USER '%[1]s'@'%%' IDENTIFIED BY '%[2]s';\nGRANT ALL PRIVILEGES ON *.* TO '%[1]s'@'%%' WITH GRANT OPTION;\n", cfg.User, cfg.Password)
+	if cfg.User != AppUser {
+		sql += fmt.Sprintf("CREATE USER '%[1]s'@'%%' IDENTIFIED BY '%[2]s';\nGRANT %[3]s ON *.* TO '%[1]s'@'%%';\n"+
+			"REVOKE %[3]s ON mysql.* FROM '%[1]s'@'%%';\nREVOKE %[3]s ON sys.* FROM '%[1]s'@'%%';\n", AppUser, AppPassword, AppPrivileges)
+	}
+	return sql
 }

@@ -79,7 +79,12 @@ type backendConn struct {
 	// (at resetSent) and its answers are still to be read (pool.go).
 	pooledFlags  uint32
 	resetPending bool
-	resetSent    time.Time
+	// pooledAcct is the account a pooled connection was dialled as (the
+	// zero account: the node's own); fresh: dialled and not lent yet
+	// (poolReq.fresh).
+	pooledAcct account
+	fresh      bool
+	resetSent  time.Time
 	// lent is when the pool lent the connection and lentFor what the
 	// borrower needed it for (the hold-time metric's use label).
 	lent    time.Time
@@ -133,7 +138,17 @@ func backendErr(b *Backend, op string, err error) *BackendError {
 	return &BackendError{Backend: b.Name, Op: op, Msg: msg, Code: code, State: state}
 }
 
-// dialBackend opens a connection to b with session tracking on and the
+// scrubAccount takes acct's password out of e's text (the server's
+// errors never carry one; the belt and braces of backendErr's).
+func scrubAccount(e *BackendError, acct account) *BackendError {
+	if acct.password != "" {
+		e.Msg = strings.ReplaceAll(e.Msg, acct.password, "***")
+	}
+	return e
+}
+
+// dialBackend opens a connection to b as acct (the zero account: b's
+// own) with session tracking on and the
 // capabilities the raw relay needs: the classic EOF packets (clients of the
 // proxy never get CLIENT_DEPRECATE_EOF) and no query attributes; with
 // allGTIDs, CLIENT_DEPRECATE_EOF and session_track_gtids=ALL_GTIDS
@@ -168,7 +183,7 @@ const (
 	goMySQLReadBuffer = 4 << 10
 )
 
-func dialBackend(ctx context.Context, b *Backend, db string, collation string, flags uint32, cfg *Config, healthy func() bool, allGTIDs bool) (*backendConn, error) {
+func dialBackend(ctx context.Context, b *Backend, acct account, db string, collation string, flags uint32, cfg *Config, healthy func() bool, allGTIDs bool) (*backendConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	var (
@@ -185,7 +200,8 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 			stop = watchDial(c, healthy)
 		}
 	})
-	c, err := client.ConnectWithDialer(dctx, "", b.Addr, b.User, b.Password, db, dial, func(c *client.Conn) error {
+	user, password := acct.on(b)
+	c, err := client.ConnectWithDialer(dctx, "", b.Addr, user, password, db, dial, func(c *client.Conn) error {
 		c.BufferSize = goMySQLReadBuffer
 		off := uint32(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
 		if allGTIDs {
@@ -211,7 +227,7 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 		return nil
 	})
 	if err != nil {
-		return nil, backendErr(b, "connect", err)
+		return nil, scrubAccount(backendErr(b, "connect", err), acct)
 	}
 	if caps := mysqlwire.CapsOf(c); caps != (mysqlwire.Caps{DeprecateEOF: allGTIDs}) {
 		// The raw relay and the pipelined watermark read the framing
@@ -234,7 +250,12 @@ func dialBackend(ctx context.Context, b *Backend, db string, collation string, f
 		wmCmd      []byte
 		wmFallback prometheus.Counter
 	)
-	if pw := cfg.primaryWM; pw != nil && b == &cfg.Primary {
+	if pw := cfg.primaryWM; pw != nil && b == &cfg.Primary && acct.user != "" {
+		// A client's own account (auth passthrough, a mapped user's
+		// backend account): log_status needs BACKUP_ADMIN, an operator's
+		// privilege; the joined query, counted as the fallback.
+		wmFallback = pw.fallbacks
+	} else if pw != nil && b == &cfg.Primary {
 		if err := pw.probe(dctx, c); err != nil {
 			c.Close()
 			if errors.Is(dc.CutReason(), errUnresponsive) {

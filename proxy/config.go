@@ -19,13 +19,29 @@ import (
 	"github.com/causallab/causallab/router/live"
 )
 
-// User is an account clients log in to the proxy with.
+// User is an account clients log in to the proxy with (auth: mapped).
 type User struct {
 	// Name is the user name clients send.
 	Name string `yaml:"name"`
 	// Password is the user's password (plain text in the config file).
 	Password string `yaml:"password"`
+	// BackendUser and BackendPassword are the MySQL account this user's
+	// sessions act as on every server; empty: each server's own account
+	// (Backend.User, Backend.Password). Both or neither.
+	BackendUser     string `yaml:"backend_user"`
+	BackendPassword string `yaml:"backend_password"`
 }
+
+// Authentication modes (Config.Auth).
+const (
+	// AuthPassthrough: a client logs in with a MySQL account of the
+	// servers; the proxy verifies it there and opens every backend
+	// connection of the session as that account.
+	AuthPassthrough = "passthrough"
+	// AuthMapped: a client logs in as one of Config.Users; its sessions
+	// act as that user's backend account.
+	AuthMapped = "mapped"
+)
 
 // Backend is one MySQL server the proxy connects to.
 type Backend struct {
@@ -54,11 +70,20 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// HTTPListen serves /metrics and /healthz; empty disables it.
 	HTTPListen string `yaml:"http_listen"`
-	// Users are the accounts clients authenticate as (at least one).
+	// Auth is how clients are identified (docs/proxy.md, "Identity"):
+	// "passthrough" (each client logs in as its own MySQL account, verified
+	// by the primary; its sessions act as that account; the default
+	// without Users) or "mapped" (each client logs in as one of Users and
+	// acts as that user's backend account; the default with Users).
+	Auth string `yaml:"auth"`
+	// Users are the accounts clients authenticate as under auth mapped
+	// (at least one); none under passthrough.
 	Users []User `yaml:"users"`
 	// AuthMethod is the default authentication plugin offered to clients:
 	// caching_sha2_password (default; needs TLS or the RSA key exchange,
-	// both provided with a generated key) or mysql_native_password.
+	// both provided with a generated key) or mysql_native_password
+	// (mapped only: passthrough needs the password, which only
+	// caching_sha2_password's full authentication carries).
 	AuthMethod string `yaml:"auth_method"`
 	// TLSCert and TLSKey are PEM files for the listener; empty: a
 	// self-signed certificate generated at start-up.
@@ -460,10 +485,28 @@ func (c *Config) validateListener() error {
 	return nil
 }
 
-// validateUsers: at least one user, each named, no name twice.
+// validateUsers: the auth mode (default: mapped with users, else
+// passthrough); under mapped at least one user, each named, no name
+// twice; under passthrough none.
 func (c *Config) validateUsers() error {
+	if c.Auth == "" {
+		c.Auth = AuthPassthrough
+		if len(c.Users) > 0 {
+			c.Auth = AuthMapped
+		}
+	}
+	switch c.Auth {
+	case AuthPassthrough:
+		if len(c.Users) > 0 {
+			return errors.New("proxy: auth passthrough takes no users (clients log in with their own MySQL accounts)")
+		}
+		return nil
+	case AuthMapped:
+	default:
+		return fmt.Errorf("proxy: auth %q (want passthrough or mapped)", c.Auth)
+	}
 	if len(c.Users) == 0 {
-		return errors.New("proxy: no users configured")
+		return errors.New("proxy: auth mapped needs users")
 	}
 	seen := map[string]bool{}
 	for _, u := range c.Users {
@@ -472,6 +515,9 @@ func (c *Config) validateUsers() error {
 		}
 		if seen[u.Name] {
 			return fmt.Errorf("proxy: user %q configured twice", u.Name)
+		}
+		if (u.BackendUser == "") != (u.BackendPassword == "") {
+			return fmt.Errorf("proxy: user %q: backend_user and backend_password go together", u.Name)
 		}
 		seen[u.Name] = true
 	}
@@ -487,6 +533,9 @@ func (c *Config) validateHandshake() error {
 	case mysql.AUTH_CACHING_SHA2_PASSWORD, mysql.AUTH_NATIVE_PASSWORD:
 	default:
 		return fmt.Errorf("proxy: auth_method %q (want caching_sha2_password or mysql_native_password)", c.AuthMethod)
+	}
+	if c.Auth == AuthPassthrough && c.AuthMethod != mysql.AUTH_CACHING_SHA2_PASSWORD {
+		return fmt.Errorf("proxy: auth passthrough needs auth_method caching_sha2_password (its full authentication carries the password the servers verify), not %s", c.AuthMethod)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("proxy: tls_cert and tls_key go together")
@@ -622,7 +671,7 @@ func (c *Config) validateSizes() error {
 		return err
 	}
 	perUser := c.MaxConnections
-	if len(c.Users) > 1 {
+	if len(c.Users) > 1 || c.Auth == AuthPassthrough {
 		perUser = max(1, c.MaxConnections*3/4)
 	}
 	return defaultInt("max_user_connections", &c.MaxUserConnections, perUser, 1, c.MaxConnections)

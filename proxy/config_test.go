@@ -26,37 +26,51 @@ func TestConfigValidate(t *testing.T) {
 		c.MaxSessionBytes != 64<<20 || c.MaxTokenBytes != 64<<10 || c.BackendTimeout != time.Hour {
 		t.Fatalf("limits' defaults not filled: %+v", c)
 	}
+	if c.Auth != AuthMapped {
+		t.Fatalf("auth with users: %q, want mapped", c.Auth)
+	}
+	pt := good()
+	pt.Users = nil
+	if err := pt.validate(); err != nil || pt.Auth != AuthPassthrough || pt.MaxUserConnections != 750 {
+		t.Fatalf("no users: %v, auth %q, max_user_connections %d; want passthrough, 750", err, pt.Auth, pt.MaxUserConnections)
+	}
 	bad := map[string]func(*Config){
-		"no users":     func(c *Config) { c.Users = nil },
-		"dup user":     func(c *Config) { c.Users = append(c.Users, c.Users[0]) },
-		"auth":         func(c *Config) { c.AuthMethod = "plain" },
-		"no primary":   func(c *Config) { c.Primary.Addr = "" },
-		"replica addr": func(c *Config) { c.Replicas[0].Addr = "" },
-		"policy":       func(c *Config) { c.Policy = "fastest" },
-		"wait":         func(c *Config) { c.WaitBudget = -time.Second },
-		"cap":          func(c *Config) { c.FallbackPerSecond = -1 },
-		"packet":       func(c *Config) { c.MaxAllowedPacket = 10 },
-		"tls half":     func(c *Config) { c.TLSCert = "x" },
-		"dup name":     func(c *Config) { c.Replicas[0].Name = "primary" },
-		"poll":         func(c *Config) { c.PollInterval = -1 },
-		"poll 500us":   func(c *Config) { c.PollInterval = 500 * time.Microsecond },
-		"poll idle <":  func(c *Config) { c.PollIdleInterval = time.Millisecond },
-		"poll idle <0": func(c *Config) { c.PollIdleInterval = -time.Second },
-		"poll idle 2m": func(c *Config) { c.PollIdleInterval = 2 * time.Minute },
-		"positions":    func(c *Config) { c.Positions = "gossip" },
-		"wait method":  func(c *Config) { c.Wait = "sleep" },
-		"socket io":    func(c *Config) { c.SocketIO = "uring" },
-		"gomaxprocs":   func(c *Config) { c.GOMAXPROCS = "2" },
-		"watermark":    func(c *Config) { c.WatermarkSource = "ALL_GTIDS" },
-		"lazy binlog":  func(c *Config) { c.WatermarkSource, c.Positions = "lazy", "binlog" },
-		"connections":  func(c *Config) { c.MaxConnections = -1 },
-		"handshake":    func(c *Config) { c.HandshakeTimeout = -time.Second },
-		"idle":         func(c *Config) { c.IdleTimeout = time.Microsecond },
-		"session":      func(c *Config) { c.MaxSessionBytes = 100 },
-		"token":        func(c *Config) { c.MaxTokenBytes = -5 },
-		"read timeout": func(c *Config) { c.ClientReadTimeout = -1 },
-		"backend 1ms":  func(c *Config) { c.BackendTimeout = time.Millisecond },
-		"backend <0":   func(c *Config) { c.BackendTimeout = -time.Hour },
+		"no users":          func(c *Config) { c.Users, c.Auth = nil, AuthMapped },
+		"auth mode":         func(c *Config) { c.Auth = "trust" },
+		"users passthrough": func(c *Config) { c.Auth = AuthPassthrough },
+		"passthrough native": func(c *Config) {
+			c.Users, c.Auth, c.AuthMethod = nil, AuthPassthrough, "mysql_native_password"
+		},
+		"backend user half": func(c *Config) { c.Users[0].BackendUser = "x" },
+		"dup user":          func(c *Config) { c.Users = append(c.Users, c.Users[0]) },
+		"auth":              func(c *Config) { c.AuthMethod = "plain" },
+		"no primary":        func(c *Config) { c.Primary.Addr = "" },
+		"replica addr":      func(c *Config) { c.Replicas[0].Addr = "" },
+		"policy":            func(c *Config) { c.Policy = "fastest" },
+		"wait":              func(c *Config) { c.WaitBudget = -time.Second },
+		"cap":               func(c *Config) { c.FallbackPerSecond = -1 },
+		"packet":            func(c *Config) { c.MaxAllowedPacket = 10 },
+		"tls half":          func(c *Config) { c.TLSCert = "x" },
+		"dup name":          func(c *Config) { c.Replicas[0].Name = "primary" },
+		"poll":              func(c *Config) { c.PollInterval = -1 },
+		"poll 500us":        func(c *Config) { c.PollInterval = 500 * time.Microsecond },
+		"poll idle <":       func(c *Config) { c.PollIdleInterval = time.Millisecond },
+		"poll idle <0":      func(c *Config) { c.PollIdleInterval = -time.Second },
+		"poll idle 2m":      func(c *Config) { c.PollIdleInterval = 2 * time.Minute },
+		"positions":         func(c *Config) { c.Positions = "gossip" },
+		"wait method":       func(c *Config) { c.Wait = "sleep" },
+		"socket io":         func(c *Config) { c.SocketIO = "uring" },
+		"gomaxprocs":        func(c *Config) { c.GOMAXPROCS = "2" },
+		"watermark":         func(c *Config) { c.WatermarkSource = "ALL_GTIDS" },
+		"lazy binlog":       func(c *Config) { c.WatermarkSource, c.Positions = "lazy", "binlog" },
+		"connections":       func(c *Config) { c.MaxConnections = -1 },
+		"handshake":         func(c *Config) { c.HandshakeTimeout = -time.Second },
+		"idle":              func(c *Config) { c.IdleTimeout = time.Microsecond },
+		"session":           func(c *Config) { c.MaxSessionBytes = 100 },
+		"token":             func(c *Config) { c.MaxTokenBytes = -5 },
+		"read timeout":      func(c *Config) { c.ClientReadTimeout = -1 },
+		"backend 1ms":       func(c *Config) { c.BackendTimeout = time.Millisecond },
+		"backend <0":        func(c *Config) { c.BackendTimeout = -time.Hour },
 	}
 	for name, mod := range bad {
 		c := good()

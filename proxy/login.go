@@ -41,6 +41,9 @@ type loginHandler struct {
 	// where refused).
 	backendFailed bool
 	refused       bool
+	// denied: under auth passthrough the primary refused the account
+	// (counted as an authentication failure).
+	denied bool
 }
 
 // GetCredential returns the user's credential, or the decoy.
@@ -65,11 +68,32 @@ func (h *loginHandler) OnAuthSuccess(c *server.Conn) error {
 		h.refused = true
 		return err
 	}
+	if h.srv.cfg.Auth == AuthMapped {
+		h.sess.acct = h.srv.mappedAccount(c.GetUser())
+	}
 	if err := h.sess.start(c); err != nil {
+		if h.srv.cfg.Auth == AuthPassthrough && backendDenied(err) {
+			// The server's verdict on the account, worded as the proxy's
+			// own refusals (no difference between an unknown user and a
+			// wrong password).
+			h.denied = true
+			return accessDenied(c.GetUser(), c.RemoteAddr().String(), h.sess.acct.password != "")
+		}
 		h.backendFailed = true
 		return loginError(err)
 	}
 	return nil
+}
+
+// backendDenied: err is a server's ER_ACCESS_DENIED_ERROR (1045) when a
+// backend connection was opened.
+func backendDenied(err error) bool {
+	var be *BackendError
+	if errors.As(err, &be) {
+		return be.Code == mysql.ER_ACCESS_DENIED_ERROR
+	}
+	var me *mysql.MyError
+	return errors.As(err, &me) && me.Code == mysql.ER_ACCESS_DENIED_ERROR
 }
 
 // OnAuthFailure is informational; the connection closes.
@@ -143,15 +167,26 @@ func newUsers(cfg *Config) (map[string]server.Credential, server.Credential, err
 // as MySQL answers it, ER_ACCESS_DENIED_ERROR (1045): go-mysql sends
 // other failures' Go text (a bad RSA-encrypted password came back as
 // "crypto/rsa: decryption error").
+//
+// Under auth passthrough (passthrough) it runs passthroughAuth instead,
+// with keys for the RSA exchange of a client without TLS.
 type authProvider struct {
 	*server.DefaultAuthenticationProvider
+	passthrough bool
+	keys        *clientKeys
 }
 
 var _ server.AuthenticationProvider = authProvider{}
 
-// Authenticate runs go-mysql's authentication and maps its failures.
+// Authenticate runs go-mysql's authentication (or passthroughAuth) and
+// maps its failures.
 func (p authProvider) Authenticate(c *server.Conn, plugin string, data []byte) error {
-	err := p.DefaultAuthenticationProvider.Authenticate(c, plugin, data)
+	var err error
+	if p.passthrough {
+		err = p.passthroughAuth(c, plugin, data)
+	} else {
+		err = p.DefaultAuthenticationProvider.Authenticate(c, plugin, data)
+	}
 	var me *mysql.MyError
 	if err == nil || errors.Is(err, server.ErrAccessDenied) || errors.As(err, &me) {
 		return err
@@ -183,6 +218,12 @@ type handshakeConn struct {
 	through bool
 	// greeted: the greeting was written (Write).
 	greeted bool
+	// sess is the session logging in; salt the scramble in effect, seen
+	// in the greeting or an authentication switch written in plaintext
+	// (passthroughAuth's RSA exchange needs it: go-mysql keeps its own
+	// private).
+	sess *session
+	salt []byte
 }
 
 // errPreAuthPacket: a client packet before login was longer than
@@ -227,6 +268,11 @@ const greetingFlags = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_FOUND_ROWS
 // Write passes the server's writes on, adding greetingFlags to the
 // greeting (the first packet, protocol version 10).
 func (h *handshakeConn) Write(p []byte) (int, error) {
+	if !h.through {
+		if salt := scrambleOf(p, !h.greeted); salt != nil {
+			h.salt = salt
+		}
+	}
 	if h.greeted {
 		return h.Conn.Write(p)
 	}

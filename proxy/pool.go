@@ -137,8 +137,13 @@ const (
 	// discardSchema: the connection had a schema and the borrower none.
 	discardSchema = "schema"
 	// discardFlags: an idle connection dialled with other client flags
-	// than a waiter's, closed to make room for one with them.
-	discardFlags = "flags"
+	// than a waiter's, closed to make room for one with them;
+	// discardAccount: one of another account than a waiter's.
+	discardFlags   = "flags"
+	discardAccount = "account"
+	// discardFresh: an idle connection closed to make room for the dial a
+	// login of its own key needs (poolReq.fresh).
+	discardFresh = "fresh"
 )
 
 // poolSweep is how often an unhealthy node's idle connections are closed.
@@ -147,19 +152,35 @@ const poolSweep = time.Second
 type poolReq struct {
 	reply chan poolGrant // buffered: the owner never blocks on it
 	ack   chan struct{}  // closed when a cancel was handled
-	// flags are the client capabilities the borrower's connection must
-	// have been dialled with (the session's passedFlags).
-	flags uint32
+	// key is what the borrower's connection must have been dialled
+	// with: the client capabilities (the session's passedFlags) and the
+	// account.
+	key poolKey
 	// kill: a KILL QUERY's acquisition (useKill), not refused by the
 	// bound on waiters nor counted in it.
 	kill bool
+	// fresh: only a connection dialled for the pool and never lent yet
+	// will do (a passthrough login: the dial is what verifies the
+	// account's password on the server).
+	fresh bool
 }
+
+// poolKey is what a pooled connection is lent by: a connection is lent
+// only to a borrower with its client flags and its account (issue 38: a
+// session only ever borrows a connection of its own account).
+type poolKey struct {
+	flags uint32
+	acct  account
+}
+
+// key is bc's pool key.
+func (bc *backendConn) key() poolKey { return poolKey{flags: bc.pooledFlags, acct: bc.pooledAcct} }
 
 type poolGrant struct {
 	bc  *backendConn
 	err error
-	// flags: what a dial was for (p.dialed).
-	flags uint32
+	// key: what a dial was for (p.dialed).
+	key poolKey
 }
 
 // poolMetrics are the pools' series (one set per Server, by backend).
@@ -217,7 +238,7 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		killFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_pool_kill_acquire_failures_total", Help: "Failed acquisitions of a pooled backend connection for a KILL QUERY (of an overrun wait, of a connection the watchdog cut), by backend and reason (the reasons of causallab_proxy_pool_acquire_failures_total; not counted there)."}, []string{"backend", "reason"}),
 		discards: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags)."}, []string{"backend", "reason"}),
+			Name: "causallab_proxy_pool_discards_total", Help: "Pooled backend connections closed instead of reused, by backend and reason (broken, reset-failed, closed-while-idle, unhealthy, pool-closed, closed-by-session, schema, flags, account, fresh)."}, []string{"backend", "reason"}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_connections", Help: "Pooled backend connections by backend and state (idle; open: idle, lent or being dialled; pinned: lent to sessions their state pins, at most max_pinned_share of pool_size; own: given to sessions pinned past that, outside the pool)."}, []string{"backend", "state"}),
 		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -260,10 +281,10 @@ type poolConfig struct {
 	// maxPinned bounds the lent connections pinned sessions hold
 	// (max_pinned_share of size; 0: size).
 	maxPinned int
-	// dial opens a new connection with client capabilities flags
-	// (dialBackend, bounded by connect_timeout); healthy, when not nil,
-	// is the node's health.
-	dial    func(ctx context.Context, flags uint32) (*backendConn, error)
+	// dial opens a new connection with the key's client capabilities as
+	// its account (dialBackend, bounded by connect_timeout); healthy,
+	// when not nil, is the node's health.
+	dial    func(ctx context.Context, key poolKey) (*backendConn, error)
 	healthy func() bool
 	// setup is re-run on a connection after COM_RESET_CONNECTION (the
 	// session_track_gtids the proxy's relay relies on); resetBound bounds
@@ -303,10 +324,11 @@ func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func()
 	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, maxWaiters: cfg.PoolMaxWaiters, healthy: healthy,
 		maxPinned: cfg.maxPinned(),
 		setup:     setup, resetBound: cfg.ConnectTimeout, m: m,
-		dial: func(ctx context.Context, flags uint32) (*backendConn, error) {
-			bc, err := dialBackend(ctx, b, "", poolCollation, flags, cfg, healthy, allGTIDs)
+		dial: func(ctx context.Context, key poolKey) (*backendConn, error) {
+			bc, err := dialBackend(ctx, b, key.acct, "", poolCollation, key.flags, cfg, healthy, allGTIDs)
 			if err == nil {
-				bc.home, bc.pooledCollation, bc.pooledFlags = p, poolCollation, flags
+				bc.home, bc.pooledCollation, bc.pooledFlags, bc.pooledAcct = p, poolCollation, key.flags, key.acct
+				bc.fresh = true
 			}
 			return bc, err
 		}})
@@ -315,17 +337,18 @@ func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func()
 
 // run is the owner of the pool's state.
 //
-// Connections are lent by their client flags (poolReq.flags): a request
-// takes the most recently returned idle connection with its flags; with
-// none, a dial is started for it while the pool has room; with the pool
-// full of idle connections of other flags, the oldest of them is closed
-// (discards{reason="flags"}) to make that room. A returned or dialled
-// connection goes to the first waiter with its flags, else it stays idle,
-// or, when waiters of other flags cannot get a dial for want of room, it
-// is closed to make it.
+// Connections are lent by their client flags and account (poolReq.key):
+// a request takes the most recently returned idle connection with its
+// key (a fresh one, a dial); with none, a dial is started for it while
+// the pool has room; with the pool full of idle connections of other
+// keys, the oldest of them is closed (discards{reason="flags"|"account"})
+// to make that room. A returned or dialled connection goes to the first
+// waiter with its key (a fresh waiter: a dialled one only), else it
+// stays idle, or, when waiters of other keys cannot get a dial for want
+// of room, it is closed to make it.
 func (p *pool) run(ctx context.Context) {
 	defer close(p.done)
-	o := &poolOwner{p: p, ctx: ctx, dialling: map[uint32]int{}}
+	o := &poolOwner{p: p, ctx: ctx, dialling: map[poolKey]int{}}
 	sweep := time.NewTicker(poolSweep)
 	defer sweep.Stop()
 	for {
@@ -364,8 +387,8 @@ type poolOwner struct {
 	// queued counts the waiters that are not kills (the line
 	// maxWaiters bounds).
 	queued, peak int
-	// dialling counts the dials in flight by flags.
-	dialling map[uint32]int
+	// dialling counts the dials in flight by key.
+	dialling map[poolKey]int
 }
 
 // gauge sets the pool's gauges.
@@ -404,7 +427,7 @@ func (o *poolOwner) handleReq(r *poolReq) {
 		r.reply <- poolGrant{err: &PoolError{Backend: p.node, Reason: PoolUnhealthy}}
 		return
 	}
-	if bc := o.takeIdle(r.flags); bc != nil {
+	if bc := o.takeIdle(r); bc != nil {
 		r.reply <- poolGrant{bc: bc}
 		return
 	}
@@ -419,11 +442,11 @@ func (o *poolOwner) handleReq(r *poolReq) {
 	o.more()
 }
 
-// takeIdle takes the most recently returned idle connection dialled with
-// flags (nil: none).
-func (o *poolOwner) takeIdle(flags uint32) *backendConn {
+// takeIdle takes the most recently returned idle connection for r (its
+// key; never lent, when r is fresh), nil: none.
+func (o *poolOwner) takeIdle(r *poolReq) *backendConn {
 	for i := len(o.idle) - 1; i >= 0; i-- {
-		if bc := o.idle[i]; bc.pooledFlags == flags {
+		if bc := o.idle[i]; bc.key() == r.key && (bc.fresh || !r.fresh) {
 			o.idle = append(o.idle[:i], o.idle[i+1:]...)
 			return bc
 		}
@@ -454,16 +477,19 @@ func (o *poolOwner) handlePut(bc *backendConn) {
 }
 
 // handleDial takes a dial's result: a connection to supply, or a failure
-// for the oldest waiter for its flags.
+// for the oldest waiter for its key.
 func (o *poolOwner) handleDial(g poolGrant) {
-	o.dialling[g.flags]--
+	o.dialling[g.key]--
+	if o.dialling[g.key] == 0 {
+		delete(o.dialling, g.key) // keys carry accounts: not kept
+	}
 	if g.err == nil {
 		o.supply(g.bc)
 		return
 	}
 	o.open--
 	for i, w := range o.waiters {
-		if w.flags == g.flags {
+		if w.key == g.key {
 			// The oldest waiter for it learns of the failure
 			// now, not at its bound; the others get a dial
 			// of their own.
@@ -506,15 +532,15 @@ func (o *poolOwner) dropIdle(reason string) {
 	o.idle = nil
 }
 
-// startDial starts a dial for a connection with flags.
-func (o *poolOwner) startDial(flags uint32) {
+// startDial starts a dial for a connection with key.
+func (o *poolOwner) startDial(key poolKey) {
 	p, ctx := o.p, o.ctx
 	o.open++
-	o.dialling[flags]++
+	o.dialling[key]++
 	go func() {
-		bc, err := p.dial(ctx, flags)
+		bc, err := p.dial(ctx, key)
 		select {
-		case p.dialed <- poolGrant{bc: bc, err: err, flags: flags}:
+		case p.dialed <- poolGrant{bc: bc, err: err, key: key}:
 		case <-p.done:
 			if bc != nil {
 				bc.home = nil
@@ -524,22 +550,22 @@ func (o *poolOwner) startDial(flags uint32) {
 	}()
 }
 
-// unserved returns the flags of the oldest waiter no dial in flight
+// unserved returns the key of the oldest waiter no dial in flight
 // will serve (ok false: none).
-func (o *poolOwner) unserved() (flags uint32, ok bool) {
-	seen := map[uint32]int{}
+func (o *poolOwner) unserved() (key poolKey, ok bool) {
+	seen := map[poolKey]int{}
 	for _, w := range o.waiters {
-		seen[w.flags]++
-		if seen[w.flags] > o.dialling[w.flags] {
-			return w.flags, true
+		seen[w.key]++
+		if seen[w.key] > o.dialling[w.key] {
+			return w.key, true
 		}
 	}
-	return 0, false
+	return poolKey{}, false
 }
 
 // more starts dials for waiters no dial in flight will serve, closing
-// idle connections (of other flags: a waiter never waits beside an
-// idle connection of its own flags) to make room.
+// idle connections (of other keys: a waiter that is not fresh never
+// waits beside an idle connection of its own key) to make room.
 func (o *poolOwner) more() {
 	for {
 		f, ok := o.unserved()
@@ -550,7 +576,14 @@ func (o *poolOwner) more() {
 			if len(o.idle) == 0 {
 				return
 			}
-			o.p.m.discards.WithLabelValues(o.p.node, discardFlags).Inc()
+			reason := discardFlags
+			switch {
+			case o.idle[0].pooledAcct != f.acct:
+				reason = discardAccount
+			case o.idle[0].key() == f:
+				reason = discardFresh // room for a login's own dial
+			}
+			o.p.m.discards.WithLabelValues(o.p.node, reason).Inc()
 			o.open--
 			o.closeAll(o.idle[:1:1])
 			o.idle = o.idle[1:]
@@ -559,11 +592,12 @@ func (o *poolOwner) more() {
 	}
 }
 
-// supply hands bc to the first waiter with its flags, or keeps it
-// idle (more then closes it if other waiters need its room).
+// supply hands bc to the first waiter with its key (a fresh waiter: bc
+// never lent), or keeps it idle (more then closes it if other waiters
+// need its room).
 func (o *poolOwner) supply(bc *backendConn) {
 	for i, w := range o.waiters {
-		if w.flags == bc.pooledFlags {
+		if w.key == bc.key() && (bc.fresh || !w.fresh) {
 			o.unqueue(i)
 			w.reply <- poolGrant{bc: bc}
 			return
@@ -585,8 +619,15 @@ func (p *pool) acquire(ctx context.Context) (*backendConn, error) {
 // is counted by its reason: in acquire_failures_total, or, for a KILL
 // QUERY (useKill), in kill_acquire_failures_total.
 func (p *pool) acquireFor(ctx context.Context, use string, flags uint32) (*backendConn, error) {
+	return p.acquireAs(ctx, use, poolKey{flags: flags}, false)
+}
+
+// acquireAs is acquireFor for a connection with key (its account: the
+// zero account is the node's own); fresh asks for a connection dialled
+// for this acquisition's sake, never lent before (poolReq.fresh).
+func (p *pool) acquireAs(ctx context.Context, use string, key poolKey, fresh bool) (*backendConn, error) {
 	start := time.Now()
-	bc, err := p.take(ctx, flags, use == useKill)
+	bc, err := p.take(ctx, key, fresh, use == useKill)
 	now := time.Now()
 	p.m.wait.WithLabelValues(p.node).Observe(now.Sub(start).Seconds())
 	if err != nil {
@@ -601,7 +642,7 @@ func (p *pool) acquireFor(ctx context.Context, use string, flags uint32) (*backe
 		return nil, err
 	}
 	p.m.acquired.WithLabelValues(p.node, use).Inc()
-	bc.lent, bc.lentFor = now, use
+	bc.lent, bc.lentFor, bc.fresh = now, use, false
 	return bc, nil
 }
 
@@ -617,12 +658,12 @@ func (p *pool) returned(bc *backendConn) {
 
 // take is acquireFor's acquisition (uncounted: acquireFor counts its
 // failure); kill marks a KILL QUERY's (poolReq.kill).
-func (p *pool) take(ctx context.Context, flags uint32, kill bool) (*backendConn, error) {
+func (p *pool) take(ctx context.Context, key poolKey, fresh, kill bool) (*backendConn, error) {
 	wait := p.wait
 	bound := time.NewTimer(wait)
 	defer bound.Stop()
 	for {
-		r := &poolReq{reply: make(chan poolGrant, 1), ack: make(chan struct{}), flags: flags, kill: kill}
+		r := &poolReq{reply: make(chan poolGrant, 1), ack: make(chan struct{}), key: key, kill: kill, fresh: fresh}
 		select {
 		case p.reqs <- r:
 		case <-ctx.Done():
@@ -841,7 +882,7 @@ func (p *pool) cutKill(id uint32, free func()) {
 // QUERY id on it and gives it to the pool (true), or closes it (false:
 // the place is still the caller's).
 func (p *pool) killInPlace(ctx context.Context, id uint32) bool {
-	bc, err := p.dial(ctx, 0)
+	bc, err := p.dial(ctx, poolKey{})
 	if err != nil {
 		return false
 	}

@@ -45,8 +45,9 @@ func (s *session) poolFor(b *Backend) *pool {
 // schema and session statements.
 func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 	for {
-		bc, err := p.acquireFor(s.ctx, s.poolUse(), s.state.flags&passedFlags)
+		bc, err := p.acquireAs(s.ctx, s.poolUse(), poolKey{flags: s.state.flags & passedFlags, acct: s.acct}, s.fresh)
 		s.poolBusy = false
+		s.fresh = false
 		if err != nil {
 			var pe *PoolError
 			if errors.As(err, &pe) {

@@ -586,8 +586,8 @@ func newFakePool(t *testing.T, size, maxWaiters int, wait time.Duration) *testPo
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := newPool(ctx, poolConfig{node: "fake", size: size, wait: wait, maxWaiters: maxWaiters,
 		resetBound: time.Minute, m: m,
-		dial: func(ctx context.Context, flags uint32) (*backendConn, error) {
-			return &backendConn{used: time.Now().Add(time.Hour), pooledFlags: flags}, nil
+		dial: func(ctx context.Context, key poolKey) (*backendConn, error) {
+			return &backendConn{used: time.Now().Add(time.Hour), pooledFlags: key.flags, pooledAcct: key.acct, fresh: true}, nil
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -709,4 +709,58 @@ func TestPoolKillWaitTimeoutApart(t *testing.T) {
 	if n, c := p.killFailures(PoolWaitTimeout), p.failures(PoolWaitTimeout); n != 1 || c != 1 {
 		t.Fatalf("client wait-timeout: kill failures %v (want 1), client failures %v (want 1)", n, c)
 	}
+}
+
+// TestPoolAccounts (issue 38): a pooled connection is lent only to a
+// borrower of the account it was dialled as; a fresh acquisition (a
+// passthrough login) never gets a connection lent before; with the pool
+// full of idle connections of another account, the oldest is closed to
+// make room (discards{reason="account"}), and for a fresh one of the same
+// account (reason "fresh").
+func TestPoolAccounts(t *testing.T) {
+	p := newFakePool(t, 2, 0, time.Second)
+	ctx := t.Context()
+	u1 := poolKey{acct: account{user: "u1", password: "p1"}}
+	u2 := poolKey{acct: account{user: "u2", password: "p2"}}
+	get := func(k poolKey, fresh bool) *backendConn {
+		t.Helper()
+		bc, err := p.acquireAs(ctx, useOther, k, fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bc.key() != k {
+			t.Fatalf("asked for %s, got a connection of %s", k.acct.user, bc.pooledAcct.user)
+		}
+		return bc
+	}
+	a := get(u1, false)
+	p.release(a, poolClean)
+	if b := get(u1, false); b != a {
+		t.Fatal("u1's idle connection not reused for u1")
+	} else {
+		p.release(b, poolClean)
+	}
+	b := get(u2, false)
+	if b == a {
+		t.Fatal("u1's connection lent to u2")
+	}
+	p.release(b, poolClean)
+	c := get(u1, true)
+	if c == a {
+		t.Fatal("a fresh acquisition got a connection lent before")
+	}
+	if n := p.discards(discardFresh); n != 1 {
+		t.Fatalf("discards{fresh} = %v, want 1 (a, the oldest idle, made room)", n)
+	}
+	p.release(c, poolClean)
+	d := get(u2, false)
+	p.release(d, poolClean)
+	e := get(poolKey{}, false) // the monitoring account (a KILL QUERY's)
+	if e == c || e == d {
+		t.Fatal("a client account's connection lent to the monitoring account")
+	}
+	if n := p.discards(discardAccount); n != 1 {
+		t.Fatalf("discards{account} = %v, want 1", n)
+	}
+	p.release(e, poolClean)
 }

@@ -47,7 +47,7 @@ func TestPrimaryWatermarkLogStatus(t *testing.T) {
 	defer cancel()
 	read := func(t *testing.T, s *Server) (*backendConn, gtid.Set) {
 		t.Helper()
-		bc, err := dialBackend(ctx, &s.cfg.Primary, "", "", 0, &s.cfg, nil, false)
+		bc, err := dialBackend(ctx, &s.cfg.Primary, account{}, "", "", 0, &s.cfg, nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}

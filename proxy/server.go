@@ -43,6 +43,9 @@ type Server struct {
 	// users are checked against (loginHandler).
 	users map[string]server.Credential
 	decoy server.Credential
+	// keys are the RSA key pair of caching_sha2_password's exchange
+	// without TLS (passthroughAuth, COM_CHANGE_USER under passthrough).
+	keys *clientKeys
 	// src is the position source (Config.Source, pollers or binlog
 	// streams); runSrc runs it when the proxy owns it.
 	src    live.PositionSource[gtid.Set]
@@ -158,8 +161,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mysqlSrv = server.NewServerWithAuth(cfg.ServerVersion, mysql.DEFAULT_COLLATION_ID, cfg.AuthMethod, key, tlsConf,
-		authProvider{&server.DefaultAuthenticationProvider{}})
+	if s.keys, err = newClientKeys(key); err != nil {
+		return nil, err
+	}
+	s.mysqlSrv = server.NewServerWithAuth(cfg.ServerVersion, mysql.DEFAULT_COLLATION_ID, s.cfg.AuthMethod, key, tlsConf,
+		authProvider{DefaultAuthenticationProvider: &server.DefaultAuthenticationProvider{}, passthrough: s.cfg.Auth == AuthPassthrough, keys: s.keys})
 	// MySQL offers LOCAL INFILE in its greeting (the server variable
 	// local_infile decides later); the proxy relays the file
 	// (relayLocalFile).
@@ -638,12 +644,12 @@ func (s *Server) serveConn(ctx context.Context, slot *connSlot) {
 // login failed (counted; go-mysql answered the client).
 func (s *Server) login(ctx context.Context, c net.Conn, sess *session) (*clientConn, bool) {
 	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	hc := &handshakeConn{Conn: c}
+	hc := &handshakeConn{Conn: c, sess: sess}
 	login := &loginHandler{srv: s, sess: sess}
 	gc, err := s.mysqlSrv.NewCustomizedConn(hc, login, handshakeHandler{sess})
 	if err != nil {
 		outcome := "auth-failed"
-		if login.backendFailed {
+		if login.backendFailed && !login.denied {
 			outcome = "backend-failed"
 		}
 		if sess.slot.evicted.Load() {

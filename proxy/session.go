@@ -84,6 +84,12 @@ type session struct {
 	budget *byteBudget
 	// caps are the client's capabilities from the handshake.
 	caps uint32
+	// acct is the account every backend connection of the session logs
+	// in as (identity.go; the zero account: each server's own). fresh:
+	// the next primary connection must be a new one (auth passthrough:
+	// opening it verifies the account's password, borrow).
+	acct  account
+	fresh bool
 	// healthFns[i] is replica i's health check for the watchdog (built
 	// once: watchFor).
 	healthFns []func() bool
@@ -188,7 +194,8 @@ func (s *session) dial(b *Backend) (*backendConn, error) {
 		healthy = s.healthy(b)
 	}
 	allGTIDs := healthy != nil && s.srv.cfg.WatermarkSource == "all-gtids"
-	bc, err := dialBackend(s.ctx, b, s.state.db, s.state.collation, s.state.flags, &s.srv.cfg, healthy, allGTIDs)
+	bc, err := dialBackend(s.ctx, b, s.acct, s.state.db, s.state.collation, s.state.flags, &s.srv.cfg, healthy, allGTIDs)
+	s.fresh = false
 	if err != nil {
 		s.srv.m.backendErrors.WithLabelValues(b.Name, "connect").Inc()
 		return nil, err
@@ -254,8 +261,12 @@ func (s *session) ensurePrimary() error {
 	}
 	s.primary.close()
 	s.primary = nil
+	verifying := s.fresh // COM_CHANGE_USER's new account (auth passthrough)
 	bc, err := s.dial(&s.srv.cfg.Primary)
 	if err != nil {
+		if verifying && backendDenied(err) {
+			return err // the server's verdict on the account: 1045
+		}
 		return s.proxyErr("backend-lost", codeBackendLost, "%v", err)
 	}
 	s.primary = bc

@@ -98,6 +98,9 @@ func (s *session) changeUser(data []byte) error {
 	if err != nil {
 		return mysql.NewError(mysql.ER_MALFORMED_PACKET, "Malformed communication packet.")
 	}
+	if s.srv.cfg.Auth == AuthPassthrough {
+		return s.changeUserPassthrough(req)
+	}
 	plugin := mysql.AUTH_CACHING_SHA2_PASSWORD
 	if req.plugin == mysql.AUTH_NATIVE_PASSWORD {
 		plugin = mysql.AUTH_NATIVE_PASSWORD
@@ -114,10 +117,7 @@ func (s *session) changeUser(data []byte) error {
 	}
 	cred, known := s.srv.users[req.user]
 	if !known || !checkScramble(plugin, salt, cred.Passwords, resp) {
-		s.srv.m.clientErrors.WithLabelValues("change-user-denied").Inc()
-		s.closeAfter = true
-		return mysql.NewError(mysql.ER_ACCESS_DENIED_ERROR,
-			"Access denied for user '"+strings.ReplaceAll(req.user, "'", "''")+"' (causallab proxy: COM_CHANGE_USER)")
+		return s.changeUserDenied(req.user)
 	}
 	if err := s.srv.moveAccount(s.slot, req.user); err != nil {
 		// MySQL refuses it as a login past max_user_connections.
@@ -129,6 +129,14 @@ func (s *session) changeUser(data []byte) error {
 			return err
 		}
 	}
+	s.acct = s.srv.mappedAccount(req.user)
+	return s.startOver(req)
+}
+
+// startOver is the end of COM_CHANGE_USER once the new user is
+// authenticated: the session starts over in the database and collation
+// the command names.
+func (s *session) startOver(req changeUserReq) error {
 	s.state.db = req.db
 	if req.collation != 0 {
 		if col, err := charset.GetCollationByID(int(req.collation)); err == nil {
@@ -138,11 +146,64 @@ func (s *session) changeUser(data []byte) error {
 	s.srv.m.statements.WithLabelValues("change-user", "proxy").Inc()
 	if err := s.resetSession(); err != nil {
 		// No primary connection for the new session (a database the
-		// primary does not have): the client reconnects.
+		// primary does not have, the account refused): the client
+		// reconnects.
 		s.closeAfter = true
+		if s.srv.cfg.Auth == AuthPassthrough && backendDenied(err) {
+			return s.changeUserDenied(req.user)
+		}
 		return err
 	}
 	return nil
+}
+
+// changeUserDenied is a COM_CHANGE_USER's refusal, MySQL's 1045 (the
+// connection closes after it).
+func (s *session) changeUserDenied(user string) error {
+	s.srv.m.clientErrors.WithLabelValues("change-user-denied").Inc()
+	s.closeAfter = true
+	return mysql.NewError(mysql.ER_ACCESS_DENIED_ERROR,
+		"Access denied for user '"+strings.ReplaceAll(user, "'", "''")+"' (causallab proxy: COM_CHANGE_USER)")
+}
+
+// changeUserPassthrough is changeUser under auth passthrough: an
+// authentication switch to caching_sha2_password with a fresh scramble,
+// its full authentication (the password in clear over TLS, else
+// RSA-encrypted: fullAuth), then the session starts over as the new
+// account, its new primary connection verifying the password on the
+// server (a refusal: 1045, the connection closes). The monitoring
+// account is refused after the same exchange.
+func (s *session) changeUserPassthrough(req changeUserReq) error {
+	salt := mysql.RandomBuf(20)
+	sw := append([]byte{0, 0, 0, 0, mysql.EOF_HEADER}, mysql.AUTH_CACHING_SHA2_PASSWORD...)
+	sw = append(append(append(sw, 0), salt...), 0)
+	if err := s.cc.writePacket(sw); err != nil {
+		return err
+	}
+	resp, err := s.cc.readPacket()
+	if err != nil {
+		return err // the client is gone: the connection closes
+	}
+	pw, err := fullAuth(ccAuth{s.cc}, bytes.Clone(resp), s.tls != nil, salt, s.srv.keys)
+	if err != nil || s.srv.monitoring(req.user) {
+		return s.changeUserDenied(req.user)
+	}
+	if err := s.srv.moveAccount(s.slot, req.user); err != nil {
+		s.closeAfter = true
+		return err
+	}
+	s.acct = account{user: req.user, password: pw}
+	s.fresh = true
+	return s.startOver(req)
+}
+
+// ccAuth is a client connection as fullAuth's packetRW.
+type ccAuth struct{ cc *clientConn }
+
+func (a ccAuth) WritePacket(data []byte) error { return a.cc.writePacket(data) }
+func (a ccAuth) ReadPacket() ([]byte, error) {
+	pkt, err := a.cc.readPacket()
+	return bytes.Clone(pkt), err
 }
 
 // checkScramble reports whether resp is the plugin's scramble of salt

@@ -97,8 +97,8 @@ it with a /* causal_token:<token> */ comment (see the README's tour).`,
 	f := cmd.Flags()
 	f.StringVarP(&execute, "execute", "e", "", "run these statements and exit (the client's own -e)")
 	f.StringVar(&proxyAddr, "proxy", "127.0.0.1:6033", "address of causallab proxy (with the target proxy)")
-	f.StringVar(&user, "user", "app", "the proxy's client user (causallab proxy --user)")
-	f.StringVar(&password, "password", "app", "the proxy's client password (causallab proxy --password)")
+	f.StringVar(&user, "user", "app", "the account to log in to the proxy as (causallab up creates app/app)")
+	f.StringVar(&password, "password", "app", "its password")
 	addStateFlag(cmd, &statePath)
 	return cmd
 }

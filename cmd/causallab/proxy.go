@@ -46,9 +46,15 @@ read their session's token with SELECT @causal_token.
 
 Configure it with a YAML file (--config), or point it at a running compose
 topology (--topology, a JSON file listing the topology's nodes as compose
-prints them) with --user/--password for the clients. With neither it fronts
-the topology ` + "`causallab up`" + ` is running (its state file, env CAUSALLAB_STATE),
-as every other command finds it.
+prints them). With neither it fronts the topology ` + "`causallab up`" + ` is running
+(its state file, env CAUSALLAB_STATE), as every other command finds it.
+
+Each client logs in with its own MySQL account of the servers and acts as
+that account (auth passthrough; causallab up creates app/app); the node
+accounts of the topology are the proxy's own and refused to clients. With
+--user (and --password) instead, clients log in as that one proxy user,
+which acts as the topology's node account (auth mapped; docs/proxy.md,
+"Identity").
 
 It listens where ProxySQL does, 127.0.0.1:6033 (metrics on :9033), and
 stops with a clear error when another program holds either address, as
@@ -62,8 +68,8 @@ port). The addresses it listens on are printed.`,
 			if err != nil {
 				return err
 			}
-			if configPath == "" {
-				cfg.Users = []proxy.User{{Name: user, Password: password}}
+			if configPath == "" && (cmd.Flags().Changed("user") || cmd.Flags().Changed("password")) {
+				cfg.Users, cfg.Auth = []proxy.User{{Name: user, Password: password}}, proxy.AuthMapped
 			}
 			if cmd.Flags().Changed("listen") || cfg.Listen == "" {
 				cfg.Listen = listen
@@ -132,8 +138,8 @@ port). The addresses it listens on are printed.`,
 	f.StringVar(&listen, "listen", "127.0.0.1:6033", "MySQL-protocol listen address")
 	f.StringVar(&httpListen, "http", "127.0.0.1:9033", "HTTP address for /metrics, /healthz and /ready (empty: off)")
 	f.StringVar(&policy, "policy", "", "routing policy (any, affinity, window, token-ryw, token-ryw-mr, token-wait)")
-	f.StringVar(&user, "user", "app", "client user name (with --topology)")
-	f.StringVar(&password, "password", "app", "client password (with --topology)")
+	f.StringVar(&user, "user", "app", "a mapped client user acting as the topology's node account (without --config; unset: each client logs in as its own MySQL account)")
+	f.StringVar(&password, "password", "app", "the mapped client user's password (with --user)")
 	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default: the --topology state file's, as causallab status prints it; else 1)")
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
