@@ -27,7 +27,8 @@
 #
 # Results: OUT/TARGET.results, one "CASE STATUS" line per case (pass, fail,
 # skipped, or not-run-server-options: a case with a t/CASE-master.opt of
-# its own, which --extern cannot give the server); OUT/TARGET/CASE.log, mysql-test-run's output. Exit status 0 when
+# its own or include/force_myisam_default.inc, server options --extern
+# cannot give); OUT/TARGET/CASE.log, mysql-test-run's output. Exit status 0 when
 # every case that passes direct passes through every proxy target run (or
 # when only one target ran), 1 otherwise.
 set -euo pipefail
@@ -140,12 +141,14 @@ fresh_topology() {
 # and check procedures), read from the testsuite's files.
 bootstrap() {
 	local inc=$mtrfs/$suite/include
+	# --force: the servers may hold time zones already (duplicate keys).
 	{
-		echo "USE mysql;"
-		cat "$inc/mtr_test_data_timezone.sql"
 		echo "CREATE DATABASE IF NOT EXISTS test; CREATE DATABASE IF NOT EXISTS mtr; USE mtr;"
 		cat "$inc/mtr_warnings.sql" "$inc/mtr_check.sql"
-	} | chroot "$mysqlfs" mysql -h "${primary%:*}" -P "${primary#*:}" -ucausallab -pcausallab 2>&1 |
+		echo "USE mysql;"
+		cat "$inc/mtr_test_data_timezone.sql"
+	} | chroot "$mysqlfs" mysql --force -h "${primary%:*}" -P "${primary#*:}" -ucausallab -pcausallab 2>&1 |
+		grep -v 'ERROR 1062' |
 		grep -v '^mysql: \[Warning\]' >&2 || true
 }
 
@@ -185,9 +188,11 @@ start_target() {
 run_case() {
 	local target=$1 c=$2 status
 	mkdir -p "$out/$target"
-	if [ -f "$mtrfs/$suite/t/${c#main.}-master.opt" ]; then
-		# Server options of its own (t/CASE-master.opt): mysql-test-run.pl
-		# starts a server with them; --extern runs the case without.
+	if [ -f "$mtrfs/$suite/t/${c#main.}-master.opt" ] ||
+		grep -q 'force_myisam_default.inc' "$mtrfs/$suite/t/${c#main.}.test" 2>/dev/null; then
+		# Server options of its own (t/CASE-master.opt, or MyISAM as the
+		# default engine: include/force_myisam_default.inc):
+		# mysql-test-run.pl starts a server with them; --extern cannot.
 		echo "$c not-run-server-options" >>"$out/$target.results"
 		return
 	fi
@@ -195,7 +200,7 @@ run_case() {
 		--extern host=${addr%:*} --extern port=${addr#*:} --extern user=root \
 		--vardir=/tmp/causallab-mtr-var --force --retry=0 --max-test-fail=0 --testcase-timeout=10 $c" \
 		>"$out/$target/$c.log" 2>&1 || true
-	status=$(grep -E "^\[ *[0-9]+%\] $c " "$out/$target/$c.log" | sed -E 's/.*\[ ([a-z-]+) \].*/\1/' | head -1 || true)
+	status=$(grep -aE "^\[ *[0-9]+%\] $c " "$out/$target/$c.log" | sed -E 's/.*\[ ([a-z-]+) \].*/\1/' | head -1 || true)
 	echo "$c ${status:-error}" >>"$out/$target.results"
 }
 
