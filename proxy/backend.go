@@ -88,6 +88,9 @@ type backendConn struct {
 	// packet (the status of the EOF packet the relay writes after a
 	// result's column definitions, which a DEPRECATE_EOF server omits).
 	status uint16
+	// run is the runState of the session a call is in flight for (bind
+	// to unbind), nil otherwise.
+	run *runState
 }
 
 // BackendError is a failure to reach or talk to a backend. It never holds
@@ -280,11 +283,27 @@ func (bc *backendConn) close() {
 // ends the binding. go-mysql's client calls take no context; every call
 // on bc is made under a binding (do, exec, setOption, relayCmd), its
 // deadlines bound it in time.
+// A call made on a session's behalf is published as in flight
+// (runState.enter) until unbind: KILL QUERY finds it there.
 func (bc *backendConn) bind(ctx context.Context) (stop func() bool) {
+	if r := runOf(ctx); r != nil {
+		r.enter(bc)
+		bc.run = r
+	}
 	if ctx == nil || ctx.Done() == nil || bc.dc == nil {
 		return noStop
 	}
 	return context.AfterFunc(ctx, func() { bc.dc.Cut(ctx.Err()) })
+}
+
+// unbind ends what bind began: stop, and the call is no longer in flight
+// (once a KILL QUERY of it in flight ran: runState.leave).
+func (bc *backendConn) unbind(stop func() bool) {
+	stop()
+	if r := bc.run; r != nil {
+		bc.run = nil
+		r.leave(bc)
+	}
 }
 
 func noStop() bool { return true }
@@ -296,7 +315,7 @@ func (bc *backendConn) do(ctx context.Context, f func() error) error {
 	bc.used = time.Now()
 	stop := bc.bind(ctx)
 	err := f()
-	stop()
+	bc.unbind(stop)
 	var me *mysql.MyError
 	if err != nil && !errors.As(err, &me) {
 		bc.broken = true
@@ -310,7 +329,7 @@ func (bc *backendConn) exec(ctx context.Context, query string) (*mysql.Result, e
 	bc.used = time.Now()
 	stop := bc.bind(ctx)
 	r, err := bc.conn.Execute(query)
-	stop()
+	bc.unbind(stop)
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
@@ -327,7 +346,7 @@ func (bc *backendConn) setOption(ctx context.Context, opt uint16) error {
 	c := bc.conn
 	c.ResetSequence()
 	bc.used = time.Now()
-	defer bc.bind(ctx)()
+	defer bc.unbind(bc.bind(ctx))
 	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_SET_OPTION, byte(opt), byte(opt >> 8)}); err != nil {
 		bc.broken = true
 		return err

@@ -129,7 +129,7 @@ func relayCmd(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	if bc.used.IsZero() {
 		bc.used = time.Now()
 	}
-	defer bc.bind(req.ctx)()
+	defer bc.unbind(bc.bind(req.ctx))
 	if bc.allGTIDs && req.watermark {
 		return relayTracked(cc, bc, req)
 	}

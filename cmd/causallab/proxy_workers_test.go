@@ -49,7 +49,7 @@ func TestWorkerHTTP(t *testing.T) {
 }
 
 // TestWorkerArgs: a worker gets the flags its supervisor was given but
-// for --workers and --pool-size, then its index, its addresses and its
+// for --pool-size, then its index, its addresses and its
 // share of the pool size (none without multiplexing).
 func TestWorkerArgs(t *testing.T) {
 	cmd := newProxyCmd()
@@ -57,12 +57,12 @@ func TestWorkerArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := strings.Join(workerArgs(cmd.Flags(), 2, "127.0.0.1:7000", "127.0.0.1:9035", 3), " ")
-	want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --worker-index=2 --listen=127.0.0.1:7000 --http=127.0.0.1:9035 --pool-size=3"
+	want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --workers=3 --worker-index=2 --listen=127.0.0.1:7000 --http=127.0.0.1:9035 --pool-size=3"
 	if got != want {
 		t.Errorf("workerArgs:\n got %s\nwant %s", got, want)
 	}
 	got = strings.Join(workerArgs(cmd.Flags(), 0, "127.0.0.1:7000", "", 0), " ")
-	if want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --worker-index=0 --listen=127.0.0.1:7000 --http="; got != want {
+	if want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --workers=3 --worker-index=0 --listen=127.0.0.1:7000 --http="; got != want {
 		t.Errorf("workerArgs without a pool share:\n got %s\nwant %s", got, want)
 	}
 }
