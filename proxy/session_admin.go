@@ -297,7 +297,9 @@ func (p peer) row(now time.Time, full bool, self bool) mysql.RowData {
 	return lencNull(row, info)
 }
 
-func lenc(row []byte, v string) []byte { return append(row, mysql.PutLengthEncodedString([]byte(v))...) }
+func lenc(row []byte, v string) []byte {
+	return append(row, mysql.PutLengthEncodedString([]byte(v))...)
+}
 
 // lencNull is lenc, NULL for "".
 func lencNull(row []byte, v string) []byte {
