@@ -284,16 +284,20 @@ func (bc *backendConn) close() {
 // on bc is made under a binding (do, exec, setOption, relayCmd), its
 // deadlines bound it in time.
 // A call made on a session's behalf is published as in flight
-// (runState.enter) until unbind: KILL QUERY finds it there.
-func (bc *backendConn) bind(ctx context.Context) (stop func() bool) {
+// (runState.enter) until unbind: KILL QUERY finds it there. One the
+// session's command makes after a KILL QUERY reached it is not made:
+// err is MySQL's 1317 (errInterrupted).
+func (bc *backendConn) bind(ctx context.Context) (stop func() bool, err error) {
 	if r := runOf(ctx); r != nil {
-		r.enter(bc)
+		if !r.enter(bc) {
+			return noStop, errInterrupted
+		}
 		bc.run = r
 	}
 	if ctx == nil || ctx.Done() == nil || bc.dc == nil {
-		return noStop
+		return noStop, nil
 	}
-	return context.AfterFunc(ctx, func() { bc.dc.Cut(ctx.Err()) })
+	return context.AfterFunc(ctx, func() { bc.dc.Cut(ctx.Err()) }), nil
 }
 
 // unbind ends what bind began: stop, and the call is no longer in flight
@@ -313,8 +317,11 @@ func noStop() bool { return true }
 // that is not the server's leaves bc broken.
 func (bc *backendConn) do(ctx context.Context, f func() error) error {
 	bc.used = time.Now()
-	stop := bc.bind(ctx)
-	err := f()
+	stop, err := bc.bind(ctx)
+	if err != nil {
+		return err
+	}
+	err = f()
 	bc.unbind(stop)
 	var me *mysql.MyError
 	if err != nil && !errors.As(err, &me) {
@@ -327,7 +334,10 @@ func (bc *backendConn) do(ctx context.Context, f func() error) error {
 // ctx.
 func (bc *backendConn) exec(ctx context.Context, query string) (*mysql.Result, error) {
 	bc.used = time.Now()
-	stop := bc.bind(ctx)
+	stop, err := bc.bind(ctx)
+	if err != nil {
+		return nil, err
+	}
 	r, err := bc.conn.Execute(query)
 	bc.unbind(stop)
 	if err != nil {
@@ -346,7 +356,11 @@ func (bc *backendConn) setOption(ctx context.Context, opt uint16) error {
 	c := bc.conn
 	c.ResetSequence()
 	bc.used = time.Now()
-	defer bc.unbind(bc.bind(ctx))
+	stop, err := bc.bind(ctx)
+	if err != nil {
+		return err
+	}
+	defer bc.unbind(stop)
 	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_SET_OPTION, byte(opt), byte(opt >> 8)}); err != nil {
 		bc.broken = true
 		return err

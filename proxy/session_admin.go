@@ -92,16 +92,25 @@ func (r *runState) finish(db string) (interrupted bool) {
 	return interrupted
 }
 
-// enter publishes that a call is in flight on bc (backendConn.bind).
-func (r *runState) enter(bc *backendConn) {
+// enter publishes that a call is in flight on bc (backendConn.bind);
+// false: a KILL QUERY reached the session's command, the call must not
+// be made.
+func (r *runState) enter(bc *backendConn) bool {
 	var id uint32
 	if bc.conn != nil {
 		id = bc.conn.GetConnectionID()
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.interrupted {
+		return false
+	}
 	r.bc, r.thread, r.node, r.home = bc, id, bc.b, bc.home
-	r.mu.Unlock()
+	return true
 }
+
+// errInterrupted is MySQL's answer to a statement KILL QUERY ended.
+var errInterrupted = mysql.NewDefaultError(mysql.ER_QUERY_INTERRUPTED)
 
 // leave ends the call on bc, once no kill of it is in flight.
 func (r *runState) leave(bc *backendConn) {
@@ -437,6 +446,7 @@ func (s *session) kill(st Stmt) (*mysql.Result, error) {
 		return nil, mysql.NewDefaultError(mysql.ER_QUERY_INTERRUPTED)
 	}
 	if s.killRunning(t.sess.run, !st.KillQuery) || !st.KillQuery {
+		// killed: a statement in flight was killed, or the connection ended
 		count(killDone)
 	} else {
 		count(killIdle)
@@ -444,8 +454,9 @@ func (s *session) kill(st Stmt) (*mysql.Result, error) {
 	return nil, nil
 }
 
-// killRunning runs KILL QUERY of the statement r's session has in flight
-// on a backend, if any (true), on the node that runs it, with the
+// killRunning ends the command r's session runs, if any (true): KILL
+// QUERY of the call it has in flight on a backend, if any, on the node
+// that runs it, with the
 // proxy's own account (killQuery: the pool's connection under
 // multiplexing, else one of its own), and with end ends the session. The
 // target session does not leave its call before the kill ran
@@ -454,8 +465,14 @@ func (s *session) killRunning(r *runState, end bool) bool {
 	r.mu.Lock()
 	bc, id, node, home := r.bc, r.thread, r.node, r.home
 	running := bc != nil && id != 0
+	hit := r.cmd != 0
 	if running {
 		r.killing++
+	}
+	if hit {
+		// The command's later calls are not made (enter): a kill that
+		// falls between two of its calls (a replica's lazy prepare, then
+		// the execution) still ends it.
 		r.interrupted = true
 	}
 	stop := r.end
@@ -478,7 +495,7 @@ func (s *session) killRunning(r *runState, end bool) bool {
 	if end && stop != nil {
 		stop()
 	}
-	return running
+	return hit
 }
 
 // endFunc is what KILL CONNECTION does to a session: its client
