@@ -2,9 +2,17 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"io"
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/causallab/causallab/internal/sqllex"
 )
@@ -192,5 +200,81 @@ func TestTruncateChars(t *testing.T) {
 	}
 	if got := truncateChars(string([]byte{0xff, 0xfe, 0xfd}), 2); len(got) != 2 {
 		t.Fatal(len(got))
+	}
+}
+
+// TestKillBetweenCalls: a KILL QUERY that reaches a command while no
+// backend call is in flight makes its next call fail with 1317 without
+// being sent; the command's end clears it, and an idle session is not
+// touched.
+func TestKillBetweenCalls(t *testing.T) {
+	srv := &Server{m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: Config{ConnectTimeout: time.Second}}
+	killer := &session{srv: srv, ctx: context.Background()}
+	r := newRunState()
+	ctx := context.WithValue(context.Background(), runKey{}, r)
+	bc := &backendConn{b: &Backend{Name: "n"}}
+	if killer.killRunning(r, false) {
+		t.Fatal("a kill of an idle session reached something")
+	}
+	r.begin(mysql.COM_QUERY, "SELECT 1", "")
+	if !killer.killRunning(r, false) {
+		t.Fatal("a kill of a running command reached nothing")
+	}
+	if _, err := bc.bind(ctx); myErrCode(err) != mysql.ER_QUERY_INTERRUPTED {
+		t.Fatalf("a call after the kill: %v, want 1317", err)
+	}
+	if !r.finish("") {
+		t.Fatal("the command's end did not report the kill")
+	}
+	stop, err := bc.bind(ctx)
+	if err != nil {
+		t.Fatalf("the next command's call: %v", err)
+	}
+	bc.unbind(stop)
+}
+
+// TestKillWaitsInLeave: a session does not leave a call while a kill of
+// it is in flight (its connection cannot go back to a pool and run
+// another's statement first); a kill that fails (its node unreachable)
+// is counted and lets it go.
+func TestKillWaitsInLeave(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: the kill's dial fails
+	srv := &Server{m: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: Config{ConnectTimeout: time.Second}}
+	killer := &session{srv: srv, ctx: context.Background()}
+	r := newRunState()
+	b := &Backend{Name: "gone", Addr: addr}
+	bc := &backendConn{b: b}
+	r.begin(mysql.COM_QUERY, "SELECT SLEEP(1)", "")
+	r.mu.Lock()
+	r.bc, r.thread, r.node = bc, 77, b
+	r.killing++ // a kill took the thread id
+	r.mu.Unlock()
+	left := make(chan struct{})
+	go func() { r.leave(bc); close(left) }()
+	select {
+	case <-left:
+		t.Fatal("left the call while a kill of it was in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.mu.Lock()
+	r.killing--
+	r.bc = bc // the same call, still in flight: the real kill now
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	if !killer.killRunning(r, false) {
+		t.Fatal("the kill reached nothing")
+	}
+	select {
+	case <-left:
+	case <-time.After(10 * time.Second):
+		t.Fatal("still in the call after the kills ended")
+	}
+	if got := testutil.ToFloat64(srv.m.backendErrors.WithLabelValues("gone", "kill")); got != 1 {
+		t.Fatalf("failed kills counted %v, want 1", got)
 	}
 }
