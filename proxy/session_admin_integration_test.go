@@ -21,6 +21,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/compose/composetest"
 )
 
 // gmConnect logs in to the proxy with go-mysql's client, which exposes
@@ -454,6 +455,7 @@ func TestProcessListAccounts(t *testing.T) {
 // account without PROCESS and CONNECTION_ADMIN, then with each, and of
 // the topology's admin account.
 func TestPrivilegeQuery(t *testing.T) {
+	composetest.Need(t, topo)
 	direct, err := topo.DB("primary")
 	if err != nil {
 		t.Fatal(err)
