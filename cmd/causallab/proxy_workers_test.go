@@ -297,6 +297,20 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 		if _, err := conns[0].ExecContext(ctx, "CREATE TABLE IF NOT EXISTS workers.notes (id INT PRIMARY KEY AUTO_INCREMENT, body TEXT)"); err != nil {
 			t.Fatal(err)
 		}
+		// Session ids are unique across the workers (worker i of N
+		// gives i+1, i+1+N, ...): before, each worker counted from
+		// 10001.
+		ids := map[uint64]int{}
+		for i, c := range conns {
+			var id uint64
+			if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+				t.Fatalf("client %d: CONNECTION_ID(): %v", i, err)
+			}
+			if j, dup := ids[id]; dup {
+				t.Fatalf("clients %d and %d (two workers) share the id %d", j, i, id)
+			}
+			ids[id] = i
+		}
 		for i, c := range conns {
 			body := fmt.Sprintf("worker test %d %d", i, time.Now().UnixNano())
 			if _, err := c.ExecContext(ctx, "INSERT INTO workers.notes (body) VALUES (?)", body); err != nil {
