@@ -93,6 +93,9 @@ type backendConn struct {
 	// packet (the status of the EOF packet the relay writes after a
 	// result's column definitions, which a DEPRECATE_EOF server omits).
 	status uint16
+	// run is the runState of the session a call is in flight for (bind
+	// to unbind), nil otherwise.
+	run *runState
 }
 
 // BackendError is a failure to reach or talk to a backend. It never holds
@@ -301,11 +304,31 @@ func (bc *backendConn) close() {
 // ends the binding. go-mysql's client calls take no context; every call
 // on bc is made under a binding (do, exec, setOption, relayCmd), its
 // deadlines bound it in time.
-func (bc *backendConn) bind(ctx context.Context) (stop func() bool) {
-	if ctx == nil || ctx.Done() == nil || bc.dc == nil {
-		return noStop
+// A call made on a session's behalf is published as in flight
+// (runState.enter) until unbind: KILL QUERY finds it there. One the
+// session's command makes after a KILL QUERY reached it is not made:
+// err is MySQL's 1317 (errInterrupted).
+func (bc *backendConn) bind(ctx context.Context) (stop func() bool, err error) {
+	if r := runOf(ctx); r != nil {
+		if !r.enter(bc) {
+			return noStop, errInterrupted
+		}
+		bc.run = r
 	}
-	return context.AfterFunc(ctx, func() { bc.dc.Cut(ctx.Err()) })
+	if ctx == nil || ctx.Done() == nil || bc.dc == nil {
+		return noStop, nil
+	}
+	return context.AfterFunc(ctx, func() { bc.dc.Cut(ctx.Err()) }), nil
+}
+
+// unbind ends what bind began: stop, and the call is no longer in flight
+// (once a KILL QUERY of it in flight ran: runState.leave).
+func (bc *backendConn) unbind(stop func() bool) {
+	stop()
+	if r := bc.run; r != nil {
+		bc.run = nil
+		r.leave(bc)
+	}
 }
 
 func noStop() bool { return true }
@@ -315,9 +338,12 @@ func noStop() bool { return true }
 // that is not the server's leaves bc broken.
 func (bc *backendConn) do(ctx context.Context, f func() error) error {
 	bc.used = time.Now()
-	stop := bc.bind(ctx)
-	err := f()
-	stop()
+	stop, err := bc.bind(ctx)
+	if err != nil {
+		return err
+	}
+	err = f()
+	bc.unbind(stop)
 	var me *mysql.MyError
 	if err != nil && !errors.As(err, &me) {
 		bc.broken = true
@@ -329,9 +355,12 @@ func (bc *backendConn) do(ctx context.Context, f func() error) error {
 // ctx.
 func (bc *backendConn) exec(ctx context.Context, query string) (*mysql.Result, error) {
 	bc.used = time.Now()
-	stop := bc.bind(ctx)
+	stop, err := bc.bind(ctx)
+	if err != nil {
+		return nil, err
+	}
 	r, err := bc.conn.Execute(query)
-	stop()
+	bc.unbind(stop)
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
@@ -348,7 +377,11 @@ func (bc *backendConn) setOption(ctx context.Context, opt uint16) error {
 	c := bc.conn
 	c.ResetSequence()
 	bc.used = time.Now()
-	defer bc.bind(ctx)()
+	stop, err := bc.bind(ctx)
+	if err != nil {
+		return err
+	}
+	defer bc.unbind(stop)
 	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_SET_OPTION, byte(opt), byte(opt >> 8)}); err != nil {
 		bc.broken = true
 		return err

@@ -39,6 +39,13 @@ const (
 	// Ssl_version): answered by the proxy (a backend would describe its
 	// link to the proxy); Stmt.Status holds the variable's name.
 	KindConnStatus
+	// KindProcessList is SHOW [FULL] PROCESSLIST: answered by the proxy
+	// from its own sessions (Stmt.Full: FULL).
+	KindProcessList
+	// KindKill is KILL [QUERY | CONNECTION] <id>: carried out by the
+	// proxy on its own sessions, never sent to a server (Stmt.KillID,
+	// KillQuery, KillBad).
+	KindKill
 )
 
 func (k Kind) String() string {
@@ -61,6 +68,10 @@ func (k Kind) String() string {
 		return "track-gtids"
 	case KindConnStatus:
 		return "conn-status"
+	case KindProcessList:
+		return "processlist"
+	case KindKill:
+		return "kill"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -198,6 +209,13 @@ type Stmt struct {
 	NextTransaction bool
 	// Status is KindConnStatus's variable, spelt as connStatus spells it.
 	Status string
+	// Full: SHOW FULL PROCESSLIST (KindProcessList).
+	Full bool
+	// KillID is KindKill's connection id, KillQuery true for KILL QUERY;
+	// KillBad: the id is not one decimal literal (refused).
+	KillID    uint64
+	KillQuery bool
+	KillBad   bool
 	// assignsToken: the statement assigns @causal_token in a form the
 	// proxy does not evaluate (Classify returns ErrTokenNotLiteral).
 	assignsToken bool
@@ -404,7 +422,7 @@ func classify(l *sqllex.Lexer) Stmt {
 		t.Is("ALTER"), t.Is("TRUNCATE"), t.Is("RENAME"), t.Is("GRANT"),
 		t.Is("REVOKE"), t.Is("LOAD"), t.Is("CALL"), t.Is("HANDLER"),
 		t.Is("OPTIMIZE"), t.Is("ANALYZE"), t.Is("REPAIR"), t.Is("CHECK"),
-		t.Is("FLUSH"), t.Is("KILL"), t.Is("RESET"), t.Is("PURGE"),
+		t.Is("FLUSH"), t.Is("RESET"), t.Is("PURGE"),
 		t.Is("CHANGE"), t.Is("STOP"), t.Is("INSTALL"), t.Is("UNINSTALL"),
 		t.Is("IMPORT"), t.Is("PREPARE"), t.Is("EXECUTE"), t.Is("DEALLOCATE"),
 		t.Is("DO"), t.Is("CHECKSUM"), t.Is("CACHE"), t.Is("SHUTDOWN"),
@@ -414,6 +432,8 @@ func classify(l *sqllex.Lexer) Stmt {
 		return st
 	case t.Is("SHOW"):
 		return classifyShow(l)
+	case t.Is("KILL"):
+		return classifyKill(l)
 	case t.Is("DESCRIBE"), t.Is("DESC"), t.Is("EXPLAIN"):
 		// EXPLAIN ANALYZE runs the statement: only a SELECT may be routed.
 		return classifyExplain(l)
@@ -435,6 +455,9 @@ func classifyShow(l *sqllex.Lexer) Stmt {
 		// SHOW WARNINGS [LIMIT ...], SHOW ERRORS, SHOW COUNT(*) WARNINGS
 		return primary(ReasonPreviousStatement)
 	}
+	if st, ok := classifyProcessList(l, t); ok {
+		return st
+	}
 	if t.Is("SESSION") || t.Is("LOCAL") {
 		t = l.Next()
 	}
@@ -452,6 +475,83 @@ func classifyShow(l *sqllex.Lexer) Stmt {
 		}
 	}
 	return primary(ReasonShow)
+}
+
+// classifyProcessList finds KindProcessList after SHOW (t is the next
+// word): [FULL] PROCESSLIST, alone.
+func classifyProcessList(l *sqllex.Lexer, t sqllex.Token) (Stmt, bool) {
+	st := Stmt{Kind: KindProcessList}
+	if t.Is("FULL") {
+		st.Full = true
+		t = l.Next()
+	}
+	if !t.Is("PROCESSLIST") || !atEnd(l) {
+		return Stmt{}, false
+	}
+	return st, true
+}
+
+// atEnd: nothing but an optional ';' is left of the statement.
+func atEnd(l *sqllex.Lexer) bool {
+	n := l.Next()
+	if n.Punct(';') {
+		n = l.Next()
+	}
+	return n.Kind == sqllex.EOF && !l.Unterminated
+}
+
+// classifyKill reads KILL [QUERY | CONNECTION] <id>, the id one decimal
+// literal, or CAST(<literal> AS UNSIGNED) (what CONNECTION_ID() became:
+// withConnectionID). Anything else is KillBad: refused, never sent.
+func classifyKill(l *sqllex.Lexer) Stmt {
+	st := Stmt{Kind: KindKill}
+	t := l.Next()
+	switch {
+	case t.Is("QUERY"):
+		st.KillQuery = true
+		t = l.Next()
+	case t.Is("CONNECTION"):
+		t = l.Next()
+	}
+	if t.Is("CAST") {
+		if !l.Next().Punct('(') {
+			st.KillBad = true
+			return st
+		}
+		t = l.Next()
+		if !l.Next().Is("AS") || !l.Next().Is("UNSIGNED") || !l.Next().Punct(')') {
+			st.KillBad = true
+			return st
+		}
+	}
+	id, ok := decimalID(t)
+	if !ok || !atEnd(l) {
+		st.KillBad = true
+		return st
+	}
+	st.KillID = id
+	return st
+}
+
+// decimalID is t's value when it is a decimal literal of at most 20
+// digits (a processlist id is 64 bits in MySQL).
+func decimalID(t sqllex.Token) (uint64, bool) {
+	if t.Kind != sqllex.Word || len(t.Text) == 0 || len(t.Text) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(t.Text); i++ {
+		c := t.Text[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
 }
 
 // scanUserVars marks a write that assigns user variables.

@@ -374,6 +374,11 @@ type Config struct {
 	// docs/proxy-design.md, "Worker processes"). The Server itself ignores it.
 	// 1..64.
 	Workers int `yaml:"workers"`
+	// WorkerIndex is this Server's index among Workers worker processes
+	// (set by `causallab proxy --workers N` in each worker; default 0):
+	// its sessions' ids are WorkerIndex+1, WorkerIndex+1+Workers, ...,
+	// so no two workers give the same id. 0..Workers-1.
+	WorkerIndex int `yaml:"-"`
 	// GOMAXPROCS is how the Server sets the process's GOMAXPROCS:
 	// "adaptive" (one P while client commands arrive one at a time, Go's
 	// default while they overlap: internal/procs; off when the
@@ -481,6 +486,9 @@ func (c *Config) validateListener() error {
 	}
 	if c.Workers < 1 || c.Workers > 64 {
 		return fmt.Errorf("proxy: workers %d out of range [1, 64]", c.Workers)
+	}
+	if c.WorkerIndex < 0 || c.WorkerIndex >= c.Workers {
+		return fmt.Errorf("proxy: worker index %d out of range [0, %d)", c.WorkerIndex, c.Workers)
 	}
 	return nil
 }

@@ -216,8 +216,10 @@ type handshakeConn struct {
 	// packets counts the packets seen; through: pass bytes unchecked.
 	packets int
 	through bool
-	// greeted: the greeting was written (Write).
+	// greeted: the greeting was written (Write); id is the session's id,
+	// the greeting's thread id (greetingWithID).
 	greeted bool
+	id      uint32
 	// sess is the session logging in; salt the scramble in effect, seen
 	// in the greeting or an authentication switch written in plaintext
 	// (passthroughAuth's RSA exchange needs it: go-mysql keeps its own
@@ -277,7 +279,7 @@ func (h *handshakeConn) Write(p []byte) (int, error) {
 		return h.Conn.Write(p)
 	}
 	h.greeted = true
-	return h.Conn.Write(offerFlags(p, greetingFlags))
+	return h.Conn.Write(greetingWithID(offerFlags(p, greetingFlags), h.id))
 }
 
 // offerFlags returns the greeting packet pkt (header included) with flags

@@ -69,6 +69,10 @@ type metrics struct {
 	startupUnread *prometheus.CounterVec
 	// statementsBy resolves statements' children once (statement).
 	statementsBy *promcache.Counters
+	// kills counts KILL statements the proxy carried out or refused, by
+	// kind (query, connection) and outcome (killed, idle, unknown-thread,
+	// denied, not-literal): session_admin.go.
+	kills *prometheus.CounterVec
 }
 
 // The roles of the statements counter (its role label).
@@ -80,7 +84,7 @@ const (
 
 // numKinds is the number of statement kinds (Kind), for statement's
 // cached children.
-const numKinds = int(KindConnStatus) + 1
+const numKinds = int(KindKill) + 1
 
 // statement is statements_total{kind,role}'s child for a statement of
 // kind k (prefixed "execute-" when execute: a prepared statement's
@@ -158,6 +162,8 @@ func newMetrics() *metrics {
 		Name: "causallab_proxy_gomaxprocs_changes_total", Help: "Changes gomaxprocs: adaptive made to GOMAXPROCS, by direction (grow: client commands overlapped, to Go's default; shrink: they stopped, to one); the current value is go_sched_gomaxprocs_threads."}, []string{"direction"})
 	m.handshakes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "causallab_proxy_handshakes", Help: "Client connections still in their login (greeting, TLS, authentication), bounded by max_handshakes."})
-	m.reg.MustRegister(m.ready, m.startupUnread, m.procsChanges, m.handshakes)
+	m.kills = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_kills_total", Help: "KILL statements the proxy answered on its own sessions, by kind (query, connection) and outcome (killed: a statement in flight was killed or the connection ended; idle: nothing was running; unknown-thread: 1094; denied: 1095; not-literal: the id was not a literal, refused)."}, []string{"kind", "outcome"})
+	m.reg.MustRegister(m.ready, m.startupUnread, m.procsChanges, m.handshakes, m.kills)
 	return m
 }

@@ -495,8 +495,9 @@ func TestPrimaryLostMidTransaction(t *testing.T) {
 	mustExec(t, conn, "BEGIN")
 	mustExec(t, conn, "INSERT INTO ptest.lost VALUES (1)")
 	var backendID int64
-	// The proxy's backend connection id: the primary sees it as CONNECTION_ID().
-	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&backendID); err != nil {
+	// The proxy's backend connection id (CONNECTION_ID() is the proxy's
+	// session id): pseudo_thread_id defaults to the server's thread id.
+	if err := conn.QueryRowContext(ctx, "SELECT @@pseudo_thread_id").Scan(&backendID); err != nil {
 		t.Fatal(err)
 	}
 	mustExec(t, direct, fmt.Sprintf("KILL %d", backendID))

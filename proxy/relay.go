@@ -129,7 +129,11 @@ func relayCmd(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	if bc.used.IsZero() {
 		bc.used = time.Now()
 	}
-	defer bc.bind(req.ctx)()
+	stop, err := bc.bind(req.ctx)
+	if err != nil {
+		return relayOut{}, err // a KILL QUERY reached the command: not sent
+	}
+	defer bc.unbind(stop)
 	if bc.allGTIDs && req.watermark {
 		return relayTracked(cc, bc, req)
 	}

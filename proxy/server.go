@@ -98,6 +98,14 @@ type Server struct {
 	// kills holds one token per KILL QUERY of an overrun wait in flight
 	// (session.killWait), at most maxKills.
 	kills chan struct{}
+	// byID are the sessions by their id (session_admin.go: allocID,
+	// the processlist, KILL), from the greeting on; nextID is the last id
+	// given.
+	byID   map[uint32]*session
+	nextID uint32
+	// privFault, set only by tests, answers session.hasPrivilege in
+	// place of the server (account, privilege).
+	privFault atomic.Pointer[func(account, priv string) bool]
 
 	// ready is closed when the proxy starts serving (awaitReady): every
 	// backend's position read once, or startup_timeout passed; readiness
@@ -126,6 +134,7 @@ func New(cfg Config) (*Server, error) {
 		m:          newMetrics(),
 		conns:      map[net.Conn]context.CancelFunc{},
 		accounts:   map[string]int{},
+		byID:       map[uint32]*session{},
 		totalBytes: &totalBudget{limit: int64(cfg.MaxTotalSessionBytes)},
 		kills:      make(chan struct{}, maxKills),
 		ready:      make(chan struct{}),
@@ -602,6 +611,9 @@ func (s *Server) serveConn(ctx context.Context, slot *connSlot) {
 	s.mu.Unlock()
 	sess := newSession(sctx, s)
 	sess.slot = slot
+	sess.run.end = s.endFunc(c, cancel)
+	sess.id = s.allocID(sess)
+	defer s.dropID(sess.id)
 	defer sess.close()
 	defer sess.park(true) // before close: borrowed connections go back reset
 	cc, ok := s.login(ctx, c, sess)
@@ -644,7 +656,7 @@ func (s *Server) serveConn(ctx context.Context, slot *connSlot) {
 // login failed (counted; go-mysql answered the client).
 func (s *Server) login(ctx context.Context, c net.Conn, sess *session) (*clientConn, bool) {
 	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	hc := &handshakeConn{Conn: c, sess: sess}
+	hc := &handshakeConn{Conn: c, id: sess.id, sess: sess}
 	login := &loginHandler{srv: s, sess: sess}
 	gc, err := s.mysqlSrv.NewCustomizedConn(hc, login, handshakeHandler{sess})
 	if err != nil {

@@ -42,7 +42,12 @@ type session struct {
 	// are not cut then. Every backend call is bound to it
 	// (backendConn.bind).
 	ctx context.Context
-	id  uint32
+	// id is the session's connection id (Server.allocID): the greeting's
+	// thread id, CONNECTION_ID(), the processlist's Id, KILL's.
+	id uint32
+	// run is what the session publishes of its work to the other
+	// sessions (SHOW PROCESSLIST, KILL; session_admin.go).
+	run *runState
 	// slot is the client connection's place in the Server's bounds
 	// (fairness.go): its account is the user it logged in with
 	// (COM_CHANGE_USER moves it).
@@ -140,7 +145,10 @@ type pstmt struct {
 func newSession(ctx context.Context, srv *Server) *session {
 	n := len(srv.cfg.Replicas)
 	budget := &byteBudget{limit: srv.cfg.MaxSessionBytes, total: srv.totalBytes}
+	run := newRunState()
+	ctx = context.WithValue(ctx, runKey{}, run)
 	s := &session{
+		run:          run,
 		srv:          srv,
 		ctx:          ctx,
 		replicas:     make([]*backendConn, n),
@@ -161,7 +169,6 @@ func (s *session) countClientError(kind string) { s.srv.m.clientErrors.WithLabel
 // pick up the client's capabilities and collation and connect to the
 // primary.
 func (s *session) start(cc *server.Conn) error {
-	s.id = cc.ConnectionID()
 	s.caps = cc.Capability()
 	s.ls.SetAffinityKey(hashroute.Hash(strconv.FormatUint(uint64(s.id), 10)))
 	if col, err := charset.GetCollationByID(int(cc.Charset())); err == nil {
@@ -387,6 +394,9 @@ func (s *session) classify(query string) (Stmt, error) {
 	if err != nil {
 		return Stmt{}, s.proxyErr("bad-annotation", codeProxy, "%s", strings.TrimPrefix(err.Error(), "proxy: "))
 	}
+	if st.Kind != KindKill && killAfterFirst(query) {
+		return Stmt{}, s.errKillInMulti()
+	}
 	if st.Token != "" && st.Kind != KindSetToken {
 		if _, err := s.parseToken(st.Token, st.TokenForm); err != nil {
 			return Stmt{}, err
@@ -399,6 +409,7 @@ func (s *session) classify(query string) (Stmt, error) {
 // (tokens, policy, the client link's status), a read routed by the
 // router, or a statement for the primary.
 func (s *session) handleQuery(query string) (*mysql.Result, error) {
+	query = withConnectionID(query, s.id) // the proxy's id, not a backend thread's
 	if handled, res, restore, err := s.selectPolicy(query); handled || err != nil {
 		return res, err // SET / SELECT @causal_policy (policyselect.go)
 	} else if restore != nil {
@@ -489,6 +500,14 @@ func (s *session) proxyAnswer(st Stmt) (res *mysql.Result, ok bool, err error) {
 	case KindConnStatus:
 		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
 		return mysql.NewResult(statusResultset(st.Status, s.connStatus(st.Status))), true, nil
+	case KindProcessList:
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
+		res, err := s.processList(st.Full)
+		return res, true, err
+	case KindKill:
+		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
+		res, err := s.kill(st)
+		return res, true, err
 	}
 	return nil, false, nil
 }
@@ -664,7 +683,7 @@ func (s *session) killWait(bc *backendConn) {
 		defer func() { <-s.srv.kills }()
 		defer free()
 		// The kill outlives the session (bounded by connect_timeout).
-		if err := killQuery(context.WithoutCancel(s.ctx), b, id, &s.srv.cfg, home); err != nil {
+		if err := killQuery(unpublished(context.WithoutCancel(s.ctx)), b, id, &s.srv.cfg, home); err != nil {
 			s.srv.m.backendErrors.WithLabelValues(b.Name, "kill").Inc()
 			s.srv.log.Debug("KILL QUERY of an overrun wait failed", "backend", b.Name, "err", err.Error())
 		}

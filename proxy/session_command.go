@@ -30,7 +30,13 @@ func (s *session) handleNextCommand() error {
 	if payload[0] == mysql.COM_QUIT {
 		return errQuit
 	}
+	s.run.begin(payload[0], s.commandText(payload), s.state.db)
 	res, err := s.dispatch(payload)
+	if s.run.finish(s.state.db) && err != nil {
+		// A KILL QUERY from another session reached the statement: the
+		// client gets MySQL's answer, whatever the proxy met.
+		err = mysql.NewDefaultError(mysql.ER_QUERY_INTERRUPTED)
+	}
 	if werr := s.writeResult(payload[0], res, err); werr != nil {
 		return werr
 	}
@@ -123,4 +129,20 @@ func stmtID(data []byte) (uint32, bool) {
 // prepared (or closed), naming the command as MySQL does.
 func unknownStmt(id uint32, command string) error {
 	return mysql.NewError(mysql.ER_UNKNOWN_STMT_HANDLER, fmt.Sprintf("Unknown prepared statement handler (%d) given to %s", id, command))
+}
+
+// commandText is a command's statement text for the processlist: a
+// query's or a prepare's, the prepared statement's for an execution.
+func (s *session) commandText(payload []byte) string {
+	switch payload[0] {
+	case mysql.COM_QUERY, mysql.COM_STMT_PREPARE:
+		return payloadText(payload)
+	case mysql.COM_STMT_EXECUTE:
+		if id, ok := stmtID(payload[1:]); ok {
+			if p := s.state.stmts[id]; p != nil {
+				return p.query
+			}
+		}
+	}
+	return ""
 }

@@ -34,7 +34,7 @@ func (s *session) handleStmtPrepare(query string) (*mysql.Result, error) {
 	}
 	// Classify the copy: Stmt's Token and ReadID alias the text, and the
 	// statement outlives the command's buffer.
-	q := strings.Clone(query)
+	q := strings.Clone(withConnectionID(query, s.id))
 	if err := s.checkPreparePolicy(q); err != nil {
 		return nil, err
 	}
@@ -54,6 +54,8 @@ func (s *session) handleStmtPrepare(query string) (*mysql.Result, error) {
 		return nil, s.proxyErr("unsupported", mysql.ER_UNSUPPORTED_PS, "SET @causal_token can be prepared only as SET @causal_token = ? (the token as the parameter); send a literal as a plain query")
 	case KindGetToken, KindTrackGTIDs:
 		return nil, s.proxyErr("unsupported", mysql.ER_UNSUPPORTED_PS, "causal token statements cannot be prepared; send them as plain queries")
+	case KindKill, KindProcessList:
+		return nil, s.proxyErr("unsupported", mysql.ER_UNSUPPORTED_PS, "KILL and SHOW PROCESSLIST are the proxy's own (its sessions' ids) and cannot be prepared; send them as plain queries")
 	}
 	if err := s.ensurePrimary(); err != nil {
 		return nil, err

@@ -47,6 +47,7 @@ func serveWorker(cmd *cobra.Command, cfg proxy.Config, index int) error {
 		return fmt.Errorf("worker %d: %w (a worker is started by `causallab proxy --workers`)", index, err)
 	}
 	cfg.Listener = ln
+	cfg.WorkerIndex = index
 	cfg.Logger = slog.Default().With("worker", index)
 	s, err := proxy.New(cfg)
 	if err != nil {
@@ -88,14 +89,15 @@ func workerHTTP(http string, i int) (string, error) {
 }
 
 // workerArgs is the command line of worker i: the flags the supervisor
-// was given (so that it reads the same config), but for --workers, with
-// its index, the supervisor's listen address, its own metrics address and
-// (poolSize > 0, multiplexing) its share of the pool size.
+// was given (so that it reads the same config; --workers too: worker i
+// of N gives its sessions the ids i+1, i+1+N, ...), with its index, the
+// supervisor's listen address, its own metrics address and (poolSize >
+// 0, multiplexing) its share of the pool size.
 func workerArgs(flags *pflag.FlagSet, i int, listen, http string, poolSize int) []string {
 	args := []string{"proxy"}
 	flags.Visit(func(f *pflag.Flag) {
 		switch f.Name {
-		case "workers", "worker-index", "listen", "http", "pool-size":
+		case "worker-index", "listen", "http", "pool-size":
 			return
 		}
 		args = append(args, "--"+f.Name+"="+f.Value.String())

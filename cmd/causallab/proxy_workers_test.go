@@ -49,7 +49,7 @@ func TestWorkerHTTP(t *testing.T) {
 }
 
 // TestWorkerArgs: a worker gets the flags its supervisor was given but
-// for --workers and --pool-size, then its index, its addresses and its
+// for --pool-size, then its index, its addresses and its
 // share of the pool size (none without multiplexing).
 func TestWorkerArgs(t *testing.T) {
 	cmd := newProxyCmd()
@@ -57,12 +57,12 @@ func TestWorkerArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := strings.Join(workerArgs(cmd.Flags(), 2, "127.0.0.1:7000", "127.0.0.1:9035", 3), " ")
-	want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --worker-index=2 --listen=127.0.0.1:7000 --http=127.0.0.1:9035 --pool-size=3"
+	want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --workers=3 --worker-index=2 --listen=127.0.0.1:7000 --http=127.0.0.1:9035 --pool-size=3"
 	if got != want {
 		t.Errorf("workerArgs:\n got %s\nwant %s", got, want)
 	}
 	got = strings.Join(workerArgs(cmd.Flags(), 0, "127.0.0.1:7000", "", 0), " ")
-	if want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --worker-index=0 --listen=127.0.0.1:7000 --http="; got != want {
+	if want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --workers=3 --worker-index=0 --listen=127.0.0.1:7000 --http="; got != want {
 		t.Errorf("workerArgs without a pool share:\n got %s\nwant %s", got, want)
 	}
 }
@@ -296,6 +296,20 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 		}
 		if _, err := conns[0].ExecContext(ctx, "CREATE TABLE IF NOT EXISTS workers.notes (id INT PRIMARY KEY AUTO_INCREMENT, body TEXT)"); err != nil {
 			t.Fatal(err)
+		}
+		// Session ids are unique across the workers (worker i of N
+		// gives i+1, i+1+N, ...): before, each worker counted from
+		// 10001.
+		ids := map[uint64]int{}
+		for i, c := range conns {
+			var id uint64
+			if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+				t.Fatalf("client %d: CONNECTION_ID(): %v", i, err)
+			}
+			if j, dup := ids[id]; dup {
+				t.Fatalf("clients %d and %d (two workers) share the id %d", j, i, id)
+			}
+			ids[id] = i
 		}
 		for i, c := range conns {
 			body := fmt.Sprintf("worker test %d %d", i, time.Now().UnixNano())
