@@ -319,3 +319,57 @@ func TestPassthroughNoUsersDefault(t *testing.T) {
 		t.Fatalf("%q, %v", who, err)
 	}
 }
+
+// TestPassthroughProcessListAndKill (issue 38, findings 2 and 3, under
+// auth passthrough): with each client its own MySQL account, u1 (no
+// PROCESS, no CONNECTION_ADMIN: the server's answer) sees only u1's
+// sessions in SHOW PROCESSLIST, cannot kill u2's session (1095), and can
+// kill its own account's running query from another connection, as the
+// mysql client's Ctrl-C does; plain and multiplexed.
+func TestPassthroughProcessListAndKill(t *testing.T) {
+	identityAccounts(t)
+	for _, mux := range []bool{false, true} {
+		t.Run(fmt.Sprintf("multiplex=%v", mux), func(t *testing.T) {
+			s := passthroughProxy(t, mux)
+			a1, a2 := gmConnect(t, s, "u1", "u1pw"), gmConnect(t, s, "u1", "u1pw")
+			b1 := gmConnect(t, s, "u2", "u2pw")
+			ida1, ida2, idb1 := uint64(a1.GetConnectionID()), uint64(a2.GetConnectionID()), uint64(b1.GetConnectionID())
+			pl := processList(t, a1, true)
+			if _, ok := pl[idb1]; ok || len(pl) != 2 {
+				t.Fatalf("u1 sees %v, want only u1's sessions %d and %d", pl, ida1, ida2)
+			}
+			if pl := processList(t, b1, false); len(pl) != 1 || pl[idb1].user != "u2" {
+				t.Fatalf("u2 sees %v, want only its own session %d", pl, idb1)
+			}
+			if _, err := a1.Execute(fmt.Sprintf("KILL %d", idb1)); myErrCode(err) != mysql.ER_KILL_DENIED_ERROR {
+				t.Fatalf("u1 killing u2's session: %v, want 1095", err)
+			}
+			if _, err := a1.Execute(fmt.Sprintf("KILL QUERY %d", idb1)); myErrCode(err) != mysql.ER_KILL_DENIED_ERROR {
+				t.Fatalf("u1 killing u2's query: %v, want 1095", err)
+			}
+			if _, err := b1.Execute("SELECT 1"); err != nil {
+				t.Fatalf("u2's session after u1's refused kills: %v", err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := a2.Execute(killedStatements[0])
+				done <- err
+			}()
+			waitRunning(t, a1, ida2, "SLEEP(30)")
+			if _, err := a1.Execute(fmt.Sprintf("KILL QUERY %d", ida2)); err != nil {
+				t.Fatalf("u1 killing its own account's query: %v", err)
+			}
+			select {
+			case err := <-done:
+				if myErrCode(err) != mysql.ER_QUERY_INTERRUPTED {
+					t.Fatalf("the killed statement: %v, want 1317", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("KILL QUERY did not end the statement within 20 s")
+			}
+			if got := gmUint(t, a2, "SELECT CONNECTION_ID()"); got != ida2 {
+				t.Fatalf("after the kill CONNECTION_ID() = %d, want %d", got, ida2)
+			}
+		})
+	}
+}
