@@ -295,10 +295,7 @@ func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
 // only to a session with the flags it was dialled with), at most
 // cfg.PoolSize of them whatever their flags.
 func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func() bool, allGTIDs bool, m *poolMetrics) (*pool, error) {
-	setup := "SET SESSION session_track_gtids = OWN_GTID"
-	if allGTIDs {
-		setup = "SET SESSION session_track_gtids = ALL_GTIDS"
-	}
+	setup := trackSetup(allGTIDs)
 	var p *pool
 	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, maxWaiters: cfg.PoolMaxWaiters, healthy: healthy,
 		maxPinned: cfg.maxPinned(),
@@ -924,7 +921,7 @@ func (p *pool) finishReset(bc *backendConn) (err error) {
 		}
 	}
 	bc.status = mysql.SERVER_STATUS_AUTOCOMMIT
-	bc.replayed = false
+	bc.replayed, bc.changed = false, false
 	// COM_RESET_CONNECTION restores the handshake's character set (and
 	// keeps the schema).
 	bc.pooledCollation = poolCollation

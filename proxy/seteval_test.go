@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// lenencRow builds a text-protocol row (nil: NULL).
+func lenencRow(vals ...*string) []byte {
+	var b []byte
+	for _, v := range vals {
+		if v == nil {
+			b = append(b, 0xfb)
+			continue
+		}
+		b = append(b, mysql.PutLengthEncodedString([]byte(*v))...)
+	}
+	return b
+}
+
+func sp(s string) *string { return &s }
+
+func fieldsOf(types ...uint8) []*mysql.Field {
+	fs := make([]*mysql.Field, len(types))
+	for i, t := range types {
+		fs[i] = &mysql.Field{Type: t}
+	}
+	return fs
+}
+
+// TestReplaySet: the literal SET made of a read-back keeps each value's
+// type (integer, decimal, double, a string's bytes, character set and
+// collation, binary, NULL); a system variable's value is a number or a
+// quoted string (its bytes when it is not plain text); an answer of
+// another shape is refused, never replayed.
+func TestReplaySet(t *testing.T) {
+	str := mysql.MYSQL_TYPE_VAR_STRING
+	u := func(n string) SetTarget { return SetTarget{User: true, Name: n} }
+	for _, c := range []struct {
+		targets []SetTarget
+		fields  []*mysql.Field
+		row     []byte
+		want    string
+	}{
+		{[]SetTarget{u("@a")}, fieldsOf(mysql.MYSQL_TYPE_LONGLONG, str, str, str),
+			lenencRow(sp("-42"), sp("FFFFFFFFFFFFFFD6"), sp("binary"), sp("binary")), "SET @a = -42"},
+		{[]SetTarget{u("@a")}, fieldsOf(mysql.MYSQL_TYPE_NEWDECIMAL, str, str, str),
+			lenencRow(sp("1.50"), sp("2"), sp("binary"), sp("binary")), "SET @a = 1.50"},
+		{[]SetTarget{u("@a")}, fieldsOf(mysql.MYSQL_TYPE_DOUBLE, str, str, str),
+			lenencRow(sp("0.1"), sp("0"), sp("binary"), sp("binary")), "SET @a = 0.1E0"},
+		{[]SetTarget{u("@a")}, fieldsOf(mysql.MYSQL_TYPE_DOUBLE, str, str, str),
+			lenencRow(sp("1e30"), sp("0"), sp("binary"), sp("binary")), "SET @a = 1e30"},
+		{[]SetTarget{u("@u")}, fieldsOf(str, str, str, str),
+			lenencRow(sp("ab'c"), sp("616227"), sp("latin1"), sp("latin1_bin")), "SET @u = _latin1 X'616227' COLLATE latin1_bin"},
+		{[]SetTarget{u("@`b`")}, fieldsOf(mysql.MYSQL_TYPE_LONG_BLOB, str, str, str),
+			lenencRow(sp("\x00\xff"), sp("00FF"), sp("binary"), sp("binary")), "SET @`b` = X'00FF'"},
+		{[]SetTarget{u("@n")}, fieldsOf(mysql.MYSQL_TYPE_NULL, str, str, str),
+			lenencRow(nil, nil, sp("binary"), sp("binary")), "SET @n = NULL"},
+		{[]SetTarget{{Name: "time_zone"}, u("@e")}, fieldsOf(str, str, str, str, str),
+			lenencRow(sp("+01:00"), sp(""), sp(""), sp("utf8mb4"), sp("utf8mb4_0900_ai_ci")),
+			"SET @@SESSION.time_zone = '+01:00', @e = _utf8mb4 X'' COLLATE utf8mb4_0900_ai_ci"},
+		{[]SetTarget{{Name: "sort_buffer_size"}}, fieldsOf(mysql.MYSQL_TYPE_LONGLONG),
+			lenencRow(sp("262144")), "SET @@SESSION.sort_buffer_size = 262144"},
+		{[]SetTarget{{Name: "sql_mode"}}, fieldsOf(str),
+			lenencRow(sp(`a\'b`)), "SET @@SESSION.sql_mode = X'615C2762'"},
+	} {
+		got, err := replaySet(c.targets, c.fields, c.row)
+		if err != nil || got != c.want {
+			t.Errorf("replaySet(%v) = %q, %v; want %q", c.targets, got, err, c.want)
+		}
+	}
+	for name, c := range map[string]struct {
+		fields []*mysql.Field
+		row    []byte
+	}{
+		"short row":      {fieldsOf(mysql.MYSQL_TYPE_LONGLONG, str, str, str), lenencRow(sp("1"))},
+		"long row":       {fieldsOf(mysql.MYSQL_TYPE_LONGLONG, str, str, str), append(lenencRow(sp("1"), sp("1"), sp("b"), sp("b")), 1)},
+		"bad number":     {fieldsOf(mysql.MYSQL_TYPE_LONGLONG, str, str, str), lenencRow(sp("1; DROP"), sp("1"), sp("b"), sp("b"))},
+		"bad collation":  {fieldsOf(str, str, str, str), lenencRow(sp("x"), sp("78"), sp("utf8mb4"), sp("x' OR"))},
+		"bad hex":        {fieldsOf(str, str, str, str), lenencRow(sp("x"), sp("7"), sp("utf8mb4"), sp("utf8mb4_bin"))},
+		"temporal":       {fieldsOf(mysql.MYSQL_TYPE_DATETIME, str, str, str), lenencRow(sp("x"), sp("78"), sp("b"), sp("b"))},
+		"too few fields": {fieldsOf(mysql.MYSQL_TYPE_LONGLONG), lenencRow(sp("1"))},
+	} {
+		if got, err := replaySet([]SetTarget{u("@a")}, c.fields, c.row); err == nil {
+			t.Errorf("%s: replaySet = %q, want an error", name, got)
+		}
+	}
+	if q := readbackQuery([]SetTarget{u("@a"), {Name: "time_zone"}}); q != "SELECT @a, HEX(@a), CHARSET(@a), COLLATION(@a), @@SESSION.time_zone" {
+		t.Errorf("readbackQuery = %q", q)
+	}
+}
+
+// FuzzReplaySet: whatever the read-back's row bytes and column types,
+// replaySet returns an error or a SET whose every value is one literal
+// (Classify reads it back as a session SET with nothing to evaluate).
+func FuzzReplaySet(f *testing.F) {
+	f.Add(lenencRow(sp("-42"), sp("D6"), sp("binary"), sp("binary")), uint8(mysql.MYSQL_TYPE_LONGLONG), uint8(mysql.MYSQL_TYPE_VAR_STRING))
+	f.Add(lenencRow(sp("x"), sp("78"), sp("utf8mb4"), sp("utf8mb4_bin"), sp("+01:00")), uint8(mysql.MYSQL_TYPE_VAR_STRING), uint8(mysql.MYSQL_TYPE_VAR_STRING))
+	f.Add(lenencRow(nil, nil, sp("binary"), sp("binary"), sp("0.5")), uint8(mysql.MYSQL_TYPE_NULL), uint8(mysql.MYSQL_TYPE_DOUBLE))
+	f.Add([]byte{0xfc, 0xff}, uint8(mysql.MYSQL_TYPE_DOUBLE), uint8(mysql.MYSQL_TYPE_LONG))
+	f.Fuzz(func(t *testing.T, row []byte, userType, sysType uint8) {
+		targets := []SetTarget{{User: true, Name: "@a"}, {Name: "time_zone"}}
+		fields := fieldsOf(userType, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_VAR_STRING, sysType)
+		q, err := replaySet(targets, fields, row)
+		if err != nil {
+			return
+		}
+		st, cerr := Classify(q)
+		if cerr != nil || st.Kind != KindSession || st.Eval != nil || strings.Contains(q, ";") {
+			t.Fatalf("replaySet gave %q: %+v, %v", q, st, cerr)
+		}
+	})
+}
