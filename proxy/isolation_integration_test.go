@@ -369,3 +369,36 @@ func TestIsoStateInsideCallAndDynamicSQL(t *testing.T) {
 		}
 	})
 }
+
+// TestIsoOrdinaryStatementsDoNotPin: the statements applications run all
+// the time (transactions, writes, DDL, replayed SETs, USE, reads) report
+// no session state change the proxy does not replay: no session is held
+// as session-state-changed, and its reads stay routable.
+func TestIsoOrdinaryStatementsDoNotPin(t *testing.T) {
+	isoSchema(t)
+	bothModes(t, func(t *testing.T, s *Server) {
+		c := isoConn(t, openDB(t, s, ""))
+		for _, q := range []string{
+			"BEGIN", "INSERT INTO iso.w VALUES (1)", "SAVEPOINT a", "ROLLBACK TO SAVEPOINT a", "COMMIT",
+			"START TRANSACTION READ ONLY", "SELECT COUNT(*) FROM iso.w", "ROLLBACK",
+			"CREATE TABLE IF NOT EXISTS iso.ddl (a INT)", "DROP TABLE iso.ddl", "UPDATE iso.w SET a = a WHERE a = 0",
+			"SET @a = 1", "SET time_zone = '+00:00'", "SET NAMES utf8mb4", "USE iso", "SET @u = UUID()",
+			"SET TRANSACTION ISOLATION LEVEL READ COMMITTED", "DO 1", "SELECT SLEEP(0)", "ANALYZE TABLE iso.w",
+			"SELECT * FROM iso.w LIMIT 1 FOR UPDATE", "SHOW WARNINGS", "SELECT @a",
+		} {
+			if _, err := c.c.ExecContext(context.Background(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		for range 3 {
+			c.value("SELECT 1")
+		}
+		m := metricText(t, s)
+		if l := grepLines(m, `reason="session-state-changed"`); l != "" {
+			t.Fatalf("ordinary statements held a session as session-state-changed:\n%s", l)
+		}
+		if l := grepLines(m, `causallab_proxy_primary_statements_total{reason="session-state"}`); l != "" {
+			t.Fatalf("reads pinned as session-state after ordinary statements:\n%s", l)
+		}
+	})
+}
