@@ -186,22 +186,10 @@ func globalScope(t sqllex.Token) bool {
 // keyword value (ON, SYSTEM, DEFAULT, a sql_mode name). Anything else (a
 // function, a variable, a subquery, an operator) is an expression.
 func setLiteral(v []sqllex.Token, user bool) bool {
-	intro := len(v) > 1 && v[0].Kind == sqllex.Word && v[0].Text[0] == '_'
-	if intro {
-		v = v[1:]
-	}
-	if n := len(v); n >= 3 && v[n-2].Is("COLLATE") && v[n-1].Kind != sqllex.Punct {
-		v = v[:n-2]
-	}
+	ok, intro := stringLiteral(v)
 	switch {
-	case len(v) == 1 && v[0].Kind == sqllex.String:
+	case ok:
 		return true
-	case len(v) == 2 && v[1].Kind == sqllex.String && v[1].Pos == v[0].Pos+1 &&
-		(v[0].Is("X") || v[0].Is("B") || v[0].Is("N")):
-		return true // X'4a', B'01', N'text'
-	case len(v) == 1 && v[0].Kind == sqllex.Word && len(v[0].Text) > 2 && v[0].Text[0] == '0' &&
-		(v[0].Text[1] == 'x' || v[0].Text[1] == 'b'):
-		return true // 0x4a, 0b01
 	case intro:
 		return false
 	case numberTokens(v):
@@ -214,6 +202,30 @@ func setLiteral(v []sqllex.Token, user bool) bool {
 		return !user && !niladic(w)
 	}
 	return false
+}
+
+// stringLiteral reports whether v is a string, hexadecimal or bit
+// literal, with an optional introducer (intro: v starts with one) and
+// COLLATE.
+func stringLiteral(v []sqllex.Token) (ok, intro bool) {
+	intro = len(v) > 1 && v[0].Kind == sqllex.Word && v[0].Text[0] == '_'
+	if intro {
+		v = v[1:]
+	}
+	if n := len(v); n >= 3 && v[n-2].Is("COLLATE") && v[n-1].Kind != sqllex.Punct {
+		v = v[:n-2]
+	}
+	switch {
+	case len(v) == 1 && v[0].Kind == sqllex.String:
+		return true, intro
+	case len(v) == 2 && v[1].Kind == sqllex.String && v[1].Pos == v[0].Pos+1 &&
+		(v[0].Is("X") || v[0].Is("B") || v[0].Is("N")):
+		return true, intro // X'4a', B'01', N'text'
+	case len(v) == 1 && v[0].Kind == sqllex.Word && len(v[0].Text) > 2 && v[0].Text[0] == '0' &&
+		(v[0].Text[1] == 'x' || v[0].Text[1] == 'b'):
+		return true, intro // 0x4a, 0b01
+	}
+	return false, intro
 }
 
 // numberTokens: v is a number ([sign] digits [. digits] [e [sign]

@@ -197,11 +197,7 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne rel
 		}
 		return gtid.Set{}, nil
 	})
-	if run.relayed && run.served == s.primary {
-		s.afterPrimary(st, run.out)
-	} else if run.relayed && run.served != nil && run.out.stateChanged {
-		s.dropReplicaState(run.served)
-	}
+	s.afterRun(st, &run)
 	if err == nil {
 		return done(), nil
 	}
@@ -230,6 +226,19 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne rel
 	}
 	// The router failed before any run (its view, its context).
 	return nil, s.proxyErr("backend-lost", codeBackendLost, "%v", err)
+}
+
+// afterRun mirrors what a read that reached the client did to the
+// session: on the primary, as any primary statement; on a replica, a
+// state change is dropped (dropReplicaState).
+func (s *session) afterRun(st Stmt, run *readRun) {
+	switch {
+	case !run.relayed || run.served == nil:
+	case run.served == s.primary:
+		s.afterPrimary(st, run.out)
+	case run.out.stateChanged:
+		s.dropReplicaState(run.served)
+	}
 }
 
 // dropReplicaState gives up bc, a replica connection on which a routed
