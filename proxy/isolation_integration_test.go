@@ -11,6 +11,8 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/causallab/causallab/compose/composetest"
 )
 
 // Isolation under multiplexing and the evaluate-once rule for SET
@@ -21,6 +23,7 @@ import (
 // topology's admin) and waits until every replica has them.
 func isoSchema(t *testing.T) {
 	t.Helper()
+	composetest.Need(t, topo)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := primaryDB(t, topo)
@@ -40,6 +43,8 @@ func isoSchema(t *testing.T) {
 		"CREATE PROCEDURE iso.mktemp() BEGIN CREATE TEMPORARY TABLE iso.tmp1 (a INT); INSERT INTO iso.tmp1 VALUES (7); END",
 		"DROP PROCEDURE IF EXISTS iso.setx",
 		"CREATE PROCEDURE iso.setx() BEGIN SET @x = 42; END",
+		"DROP PROCEDURE IF EXISTS iso.outp",
+		"CREATE PROCEDURE iso.outp(OUT o INT) BEGIN SET o = 5; END",
 	} {
 		if _, err := p.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -254,6 +259,17 @@ func TestIsoSetEvaluatedOnce(t *testing.T) {
 		if after != before+1 {
 			t.Fatalf("SET @id = f() ran f's update %d times, want once", after-before)
 		}
+		// A SET that warns keeps its warnings for SHOW WARNINGS: its
+		// values are read back after that.
+		c.exec("SET @w = 'x' + 1")
+		if n := c.value("SHOW COUNT(*) WARNINGS"); n != "1" {
+			t.Fatalf("warnings after SET @w = 'x' + 1: %s, want 1", n)
+		}
+		for range 4 {
+			if v := c.value("SELECT @w"); v != "1" {
+				t.Fatalf("@w = %s, want 1", v)
+			}
+		}
 		// Typed: a string's character set and collation, a decimal, a
 		// double, binary, NULL come back as they were set.
 		c.exec("SET @s = CONCAT(_latin1 'x', CHAR(233 USING latin1)) COLLATE latin1_bin, @d = 1.50 + 0, @f = 0.1 + 0E0, @b = UNHEX(CONCAT('00', 'FF')), @n = NULL + 1")
@@ -362,6 +378,13 @@ func TestIsoStateInsideCallAndDynamicSQL(t *testing.T) {
 		for range 3 {
 			if v := e.value("SELECT @x"); v != "42" {
 				t.Fatalf("@x set in CALL: %s, want 42", v)
+			}
+		}
+		o := isoConn(t, db)
+		o.exec("CALL iso.outp(@out)")
+		for range 3 {
+			if v := o.value("SELECT @out"); v != "5" {
+				t.Fatalf("@out of CALL p(@out): %s, want 5", v)
 			}
 		}
 		if m := metricText(t, s); !strings.Contains(m, `reason="session-state"`) {

@@ -401,6 +401,9 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	if res, ok, err := s.proxyAnswer(st); ok {
 		return res, err
 	}
+	if s.state.pendingEval != nil && st.Reason != ReasonPreviousStatement {
+		s.evalPending()
+	}
 	if st.Kind == KindRead {
 		// The primary connection is checked (ensurePrimary) only if the
 		// router sends the read there (conn): checking it before every
@@ -431,7 +434,7 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	}
 	s.afterPrimary(st, out)
 	if st.Kind == KindSession && !out.serverErr {
-		s.rememberSet(query, st)
+		s.rememberSet(query, st, out.warnings)
 	}
 	if s.state.flags&mysql.CLIENT_MULTI_STATEMENTS != 0 && strings.IndexByte(query, ';') >= 0 {
 		if e, ok := ClassifyMulti(query); ok {

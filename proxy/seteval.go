@@ -207,30 +207,55 @@ func identWord(s string) bool {
 	return true
 }
 
-// evalSet reads back on the primary what session SET st (already run
-// there) set and returns the literal SET to replay.
-func (s *session) evalSet(st Stmt) (string, error) {
-	r, err := s.primary.exec(s.ctx, readbackQuery(st.Eval))
+// evalSet reads back on the primary what a session SET of targets
+// (already run there) set and returns the literal SET to replay.
+func (s *session) evalSet(targets []SetTarget) (string, error) {
+	if s.primary == nil || s.primary.broken {
+		return "", fmt.Errorf("%w: the primary connection that ran the SET is gone", errSetReadback)
+	}
+	r, err := s.primary.exec(s.ctx, readbackQuery(targets))
 	if err != nil {
 		return "", err
 	}
 	if r.Resultset == nil || len(r.RowDatas) != 1 {
 		return "", fmt.Errorf("%w: not one row", errSetReadback)
 	}
-	return replaySet(st.Eval, r.Fields, r.RowDatas[0])
+	return replaySet(targets, r.Fields, r.RowDatas[0])
 }
 
-// rememberSet replays session statement query (run on the primary)
-// everywhere: as it is when its values are literals, else the SET of
-// literals evalSet read back. When that read-back fails the session's
-// reads stay on the primary, which alone has the values
-// (HoldSessionState), counted in session_state_total{event}.
-func (s *session) rememberSet(query string, st Stmt) {
+// rememberSet replays session statement query (run on the primary, its
+// answer with warnings warnings) everywhere: as it is when its values
+// are literals, else the SET of literals evalSet reads back. A SET that
+// left warnings is read back before the next statement that does not
+// ask about them (evalPending: the read-back would clear them).
+func (s *session) rememberSet(query string, st Stmt, warnings uint16) {
 	if st.Eval == nil {
 		s.replayEverywhere(query)
 		return
 	}
-	lit, err := s.evalSet(st)
+	if warnings != 0 {
+		s.state.pendingEval = st.Eval
+		s.state.held |= HoldSetPending
+		return
+	}
+	s.evalReplay(st.Eval)
+}
+
+// evalPending reads back the SET left pending (HoldSetPending), before
+// a statement that does not ask about the SET's warnings.
+func (s *session) evalPending() {
+	targets := s.state.pendingEval
+	s.state.pendingEval = nil
+	s.state.held &^= HoldSetPending
+	s.evalReplay(targets)
+}
+
+// evalReplay reads back what a SET of targets set and replays it. When
+// the read-back fails the session's reads stay on the primary, which
+// alone has the values (HoldSessionState); counted in
+// session_state_total{event}.
+func (s *session) evalReplay(targets []SetTarget) {
+	lit, err := s.evalSet(targets)
 	if err != nil {
 		s.srv.m.sessionState.WithLabelValues("set-not-evaluated").Inc()
 		s.srv.log.Warn("a SET's values could not be read back: the session's reads stay on the primary", "session", s.id, "err", err.Error())

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // lenencRow builds a text-protocol row (nil: NULL).
@@ -112,4 +113,30 @@ func FuzzReplaySet(f *testing.F) {
 			t.Fatalf("replaySet gave %q: %+v, %v", q, st, cerr)
 		}
 	})
+}
+
+// TestEvalReplayFailure: a SET whose values cannot be read back (here the
+// primary connection that ran it is gone) is not replayed at all: the
+// session's reads stay on the primary (session-state), its replica
+// connections are closed, and the fallback is counted.
+func TestEvalReplayFailure(t *testing.T) {
+	s, _, _, _ := memRouted(t, "token-ryw-mr")
+	s.primary.broken = true
+	s.evalReplay([]SetTarget{{User: true, Name: "@u"}})
+	if !s.state.Holds().Has(HoldSessionState) || len(s.state.replay) != 0 || s.replicas[0] != nil {
+		t.Fatalf("after a failed read-back: holds %q, replay %q, replica open %v", s.state.Holds(), s.state.replay, s.replicas[0] != nil)
+	}
+	if pin := s.state.readPin(Stmt{Kind: KindRead}, 1); pin != "session-state" {
+		t.Fatalf("read pin %q, want session-state", pin)
+	}
+	if n := testutil.ToFloat64(s.srv.m.sessionState.WithLabelValues("set-not-evaluated")); n != 1 {
+		t.Fatalf("set-not-evaluated = %v, want 1", n)
+	}
+	// A pending SET (it warned) is read back by evalPending, the hold
+	// then gone.
+	s.state.pendingEval, s.state.held = []SetTarget{{Name: "time_zone"}}, HoldSetPending
+	s.evalPending()
+	if s.state.pendingEval != nil || s.state.Holds().Has(HoldSetPending) {
+		t.Fatalf("after evalPending: pending %v, holds %q", s.state.pendingEval, s.state.Holds())
+	}
 }

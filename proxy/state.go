@@ -56,6 +56,11 @@ const (
 	// server does not report (named locks, table locks). Held until a
 	// reset.
 	HoldStoredProcedure
+	// HoldSetPending: a SET whose values are evaluated once answered with
+	// warnings; its values are read back before the session's next
+	// statement that does not ask about them (sessionState.pendingEval),
+	// the read-back would clear them.
+	HoldSetPending
 
 	holdEnd // one past the last hold
 )
@@ -75,6 +80,7 @@ var holdWords = map[Hold]string{
 	HoldPreparedStatements: "prepared-statements",
 	HoldStateChanged:       "session-state-changed",
 	HoldStoredProcedure:    "stored-procedure",
+	HoldSetPending:         "set-pending",
 }
 
 // holdPhrases say what a new connection would lose, for the client.
@@ -90,6 +96,7 @@ var holdPhrases = map[Hold]string{
 	HoldPreparedStatements: "prepared statements",
 	HoldStateChanged:       "session state set by a statement the proxy does not replay (CALL, PREPARE, a stored function)",
 	HoldStoredProcedure:    "what a stored procedure left (named locks, table locks)",
+	HoldSetPending:         "a SET's values not read back yet",
 }
 
 // First returns the first hold set in h (0 when h is empty).
@@ -121,7 +128,7 @@ func (h Hold) phrase() string { return holdPhrases[h.First()] }
 // by replaying the session statements (prepared statements are prepared
 // again there lazily; autocommit-off is a replayed SET).
 const reconnectLosses = HoldTransaction | HoldTempTable | HoldLockedTables | HoldNamedLock |
-	HoldUserVariables | HoldSessionState | HoldReplayOverflow | HoldStateChanged | HoldStoredProcedure
+	HoldUserVariables | HoldSessionState | HoldReplayOverflow | HoldStateChanged | HoldStoredProcedure | HoldSetPending
 
 // sessionState mirrors what MySQL holds for one client session: the
 // schema, the capabilities, the session statements replayed on every
@@ -160,6 +167,9 @@ type sessionState struct {
 	// (ReasonPreviousStatement statements follow it: its warnings, its
 	// FOUND_ROWS).
 	last *backendConn
+	// pendingEval are the targets of a SET to read back before the next
+	// statement (HoldSetPending), nil when none.
+	pendingEval []SetTarget
 	// keepNext says why, under multiplexing, the connection that ran the
 	// previous statement stays the session's for one more command (its
 	// diagnostics may be asked for next: keepNext words), 0 when nothing
@@ -260,7 +270,7 @@ func (m *sessionState) readPin(st Stmt, replicas int) live.Pin {
 		return live.PinTempTable
 	case h&HoldLockedTables != 0:
 		return live.PinLockedTables
-	case h&(HoldSessionState|HoldReplayOverflow|HoldStateChanged) != 0:
+	case h&(HoldSessionState|HoldReplayOverflow|HoldStateChanged|HoldSetPending) != 0:
 		return live.PinSessionState
 	case h&HoldUserVariables != 0 && st.UsesUserVar:
 		return live.PinUserVariables
@@ -366,5 +376,6 @@ func (m *sessionState) reset() (freed int) {
 	m.last = nil
 	m.keepNext = keepNone
 	m.wantGTIDs = false
+	m.pendingEval = nil
 	return freed
 }
