@@ -559,6 +559,14 @@ func eofPacket(warnings, status uint16) []byte {
 // warnings and status (session-state flag cleared: the client gets no
 // tracking block). The status and the tracked executed set go to out.
 func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
+	if !bc.allGTIDs {
+		// The common end of a read: no tracking block to parse (no
+		// state change, no GTID), read without allocating.
+		if status, warnings, ok := okStatus(pkt[4:]); ok && status&mysql.SERVER_SESSION_STATE_CHANGED == 0 {
+			out.status, bc.status, out.warnings = status, status, warnings
+			return eofPacket(warnings, status), nil
+		}
+	}
 	r := bc.conn.HandleOKPacket(pkt[4:])
 	if r == nil {
 		bc.broken = true
@@ -566,6 +574,24 @@ func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
 	}
 	noteTracked(bc, r, out)
 	return eofPacket(r.Warnings, r.Status&^mysql.SERVER_SESSION_STATE_CHANGED), nil
+}
+
+// okStatus reads the status and warnings of OK packet payload p (header,
+// affected rows, insert id, status, warnings); ok is false when p is too
+// short for them.
+func okStatus(p []byte) (status, warnings uint16, ok bool) {
+	pos := 1
+	for range 2 {
+		_, n := lenencInt(p[min(pos, len(p)):])
+		if n == 0 {
+			return 0, 0, false
+		}
+		pos += n
+	}
+	if len(p) < pos+4 {
+		return 0, 0, false
+	}
+	return binary.LittleEndian.Uint16(p[pos:]), binary.LittleEndian.Uint16(p[pos+2:]), true
 }
 
 // noteTracked records an OK packet's status, and on an allGTIDs
