@@ -1,6 +1,10 @@
 package proxy
 
-import "github.com/causallab/causallab/internal/sqllex"
+import (
+	"strings"
+
+	"github.com/causallab/causallab/internal/sqllex"
+)
 
 // SetTarget is one target of a session SET whose value the proxy reads
 // back after the SET ran once on the primary (Stmt.Eval).
@@ -73,6 +77,20 @@ func (p *setParser) token(t sqllex.Token) (Stmt, bool) {
 // target reads the token that begins an assignment.
 func (p *setParser) target(t sqllex.Token) (Stmt, bool) {
 	p.phase, p.user, p.names = setEq, false, false
+	st, done := p.targetName(t)
+	if !done && len(p.targets) > 0 {
+		if n := p.targets[len(p.targets)-1]; !n.User && sqllex.EqualFoldUpper(strings.Trim(n.Name, "`"), "SESSION_TRACK_STATE_CHANGE") {
+			// The proxy's own view of the session's state: never
+			// replayed; where it ran, the session stays (reads on
+			// the primary, the connection kept, reset at its end).
+			return Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true}, true
+		}
+	}
+	return st, done
+}
+
+// targetName reads the target an assignment begins with.
+func (p *setParser) targetName(t sqllex.Token) (Stmt, bool) {
 	switch {
 	case t.Kind == sqllex.Var:
 		p.user = true
