@@ -52,12 +52,20 @@ type backendConn struct {
 	buf    []byte
 	head   [6]byte
 	pieces [][]byte
-	// allGTIDs: the connection negotiated CLIENT_DEPRECATE_EOF and
-	// session_track_gtids=ALL_GTIDS (a replica connection under
-	// Config.WatermarkSource "all-gtids"): results end with an OK packet
-	// carrying the server's whole executed set, rewritten to classic EOF
-	// framing for the client (relayResponse).
+	// allGTIDs: the connection tracks session_track_gtids=ALL_GTIDS (a
+	// replica connection under Config.WatermarkSource "all-gtids"): the
+	// OK packet ending a result carries the server's whole executed set.
 	allGTIDs bool
+	// okEOF: the connection negotiated CLIENT_DEPRECATE_EOF (every
+	// backend connection does): results end with an OK packet carrying
+	// the session-tracking block (session_track_state_change), rewritten
+	// to classic EOF framing for the client (relayResponse).
+	okEOF bool
+	// changed: a client statement relayed on the connection reported a
+	// session state change (SERVER_SESSION_STATE_CHANGED with the
+	// state-change tracker's entry): a pooled one is reset before it is
+	// lent again, whatever its session's holds.
+	changed bool
 	// home is the pool that lent the connection (nil: the session's
 	// own); close then frees its place there (pool.go). pooledDB and
 	// pooledCollation are its schema and collation (borrow compares the
@@ -151,11 +159,13 @@ func scrubAccount(e *BackendError, acct account) *BackendError {
 }
 
 // dialBackend opens a connection to b as acct (the zero account: b's
-// own) with session tracking on and the
-// capabilities the raw relay needs: the classic EOF packets (clients of the
-// proxy never get CLIENT_DEPRECATE_EOF) and no query attributes; with
-// allGTIDs, CLIENT_DEPRECATE_EOF and session_track_gtids=ALL_GTIDS
-// instead (the relay rewrites the framing, backendConn.allGTIDs).
+// own) with session tracking on and the capabilities the raw relay needs:
+// CLIENT_DEPRECATE_EOF (a result ends with an OK packet, whose tracking
+// block reports a session state change made by the statement, stored
+// programs included; the relay rewrites the framing to the classic EOF
+// packets, which clients of the proxy always get) and no query
+// attributes; session_track_gtids=OWN_GTID, or ALL_GTIDS with allGTIDs,
+// and session_track_state_change=ON (trackSetup).
 // flags are client capabilities passed on (session.flags).
 // The whole attempt (handshake and set-up) is bounded by connect_timeout
 // and, when healthy is given (a replica), cut once the position source
@@ -206,11 +216,8 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 	user, password := acct.on(b)
 	c, err := client.ConnectWithDialer(dctx, "", b.Addr, user, password, db, dial, func(c *client.Conn) error {
 		c.BufferSize = goMySQLReadBuffer
-		off := uint32(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
-		if allGTIDs {
-			off = mysql.CLIENT_QUERY_ATTRIBUTES // go-mysql asks for DEPRECATE_EOF by default
-		}
-		c.UnsetCapability(off)
+		// go-mysql asks for CLIENT_DEPRECATE_EOF by default.
+		c.UnsetCapability(mysql.CLIENT_QUERY_ATTRIBUTES)
 		if collation != "" {
 			if err := c.SetCollation(collation); err != nil {
 				return err
@@ -232,17 +239,17 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 	if err != nil {
 		return nil, scrubAccount(backendErr(b, "connect", err), acct)
 	}
-	if caps := mysqlwire.CapsOf(c); caps != (mysqlwire.Caps{DeprecateEOF: allGTIDs}) {
+	// MySQL offers CLIENT_DEPRECATE_EOF since 5.7.5; a server that does
+	// not (the unit tests' go-mysql doubles) gets the classic framing,
+	// its results' state changes unseen (only OK packets report them).
+	caps := mysqlwire.CapsOf(c)
+	if caps.QueryAttributes || allGTIDs && !caps.DeprecateEOF {
 		// The raw relay and the pipelined watermark read the framing
 		// asked for.
 		c.Close()
 		return nil, backendErr(b, "connect", fmt.Errorf("server forced capabilities the relay cannot frame: %+v", caps))
 	}
-	track := "SET SESSION session_track_gtids = OWN_GTID"
-	if allGTIDs {
-		track = "SET SESSION session_track_gtids = ALL_GTIDS"
-	}
-	if _, err := c.Execute(track); err != nil {
+	if _, err := c.Execute(trackSetup(allGTIDs)); err != nil {
 		c.Close()
 		if errors.Is(dc.CutReason(), errUnresponsive) {
 			err = errUnresponsive
@@ -276,8 +283,20 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 	// Every answer so far was read whole: the relay's packet reader goes
 	// under go-mysql's now (nil when the packets are not plain).
 	frames := mysqlwire.InstallFrames(c, backendReadBuffer)
-	return &backendConn{b: b, conn: c, dc: dc, frames: frames, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, status: mysql.SERVER_STATUS_AUTOCOMMIT,
+	return &backendConn{b: b, conn: c, dc: dc, frames: frames, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, okEOF: caps.DeprecateEOF, status: mysql.SERVER_STATUS_AUTOCOMMIT,
 		wmCmd: wmCmd, wmFallback: wmFallback}, nil
+}
+
+// trackSetup is the session set-up every backend connection gets (after
+// the handshake, and again after a pool's COM_RESET_CONNECTION): the
+// GTID tracking the router relies on, and the state-change tracking the
+// session relies on to know when a statement left state the proxy does
+// not replay (docs/proxy.md, "When a session is pinned").
+func trackSetup(allGTIDs bool) string {
+	if allGTIDs {
+		return "SET SESSION session_track_gtids = ALL_GTIDS, session_track_state_change = ON"
+	}
+	return "SET SESSION session_track_gtids = OWN_GTID, session_track_state_change = ON"
 }
 
 func (bc *backendConn) close() {

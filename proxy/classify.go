@@ -197,9 +197,23 @@ type Stmt struct {
 	// TrackGTIDs is the client's wish for KindTrackGTIDs.
 	TrackGTIDs bool
 	// PinsSession: the statement set session state the proxy does not
-	// replay (a system variable set from a subquery): once it ran, the
-	// session's reads stay on the primary (live.PinSessionState).
+	// replay (SET NAMES in a SET whose values are evaluated): once it
+	// ran, the session's reads stay on the primary (live.PinSessionState).
 	PinsSession bool
+	// Eval lists the targets of a session SET with a value that is not
+	// a literal (a function, a variable, a subquery, an operator): it
+	// runs once, on the primary, and what it set is read back from there
+	// and replayed as literals (setEval), never the expressions (nil:
+	// every value is a literal, the statement is replayed as it is).
+	Eval []SetTarget
+	// NamedLock: a locking function (GET_LOCK and friends) is called
+	// anywhere in the statement (DO, SET, INSERT ... SELECT): the
+	// session may own a named lock from then on.
+	NamedLock bool
+	// Call: CALL, whose procedure may leave what the server does not
+	// report (named locks, table locks): the session keeps its primary
+	// connection from then on under multiplexing.
+	Call bool
 	// CalcFoundRows: SELECT SQL_CALC_FOUND_ROWS (its FOUND_ROWS() is asked
 	// for by the next statement: multiplexing keeps the connection).
 	CalcFoundRows bool
@@ -413,6 +427,8 @@ func classify(l *sqllex.Lexer) Stmt {
 		return Stmt{Kind: KindPrimary, Reason: ReasonTransaction, LocksTables: true}
 	case t.Is("UNLOCK"):
 		return Stmt{Kind: KindPrimary, Reason: ReasonTransaction, UnlocksTables: true}
+	case t.Is("FLUSH"):
+		return classifyFlush(l)
 	case t.Is("CREATE"), t.Is("DROP"):
 		if n := l.Next(); n.Is("TEMPORARY") {
 			return Stmt{Kind: KindPrimary, Reason: ReasonTempTable, TempTable: true}
@@ -422,12 +438,13 @@ func classify(l *sqllex.Lexer) Stmt {
 		t.Is("ALTER"), t.Is("TRUNCATE"), t.Is("RENAME"), t.Is("GRANT"),
 		t.Is("REVOKE"), t.Is("LOAD"), t.Is("CALL"), t.Is("HANDLER"),
 		t.Is("OPTIMIZE"), t.Is("ANALYZE"), t.Is("REPAIR"), t.Is("CHECK"),
-		t.Is("FLUSH"), t.Is("RESET"), t.Is("PURGE"),
+		t.Is("RESET"), t.Is("PURGE"),
 		t.Is("CHANGE"), t.Is("STOP"), t.Is("INSTALL"), t.Is("UNINSTALL"),
 		t.Is("IMPORT"), t.Is("PREPARE"), t.Is("EXECUTE"), t.Is("DEALLOCATE"),
 		t.Is("DO"), t.Is("CHECKSUM"), t.Is("CACHE"), t.Is("SHUTDOWN"),
 		t.Is("RESTART"), t.Is("CLONE"):
 		st := primary(ReasonWrite)
+		st.Call = t.Is("CALL")
 		scanUserVars(l, &st)
 		return st
 	case t.Is("SHOW"):
@@ -554,12 +571,39 @@ func decimalID(t sqllex.Token) (uint64, bool) {
 	return v, true
 }
 
-// scanUserVars marks a write that assigns user variables.
+// classifyFlush classifies FLUSH: FLUSH TABLES ... WITH READ LOCK and
+// FLUSH TABLES ... FOR EXPORT take table locks (held until UNLOCK TABLES,
+// as LOCK TABLES'), any other FLUSH is an administrative write.
+func classifyFlush(l *sqllex.Lexer) Stmt {
+	st := primary(ReasonWrite)
+	var prev sqllex.Token
+	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
+		if t.Is("LOCK") && prev.Is("READ") || t.Is("EXPORT") && prev.Is("FOR") {
+			st.LocksTables = true
+		}
+	}
+	return st
+}
+
+// isLockFunction: fn, a word before '(', is a locking function (the
+// session may own a named lock after it ran).
+func isLockFunction(fn sqllex.Token) bool {
+	return fn.Is("GET_LOCK") || fn.Is("RELEASE_LOCK") || fn.Is("RELEASE_ALL_LOCKS") ||
+		fn.Is("IS_FREE_LOCK") || fn.Is("IS_USED_LOCK") ||
+		fn.Is("SERVICE_GET_WRITE_LOCKS") || fn.Is("SERVICE_GET_READ_LOCKS") ||
+		fn.Is("SERVICE_RELEASE_LOCKS")
+}
+
+// scanUserVars marks a write that assigns user variables or calls a
+// locking function.
 func scanUserVars(l *sqllex.Lexer, st *Stmt) {
 	var prev sqllex.Token
 	for t := l.Next(); t.Kind != sqllex.EOF; t = l.Next() {
 		if t.Kind == sqllex.Var {
 			st.UsesUserVar = true
+		}
+		if t.Punct('(') && isLockFunction(prev) {
+			st.NamedLock = true
 		}
 		if t.Kind == sqllex.Assign && prev.Kind == sqllex.Var {
 			st.SetsUserVar = true
@@ -745,11 +789,9 @@ func selectAssign(st *Stmt, prev sqllex.Token) {
 // reads what the previous statement left.
 func selectCall(st *Stmt, fn sqllex.Token) (previous bool) {
 	switch {
-	case fn.Is("GET_LOCK"), fn.Is("RELEASE_LOCK"), fn.Is("RELEASE_ALL_LOCKS"),
-		fn.Is("IS_FREE_LOCK"), fn.Is("IS_USED_LOCK"),
-		fn.Is("SERVICE_GET_WRITE_LOCKS"), fn.Is("SERVICE_GET_READ_LOCKS"),
-		fn.Is("SERVICE_RELEASE_LOCKS"):
+	case isLockFunction(fn):
 		pinRead(st, ReasonLockingFunction)
+		st.NamedLock = true
 	case fn.Is("FOUND_ROWS"), fn.Is("ROW_COUNT"):
 		return true
 	case fn.Is("LAST_INSERT_ID"),
@@ -846,76 +888,18 @@ func classifySetTrackGTIDs(l *sqllex.Lexer) Stmt {
 }
 
 // classifySetSession classifies a plain session SET from its first
-// target t: replayed everywhere, unless it reads data (a subquery: its
-// result could differ between servers), assigns session_track_gtids among
-// others, or sets autocommit (the primary's status flags then pin the
-// session: see session.go).
+// target t (setParser): replayed everywhere as it is when every value is
+// a literal; evaluated once when one is not (Stmt.Eval); a SET of a
+// global scope, of session_track_gtids among others, or followed by a
+// second statement stays on the primary.
 func classifySetSession(l *sqllex.Lexer, t sqllex.Token) Stmt {
-	st := Stmt{Kind: KindSession}
-	var prev sqllex.Token
-	// target: t begins an assignment (the statement's start, or after a
-	// comma outside parentheses); sysTarget: some target is a system
-	// variable, not a user variable.
-	target, sysTarget, depth := true, false, 0
-	for ; t.Kind != sqllex.EOF; prev, t = t, l.Next() {
-		if target {
-			sysTarget = sysTarget || t.Kind != sqllex.Var
-			target = false
-		}
-		switch {
-		case t.Punct('('):
-			depth++
-		case t.Punct(')'):
-			depth--
-		case t.Punct(',') && depth == 0:
-			target = true
-		}
-		switch {
-		case t.Kind == sqllex.Var && isCausalTokenVar(t.Text):
-			// A later target (SET @a = 1, @causal_token = ...) is an
-			// assignment the proxy would not evaluate; a use on the right
-			// reads the server's variable, not the token: primary.
-			st := primary(ReasonUnclassified)
-			if prev.Punct(',') {
-				n := l.Next()
-				st.assignsToken = n.Punct('=') || n.Kind == sqllex.Assign
-			}
+	p := setParser{l: l}
+	for ; t.Kind != sqllex.EOF; t = l.Next() {
+		if st, done := p.token(t); done {
 			return st
-		case t.Kind == sqllex.Var:
-			st.UsesUserVar = true
-		case t.Is("SELECT"):
-			// A subquery's value could differ on a lagging replica: run on
-			// the primary only; a system variable set so pins the session
-			// (its value is the primary's alone).
-			sysTarget = setsSysVarAfter(l, depth, sysTarget)
-			return Stmt{Kind: KindPrimary, Reason: ReasonUserVariable, SetsUserVar: true, UsesUserVar: true, PinsSession: sysTarget}
-		case isTrackGTIDs(t):
-			return primary(ReasonUnclassified)
-		case t.Punct(';'):
-			if l.Next().Kind != sqllex.EOF {
-				return primary(ReasonMultiStatement)
-			}
 		}
 	}
-	return st
-}
-
-// setsSysVarAfter reads the rest of a SET from inside a subquery at
-// parenthesis depth depth: whether some target is a system variable
-// (sysTarget: one before it was).
-func setsSysVarAfter(l *sqllex.Lexer, depth int, sysTarget bool) bool {
-	for n := l.Next(); n.Kind != sqllex.EOF && !sysTarget; n = l.Next() {
-		switch {
-		case n.Punct('('):
-			depth++
-		case n.Punct(')'):
-			depth--
-		case n.Punct(',') && depth == 0:
-			n = l.Next()
-			sysTarget = n.Kind != sqllex.Var && n.Kind != sqllex.EOF
-		}
-	}
-	return sysTarget
+	return p.finish()
 }
 
 func isTrackGTIDs(t sqllex.Token) bool {

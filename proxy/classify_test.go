@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -84,7 +86,9 @@ func TestClassify(t *testing.T) {
 		{"SET SESSION sql_mode = ''", KindSession, ReasonNone},
 		{"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", KindSession, ReasonNone},
 		{"USE db", KindSession, ReasonNone},
-		{"SET @a = (SELECT max(id) FROM t)", KindPrimary, ReasonUserVariable},
+		{"SET @a = (SELECT max(id) FROM t)", KindSession, ReasonNone}, // evaluated once
+		{"SET @@GLOBAL.x = 1", KindPrimary, ReasonWrite},
+		{"FLUSH TABLES WITH READ LOCK", KindPrimary, ReasonWrite},
 		{"SET GLOBAL x = 1", KindPrimary, ReasonWrite},
 		// Proxy-answered.
 		{"SET @causal_token = ''", KindSetToken, ReasonNone}, // clears the session's token
@@ -259,6 +263,9 @@ func FuzzClassify(f *testing.F) {
 		// Multi-statement queries, SHOW, SET from a subquery.
 		"DO 1; SET sql_mode = ''", "SELECT ';'; USE db;", "SHOW STATUS LIKE 'Ssl_cipher'", "SHOW COUNT(*) WARNINGS",
 		"SET @a = (SELECT 1), sql_mode = 'x'", "SELECT @@warning_count", "SELECT SQL_CALC_FOUND_ROWS 1",
+		// SET values: literals, expressions (evaluated once), locks.
+		"SET @u = UUID()", "SET @a = -1.5e-3, @b = _latin1 X'41' COLLATE latin1_bin", "SET SESSION time_zone = @@GLOBAL.time_zone",
+		"SET @g = GET_LOCK('x', 0)", "SET NAMES utf8mb4, @a = f()", "SET @@GLOBAL.x = 1", "FLUSH TABLES WITH READ LOCK", "CALL p(@x)",
 	} {
 		f.Add(s)
 	}
@@ -284,6 +291,14 @@ func FuzzClassify(f *testing.F) {
 		}
 		if st.Kind == KindConnStatus && st.Status != "Ssl_cipher" && st.Status != "Ssl_version" {
 			t.Fatalf("conn-status %q for %q", st.Status, q)
+		}
+		if st.Eval != nil && st.Kind != KindSession {
+			t.Fatalf("targets to evaluate on a %v statement for %q", st.Kind, q)
+		}
+		for _, tg := range st.Eval {
+			if tg.Name == "" || !strings.Contains(q, tg.Name) {
+				t.Fatalf("target %+v not in input %q", tg, q)
+			}
 		}
 		if st.Kind == KindRead && st.Reason != ReasonNone {
 			t.Fatalf("read with a reason %v for %q", st.Reason, q)
@@ -403,21 +418,78 @@ func TestClassifyConnStatus(t *testing.T) {
 	}
 }
 
-func TestClassifySetFromSubquery(t *testing.T) {
-	for q, pins := range map[string]bool{
-		"SET sql_mode = (SELECT REPLACE(@@sql_mode, 'ONLY_FULL_GROUP_BY', ''))": true,
-		"SET SESSION sql_mode = (SELECT 'ANSI')":                                true,
-		"SET @a = (SELECT 1)":                                                   false,
-		"SET @a = (SELECT 1), @@SESSION.sql_mode = 'x'":                         true,
-		"SET @a = (SELECT MAX(id) FROM t), @b = 2":                              false,
-		"SET @a = CONCAT('x', (SELECT 1))":                                      false,
+func TestClassifySetEval(t *testing.T) {
+	u := func(n string) SetTarget { return SetTarget{User: true, Name: n} }
+	v := func(n string) SetTarget { return SetTarget{Name: n} }
+	for q, want := range map[string][]SetTarget{
+		// Literals: replayed as they are.
+		"SET @a = 1":                                nil,
+		"SET @a = -1.5e-3, @b = 'x', @c = NULL":     nil,
+		"SET @a = _utf8mb4 'x' COLLATE utf8mb4_bin": nil,
+		"SET @a = X'4a', @b = 0x4a, @c = b'01'":     nil,
+		"SET time_zone = '+00:00', autocommit = ON": nil,
+		"SET SESSION sql_mode = TRADITIONAL":        nil,
+		"SET NAMES utf8mb4 COLLATE utf8mb4_bin":     nil,
+		"SET @@SESSION.time_zone = SYSTEM":          nil,
+		"set @a := 1;":                              nil,
+		"SET CHARACTER SET utf8mb4, @a = 2":         nil,
+		// Expressions: evaluated once, the targets read back.
+		"SET @u = UUID()":                              {u("@u")},
+		"SET @a = 1, @u = UUID()":                      {u("@a"), u("@u")},
+		"SET @saved = @@transaction_read_only":         {u("@saved")},
+		"SET @id = f()":                                {u("@id")},
+		"SET @a = @b":                                  {u("@a")},
+		"SET @a = 1 + 1":                               {u("@a")},
+		"SET @a = x":                                   {u("@a")},
+		"SET @a = CURRENT_TIMESTAMP":                   {u("@a")},
+		"SET time_zone = CONCAT('+0', '1:00')":         {v("time_zone")},
+		"SET @@SESSION.sql_mode = (SELECT 'ANSI')":     {v("sql_mode")},
+		"SET SESSION sql_mode = @m, @`q` = (SELECT 1)": {v("sql_mode"), u("@`q`")},
+		"SET time_zone = CURRENT_TIMESTAMP":            {v("time_zone")},
+		"SET @g = GET_LOCK('x', 0)":                    {u("@g")},
 	} {
 		st, err := Classify(q)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%q: %v", q, err)
 		}
-		if st.Kind != KindPrimary || st.PinsSession != pins {
-			t.Errorf("%q: %v PinsSession=%v, want primary PinsSession=%v", q, st.Kind, st.PinsSession, pins)
+		if st.Kind != KindSession || !slices.Equal(st.Eval, want) {
+			t.Errorf("%q: %v Eval=%v, want session Eval=%v", q, st.Kind, st.Eval, want)
+		}
+	}
+	for q, want := range map[string]Stmt{
+		"SET @@GLOBAL.read_only = 1":                           primary(ReasonWrite),
+		"SET @a = 1, @@PERSIST.x = 2":                          primary(ReasonWrite),
+		"SET @a = 1; SELECT 1":                                 primary(ReasonMultiStatement),
+		"SET @a = 1, session_track_gtids = OFF":                primary(ReasonUnclassified),
+		"SET @a":                                               primary(ReasonUnclassified),
+		"SET session_track_state_change = OFF":                 {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET @a = 1, @@SESSION.session_track_state_change = 0": {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET NAMES utf8mb4, @a = UUID()":                       {Kind: KindPrimary, Reason: ReasonUserVariable, PinsSession: true, SetsUserVar: true, UsesUserVar: true},
+	} {
+		st, err := Classify(q)
+		if err != nil {
+			t.Fatalf("%q: %v", q, err)
+		}
+		st.ReadID = ""
+		if !reflect.DeepEqual(st, want) {
+			t.Errorf("%q: %+v, want %+v", q, st, want)
+		}
+	}
+	if st, _ := Classify("SET @g = GET_LOCK('x', 0)"); !st.NamedLock {
+		t.Errorf("SET @g = GET_LOCK(...): NamedLock false")
+	}
+	for _, q := range []string{"DO GET_LOCK('x', 0)", "SELECT IS_FREE_LOCK('x')", "INSERT INTO t SELECT RELEASE_LOCK('x')"} {
+		if st, _ := Classify(q); !st.NamedLock {
+			t.Errorf("%q: NamedLock false", q)
+		}
+	}
+	if st, _ := Classify("CALL p(@x)"); !st.Call || st.Kind != KindPrimary {
+		t.Errorf("CALL: %+v, want primary Call", st)
+	}
+	for q, locks := range map[string]bool{"FLUSH TABLES WITH READ LOCK": true, "flush tables t1, t2 with read lock": true,
+		"FLUSH TABLES t FOR EXPORT": true, "FLUSH TABLES": false, "FLUSH LOGS": false} {
+		if st, _ := Classify(q); st.LocksTables != locks || st.Kind != KindPrimary {
+			t.Errorf("%q: %+v, want primary LocksTables=%v", q, st, locks)
 		}
 	}
 }

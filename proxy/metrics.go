@@ -54,6 +54,9 @@ type metrics struct {
 	// client's packet and the binary result relayed unchanged) is the one
 	// path; the path and reason labels stay for dashboards built on them.
 	executes *prometheus.CounterVec
+	// sessionState counts session state handled beyond a replay, by
+	// event (seteval.go, session.dropReplicaState).
+	sessionState *prometheus.CounterVec
 	// executesRaw is executes{path="raw",reason=""}, resolved once.
 	executesRaw prometheus.Counter
 	// procsChanges counts the changes gomaxprocs: adaptive made, by
@@ -146,13 +149,15 @@ func newMetrics() *metrics {
 			Name: "causallab_proxy_replay_failures_total", Help: "Session replays that failed, by backend."}, []string{"backend"}),
 		watermarkFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_watermark_fallbacks_total", Help: "Replica reads whose watermark could not be read after the result reached the client and was taken from another source instead, by source (primary: its executed set read afterwards; replica-query: under watermark_source all-gtids, the final OK carried no usable set and the replica's executed set was read with a query afterwards; primary-no-log-status: a read served by the primary whose watermark was read with gtid_executed because the server refused performance_schema.log_status to the proxy's account)."}, []string{"source"}),
+		sessionState: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_session_state_total", Help: "Session state the proxy handled beyond replaying a statement, by event (set-evaluated: a SET with an expression ran once on the primary and its values were read back and replayed as literals; set-not-evaluated: that read-back failed, the session's reads stay on the primary; replica-state-dropped: a routed read changed session state on a replica (a stored function), the connection was reset or closed and the change dropped)."}, []string{"event"}),
 		executes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_stmt_executes_total", Help: "Prepared-statement executions by path (raw: the client's packet and the binary result relayed unchanged; the only path)."}, []string{"path", "reason"}),
 	}
 	m.executesRaw = m.executes.WithLabelValues("raw", "")
 	m.statementsBy = promcache.New(m.statements, 2*numKinds*3)
 	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
-		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.watermarkFallbacks, m.executes,
+		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.watermarkFallbacks, m.executes, m.sessionState,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "causallab_proxy_ready", Help: "1 once the proxy serves: every backend's position read once, or startup_timeout passed."})

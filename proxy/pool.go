@@ -246,7 +246,7 @@ func newPoolMetrics(reg prometheus.Registerer) *poolMetrics {
 		waitersPeak: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "causallab_proxy_pool_waiters_peak", Help: "The longest line of client acquisitions of a pooled backend connection (those pool_max_waiters bounds; a KILL QUERY's not counted) since the proxy started, by backend."}, []string{"backend"}),
 		pinned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: in-transaction, autocommit-off, temp-table-session, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements; or, for one command, what the previous statement left to ask about: next-statement-warnings, next-statement-found-rows, next-transaction)."}, []string{"reason"}),
+			Name: "causallab_proxy_pool_pinned_total", Help: "Commands after which a session kept its pooled backend connections, by what pinned them (the session's first hold: in-transaction, autocommit-off, temp-table-session, locked-tables, named-lock, user-variables, session-state, replay-overflow, prepared-statements, session-state-changed, stored-procedure, set-pending; or, for one command, what the previous statement left to ask about: next-statement-warnings, next-statement-found-rows, next-transaction)."}, []string{"reason"}),
 	}
 	m.acquired = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_pool_acquisitions_total", Help: "Pooled backend connections lent, by backend and what the session needed one for (login; read; wait: a router wait on a replica; the statement kind otherwise: primary for a write, session, begin, ...; other: a command that is not a statement)."}, []string{"backend", "use"})
@@ -316,10 +316,7 @@ func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
 // only to a session with the flags it was dialled with), at most
 // cfg.PoolSize of them whatever their flags.
 func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func() bool, allGTIDs bool, m *poolMetrics) (*pool, error) {
-	setup := "SET SESSION session_track_gtids = OWN_GTID"
-	if allGTIDs {
-		setup = "SET SESSION session_track_gtids = ALL_GTIDS"
-	}
+	setup := trackSetup(allGTIDs)
 	var p *pool
 	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, maxWaiters: cfg.PoolMaxWaiters, healthy: healthy,
 		maxPinned: cfg.maxPinned(),
@@ -965,7 +962,7 @@ func (p *pool) finishReset(bc *backendConn) (err error) {
 		}
 	}
 	bc.status = mysql.SERVER_STATUS_AUTOCOMMIT
-	bc.replayed = false
+	bc.replayed, bc.changed = false, false
 	// COM_RESET_CONNECTION restores the handshake's character set (and
 	// keeps the schema).
 	bc.pooledCollation = poolCollation

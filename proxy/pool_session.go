@@ -18,7 +18,8 @@ import (
 // sessionState.Shareable says no: an open transaction, autocommit off, a
 // temporary table, LOCK TABLES, a named lock, user variables, session
 // state the proxy cannot replay, an overflowing replay, prepared
-// statements. A session borrows only connections dialled with its client
+// statements, state the server reported that the proxy does not replay
+// (HoldStateChanged), a CALL. A session borrows only connections dialled with its client
 // capabilities (passedFlags: CLIENT_MULTI_STATEMENTS, CLIENT_FOUND_ROWS,
 // CLIENT_LOCAL_FILES change what statements return or may do), so every
 // connection a session uses counts in pool_size. A borrowed connection is
@@ -26,7 +27,8 @@ import (
 // schema and its session statements replayed; the primary's is always
 // reset when it goes back (COM_RESET_CONNECTION: LAST_INSERT_ID and the
 // other values a write leaves in the server's session go with it), a
-// replica's only when session statements were replayed on it.
+// replica's when session statements were replayed on it or a statement
+// reported a session state change there (backendConn.changed).
 
 // poolCollation is the collation pooled connections are dialled with
 // (go-mysql's default, MySQL 8.0+'s utf8mb4 default).
@@ -158,7 +160,7 @@ func (s *session) park(final bool) {
 		if bc != nil && bc.home != nil {
 			s.replicas[i] = nil
 			state := poolClean
-			if bc.replayed || final {
+			if bc.replayed || bc.changed || final {
 				state = poolDirty
 			}
 			bc.home.release(bc, state)

@@ -41,6 +41,11 @@ type relayOut struct {
 	// wmFallback: the watermark was read with watermarkQuery after the
 	// response because the final OK carried no usable set.
 	wmFallback bool
+	// stateChanged: an OK packet of the response carried
+	// session_track_state_change's entry (a user or system variable, a
+	// temporary table, a prepared statement, the schema changed, from a
+	// stored program too).
+	stateChanged bool
 }
 
 // errClientGone: writing to the client failed; the backend response was
@@ -309,12 +314,11 @@ func (bc *backendConn) keepBuf(data []byte) {
 
 // readWatermark reads the answer to the pipelined watermarkQuery
 // (mysqlwire.ReadExecutedAnswer; backend connections negotiate no query
-// attributes and CLIENT_DEPRECATE_EOF only when allGTIDs, see
-// dialBackend); after
+// attributes and CLIENT_DEPRECATE_EOF when okEOF, see dialBackend); after
 // anything but the server's refusal the connection is out of step and
 // marked broken.
 func (bc *backendConn) readWatermark() (gtid.Set, error) {
-	set, err := mysqlwire.ReadExecutedAnswer(bc.conn, mysqlwire.Caps{DeprecateEOF: bc.allGTIDs})
+	set, err := mysqlwire.ReadExecutedAnswer(bc.conn, mysqlwire.Caps{DeprecateEOF: bc.okEOF})
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
@@ -446,7 +450,7 @@ func (r *responseRelay) localFile(pkt []byte) error {
 }
 
 // resultSet relays a result set whose first packet (the column count) is
-// pkt: column definitions, EOF, rows, EOF (on an allGTIDs connection: no
+// pkt: column definitions, EOF, rows, EOF (on an okEOF connection: no
 // EOF after the columns and an OK packet with the 0xfe header at the end,
 // each rewritten to the classic EOF packet for the client, eofFromOK).
 // last: no more results follow.
@@ -460,7 +464,7 @@ func (r *responseRelay) resultSet(pkt []byte) (last bool, err error) {
 		}
 		r.write(pkt)
 	}
-	if bc.allGTIDs {
+	if bc.okEOF {
 		r.write(eofPacket(0, bc.status&^mysql.SERVER_SESSION_STATE_CHANGED))
 	} else {
 		if pkt, err = r.read(); err != nil { // EOF after the columns
@@ -481,7 +485,7 @@ func (r *responseRelay) rows() (last bool, err error) {
 			return false, err
 		}
 		switch {
-		case bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt)-4 < mysql.MaxPayloadLen:
+		case bc.okEOF && pkt[4] == mysql.EOF_HEADER && len(pkt)-4 < mysql.MaxPayloadLen:
 			// The OK that ends the result (a row starting with 0xfe
 			// fills a whole packet).
 			eof, err := eofFromOK(bc, pkt, &r.out)
@@ -490,7 +494,7 @@ func (r *responseRelay) rows() (last bool, err error) {
 			}
 			r.write(eof)
 			return r.out.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0, nil
-		case !bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt) < 4+9:
+		case !bc.okEOF && pkt[4] == mysql.EOF_HEADER && len(pkt) < 4+9:
 			if len(pkt) >= 9 {
 				r.out.warnings = binary.LittleEndian.Uint16(pkt[5:7])
 				r.out.status = binary.LittleEndian.Uint16(pkt[7:9])
@@ -555,10 +559,18 @@ func eofPacket(warnings, status uint16) []byte {
 }
 
 // eofFromOK parses the OK packet (0xfe header) that ends a result on an
-// allGTIDs connection and returns the classic EOF packet with its
+// okEOF connection and returns the classic EOF packet with its
 // warnings and status (session-state flag cleared: the client gets no
 // tracking block). The status and the tracked executed set go to out.
 func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
+	if !bc.allGTIDs {
+		// The common end of a read: no tracking block to parse (no
+		// state change, no GTID), read without allocating.
+		if status, warnings, ok := okStatus(pkt[4:]); ok && status&mysql.SERVER_SESSION_STATE_CHANGED == 0 {
+			out.status, bc.status, out.warnings = status, status, warnings
+			return eofPacket(warnings, status), nil
+		}
+	}
 	r := bc.conn.HandleOKPacket(pkt[4:])
 	if r == nil {
 		bc.broken = true
@@ -568,11 +580,35 @@ func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
 	return eofPacket(r.Warnings, r.Status&^mysql.SERVER_SESSION_STATE_CHANGED), nil
 }
 
+// okStatus reads the status and warnings of OK packet payload p (header,
+// affected rows, insert id, status, warnings); ok is false when p is too
+// short for them.
+func okStatus(p []byte) (status, warnings uint16, ok bool) {
+	pos := 1
+	for range 2 {
+		_, n := lenencInt(p[min(pos, len(p)):])
+		if n == 0 {
+			return 0, 0, false
+		}
+		pos += n
+	}
+	if len(p) < pos+4 {
+		return 0, 0, false
+	}
+	return binary.LittleEndian.Uint16(p[pos:]), binary.LittleEndian.Uint16(p[pos+2:]), true
+}
+
 // noteTracked records an OK packet's status, and on an allGTIDs
 // connection its tracked executed set, in out (and the status in bc).
 func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
 	out.status, bc.status = r.Status, r.Status
 	out.warnings = r.Warnings
+	if r.SessionTracking != nil && r.SessionTracking.State != "" {
+		// session_track_state_change's entry: the statement (or a
+		// stored program it ran) changed the session's state. Any OK
+		// of the response counts (a CALL's results each end with one).
+		out.stateChanged, bc.changed = true, true
+	}
 	if !bc.allGTIDs {
 		return
 	}

@@ -423,6 +423,9 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	if res, ok, err := s.proxyAnswer(st); ok {
 		return res, err
 	}
+	if s.state.pendingEval != nil && st.Reason != ReasonPreviousStatement {
+		s.evalPending()
+	}
 	if st.Kind == KindRead {
 		// The primary connection is checked (ensurePrimary) only if the
 		// router sends the read there (conn): checking it before every
@@ -453,7 +456,7 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	}
 	s.afterPrimary(st, out)
 	if st.Kind == KindSession && !out.serverErr {
-		s.replayEverywhere(query)
+		s.rememberSet(query, st, out.warnings)
 	}
 	if s.state.flags&mysql.CLIENT_MULTI_STATEMENTS != 0 && strings.IndexByte(query, ';') >= 0 {
 		if e, ok := ClassifyMulti(query); ok {
@@ -535,7 +538,7 @@ func (s *session) previous() *backendConn {
 // afterPrimary mirrors what a statement did to the session on the
 // primary and records the write's GTID.
 func (s *session) afterPrimary(st Stmt, out relayOut) {
-	s.state.afterPrimary(st, out.status, out.serverErr)
+	s.state.afterPrimary(st, out.status, out.serverErr, out.stateChanged)
 	s.state.noteAnswer(st, out.warnings, out.serverErr)
 	s.cc.mirrorStatus(s.state.status)
 	if !out.serverErr && out.gtid != "" {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -124,7 +125,7 @@ func TestClassifyKillAndProcessList(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.q, err)
 		}
-		if got != tc.want {
+		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("Classify(%q) = %+v, want %+v", tc.q, got, tc.want)
 		}
 	}

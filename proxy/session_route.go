@@ -197,9 +197,7 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne rel
 		}
 		return gtid.Set{}, nil
 	})
-	if run.relayed && run.served == s.primary {
-		s.afterPrimary(st, run.out)
-	}
+	s.afterRun(st, &run)
 	if err == nil {
 		return done(), nil
 	}
@@ -228,6 +226,50 @@ func (s *session) routeRelay(st Stmt, o live.ReadOptions[gtid.Set], relayOne rel
 	}
 	// The router failed before any run (its view, its context).
 	return nil, s.proxyErr("backend-lost", codeBackendLost, "%v", err)
+}
+
+// afterRun mirrors what a read that reached the client did to the
+// session: on the primary, as any primary statement; on a replica, a
+// state change is dropped (dropReplicaState).
+func (s *session) afterRun(st Stmt, run *readRun) {
+	switch {
+	case !run.relayed || run.served == nil:
+	case run.served == s.primary:
+		s.afterPrimary(st, run.out)
+	case run.out.stateChanged:
+		s.dropReplicaState(run.served)
+	}
+}
+
+// dropReplicaState gives up bc, a replica connection on which a routed
+// read changed the session's state (a stored function that sets a
+// variable; the server's report, relayOut.stateChanged). The state cannot
+// follow the session (it is not on the primary, and the function's
+// effects must not run twice): it is dropped with the connection, which
+// goes back to its pool reset (multiplex) or is closed; the session's
+// next statement finds its state as it was before the read. Counted as
+// session_state_total{event="replica-state-dropped"}; docs/proxy.md says
+// to run such reads on the primary.
+func (s *session) dropReplicaState(bc *backendConn) {
+	s.srv.m.sessionState.WithLabelValues("replica-state-dropped").Inc()
+	if s.state.last == bc {
+		s.state.last = nil
+	}
+	for i, r := range s.replicas {
+		if r != bc {
+			continue
+		}
+		s.replicas[i] = nil
+		for _, p := range s.state.stmts {
+			delete(p.onReplica, i)
+		}
+		if bc.home != nil {
+			bc.home.release(bc, poolDirty)
+			return
+		}
+		bc.close()
+		return
+	}
 }
 
 // runFailed records a run of relayOne on bc that failed with err and

@@ -193,6 +193,12 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			// primary), a relay failure or the prepare's I/O failure.
 			return s.answer(err, s.primary)
 		}
+		if st.Kind == KindSession {
+			// A prepared SET is not replayed: the state it made is the
+			// primary connection's alone (HoldStateChanged when the
+			// server reports it).
+			st.Kind, st.Reason = KindPrimary, ReasonUnclassified
+		}
 		s.afterPrimary(st, out)
 		return done(), nil
 	}

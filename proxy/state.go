@@ -45,6 +45,22 @@ const (
 	// HoldPreparedStatements: the session has prepared statements, bound
 	// to the connections that prepared them.
 	HoldPreparedStatements
+	// HoldStateChanged: a statement the proxy does not replay (CALL,
+	// PREPARE, EXECUTE, a stored function, a prepared SET) changed the
+	// session's state on the primary, as the server reported
+	// (session_track_state_change): a user variable, a system variable,
+	// a temporary table or a prepared statement lives on that connection
+	// only. Held until a reset.
+	HoldStateChanged
+	// HoldStoredProcedure: a CALL ran; the procedure may hold what the
+	// server does not report (named locks, table locks). Held until a
+	// reset.
+	HoldStoredProcedure
+	// HoldSetPending: a SET whose values are evaluated once answered with
+	// warnings; its values are read back before the session's next
+	// statement that does not ask about them (sessionState.pendingEval),
+	// the read-back would clear them.
+	HoldSetPending
 
 	holdEnd // one past the last hold
 )
@@ -62,6 +78,9 @@ var holdWords = map[Hold]string{
 	HoldSessionState:       "session-state",
 	HoldReplayOverflow:     "replay-overflow",
 	HoldPreparedStatements: "prepared-statements",
+	HoldStateChanged:       "session-state-changed",
+	HoldStoredProcedure:    "stored-procedure",
+	HoldSetPending:         "set-pending",
 }
 
 // holdPhrases say what a new connection would lose, for the client.
@@ -75,6 +94,9 @@ var holdPhrases = map[Hold]string{
 	HoldSessionState:       "session state set on the primary only (a multi-statement query, a SET from a subquery)",
 	HoldReplayOverflow:     "session statements beyond max_replay or max_session_bytes",
 	HoldPreparedStatements: "prepared statements",
+	HoldStateChanged:       "session state set by a statement the proxy does not replay (CALL, PREPARE, a stored function)",
+	HoldStoredProcedure:    "what a stored procedure left (named locks, table locks)",
+	HoldSetPending:         "a SET's values not read back yet",
 }
 
 // First returns the first hold set in h (0 when h is empty).
@@ -106,7 +128,7 @@ func (h Hold) phrase() string { return holdPhrases[h.First()] }
 // by replaying the session statements (prepared statements are prepared
 // again there lazily; autocommit-off is a replayed SET).
 const reconnectLosses = HoldTransaction | HoldTempTable | HoldLockedTables | HoldNamedLock |
-	HoldUserVariables | HoldSessionState | HoldReplayOverflow
+	HoldUserVariables | HoldSessionState | HoldReplayOverflow | HoldStateChanged | HoldStoredProcedure | HoldSetPending
 
 // sessionState mirrors what MySQL holds for one client session: the
 // schema, the capabilities, the session statements replayed on every
@@ -145,6 +167,9 @@ type sessionState struct {
 	// (ReasonPreviousStatement statements follow it: its warnings, its
 	// FOUND_ROWS).
 	last *backendConn
+	// pendingEval are the targets of a SET to read back before the next
+	// statement (HoldSetPending), nil when none.
+	pendingEval []SetTarget
 	// keepNext says why, under multiplexing, the connection that ran the
 	// previous statement stays the session's for one more command (its
 	// diagnostics may be asked for next: keepNext words), 0 when nothing
@@ -245,7 +270,7 @@ func (m *sessionState) readPin(st Stmt, replicas int) live.Pin {
 		return live.PinTempTable
 	case h&HoldLockedTables != 0:
 		return live.PinLockedTables
-	case h&(HoldSessionState|HoldReplayOverflow) != 0:
+	case h&(HoldSessionState|HoldReplayOverflow|HoldStateChanged|HoldSetPending) != 0:
 		return live.PinSessionState
 	case h&HoldUserVariables != 0 && st.UsesUserVar:
 		return live.PinUserVariables
@@ -265,9 +290,18 @@ func (m *sessionState) observeStatus(status uint16, serverErr bool) {
 }
 
 // afterPrimary mirrors what statement st did to the session on the
-// primary (status is its response's; serverErr: the server refused it).
-func (m *sessionState) afterPrimary(st Stmt, status uint16, serverErr bool) {
+// primary (status is its response's; serverErr: the server refused it;
+// stateChanged: the server reported a session state change, possibly
+// before an error ended a CALL).
+func (m *sessionState) afterPrimary(st Stmt, status uint16, serverErr, stateChanged bool) {
 	m.observeStatus(status, serverErr)
+	if stateChanged && !st.replayedState() {
+		m.held |= HoldStateChanged
+	}
+	if st.Call {
+		// Even when it failed: what ran before the error stays.
+		m.held |= HoldStoredProcedure
+	}
 	if serverErr {
 		return
 	}
@@ -280,7 +314,7 @@ func (m *sessionState) afterPrimary(st Stmt, status uint16, serverErr bool) {
 	if st.UnlocksTables {
 		m.held &^= HoldLockedTables
 	}
-	if st.Reason == ReasonLockingFunction {
+	if st.Reason == ReasonLockingFunction || st.NamedLock {
 		m.held |= HoldNamedLock
 	}
 	if st.SetsUserVar {
@@ -342,5 +376,6 @@ func (m *sessionState) reset() (freed int) {
 	m.last = nil
 	m.keepNext = keepNone
 	m.wantGTIDs = false
+	m.pendingEval = nil
 	return freed
 }

@@ -57,7 +57,7 @@ func TestStateMirror(t *testing.T) {
 		{name: "user variable from a SELECT", steps: []step{{"SELECT @a := 1", stAutocommit, false}},
 			holds: HoldUserVariables, pin: live.PinUserVariables, reconnect: HoldUserVariables},
 		{name: "replayed user variable holds nothing", steps: []step{{"SET @a = 1", stAutocommit, false}}},
-		{name: "system variable from a subquery", steps: []step{{"SET sql_mode = (SELECT 'ANSI')", stAutocommit, false}},
+		{name: "SET NAMES with an expression", steps: []step{{"SET NAMES utf8mb4, @a = UUID()", stAutocommit, false}},
 			holds: HoldSessionState | HoldUserVariables, pin: live.PinSessionState, reconnect: HoldSessionState | HoldUserVariables},
 		{name: "transaction and temp table", steps: []step{{"CREATE TEMPORARY TABLE t (a INT)", stAutocommit, false}, {"BEGIN", stInTx, false}},
 			holds: HoldTransaction | HoldTempTable, pin: live.PinTransaction, reconnect: HoldTransaction | HoldTempTable},
@@ -66,7 +66,7 @@ func TestStateMirror(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			m := newSessionState()
 			for _, s := range c.steps {
-				m.afterPrimary(mustClassify(t, s.q), s.status, s.serverErr)
+				m.afterPrimary(mustClassify(t, s.q), s.status, s.serverErr, false)
 			}
 			if got := m.Holds(); got != c.holds {
 				t.Errorf("Holds() = %q, want %q", got, c.holds)
@@ -96,7 +96,7 @@ func TestStateReadPin(t *testing.T) {
 	if got := m.readPin(plain, 0); got != live.PinNoReplicas {
 		t.Fatalf("no replicas: pin %q, want %q", got, live.PinNoReplicas)
 	}
-	m.afterPrimary(mustClassify(t, "SELECT @a := 1"), stAutocommit, false)
+	m.afterPrimary(mustClassify(t, "SELECT @a := 1"), stAutocommit, false, false)
 	if got := m.readPin(plain, 2); got != "" {
 		t.Fatalf("a read without user variables pinned %q", got)
 	}
@@ -261,5 +261,57 @@ func TestNoteAnswer(t *testing.T) {
 	m.reset()
 	if m.keepNext != keepNone {
 		t.Error("COM_RESET_CONNECTION kept the previous statement's keep")
+	}
+}
+
+// TestStateChangedHold: the server's report of a state change after a
+// statement the proxy does not replay (CALL, PREPARE, a prepared SET run
+// as KindPrimary) holds the session on the primary (reads pinned, the
+// connection kept) until a reset; after a SET or USE it replays, a
+// temporary table or a user variable it knows, it adds nothing. CALL
+// holds its connection even when it failed; a locking function in DO or
+// SET holds a named lock; FTWRL holds table locks until UNLOCK TABLES.
+func TestStateChangedHold(t *testing.T) {
+	for _, c := range []struct {
+		q         string
+		changed   bool
+		serverErr bool
+		want      Hold
+	}{
+		{"CALL p()", true, false, HoldStateChanged | HoldStoredProcedure},
+		{"CALL p()", false, true, HoldStoredProcedure},
+		{"PREPARE s FROM 'SELECT 1'", true, false, HoldStateChanged},
+		{"SELECT f()", true, false, HoldStateChanged},
+		{"SET @a = 1", true, false, 0},
+		{"SET @u = UUID()", true, false, 0},
+		{"USE db", true, false, 0},
+		{"SELECT @a := 1", true, false, HoldUserVariables},
+		{"CREATE TEMPORARY TABLE t (a INT)", true, false, HoldTempTable},
+		{"DO GET_LOCK('a', 0)", false, false, HoldNamedLock},
+		{"SET @g = GET_LOCK('a', 0)", true, false, HoldNamedLock},
+		{"FLUSH TABLES WITH READ LOCK", false, false, HoldLockedTables},
+		{"FLUSH TABLES t FOR EXPORT", false, false, HoldLockedTables},
+		{"FLUSH LOGS", false, false, 0},
+	} {
+		m := newSessionState()
+		m.afterPrimary(mustClassify(t, c.q), stAutocommit, c.serverErr, c.changed)
+		if got := m.Holds(); got != c.want {
+			t.Errorf("%q (changed %v, error %v): holds %q, want %q", c.q, c.changed, c.serverErr, got, c.want)
+		}
+		if c.want&HoldStateChanged != 0 {
+			if pin := m.readPin(mustClassify(t, "SELECT 1"), 2); pin != live.PinSessionState {
+				t.Errorf("%q: read pin %q, want %q", c.q, pin, live.PinSessionState)
+			}
+			m.reset()
+			if m.Holds() != 0 {
+				t.Errorf("%q: holds %q after a reset", c.q, m.Holds())
+			}
+		}
+	}
+	m := newSessionState()
+	m.afterPrimary(mustClassify(t, "FLUSH TABLES WITH READ LOCK"), stAutocommit, false, false)
+	m.afterPrimary(mustClassify(t, "UNLOCK TABLES"), stAutocommit, false, false)
+	if m.Holds() != 0 {
+		t.Errorf("after UNLOCK TABLES: holds %q", m.Holds())
 	}
 }
