@@ -373,3 +373,56 @@ func TestPassthroughProcessListAndKill(t *testing.T) {
 		})
 	}
 }
+
+// TestPassthroughPinnedShare is TestMultiplexPinnedShare under auth
+// passthrough, where each account has its own pooled connections within
+// the node's pool_size: 64 sessions of u1 pinning the primary's pool
+// (BEGIN and an uncommitted INSERT) leave a client of u2 logged in and
+// writing within a second, as u2.
+func TestPassthroughPinnedShare(t *testing.T) {
+	identityAccounts(t)
+	s := startProxy(t, func(c *Config) {
+		c.Users, c.Auth, c.Multiplex = nil, AuthPassthrough, true // pool_size 64, max_pinned_share 0.75
+	})
+	ctx := t.Context()
+	u1 := sqlOpen(t, "u1:u1pw@tcp("+s.Addr()+")/u1db?tls=skip-verify")
+	mustExec(t, u1, "CREATE TABLE IF NOT EXISTS u1db.pinned (k INT PRIMARY KEY)")
+	mustExec(t, u1, "DELETE FROM u1db.pinned")
+	const clients = 64
+	conns := make([]*sql.Conn, clients)
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range conns {
+		c, err := u1.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+		wg.Go(func() {
+			for _, q := range []string{"BEGIN", fmt.Sprintf("INSERT INTO u1db.pinned VALUES (%d)", i)} {
+				if _, err := c.ExecContext(ctx, q); err != nil {
+					errs <- fmt.Errorf("u1 client %d: %s: %w", i, q, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	u2 := sqlOpen(t, "u2:u2pw@tcp("+s.Addr()+")/u2db?tls=skip-verify")
+	t0 := time.Now()
+	if _, err := u2.ExecContext(ctx, "INSERT INTO u2db.who VALUES (1, CURRENT_USER())"); err != nil {
+		t.Fatalf("u2 while 64 sessions of u1 pin the pool: %v after %v", err, time.Since(t0))
+	}
+	if took := time.Since(t0); took > time.Second {
+		t.Errorf("u2 was served after %v, want within a second", took)
+	}
+	checkCurrentUser(t, u2, "u2")
+	for _, c := range conns {
+		mustExec(t, c, "COMMIT")
+	}
+}
