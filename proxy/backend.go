@@ -52,12 +52,16 @@ type backendConn struct {
 	buf    []byte
 	head   [6]byte
 	pieces [][]byte
-	// allGTIDs: the connection negotiated CLIENT_DEPRECATE_EOF and
-	// session_track_gtids=ALL_GTIDS (a replica connection under
-	// Config.WatermarkSource "all-gtids"): results end with an OK packet
-	// carrying the server's whole executed set, rewritten to classic EOF
-	// framing for the client (relayResponse).
+	// allGTIDs: the connection tracks session_track_gtids=ALL_GTIDS (a
+	// replica connection under Config.WatermarkSource "all-gtids"): a
+	// result's final OK carries the server's whole executed set.
 	allGTIDs bool
+	// deprecateEOF: the connection negotiated CLIENT_DEPRECATE_EOF (a
+	// primary connection, whose result's final OK carries the GTID of a
+	// statement that wrote and returned rows, and an allGTIDs one):
+	// results end with an OK packet, rewritten to classic EOF framing
+	// for the client (relayResponse).
+	deprecateEOF bool
 	// home is the pool that lent the connection (nil: the session's
 	// own); close then frees its place there (pool.go). pooledDB and
 	// pooledCollation are its schema and collation (borrow compares the
@@ -152,10 +156,13 @@ func scrubAccount(e *BackendError, acct account) *BackendError {
 
 // dialBackend opens a connection to b as acct (the zero account: b's
 // own) with session tracking on and the
-// capabilities the raw relay needs: the classic EOF packets (clients of the
-// proxy never get CLIENT_DEPRECATE_EOF) and no query attributes; with
-// allGTIDs, CLIENT_DEPRECATE_EOF and session_track_gtids=ALL_GTIDS
-// instead (the relay rewrites the framing, backendConn.allGTIDs).
+// capabilities the raw relay needs: no query attributes, and the classic
+// EOF packets (clients of the proxy never get CLIENT_DEPRECATE_EOF)
+// except on the primary and with allGTIDs, which negotiate
+// CLIENT_DEPRECATE_EOF so that a result's final OK carries the session's
+// tracked GTIDs (the relay rewrites the framing,
+// backendConn.deprecateEOF); with allGTIDs, session_track_gtids=ALL_GTIDS
+// (backendConn.allGTIDs), else OWN_GTID.
 // flags are client capabilities passed on (session.flags).
 // The whole attempt (handshake and set-up) is bounded by connect_timeout
 // and, when healthy is given (a replica), cut once the position source
@@ -204,10 +211,11 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 		}
 	})
 	user, password := acct.on(b)
+	deprecateEOF := allGTIDs || b == &cfg.Primary
 	c, err := client.ConnectWithDialer(dctx, "", b.Addr, user, password, db, dial, func(c *client.Conn) error {
 		c.BufferSize = goMySQLReadBuffer
 		off := uint32(mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_QUERY_ATTRIBUTES)
-		if allGTIDs {
+		if deprecateEOF {
 			off = mysql.CLIENT_QUERY_ATTRIBUTES // go-mysql asks for DEPRECATE_EOF by default
 		}
 		c.UnsetCapability(off)
@@ -232,7 +240,17 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 	if err != nil {
 		return nil, scrubAccount(backendErr(b, "connect", err), acct)
 	}
-	if caps := mysqlwire.CapsOf(c); caps != (mysqlwire.Caps{DeprecateEOF: allGTIDs}) {
+	caps := mysqlwire.CapsOf(c)
+	if deprecateEOF && !allGTIDs && !caps.DeprecateEOF {
+		// A primary whose server did not offer CLIENT_DEPRECATE_EOF:
+		// the classic framing, counted (its row-returning writes'
+		// GTIDs are not seen).
+		deprecateEOF = false
+		if cfg.classicEOF != nil {
+			cfg.classicEOF.Inc()
+		}
+	}
+	if caps != (mysqlwire.Caps{DeprecateEOF: deprecateEOF}) {
 		// The raw relay and the pipelined watermark read the framing
 		// asked for.
 		c.Close()
@@ -276,7 +294,7 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 	// Every answer so far was read whole: the relay's packet reader goes
 	// under go-mysql's now (nil when the packets are not plain).
 	frames := mysqlwire.InstallFrames(c, backendReadBuffer)
-	return &backendConn{b: b, conn: c, dc: dc, frames: frames, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, status: mysql.SERVER_STATUS_AUTOCOMMIT,
+	return &backendConn{b: b, conn: c, dc: dc, frames: frames, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, deprecateEOF: deprecateEOF, status: mysql.SERVER_STATUS_AUTOCOMMIT,
 		wmCmd: wmCmd, wmFallback: wmFallback}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
 
 	"github.com/causallab/causallab/gtid"
@@ -66,6 +67,9 @@ type Config struct {
 	// watermark (primaryWatermark). Nil (a Config not made into a
 	// Server): watermarkQuery.
 	primaryWM *primaryWatermark
+	// classicEOF is set by New: counts primary connections whose server
+	// did not offer CLIENT_DEPRECATE_EOF (dialBackend). Nil: not counted.
+	classicEOF prometheus.Counter
 	// Listen is the MySQL-protocol listen address. Default 127.0.0.1:6033.
 	Listen string `yaml:"listen"`
 	// HTTPListen serves /metrics and /healthz; empty disables it.

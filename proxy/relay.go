@@ -21,7 +21,8 @@ type relayOut struct {
 	// warnings its warning count.
 	status   uint16
 	warnings uint16
-	// gtid is the session-tracking GTID of the response (cloned), if any.
+	// gtid is the session-tracking GTIDs of the response (cloned, joined
+	// with commas when several results carried one), if any.
 	gtid string
 	// serverErr is true when the server answered with an ERR packet (already
 	// forwarded to the client).
@@ -309,12 +310,12 @@ func (bc *backendConn) keepBuf(data []byte) {
 
 // readWatermark reads the answer to the pipelined watermarkQuery
 // (mysqlwire.ReadExecutedAnswer; backend connections negotiate no query
-// attributes and CLIENT_DEPRECATE_EOF only when allGTIDs, see
+// attributes and CLIENT_DEPRECATE_EOF only when deprecateEOF, see
 // dialBackend); after
 // anything but the server's refusal the connection is out of step and
 // marked broken.
 func (bc *backendConn) readWatermark() (gtid.Set, error) {
-	set, err := mysqlwire.ReadExecutedAnswer(bc.conn, mysqlwire.Caps{DeprecateEOF: bc.allGTIDs})
+	set, err := mysqlwire.ReadExecutedAnswer(bc.conn, mysqlwire.Caps{DeprecateEOF: bc.deprecateEOF})
 	if err != nil {
 		var me *mysql.MyError
 		if !errors.As(err, &me) {
@@ -446,7 +447,7 @@ func (r *responseRelay) localFile(pkt []byte) error {
 }
 
 // resultSet relays a result set whose first packet (the column count) is
-// pkt: column definitions, EOF, rows, EOF (on an allGTIDs connection: no
+// pkt: column definitions, EOF, rows, EOF (on a deprecateEOF connection: no
 // EOF after the columns and an OK packet with the 0xfe header at the end,
 // each rewritten to the classic EOF packet for the client, eofFromOK).
 // last: no more results follow.
@@ -460,7 +461,7 @@ func (r *responseRelay) resultSet(pkt []byte) (last bool, err error) {
 		}
 		r.write(pkt)
 	}
-	if bc.allGTIDs {
+	if bc.deprecateEOF {
 		r.write(eofPacket(0, bc.status&^mysql.SERVER_SESSION_STATE_CHANGED))
 	} else {
 		if pkt, err = r.read(); err != nil { // EOF after the columns
@@ -481,7 +482,7 @@ func (r *responseRelay) rows() (last bool, err error) {
 			return false, err
 		}
 		switch {
-		case bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt)-4 < mysql.MaxPayloadLen:
+		case bc.deprecateEOF && pkt[4] == mysql.EOF_HEADER && len(pkt)-4 < mysql.MaxPayloadLen:
 			// The OK that ends the result (a row starting with 0xfe
 			// fills a whole packet).
 			eof, err := eofFromOK(bc, pkt, &r.out)
@@ -490,7 +491,7 @@ func (r *responseRelay) rows() (last bool, err error) {
 			}
 			r.write(eof)
 			return r.out.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0, nil
-		case !bc.allGTIDs && pkt[4] == mysql.EOF_HEADER && len(pkt) < 4+9:
+		case !bc.deprecateEOF && pkt[4] == mysql.EOF_HEADER && len(pkt) < 4+9:
 			if len(pkt) >= 9 {
 				r.out.warnings = binary.LittleEndian.Uint16(pkt[5:7])
 				r.out.status = binary.LittleEndian.Uint16(pkt[7:9])
@@ -554,11 +555,22 @@ func eofPacket(warnings, status uint16) []byte {
 	return []byte{0, 0, 0, 0, mysql.EOF_HEADER, byte(warnings), byte(warnings >> 8), byte(status), byte(status >> 8)}
 }
 
-// eofFromOK parses the OK packet (0xfe header) that ends a result on an
-// allGTIDs connection and returns the classic EOF packet with its
+// eofFromOK parses the OK packet (0xfe header) that ends a result on a
+// deprecateEOF connection and returns the classic EOF packet with its
 // warnings and status (session-state flag cleared: the client gets no
-// tracking block). The status and the tracked executed set go to out.
+// tracking block). The status, and the tracked GTIDs when the status says
+// the session state changed, go to out (noteTracked); the common OK
+// without a tracking block is read without go-mysql's parser (okStatus).
 func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
+	status, warnings, ok := okStatus(pkt[4:])
+	if !ok {
+		bc.broken = true
+		return nil, &relayError{err: &BackendError{Backend: bc.b.Name, Op: "query", Msg: "malformed OK packet ending a result"}, partial: true}
+	}
+	if status&mysql.SERVER_SESSION_STATE_CHANGED == 0 {
+		noteTracked(bc, &mysql.Result{Status: status, Warnings: warnings}, out)
+		return eofPacket(warnings, status), nil
+	}
 	r := bc.conn.HandleOKPacket(pkt[4:])
 	if r == nil {
 		bc.broken = true
@@ -568,12 +580,48 @@ func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
 	return eofPacket(r.Warnings, r.Status&^mysql.SERVER_SESSION_STATE_CHANGED), nil
 }
 
-// noteTracked records an OK packet's status, and on an allGTIDs
-// connection its tracked executed set, in out (and the status in bc).
+// okStatus reads the status flags and warning count of an OK packet's
+// payload (its header byte first: affected rows and insert id as
+// length-encoded integers, then status and warnings); ok is false when
+// the payload is too short to hold them.
+func okStatus(p []byte) (status, warnings uint16, ok bool) {
+	pos := 1
+	for range 2 {
+		if pos >= len(p) {
+			return 0, 0, false
+		}
+		switch p[pos] {
+		case 0xfc:
+			pos += 3
+		case 0xfd:
+			pos += 4
+		case 0xfe:
+			pos += 9
+		default:
+			pos++
+		}
+	}
+	if pos+4 > len(p) {
+		return 0, 0, false
+	}
+	return binary.LittleEndian.Uint16(p[pos:]), binary.LittleEndian.Uint16(p[pos+2:]), true
+}
+
+// noteTracked records an OK packet's status in out (and in bc), and its
+// tracked GTIDs: on an allGTIDs connection the executed set (out.tracked),
+// else the statement's own (OWN_GTID), added to out.gtid (a response of
+// several results, CALL or several statements, can carry several).
 func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
 	out.status, bc.status = r.Status, r.Status
 	out.warnings = r.Warnings
 	if !bc.allGTIDs {
+		if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
+			if out.gtid == "" {
+				out.gtid = strings.Clone(r.SessionTracking.GTID)
+			} else {
+				out.gtid += "," + r.SessionTracking.GTID
+			}
+		}
 		return
 	}
 	out.tracked, out.trackedInTrans = "", r.Status&mysql.SERVER_STATUS_IN_TRANS != 0
@@ -602,8 +650,6 @@ func relayOK(cc *clientConn, bc *backendConn, pkt []byte, wantGTIDs bool, out *r
 		// ALL_GTIDS is not what the client asked to track (OWN_GTID):
 		// the block is never forwarded.
 		wantGTIDs = false
-	} else if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
-		out.gtid = strings.Clone(r.SessionTracking.GTID)
 	}
 	clientTrack := cc.hasCapability(mysql.CLIENT_SESSION_TRACK)
 	if clientTrack && (wantGTIDs || r.Status&mysql.SERVER_SESSION_STATE_CHANGED == 0) {

@@ -148,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 		capCfg: router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
 	}
 	s.cfg.primaryWM = newPrimaryWatermark(s.m, s.log)
+	s.cfg.classicEOF = s.m.primaryClassicEOF
 	s.setReadiness("starting: not serving yet")
 	switch {
 	case cfg.Source != nil:
