@@ -63,10 +63,6 @@ type Backend struct {
 
 // Config configures a proxy.
 type Config struct {
-	// primaryWM is set by New: which query reads a primary read's
-	// watermark (primaryWatermark). Nil (a Config not made into a
-	// Server): watermarkQuery.
-	primaryWM *primaryWatermark
 	// classicEOF is set by New: counts primary connections whose server
 	// did not offer CLIENT_DEPRECATE_EOF (dialBackend). Nil: not counted.
 	classicEOF prometheus.Counter

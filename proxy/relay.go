@@ -96,6 +96,11 @@ type relayReq struct {
 	file func() ([]byte, byte, error)
 	// dropTracked: ignore the final OK's ALL_GTIDS set (Server.dropTracked).
 	dropTracked bool
+	// wmRead, with watermark, reads the watermark after the response
+	// instead of the pipelined watermarkQuery (the primary's reader,
+	// primaryWatermark: nothing runs on the session's connection after
+	// the read); nil: pipelined.
+	wmRead func(context.Context) (gtid.Set, error)
 	// healthy, for a replica, is its health for the watchdog while the
 	// watermark's answer is read (nil: not watched).
 	healthy func() bool
@@ -138,6 +143,9 @@ func relayCmd(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	if bc.allGTIDs && req.watermark {
 		return relayTracked(cc, bc, req)
 	}
+	if req.watermark && req.wmRead != nil {
+		return relayThenRead(cc, bc, req)
+	}
 	if err := bc.send(req.cmd, req.watermark); err != nil {
 		bc.broken = true
 		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
@@ -158,6 +166,25 @@ func relayCmd(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	}
 	out.watermark, out.wmErr = bc.readWatermark()
 	bc.unwatch()
+	return out, err
+}
+
+// relayThenRead relays a read and then takes its watermark from
+// req.wmRead (a query started after the response was read, on another
+// connection), once the client has the response.
+func relayThenRead(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
+	if err := bc.send(req.cmd, false); err != nil {
+		bc.broken = true
+		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
+	}
+	out, err := relayResponse(cc, bc, req)
+	if bc.broken {
+		return out, err
+	}
+	if req.flush != nil && err == nil {
+		_ = req.flush() // a failure surfaces at the client's next read
+	}
+	out.watermark, out.wmErr = req.wmRead(req.ctx)
 	return out, err
 }
 
@@ -194,7 +221,7 @@ func relayTracked(cc *clientConn, bc *backendConn, req relayReq) (relayOut, erro
 		bc.watch(req.healthy)
 	}
 	bc.conn.ResetSequence()
-	if werr := bc.conn.WritePacket(appendPacket(nil, bc.watermark())); werr != nil {
+	if werr := bc.conn.WritePacket(appendPacket(nil, watermarkCmd)); werr != nil {
 		bc.broken = true
 		out.wmErr = backendErr(bc.b, "watermark", werr)
 	} else {
@@ -221,7 +248,7 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 	if n >= smallCommand && c.Compression == mysql.MYSQL_COMPRESS_NONE {
 		bufs, packets := framePackets(cmd, n)
 		if watermark {
-			bufs = append(bufs, appendPacket(nil, bc.watermark()))
+			bufs = append(bufs, appendPacket(nil, watermarkCmd))
 		}
 		_, err := bufs.WriteTo(c.Conn)
 		// The response continues the command's sequence (past its split
@@ -244,7 +271,7 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 		// packets); the watermark is a command of its own.
 		seq := c.Sequence
 		c.ResetSequence()
-		data = append(append(bc.buf[:0], 0, 0, 0, 0), bc.watermark()...)
+		data = append(append(bc.buf[:0], 0, 0, 0, 0), watermarkCmd...)
 		err = c.WritePacket(data)
 		c.Sequence = seq
 		return err
@@ -254,7 +281,7 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 		data = append(data, p...)
 	}
 	if watermark {
-		data = appendPacket(data, bc.watermark())
+		data = appendPacket(data, watermarkCmd)
 	}
 	_, err := c.Conn.Write(data)
 	bc.keepBuf(data)
