@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/causallab/causallab/internal/mysqlwire"
 )
@@ -31,12 +30,6 @@ type backendConn struct {
 	frames *mysqlwire.FrameReader
 	// broken is set after an I/O error: the connection is unusable.
 	broken bool
-	// wmCmd is this connection's watermark command when it is not
-	// watermarkCmd (a primary connection whose server answers log_status:
-	// primaryWatermark); wmFallback counts each watermark read with
-	// watermarkCmd on a primary that refused it (nil: not counted).
-	wmCmd      []byte
-	wmFallback prometheus.Counter
 	// used is when a command was last sent (closedWhileIdle).
 	used time.Time
 	// The watchdog (watch): while watched, every watchProbe the node's
@@ -170,18 +163,6 @@ func scrubAccount(e *BackendError, acct account) *BackendError {
 // The whole attempt (handshake and set-up) is bounded by connect_timeout
 // and, when healthy is given (a replica), cut once the position source
 // reports the server unhealthy.
-// watermark returns the connection's watermark command (watermarkCmd or
-// its wmCmd), counting a primary's fallback.
-func (bc *backendConn) watermark() []byte {
-	if bc.wmCmd != nil {
-		return bc.wmCmd
-	}
-	if bc.wmFallback != nil {
-		bc.wmFallback.Inc()
-	}
-	return watermarkCmd
-}
-
 // backendReadBuffer is the read buffer of a backend connection's
 // FrameReader, which batches its socket reads (go-mysql's default is 64
 // KiB, most of an idle session's memory without multiplexing:
@@ -249,6 +230,11 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 		c.Close()
 		return nil, backendErr(b, "connect", fmt.Errorf("server forced capabilities the relay cannot frame: %+v", caps))
 	}
+	if b == &cfg.Primary && !caps.DeprecateEOF && cfg.classicEOF != nil {
+		// A primary whose server did not offer CLIENT_DEPRECATE_EOF: its
+		// row-returning writes' GTIDs are not seen (counted).
+		cfg.classicEOF.Inc()
+	}
 	if _, err := c.Execute(trackSetup(allGTIDs)); err != nil {
 		c.Close()
 		if errors.Is(dc.CutReason(), errUnresponsive) {
@@ -256,35 +242,13 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 		}
 		return nil, backendErr(b, "connect", err)
 	}
-	var (
-		wmCmd      []byte
-		wmFallback prometheus.Counter
-	)
-	if pw := cfg.primaryWM; pw != nil && b == &cfg.Primary && acct.user != "" {
-		// A client's own account (auth passthrough, a mapped user's
-		// backend account): log_status needs BACKUP_ADMIN, an operator's
-		// privilege; the joined query, counted as the fallback.
-		wmFallback = pw.fallbacks
-	} else if pw != nil && b == &cfg.Primary {
-		if err := pw.probe(dctx, c); err != nil {
-			c.Close()
-			if errors.Is(dc.CutReason(), errUnresponsive) {
-				err = errUnresponsive
-			}
-			return nil, backendErr(b, "connect", err)
-		}
-		if wmCmd = pw.cmd(); wmCmd == nil {
-			wmFallback = pw.fallbacks
-		}
-	}
 	stop()
 	stop = func() {}
 	dc.Limit(time.Time{})
 	// Every answer so far was read whole: the relay's packet reader goes
 	// under go-mysql's now (nil when the packets are not plain).
 	frames := mysqlwire.InstallFrames(c, backendReadBuffer)
-	return &backendConn{b: b, conn: c, dc: dc, frames: frames, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, okEOF: caps.DeprecateEOF, status: mysql.SERVER_STATUS_AUTOCOMMIT,
-		wmCmd: wmCmd, wmFallback: wmFallback}, nil
+	return &backendConn{b: b, conn: c, dc: dc, frames: frames, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, okEOF: caps.DeprecateEOF, status: mysql.SERVER_STATUS_AUTOCOMMIT}, nil
 }
 
 // trackSetup is the session set-up every backend connection gets (after

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
 
 	"github.com/causallab/causallab/gtid"
@@ -62,10 +63,9 @@ type Backend struct {
 
 // Config configures a proxy.
 type Config struct {
-	// primaryWM is set by New: which query reads a primary read's
-	// watermark (primaryWatermark). Nil (a Config not made into a
-	// Server): watermarkQuery.
-	primaryWM *primaryWatermark
+	// classicEOF is set by New: counts primary connections whose server
+	// did not offer CLIENT_DEPRECATE_EOF (dialBackend). Nil: not counted.
+	classicEOF prometheus.Counter
 	// Listen is the MySQL-protocol listen address. Default 127.0.0.1:6033.
 	Listen string `yaml:"listen"`
 	// HTTPListen serves /metrics and /healthz; empty disables it.

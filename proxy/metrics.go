@@ -50,6 +50,14 @@ type metrics struct {
 	// watermarkFallbacks counts replica reads whose watermark was taken
 	// from another source (session.watermarkFromPrimary), by source.
 	watermarkFallbacks *prometheus.CounterVec
+	// primaryClassicEOF counts primary connections dialled without
+	// CLIENT_DEPRECATE_EOF, which their server did not offer
+	// (dialBackend): a statement there that writes and returns rows does
+	// not add its GTID to the session's token.
+	primaryClassicEOF prometheus.Counter
+	// primaryWatermarkReads counts the primary watermark reader's work
+	// (primaryWatermark) by result.
+	primaryWatermarkReads *prometheus.CounterVec
 	// executes counts prepared-statement executions by path: raw (the
 	// client's packet and the binary result relayed unchanged) is the one
 	// path; the path and reason labels stay for dashboards built on them.
@@ -151,13 +159,17 @@ func newMetrics() *metrics {
 			Name: "causallab_proxy_watermark_fallbacks_total", Help: "Replica reads whose watermark could not be read after the result reached the client and was taken from another source instead, by source (primary: its executed set read afterwards; replica-query: under watermark_source all-gtids, the final OK carried no usable set and the replica's executed set was read with a query afterwards; primary-no-log-status: a read served by the primary whose watermark was read with gtid_executed because the server refused performance_schema.log_status to the proxy's account)."}, []string{"source"}),
 		sessionState: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_session_state_total", Help: "Session state the proxy handled beyond replaying a statement, by event (set-evaluated: a SET with an expression ran once on the primary and its values were read back and replayed as literals; set-not-evaluated: that read-back failed, the session's reads stay on the primary; replica-state-dropped: a routed read changed session state on a replica (a stored function), the connection was reset or closed and the change dropped)."}, []string{"event"}),
+		primaryClassicEOF: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "causallab_proxy_primary_classic_eof_total", Help: "Primary connections dialled without CLIENT_DEPRECATE_EOF because the server did not offer it (no MySQL since 5.7.5): a statement there that writes and returns rows (ANALYZE TABLE, a CALL that writes and selects) does not add its GTID to the session's token."}),
+		primaryWatermarkReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_primary_watermark_reads_total", Help: "The watermark reads of reads the primary served, made on a connection of the proxy's own account and shared by the sessions waiting at once, by result (query: queries run; served: watermarks handed to sessions; error: queries that failed)."}, []string{"result"}),
 		executes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_stmt_executes_total", Help: "Prepared-statement executions by path (raw: the client's packet and the binary result relayed unchanged; the only path)."}, []string{"path", "reason"}),
 	}
 	m.executesRaw = m.executes.WithLabelValues("raw", "")
 	m.statementsBy = promcache.New(m.statements, 2*numKinds*3)
 	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
-		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.watermarkFallbacks, m.executes, m.sessionState,
+		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.watermarkFallbacks, m.executes, m.sessionState, m.primaryClassicEOF, m.primaryWatermarkReads,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "causallab_proxy_ready", Help: "1 once the proxy serves: every backend's position read once, or startup_timeout passed."})

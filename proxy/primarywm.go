@@ -2,60 +2,206 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
-	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
-// logStatusCmd is mysqlwire.LogStatusQuery's COM_QUERY payload (never
-// modified): the primary's watermark, sound where watermarkQuery is not
-// (on the primary the received set is empty, and a commit is visible
-// before gtid_executed has it; log_status copies gtid_executed under the
-// commit lock: docs/router.md "The commit race").
-var logStatusCmd = append([]byte{mysql.COM_QUERY}, mysqlwire.LogStatusQuery...)
-
-// primaryWatermark decides, once per proxy, which query reads a read's
-// watermark on the primary: performance_schema.log_status when the
-// server lets the proxy's account read it (BACKUP_ADMIN) and commits
-// through its binary log (mysqlwire.ProbeLogStatus, the verdict kept in
-// ls), else watermarkQuery, each such read counted as
-// watermark_fallbacks_total{source="primary-no-log-status"} (the commit
-// race's gap stays open there) and the refusal logged once.
+// primaryWatermark reads the watermark of the reads the primary served
+// (and the primary's executed set that stands in for a replica's lost
+// watermark, session.watermarkFromPrimary), once per proxy, on a
+// connection of the proxy's own account (Backend.User), never on the
+// session's: a statement there would clear the read's diagnostics (SHOW
+// WARNINGS, @@warning_count, GET DIAGNOSTICS) and move its session
+// status, and under auth passthrough the client's own account usually
+// lacks BACKUP_ADMIN.
+//
+// The query is performance_schema.log_status, sound where watermarkQuery
+// is not (on the primary the received set is empty, and a commit is
+// visible before gtid_executed has it; log_status copies gtid_executed
+// under the commit lock: docs/router.md "The commit race"), when the
+// server lets the proxy's account read it and commits through its binary
+// log (mysqlwire.ProbeLogStatus, the verdict kept in ls); else
+// watermarkQuery, each such read counted as
+// watermark_fallbacks_total{source="primary-no-log-status"} and the
+// refusal logged once.
+//
+// Reads are batched (single flight): a session whose read has completed
+// joins the next batch, which starts only after every member joined (a
+// batch whose query was sent is never joined), so the one answer bounds
+// what each member's read saw. One batch runs at a time, in a goroutine
+// that lives while batches wait, each bounded by backend_timeout.
 type primaryWatermark struct {
 	ls        mysqlwire.LogStatus
 	fallbacks prometheus.Counter
-	log       *slog.Logger
+	// reads counts the queries run, waits the watermarks served (their
+	// ratio is the batching), errors the batches that failed.
+	reads, waits, errors prometheus.Counter
+	log                  *slog.Logger
+	b                    *Backend
+	dialer               mysqlwire.Dialer
+	timeout              time.Duration
+
+	mu sync.Mutex
+	// ctx is the reader's lifetime (start to stop); nil before start.
+	ctx context.Context
+	// next is the batch being joined (nil: none waits); running: a
+	// goroutine runs batches (wg counts it).
+	next    *wmBatch
+	running bool
+	wg      sync.WaitGroup
+	// conn is the reader's connection, used by the running goroutine
+	// only (nil: dialled at the next batch).
+	conn *client.Conn
 }
 
-func newPrimaryWatermark(m *metrics, log *slog.Logger) *primaryWatermark {
-	return &primaryWatermark{fallbacks: m.watermarkFallbacks.WithLabelValues("primary-no-log-status"), log: log}
+// wmBatch is one watermark read shared by the sessions that joined it:
+// done is closed once set or err holds the answer.
+type wmBatch struct {
+	done chan struct{}
+	set  gtid.Set
+	err  error
 }
 
-// probe runs on a new primary connection (inside dialBackend's connect
-// deadline, ctx) until the verdict is known: log_status answered, or the
-// server refused it. Any other error is the connection's and is returned
-// (the dial fails as it would have).
-func (w *primaryWatermark) probe(ctx context.Context, c *client.Conn) error {
-	if w == nil {
-		return nil
+// errWatermarkReaderStopped: the proxy is shutting down (or the reader
+// never started): no watermark can be read.
+var errWatermarkReaderStopped = errors.New("proxy: the primary's watermark reader is not running")
+
+func newPrimaryWatermark(cfg *Config, m *metrics, log *slog.Logger) *primaryWatermark {
+	b := &cfg.Primary
+	return &primaryWatermark{
+		fallbacks: m.watermarkFallbacks.WithLabelValues("primary-no-log-status"),
+		reads:     m.primaryWatermarkReads.WithLabelValues("query"),
+		waits:     m.primaryWatermarkReads.WithLabelValues("served"),
+		errors:    m.primaryWatermarkReads.WithLabelValues("error"),
+		log:       log,
+		dialer:    mysqlwire.Dialer{User: b.User, Password: b.Password, Timeout: cfg.ConnectTimeout, IOTimeout: cfg.BackendTimeout, PlainIO: cfg.SocketIO != "raw"},
+		b:         b,
+		timeout:   cfg.BackendTimeout,
 	}
+}
+
+// start lets the reader run batches until ctx ends (Serve's).
+func (w *primaryWatermark) start(ctx context.Context) {
+	w.mu.Lock()
+	w.ctx = ctx
+	w.mu.Unlock()
+}
+
+// stop waits for the running batch (its ctx ended) and closes the
+// connection.
+func (w *primaryWatermark) stop() {
+	w.wg.Wait()
+	if w.conn != nil {
+		_ = w.conn.Close()
+		w.conn = nil
+	}
+}
+
+// read returns the primary's watermark read by a query sent after read
+// was called (the caller's read has completed), or why it could not be
+// read; ctx bounds the wait (the session's).
+func (w *primaryWatermark) read(ctx context.Context) (gtid.Set, error) {
+	w.mu.Lock()
+	if w.ctx == nil || w.ctx.Err() != nil {
+		w.mu.Unlock()
+		return gtid.Set{}, errWatermarkReaderStopped
+	}
+	if w.next == nil {
+		w.next = &wmBatch{done: make(chan struct{})}
+	}
+	b := w.next
+	if !w.running {
+		w.running = true
+		w.wg.Add(1)
+		go w.run(w.ctx)
+	}
+	w.mu.Unlock()
+	select {
+	case <-b.done:
+		w.waits.Inc()
+		return b.set, b.err
+	case <-ctx.Done():
+		return gtid.Set{}, context.Cause(ctx)
+	}
+}
+
+// run runs the waiting batches one after another until none waits.
+func (w *primaryWatermark) run(ctx context.Context) {
+	defer w.wg.Done()
+	for {
+		w.mu.Lock()
+		b := w.next
+		w.next = nil
+		if b == nil {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		b.set, b.err = w.query(ctx)
+		close(b.done)
+	}
+}
+
+// query runs one watermark query (dialling and probing first when the
+// reader has no connection), bounded by backend_timeout. After a failure
+// that is not the server's, the connection is closed (the next batch
+// dials again).
+func (w *primaryWatermark) query(ctx context.Context) (gtid.Set, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	w.reads.Inc()
+	set, err := w.queryOn(ctx)
+	if err != nil {
+		w.errors.Inc()
+		if !mysqlwire.IsServerError(err) && w.conn != nil {
+			_ = w.conn.Close()
+			w.conn = nil
+		}
+		return gtid.Set{}, backendErr(w.b, "watermark", err)
+	}
+	return set, nil
+}
+
+func (w *primaryWatermark) queryOn(ctx context.Context) (gtid.Set, error) {
+	if w.conn == nil {
+		c, err := w.dialer.Dial(ctx, w.b.Addr, false)
+		if err != nil {
+			return gtid.Set{}, err
+		}
+		w.conn = c
+	}
+	if err := w.probe(ctx, w.conn); err != nil {
+		return gtid.Set{}, err
+	}
+	q := mysqlwire.LogStatusQuery
+	if !w.ls.Sound() {
+		q = watermarkQuery
+		w.fallbacks.Inc()
+	}
+	v, err := mysqlwire.ReadValue(ctx, w.conn, q)
+	if err != nil {
+		return gtid.Set{}, err
+	}
+	return gtid.Parse(v)
+}
+
+// probe runs on the reader's connection until the verdict is known:
+// log_status answered, or the server refused it. Any other error is the
+// connection's and is returned.
+func (w *primaryWatermark) probe(ctx context.Context, c *client.Conn) error {
 	refusal, err := w.ls.Probe(ctx, func(ctx context.Context, q string) (string, error) { return mysqlwire.ReadValue(ctx, c, q) })
 	if refusal != nil {
-		w.log.Warn("proxy: performance_schema.log_status is not the primary's watermark; monotonic-reads watermarks of reads served by the primary use gtid_executed, which can lack a transaction the read saw (grant BACKUP_ADMIN; docs/router.md, \"The commit race\")",
+		w.log.Warn("proxy: performance_schema.log_status is not the primary's watermark; monotonic-reads watermarks of reads served by the primary use gtid_executed, which can lack a transaction the read saw (grant BACKUP_ADMIN to the proxy's backend account; docs/router.md, \"The commit race\")",
 			"reason", refusal.Error())
 	}
 	return err
-}
-
-// cmd is the watermark command for a primary connection: nil (use
-// watermarkCmd) unless log_status answered.
-func (w *primaryWatermark) cmd() []byte {
-	if w != nil && w.ls.Sound() {
-		return logStatusCmd
-	}
-	return nil
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -34,52 +35,44 @@ func userWithoutBackupAdmin(t *testing.T, ctx context.Context, user, password st
 	}
 }
 
-// TestPrimaryWatermarkLogStatus: a primary connection reads its
-// watermark from performance_schema.log_status when the proxy's account
-// may (the compose account has every privilege), and the set contains
-// the primary's gtid_executed read before it; with an account without
-// BACKUP_ADMIN the server refuses it, the proxy keeps serving with
-// watermarkQuery and counts every such watermark as
-// watermark_fallbacks_total{source="primary-no-log-status"}.
+// TestPrimaryWatermarkLogStatus: the proxy's primary watermark reader
+// reads performance_schema.log_status on a connection of the proxy's
+// account when that account may (the compose account has every
+// privilege), and the set contains the primary's gtid_executed read
+// before it; with an account without BACKUP_ADMIN the server refuses it,
+// the proxy keeps serving with watermarkQuery and counts every such
+// watermark as watermark_fallbacks_total{source="primary-no-log-status"}.
 func TestPrimaryWatermarkLogStatus(t *testing.T) {
 	composetest.Need(t, topo)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	read := func(t *testing.T, s *Server) (*backendConn, gtid.Set) {
+	read := func(t *testing.T, s *Server) gtid.Set {
 		t.Helper()
-		bc, err := dialBackend(ctx, &s.cfg.Primary, account{}, "", "", 0, &s.cfg, nil, false)
+		pu := topo.Primary()
+		d := &mysqlwire.Dialer{User: pu.User, Password: pu.Password, Timeout: 5 * time.Second}
+		c, err := d.Dial(ctx, pu.Addr(), false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(bc.close)
-		before, err := bc.exec(ctx, mysqlwire.ExecutedQuery)
+		defer c.Close()
+		bs, err := mysqlwire.ReadExecuted(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := before.GetString(0, 0)
-		bs, err := gtid.Parse(strings.Clone(b))
+		ws, err := s.primaryWM.read(ctx)
 		if err != nil {
 			t.Fatal(err)
-		}
-		r, err := bc.exec(ctx, string(bc.watermark()[1:]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, _ := r.GetString(0, 0)
-		ws, err := gtid.Parse(strings.Clone(w))
-		if err != nil {
-			t.Fatalf("watermark %q: %v", w, err)
 		}
 		if !ws.Contains(bs) {
 			t.Fatalf("watermark %v lacks gtid_executed read before it, %v", ws, bs)
 		}
-		return bc, ws
+		return ws
 	}
 	t.Run("log-status", func(t *testing.T) {
 		s := startProxy(t, nil)
-		bc, _ := read(t, s)
-		if string(bc.wmCmd) != string(logStatusCmd) {
-			t.Fatalf("the primary connection's watermark command is %q, want log_status", bc.watermark())
+		read(t, s)
+		if !s.primaryWM.ls.Sound() {
+			t.Fatal("the reader does not use log_status although the proxy's account may read it")
 		}
 		if m := metricText(t, s); !strings.Contains(m, `causallab_proxy_watermark_fallbacks_total{source="primary-no-log-status"} 0`) {
 			t.Errorf("a fallback counted although log_status answered:\n%s", grepLines(m, "watermark_fallbacks"))
@@ -90,29 +83,28 @@ func TestPrimaryWatermarkLogStatus(t *testing.T) {
 		s := startProxy(t, func(cfg *Config) {
 			cfg.Primary.User, cfg.Primary.Password = "nologstatus", "nlpw"
 		})
-		bc, _ := read(t, s)
-		if bc.wmCmd != nil {
-			t.Fatalf("the primary connection's watermark command is %q, want watermarkQuery", bc.wmCmd)
-		}
-		if ls := &s.cfg.primaryWM.ls; !ls.Known() || ls.Sound() {
+		read(t, s)
+		if ls := &s.primaryWM.ls; !ls.Known() || ls.Sound() {
 			t.Fatalf("probe verdict known %v sound %v, want refused", ls.Known(), ls.Sound())
 		}
 		// A client's session still works through the proxy.
 		db := openDB(t, s, "")
+		db.SetMaxOpenConns(1) // the last statement runs after SELECT 1's watermark
 		var one int
 		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
 			t.Fatalf("SELECT 1 through the proxy: %d, %v", one, err)
 		}
-		// One fallback for read's watermark above, and one for each read
-		// through the proxy the primary served: the SELECT 1 goes to a
-		// replica unless the router found none (a loaded machine's poll
-		// overran: reason no-replica-up; seen in a full-suite run), and
-		// a read the primary serves reads its watermark there too.
+		var tok sql.NullString
+		if err := db.QueryRowContext(ctx, "SELECT @causal_token").Scan(&tok); err != nil {
+			t.Fatal(err)
+		}
+		// One fallback for every query the reader ran (the read above,
+		// and the reads through the proxy the primary served).
 		m := metricText(t, s)
-		onPrimary := metricSum(m, `causallab_proxy_statements_total{kind="read",role="primary"}`)
-		if got := metricSum(m, `causallab_proxy_watermark_fallbacks_total{source="primary-no-log-status"}`); got != 1+onPrimary {
-			t.Errorf("%d fallbacks counted, want 1 + %d reads the primary served:\n%s", got, onPrimary,
-				grepLines(m, "watermark_fallbacks", "statements_total", "causallab_router_reads_total"))
+		queries := metricSum(m, `causallab_proxy_primary_watermark_reads_total{result="query"}`)
+		if got := metricSum(m, `causallab_proxy_watermark_fallbacks_total{source="primary-no-log-status"}`); got != queries || got == 0 {
+			t.Errorf("%d fallbacks counted, want one for each of the reader's %d queries:\n%s", got, queries,
+				grepLines(m, "watermark", "statements_total"))
 		}
 	})
 }

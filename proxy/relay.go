@@ -21,7 +21,8 @@ type relayOut struct {
 	// warnings its warning count.
 	status   uint16
 	warnings uint16
-	// gtid is the session-tracking GTID of the response (cloned), if any.
+	// gtid is the session-tracking GTIDs of the response (cloned, joined
+	// with commas when several results carried one), if any.
 	gtid string
 	// serverErr is true when the server answered with an ERR packet (already
 	// forwarded to the client).
@@ -100,6 +101,11 @@ type relayReq struct {
 	file func() ([]byte, byte, error)
 	// dropTracked: ignore the final OK's ALL_GTIDS set (Server.dropTracked).
 	dropTracked bool
+	// wmRead, with watermark, reads the watermark after the response
+	// instead of the pipelined watermarkQuery (the primary's reader,
+	// primaryWatermark: nothing runs on the session's connection after
+	// the read); nil: pipelined.
+	wmRead func(context.Context) (gtid.Set, error)
 	// healthy, for a replica, is its health for the watchdog while the
 	// watermark's answer is read (nil: not watched).
 	healthy func() bool
@@ -142,6 +148,9 @@ func relayCmd(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	if bc.allGTIDs && req.watermark {
 		return relayTracked(cc, bc, req)
 	}
+	if req.watermark && req.wmRead != nil {
+		return relayThenRead(cc, bc, req)
+	}
 	if err := bc.send(req.cmd, req.watermark); err != nil {
 		bc.broken = true
 		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
@@ -162,6 +171,25 @@ func relayCmd(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	}
 	out.watermark, out.wmErr = bc.readWatermark()
 	bc.unwatch()
+	return out, err
+}
+
+// relayThenRead relays a read and then takes its watermark from
+// req.wmRead (a query started after the response was read, on another
+// connection), once the client has the response.
+func relayThenRead(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
+	if err := bc.send(req.cmd, false); err != nil {
+		bc.broken = true
+		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
+	}
+	out, err := relayResponse(cc, bc, req)
+	if bc.broken {
+		return out, err
+	}
+	if req.flush != nil && err == nil {
+		_ = req.flush() // a failure surfaces at the client's next read
+	}
+	out.watermark, out.wmErr = req.wmRead(req.ctx)
 	return out, err
 }
 
@@ -198,7 +226,7 @@ func relayTracked(cc *clientConn, bc *backendConn, req relayReq) (relayOut, erro
 		bc.watch(req.healthy)
 	}
 	bc.conn.ResetSequence()
-	if werr := bc.conn.WritePacket(appendPacket(nil, bc.watermark())); werr != nil {
+	if werr := bc.conn.WritePacket(appendPacket(nil, watermarkCmd)); werr != nil {
 		bc.broken = true
 		out.wmErr = backendErr(bc.b, "watermark", werr)
 	} else {
@@ -225,7 +253,7 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 	if n >= smallCommand && c.Compression == mysql.MYSQL_COMPRESS_NONE {
 		bufs, packets := framePackets(cmd, n)
 		if watermark {
-			bufs = append(bufs, appendPacket(nil, bc.watermark()))
+			bufs = append(bufs, appendPacket(nil, watermarkCmd))
 		}
 		_, err := bufs.WriteTo(c.Conn)
 		// The response continues the command's sequence (past its split
@@ -248,7 +276,7 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 		// packets); the watermark is a command of its own.
 		seq := c.Sequence
 		c.ResetSequence()
-		data = append(append(bc.buf[:0], 0, 0, 0, 0), bc.watermark()...)
+		data = append(append(bc.buf[:0], 0, 0, 0, 0), watermarkCmd...)
 		err = c.WritePacket(data)
 		c.Sequence = seq
 		return err
@@ -258,7 +286,7 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 		data = append(data, p...)
 	}
 	if watermark {
-		data = appendPacket(data, bc.watermark())
+		data = appendPacket(data, watermarkCmd)
 	}
 	_, err := c.Conn.Write(data)
 	bc.keepBuf(data)
@@ -561,7 +589,9 @@ func eofPacket(warnings, status uint16) []byte {
 // eofFromOK parses the OK packet (0xfe header) that ends a result on an
 // okEOF connection and returns the classic EOF packet with its
 // warnings and status (session-state flag cleared: the client gets no
-// tracking block). The status and the tracked executed set go to out.
+// tracking block). The status, and the tracked GTIDs when the status says
+// the session state changed, go to out (noteTracked); the common OK
+// without a tracking block is read without go-mysql's parser (okStatus).
 func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
 	if !bc.allGTIDs {
 		// The common end of a read: no tracking block to parse (no
@@ -598,8 +628,11 @@ func okStatus(p []byte) (status, warnings uint16, ok bool) {
 	return binary.LittleEndian.Uint16(p[pos:]), binary.LittleEndian.Uint16(p[pos+2:]), true
 }
 
-// noteTracked records an OK packet's status, and on an allGTIDs
-// connection its tracked executed set, in out (and the status in bc).
+// noteTracked records an OK packet's status in out (and in bc), a
+// session state change it reports, and its tracked GTIDs: on an allGTIDs
+// connection the executed set (out.tracked), else the statement's own
+// (OWN_GTID), added to out.gtid (a response of several results, CALL or
+// several statements, can carry several).
 func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
 	out.status, bc.status = r.Status, r.Status
 	out.warnings = r.Warnings
@@ -610,6 +643,13 @@ func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
 		out.stateChanged, bc.changed = true, true
 	}
 	if !bc.allGTIDs {
+		if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
+			if out.gtid == "" {
+				out.gtid = strings.Clone(r.SessionTracking.GTID)
+			} else {
+				out.gtid += "," + r.SessionTracking.GTID
+			}
+		}
 		return
 	}
 	out.tracked, out.trackedInTrans = "", r.Status&mysql.SERVER_STATUS_IN_TRANS != 0
@@ -638,8 +678,6 @@ func relayOK(cc *clientConn, bc *backendConn, pkt []byte, wantGTIDs bool, out *r
 		// ALL_GTIDS is not what the client asked to track (OWN_GTID):
 		// the block is never forwarded.
 		wantGTIDs = false
-	} else if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
-		out.gtid = strings.Clone(r.SessionTracking.GTID)
 	}
 	clientTrack := cc.hasCapability(mysql.CLIENT_SESSION_TRACK)
 	if clientTrack && (wantGTIDs || r.Status&mysql.SERVER_SESSION_STATE_CHANGED == 0) {

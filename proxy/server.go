@@ -71,6 +71,10 @@ type Server struct {
 	// query fallback runs (relayTracked).
 	dropTracked atomic.Bool
 
+	// primaryWM reads the watermarks of the reads the primary served,
+	// on the proxy's own account (started and stopped by Serve).
+	primaryWM *primaryWatermark
+
 	// pools are the shared backend connection pools by backend name
 	// (Config.Multiplex; nil when off), pm their metrics; run by Serve.
 	pools map[string]*pool
@@ -147,7 +151,8 @@ func New(cfg Config) (*Server, error) {
 		},
 		capCfg: router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
 	}
-	s.cfg.primaryWM = newPrimaryWatermark(s.m, s.log)
+	s.primaryWM = newPrimaryWatermark(&s.cfg, s.m, s.log)
+	s.cfg.classicEOF = s.m.primaryClassicEOF
 	s.setReadiness("starting: not serving yet")
 	switch {
 	case cfg.Source != nil:
@@ -335,6 +340,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// The pools outlive the sessions (closed after they end, below).
 	poolCtx, stopPools := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPools()
+	s.primaryWM.start(poolCtx)
 	if s.cfg.Multiplex {
 		if err := s.startPools(poolCtx); err != nil {
 			return err
@@ -416,6 +422,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	for _, p := range s.pools {
 		<-p.done
 	}
+	s.primaryWM.stop()
 	stopPolls()
 	pollWG.Wait()
 	s.rt.Close()

@@ -722,25 +722,6 @@ func (s *session) flush() error {
 	return s.cc.Flush()
 }
 
-// executed reads the node's watermark (watermarkQuery: gtid_executed, on
-// a replica joined with its received set) on the session's connection
-// right after a read.
-func (s *session) executed(bc *backendConn) (gtid.Set, error) {
-	r, err := bc.exec(s.ctx, string(bc.watermark()[1:]))
-	if err != nil {
-		return gtid.Set{}, backendErr(bc.b, "watermark", err)
-	}
-	txt, err := r.GetString(0, 0)
-	if err != nil {
-		return gtid.Set{}, backendErr(bc.b, "watermark", err)
-	}
-	set, err := gtid.Parse(strings.Clone(txt))
-	if err != nil {
-		return gtid.Set{}, backendErr(bc.b, "watermark", err)
-	}
-	return set, nil
-}
-
 // fieldList handles COM_FIELD_LIST on the primary.
 func (s *session) fieldList(table string, wildcard string) ([]*mysql.Field, error) {
 	if err := s.ensurePrimary(); err != nil {

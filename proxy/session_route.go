@@ -107,7 +107,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = roleReplica
 		}
 		s.srv.m.statement(false, st.Kind, role).Inc()
-		return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, flush: s.flushFunc(), healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
+		return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, wmRead: s.wmRead(t.Replica), flush: s.flushFunc(), healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
 	})
 }
 
@@ -309,23 +309,32 @@ func (s *session) runFailed(run *readRun, bc *backendConn, err error, idleFor ti
 	return run.failed(err, bc, &live.RunError{Err: err, NodeFailed: re != nil})
 }
 
+// wmRead is the watermark reader of a read run on replica i (-1: the
+// primary): the primary's reads take theirs from the proxy's reader
+// (primaryWatermark), never from a statement on the session's
+// connection; nil (a replica): pipelined behind the read.
+func (s *session) wmRead(i int) func(context.Context) (gtid.Set, error) {
+	if i >= 0 || s.srv.primaryWM == nil {
+		return nil
+	}
+	return s.srv.primaryWM.read
+}
+
 // watermarkFromPrimary stands in for a replica's watermark that could not
 // be read after its result reached the client (wmErr): the primary's
-// @@GLOBAL.gtid_executed, read now. Within one topology epoch a replica
-// applies only what the primary committed, so what the replica had when it
-// answered is contained in what the primary has afterwards: a sound (more
-// cautious) watermark, and the client keeps its connection. Counted as
+// watermark, read now by the proxy's reader (primaryWatermark). Within
+// one topology epoch a replica applies only what the primary committed,
+// so what the replica had when it answered is contained in what the
+// primary has afterwards: a sound (more cautious) watermark, and the
+// client keeps its connection. Counted as
 // watermark_fallbacks_total{source="primary"}; when the primary cannot
 // answer either, the read fails with wmErr (the client is then closed,
 // counted as watermark-read-failed).
 func (s *session) watermarkFromPrimary(bc *backendConn, wmErr error) (gtid.Set, error) {
-	if bc == s.primary {
+	if bc == s.primary || s.srv.primaryWM == nil {
 		return gtid.Set{}, &live.RunError{Err: wmErr, NodeFailed: true}
 	}
-	if err := s.ensurePrimary(); err != nil {
-		return gtid.Set{}, &live.RunError{Err: errors.Join(wmErr, err), NodeFailed: true}
-	}
-	set, err := s.executed(s.primary)
+	set, err := s.srv.primaryWM.read(s.ctx)
 	if err != nil {
 		return gtid.Set{}, &live.RunError{Err: errors.Join(wmErr, err), NodeFailed: true}
 	}
