@@ -207,6 +207,10 @@ type Stmt struct {
 	// transaction's characteristics (multiplexing keeps the connection
 	// for the next statement, which starts it).
 	NextTransaction bool
+	// DiagVars are the user variables GET DIAGNOSTICS assigns, as they
+	// are written, '@' included, separated by ", " (a string: Stmt stays
+	// comparable).
+	DiagVars string
 	// Status is KindConnStatus's variable, spelt as connStatus spells it.
 	Status string
 	// Full: SHOW FULL PROCESSLIST (KindProcessList).
@@ -432,6 +436,8 @@ func classify(l *sqllex.Lexer) Stmt {
 		return st
 	case t.Is("SHOW"):
 		return classifyShow(l)
+	case t.Is("GET"):
+		return classifyGetDiagnostics(l)
 	case t.Is("KILL"):
 		return classifyKill(l)
 	case t.Is("DESCRIBE"), t.Is("DESC"), t.Is("EXPLAIN"):
@@ -439,6 +445,31 @@ func classify(l *sqllex.Lexer) Stmt {
 		return classifyExplain(l)
 	}
 	return primary(ReasonUnclassified)
+}
+
+// classifyGetDiagnostics reads GET [CURRENT | STACKED] DIAGNOSTICS
+// (after GET): it reads the diagnostics area of the previous statement,
+// so it runs where that ran (ReasonPreviousStatement); DiagVars are the
+// user variables it assigns (@v = item), which exist where it ran.
+func classifyGetDiagnostics(l *sqllex.Lexer) Stmt {
+	t := l.Next()
+	if t.Is("CURRENT") || t.Is("STACKED") {
+		t = l.Next()
+	}
+	if !t.Is("DIAGNOSTICS") {
+		return primary(ReasonUnclassified)
+	}
+	st := Stmt{Kind: KindPrimary, Reason: ReasonPreviousStatement, UsesUserVar: true, SetsUserVar: true}
+	var prev sqllex.Token
+	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
+		if t.Punct('=') && prev.Kind == sqllex.Var {
+			if st.DiagVars != "" {
+				st.DiagVars += ", "
+			}
+			st.DiagVars += strings.Clone(prev.Text) // Text aliases the query
+		}
+	}
+	return st
 }
 
 // connStatus are the status variables of the client's link that the

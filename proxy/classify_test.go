@@ -66,6 +66,9 @@ func TestClassify(t *testing.T) {
 		{"CREATE TEMPORARY TABLE x (a int)", KindPrimary, ReasonTempTable},
 		{"drop temporary table x", KindPrimary, ReasonTempTable},
 		{"SHOW WARNINGS", KindPrimary, ReasonPreviousStatement},
+		{"GET DIAGNOSTICS @n = NUMBER", KindPrimary, ReasonPreviousStatement},
+		{"get stacked diagnostics condition 1 @m = MESSAGE_TEXT", KindPrimary, ReasonPreviousStatement},
+		{"GET LOST", KindPrimary, ReasonUnclassified},
 		{"SHOW TABLES", KindPrimary, ReasonShow},
 		// Transactions.
 		{"BEGIN", KindBegin, ReasonTransaction},
@@ -259,6 +262,7 @@ func FuzzClassify(f *testing.F) {
 		// Multi-statement queries, SHOW, SET from a subquery.
 		"DO 1; SET sql_mode = ''", "SELECT ';'; USE db;", "SHOW STATUS LIKE 'Ssl_cipher'", "SHOW COUNT(*) WARNINGS",
 		"SET @a = (SELECT 1), sql_mode = 'x'", "SELECT @@warning_count", "SELECT SQL_CALC_FOUND_ROWS 1",
+		"GET CURRENT DIAGNOSTICS CONDITION @i @e = MYSQL_ERRNO, @`m` = MESSAGE_TEXT", "GET DIAGNOSTICS @n =",
 	} {
 		f.Add(s)
 	}
