@@ -113,9 +113,17 @@ const (
 	// ReasonPreviousStatement: the statement reads what the session's
 	// previous statement left on the connection that ran it (SHOW
 	// WARNINGS, SHOW ERRORS, SHOW COUNT(*) WARNINGS, @@warning_count,
-	// @@error_count, FOUND_ROWS(), ROW_COUNT()): it runs where the previous
-	// one ran (session.last), which may be a replica.
+	// @@error_count, FOUND_ROWS(), ROW_COUNT(), GET DIAGNOSTICS, SHOW
+	// [SESSION] STATUS, information_schema.OPTIMIZER_TRACE): it runs where
+	// the previous one ran (session.last), which may be a replica.
 	ReasonPreviousStatement
+	// ReasonServerState: a read of the server's global state
+	// (@@GLOBAL.x): a SET GLOBAL on the primary is not the replicas'.
+	ReasonServerState
+	// ReasonStoredFunction: a SELECT calling a function that is not
+	// built in (a stored or loadable function may write; a replica
+	// refuses that with 1290 after the result's columns were sent).
+	ReasonStoredFunction
 	numReasons
 )
 
@@ -147,6 +155,10 @@ func (r Reason) String() string {
 		return "multi-statement"
 	case ReasonPreviousStatement:
 		return "previous-statement"
+	case ReasonServerState:
+		return "server-state"
+	case ReasonStoredFunction:
+		return "stored-function"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
@@ -426,7 +438,7 @@ func classify(l *sqllex.Lexer) Stmt {
 		t.Is("ALTER"), t.Is("TRUNCATE"), t.Is("RENAME"), t.Is("GRANT"),
 		t.Is("REVOKE"), t.Is("LOAD"), t.Is("CALL"), t.Is("HANDLER"),
 		t.Is("OPTIMIZE"), t.Is("ANALYZE"), t.Is("REPAIR"), t.Is("CHECK"),
-		t.Is("FLUSH"), t.Is("RESET"), t.Is("PURGE"),
+		t.Is("RESET"), t.Is("PURGE"),
 		t.Is("CHANGE"), t.Is("STOP"), t.Is("INSTALL"), t.Is("UNINSTALL"),
 		t.Is("IMPORT"), t.Is("PREPARE"), t.Is("EXECUTE"), t.Is("DEALLOCATE"),
 		t.Is("DO"), t.Is("CHECKSUM"), t.Is("CACHE"), t.Is("SHUTDOWN"),
@@ -438,6 +450,8 @@ func classify(l *sqllex.Lexer) Stmt {
 		return classifyShow(l)
 	case t.Is("GET"):
 		return classifyGetDiagnostics(l)
+	case t.Is("FLUSH"):
+		return classifyFlush(l)
 	case t.Is("KILL"):
 		return classifyKill(l)
 	case t.Is("DESCRIBE"), t.Is("DESC"), t.Is("EXPLAIN"):
@@ -472,6 +486,20 @@ func classifyGetDiagnostics(l *sqllex.Lexer) Stmt {
 	return st
 }
 
+// classifyFlush classifies FLUSH (after FLUSH): a write; FLUSH STATUS
+// resets the session's counters on the primary only, so the session's
+// reads stay there from then on (PinsSession): SHOW STATUS then counts
+// every statement the session ran since.
+func classifyFlush(l *sqllex.Lexer) Stmt {
+	st := primary(ReasonWrite)
+	for t := l.Next(); t.Kind != sqllex.EOF; t = l.Next() {
+		if t.Is("STATUS") {
+			st.PinsSession = true
+		}
+	}
+	return st
+}
+
 // connStatus are the status variables of the client's link that the
 // proxy answers itself (KindConnStatus).
 var connStatus = []string{"Ssl_cipher", "Ssl_version"}
@@ -492,20 +520,42 @@ func classifyShow(l *sqllex.Lexer) Stmt {
 	if t.Is("SESSION") || t.Is("LOCAL") {
 		t = l.Next()
 	}
-	if !t.Is("STATUS") || !l.Next().Is("LIKE") {
+	if !t.Is("STATUS") {
 		return primary(ReasonShow)
 	}
-	lit := l.Next()
-	if lit.Kind != sqllex.String || l.Next().Kind != sqllex.EOF {
-		return primary(ReasonShow)
+	return classifySessionStatus(l)
+}
+
+// classifySessionStatus classifies SHOW [SESSION | LOCAL] STATUS [LIKE
+// ... | WHERE ...] (after STATUS): the session's counters
+// (Last_query_cost, Handler_*) are the connection's that ran the
+// previous statement, so it runs there; a LIKE naming one of connStatus
+// is the proxy's (KindConnStatus); a second statement sends it all to the
+// primary.
+func classifySessionStatus(l *sqllex.Lexer) Stmt {
+	var rest [2]sqllex.Token
+	n := 0
+	for t := l.Next(); t.Kind != sqllex.EOF; t = l.Next() {
+		if t.Punct(';') {
+			if !atEnd(l) {
+				return primary(ReasonMultiStatement)
+			}
+			break
+		}
+		if n < len(rest) {
+			rest[n] = t
+		}
+		n++
 	}
-	pat := strings.ReplaceAll(unquote(lit.Text), `\_`, "_")
-	for _, name := range connStatus {
-		if strings.EqualFold(pat, name) {
-			return Stmt{Kind: KindConnStatus, Status: name}
+	if n == 2 && rest[0].Is("LIKE") && rest[1].Kind == sqllex.String {
+		pat := strings.ReplaceAll(unquote(rest[1].Text), `\_`, "_")
+		for _, name := range connStatus {
+			if strings.EqualFold(pat, name) {
+				return Stmt{Kind: KindConnStatus, Status: name}
+			}
 		}
 	}
-	return primary(ReasonShow)
+	return primary(ReasonPreviousStatement)
 }
 
 // classifyProcessList finds KindProcessList after SHOW (t is the next
@@ -687,6 +737,8 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 		case sqllex.SysVar:
 			if readsPreviousSysVar(t) {
 				previous = true
+			} else if isGlobalSysVar(t) {
+				pinRead(&st, ReasonServerState)
 			}
 		case sqllex.Assign:
 			selectAssign(&st, prev)
@@ -710,6 +762,8 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 			case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"):
 				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
 				pinRead(&st, ReasonWrite)
+			case t.Is("OPTIMIZER_TRACE"):
+				previous = true // the trace of the previous statement
 			}
 		}
 	}
@@ -791,6 +845,12 @@ func selectCall(st *Stmt, fn sqllex.Token) (previous bool) {
 	return false
 }
 
+// isGlobalSysVar: system variable t is read in global scope
+// (@@GLOBAL.x).
+func isGlobalSysVar(t sqllex.Token) bool {
+	return len(t.Text) > 9 && sqllex.EqualFoldUpper(t.Text[2:9], "GLOBAL.")
+}
+
 // readsPreviousSysVar: system variable t is @@warning_count or
 // @@error_count, what the previous statement left.
 func readsPreviousSysVar(t sqllex.Token) bool {
@@ -831,6 +891,12 @@ func classifySet(l *sqllex.Lexer) Stmt {
 		return classifySetToken(l)
 	case isTrackGTIDs(t):
 		return classifySetTrackGTIDs(l)
+	case t.Kind != sqllex.Var && sqllex.EqualFoldUpper(sysVarName(sqllex.Token{Text: "@@" + t.Text}), "OPTIMIZER_TRACE"):
+		// The trace is the connection's that ran the statement: the
+		// session's reads stay on the primary, whole there.
+		st := classifySetSession(l, t)
+		st.PinsSession = st.Kind == KindSession
+		return st
 	}
 	return classifySetSession(l, t)
 }

@@ -69,6 +69,18 @@ func TestClassify(t *testing.T) {
 		{"GET DIAGNOSTICS @n = NUMBER", KindPrimary, ReasonPreviousStatement},
 		{"get stacked diagnostics condition 1 @m = MESSAGE_TEXT", KindPrimary, ReasonPreviousStatement},
 		{"GET LOST", KindPrimary, ReasonUnclassified},
+		{"SELECT @@GLOBAL.max_connections", KindPrimary, ReasonServerState},
+		{"SELECT @@global.read_only, @@session.sql_mode", KindPrimary, ReasonServerState},
+		{"SELECT @@max_connections", KindRead, ReasonNone},
+		{"SELECT * FROM information_schema.OPTIMIZER_TRACE", KindPrimary, ReasonPreviousStatement},
+		{"SELECT * FROM t FOR UPDATE", KindPrimary, ReasonLockingRead},
+		{"SELECT * FROM t FOR SHARE", KindPrimary, ReasonLockingRead},
+		{"SELECT * FROM t LOCK IN SHARE MODE", KindPrimary, ReasonLockingRead},
+		{"SHOW GLOBAL VARIABLES LIKE 'x'", KindPrimary, ReasonShow},
+		{"SHOW VARIABLES", KindPrimary, ReasonShow},
+		{"FLUSH STATUS", KindPrimary, ReasonWrite},
+		{"FLUSH TABLES", KindPrimary, ReasonWrite},
+		{"SHOW SESSION STATUS LIKE 'Last_query_cost'", KindPrimary, ReasonPreviousStatement},
 		{"SHOW TABLES", KindPrimary, ReasonShow},
 		// Transactions.
 		{"BEGIN", KindBegin, ReasonTransaction},
@@ -263,6 +275,7 @@ func FuzzClassify(f *testing.F) {
 		"DO 1; SET sql_mode = ''", "SELECT ';'; USE db;", "SHOW STATUS LIKE 'Ssl_cipher'", "SHOW COUNT(*) WARNINGS",
 		"SET @a = (SELECT 1), sql_mode = 'x'", "SELECT @@warning_count", "SELECT SQL_CALC_FOUND_ROWS 1",
 		"GET CURRENT DIAGNOSTICS CONDITION @i @e = MYSQL_ERRNO, @`m` = MESSAGE_TEXT", "GET DIAGNOSTICS @n =",
+		"SHOW STATUS LIKE 'Handler%'; SELECT 1", "SELECT @@GLOBAL.x", "SELECT @@global.", "SELECT * FROM information_schema.optimizer_trace",
 	} {
 		f.Add(s)
 	}
@@ -396,8 +409,18 @@ func TestClassifyConnStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		if want == "" {
-			if st.Kind != KindPrimary || st.Reason != ReasonShow {
-				t.Errorf("%q: %v/%v, want primary/show", q, st.Kind, st.Reason)
+			// SHOW GLOBAL STATUS is the primary's; the session's
+			// counters follow the previous statement (issue 39,
+			// defect 8); a second statement stays on the primary.
+			r := ReasonPreviousStatement
+			switch {
+			case strings.Contains(q, "GLOBAL"):
+				r = ReasonShow
+			case strings.Contains(q, ";"):
+				r = ReasonMultiStatement
+			}
+			if st.Kind != KindPrimary || st.Reason != r {
+				t.Errorf("%q: %v/%v, want primary/%v", q, st.Kind, st.Reason, r)
 			}
 			continue
 		}
@@ -415,6 +438,10 @@ func TestClassifySetFromSubquery(t *testing.T) {
 		"SET @a = (SELECT 1), @@SESSION.sql_mode = 'x'":                         true,
 		"SET @a = (SELECT MAX(id) FROM t), @b = 2":                              false,
 		"SET @a = CONCAT('x', (SELECT 1))":                                      false,
+		// FLUSH STATUS resets the counters on the primary only.
+		"FLUSH STATUS":                    true,
+		"flush local status":              true,
+		"FLUSH NO_WRITE_TO_BINLOG TABLES": false,
 	} {
 		st, err := Classify(q)
 		if err != nil {

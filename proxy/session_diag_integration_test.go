@@ -65,7 +65,7 @@ func TestGetDiagnosticsFollowsThePreviousStatement(t *testing.T) {
 	}
 	defer pc.Close()
 	for _, stmt := range []string{
-		"SELECT CAST('1replica' AS SIGNED)",  // a warning
+		"SELECT CAST('1replica' AS SIGNED)", // a warning
 		"SELECT * FROM ptest.no_such_table", // an error
 	} {
 		want, err := diagScript(t, dc, stmt)
