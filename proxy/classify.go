@@ -120,10 +120,10 @@ const (
 	// ReasonServerState: a read of the server's global state
 	// (@@GLOBAL.x): a SET GLOBAL on the primary is not the replicas'.
 	ReasonServerState
-	// ReasonStoredFunction: a SELECT calling a function that is not
-	// built in (a stored or loadable function may write; a replica
-	// refuses that with 1290 after the result's columns were sent).
-	ReasonStoredFunction
+	// ReasonReplicaReadOnly: a read a replica refused as a write (a
+	// SELECT of a stored function that writes: 1290, 1792; nothing ran
+	// there), run again on the primary (session.writingRead).
+	ReasonReplicaReadOnly
 	numReasons
 )
 
@@ -157,8 +157,8 @@ func (r Reason) String() string {
 		return "previous-statement"
 	case ReasonServerState:
 		return "server-state"
-	case ReasonStoredFunction:
-		return "stored-function"
+	case ReasonReplicaReadOnly:
+		return "replica-read-only"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -147,5 +148,55 @@ func TestSessionAndServerReads(t *testing.T) {
 	}
 	if v := one(pc, "SHOW GLOBAL VARIABLES LIKE 'max_connect_errors'", 1); v != set {
 		t.Fatalf("SHOW GLOBAL VARIABLES after SET GLOBAL on the primary: %s, want %s", v, set)
+	}
+}
+
+// TestSelectOfWritingFunction (issue 39, defect 8): a SELECT of a stored
+// function that writes, routed to a replica, is refused there (1290,
+// super_read_only) before anything is sent: the proxy runs it on the
+// primary instead, once, counted (primary_statements_total{reason=
+// "replica-read-only"}). The client got the replica's 1290.
+func TestSelectOfWritingFunction(t *testing.T) {
+	var mu sync.Mutex
+	onReplica := 0
+	s := startProxy(t, func(c *Config) {
+		c.Policy = "any"
+		c.OnRead = func(r ReadRoute) {
+			mu.Lock()
+			if r.Replica >= 0 {
+				onReplica++
+			}
+			mu.Unlock()
+		}
+	})
+	p := topo.Primary()
+	direct := sqlOpen(t, p.User+":"+p.Password+"@tcp("+p.Addr()+")/")
+	emptyTable(t, direct, "ptest", "wlog", "a INT")
+	mustExec(t, direct, "DROP FUNCTION IF EXISTS ptest.wf")
+	mustExec(t, direct, "CREATE FUNCTION ptest.wf() RETURNS INT DETERMINISTIC MODIFIES SQL DATA BEGIN INSERT INTO ptest.wlog VALUES (1); RETURN 7; END")
+	replicasHave(t, "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'ptest' AND ROUTINE_NAME = 'wf'", "1")
+	db := openDB(t, s, "")
+	for _, q := range []string{"SELECT ptest.wf()", "SELECT ptest.wf() FROM DUAL WHERE 1 = 1"} {
+		var v int
+		if err := db.QueryRow(q).Scan(&v); err != nil || v != 7 {
+			t.Fatalf("%s: %d, %v; want 7", q, v, err)
+		}
+	}
+	var n int
+	if err := direct.QueryRow("SELECT COUNT(*) FROM ptest.wlog").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows the function wrote: %d, %v; want 2", n, err)
+	}
+	mu.Lock()
+	refused := onReplica
+	mu.Unlock()
+	if refused == 0 {
+		t.Fatal("no read of the function was routed to a replica")
+	}
+	if m := grepLines(metricText(t, s), `reason="replica-read-only"`); !strings.Contains(m, "} "+strconv.Itoa(refused)) {
+		t.Fatalf("the %d reads run again on the primary were not counted:\n%s", refused, m)
+	}
+	// A read a replica refused for another reason is the client's answer.
+	if _, err := db.Exec("SELECT * FROM ptest.no_such_table"); err == nil || !strings.Contains(err.Error(), "1146") {
+		t.Fatalf("a replica's other refusal: %v, want 1146", err)
 	}
 }
