@@ -118,7 +118,9 @@ const (
 	// the previous one ran (session.last), which may be a replica.
 	ReasonPreviousStatement
 	// ReasonServerState: a read of the server's global state
-	// (@@GLOBAL.x): a SET GLOBAL on the primary is not the replicas'.
+	// (@@GLOBAL.x, performance_schema.global_status and
+	// global_variables): a SET GLOBAL on the primary is not the
+	// replicas'.
 	ReasonServerState
 	// ReasonReplicaReadOnly: a read a replica refused as a write (a
 	// SELECT of a stored function that writes: 1290, 1792; nothing ran
@@ -755,19 +757,36 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 				// watermark read the proxy runs there right after it.
 				pinRead(&st, ReasonSessionFunction)
 				st.CalcFoundRows = true
-			case t.Is("OUTFILE"), t.Is("DUMPFILE"):
-				if prev.Is("INTO") {
-					pinRead(&st, ReasonIntoFile)
-				}
 			case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"):
 				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
 				pinRead(&st, ReasonWrite)
-			case t.Is("OPTIMIZER_TRACE"):
-				previous = true // the trace of the previous statement
+			case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
+				t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"):
+				previous = selectWhere(&st, t, prev) || previous
 			}
 		}
 	}
 	return selectResult(st, onlyToken && words == 1, previous)
+}
+
+// selectWhere decides a SELECT's word t (after prev) that names where
+// its answer lives: INTO OUTFILE / DUMPFILE (the primary's files), the
+// previous statement's trace or counters (information_schema's
+// OPTIMIZER_TRACE, performance_schema's session_status: previous), the
+// server's global state (performance_schema's global_status,
+// global_variables: the primary).
+func selectWhere(st *Stmt, t, prev sqllex.Token) (previous bool) {
+	switch {
+	case t.Is("OUTFILE"), t.Is("DUMPFILE"):
+		if prev.Is("INTO") {
+			pinRead(st, ReasonIntoFile)
+		}
+	case t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"):
+		pinRead(st, ReasonServerState)
+	default:
+		return true
+	}
+	return false
 }
 
 // pinRead sends a read to the primary for r.

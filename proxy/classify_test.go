@@ -72,6 +72,8 @@ func TestClassify(t *testing.T) {
 		{"SELECT @@GLOBAL.max_connections", KindPrimary, ReasonServerState},
 		{"SELECT @@global.read_only, @@session.sql_mode", KindPrimary, ReasonServerState},
 		{"SELECT @@max_connections", KindRead, ReasonNone},
+		{"SELECT * FROM performance_schema.global_variables", KindPrimary, ReasonServerState},
+		{"SELECT * FROM performance_schema.session_status", KindPrimary, ReasonPreviousStatement},
 		{"SELECT * FROM information_schema.OPTIMIZER_TRACE", KindPrimary, ReasonPreviousStatement},
 		{"SELECT * FROM t FOR UPDATE", KindPrimary, ReasonLockingRead},
 		{"SELECT * FROM t FOR SHARE", KindPrimary, ReasonLockingRead},
