@@ -2,11 +2,19 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/causallab/causallab/compose"
 )
 
 // changeUserLib is COM_CHANGE_USER to user with an empty password,
@@ -104,5 +112,28 @@ func emptyAccount(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// TestChangeUserEmptyPasswordLibmysqlclient: libmysqlclient itself
+// (mysqltest's change_user, from the mtr root filesystem scripts/
+// mtr-suite.sh builds; skipped without it) changes to a proxy user
+// without a password and back (it was refused with 1045).
+func TestChangeUserEmptyPasswordLibmysqlclient(t *testing.T) {
+	rootfs := filepath.Join(compose.DefaultCacheDir(), "mtr-rootfs")
+	bin := "/usr/lib/mysql-test/bin/mysqltest"
+	if _, err := os.Stat(rootfs + bin); err != nil {
+		t.Skipf("no mysqltest in %s: %v", rootfs, err)
+	}
+	s := startProxy(t, func(c *Config) { c.Users = append(c.Users, User{Name: "appnopw"}) })
+	host, port, _ := net.SplitHostPort(s.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "chroot", rootfs, bin, "--host="+host, "--port="+port,
+		"--user=app", "--password=apppw", "--protocol=tcp", "--ssl-mode=REQUIRED")
+	cmd.Stdin = strings.NewReader("--change_user appnopw,,\nSELECT 'as appnopw' AS x;\n--change_user app,apppw,\nSELECT 'as app' AS x;\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "as appnopw") || !strings.Contains(string(out), "as app\n") {
+		t.Fatalf("mysqltest change_user: %v\n%s", err, out)
 	}
 }
