@@ -478,6 +478,9 @@ func classifyGetDiagnostics(l *sqllex.Lexer) Stmt {
 	st := Stmt{Kind: KindPrimary, Reason: ReasonPreviousStatement, UsesUserVar: true, SetsUserVar: true}
 	var prev sqllex.Token
 	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
+		if t.Punct(';') && !atEnd(l) {
+			return primary(ReasonMultiStatement) // the primary's, all of it
+		}
 		if t.Punct('=') && prev.Kind == sqllex.Var {
 			if st.DiagVars != "" {
 				st.DiagVars += ", "

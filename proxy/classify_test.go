@@ -69,6 +69,8 @@ func TestClassify(t *testing.T) {
 		{"GET DIAGNOSTICS @n = NUMBER", KindPrimary, ReasonPreviousStatement},
 		{"get stacked diagnostics condition 1 @m = MESSAGE_TEXT", KindPrimary, ReasonPreviousStatement},
 		{"GET LOST", KindPrimary, ReasonUnclassified},
+		{"GET DIAGNOSTICS @n = NUMBER;", KindPrimary, ReasonPreviousStatement},
+		{"GET DIAGNOSTICS @n = NUMBER; INSERT INTO t VALUES (1)", KindPrimary, ReasonMultiStatement},
 		{"SELECT @@GLOBAL.max_connections", KindPrimary, ReasonServerState},
 		{"SELECT @@global.read_only, @@session.sql_mode", KindPrimary, ReasonServerState},
 		{"SELECT @@max_connections", KindRead, ReasonNone},
