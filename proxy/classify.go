@@ -222,8 +222,8 @@ type Stmt struct {
 	// for the next statement, which starts it).
 	NextTransaction bool
 	// DiagVars are the user variables GET DIAGNOSTICS assigns, as they
-	// are written, '@' included, separated by ", " (a string: Stmt stays
-	// comparable).
+	// are written, '@' included, each ended by a NUL byte (no identifier
+	// holds one; a string: Stmt stays comparable).
 	DiagVars string
 	// Status is KindConnStatus's variable, spelt as connStatus spells it.
 	Status string
@@ -482,10 +482,7 @@ func classifyGetDiagnostics(l *sqllex.Lexer) Stmt {
 			return primary(ReasonMultiStatement) // the primary's, all of it
 		}
 		if t.Punct('=') && prev.Kind == sqllex.Var {
-			if st.DiagVars != "" {
-				st.DiagVars += ", "
-			}
-			st.DiagVars += strings.Clone(prev.Text) // Text aliases the query
+			st.DiagVars += prev.Text + "\x00" // a copy: Text aliases the query
 		}
 	}
 	return st

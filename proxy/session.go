@@ -533,7 +533,7 @@ func (s *session) onPrevious(bc *backendConn, query string, st Stmt) (*mysql.Res
 		if s.diag.bc != bc {
 			s.diag = diagCopy{bc: bc}
 		}
-		s.diag.vars = append(s.diag.vars, strings.Split(st.DiagVars, ", ")...)
+		s.diag.vars = append(s.diag.vars, strings.Split(strings.TrimSuffix(st.DiagVars, "\x00"), "\x00")...)
 	}
 	return done(), nil
 }

@@ -10,8 +10,8 @@ import (
 // DIAGNOSTICS assigns (not a condition number given as a variable), and
 // settleDiag's SET gives each its value as a literal of its type.
 func TestGetDiagnosticsVars(t *testing.T) {
-	st, err := Classify("GET DIAGNOSTICS CONDITION @i @e = MYSQL_ERRNO, @`m` = MESSAGE_TEXT, @s=RETURNED_SQLSTATE")
-	if err != nil || st.DiagVars != "@e, @`m`, @s" || st.Reason != ReasonPreviousStatement {
+	st, err := Classify("GET DIAGNOSTICS CONDITION @i @e = MYSQL_ERRNO, @`m, n` = MESSAGE_TEXT, @s=RETURNED_SQLSTATE")
+	if err != nil || st.DiagVars != "@e\x00@`m, n`\x00@s\x00" || st.Reason != ReasonPreviousStatement {
 		t.Fatalf("%+v, %v", st, err)
 	}
 	res := &mysql.Result{Resultset: &mysql.Resultset{
