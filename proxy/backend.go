@@ -109,9 +109,14 @@ type BackendError struct {
 	// Msg is the sanitised cause.
 	Msg string
 	// Code and State are the server's error code and SQLSTATE when the
-	// server refused (0 and "" for a network failure).
+	// server refused (0 and "" for a network failure; State "" too for a
+	// refusal before the greeting, 1040, which carries none).
 	Code  uint16
 	State string
+	// Text is the server's own message when it refused, with the
+	// backend account's name and password scrubbed; "" when not the
+	// server's, or withheld (1045 for the proxy's own account).
+	Text string
 }
 
 func (e *BackendError) Error() string {
@@ -127,27 +132,33 @@ func backendErr(b *Backend, op string, err error) *BackendError {
 		code  uint16
 		state string
 	)
+	text := ""
 	if errors.As(err, &me) {
-		code, state = me.Code, me.State
+		code, state, text = me.Code, me.State, me.Message
 		if me.Code == mysql.ER_ACCESS_DENIED_ERROR {
-			msg = "access denied for the proxy's backend account"
+			msg, text = "access denied for the proxy's backend account", ""
 		}
 	}
-	if b.Password != "" {
-		msg = strings.ReplaceAll(msg, b.Password, "***")
+	return &BackendError{Backend: b.Name, Op: op, Msg: scrubUser(msg, b.User, b.Password), Code: code, State: state, Text: scrubUser(text, b.User, b.Password)}
+}
+
+// scrubUser takes password, and user where quoted as MySQL quotes an
+// account, out of msg.
+func scrubUser(msg, user, password string) string {
+	if password != "" {
+		msg = strings.ReplaceAll(msg, password, "***")
 	}
-	if b.User != "" && len(b.User) > 2 {
-		msg = strings.ReplaceAll(msg, "'"+b.User+"'", "'***'")
+	if user != "" && len(user) > 2 {
+		msg = strings.ReplaceAll(msg, "'"+user+"'", "'***'")
 	}
-	return &BackendError{Backend: b.Name, Op: op, Msg: msg, Code: code, State: state}
+	return msg
 }
 
 // scrubAccount takes acct's password out of e's text (the server's
 // errors never carry one; the belt and braces of backendErr's).
 func scrubAccount(e *BackendError, acct account) *BackendError {
-	if acct.password != "" {
-		e.Msg = strings.ReplaceAll(e.Msg, acct.password, "***")
-	}
+	e.Msg = scrubUser(e.Msg, "", acct.password)
+	e.Text = scrubUser(e.Text, "", acct.password)
 	return e
 }
 

@@ -113,9 +113,19 @@ const (
 	// ReasonPreviousStatement: the statement reads what the session's
 	// previous statement left on the connection that ran it (SHOW
 	// WARNINGS, SHOW ERRORS, SHOW COUNT(*) WARNINGS, @@warning_count,
-	// @@error_count, FOUND_ROWS(), ROW_COUNT()): it runs where the previous
-	// one ran (session.last), which may be a replica.
+	// @@error_count, FOUND_ROWS(), ROW_COUNT(), GET DIAGNOSTICS, SHOW
+	// [SESSION] STATUS, information_schema.OPTIMIZER_TRACE): it runs where
+	// the previous one ran (session.last), which may be a replica.
 	ReasonPreviousStatement
+	// ReasonServerState: a read of the server's global state
+	// (@@GLOBAL.x, performance_schema.global_status and
+	// global_variables): a SET GLOBAL on the primary is not the
+	// replicas'.
+	ReasonServerState
+	// ReasonReplicaReadOnly: a read a replica refused as a write (a
+	// SELECT of a stored function that writes: 1290, 1792; nothing ran
+	// there), run again on the primary (session.writingRead).
+	ReasonReplicaReadOnly
 	numReasons
 )
 
@@ -147,6 +157,10 @@ func (r Reason) String() string {
 		return "multi-statement"
 	case ReasonPreviousStatement:
 		return "previous-statement"
+	case ReasonServerState:
+		return "server-state"
+	case ReasonReplicaReadOnly:
+		return "replica-read-only"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
@@ -221,6 +235,10 @@ type Stmt struct {
 	// transaction's characteristics (multiplexing keeps the connection
 	// for the next statement, which starts it).
 	NextTransaction bool
+	// DiagVars are the user variables GET DIAGNOSTICS assigns, as they
+	// are written, '@' included, each ended by a NUL byte (no identifier
+	// holds one; a string: Stmt stays comparable).
+	DiagVars string
 	// Status is KindConnStatus's variable, spelt as connStatus spells it.
 	Status string
 	// Full: SHOW FULL PROCESSLIST (KindProcessList).
@@ -449,6 +467,8 @@ func classify(l *sqllex.Lexer) Stmt {
 		return st
 	case t.Is("SHOW"):
 		return classifyShow(l)
+	case t.Is("GET"):
+		return classifyGetDiagnostics(l)
 	case t.Is("KILL"):
 		return classifyKill(l)
 	case t.Is("DESCRIBE"), t.Is("DESC"), t.Is("EXPLAIN"):
@@ -456,6 +476,31 @@ func classify(l *sqllex.Lexer) Stmt {
 		return classifyExplain(l)
 	}
 	return primary(ReasonUnclassified)
+}
+
+// classifyGetDiagnostics reads GET [CURRENT | STACKED] DIAGNOSTICS
+// (after GET): it reads the diagnostics area of the previous statement,
+// so it runs where that ran (ReasonPreviousStatement); DiagVars are the
+// user variables it assigns (@v = item), which exist where it ran.
+func classifyGetDiagnostics(l *sqllex.Lexer) Stmt {
+	t := l.Next()
+	if t.Is("CURRENT") || t.Is("STACKED") {
+		t = l.Next()
+	}
+	if !t.Is("DIAGNOSTICS") {
+		return primary(ReasonUnclassified)
+	}
+	st := Stmt{Kind: KindPrimary, Reason: ReasonPreviousStatement, UsesUserVar: true, SetsUserVar: true}
+	var prev sqllex.Token
+	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
+		if t.Punct(';') && !atEnd(l) {
+			return primary(ReasonMultiStatement) // the primary's, all of it
+		}
+		if t.Punct('=') && prev.Kind == sqllex.Var {
+			st.DiagVars += prev.Text + "\x00" // a copy: Text aliases the query
+		}
+	}
+	return st
 }
 
 // connStatus are the status variables of the client's link that the
@@ -478,20 +523,42 @@ func classifyShow(l *sqllex.Lexer) Stmt {
 	if t.Is("SESSION") || t.Is("LOCAL") {
 		t = l.Next()
 	}
-	if !t.Is("STATUS") || !l.Next().Is("LIKE") {
+	if !t.Is("STATUS") {
 		return primary(ReasonShow)
 	}
-	lit := l.Next()
-	if lit.Kind != sqllex.String || l.Next().Kind != sqllex.EOF {
-		return primary(ReasonShow)
+	return classifySessionStatus(l)
+}
+
+// classifySessionStatus classifies SHOW [SESSION | LOCAL] STATUS [LIKE
+// ... | WHERE ...] (after STATUS): the session's counters
+// (Last_query_cost, Handler_*) are the connection's that ran the
+// previous statement, so it runs there; a LIKE naming one of connStatus
+// is the proxy's (KindConnStatus); a second statement sends it all to the
+// primary.
+func classifySessionStatus(l *sqllex.Lexer) Stmt {
+	var rest [2]sqllex.Token
+	n := 0
+	for t := l.Next(); t.Kind != sqllex.EOF; t = l.Next() {
+		if t.Punct(';') {
+			if !atEnd(l) {
+				return primary(ReasonMultiStatement)
+			}
+			break
+		}
+		if n < len(rest) {
+			rest[n] = t
+		}
+		n++
 	}
-	pat := strings.ReplaceAll(unquote(lit.Text), `\_`, "_")
-	for _, name := range connStatus {
-		if strings.EqualFold(pat, name) {
-			return Stmt{Kind: KindConnStatus, Status: name}
+	if n == 2 && rest[0].Is("LIKE") && rest[1].Kind == sqllex.String {
+		pat := strings.ReplaceAll(unquote(rest[1].Text), `\_`, "_")
+		for _, name := range connStatus {
+			if strings.EqualFold(pat, name) {
+				return Stmt{Kind: KindConnStatus, Status: name}
+			}
 		}
 	}
-	return primary(ReasonShow)
+	return primary(ReasonPreviousStatement)
 }
 
 // classifyProcessList finds KindProcessList after SHOW (t is the next
@@ -571,15 +638,21 @@ func decimalID(t sqllex.Token) (uint64, bool) {
 	return v, true
 }
 
-// classifyFlush classifies FLUSH: FLUSH TABLES ... WITH READ LOCK and
-// FLUSH TABLES ... FOR EXPORT take table locks (held until UNLOCK TABLES,
-// as LOCK TABLES'), any other FLUSH is an administrative write.
+// classifyFlush classifies FLUSH (after FLUSH): an administrative write.
+// FLUSH TABLES ... WITH READ LOCK and FLUSH TABLES ... FOR EXPORT take
+// table locks (held until UNLOCK TABLES, as LOCK TABLES'); FLUSH STATUS
+// resets the session's counters on the primary only, so the session's
+// reads stay there from then on (PinsSession): SHOW STATUS then counts
+// every statement the session ran since.
 func classifyFlush(l *sqllex.Lexer) Stmt {
 	st := primary(ReasonWrite)
 	var prev sqllex.Token
 	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
 		if t.Is("LOCK") && prev.Is("READ") || t.Is("EXPORT") && prev.Is("FOR") {
 			st.LocksTables = true
+		}
+		if t.Is("STATUS") {
+			st.PinsSession = true
 		}
 	}
 	return st
@@ -700,6 +773,8 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 		case sqllex.SysVar:
 			if readsPreviousSysVar(t) {
 				previous = true
+			} else if isGlobalSysVar(t) {
+				pinRead(&st, ReasonServerState)
 			}
 		case sqllex.Assign:
 			selectAssign(&st, prev)
@@ -716,17 +791,36 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 				// watermark read the proxy runs there right after it.
 				pinRead(&st, ReasonSessionFunction)
 				st.CalcFoundRows = true
-			case t.Is("OUTFILE"), t.Is("DUMPFILE"):
-				if prev.Is("INTO") {
-					pinRead(&st, ReasonIntoFile)
-				}
 			case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"):
 				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
 				pinRead(&st, ReasonWrite)
+			case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
+				t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"):
+				previous = selectWhere(&st, t, prev) || previous
 			}
 		}
 	}
 	return selectResult(st, onlyToken && words == 1, previous)
+}
+
+// selectWhere decides a SELECT's word t (after prev) that names where
+// its answer lives: INTO OUTFILE / DUMPFILE (the primary's files), the
+// previous statement's trace or counters (information_schema's
+// OPTIMIZER_TRACE, performance_schema's session_status: previous), the
+// server's global state (performance_schema's global_status,
+// global_variables: the primary).
+func selectWhere(st *Stmt, t, prev sqllex.Token) (previous bool) {
+	switch {
+	case t.Is("OUTFILE"), t.Is("DUMPFILE"):
+		if prev.Is("INTO") {
+			pinRead(st, ReasonIntoFile)
+		}
+	case t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"):
+		pinRead(st, ReasonServerState)
+	default:
+		return true
+	}
+	return false
 }
 
 // pinRead sends a read to the primary for r.
@@ -802,6 +896,12 @@ func selectCall(st *Stmt, fn sqllex.Token) (previous bool) {
 	return false
 }
 
+// isGlobalSysVar: system variable t is read in global scope
+// (@@GLOBAL.x).
+func isGlobalSysVar(t sqllex.Token) bool {
+	return len(t.Text) > 9 && sqllex.EqualFoldUpper(t.Text[2:9], "GLOBAL.")
+}
+
 // readsPreviousSysVar: system variable t is @@warning_count or
 // @@error_count, what the previous statement left.
 func readsPreviousSysVar(t sqllex.Token) bool {
@@ -842,6 +942,12 @@ func classifySet(l *sqllex.Lexer) Stmt {
 		return classifySetToken(l)
 	case isTrackGTIDs(t):
 		return classifySetTrackGTIDs(l)
+	case t.Kind != sqllex.Var && sqllex.EqualFoldUpper(sysVarName(sqllex.Token{Text: "@@" + t.Text}), "OPTIMIZER_TRACE"):
+		// The trace is the connection's that ran the statement: the
+		// session's reads stay on the primary, whole there.
+		st := classifySetSession(l, t)
+		st.PinsSession = st.Kind == KindSession
+		return st
 	}
 	return classifySetSession(l, t)
 }

@@ -68,6 +68,25 @@ func TestClassify(t *testing.T) {
 		{"CREATE TEMPORARY TABLE x (a int)", KindPrimary, ReasonTempTable},
 		{"drop temporary table x", KindPrimary, ReasonTempTable},
 		{"SHOW WARNINGS", KindPrimary, ReasonPreviousStatement},
+		{"GET DIAGNOSTICS @n = NUMBER", KindPrimary, ReasonPreviousStatement},
+		{"get stacked diagnostics condition 1 @m = MESSAGE_TEXT", KindPrimary, ReasonPreviousStatement},
+		{"GET LOST", KindPrimary, ReasonUnclassified},
+		{"GET DIAGNOSTICS @n = NUMBER;", KindPrimary, ReasonPreviousStatement},
+		{"GET DIAGNOSTICS @n = NUMBER; INSERT INTO t VALUES (1)", KindPrimary, ReasonMultiStatement},
+		{"SELECT @@GLOBAL.max_connections", KindPrimary, ReasonServerState},
+		{"SELECT @@global.read_only, @@session.sql_mode", KindPrimary, ReasonServerState},
+		{"SELECT @@max_connections", KindRead, ReasonNone},
+		{"SELECT * FROM performance_schema.global_variables", KindPrimary, ReasonServerState},
+		{"SELECT * FROM performance_schema.session_status", KindPrimary, ReasonPreviousStatement},
+		{"SELECT * FROM information_schema.OPTIMIZER_TRACE", KindPrimary, ReasonPreviousStatement},
+		{"SELECT * FROM t FOR UPDATE", KindPrimary, ReasonLockingRead},
+		{"SELECT * FROM t FOR SHARE", KindPrimary, ReasonLockingRead},
+		{"SELECT * FROM t LOCK IN SHARE MODE", KindPrimary, ReasonLockingRead},
+		{"SHOW GLOBAL VARIABLES LIKE 'x'", KindPrimary, ReasonShow},
+		{"SHOW VARIABLES", KindPrimary, ReasonShow},
+		{"FLUSH STATUS", KindPrimary, ReasonWrite},
+		{"FLUSH TABLES", KindPrimary, ReasonWrite},
+		{"SHOW SESSION STATUS LIKE 'Last_query_cost'", KindPrimary, ReasonPreviousStatement},
 		{"SHOW TABLES", KindPrimary, ReasonShow},
 		// Transactions.
 		{"BEGIN", KindBegin, ReasonTransaction},
@@ -266,6 +285,8 @@ func FuzzClassify(f *testing.F) {
 		// SET values: literals, expressions (evaluated once), locks.
 		"SET @u = UUID()", "SET @a = -1.5e-3, @b = _latin1 X'41' COLLATE latin1_bin", "SET SESSION time_zone = @@GLOBAL.time_zone",
 		"SET @g = GET_LOCK('x', 0)", "SET NAMES utf8mb4, @a = f()", "SET @@GLOBAL.x = 1", "FLUSH TABLES WITH READ LOCK", "CALL p(@x)",
+		"GET CURRENT DIAGNOSTICS CONDITION @i @e = MYSQL_ERRNO, @`m` = MESSAGE_TEXT", "GET DIAGNOSTICS @n =",
+		"SHOW STATUS LIKE 'Handler%'; SELECT 1", "SELECT @@GLOBAL.x", "SELECT @@global.", "SELECT * FROM information_schema.optimizer_trace",
 	} {
 		f.Add(s)
 	}
@@ -407,8 +428,18 @@ func TestClassifyConnStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		if want == "" {
-			if st.Kind != KindPrimary || st.Reason != ReasonShow {
-				t.Errorf("%q: %v/%v, want primary/show", q, st.Kind, st.Reason)
+			// SHOW GLOBAL STATUS is the primary's; the session's
+			// counters follow the previous statement (issue 39,
+			// defect 8); a second statement stays on the primary.
+			r := ReasonPreviousStatement
+			switch {
+			case strings.Contains(q, "GLOBAL"):
+				r = ReasonShow
+			case strings.Contains(q, ";"):
+				r = ReasonMultiStatement
+			}
+			if st.Kind != KindPrimary || st.Reason != r {
+				t.Errorf("%q: %v/%v, want primary/%v", q, st.Kind, st.Reason, r)
 			}
 			continue
 		}
@@ -490,6 +521,24 @@ func TestClassifySetEval(t *testing.T) {
 		"FLUSH TABLES t FOR EXPORT": true, "FLUSH TABLES": false, "FLUSH LOGS": false} {
 		if st, _ := Classify(q); st.LocksTables != locks || st.Kind != KindPrimary {
 			t.Errorf("%q: %+v, want primary LocksTables=%v", q, st, locks)
+		}
+	}
+}
+
+// TestClassifyFlushStatusPins: FLUSH STATUS resets the counters on the
+// primary only, so it pins the session there; other FLUSHes do not.
+func TestClassifyFlushStatusPins(t *testing.T) {
+	for q, pins := range map[string]bool{
+		"FLUSH STATUS":                    true,
+		"flush local status":              true,
+		"FLUSH NO_WRITE_TO_BINLOG TABLES": false,
+	} {
+		st, err := Classify(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Kind != KindPrimary || st.PinsSession != pins {
+			t.Errorf("%q: %v PinsSession=%v, want primary PinsSession=%v", q, st.Kind, st.PinsSession, pins)
 		}
 	}
 }

@@ -44,6 +44,8 @@ type loginHandler struct {
 	// denied: under auth passthrough the primary refused the account
 	// (counted as an authentication failure).
 	denied bool
+	// hc is the client's connection below go-mysql's (refuse).
+	hc *handshakeConn
 }
 
 // GetCredential returns the user's credential, or the decoy.
@@ -80,7 +82,7 @@ func (h *loginHandler) OnAuthSuccess(c *server.Conn) error {
 			return accessDenied(c.GetUser(), c.RemoteAddr().String(), h.sess.acct.password != "")
 		}
 		h.backendFailed = true
-		return loginError(err)
+		return h.refuse(c, loginError(err))
 	}
 	return nil
 }
@@ -131,22 +133,41 @@ func (handshakeHandler) HandleStmtClose(any) error             { return errNotGo
 func (handshakeHandler) HandleOtherCommand(byte, []byte) error { return errNotGoMySQL }
 
 // loginError is the client's answer when the session's primary connection
-// failed at login: the backend's own code and SQLSTATE (the code's
-// standard one when the server sent none) when the server refused (too many connections, the proxy's account refused), else
+// failed at login: the server's refusal as the server sent it (code,
+// SQLSTATE, message text: 1040 "Too many connections", as a client
+// connected direct reads it) when the server refused, the proxy's own
+// wording when the server's text is withheld (its account refused), else
 // CR_CONN_HOST_ERROR (2003), as MySQL Router answers an unreachable
 // server. The text never holds the backend account's credentials.
 func loginError(err error) *mysql.MyError {
 	var be *BackendError
-	if errors.As(err, &be) && be.Code != 0 {
-		// A refusal before the greeting (1040) carries no SQLSTATE: the
-		// code's own, as MySQL names it (go-mysql's table, else HY000).
-		me := mysql.NewError(be.Code, "causallab proxy: "+be.Error())
-		if be.State != "" {
-			me.State = be.State
-		}
-		return me
+	switch {
+	case errors.As(err, &be) && be.Code != 0 && be.Text != "":
+		return &mysql.MyError{Code: be.Code, State: be.State, Message: be.Text}
+	case be != nil && be.Code != 0:
+		return mysql.NewError(be.Code, "causallab proxy: "+be.Error())
 	}
 	return mysql.NewError(2003, "causallab proxy: cannot connect to the primary: "+err.Error())
+}
+
+// refuse answers the login with me. A refusal without SQLSTATE (1040
+// sent before the greeting has none) is written here, without the
+// SQLSTATE marker, as the server wrote it: go-mysql would write the
+// marker and an empty state, and clients would read the message's first
+// five bytes as the state. Its own error packet after it is dropped
+// (handshakeConn.mute); the connection closes.
+func (h *loginHandler) refuse(c *server.Conn, me *mysql.MyError) error {
+	if me.State != "" || c.Capability()&mysql.CLIENT_PROTOCOL_41 == 0 || h.hc == nil {
+		return me
+	}
+	pkt := make([]byte, 4, 4+3+len(me.Message))
+	pkt = append(pkt, mysql.ERR_HEADER, byte(me.Code), byte(me.Code>>8))
+	pkt = append(pkt, me.Message...)
+	if err := c.WritePacket(pkt); err != nil {
+		return err
+	}
+	h.hc.mute = true
+	return me
 }
 
 // newUsers builds the configured accounts' credentials and a decoy for
@@ -226,6 +247,9 @@ type handshakeConn struct {
 	// private).
 	sess *session
 	salt []byte
+	// mute: writes are dropped (loginHandler.refuse wrote the login's
+	// answer; the connection closes).
+	mute bool
 }
 
 // errPreAuthPacket: a client packet before login was longer than
@@ -270,6 +294,9 @@ const greetingFlags = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_FOUND_ROWS
 // Write passes the server's writes on, adding greetingFlags to the
 // greeting (the first packet, protocol version 10).
 func (h *handshakeConn) Write(p []byte) (int, error) {
+	if h.mute {
+		return len(p), nil
+	}
 	if !h.through {
 		if salt := scrambleOf(p, !h.greeted); salt != nil {
 			h.salt = salt

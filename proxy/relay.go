@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -29,6 +30,9 @@ type relayOut struct {
 	serverErr bool
 	// code is the ERR packet's error code.
 	code uint16
+	// readOnly: the response was the server's read-only refusal, held
+	// back (relayReq.holdReadOnly).
+	readOnly bool
 	// watermark is the node's executed set read right after the command
 	// (relayReq.watermark), unless wmErr says why it could not be read.
 	watermark gtid.Set
@@ -106,6 +110,10 @@ type relayReq struct {
 	// primaryWatermark: nothing runs on the session's connection after
 	// the read); nil: pipelined.
 	wmRead func(context.Context) (gtid.Set, error)
+	// holdReadOnly: a read on a replica; the server's read-only refusal
+	// as the response's first packet (nothing ran: a stored function
+	// that writes) is not written (relayOut.readOnly).
+	holdReadOnly bool
 	// healthy, for a replica, is its health for the watchdog while the
 	// watermark's answer is read (nil: not watched).
 	healthy func() bool
@@ -457,11 +465,29 @@ func (r *responseRelay) read() ([]byte, error) {
 
 // serverError relays the server's ERR packet, which ends the response.
 func (r *responseRelay) serverError(pkt []byte) {
-	r.out.serverErr = true
 	if len(pkt) >= 7 {
 		r.out.code = binary.LittleEndian.Uint16(pkt[5:7])
 	}
+	if r.req.holdReadOnly && !r.written && readOnlyRefusal(r.out.code, pkt) {
+		r.out.readOnly = true
+		return
+	}
+	r.out.serverErr = true
 	r.write(pkt)
+}
+
+// readOnlyRefusal: ERR packet pkt (code its code) is a server's refusal
+// to write because it is read-only: 1290 naming read_only or
+// super_read_only (1290 names other options too), 1792 (a read-only
+// transaction), 1836 (innodb_read_only).
+func readOnlyRefusal(code uint16, pkt []byte) bool {
+	switch code {
+	case mysql.ER_OPTION_PREVENTS_STATEMENT:
+		return bytes.Contains(pkt, []byte("read-only")) || bytes.Contains(pkt, []byte("read_only"))
+	case mysql.ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, mysql.ER_READ_ONLY_MODE:
+		return true
+	}
+	return false
 }
 
 // localFile relays a LOAD DATA LOCAL INFILE exchange (relayLocalFile); the

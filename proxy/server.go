@@ -664,7 +664,7 @@ func (s *Server) serveConn(ctx context.Context, slot *connSlot) {
 func (s *Server) login(ctx context.Context, c net.Conn, sess *session) (*clientConn, bool) {
 	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	hc := &handshakeConn{Conn: c, id: sess.id, sess: sess}
-	login := &loginHandler{srv: s, sess: sess}
+	login := &loginHandler{srv: s, sess: sess, hc: hc}
 	gc, err := s.mysqlSrv.NewCustomizedConn(hc, login, handshakeHandler{sess})
 	if err != nil {
 		outcome := "auth-failed"

@@ -70,6 +70,9 @@ type session struct {
 	// closeAfter: close the client connection once the current response
 	// is written (after an oversized packet, as MySQL does).
 	closeAfter bool
+	// diag: user variables a GET DIAGNOSTICS set on a replica, copied to
+	// the session before its next other statement (settleDiag).
+	diag diagCopy
 	// tls is the client link's TLS state (nil: plain), for KindConnStatus.
 	tls *tls.ConnectionState
 	// ls is the session's causal state in the router (token, watermark,
@@ -420,6 +423,11 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 		return nil, err
 	}
 	s.use, s.poolBusy = st.Kind.String(), false
+	if st.Reason != ReasonPreviousStatement {
+		if err := s.settleDiag(); err != nil {
+			return nil, err
+		}
+	}
 	if res, ok, err := s.proxyAnswer(st); ok {
 		return res, err
 	}
@@ -438,11 +446,7 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	}
 	if st.Reason == ReasonPreviousStatement {
 		if bc := s.previous(); bc != nil {
-			s.srv.m.statement(false, st.Kind, roleReplica).Inc()
-			if _, err := relay(s.ctx, s.cc, bc, query, s.state.wantGTIDs, nil); err != nil {
-				return s.answer(err, bc)
-			}
-			return done(), nil
+			return s.onPrevious(bc, query, st)
 		}
 	}
 	if st.Kind == KindPrimary {
@@ -513,6 +517,28 @@ func (s *session) proxyAnswer(st Stmt) (res *mysql.Result, ok bool, err error) {
 		return res, true, err
 	}
 	return nil, false, nil
+}
+
+// onPrevious runs a statement that reads what the previous statement
+// left on bc, the replica connection that ran it. The diagnostics stay
+// asked-for one more command (multiplexing keeps bc: a second GET
+// DIAGNOSTICS or SHOW WARNINGS reads them too); the user variables a GET
+// DIAGNOSTICS assigned there are copied to the session later
+// (settleDiag).
+func (s *session) onPrevious(bc *backendConn, query string, st Stmt) (*mysql.Result, error) {
+	s.srv.m.statement(false, st.Kind, roleReplica).Inc()
+	out, err := relay(s.ctx, s.cc, bc, query, s.state.wantGTIDs, nil)
+	if err != nil {
+		return s.answer(err, bc)
+	}
+	s.state.keepNext = keepWarnings
+	if len(st.DiagVars) > 0 && !out.serverErr {
+		if s.diag.bc != bc {
+			s.diag = diagCopy{bc: bc}
+		}
+		s.diag.vars = append(s.diag.vars, strings.Split(strings.TrimSuffix(st.DiagVars, "\x00"), "\x00")...)
+	}
+	return done(), nil
 }
 
 // previous returns the replica connection that ran the session's

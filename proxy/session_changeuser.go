@@ -124,7 +124,10 @@ func (s *session) changeUser(data []byte) error {
 		s.closeAfter = true
 		return err
 	}
-	if plugin == mysql.AUTH_CACHING_SHA2_PASSWORD {
+	// An empty password's answer is the OK alone, as MySQL's
+	// caching_sha2_password answers it (libmysqlclient's plugin reads no
+	// fast-auth packet then).
+	if plugin == mysql.AUTH_CACHING_SHA2_PASSWORD && !isEmptyAuth(resp) {
 		if err := s.cc.writePacket([]byte{0, 0, 0, 0, mysql.MORE_DATE_HEADER, mysql.CACHE_SHA2_FAST_AUTH}); err != nil {
 			return err
 		}
@@ -207,13 +210,18 @@ func (a ccAuth) ReadPacket() ([]byte, error) {
 }
 
 // checkScramble reports whether resp is the plugin's scramble of salt
-// with one of passwords (an empty response for an empty password).
+// with one of passwords. An empty password's response is empty or one NUL
+// byte (isEmptyAuth: libmysqlclient's caching_sha2_password sends the
+// byte), as MySQL reads it.
 func checkScramble(plugin string, salt []byte, passwords []string, resp []byte) bool {
 	for _, pw := range passwords {
 		var want []byte
 		switch {
 		case pw == "":
-			want = nil
+			if isEmptyAuth(resp) {
+				return true
+			}
+			continue
 		case plugin == mysql.AUTH_NATIVE_PASSWORD:
 			want = mysql.CalcNativePassword(salt, []byte(pw))
 		default:

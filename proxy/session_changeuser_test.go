@@ -63,6 +63,14 @@ func TestCheckScramble(t *testing.T) {
 	if !checkScramble(mysql.AUTH_CACHING_SHA2_PASSWORD, salt, []string{""}, nil) || checkScramble(mysql.AUTH_CACHING_SHA2_PASSWORD, salt, []string{"pw"}, nil) {
 		t.Error("empty password and empty response")
 	}
+	// libmysqlclient's caching_sha2_password answers an empty password
+	// with one NUL byte.
+	if !checkScramble(mysql.AUTH_CACHING_SHA2_PASSWORD, salt, []string{""}, []byte{0}) || checkScramble(mysql.AUTH_CACHING_SHA2_PASSWORD, salt, []string{"pw"}, []byte{0}) {
+		t.Error("empty password and a NUL byte")
+	}
+	if checkScramble(mysql.AUTH_NATIVE_PASSWORD, salt, []string{""}, []byte{0, 0}) {
+		t.Error("empty password and two NUL bytes passed")
+	}
 }
 
 // FuzzParseChangeUser: no payload crashes the parser or makes it keep

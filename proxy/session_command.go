@@ -53,6 +53,16 @@ func (s *session) handleNextCommand() error {
 func (s *session) dispatch(payload []byte) (*mysql.Result, error) {
 	data := payload[1:]
 	switch payload[0] {
+	case mysql.COM_QUERY, mysql.COM_PING, mysql.COM_STMT_CLOSE:
+		// COM_QUERY settles GET DIAGNOSTICS's variables itself.
+	case mysql.COM_RESET_CONNECTION, mysql.COM_CHANGE_USER:
+		s.diag = diagCopy{} // the variables are reset
+	default:
+		if err := s.settleDiag(); err != nil {
+			return nil, err
+		}
+	}
+	switch payload[0] {
 	case mysql.COM_QUERY:
 		return s.handleQuery(payloadText(payload))
 	case mysql.COM_STMT_PREPARE:

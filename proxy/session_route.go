@@ -101,14 +101,42 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.routeRelay(st, o, func(bc *backendConn, t live.Target, at time.Time) (relayOut, error) {
+	refused := false
+	res, err := s.routeRelay(st, o, func(bc *backendConn, t live.Target, at time.Time) (relayOut, error) {
 		role := rolePrimary
 		if t.Replica >= 0 {
 			role = roleReplica
 		}
 		s.srv.m.statement(false, st.Kind, role).Inc()
-		return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, wmRead: s.wmRead(t.Replica), flush: s.flushFunc(), healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load()})
+		out, err := relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, wmRead: s.wmRead(t.Replica), flush: s.flushFunc(), healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load(), holdReadOnly: t.Replica >= 0})
+		refused = refused || out.readOnly
+		return out, err
 	})
+	if !refused || err != nil {
+		return res, err
+	}
+	return s.writingRead(query)
+}
+
+// writingRead runs on the primary a read a replica refused as a write
+// (relayOut.readOnly: a SELECT of a stored function that writes; nothing
+// ran there), counted in primary_statements_total{reason=
+// "replica-read-only"}. The proxy cannot tell a stored function from a
+// built-in one by its name, so such a read goes to a replica first.
+func (s *session) writingRead(query string) (*mysql.Result, error) {
+	if err := s.ensurePrimary(); err != nil {
+		return nil, err
+	}
+	st := primary(ReasonReplicaReadOnly)
+	s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
+	s.srv.m.statement(false, st.Kind, rolePrimary).Inc()
+	out, err := relay(s.ctx, s.cc, s.primary, query, s.state.wantGTIDs, nil)
+	s.state.last = s.primary
+	if err != nil {
+		return s.answer(err, s.primary)
+	}
+	s.afterPrimary(st, out)
+	return done(), nil
 }
 
 // readRun is what the session saw of one read's runs on the nodes the
