@@ -134,7 +134,7 @@ func (s *session) park(final bool) {
 	}
 	s.use = ""
 	keep := s.state.keepNext
-	s.state.keepNext = keepNone // one command only
+	s.state.keepNext, s.state.kept = keepNone, keepNone // one command only
 	if !final {
 		if ok, why := s.state.Shareable(); !ok {
 			if s.holdsPooled() {
@@ -148,6 +148,7 @@ func (s *session) park(final bool) {
 			// The previous statement's diagnostics stay asked-for one
 			// command longer (ProxySQL keeps the connection likewise).
 			s.srv.pm.pinned.WithLabelValues(keep.String()).Inc()
+			s.state.kept = keep
 			return
 		}
 		s.dropOwn()

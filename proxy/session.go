@@ -439,9 +439,11 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	if st.Reason == ReasonPreviousStatement {
 		if bc := s.previous(); bc != nil {
 			s.srv.m.statement(false, st.Kind, roleReplica).Inc()
-			if _, err := relay(s.ctx, s.cc, bc, query, s.state.wantGTIDs, nil); err != nil {
+			out, err := relay(s.ctx, s.cc, bc, query, s.state.wantGTIDs, nil)
+			if err != nil {
 				return s.answer(err, bc)
 			}
+			s.state.noteAnswer(st, out.warnings, out.serverErr)
 			return done(), nil
 		}
 	}

@@ -175,6 +175,10 @@ type sessionState struct {
 	// diagnostics may be asked for next: keepNext words), 0 when nothing
 	// does. park consumes it.
 	keepNext keepReason
+	// kept is why park kept the previous statement's connection for this
+	// command (keepNext's value then), 0 when it did not: a statement that
+	// only reads diagnostics keeps it as long again.
+	kept keepReason
 }
 
 // keepReason is why a session keeps its pooled connection for the next
@@ -210,6 +214,10 @@ func (k keepReason) String() string { return keepWords[k] }
 // later statement answers on a reset connection (docs/proxy.md).
 func (m *sessionState) noteAnswer(st Stmt, warnings uint16, serverErr bool) {
 	switch {
+	case st.Reason == ReasonPreviousStatement && !serverErr && m.kept != keepNone:
+		// SHOW WARNINGS, @@warning_count, FOUND_ROWS() leave what they
+		// read (MySQL's diagnostics area) for the next one to read again.
+		m.keepNext = m.kept
 	case st.NextTransaction && !serverErr:
 		m.keepNext = keepNextTransaction
 	case st.CalcFoundRows && !serverErr:
@@ -374,7 +382,7 @@ func (m *sessionState) reset() (freed int) {
 	m.status = mysql.SERVER_STATUS_AUTOCOMMIT
 	m.stmts = map[uint32]*pstmt{}
 	m.last = nil
-	m.keepNext = keepNone
+	m.keepNext, m.kept = keepNone, keepNone
 	m.wantGTIDs = false
 	m.pendingEval = nil
 	return freed
