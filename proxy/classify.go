@@ -214,6 +214,12 @@ type Stmt struct {
 	// report (named locks, table locks): the session keeps its primary
 	// connection from then on under multiplexing.
 	Call bool
+	// DropsSchema: DROP DATABASE / DROP SCHEMA, which leaves the session
+	// with no current schema when it drops that one.
+	DropsSchema bool
+	// HandlerOpen, HandlerClose: HANDLER ... OPEN, HANDLER ... CLOSE (the
+	// open handler lives on the connection that opened it).
+	HandlerOpen, HandlerClose bool
 	// CalcFoundRows: SELECT SQL_CALC_FOUND_ROWS (its FOUND_ROWS() is asked
 	// for by the next statement: multiplexing keeps the connection).
 	CalcFoundRows bool
@@ -430,13 +436,18 @@ func classify(l *sqllex.Lexer) Stmt {
 	case t.Is("FLUSH"):
 		return classifyFlush(l)
 	case t.Is("CREATE"), t.Is("DROP"):
-		if n := l.Next(); n.Is("TEMPORARY") {
+		n := l.Next()
+		if n.Is("TEMPORARY") {
 			return Stmt{Kind: KindPrimary, Reason: ReasonTempTable, TempTable: true}
 		}
-		return primary(ReasonWrite)
+		st := primary(ReasonWrite)
+		st.DropsSchema = t.Is("DROP") && (n.Is("DATABASE") || n.Is("SCHEMA"))
+		return st
+	case t.Is("HANDLER"):
+		return classifyHandler(l)
 	case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"),
 		t.Is("ALTER"), t.Is("TRUNCATE"), t.Is("RENAME"), t.Is("GRANT"),
-		t.Is("REVOKE"), t.Is("LOAD"), t.Is("CALL"), t.Is("HANDLER"),
+		t.Is("REVOKE"), t.Is("LOAD"), t.Is("CALL"),
 		t.Is("OPTIMIZE"), t.Is("ANALYZE"), t.Is("REPAIR"), t.Is("CHECK"),
 		t.Is("RESET"), t.Is("PURGE"),
 		t.Is("CHANGE"), t.Is("STOP"), t.Is("INSTALL"), t.Is("UNINSTALL"),
@@ -456,6 +467,21 @@ func classify(l *sqllex.Lexer) Stmt {
 		return classifyExplain(l)
 	}
 	return primary(ReasonUnclassified)
+}
+
+// classifyHandler classifies HANDLER tbl_name {OPEN [[AS] alias] | READ
+// ... | CLOSE} (tbl_name possibly schema-qualified): OPEN and CLOSE are
+// told apart for the session's handler-open hold.
+func classifyHandler(l *sqllex.Lexer) Stmt {
+	st := primary(ReasonWrite)
+	l.Next() // the table (or the handler's alias)
+	a := l.Next()
+	if a.Punct('.') {
+		l.Next() // schema.table
+		a = l.Next()
+	}
+	st.HandlerOpen, st.HandlerClose = a.Is("OPEN"), a.Is("CLOSE")
+	return st
 }
 
 // connStatus are the status variables of the client's link that the

@@ -266,6 +266,7 @@ func FuzzClassify(f *testing.F) {
 		// SET values: literals, expressions (evaluated once), locks.
 		"SET @u = UUID()", "SET @a = -1.5e-3, @b = _latin1 X'41' COLLATE latin1_bin", "SET SESSION time_zone = @@GLOBAL.time_zone",
 		"SET @g = GET_LOCK('x', 0)", "SET NAMES utf8mb4, @a = f()", "SET @@GLOBAL.x = 1", "FLUSH TABLES WITH READ LOCK", "CALL p(@x)",
+		"HANDLER s.t OPEN AS h", "HANDLER h READ `PRIMARY` NEXT", "HANDLER `h` CLOSE", "DROP SCHEMA IF EXISTS `d`",
 	} {
 		f.Add(s)
 	}
@@ -490,6 +491,25 @@ func TestClassifySetEval(t *testing.T) {
 		"FLUSH TABLES t FOR EXPORT": true, "FLUSH TABLES": false, "FLUSH LOGS": false} {
 		if st, _ := Classify(q); st.LocksTables != locks || st.Kind != KindPrimary {
 			t.Errorf("%q: %+v, want primary LocksTables=%v", q, st, locks)
+		}
+	}
+}
+
+// TestClassifyHandlerAndDropSchema: HANDLER OPEN and CLOSE (the
+// handler-open hold) and DROP DATABASE / SCHEMA (the session's schema
+// may be gone) are told apart from the rest.
+func TestClassifyHandlerAndDropSchema(t *testing.T) {
+	type want struct{ open, close, drop bool }
+	for q, w := range map[string]want{
+		"HANDLER t OPEN": {open: true}, "handler s.t open as h": {open: true}, "HANDLER `s`.`t` OPEN h": {open: true},
+		"HANDLER h READ FIRST": {}, "HANDLER h READ `PRIMARY` NEXT": {}, "HANDLER `open` READ NEXT": {},
+		"HANDLER h CLOSE": {close: true}, "HANDLER s.close CLOSE": {close: true}, "HANDLER": {},
+		"DROP DATABASE d": {drop: true}, "drop schema if exists `d`": {drop: true},
+		"DROP TABLE d": {}, "CREATE DATABASE d": {},
+	} {
+		st, err := Classify(q)
+		if err != nil || st.Kind != KindPrimary || st.HandlerOpen != w.open || st.HandlerClose != w.close || st.DropsSchema != w.drop {
+			t.Errorf("%q: %+v, %v; want primary %+v", q, st, err, w)
 		}
 	}
 }

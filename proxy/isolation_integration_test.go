@@ -33,6 +33,8 @@ func isoSchema(t *testing.T) {
 		"INSERT IGNORE INTO iso.counter VALUES (1, 0)",
 		"CREATE TABLE IF NOT EXISTS iso.vals (v VARCHAR(64))",
 		"CREATE TABLE IF NOT EXISTS iso.w (a INT)",
+		"CREATE TABLE IF NOT EXISTS iso.h (a INT PRIMARY KEY)",
+		"INSERT IGNORE INTO iso.h VALUES (1), (2), (3)",
 		"DROP FUNCTION IF EXISTS iso.setstate",
 		"CREATE FUNCTION iso.setstate(i INT) RETURNS INT DETERMINISTIC NO SQL BEGIN SET @v = i; SET time_zone = CONCAT('+0', i, ':00'); RETURN i; END",
 		"DROP FUNCTION IF EXISTS iso.bump",
