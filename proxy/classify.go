@@ -214,6 +214,9 @@ type Stmt struct {
 	// report (named locks, table locks): the session keeps its primary
 	// connection from then on under multiplexing.
 	Call bool
+	// LastInsertID: the statement calls LAST_INSERT_ID (reads the
+	// session's value, or sets it with an argument).
+	LastInsertID bool
 	// DropsSchema: DROP DATABASE / DROP SCHEMA, which leaves the session
 	// with no current schema when it drops that one.
 	DropsSchema bool
@@ -631,6 +634,9 @@ func scanUserVars(l *sqllex.Lexer, st *Stmt) {
 		if t.Punct('(') && isLockFunction(prev) {
 			st.NamedLock = true
 		}
+		if t.Punct('(') && prev.Is("LAST_INSERT_ID") {
+			st.LastInsertID = true
+		}
 		if t.Kind == sqllex.Assign && prev.Kind == sqllex.Var {
 			st.SetsUserVar = true
 			st.assignsToken = st.assignsToken || isCausalTokenVar(prev.Text)
@@ -820,8 +826,10 @@ func selectCall(st *Stmt, fn sqllex.Token) (previous bool) {
 		st.NamedLock = true
 	case fn.Is("FOUND_ROWS"), fn.Is("ROW_COUNT"):
 		return true
-	case fn.Is("LAST_INSERT_ID"),
-		fn.Is("CONNECTION_ID"), fn.Is("WAIT_FOR_EXECUTED_GTID_SET"),
+	case fn.Is("LAST_INSERT_ID"):
+		st.LastInsertID = true
+		pinRead(st, ReasonSessionFunction)
+	case fn.Is("CONNECTION_ID"), fn.Is("WAIT_FOR_EXECUTED_GTID_SET"),
 		fn.Is("SOURCE_POS_WAIT"), fn.Is("MASTER_POS_WAIT"), fn.Is("NEXTVAL"):
 		pinRead(st, ReasonSessionFunction)
 	}

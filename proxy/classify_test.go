@@ -513,3 +513,17 @@ func TestClassifyHandlerAndDropSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyLastInsertID: a call of LAST_INSERT_ID anywhere (a read, a
+// write, a SET) is flagged; the word alone is not.
+func TestClassifyLastInsertID(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SELECT LAST_INSERT_ID()": true, "select last_insert_id(5)": true, "INSERT INTO t VALUES (LAST_INSERT_ID())": true,
+		"UPDATE t SET id = LAST_INSERT_ID(id + 1)": true, "SET @a = LAST_INSERT_ID()": true, "DO LAST_INSERT_ID(3)": true,
+		"SELECT 1": false, "SELECT last_insert_id FROM t": false, "INSERT INTO t VALUES (1)": false,
+	} {
+		if st, err := Classify(q); err != nil || st.LastInsertID != want {
+			t.Errorf("%q: LastInsertID %v, %v; want %v", q, st.LastInsertID, err, want)
+		}
+	}
+}

@@ -483,6 +483,7 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
 	s.srv.m.statement(false, st.Kind, rolePrimary).Inc()
+	s.seedInsertID(st)
 	out, err := relay(s.ctx, s.cc, s.primary, query, s.state.wantGTIDs, s.localFile())
 	s.state.last = s.primary
 	if err != nil {
@@ -577,6 +578,7 @@ func (s *session) previous() *backendConn {
 func (s *session) afterPrimary(st Stmt, out relayOut) {
 	s.state.afterPrimary(st, out.status, out.serverErr, out.stateChanged)
 	s.state.noteAnswer(st, out.warnings, out.serverErr)
+	s.noteInsertID(st, out)
 	s.cc.mirrorStatus(s.state.status)
 	if !out.serverErr && out.gtid != "" {
 		s.recordWrite(out.gtid)

@@ -149,3 +149,54 @@ func diagFirst(t *testing.T, c *isoSession, q string) string {
 	}
 	return first
 }
+
+// TestIsoLastInsertID: LAST_INSERT_ID() on a later statement is the
+// session's own, as MySQL keeps it: the first id the session's last
+// generating INSERT made (an explicit id changes nothing), or what
+// LAST_INSERT_ID(expr) set, whatever ran between; two sessions
+// interleaved each read their own.
+func TestIsoLastInsertID(t *testing.T) {
+	isoSchema(t)
+	bothModes(t, func(t *testing.T, s *Server) {
+		db := openDB(t, s, "")
+		a, b := isoConn(t, db), isoConn(t, db)
+		ctx := context.Background()
+		insert := func(c *isoSession) int64 {
+			t.Helper()
+			r, err := c.c.ExecContext(ctx, "INSERT INTO iso.ai (v) VALUES (1), (2)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := r.LastInsertId()
+			if err != nil || id == 0 {
+				t.Fatalf("insert id %d, %v", id, err)
+			}
+			return id
+		}
+		check := func(c *isoSession, want int64, when string) {
+			t.Helper()
+			c.value("SELECT 1")
+			c.value("SELECT COUNT(*) FROM iso.w")
+			if v := c.value("SELECT LAST_INSERT_ID()"); v != fmt.Sprint(want) {
+				t.Fatalf("%s: LAST_INSERT_ID() = %s, want %d", when, v, want)
+			}
+		}
+		for range 3 {
+			ia := insert(a)
+			ib := insert(b)
+			check(a, ia, "after an INSERT")
+			check(b, ib, "after an INSERT")
+			a.exec(fmt.Sprintf("INSERT INTO iso.ai (id, v) VALUES (%d, 3)", ia+1000000))
+			check(a, ia, "after an INSERT of an explicit id")
+			a.exec(fmt.Sprintf("UPDATE iso.ai SET v = v WHERE id = LAST_INSERT_ID(%d)", ia+7))
+			check(a, ia+7, "after LAST_INSERT_ID(expr) in an UPDATE")
+			b.value("SELECT LAST_INSERT_ID(5)")
+			check(b, 5, "after SELECT LAST_INSERT_ID(5)")
+			b.exec("INSERT INTO iso.ai (v) VALUES (LAST_INSERT_ID())")
+			id := b.value("SELECT LAST_INSERT_ID()")
+			if v := b.value("SELECT v FROM iso.ai WHERE id = " + id + " FOR UPDATE"); v != "5" {
+				t.Fatalf("INSERT ... VALUES (LAST_INSERT_ID()) stored %s, want 5", v)
+			}
+		}
+	})
+}

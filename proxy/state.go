@@ -186,6 +186,17 @@ type sessionState struct {
 	// handlers is how many HANDLER ... OPEN succeeded minus the HANDLER
 	// ... CLOSE that did (HoldHandlerOpen while positive).
 	handlers int
+	// insertID is the session's LAST_INSERT_ID() as the proxy last read
+	// it (multiplexing: park reads it before a connection that may have
+	// changed it goes back); insertIDOn is the connection whose server
+	// session has it (nil: none), insertIDDirty: a statement there may
+	// have changed it since.
+	insertID      uint64
+	insertIDOn    *backendConn
+	insertIDDirty bool
+	// insertIDFresh: insertIDOn was lent with LAST_INSERT_ID() 0, not
+	// given the session's value (0 read there later changes nothing).
+	insertIDFresh bool
 	// kept is why park kept the previous statement's connection for this
 	// command (keepNext's value then), 0 when it did not: a statement that
 	// only reads diagnostics keeps it as long again.
@@ -446,6 +457,7 @@ func (m *sessionState) reset() (freed int) {
 	}
 	m.replay, m.replayBytes = nil, 0
 	m.held, m.handlers = 0, 0
+	m.insertID, m.insertIDOn, m.insertIDDirty, m.insertIDFresh = 0, nil, false, false
 	m.status = mysql.SERVER_STATUS_AUTOCOMMIT
 	m.stmts = map[uint32]*pstmt{}
 	m.last = nil
