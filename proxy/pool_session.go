@@ -20,7 +20,7 @@ import (
 // temporary table, LOCK TABLES, a named lock, user variables, session
 // state the proxy cannot replay, an overflowing replay, prepared
 // statements, state the server reported that the proxy does not replay
-// (HoldStateChanged), a CALL. A session borrows only connections dialled with its client
+// (HoldStateChanged), a CALL, an open HANDLER. A session borrows only connections dialled with its client
 // capabilities (passedFlags: CLIENT_MULTI_STATEMENTS, CLIENT_FOUND_ROWS,
 // CLIENT_LOCAL_FILES change what statements return or may do), so every
 // connection a session uses counts in pool_size. A borrowed connection is

@@ -232,13 +232,15 @@ func (k keepReason) String() string { return keepWords[k] }
 // LAST_INSERT_ID(expr) or an INSERT of an explicit id sets one too, so
 // keeping after each held a primary connection through the client's think
 // time after every such write (the scale harness's writes: 13,892 kept of
-// 13,898, 417 statements failed past pool_wait); LAST_INSERT_ID() in a
-// later statement answers on a reset connection (docs/proxy.md).
+// 13,898, 417 statements failed past pool_wait); the session's
+// LAST_INSERT_ID() is carried across connections instead (saveInsertID,
+// seedInsertID). A statement that only reads diagnostics keeps what park
+// kept as long again (kept).
 func (m *sessionState) noteAnswer(st Stmt, warnings uint16, serverErr bool) {
 	switch {
-	case st.Reason == ReasonPreviousStatement && !serverErr && m.kept != keepNone:
-		// SHOW WARNINGS, @@warning_count, FOUND_ROWS() leave what they
-		// read (MySQL's diagnostics area) for the next one to read again.
+	case st.Reason == ReasonPreviousStatement && !serverErr && m.kept == keepWarnings:
+		// SHOW WARNINGS, @@warning_count leave what they read (MySQL's
+		// diagnostics area) for the next one to read again.
 		m.keepNext = m.kept
 	case st.NextTransaction && !serverErr:
 		m.keepNext = keepNextTransaction
