@@ -439,13 +439,7 @@ func classify(l *sqllex.Lexer) Stmt {
 	case t.Is("FLUSH"):
 		return classifyFlush(l)
 	case t.Is("CREATE"), t.Is("DROP"):
-		n := l.Next()
-		if n.Is("TEMPORARY") {
-			return Stmt{Kind: KindPrimary, Reason: ReasonTempTable, TempTable: true}
-		}
-		st := primary(ReasonWrite)
-		st.DropsSchema = t.Is("DROP") && (n.Is("DATABASE") || n.Is("SCHEMA"))
-		return st
+		return classifyCreateDrop(l, t)
 	case t.Is("HANDLER"):
 		return classifyHandler(l)
 	case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"),
@@ -470,6 +464,18 @@ func classify(l *sqllex.Lexer) Stmt {
 		return classifyExplain(l)
 	}
 	return primary(ReasonUnclassified)
+}
+
+// classifyCreateDrop classifies CREATE or DROP (t): TEMPORARY tables
+// pin the session; DROP DATABASE / SCHEMA is told apart (DropsSchema).
+func classifyCreateDrop(l *sqllex.Lexer, t sqllex.Token) Stmt {
+	n := l.Next()
+	if n.Is("TEMPORARY") {
+		return Stmt{Kind: KindPrimary, Reason: ReasonTempTable, TempTable: true}
+	}
+	st := primary(ReasonWrite)
+	st.DropsSchema = t.Is("DROP") && (n.Is("DATABASE") || n.Is("SCHEMA"))
+	return st
 }
 
 // classifyHandler classifies HANDLER tbl_name {OPEN [[AS] alias] | READ
