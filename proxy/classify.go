@@ -228,6 +228,15 @@ type Stmt struct {
 	// report (named locks, table locks): the session keeps its primary
 	// connection from then on under multiplexing.
 	Call bool
+	// LastInsertID: the statement calls LAST_INSERT_ID (reads the
+	// session's value, or sets it with an argument).
+	LastInsertID bool
+	// DropsSchema: DROP DATABASE / DROP SCHEMA, which leaves the session
+	// with no current schema when it drops that one.
+	DropsSchema bool
+	// HandlerOpen, HandlerClose: HANDLER ... OPEN, HANDLER ... CLOSE (the
+	// open handler lives on the connection that opened it).
+	HandlerOpen, HandlerClose bool
 	// CalcFoundRows: SELECT SQL_CALC_FOUND_ROWS (its FOUND_ROWS() is asked
 	// for by the next statement: multiplexing keeps the connection).
 	CalcFoundRows bool
@@ -448,13 +457,12 @@ func classify(l *sqllex.Lexer) Stmt {
 	case t.Is("FLUSH"):
 		return classifyFlush(l)
 	case t.Is("CREATE"), t.Is("DROP"):
-		if n := l.Next(); n.Is("TEMPORARY") {
-			return Stmt{Kind: KindPrimary, Reason: ReasonTempTable, TempTable: true}
-		}
-		return primary(ReasonWrite)
+		return classifyCreateDrop(l, t)
+	case t.Is("HANDLER"):
+		return classifyHandler(l)
 	case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"),
 		t.Is("ALTER"), t.Is("TRUNCATE"), t.Is("RENAME"), t.Is("GRANT"),
-		t.Is("REVOKE"), t.Is("LOAD"), t.Is("CALL"), t.Is("HANDLER"),
+		t.Is("REVOKE"), t.Is("LOAD"), t.Is("CALL"),
 		t.Is("OPTIMIZE"), t.Is("ANALYZE"), t.Is("REPAIR"), t.Is("CHECK"),
 		t.Is("RESET"), t.Is("PURGE"),
 		t.Is("CHANGE"), t.Is("STOP"), t.Is("INSTALL"), t.Is("UNINSTALL"),
@@ -500,6 +508,33 @@ func classifyGetDiagnostics(l *sqllex.Lexer) Stmt {
 			st.DiagVars += prev.Text + "\x00" // a copy: Text aliases the query
 		}
 	}
+	return st
+}
+
+// classifyCreateDrop classifies CREATE or DROP (t): TEMPORARY tables
+// pin the session; DROP DATABASE / SCHEMA is told apart (DropsSchema).
+func classifyCreateDrop(l *sqllex.Lexer, t sqllex.Token) Stmt {
+	n := l.Next()
+	if n.Is("TEMPORARY") {
+		return Stmt{Kind: KindPrimary, Reason: ReasonTempTable, TempTable: true}
+	}
+	st := primary(ReasonWrite)
+	st.DropsSchema = t.Is("DROP") && (n.Is("DATABASE") || n.Is("SCHEMA"))
+	return st
+}
+
+// classifyHandler classifies HANDLER tbl_name {OPEN [[AS] alias] | READ
+// ... | CLOSE} (tbl_name possibly schema-qualified): OPEN and CLOSE are
+// told apart for the session's handler-open hold.
+func classifyHandler(l *sqllex.Lexer) Stmt {
+	st := primary(ReasonWrite)
+	l.Next() // the table (or the handler's alias)
+	a := l.Next()
+	if a.Punct('.') {
+		l.Next() // schema.table
+		a = l.Next()
+	}
+	st.HandlerOpen, st.HandlerClose = a.Is("OPEN"), a.Is("CLOSE")
 	return st
 }
 
@@ -677,6 +712,9 @@ func scanUserVars(l *sqllex.Lexer, st *Stmt) {
 		}
 		if t.Punct('(') && isLockFunction(prev) {
 			st.NamedLock = true
+		}
+		if t.Punct('(') && prev.Is("LAST_INSERT_ID") {
+			st.LastInsertID = true
 		}
 		if t.Kind == sqllex.Assign && prev.Kind == sqllex.Var {
 			st.SetsUserVar = true
@@ -888,8 +926,10 @@ func selectCall(st *Stmt, fn sqllex.Token) (previous bool) {
 		st.NamedLock = true
 	case fn.Is("FOUND_ROWS"), fn.Is("ROW_COUNT"):
 		return true
-	case fn.Is("LAST_INSERT_ID"),
-		fn.Is("CONNECTION_ID"), fn.Is("WAIT_FOR_EXECUTED_GTID_SET"),
+	case fn.Is("LAST_INSERT_ID"):
+		st.LastInsertID = true
+		pinRead(st, ReasonSessionFunction)
+	case fn.Is("CONNECTION_ID"), fn.Is("WAIT_FOR_EXECUTED_GTID_SET"),
 		fn.Is("SOURCE_POS_WAIT"), fn.Is("MASTER_POS_WAIT"), fn.Is("NEXTVAL"):
 		pinRead(st, ReasonSessionFunction)
 	}

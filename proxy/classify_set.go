@@ -137,6 +137,7 @@ func (p *setParser) value(t sqllex.Token) (Stmt, bool) {
 		if isLockFunction(p.prev) {
 			p.st.NamedLock = true
 		}
+		p.st.LastInsertID = p.st.LastInsertID || p.prev.Is("LAST_INSERT_ID")
 	case t.Punct(')'):
 		p.depth--
 	case t.Punct(',') && p.depth == 0:

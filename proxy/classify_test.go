@@ -287,6 +287,7 @@ func FuzzClassify(f *testing.F) {
 		"SET @g = GET_LOCK('x', 0)", "SET NAMES utf8mb4, @a = f()", "SET @@GLOBAL.x = 1", "FLUSH TABLES WITH READ LOCK", "CALL p(@x)",
 		"GET CURRENT DIAGNOSTICS CONDITION @i @e = MYSQL_ERRNO, @`m` = MESSAGE_TEXT", "GET DIAGNOSTICS @n =",
 		"SHOW STATUS LIKE 'Handler%'; SELECT 1", "SELECT @@GLOBAL.x", "SELECT @@global.", "SELECT * FROM information_schema.optimizer_trace",
+		"HANDLER s.t OPEN AS h", "HANDLER h READ `PRIMARY` NEXT", "HANDLER `h` CLOSE", "DROP SCHEMA IF EXISTS `d`",
 	} {
 		f.Add(s)
 	}
@@ -539,6 +540,39 @@ func TestClassifyFlushStatusPins(t *testing.T) {
 		}
 		if st.Kind != KindPrimary || st.PinsSession != pins {
 			t.Errorf("%q: %v PinsSession=%v, want primary PinsSession=%v", q, st.Kind, st.PinsSession, pins)
+		}
+	}
+}
+
+// TestClassifyHandlerAndDropSchema: HANDLER OPEN and CLOSE (the
+// handler-open hold) and DROP DATABASE / SCHEMA (the session's schema
+// may be gone) are told apart from the rest.
+func TestClassifyHandlerAndDropSchema(t *testing.T) {
+	type want struct{ open, close, drop bool }
+	for q, w := range map[string]want{
+		"HANDLER t OPEN": {open: true}, "handler s.t open as h": {open: true}, "HANDLER `s`.`t` OPEN h": {open: true},
+		"HANDLER h READ FIRST": {}, "HANDLER h READ `PRIMARY` NEXT": {}, "HANDLER `open` READ NEXT": {},
+		"HANDLER h CLOSE": {close: true}, "HANDLER s.close CLOSE": {close: true}, "HANDLER": {},
+		"DROP DATABASE d": {drop: true}, "drop schema if exists `d`": {drop: true},
+		"DROP TABLE d": {}, "CREATE DATABASE d": {},
+	} {
+		st, err := Classify(q)
+		if err != nil || st.Kind != KindPrimary || st.HandlerOpen != w.open || st.HandlerClose != w.close || st.DropsSchema != w.drop {
+			t.Errorf("%q: %+v, %v; want primary %+v", q, st, err, w)
+		}
+	}
+}
+
+// TestClassifyLastInsertID: a call of LAST_INSERT_ID anywhere (a read, a
+// write, a SET) is flagged; the word alone is not.
+func TestClassifyLastInsertID(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SELECT LAST_INSERT_ID()": true, "select last_insert_id(5)": true, "INSERT INTO t VALUES (LAST_INSERT_ID())": true,
+		"UPDATE t SET id = LAST_INSERT_ID(id + 1)": true, "SET @a = LAST_INSERT_ID()": true, "DO LAST_INSERT_ID(3)": true,
+		"SELECT 1": false, "SELECT last_insert_id FROM t": false, "INSERT INTO t VALUES (1)": false,
+	} {
+		if st, err := Classify(q); err != nil || st.LastInsertID != want {
+			t.Errorf("%q: LastInsertID %v, %v; want %v", q, st.LastInsertID, err, want)
 		}
 	}
 }

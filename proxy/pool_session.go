@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/pingcap/tidb/pkg/parser/charset"
@@ -19,7 +20,7 @@ import (
 // temporary table, LOCK TABLES, a named lock, user variables, session
 // state the proxy cannot replay, an overflowing replay, prepared
 // statements, state the server reported that the proxy does not replay
-// (HoldStateChanged), a CALL. A session borrows only connections dialled with its client
+// (HoldStateChanged), a CALL, an open HANDLER. A session borrows only connections dialled with its client
 // capabilities (passedFlags: CLIENT_MULTI_STATEMENTS, CLIENT_FOUND_ROWS,
 // CLIENT_LOCAL_FILES change what statements return or may do), so every
 // connection a session uses counts in pool_size. A borrowed connection is
@@ -134,7 +135,7 @@ func (s *session) park(final bool) {
 	}
 	s.use = ""
 	keep := s.state.keepNext
-	s.state.keepNext = keepNone // one command only
+	s.state.keepNext, s.state.kept = keepNone, keepNone // one command only
 	if !final {
 		if ok, why := s.state.Shareable(); !ok {
 			if s.holdsPooled() {
@@ -148,10 +149,13 @@ func (s *session) park(final bool) {
 			// The previous statement's diagnostics stay asked-for one
 			// command longer (ProxySQL keeps the connection likewise).
 			s.srv.pm.pinned.WithLabelValues(keep.String()).Inc()
+			s.state.kept = keep
 			return
 		}
+		s.saveInsertID()
 		s.dropOwn()
 	}
+	s.state.insertIDOn, s.state.insertIDDirty, s.state.insertIDFresh = nil, false, false
 	if bc := s.primary; bc != nil && bc.home != nil {
 		s.primary = nil
 		bc.home.release(bc, poolDirty)
@@ -234,4 +238,69 @@ func (s *session) dropOwn() {
 			s.replicas[i] = nil
 		}
 	}
+}
+
+// Multiplexed, the session's LAST_INSERT_ID() outlives the connection it
+// was set on: park reads it (saveInsertID) before giving back a primary
+// connection where a statement may have changed it (its OK carried an
+// insert id, or it called LAST_INSERT_ID), and a later statement calling
+// LAST_INSERT_ID on another connection gets it set there first
+// (seedInsertID: DO LAST_INSERT_ID(n)). Keeping the connection after
+// every write instead held it through the client's think time (see
+// noteAnswer).
+
+// noteInsertID: statement st ran on the primary (its answer out).
+func (s *session) noteInsertID(st Stmt, out relayOut) {
+	if s.srv.pools != nil && (out.insertID || st.LastInsertID) {
+		if s.state.insertIDOn != s.primary {
+			// A connection lent with LAST_INSERT_ID() 0 (reset or new),
+			// not the session's value.
+			s.state.insertIDFresh = true
+		}
+		s.state.insertIDOn, s.state.insertIDDirty = s.primary, true
+	}
+}
+
+// saveInsertID reads the session's LAST_INSERT_ID() from its primary
+// connection before it goes back, when a statement there may have
+// changed it. A failed read forgets it (a later LAST_INSERT_ID() answers
+// 0, as on a new connection), counted in
+// session_state_total{event="insert-id-lost"}.
+func (s *session) saveInsertID() {
+	bc := s.primary
+	if !s.state.insertIDDirty || bc == nil || s.state.insertIDOn != bc {
+		return
+	}
+	s.state.insertIDDirty = false
+	res, err := bc.exec(s.ctx, "SELECT LAST_INSERT_ID()")
+	var v uint64
+	if err == nil && res.Resultset != nil {
+		v, err = res.GetUint(0, 0)
+	}
+	if err != nil || res.Resultset == nil {
+		s.srv.m.sessionState.WithLabelValues("insert-id-lost").Inc()
+		s.state.insertID = 0
+		return
+	}
+	if v != 0 || !s.state.insertIDFresh {
+		// 0 on a connection lent with 0: no statement there set one
+		// (an INSERT of an explicit id reports it, sets none).
+		s.state.insertID = v
+	}
+}
+
+// seedInsertID sets the session's LAST_INSERT_ID() on its primary
+// connection before statement st, which calls LAST_INSERT_ID, when that
+// connection does not have it. A failure leaves the statement to answer
+// as on a new connection, counted in
+// session_state_total{event="insert-id-lost"}.
+func (s *session) seedInsertID(st Stmt) {
+	if !st.LastInsertID || s.srv.pools == nil || s.state.insertID == 0 || s.state.insertIDOn == s.primary {
+		return
+	}
+	if _, err := s.primary.exec(s.ctx, "DO LAST_INSERT_ID("+strconv.FormatUint(s.state.insertID, 10)+")"); err != nil {
+		s.srv.m.sessionState.WithLabelValues("insert-id-lost").Inc()
+		return
+	}
+	s.state.insertIDOn, s.state.insertIDFresh = s.primary, false
 }

@@ -51,6 +51,9 @@ type relayOut struct {
 	// temporary table, a prepared statement, the schema changed, from a
 	// stored program too).
 	stateChanged bool
+	// insertID: an OK packet of the response carried an insert id (the
+	// statement may have changed the session's LAST_INSERT_ID()).
+	insertID bool
 }
 
 // errClientGone: writing to the client failed; the backend response was
@@ -662,6 +665,9 @@ func okStatus(p []byte) (status, warnings uint16, ok bool) {
 func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
 	out.status, bc.status = r.Status, r.Status
 	out.warnings = r.Warnings
+	if r.InsertId != 0 {
+		out.insertID = true
+	}
 	if r.SessionTracking != nil && r.SessionTracking.State != "" {
 		// session_track_state_change's entry: the statement (or a
 		// stored program it ran) changed the session's state. Any OK

@@ -311,6 +311,38 @@ func (s *session) replica(i int, now time.Time) (*backendConn, error) {
 	return bc, nil
 }
 
+// afterDropSchema runs after a DROP DATABASE that dropped a schema: when
+// it was the session's current one, MySQL leaves the session with none,
+// and so must the proxy, or the next connection it gives the session is
+// told to use the dropped schema (1049, the client sees 2013). Which
+// schema is current the primary says (SELECT DATABASE(): the server
+// compared the names as it stores them, whatever quoting and
+// lower_case_table_names); only when it has none does the proxy forget
+// the session's (COM_INIT_DB's and every replayed USE), and closes the
+// session's replica connections, which still use it. A failed check
+// leaves the schema (the next statement may fail as before), counted in
+// session_state_total{event="schema-check-failed"}.
+func (s *session) afterDropSchema() {
+	if s.state.db == "" && !s.state.replaysUse() {
+		return
+	}
+	res, err := s.primary.exec(s.ctx, "SELECT DATABASE()")
+	if err != nil || res.Resultset == nil || len(res.Values) != 1 || len(res.Values[0]) != 1 {
+		s.srv.m.sessionState.WithLabelValues("schema-check-failed").Inc()
+		return
+	}
+	if res.Values[0][0].Type != mysql.FieldValueTypeNull {
+		return // another schema was dropped
+	}
+	s.srv.m.sessionState.WithLabelValues("schema-dropped").Inc()
+	s.budget.give(s.state.forgetSchema())
+	s.primary.pooledDB = ""
+	for i, r := range s.replicas {
+		r.close()
+		s.replicas[i] = nil
+	}
+}
+
 // useDB handles COM_INIT_DB.
 func (s *session) useDB(db string) error {
 	if err := s.ensurePrimary(); err != nil {
@@ -453,12 +485,16 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 		s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	}
 	s.srv.m.statement(false, st.Kind, rolePrimary).Inc()
+	s.seedInsertID(st)
 	out, err := relay(s.ctx, s.cc, s.primary, query, s.state.wantGTIDs, s.localFile())
 	s.state.last = s.primary
 	if err != nil {
 		return s.answer(err, s.primary)
 	}
 	s.afterPrimary(st, out)
+	if st.DropsSchema && !out.serverErr && out.warnings == 0 {
+		s.afterDropSchema()
+	}
 	if st.Kind == KindSession && !out.serverErr {
 		s.rememberSet(query, st, out.warnings)
 	}
@@ -531,12 +567,15 @@ func (s *session) onPrevious(bc *backendConn, query string, st Stmt) (*mysql.Res
 	if err != nil {
 		return s.answer(err, bc)
 	}
-	s.state.keepNext = keepWarnings
+	s.state.noteAnswer(st, out.warnings, out.serverErr)
 	if len(st.DiagVars) > 0 && !out.serverErr {
 		if s.diag.bc != bc {
 			s.diag = diagCopy{bc: bc}
 		}
 		s.diag.vars = append(s.diag.vars, strings.Split(strings.TrimSuffix(st.DiagVars, "\x00"), "\x00")...)
+		// The variables are copied from bc before the next other
+		// statement: bc stays the session's until then.
+		s.state.keepNext = keepWarnings
 	}
 	return done(), nil
 }
@@ -566,6 +605,7 @@ func (s *session) previous() *backendConn {
 func (s *session) afterPrimary(st Stmt, out relayOut) {
 	s.state.afterPrimary(st, out.status, out.serverErr, out.stateChanged)
 	s.state.noteAnswer(st, out.warnings, out.serverErr)
+	s.noteInsertID(st, out)
 	s.cc.mirrorStatus(s.state.status)
 	if !out.serverErr && out.gtid != "" {
 		s.recordWrite(out.gtid)

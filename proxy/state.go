@@ -5,6 +5,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/causallab/causallab/internal/sqllex"
+
 	"github.com/causallab/causallab/router/live"
 )
 
@@ -61,6 +63,10 @@ const (
 	// statement that does not ask about them (sessionState.pendingEval),
 	// the read-back would clear them.
 	HoldSetPending
+	// HoldHandlerOpen: HANDLER ... OPEN ran and as many HANDLER ... CLOSE
+	// have not (the open handler and its read position live on the
+	// connection that opened it).
+	HoldHandlerOpen
 
 	holdEnd // one past the last hold
 )
@@ -81,6 +87,7 @@ var holdWords = map[Hold]string{
 	HoldStateChanged:       "session-state-changed",
 	HoldStoredProcedure:    "stored-procedure",
 	HoldSetPending:         "set-pending",
+	HoldHandlerOpen:        "handler-open",
 }
 
 // holdPhrases say what a new connection would lose, for the client.
@@ -97,6 +104,7 @@ var holdPhrases = map[Hold]string{
 	HoldStateChanged:       "session state set by a statement the proxy does not replay (CALL, PREPARE, a stored function)",
 	HoldStoredProcedure:    "what a stored procedure left (named locks, table locks)",
 	HoldSetPending:         "a SET's values not read back yet",
+	HoldHandlerOpen:        "open HANDLER tables",
 }
 
 // First returns the first hold set in h (0 when h is empty).
@@ -128,7 +136,7 @@ func (h Hold) phrase() string { return holdPhrases[h.First()] }
 // by replaying the session statements (prepared statements are prepared
 // again there lazily; autocommit-off is a replayed SET).
 const reconnectLosses = HoldTransaction | HoldTempTable | HoldLockedTables | HoldNamedLock |
-	HoldUserVariables | HoldSessionState | HoldReplayOverflow | HoldStateChanged | HoldStoredProcedure | HoldSetPending
+	HoldUserVariables | HoldSessionState | HoldReplayOverflow | HoldStateChanged | HoldStoredProcedure | HoldSetPending | HoldHandlerOpen
 
 // sessionState mirrors what MySQL holds for one client session: the
 // schema, the capabilities, the session statements replayed on every
@@ -175,6 +183,24 @@ type sessionState struct {
 	// diagnostics may be asked for next: keepNext words), 0 when nothing
 	// does. park consumes it.
 	keepNext keepReason
+	// handlers is how many HANDLER ... OPEN succeeded minus the HANDLER
+	// ... CLOSE that did (HoldHandlerOpen while positive).
+	handlers int
+	// insertID is the session's LAST_INSERT_ID() as the proxy last read
+	// it (multiplexing: park reads it before a connection that may have
+	// changed it goes back); insertIDOn is the connection whose server
+	// session has it (nil: none), insertIDDirty: a statement there may
+	// have changed it since.
+	insertID      uint64
+	insertIDOn    *backendConn
+	insertIDDirty bool
+	// insertIDFresh: insertIDOn was lent with LAST_INSERT_ID() 0, not
+	// given the session's value (0 read there later changes nothing).
+	insertIDFresh bool
+	// kept is why park kept the previous statement's connection for this
+	// command (keepNext's value then), 0 when it did not: a statement that
+	// only reads diagnostics keeps it as long again.
+	kept keepReason
 }
 
 // keepReason is why a session keeps its pooled connection for the next
@@ -206,10 +232,16 @@ func (k keepReason) String() string { return keepWords[k] }
 // LAST_INSERT_ID(expr) or an INSERT of an explicit id sets one too, so
 // keeping after each held a primary connection through the client's think
 // time after every such write (the scale harness's writes: 13,892 kept of
-// 13,898, 417 statements failed past pool_wait); LAST_INSERT_ID() in a
-// later statement answers on a reset connection (docs/proxy.md).
+// 13,898, 417 statements failed past pool_wait); the session's
+// LAST_INSERT_ID() is carried across connections instead (saveInsertID,
+// seedInsertID). A statement that only reads diagnostics keeps what park
+// kept as long again (kept).
 func (m *sessionState) noteAnswer(st Stmt, warnings uint16, serverErr bool) {
 	switch {
+	case st.Reason == ReasonPreviousStatement && !serverErr && m.kept == keepWarnings:
+		// SHOW WARNINGS, @@warning_count leave what they read (MySQL's
+		// diagnostics area) for the next one to read again.
+		m.keepNext = m.kept
 	case st.NextTransaction && !serverErr:
 		m.keepNext = keepNextTransaction
 	case st.CalcFoundRows && !serverErr:
@@ -323,6 +355,27 @@ func (m *sessionState) afterPrimary(st Stmt, status uint16, serverErr, stateChan
 	if st.PinsSession {
 		m.held |= HoldSessionState
 	}
+	m.noteHandler(st)
+}
+
+// noteHandler counts the session's open HANDLER tables (st succeeded).
+// A statement that closes handlers implicitly (FLUSH TABLES, DDL on the
+// table) leaves the count high: the session stays pinned until a reset
+// or its end, never released with a handler open.
+func (m *sessionState) noteHandler(st Stmt) {
+	switch {
+	case st.HandlerOpen:
+		m.handlers++
+	case st.HandlerClose && m.handlers > 0:
+		m.handlers--
+	default:
+		return
+	}
+	if m.handlers > 0 {
+		m.held |= HoldHandlerOpen
+	} else {
+		m.held &^= HoldHandlerOpen
+	}
 }
 
 // afterMulti mirrors what a multi-statement query run on the primary left
@@ -360,6 +413,41 @@ func (m *sessionState) remember(q string, max int, budget *byteBudget) bool {
 	return true
 }
 
+// replaysUse reports whether a USE is among the replayed statements.
+func (m *sessionState) replaysUse() bool {
+	for _, q := range m.replay {
+		if isUse(q) {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetSchema leaves the session with no current schema (its schema was
+// dropped): the schema and every replayed USE are forgotten; it returns
+// the bytes the budget gets back.
+func (m *sessionState) forgetSchema() (freed int) {
+	m.db = ""
+	kept := m.replay[:0]
+	for _, q := range m.replay {
+		if isUse(q) {
+			freed += len(q)
+			continue
+		}
+		kept = append(kept, q)
+	}
+	clear(m.replay[len(kept):])
+	m.replay = kept
+	m.replayBytes -= freed
+	return freed
+}
+
+// isUse: statement q is a USE.
+func isUse(q string) bool {
+	l := sqllex.Lexer{S: q}
+	return l.Next().Is("USE")
+}
+
 // reset is COM_RESET_CONNECTION: the session's variables, holds,
 // transaction, prepared statements and previous backend are gone, the
 // schema, collation and capabilities stay (as MySQL keeps them). It
@@ -370,11 +458,12 @@ func (m *sessionState) reset() (freed int) {
 		freed += p.cost
 	}
 	m.replay, m.replayBytes = nil, 0
-	m.held = 0
+	m.held, m.handlers = 0, 0
+	m.insertID, m.insertIDOn, m.insertIDDirty, m.insertIDFresh = 0, nil, false, false
 	m.status = mysql.SERVER_STATUS_AUTOCOMMIT
 	m.stmts = map[uint32]*pstmt{}
 	m.last = nil
-	m.keepNext = keepNone
+	m.keepNext, m.kept = keepNone, keepNone
 	m.wantGTIDs = false
 	m.pendingEval = nil
 	return freed

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -313,5 +314,44 @@ func TestStateChangedHold(t *testing.T) {
 	m.afterPrimary(mustClassify(t, "UNLOCK TABLES"), stAutocommit, false, false)
 	if m.Holds() != 0 {
 		t.Errorf("after UNLOCK TABLES: holds %q", m.Holds())
+	}
+}
+
+// TestStateHandlerCount: the session is held as handler-open while more
+// HANDLER OPEN succeeded than HANDLER CLOSE; a reset ends it.
+func TestStateHandlerCount(t *testing.T) {
+	m := newSessionState()
+	open, closeH := Stmt{Kind: KindPrimary, HandlerOpen: true}, Stmt{Kind: KindPrimary, HandlerClose: true}
+	m.afterPrimary(open, 2, false, false)
+	m.afterPrimary(open, 2, true, false) // refused (alias not unique): not counted
+	m.afterPrimary(open, 2, false, false)
+	for i, want := range []bool{true, false, false} {
+		m.afterPrimary(closeH, 2, false, false)
+		if ok, why := m.Shareable(); ok == want || why.Has(HoldHandlerOpen) != want {
+			t.Fatalf("after close %d: shareable %v (%s), want held %v", i+1, ok, why, want)
+		}
+	}
+	m.afterPrimary(open, 2, false, false)
+	m.reset()
+	if ok, _ := m.Shareable(); !ok || m.handlers != 0 {
+		t.Fatalf("a reset left a handler held")
+	}
+}
+
+// TestStateForgetSchema: forgetting a dropped schema drops it and every
+// replayed USE, keeps the other statements in order and frees their bytes.
+func TestStateForgetSchema(t *testing.T) {
+	m := newSessionState()
+	m.db = "d"
+	for _, q := range []string{"SET a = 1", "USE d", "/* c */ use `d`", "SET b = 2"} {
+		m.remember(q, 10, nil)
+	}
+	if !m.replaysUse() {
+		t.Fatal("replaysUse false")
+	}
+	before := m.replayBytes
+	freed := m.forgetSchema()
+	if m.db != "" || m.replaysUse() || strings.Join(m.replay, ";") != "SET a = 1;SET b = 2" || m.replayBytes != before-freed || freed != len("USE d")+len("/* c */ use `d`") {
+		t.Fatalf("after forgetSchema: db %q, replay %q, bytes %d (freed %d of %d)", m.db, m.replay, m.replayBytes, freed, before)
 	}
 }
