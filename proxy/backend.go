@@ -266,7 +266,7 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 // the handshake, and again after a pool's COM_RESET_CONNECTION): the
 // GTID tracking the router relies on, and the state-change tracking the
 // session relies on to know when a statement left state the proxy does
-// not replay (docs/proxy.md, "When a session is pinned").
+// not replay (docs/proxy-sessions.md, "When a session is pinned").
 func trackSetup(allGTIDs bool) string {
 	if allGTIDs {
 		return "SET SESSION session_track_gtids = ALL_GTIDS, session_track_state_change = ON"

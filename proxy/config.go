@@ -70,7 +70,7 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// HTTPListen serves /metrics and /healthz; empty disables it.
 	HTTPListen string `yaml:"http_listen"`
-	// Auth is how clients are identified (docs/proxy.md, "Identity"):
+	// Auth is how clients are identified (docs/proxy-sessions.md, "Identity"):
 	// "passthrough" (each client logs in as its own MySQL account, verified
 	// by the primary; its sessions act as that account; the default
 	// without Users) or "mapped" (each client logs in as one of Users and
@@ -324,7 +324,7 @@ type Config struct {
 	// Multiplex shares backend connections across client sessions: a
 	// session borrows one from its node's pool (PoolSize, PoolWait) for
 	// each command and gives it back after it unless its state pins it
-	// (docs/proxy.md, "Multiplexing"). Default off: each session owns its
+	// (docs/proxy-sessions.md, "Multiplexing"). Default off: each session owns its
 	// connections.
 	Multiplex bool `yaml:"multiplex"`
 	// PoolSize bounds each node's shared pool of backend connections
@@ -344,11 +344,11 @@ type Config struct {
 	// queue-full}). A KILL QUERY's acquisition is not bounded by it.
 	// 0 means the default, MaxConnections (a session waits for one
 	// pooled connection at a time, so by default nothing is refused);
-	// 1..1048576 (docs/proxy.md, "Multiplexing": why).
+	// 1..1048576 (docs/proxy-sessions.md, "Multiplexing": why).
 	PoolMaxWaiters int `yaml:"pool_max_waiters"`
 	// MaxPinnedShare bounds the share of each node's pool (PoolSize)
 	// that sessions pinned by their state (a transaction, a temporary
-	// table, LOCK TABLES, ...: docs/proxy.md, "Multiplexing") may hold:
+	// table, LOCK TABLES, ...: docs/proxy-sessions.md, "Multiplexing") may hold:
 	// a session whose state pins a pooled connection while that many are
 	// pinned gets it as a connection of its own instead, its place in the
 	// pool freed, counted in pool_pinned_own_total and

@@ -16,7 +16,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/server"
 )
 
-// Identity (docs/proxy.md, "Identity"). Under auth passthrough a client
+// Identity (docs/proxy-sessions.md, "Identity"). Under auth passthrough a client
 // logs in with a MySQL account of the servers, as through MySQL Router:
 // the proxy offers caching_sha2_password and always asks for its full
 // authentication, which carries the password (in clear over TLS, else

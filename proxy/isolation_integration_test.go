@@ -16,7 +16,7 @@ import (
 )
 
 // Isolation under multiplexing and the evaluate-once rule for SET
-// (docs/proxy.md, "When a session is pinned"): tests of issue 38's
+// (docs/proxy-sessions.md, "When a session is pinned"): tests of issue 38's
 // findings 4-6 and issue 39's defects 6, 9 and 10 (SQL PREPARE).
 
 // isoSchema creates schema iso's objects on the primary (directly, as the

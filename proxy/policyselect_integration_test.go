@@ -26,7 +26,7 @@ import (
 // The proxy's view of the replicas (its position polls) trails the
 // servers: a read decided before a poll saw the session's last write
 // falls back to the primary (no-replica-qualifies), which is what failed
-// this test once in a multiplexed run on 2026-12-02 (docs/proxy.md,
+// this test once in a multiplexed run on 2026-12-02 (docs/proxy-sessions.md,
 // "Multiplexing"). The polls here run every 250 ms instead of 5 ms, so
 // that trailing view is every run's case, not one run's in fourteen: the
 // test must wait for the proxy's view (waitProxySees), never only for

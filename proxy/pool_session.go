@@ -10,7 +10,7 @@ import (
 	"github.com/causallab/causallab/router/live"
 )
 
-// Multiplexing (Config.Multiplex, docs/proxy.md "Multiplexing"): a session
+// Multiplexing (Config.Multiplex, docs/proxy-sessions.md "Multiplexing"): a session
 // borrows its backend connections from the shared pools (pool.go) when it
 // needs one and gives them back after each command when nothing pins them
 // to it.

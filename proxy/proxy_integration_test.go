@@ -67,7 +67,7 @@ func startProxyUnready(t testing.TB, mod func(*Config)) *Server {
 	for _, r := range topo.Replicas() {
 		cfg.Replicas = append(cfg.Replicas, Backend{Name: r.Name, Addr: r.Addr(), User: r.User, Password: r.Password})
 	}
-	// The suite with multiplexing on (docs/proxy.md, "Multiplexing"):
+	// The suite with multiplexing on (docs/proxy-sessions.md, "Multiplexing"):
 	// CAUSALLAB_PROXY_TEST_MULTIPLEX=1 (a test's own setting wins).
 	cfg.Multiplex = os.Getenv("CAUSALLAB_PROXY_TEST_MULTIPLEX") == "1"
 	if mod != nil {

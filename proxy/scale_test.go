@@ -41,7 +41,7 @@ import (
 //     server's Max_used_connections since a FLUSH STATUS before the
 //     proxy started, minus the connections open then); with multiplexing
 //     every one of them must be within Server.BackendConnectionLimit
-//     (pool_size plus the proxy's own: docs/proxy.md, "Multiplexing"),
+//     (pool_size plus the proxy's own: docs/proxy-sessions.md, "Multiplexing"),
 //     or the test fails;
 //   - the proxy's live heap per idle client: (live heap with every client
 //     connected and idle - live heap with none) / clients, each read after

@@ -15,7 +15,7 @@ import (
 	"github.com/causallab/causallab/internal/sqllex"
 )
 
-// Connection ids and KILL (docs/proxy.md, "Connection ids and KILL").
+// Connection ids and KILL (docs/proxy-sessions.md, "Connection ids and KILL").
 //
 // A session's id is the proxy's own (Server.allocID): the greeting's
 // thread id, CONNECTION_ID() (withConnectionID puts it in the statement

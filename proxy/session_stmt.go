@@ -45,7 +45,7 @@ func (s *session) handleStmtPrepare(query string) (*mysql.Result, error) {
 	switch st.Kind {
 	case KindConnStatus:
 		// Prepared, it runs on the primary: the status of the proxy's
-		// link to it (docs/proxy.md, limits).
+		// link to it (docs/proxy-limits.md, limits).
 		st = primary(ReasonShow)
 	case KindSetToken:
 		if st.TokenForm == TokenParam {

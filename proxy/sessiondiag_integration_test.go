@@ -14,7 +14,7 @@ import (
 // Issue 39 defect 10: statements whose answer depends on what an earlier
 // statement left on its connection (a HANDLER, the current schema after
 // DROP DATABASE, the diagnostics area) answer as MySQL does, multiplexed
-// or not (docs/proxy.md, "When a session is pinned").
+// or not (docs/proxy-sessions.md, "When a session is pinned").
 
 // TestIsoHandlerOpenPinned: HANDLER ... OPEN keeps the session on its
 // connection until HANDLER ... CLOSE: later READs see the open handler

@@ -9,7 +9,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
-// Evaluate once, never replay an expression (docs/proxy.md, "When a
+// Evaluate once, never replay an expression (docs/proxy-sessions.md, "When a
 // session is pinned"): a session SET whose value is not a literal
 // (Stmt.Eval) ran once on the primary; what it set is read back there
 // (readbackQuery) and the session remembers a SET of literals
