@@ -39,7 +39,7 @@ const (
 
 // The least-privilege application account compose creates on every
 // MySQL server besides its own (DefaultUser): what clients of `causallab
-// proxy` log in as (docs/proxy.md, "Identity"). Its grants: AppPrivileges
+// proxy` log in as (docs/proxy-sessions.md, "Identity"). Its grants: AppPrivileges
 // on every schema but mysql and sys (partial revokes, partial_revokes=ON
 // in every server's my.cnf); no administrative privilege (SUPER, FILE,
 // PROCESS, CONNECTION_ADMIN, CREATE USER, SHUTDOWN, RELOAD, REPLICATION

@@ -143,7 +143,7 @@ port). The addresses it listens on are printed.`,
 	f.Uint64Var(&epoch, "epoch", 0, "topology epoch tokens are issued in (default: the --topology state file's, as causallab status prints it; else 1)")
 	f.StringVar(&positions, "positions", "", "position source: poll (default) or binlog (binlogwatch streams; needs REPLICATION SLAVE)")
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
-	f.BoolVar(&multiplex, "multiplex", false, "share backend connections across client sessions (pool_size per node; docs/proxy.md, \"Multiplexing\")")
+	f.BoolVar(&multiplex, "multiplex", false, "share backend connections across client sessions (pool_size per node; docs/proxy-sessions.md, \"Multiplexing\")")
 	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads bound what a replica read saw: lazy (default with --positions poll: the poller's next poll, taken only when the session moves), query (the default with binlog positions; the watermark query pipelined behind each read) or all-gtids (the read's own OK packet; not sound)")
 	f.IntVar(&poolSize, "pool-size", 0, "with --multiplex: each node's pool of shared backend connections, the proxy's (--workers N: each worker pools its share; default: the config's pool_size, else 64)")
 	f.IntVar(&workers, "workers", 0, "worker processes: N > 1 accepts clients here and deals them out in turn to N proxy processes of one CPU each (default: the config's workers, else 1; docs/proxy.md, \"Worker processes\")")
