@@ -3,7 +3,7 @@
 # go.mod) against a MySQL primary directly and through `causallab proxy`, and
 # fail when a test that passes directly fails through the proxy, unless
 # scripts/driver-suite.allow lists it with the reason (a failure inherent to
-# read/write splitting; docs/proxy.md explains each).
+# read/write splitting; docs/proxy-sessions.md explains each).
 #
 #   scripts/driver-suite.sh            start a topology (local backend, 1 + 2),
 #                                      a proxy in front, run both, tear down
