@@ -3,7 +3,7 @@
 GO ?= go
 export TESTCONTAINERS_RYUK_DISABLED := true
 
-.PHONY: all build deps test test-proxy-multiplex test-driver-suite test-docker test-short vet bench fmt
+.PHONY: all build deps test test-proxy-multiplex test-driver-suite test-docker test-short vet bench fmt mtr-sample
 
 all: build
 
@@ -44,6 +44,12 @@ test-proxy-multiplex:
 # as it passes direct, but for scripts/driver-suite.allow (docs/proxy.md).
 test-driver-suite:
 	CAUSALLAB_DRIVER_SUITE_TIMEOUT=$${CAUSALLAB_DRIVER_SUITE_TIMEOUT:-10m} ./scripts/driver-suite.sh
+
+# mtr-sample: MySQL's own main suite, a sample of 41 cases, direct and
+# through the proxy, multiplexed or not (scripts/mtr-suite.sh, ~20 min;
+# not part of test; docs/proxy-sessions.md "MySQL's own test suite").
+mtr-sample:
+	./scripts/mtr-suite.sh --fresh-every 10 --cases-file scripts/mtr-sample.cases
 
 # test-docker: compose's integration tests again on the docker backend, when
 # a Docker engine answers (the local backend ran in `test`).
