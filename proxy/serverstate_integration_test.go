@@ -42,16 +42,7 @@ func replicasHave(t *testing.T, query, want string) {
 //   - SELECT @@GLOBAL.x after SET GLOBAL x on the primary (a replica
 //     answered its own).
 func TestSessionAndServerReads(t *testing.T) {
-	var mu sync.Mutex
-	var served []int
-	s := startProxy(t, func(c *Config) {
-		c.Policy = "any"
-		c.OnRead = func(r ReadRoute) {
-			mu.Lock()
-			served = append(served, r.Replica)
-			mu.Unlock()
-		}
-	})
+	s, rec := startRecordingProxy(t)
 	p := topo.Primary()
 	direct := sqlOpen(t, p.User+":"+p.Password+"@tcp("+p.Addr()+")/")
 	emptyTable(t, direct, "ptest", "sst", "a INT")
@@ -88,9 +79,8 @@ func TestSessionAndServerReads(t *testing.T) {
 		return v[col].String
 	}
 	replicaServed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(served) > 0 && served[len(served)-1] >= 0
+		i, ok := rec.last()
+		return ok && i >= 0
 	}
 	const read = "SELECT * FROM ptest.sst WHERE a > 0"
 
@@ -100,9 +90,8 @@ func TestSessionAndServerReads(t *testing.T) {
 	if !replicaServed() {
 		t.Fatal("the read was not served by a replica")
 	}
-	mu.Lock()
-	r := topo.Replicas()[served[len(served)-1]]
-	mu.Unlock()
+	last, _ := rec.last()
+	r := topo.Replicas()[last]
 	rc := conn(sqlOpen(t, r.User+":"+r.Password+"@tcp("+r.Addr()+")/"))
 	one(rc, read, 0)
 	want := one(rc, "SHOW SESSION STATUS LIKE 'Last_query_cost'", 1)
@@ -199,4 +188,49 @@ func TestSelectOfWritingFunction(t *testing.T) {
 	if _, err := db.Exec("SELECT * FROM ptest.no_such_table"); err == nil || !strings.Contains(err.Error(), "1146") {
 		t.Fatalf("a replica's other refusal: %v, want 1146", err)
 	}
+}
+
+// readRecorder records which replica served each routed read
+// (Config.OnRead; -1: the primary).
+type readRecorder struct {
+	mu     sync.Mutex
+	served []int
+}
+
+// startRecordingProxy is startProxy under policy any with its routed
+// reads recorded.
+func startRecordingProxy(t *testing.T) (*Server, *readRecorder) {
+	rec := &readRecorder{}
+	s := startProxy(t, func(c *Config) {
+		c.Policy = "any"
+		c.OnRead = func(r ReadRoute) {
+			rec.mu.Lock()
+			rec.served = append(rec.served, r.Replica)
+			rec.mu.Unlock()
+		}
+	})
+	return s, rec
+}
+
+func (r *readRecorder) reset() {
+	r.mu.Lock()
+	r.served = r.served[:0]
+	r.mu.Unlock()
+}
+
+// all is a copy of the reads' replicas so far.
+func (r *readRecorder) all() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int(nil), r.served...)
+}
+
+// last is the latest read's replica; ok is false before any read.
+func (r *readRecorder) last() (int, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.served) == 0 {
+		return 0, false
+	}
+	return r.served[len(r.served)-1], true
 }

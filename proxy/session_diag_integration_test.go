@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 	"testing"
 )
 
@@ -39,16 +38,7 @@ func diagScript(t *testing.T, c *sql.Conn, stmt string) (string, error) {
 // as on a direct connection. It went to the primary (unclassified): no
 // condition, or the primary's.
 func TestGetDiagnosticsFollowsThePreviousStatement(t *testing.T) {
-	var mu sync.Mutex
-	var served []int
-	s := startProxy(t, func(c *Config) {
-		c.Policy = "any"
-		c.OnRead = func(r ReadRoute) {
-			mu.Lock()
-			served = append(served, r.Replica)
-			mu.Unlock()
-		}
-	})
+	s, rec := startRecordingProxy(t)
 	db := openDB(t, s, "")
 	mustExec(t, db, "CREATE DATABASE IF NOT EXISTS ptest")
 	p := topo.Primary()
@@ -73,13 +63,9 @@ func TestGetDiagnosticsFollowsThePreviousStatement(t *testing.T) {
 			t.Fatalf("direct: %v", err)
 		}
 		for range 3 {
-			mu.Lock()
-			served = served[:0]
-			mu.Unlock()
+			rec.reset()
 			got, err := diagScript(t, pc, stmt)
-			mu.Lock()
-			on := append([]int(nil), served...)
-			mu.Unlock()
+			on := rec.all()
 			if err != nil || got != want {
 				t.Fatalf("%s (served by replica %v), then GET DIAGNOSTICS: %s, %v; direct: %s", stmt, on, got, err, want)
 			}
