@@ -297,6 +297,15 @@ type Config struct {
 	// per write. Sound for read-your-writes; free on replicas that apply in
 	// commit order (replica_preserve_commit_order=ON). Default off.
 	CompactTokens bool `yaml:"compact_tokens"`
+	// StartToken is the token a new client session starts with:
+	// "proxy-writes" (default: every write this proxy acknowledged to any
+	// session in the current epoch, each source's prefix 1-max,
+	// live.LiveSession.StartAfterAcked; under a read-your-writes policy a
+	// new connection then sees what the application wrote on its other
+	// connections, as on one MySQL server) or "none" (an empty token: a
+	// new session reads what a replica has, until it writes or sets
+	// @causal_token). docs/proxy.md, "Scope".
+	StartToken string `yaml:"start_token"`
 	// SocketIO is how client and backend sockets are read and written:
 	// "raw" (default: raw system calls, internal/rawnet; on Linux, where
 	// it spares the Go runtime a monitor-thread wake-up per system call
@@ -777,7 +786,13 @@ func (c *Config) validateRuntime() error {
 	return oneOf("gomaxprocs", &c.GOMAXPROCS, "fixed", "adaptive")
 }
 
-// validateWatermark: watermark_source, whose default follows positions
+// The Config.StartToken values.
+const (
+	StartTokenProxyWrites = "proxy-writes"
+	StartTokenNone        = "none"
+)
+
+// validateWatermark: start_token, and watermark_source, whose default follows positions
 // (validatePositions filled it) and Source.
 func (c *Config) validateWatermark() error {
 	if c.WatermarkSource == "" {
@@ -785,6 +800,9 @@ func (c *Config) validateWatermark() error {
 		if c.Source == nil && c.Positions == "poll" {
 			c.WatermarkSource = "lazy"
 		}
+	}
+	if err := oneOf("start_token", &c.StartToken, StartTokenProxyWrites, StartTokenNone); err != nil {
+		return err
 	}
 	if err := oneOf("watermark_source", &c.WatermarkSource, "lazy", "query", "all-gtids"); err != nil {
 		return err

@@ -495,9 +495,11 @@ func TestSetFromSubqueryPins(t *testing.T) {
 
 // TestResetConnectionResetsSession: COM_RESET_CONNECTION (pools send it)
 // resets what MySQL resets: the open transaction, session variables, and
-// the proxy's own session state, its causal token and its pins.
+// the proxy's own session state, its causal token and its pins. (With
+// start_token none: under the default the session starts again from the
+// proxy's writes, TestStartTokenProxyWrites.)
 func TestResetConnectionResetsSession(t *testing.T) {
-	s := startProxy(t, nil)
+	s := startProxy(t, func(c *Config) { c.StartToken = StartTokenNone })
 	rc := rawLogin(t, s.Addr(), "app", "apppw", false)
 	exec := func(q string) *mysql.Result { t.Helper(); return rc.exec(t, q) }
 	value := func(q string) (string, bool) { t.Helper(); return rc.value(t, q) }

@@ -156,12 +156,23 @@ func newSession(ctx context.Context, srv *Server) *session {
 		ctx:          ctx,
 		replicas:     make([]*backendConn, n),
 		replicaFails: make([]uint64, n),
-		ls:           srv.rt.NewSession(),
+		ls:           newLiveSession(srv),
 		state:        newSessionState(),
 		budget:       budget,
 	}
 	s.stmts = newStmtMemory(budget, srv.cfg.MaxAllowedPacket, s.countClientError)
 	return s
+}
+
+// newLiveSession is a new causal state for the session (a new client
+// connection, COM_RESET_CONNECTION, COM_CHANGE_USER): its token starts as
+// Config.StartToken says.
+func newLiveSession(srv *Server) *live.LiveSession[gtid.Set] {
+	ls := srv.rt.NewSession()
+	if srv.cfg.StartToken == StartTokenProxyWrites {
+		ls.StartAfterAcked()
+	}
+	return ls
 }
 
 // countClientError counts a client error of kind (the client connection's
@@ -819,7 +830,7 @@ func (s *session) resetSession() error {
 	s.stmts.reset()
 	s.cc.mirrorStatus(s.state.status) // autocommit on, no transaction
 	key := s.ls.State().AffinityKey
-	s.ls = s.srv.rt.NewSession()
+	s.ls = newLiveSession(s.srv)
 	s.ls.SetAffinityKey(key)
 	s.primary.close()
 	s.primary = nil

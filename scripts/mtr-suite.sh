@@ -102,7 +102,7 @@ down() {
 cleanup() {
 	set +e
 	down
-	rm -rf "$mtrfs/tmp/causallab-mtr-var"
+	rm -rf "$mtrfs/tmp/causallab-mtr-var.$$"
 	if [ -n "${CAUSALLAB_MTR_OUT:-}" ]; then
 		rm -rf "$work"
 	else
@@ -198,7 +198,7 @@ run_case() {
 	fi
 	chroot "$mtrfs" /bin/sh -c "cd $suite && perl mysql-test-run.pl --client-bindir=$suite/bin \
 		--extern host=${addr%:*} --extern port=${addr#*:} --extern user=root \
-		--vardir=/tmp/causallab-mtr-var --force --retry=0 --max-test-fail=0 --testcase-timeout=10 $c" \
+		--vardir=/tmp/causallab-mtr-var.$$ --force --retry=0 --max-test-fail=0 --testcase-timeout=10 $c" \
 		>"$out/$target/$c.log" 2>&1 || true
 	status=$(grep -aE "^\[ *[0-9]+%\] $c " "$out/$target/$c.log" | sed -E 's/.*\[ ([a-z-]+) \].*/\1/' | head -1 || true)
 	echo "$c ${status:-error}" >>"$out/$target.results"

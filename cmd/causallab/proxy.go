@@ -27,6 +27,7 @@ func newProxyCmd() *cobra.Command {
 		configPath, topologyPath   string
 		listen, httpListen, policy string
 		positions, wait, wmSource  string
+		startToken                 string
 		gomaxprocs                 string
 		user, password             string
 		epoch                      uint64
@@ -92,6 +93,9 @@ port). The addresses it listens on are printed.`,
 			if wmSource != "" {
 				cfg.WatermarkSource = wmSource
 			}
+			if startToken != "" {
+				cfg.StartToken = startToken
+			}
 			if cmd.Flags().Changed("startup-timeout") {
 				cfg.StartupTimeout = startupTimeout
 			}
@@ -145,6 +149,7 @@ port). The addresses it listens on are printed.`,
 	f.StringVar(&wait, "wait", "", "how token-wait waits: wait-for-executed-gtid-set (default) or watcher (the position source)")
 	f.BoolVar(&multiplex, "multiplex", false, "share backend connections across client sessions (pool_size per node; docs/proxy-sessions.md, \"Multiplexing\")")
 	f.StringVar(&wmSource, "watermark-source", "", "how monotonic reads bound what a replica read saw: lazy (default with --positions poll: the poller's next poll, taken only when the session moves), query (the default with binlog positions; the watermark query pipelined behind each read) or all-gtids (the read's own OK packet; not sound)")
+	f.StringVar(&startToken, "start-token", "", "the token a new client session starts with: proxy-writes (default: every write this proxy acknowledged, so a new connection reads what the application wrote on others) or none")
 	f.IntVar(&poolSize, "pool-size", 0, "with --multiplex: each node's pool of shared backend connections, the proxy's (--workers N: each worker pools its share; default: the config's pool_size, else 64)")
 	f.IntVar(&workers, "workers", 0, "worker processes: N > 1 accepts clients here and deals them out in turn to N proxy processes of one CPU each (default: the config's workers, else 1; docs/proxy.md, \"Worker processes\")")
 	f.StringVar(&gomaxprocs, "gomaxprocs", "", "adaptive (default: one P while client commands arrive one at a time, Go's default while they overlap; off when the environment sets GOMAXPROCS) or fixed (Go's value; docs/proxy.md, \"GOMAXPROCS\")")

@@ -24,6 +24,14 @@ type LiveState[P gtid.Position[P]] struct {
 	// at New/Failover, raised by every write the primary acknowledges to a
 	// session and by the PositionSource's view of the primary.
 	PrimaryPos P
+	// Acked is every write the primary acknowledged to a session in the
+	// current epoch (Exec, RecordAck), each source widened to its prefix
+	// (Flavor.Compact), so it stays small while other clients write in
+	// between; AckedAt is the clock time of the last one. A new session
+	// may start with it as its token (LiveSession.StartAfterAcked). Empty
+	// again after a failover: the new epoch's writes only.
+	Acked   P
+	AckedAt time.Duration
 	// Bases are the promoted primaries' positions at each failover
 	// (router.View.Bases), oldest first.
 	Bases []router.EpochBase[P]

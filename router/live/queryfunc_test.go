@@ -346,6 +346,40 @@ func TestRecordAckAndSetToken(t *testing.T) {
 	}
 }
 
+// TestStartAfterAcked: a new session can start from every write the
+// router's sessions were acknowledged in the epoch, each source's prefix
+// (LiveState.Acked); a failover starts the set afresh.
+func TestStartAfterAcked(t *testing.T) {
+	r, _ := funcRouter(t, nil)
+	empty := r.NewSession()
+	empty.StartAfterAcked()
+	if empty.State().HasToken {
+		t.Fatal("a token from no write")
+	}
+	const uB = "4e11fa47-71ca-11e1-9e33-c80aa9429562"
+	r.NewSession().RecordAck(set(t, uA+":11"))
+	r.NewSession().RecordAck(set(t, uB+":3"))
+	r.NewSession().RecordAck(set(t, uA+":5")) // inside the prefix: no change
+	s := r.NewSession()
+	s.StartAfterAcked()
+	if tok := gtok(s); tok.Epoch != 1 || !tok.GTIDs.Equal(set(t, uA+":1-11,"+uB+":1-3")) {
+		t.Fatalf("start token = %+v, want %s:1-11,%s:1-3 in epoch 1", tok, uA, uB)
+	}
+	if err := r.FailoverAt(r.st.Primary, r.st.Replicas, 2, set(t, uA+":1-11")); err != nil {
+		t.Fatal(err)
+	}
+	after := r.NewSession()
+	after.StartAfterAcked()
+	if after.State().HasToken {
+		t.Fatalf("start token %+v after a failover with no write since", gtok(after))
+	}
+	r.NewSession().RecordAck(set(t, uB+":4"))
+	after.StartAfterAcked()
+	if tok := gtok(after); tok.Epoch != 2 || !tok.GTIDs.Equal(set(t, uB+":1-4")) {
+		t.Fatalf("start token after the failover = %+v, want %s:1-4 in epoch 2", tok, uB)
+	}
+}
+
 func TestErrAttrOneLine(t *testing.T) {
 	a := errAttr(errors.New("line one\nline two\r\n  at stack"))
 	if v := a.Value.String(); v != "line one | line two | at stack" {

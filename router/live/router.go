@@ -464,6 +464,8 @@ func (r *Router[P]) failoverTo(primary Node, replicas []Node, epoch uint64, pos 
 	}
 	r.st.Primary, r.st.Replicas, r.st.Epoch, r.st.PrimaryPos, r.st.Table = primary, append([]Node(nil), replicas...), epoch, pos, table
 	r.st.Bases = append(r.st.Bases, router.EpochBase[P]{Epoch: epoch, Pos: pos})
+	var zero P
+	r.st.Acked, r.st.AckedAt = zero, 0
 	r.st.Commits.Reset()
 	r.cfg.Logger.Info("router: failover", "primary", primary.Name, "epoch", epoch)
 	return nil

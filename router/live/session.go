@@ -190,6 +190,33 @@ func (s *LiveSession[P]) SetToken(pos P, epoch uint64) {
 	s.AddToken(pos, epoch)
 }
 
+// StartAfterAcked gives a new session, before its first statement, a
+// token of every write the primary acknowledged to any session of this
+// router in the current epoch (LiveState.Acked): a read-your-writes policy
+// then shows it every write acknowledged before it began, as one server
+// does for a new connection, whichever connection made them. Without a
+// write acknowledged yet it adds nothing.
+func (s *LiveSession[P]) StartAfterAcked() {
+	r := s.r
+	r.mu.Lock()
+	acked, at, epoch := r.st.Acked, r.st.AckedAt, r.st.Epoch
+	r.mu.Unlock()
+	if isEmpty(acked) {
+		return
+	}
+	var zero P
+	r.recordWrite(&s.st, zero.Union(acked), epoch, at)
+}
+
+// noteAckedLocked joins an acknowledged write (current epoch) to
+// LiveState.Acked; r.mu is held.
+func (r *Router[P]) noteAckedLocked(pos P, at time.Duration) {
+	if !r.st.Acked.Contains(pos) {
+		r.st.Acked = r.cfg.Flavor.Compact(r.st.Acked.Union(pos))
+	}
+	r.st.AckedAt = at
+}
+
 // isEmpty reports whether p is the empty position (contained in the zero
 // value, which holds nothing: gtid.Position's contract).
 func isEmpty[P gtid.Position[P]](p P) bool {
@@ -206,15 +233,17 @@ func (s *LiveSession[P]) RecordAck(set P) {
 		return
 	}
 	r := s.r
+	at := r.now()
 	r.mu.Lock()
 	epoch, reps := r.st.Epoch, r.st.Replicas
 	if !r.st.PrimaryPos.Contains(set) {
 		r.st.PrimaryPos = r.st.PrimaryPos.Union(set)
 		r.st.Commits.Record(time.Now(), r.st.PrimaryPos)
 	}
+	r.noteAckedLocked(set, at)
 	r.mu.Unlock()
 	r.want(reps, set)
-	r.recordWrite(&s.st, set, epoch, r.now())
+	r.recordWrite(&s.st, set, epoch, at)
 	r.m.writes.Inc()
 }
 
@@ -386,11 +415,15 @@ func (s *LiveSession[P]) ExecWrite(ctx context.Context, query string, args ...an
 		}
 		return res, w, nil
 	}
-	r.recordWrite(&s.st, pos, epoch, r.now())
+	at := r.now()
+	r.recordWrite(&s.st, pos, epoch, at)
 	r.mu.Lock()
-	if r.st.Epoch == epoch && !r.st.PrimaryPos.Contains(pos) {
-		r.st.PrimaryPos = r.st.PrimaryPos.Union(pos)
-		r.st.Commits.Record(time.Now(), r.st.PrimaryPos)
+	if r.st.Epoch == epoch {
+		if !r.st.PrimaryPos.Contains(pos) {
+			r.st.PrimaryPos = r.st.PrimaryPos.Union(pos)
+			r.st.Commits.Record(time.Now(), r.st.PrimaryPos)
+		}
+		r.noteAckedLocked(pos, at)
 	}
 	reps := r.st.Replicas
 	r.mu.Unlock()

@@ -1,0 +1,80 @@
+package proxy
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// TestStartTokenProxyWrites: a client session that begins after another
+// session's write reads that write while both replicas lack it, as a new
+// connection to one MySQL server would (go-sql-driver's
+// TestRawBytesAreNotModified reconnects after each cancelled query and
+// reads the rows its first connection inserted). With start_token none the
+// same read is served by a replica without the row: the test sees the
+// difference the setting makes. COM_RESET_CONNECTION starts the session's
+// causal state afresh, from the same token.
+func TestStartTokenProxyWrites(t *testing.T) {
+	for _, c := range []struct {
+		startToken string
+		wantRow    bool
+	}{{StartTokenProxyWrites, true}, {StartTokenNone, false}} {
+		t.Run(c.startToken, func(t *testing.T) {
+			s := startProxy(t, func(cfg *Config) { cfg.StartToken, cfg.Policy = c.startToken, "token-ryw-mr" })
+			ctx := context.Background()
+			writer := openDB(t, s, "tls=skip-verify")
+			emptyTable(t, writer, "ptest", "starttok", "id INT PRIMARY KEY")
+			if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range topo.Replicas() {
+				if err := topo.StopApplier(ctx, r.Name); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					if err := topo.StartApplier(context.Background(), r.Name); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			// A session begun before the write (its reset is checked last).
+			rc := rawLogin(t, s.Addr(), "app", "apppw", false)
+			mustExec(t, writer, "INSERT INTO ptest.starttok VALUES (1)")
+
+			// A new client, a new session: no token of its own.
+			reader := openDB(t, s, "tls=skip-verify")
+			var id int
+			err := reader.QueryRowContext(ctx, "SELECT id FROM ptest.starttok WHERE id = 1").Scan(&id)
+			switch {
+			case c.wantRow && err != nil:
+				t.Fatalf("a session begun after the write: %v, want the row", err)
+			case !c.wantRow && !errors.Is(err, sql.ErrNoRows):
+				t.Fatalf("start_token none: %v (id %d), want no row from a stopped replica", err, id)
+			case !c.wantRow:
+				return
+			}
+			// The start token is the session's own, as a written one is: SELECT
+			// @causal_token shows it.
+			var tok string
+			if err := reader.QueryRowContext(ctx, "SELECT @causal_token").Scan(&tok); err != nil || tok == "" {
+				t.Fatalf("SELECT @causal_token of a new session: %q, %v; want the proxy's writes", tok, err)
+			}
+			// COM_RESET_CONNECTION: the session starts again, from the
+			// proxy's writes at that moment.
+			if _, ok := rc.value(t, "SELECT id FROM ptest.starttok WHERE id = 1"); ok {
+				t.Fatal("a session begun before the write read it from a stopped replica")
+			}
+			rc.write(0, []byte{mysql.COM_RESET_CONNECTION})
+			if a := rc.reply(); a.kind != "ok" {
+				t.Fatalf("COM_RESET_CONNECTION: %v", a)
+			}
+			if _, ok := rc.value(t, "SELECT id FROM ptest.starttok WHERE id = 1"); !ok {
+				t.Fatal("after COM_RESET_CONNECTION, the row written before it is missing")
+			}
+		})
+	}
+}
