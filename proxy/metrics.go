@@ -55,9 +55,9 @@ type metrics struct {
 	// (dialBackend): a statement there that writes and returns rows does
 	// not add its GTID to the session's token.
 	primaryClassicEOF prometheus.Counter
-	// primaryWatermarkReads counts the primary watermark reader's work
-	// (primaryWatermark) by result.
-	primaryWatermarkReads *prometheus.CounterVec
+	// watermarkReads counts the watermark readers' work (wmReader) by
+	// node and result.
+	watermarkReads *prometheus.CounterVec
 	// executes counts prepared-statement executions by path: raw (the
 	// client's packet and the binary result relayed unchanged) is the one
 	// path; the path and reason labels stay for dashboards built on them.
@@ -161,15 +161,15 @@ func newMetrics() *metrics {
 			Name: "causallab_proxy_session_state_total", Help: "Session state the proxy handled beyond replaying a statement, by event (set-evaluated: a SET with an expression ran once on the primary and its values were read back and replayed as literals; set-not-evaluated: that read-back failed, the session's reads stay on the primary; replica-state-dropped: a routed read changed session state on a replica (a stored function), the connection was reset or closed and the change dropped; schema-dropped: a DROP DATABASE dropped the session's current schema, which the proxy forgot; schema-check-failed: reading the current schema after a DROP DATABASE failed, the proxy kept it; insert-id-lost: multiplexed, the session's LAST_INSERT_ID() could not be read from the connection it gave back or set on the next, a later LAST_INSERT_ID() answers as on a new connection)."}, []string{"event"}),
 		primaryClassicEOF: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "causallab_proxy_primary_classic_eof_total", Help: "Primary connections dialled without CLIENT_DEPRECATE_EOF because the server did not offer it (no MySQL since 5.7.5): a statement there that writes and returns rows (ANALYZE TABLE, a CALL that writes and selects) does not add its GTID to the session's token."}),
-		primaryWatermarkReads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "causallab_proxy_primary_watermark_reads_total", Help: "The watermark reads of reads the primary served, made on a connection of the proxy's own account and shared by the sessions waiting at once, by result (query: queries run; served: watermarks handed to sessions; error: queries that failed)."}, []string{"result"}),
+		watermarkReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causallab_proxy_watermark_reads_total", Help: "The watermark reads made after a read on a connection of the proxy's own account, never the session's (every read the primary served; a replica's reads under watermark_source query, and all-gtids reads whose OK carried no set), each shared by the sessions waiting at once, by node and result (query: queries run; served: watermarks handed to sessions; error: queries that failed)."}, []string{"node", "result"}),
 		executes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causallab_proxy_stmt_executes_total", Help: "Prepared-statement executions by path (raw: the client's packet and the binary result relayed unchanged; the only path)."}, []string{"path", "reason"}),
 	}
 	m.executesRaw = m.executes.WithLabelValues("raw", "")
 	m.statementsBy = promcache.New(m.statements, 2*numKinds*3)
 	m.reg.MustRegister(m.connections, m.active, m.statements, m.primaryReasons,
-		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.watermarkFallbacks, m.executes, m.sessionState, m.primaryClassicEOF, m.primaryWatermarkReads,
+		m.clientErrors, m.serverErrors, m.idleClosed, m.backendErrors, m.replayFailures, m.watermarkFallbacks, m.executes, m.sessionState, m.primaryClassicEOF, m.watermarkReads,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "causallab_proxy_ready", Help: "1 once the proxy serves: every backend's position read once, or startup_timeout passed."})

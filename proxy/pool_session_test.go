@@ -84,7 +84,7 @@ func TestMultiplex(t *testing.T) {
 	// at its first read, when a read the primary served needed its
 	// watermark).
 	allowed := 1
-	if g := grepLines(metricText(t, s), `causallab_proxy_primary_watermark_reads_total{result="query"}`); g != "" && !strings.HasSuffix(g, " 0") {
+	if g := grepLines(metricText(t, s), `causallab_proxy_watermark_reads_total{node="primary",result="query"}`); g != "" && !strings.HasSuffix(g, " 0") {
 		allowed++
 	}
 	if n := proxyConnsOn(t, admin) - before; n > allowed {

@@ -84,8 +84,9 @@ func primaryServes(c *Config) {
 // read's watermark is read without a statement on the session's own
 // connection, so the read's warnings are still there for SHOW WARNINGS
 // and @@warning_count (issue 39, defect 7: the watermark query pipelined
-// behind a primary-served read cleared them). The primary serves every
-// read in the "primary" cases (primaryServes).
+// behind a read cleared them, on the primary and, under watermark_source
+// query or all-gtids, on a replica). The primary serves every read in the
+// "primary" cases (primaryServes).
 func TestReadWarningsSurviveWatermark(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -94,14 +95,24 @@ func TestReadWarningsSurviveWatermark(t *testing.T) {
 			s := startProxy(t, func(c *Config) { c.Policy = policy; primaryServes(c) })
 			checkReadWarnings(t, ctx, openDB(t, s, ""))
 			m := metricText(t, s)
-			if metricSum(m, `causallab_proxy_primary_watermark_reads_total{result="served"}`) == 0 {
+			if metricSum(m, `causallab_proxy_watermark_reads_total{node="primary",result="served"}`) == 0 {
 				t.Errorf("no watermark read by the proxy's reader:\n%s", grepLines(m, "watermark"))
 			}
 		})
-		t.Run(policy+"/replica", func(t *testing.T) {
-			s := startProxy(t, func(c *Config) { c.Policy = policy })
-			checkReadWarnings(t, ctx, openDB(t, s, ""))
-		})
+		// On a replica, under each watermark source: lazy reads none;
+		// query and all-gtids read it with the replica's reader.
+		for _, wm := range []string{"lazy", "query", "all-gtids"} {
+			t.Run(policy+"/replica-"+wm, func(t *testing.T) {
+				s := startProxy(t, func(c *Config) { c.Policy, c.WatermarkSource = policy, wm })
+				checkReadWarnings(t, ctx, openDB(t, s, ""))
+				m := metricText(t, s)
+				served := metricSum(m, `causallab_proxy_watermark_reads_total{node="replica1",result="served"}`) +
+					metricSum(m, `causallab_proxy_watermark_reads_total{node="replica2",result="served"}`)
+				if wm == "lazy" && served != 0 || wm == "query" && policy == "token-ryw-mr" && served == 0 {
+					t.Errorf("%d replica watermarks read by the replicas' readers under %s:\n%s", served, wm, grepLines(m, "watermark"))
+				}
+			})
+		}
 	}
 }
 
@@ -140,10 +151,10 @@ func TestPassthroughPrimaryWatermarkSound(t *testing.T) {
 	if got := metricSum(m, `causallab_proxy_watermark_fallbacks_total{source="primary-no-log-status"}`); got != 0 {
 		t.Errorf("%d primary-no-log-status fallbacks under passthrough, want 0:\n%s", got, grepLines(m, "watermark"))
 	}
-	if got := metricSum(m, `causallab_proxy_primary_watermark_reads_total{result="served"}`); got < 3 {
+	if got := metricSum(m, `causallab_proxy_watermark_reads_total{node="primary",result="served"}`); got < 3 {
 		t.Errorf("%d watermarks served by the proxy's reader, want at least 3:\n%s", got, grepLines(m, "watermark", "statements_total"))
 	}
-	if !strings.Contains(m, "causallab_proxy_primary_watermark_reads_total") {
+	if !strings.Contains(m, "causallab_proxy_watermark_reads_total") {
 		t.Fatal("no reader metric")
 	}
 }

@@ -71,14 +71,10 @@ type relayError struct {
 func (e *relayError) Error() string { return e.err.Error() }
 func (e *relayError) Unwrap() error { return e.err }
 
-// watermarkQuery reads a node's monotonic-reads watermark, run right
-// after a read on the same connection: gtid_executed joined with the
-// replica's received set (mysqlwire.WatermarkQuery says why gtid_executed
+// watermarkQuery reads a node's monotonic-reads watermark after a read
+// (wmReader): gtid_executed joined with the replica's received set (mysqlwire.WatermarkQuery says why gtid_executed
 // alone is not enough).
 const watermarkQuery = mysqlwire.WatermarkQuery
-
-// watermarkCmd is watermarkQuery's COM_QUERY payload (never modified).
-var watermarkCmd = append([]byte{mysql.COM_QUERY}, watermarkQuery...)
 
 // relayReq is one command relayed raw from a backend to the client.
 type relayReq struct {
@@ -95,9 +91,8 @@ type relayReq struct {
 	cmd [][]byte
 	// wantGTIDs: forward session-tracking GTIDs to the client.
 	wantGTIDs bool
-	// watermark: pipeline watermarkQuery behind the command (one write,
-	// the server runs it right after the command) and read its answer
-	// after the command's response was relayed and flushed to the client.
+	// watermark: the node's watermark after the command (relayOut), read
+	// by wmRead once the response was relayed and flushed to the client.
 	watermark bool
 	// flush sends the client's buffered response before the watermark's
 	// answer is read (nil: nothing to flush).
@@ -108,18 +103,15 @@ type relayReq struct {
 	file func() ([]byte, byte, error)
 	// dropTracked: ignore the final OK's ALL_GTIDS set (Server.dropTracked).
 	dropTracked bool
-	// wmRead, with watermark, reads the watermark after the response
-	// instead of the pipelined watermarkQuery (the primary's reader,
-	// primaryWatermark: nothing runs on the session's connection after
-	// the read); nil: pipelined.
+	// wmRead, with watermark, reads the watermark after the response:
+	// the node's reader (wmReader), so nothing runs on the session's
+	// connection after the read (on an allGTIDs connection, only when
+	// the final OK carries no usable set).
 	wmRead func(context.Context) (gtid.Set, error)
 	// holdReadOnly: a read on a replica; the server's read-only refusal
 	// as the response's first packet (nothing ran: a stored function
 	// that writes) is not written (relayOut.readOnly).
 	holdReadOnly bool
-	// healthy, for a replica, is its health for the watchdog while the
-	// watermark's answer is read (nil: not watched).
-	healthy func() bool
 }
 
 // relay sends a COM_QUERY to bc and streams the response to the client
@@ -156,13 +148,7 @@ func relayCmd(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 		return relayOut{}, err // a KILL QUERY reached the command: not sent
 	}
 	defer bc.unbind(stop)
-	if bc.allGTIDs && req.watermark {
-		return relayTracked(cc, bc, req)
-	}
-	if req.watermark && req.wmRead != nil {
-		return relayThenRead(cc, bc, req)
-	}
-	if err := bc.send(req.cmd, req.watermark); err != nil {
+	if err := bc.send(req.cmd); err != nil {
 		bc.broken = true
 		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
 	}
@@ -170,92 +156,44 @@ func relayCmd(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
 	if !req.watermark || bc.broken {
 		return out, err
 	}
+	if bc.allGTIDs && out.tracked != "" && !out.trackedInTrans && !req.dropTracked {
+		// The final OK's ALL_GTIDS set: the server fills it in after
+		// the statement ran, when its autocommit transaction has ended,
+		// so it contains everything the read saw. A set the proxy
+		// cannot read falls through to the reader (counted as the
+		// fallback).
+		if set, perr := gtid.Parse(out.tracked); perr == nil {
+			out.watermark = set
+			return out, err
+		}
+	}
 	// The command's response is complete: let the client have it while
-	// the watermark's answer (already computed by the server) is read.
+	// the node's reader reads the watermark on its own connection.
 	if req.flush != nil && err == nil {
 		_ = req.flush() // a failure surfaces at the client's next read
 	}
-	if req.healthy != nil {
-		// A replica that stops before the watermark's answer is cut as
-		// one that stops before the command's.
-		bc.watch(req.healthy)
-	}
-	out.watermark, out.wmErr = bc.readWatermark()
-	bc.unwatch()
-	return out, err
-}
-
-// relayThenRead relays a read and then takes its watermark from
-// req.wmRead (a query started after the response was read, on another
-// connection), once the client has the response.
-func relayThenRead(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
-	if err := bc.send(req.cmd, false); err != nil {
-		bc.broken = true
-		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
-	}
-	out, err := relayResponse(cc, bc, req)
-	if bc.broken {
+	out.wmFallback = bc.allGTIDs
+	if req.wmRead == nil {
+		out.wmErr = backendErr(bc.b, "watermark", errNoWatermarkReader)
 		return out, err
-	}
-	if req.flush != nil && err == nil {
-		_ = req.flush() // a failure surfaces at the client's next read
 	}
 	out.watermark, out.wmErr = req.wmRead(req.ctx)
 	return out, err
 }
 
-// relayTracked relays a read on an allGTIDs connection and takes its
-// watermark from the final OK packet's ALL_GTIDS set: the server fills it
-// in after the statement ran, when its autocommit transaction has ended,
-// so it contains everything the read saw. When the OK carries no set or
-// says a transaction is open (the set would not bound a snapshot the
-// session keeps reading from), the watermark is read with watermarkQuery
-// after the response (one more round trip, out.wmFallback).
-func relayTracked(cc *clientConn, bc *backendConn, req relayReq) (relayOut, error) {
-	if err := bc.send(req.cmd, false); err != nil {
-		bc.broken = true
-		return relayOut{}, &relayError{err: backendErr(bc.b, req.op, err)}
-	}
-	out, err := relayResponse(cc, bc, req)
-	if bc.broken {
-		return out, err
-	}
-	if out.tracked != "" && !out.trackedInTrans && !req.dropTracked {
-		set, perr := gtid.Parse(out.tracked)
-		if perr == nil {
-			out.watermark = set
-			return out, err
-		}
-		// A set the server sent but the proxy cannot read: the query's
-		// answer is used instead (counted as the fallback).
-	}
-	if req.flush != nil && err == nil {
-		_ = req.flush() // a failure surfaces at the client's next read
-	}
-	out.wmFallback = true
-	if req.healthy != nil {
-		bc.watch(req.healthy)
-	}
-	bc.conn.ResetSequence()
-	if werr := bc.conn.WritePacket(appendPacket(nil, watermarkCmd)); werr != nil {
-		bc.broken = true
-		out.wmErr = backendErr(bc.b, "watermark", werr)
-	} else {
-		out.watermark, out.wmErr = bc.readWatermark()
-	}
-	bc.unwatch()
-	return out, err
-}
+// errNoWatermarkReader: a read asked for a watermark on a node without a
+// reader (Server.replicaWM is built for every watermark_source that reads
+// one after a replica read).
+var errNoWatermarkReader = errors.New("no watermark reader for this node")
 
 // smallCommand is the size up to which a command's pieces are copied into
 // one packet buffer and sent in one write.
 const smallCommand = 64 << 10
 
-// send writes the command whose payload is cmd's pieces (sequence 0) and,
-// with watermark, watermarkQuery as a second command behind it: in one
-// write when the command is small, else framed around its pieces without
-// copying them (split into 16 MiB packets as the protocol does).
-func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
+// send writes the command whose payload is cmd's pieces (sequence 0): in
+// one write when the command is small, else framed around its pieces
+// without copying them (split into 16 MiB packets as the protocol does).
+func (bc *backendConn) send(cmd [][]byte) error {
 	c := bc.conn
 	n := 0
 	for _, p := range cmd {
@@ -263,12 +201,9 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 	}
 	if n >= smallCommand && c.Compression == mysql.MYSQL_COMPRESS_NONE {
 		bufs, packets := framePackets(cmd, n)
-		if watermark {
-			bufs = append(bufs, appendPacket(nil, watermarkCmd))
-		}
 		_, err := bufs.WriteTo(c.Conn)
 		// The response continues the command's sequence (past its split
-		// packets); the watermark is a command of its own.
+		// packets).
 		c.Sequence = uint8(packets)
 		return err
 	}
@@ -280,24 +215,11 @@ func (bc *backendConn) send(cmd [][]byte, watermark bool) error {
 		}
 		err := c.WritePacket(data)
 		bc.keepBuf(data)
-		if err != nil || !watermark {
-			return err
-		}
-		// The response continues the command's sequence (past its split
-		// packets); the watermark is a command of its own.
-		seq := c.Sequence
-		c.ResetSequence()
-		data = append(append(bc.buf[:0], 0, 0, 0, 0), watermarkCmd...)
-		err = c.WritePacket(data)
-		c.Sequence = seq
 		return err
 	}
 	data := append(bc.buf[:0], byte(n), byte(n>>8), byte(n>>16), 0)
 	for _, p := range cmd {
 		data = append(data, p...)
-	}
-	if watermark {
-		data = appendPacket(data, watermarkCmd)
 	}
 	_, err := c.Conn.Write(data)
 	bc.keepBuf(data)
@@ -349,23 +271,6 @@ func (bc *backendConn) keepBuf(data []byte) {
 	} else {
 		bc.buf = make([]byte, 0, 4096)
 	}
-}
-
-// readWatermark reads the answer to the pipelined watermarkQuery
-// (mysqlwire.ReadExecutedAnswer; backend connections negotiate no query
-// attributes and CLIENT_DEPRECATE_EOF when okEOF, see dialBackend); after
-// anything but the server's refusal the connection is out of step and
-// marked broken.
-func (bc *backendConn) readWatermark() (gtid.Set, error) {
-	set, err := mysqlwire.ReadExecutedAnswer(bc.conn, mysqlwire.Caps{DeprecateEOF: bc.okEOF})
-	if err != nil {
-		var me *mysql.MyError
-		if !errors.As(err, &me) {
-			bc.broken = true
-		}
-		return gtid.Set{}, backendErr(bc.b, "watermark", err)
-	}
-	return set, nil
 }
 
 // relayResponse streams one command's response from bc to the client:

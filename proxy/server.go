@@ -71,9 +71,12 @@ type Server struct {
 	// query fallback runs (relayTracked).
 	dropTracked atomic.Bool
 
-	// primaryWM reads the watermarks of the reads the primary served,
-	// on the proxy's own account (started and stopped by Serve).
-	primaryWM *primaryWatermark
+	// primaryWM reads the watermarks of the reads the primary served;
+	// replicaWM[i] replica i's, under watermark_source query and
+	// all-gtids (nil otherwise): wmReader, never on a session's
+	// connection.
+	primaryWM *wmReader
+	replicaWM []*wmReader
 
 	// pools are the shared backend connection pools by backend name
 	// (Config.Multiplex; nil when off), pm their metrics; run by Serve.
@@ -151,7 +154,12 @@ func New(cfg Config) (*Server, error) {
 		},
 		capCfg: router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
 	}
-	s.primaryWM = newPrimaryWatermark(&s.cfg, s.m, s.log)
+	s.primaryWM = newWMReader(&s.cfg, &s.cfg.Primary, true, s.m, s.log)
+	if s.cfg.WatermarkSource != "lazy" {
+		for i := range s.cfg.Replicas {
+			s.replicaWM = append(s.replicaWM, newWMReader(&s.cfg, &s.cfg.Replicas[i], false, s.m, s.log))
+		}
+	}
 	s.cfg.classicEOF = s.m.primaryClassicEOF
 	s.setReadiness("starting: not serving yet")
 	switch {
@@ -341,6 +349,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	poolCtx, stopPools := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPools()
 	s.primaryWM.start(poolCtx)
+	for _, w := range s.replicaWM {
+		w.start(poolCtx)
+	}
 	if s.cfg.Multiplex {
 		if err := s.startPools(poolCtx); err != nil {
 			return err
@@ -423,6 +434,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		<-p.done
 	}
 	s.primaryWM.stop()
+	for _, w := range s.replicaWM {
+		w.stop()
+	}
 	stopPolls()
 	pollWG.Wait()
 	s.rt.Close()

@@ -108,7 +108,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = roleReplica
 		}
 		s.srv.m.statement(false, st.Kind, role).Inc()
-		out, err := relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, wmRead: s.wmRead(t.Replica), flush: s.flushFunc(), healthy: s.watchFor(bc, t.Replica), dropTracked: s.srv.dropTracked.Load(), holdReadOnly: t.Replica >= 0})
+		out, err := relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, wmRead: s.wmRead(t.Replica), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load(), holdReadOnly: t.Replica >= 0})
 		refused = refused || out.readOnly
 		return out, err
 	})
@@ -338,19 +338,22 @@ func (s *session) runFailed(run *readRun, bc *backendConn, err error, idleFor ti
 }
 
 // wmRead is the watermark reader of a read run on replica i (-1: the
-// primary): the primary's reads take theirs from the proxy's reader
-// (primaryWatermark), never from a statement on the session's
-// connection; nil (a replica): pipelined behind the read.
+// primary): the node's reader (wmReader), never a statement on the
+// session's connection; nil where there is none (a replica under
+// watermark_source lazy, which reads no watermark after a read).
 func (s *session) wmRead(i int) func(context.Context) (gtid.Set, error) {
-	if i >= 0 || s.srv.primaryWM == nil {
-		return nil
+	switch {
+	case i < 0 && s.srv.primaryWM != nil:
+		return s.srv.primaryWM.read
+	case i >= 0 && i < len(s.srv.replicaWM):
+		return s.srv.replicaWM[i].read
 	}
-	return s.srv.primaryWM.read
+	return nil
 }
 
 // watermarkFromPrimary stands in for a replica's watermark that could not
 // be read after its result reached the client (wmErr): the primary's
-// watermark, read now by the proxy's reader (primaryWatermark). Within
+// watermark, read now by the proxy's reader (wmReader). Within
 // one topology epoch a replica applies only what the primary committed,
 // so what the replica had when it answered is contained in what the
 // primary has afterwards: a sound (more cautious) watermark, and the

@@ -178,7 +178,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = roleReplica
 		}
 		s.srv.m.statement(true, st.Kind, role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, sentAt: at, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, wmRead: s.wmRead(i), flush: s.flushFunc(), healthy: s.watchFor(bc, i), dropTracked: s.srv.dropTracked.Load()})
+		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, sentAt: at, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, wmRead: s.wmRead(i), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load()})
 		clear(bc.pieces)
 		return out, err
 	}

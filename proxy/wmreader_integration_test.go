@@ -101,7 +101,7 @@ func TestPrimaryWatermarkLogStatus(t *testing.T) {
 		// One fallback for every query the reader ran (the read above,
 		// and the reads through the proxy the primary served).
 		m := metricText(t, s)
-		queries := metricSum(m, `causallab_proxy_primary_watermark_reads_total{result="query"}`)
+		queries := metricSum(m, `causallab_proxy_watermark_reads_total{node="primary",result="query"}`)
 		if got := metricSum(m, `causallab_proxy_watermark_fallbacks_total{source="primary-no-log-status"}`); got != queries || got == 0 {
 			t.Errorf("%d fallbacks counted, want one for each of the reader's %d queries:\n%s", got, queries,
 				grepLines(m, "watermark", "statements_total"))

@@ -14,31 +14,36 @@ import (
 	"github.com/causallab/causallab/internal/mysqlwire"
 )
 
-// primaryWatermark reads the watermark of the reads the primary served
-// (and the primary's executed set that stands in for a replica's lost
-// watermark, session.watermarkFromPrimary), once per proxy, on a
+// wmReader reads one node's watermark after a read that node served, on a
 // connection of the proxy's own account (Backend.User), never on the
 // session's: a statement there would clear the read's diagnostics (SHOW
-// WARNINGS, @@warning_count, GET DIAGNOSTICS) and move its session
+// WARNINGS, @@warning_count, GET DIAGNOSTICS), FOUND_ROWS() and its session
 // status, and under auth passthrough the client's own account usually
-// lacks BACKUP_ADMIN.
+// lacks what the query reads. Visibility on one server only grows, so a
+// watermark read after the read completed bounds what it saw.
 //
-// The query is performance_schema.log_status, sound where watermarkQuery
-// is not (on the primary the received set is empty, and a commit is
-// visible before gtid_executed has it; log_status copies gtid_executed
-// under the commit lock: docs/router.md "The commit race"), when the
-// server lets the proxy's account read it and commits through its binary
-// log (mysqlwire.ProbeLogStatus, the verdict kept in ls); else
-// watermarkQuery, each such read counted as
+// The primary's reader (and the primary's executed set that stands in
+// for a replica's lost watermark, session.watermarkFromPrimary) uses
+// performance_schema.log_status, sound where watermarkQuery is not (on
+// the primary the received set is empty, and a commit is visible before
+// gtid_executed has it; log_status copies gtid_executed under the commit
+// lock: docs/router.md "The commit race"), when the server lets the
+// proxy's account read it and commits through its binary log
+// (mysqlwire.ProbeLogStatus, the verdict kept in ls); else watermarkQuery,
+// each such read counted as
 // watermark_fallbacks_total{source="primary-no-log-status"} and the
-// refusal logged once.
+// refusal logged once. A replica's reader (watermark_source query, and
+// all-gtids' reads whose OK carries no set) uses watermarkQuery:
+// gtid_executed joined with the received set.
 //
 // Reads are batched (single flight): a session whose read has completed
 // joins the next batch, which starts only after every member joined (a
 // batch whose query was sent is never joined), so the one answer bounds
 // what each member's read saw. One batch runs at a time, in a goroutine
 // that lives while batches wait, each bounded by backend_timeout.
-type primaryWatermark struct {
+type wmReader struct {
+	// logStatus: the primary's reader (log_status, probed into ls).
+	logStatus bool
 	ls        mysqlwire.LogStatus
 	fallbacks prometheus.Counter
 	// reads counts the queries run, waits the watermarks served (their
@@ -60,6 +65,9 @@ type primaryWatermark struct {
 	// conn is the reader's connection, used by the running goroutine
 	// only (nil: dialled at the next batch).
 	conn *client.Conn
+	// queryFn, when set, stands in for the query on conn (in-memory
+	// tests, which have no server to dial).
+	queryFn func(context.Context) (gtid.Set, error)
 }
 
 // wmBatch is one watermark read shared by the sessions that joined it:
@@ -72,15 +80,20 @@ type wmBatch struct {
 
 // errWatermarkReaderStopped: the proxy is shutting down (or the reader
 // never started): no watermark can be read.
-var errWatermarkReaderStopped = errors.New("proxy: the primary's watermark reader is not running")
+var errWatermarkReaderStopped = errors.New("proxy: the watermark reader is not running")
 
-func newPrimaryWatermark(cfg *Config, m *metrics, log *slog.Logger) *primaryWatermark {
-	b := &cfg.Primary
-	return &primaryWatermark{
+// newWMReader is node b's reader; logStatus: b is the primary.
+func newWMReader(cfg *Config, b *Backend, logStatus bool, m *metrics, log *slog.Logger) *wmReader {
+	name := b.Name
+	if logStatus {
+		name = "primary"
+	}
+	return &wmReader{
+		logStatus: logStatus,
 		fallbacks: m.watermarkFallbacks.WithLabelValues("primary-no-log-status"),
-		reads:     m.primaryWatermarkReads.WithLabelValues("query"),
-		waits:     m.primaryWatermarkReads.WithLabelValues("served"),
-		errors:    m.primaryWatermarkReads.WithLabelValues("error"),
+		reads:     m.watermarkReads.WithLabelValues(name, "query"),
+		waits:     m.watermarkReads.WithLabelValues(name, "served"),
+		errors:    m.watermarkReads.WithLabelValues(name, "error"),
 		log:       log,
 		dialer:    mysqlwire.Dialer{User: b.User, Password: b.Password, Timeout: cfg.ConnectTimeout, IOTimeout: cfg.BackendTimeout, PlainIO: cfg.SocketIO != "raw"},
 		b:         b,
@@ -89,7 +102,7 @@ func newPrimaryWatermark(cfg *Config, m *metrics, log *slog.Logger) *primaryWate
 }
 
 // start lets the reader run batches until ctx ends (Serve's).
-func (w *primaryWatermark) start(ctx context.Context) {
+func (w *wmReader) start(ctx context.Context) {
 	w.mu.Lock()
 	w.ctx = ctx
 	w.mu.Unlock()
@@ -97,7 +110,7 @@ func (w *primaryWatermark) start(ctx context.Context) {
 
 // stop waits for the running batch (its ctx ended) and closes the
 // connection.
-func (w *primaryWatermark) stop() {
+func (w *wmReader) stop() {
 	w.wg.Wait()
 	if w.conn != nil {
 		_ = w.conn.Close()
@@ -105,10 +118,10 @@ func (w *primaryWatermark) stop() {
 	}
 }
 
-// read returns the primary's watermark read by a query sent after read
+// read returns the node's watermark read by a query sent after read
 // was called (the caller's read has completed), or why it could not be
 // read; ctx bounds the wait (the session's).
-func (w *primaryWatermark) read(ctx context.Context) (gtid.Set, error) {
+func (w *wmReader) read(ctx context.Context) (gtid.Set, error) {
 	w.mu.Lock()
 	if w.ctx == nil || w.ctx.Err() != nil {
 		w.mu.Unlock()
@@ -134,7 +147,7 @@ func (w *primaryWatermark) read(ctx context.Context) (gtid.Set, error) {
 }
 
 // run runs the waiting batches one after another until none waits.
-func (w *primaryWatermark) run(ctx context.Context) {
+func (w *wmReader) run(ctx context.Context) {
 	defer w.wg.Done()
 	for {
 		w.mu.Lock()
@@ -155,11 +168,15 @@ func (w *primaryWatermark) run(ctx context.Context) {
 // reader has no connection), bounded by backend_timeout. After a failure
 // that is not the server's, the connection is closed (the next batch
 // dials again).
-func (w *primaryWatermark) query(ctx context.Context) (gtid.Set, error) {
+func (w *wmReader) query(ctx context.Context) (gtid.Set, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	w.reads.Inc()
-	set, err := w.queryOn(ctx)
+	queryOn := w.queryOn
+	if w.queryFn != nil {
+		queryOn = w.queryFn
+	}
+	set, err := queryOn(ctx)
 	if err != nil {
 		w.errors.Inc()
 		if !mysqlwire.IsServerError(err) && w.conn != nil {
@@ -171,7 +188,7 @@ func (w *primaryWatermark) query(ctx context.Context) (gtid.Set, error) {
 	return set, nil
 }
 
-func (w *primaryWatermark) queryOn(ctx context.Context) (gtid.Set, error) {
+func (w *wmReader) queryOn(ctx context.Context) (gtid.Set, error) {
 	if w.conn == nil {
 		c, err := w.dialer.Dial(ctx, w.b.Addr, false)
 		if err != nil {
@@ -179,13 +196,16 @@ func (w *primaryWatermark) queryOn(ctx context.Context) (gtid.Set, error) {
 		}
 		w.conn = c
 	}
-	if err := w.probe(ctx, w.conn); err != nil {
-		return gtid.Set{}, err
-	}
-	q := mysqlwire.LogStatusQuery
-	if !w.ls.Sound() {
-		q = watermarkQuery
-		w.fallbacks.Inc()
+	q := watermarkQuery
+	if w.logStatus {
+		if err := w.probe(ctx, w.conn); err != nil {
+			return gtid.Set{}, err
+		}
+		q = mysqlwire.LogStatusQuery
+		if !w.ls.Sound() {
+			q = watermarkQuery
+			w.fallbacks.Inc()
+		}
 	}
 	v, err := mysqlwire.ReadValue(ctx, w.conn, q)
 	if err != nil {
@@ -197,7 +217,7 @@ func (w *primaryWatermark) queryOn(ctx context.Context) (gtid.Set, error) {
 // probe runs on the reader's connection until the verdict is known:
 // log_status answered, or the server refused it. Any other error is the
 // connection's and is returned.
-func (w *primaryWatermark) probe(ctx context.Context, c *client.Conn) error {
+func (w *wmReader) probe(ctx context.Context, c *client.Conn) error {
 	refusal, err := w.ls.Probe(ctx, func(ctx context.Context, q string) (string, error) { return mysqlwire.ReadValue(ctx, c, q) })
 	if refusal != nil {
 		w.log.Warn("proxy: performance_schema.log_status is not the primary's watermark; monotonic-reads watermarks of reads served by the primary use gtid_executed, which can lack a transaction the read saw (grant BACKUP_ADMIN to the proxy's backend account; docs/router.md, \"The commit race\")",
