@@ -79,14 +79,24 @@ func (p *setParser) target(t sqllex.Token) (Stmt, bool) {
 	p.phase, p.user, p.names = setEq, false, false
 	st, done := p.targetName(t)
 	if !done && len(p.targets) > 0 {
-		if n := p.targets[len(p.targets)-1]; !n.User && sqllex.EqualFoldUpper(strings.Trim(n.Name, "`"), "SESSION_TRACK_STATE_CHANGE") {
-			// The proxy's own view of the session's state: never
-			// replayed; where it ran, the session stays (reads on
-			// the primary, the connection kept, reset at its end).
+		if n := p.targets[len(p.targets)-1]; !n.User && pinningVar(n.Name) {
+			// Where it ran, the session stays (reads on the primary,
+			// the connection kept, reset at its end); never replayed.
 			return Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true}, true
 		}
 	}
 	return st, done
+}
+
+// pinningVar: setting session variable name keeps the session on the
+// primary until it is reset. session_track_state_change is the proxy's
+// own view of the session's state. sql_log_bin: the writes made while it
+// is off are not replicated, so they exist on the primary alone, whatever
+// the variable is set to later (MySQL's own tests write that way, and
+// read their rows back).
+func pinningVar(name string) bool {
+	name = strings.Trim(name, "`")
+	return sqllex.EqualFoldUpper(name, "SESSION_TRACK_STATE_CHANGE") || sqllex.EqualFoldUpper(name, "SQL_LOG_BIN")
 }
 
 // targetName reads the target an assignment begins with.

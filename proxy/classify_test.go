@@ -496,6 +496,9 @@ func TestClassifySetEval(t *testing.T) {
 		"SET @a":                                               primary(ReasonUnclassified),
 		"SET session_track_state_change = OFF":                 {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
 		"SET @a = 1, @@SESSION.session_track_state_change = 0": {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET sql_log_bin = OFF":                                {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET @@session.SQL_LOG_BIN = 0":                        {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET SESSION sql_log_bin = 1":                          {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
 		"SET NAMES utf8mb4, @a = UUID()":                       {Kind: KindPrimary, Reason: ReasonUserVariable, PinsSession: true, SetsUserVar: true, UsesUserVar: true},
 	} {
 		st, err := Classify(q)

@@ -637,3 +637,37 @@ func TestReplicaRefusingSessionInWait(t *testing.T) {
 	}
 	refusalCounted(t, s, " in a wait")
 }
+
+// TestSQLLogBinOff: what a session writes with sql_log_bin off is on the
+// primary alone (not replicated), and its reads find it, also after
+// sql_log_bin is back on (MySQL's own main.create_select_foreign_key
+// writes that way): a SET of sql_log_bin keeps the session on the
+// primary until it is reset.
+func TestSQLLogBinOff(t *testing.T) {
+	s := startProxy(t, nil)
+	ctx := context.Background()
+	db := openDB(t, s, "")
+	mustExec(t, db, "CREATE DATABASE IF NOT EXISTS ptest")
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mustExec(t, conn, "SET sql_log_bin = OFF")
+	mustExec(t, conn, "DROP TABLE IF EXISTS ptest.nolog")
+	mustExec(t, conn, "CREATE TABLE ptest.nolog (a INT)")
+	defer func() {
+		mustExec(t, conn, "SET sql_log_bin = OFF")
+		mustExec(t, conn, "DROP TABLE ptest.nolog")
+	}()
+	mustExec(t, conn, "INSERT INTO ptest.nolog VALUES (1)")
+	for _, on := range []bool{false, true} {
+		if on {
+			mustExec(t, conn, "SET sql_log_bin = ON")
+		}
+		var a int
+		if err := conn.QueryRowContext(ctx, "SELECT a FROM ptest.nolog").Scan(&a); err != nil || a != 1 {
+			t.Fatalf("sql_log_bin back on %v: reading the session's unreplicated row: %d, %v", on, a, err)
+		}
+	}
+}

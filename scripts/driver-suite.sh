@@ -18,6 +18,9 @@
 # all-gtids; default the proxy's), CAUSALLAB_DRIVER_SUITE_MULTIPLEX (true
 # or false: the proxy's --multiplex; default the proxy's),
 # CAUSALLAB_DRIVER_SUITE_TIMEOUT (per run, go test -timeout; default 15m).
+# TestConcurrent runs too (MYSQL_TEST_CONCURRENT=1: it opens connections
+# until the server refuses one with 1040); TestConnectionAttributes skips
+# itself (the topology runs with performance_schema OFF).
 # Needs what `make deps` installs (the MySQL root filesystem). Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -104,7 +107,7 @@ run_suite() { # name addr
 	local name=$1 addr=$2
 	log "running the suite $name ($addr)"
 	(cd "$work/driver" &&
-		MYSQL_TEST_USER=causallab MYSQL_TEST_PASS=causallab MYSQL_TEST_PROT=tcp \
+		MYSQL_TEST_USER=causallab MYSQL_TEST_PASS=causallab MYSQL_TEST_PROT=tcp MYSQL_TEST_CONCURRENT=1 \
 			MYSQL_TEST_ADDR="$addr" MYSQL_TEST_DBNAME=gotest \
 			GOFLAGS=-mod=mod go test -count=1 -v -timeout "$timeout" -skip "$skip" ${run_re:+-run "$run_re"} . \
 			>"$out/$name.log" 2>&1) || true
