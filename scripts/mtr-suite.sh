@@ -15,6 +15,9 @@
 #                                                      (between cases: every
 #                                                      non-system schema dropped,
 #                                                      `test` re-created); default 1
+#   scripts/mtr-suite.sh --resume ...                  keep OUT/TARGET.results and
+#                                                      skip the cases it has
+#                                                      (with CAUSALLAB_MTR_OUT)
 #
 # Environment: CAUSALLAB_MTR_OUT (directory for the results, each case's
 # mysql-test-run output and the proxy's log; default a temporary directory,
@@ -25,10 +28,19 @@
 # created on the primary (MySQL's tests administer the server and log in as
 # root, as on the servers mysql-test-run.pl starts itself). Loopback only.
 #
-# Results: OUT/TARGET.results, one "CASE STATUS" line per case (pass, fail,
-# skipped, or not-run-server-options: a case with a t/CASE-master.opt of
-# its own or include/force_myisam_default.inc, server options --extern
-# cannot give); OUT/TARGET/CASE.log, mysql-test-run's output. Exit status 0 when
+# Results: OUT/TARGET.results, one "CASE STATUS" line per case: pass, fail,
+# skipped (by mysql-test-run.pl itself), or not run, because the case
+#   not-run-server-options  has a t/CASE-master.opt of its own or
+#                           include/force_myisam_default.inc: server
+#                           options --extern cannot give;
+#   not-run-resets-gtids    runs RESET BINARY LOGS AND GTIDS (RESET
+#                           MASTER): the primary's GTIDs start again at
+#                           1, and replicas, which have those GTIDs
+#                           already, skip its later transactions;
+#   not-run-gtid-mode       sets gtid_mode or enforce_gtid_consistency,
+#                           which a replicated topology's servers cannot
+#                           change one at a time.
+# OUT/TARGET/CASE.log is mysql-test-run's output. Exit status 0 when
 # every case that passes direct passes through every proxy target run (or
 # when only one target ran), 1 otherwise.
 set -euo pipefail
@@ -45,6 +57,7 @@ while [ $# -gt 0 ]; do
 	--fresh-every) fresh_every=$2; shift 2 ;;
 	--cases-file) mapfile -t -O "${#cases[@]}" cases < <(grep -vE '^\s*(#|$)' "$2"); shift 2 ;;
 	--all) all=1; shift ;;
+	--resume) resume=1; shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	-*) log "unknown option $1 (--help)"; exit 2 ;;
 	*) cases+=("$1"); shift ;;
@@ -184,16 +197,29 @@ start_target() {
 	esac
 }
 
-# run_case TARGET CASE: one mysql-test-run.pl; appends "CASE STATUS".
-run_case() {
-	local target=$1 c=$2 status
-	mkdir -p "$out/$target"
-	if [ -f "$mtrfs/$suite/t/${c#main.}-master.opt" ] ||
-		grep -q 'force_myisam_default.inc' "$mtrfs/$suite/t/${c#main.}.test" 2>/dev/null; then
+# not_runnable CASE: why CASE cannot run on a replicated topology under
+# --extern (a not-run-* status; nothing: it can).
+not_runnable() {
+	local t=$mtrfs/$suite/t/${1#main.}.test
+	if [ -f "${t%.test}-master.opt" ] || grep -q 'force_myisam_default.inc' "$t" 2>/dev/null; then
 		# Server options of its own (t/CASE-master.opt, or MyISAM as the
 		# default engine: include/force_myisam_default.inc):
 		# mysql-test-run.pl starts a server with them; --extern cannot.
-		echo "$c not-run-server-options" >>"$out/$target.results"
+		echo not-run-server-options
+	elif grep -qiE '^[^#]*RESET +(BINARY +LOGS +AND +GTIDS|MASTER)' "$t" 2>/dev/null; then
+		echo not-run-resets-gtids
+	elif grep -qiE '^[^#]*SET +(@@)?(GLOBAL|PERSIST|PERSIST_ONLY)?[ .]*(gtid_mode|enforce_gtid_consistency) *=' "$t" 2>/dev/null; then
+		echo not-run-gtid-mode
+	fi
+}
+
+# run_case TARGET CASE: one mysql-test-run.pl; appends "CASE STATUS".
+run_case() {
+	local target=$1 c=$2 status why
+	mkdir -p "$out/$target"
+	why=$(not_runnable "$c")
+	if [ -n "$why" ]; then
+		echo "$c $why" >>"$out/$target.results"
 		return
 	fi
 	chroot "$mtrfs" /bin/sh -c "cd $suite && perl mysql-test-run.pl --client-bindir=$suite/bin \
@@ -206,10 +232,17 @@ run_case() {
 
 IFS=, read -ra tlist <<<"$targets"
 for target in "${tlist[@]}"; do
-	: >"$out/$target.results"
+	[ -n "${resume:-}" ] && [ -f "$out/$target.results" ] || : >"$out/$target.results"
 	log "$target: ${#cases[@]} cases"
 	i=0
 	for c in "${cases[@]}"; do
+		if [ -n "${resume:-}" ] && grep -q "^$c " "$out/$target.results"; then
+			continue
+		fi
+		if [ -n "$(not_runnable "$c")" ]; then
+			run_case "$target" "$c" # recorded, no topology needed
+			continue
+		fi
 		if [ $((i % fresh_every)) -eq 0 ]; then
 			fresh_topology
 			start_target "$target"
