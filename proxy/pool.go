@@ -131,6 +131,9 @@ const (
 	discardIdleClosed  = "closed-while-idle"
 	discardUnhealthy   = "unhealthy"
 	discardPoolClosed  = "pool-closed"
+	// discardSurplus: more connections were open than client sessions
+	// (poolConfig.sessions).
+	discardSurplus = "surplus"
 	// discardSession: the session closed a borrowed connection (a lost
 	// or replaced connection, COM_RESET_CONNECTION, the session's end).
 	discardSession = "closed-by-session"
@@ -286,6 +289,13 @@ type poolConfig struct {
 	// when not nil, is the node's health.
 	dial    func(ctx context.Context, key poolKey) (*backendConn, error)
 	healthy func() bool
+	// sessions, when set, is the number of client sessions open: the
+	// pool keeps no more connections than that open (a returned one
+	// beyond it is closed, idle ones at each sweep), so multiplexing
+	// never holds more of the server's connections than one per client
+	// would, and a server's Threads_connected falls back as clients
+	// leave (discards{reason="surplus"}).
+	sessions func() int
 	// setup is re-run on a connection after COM_RESET_CONNECTION (the
 	// session_track_gtids the proxy's relay relies on); resetBound bounds
 	// the reset and it.
@@ -315,10 +325,10 @@ func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
 // capabilities the borrower asks for (passedFlags: a connection is lent
 // only to a session with the flags it was dialled with), at most
 // cfg.PoolSize of them whatever their flags.
-func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func() bool, allGTIDs bool, m *poolMetrics) (*pool, error) {
+func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func() bool, allGTIDs bool, m *poolMetrics, sessions func() int) (*pool, error) {
 	setup := trackSetup(allGTIDs)
 	var p *pool
-	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, maxWaiters: cfg.PoolMaxWaiters, healthy: healthy,
+	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, maxWaiters: cfg.PoolMaxWaiters, healthy: healthy, sessions: sessions,
 		maxPinned: cfg.maxPinned(),
 		setup:     setup, resetBound: cfg.ConnectTimeout, m: m,
 		dial: func(ctx context.Context, key poolKey) (*backendConn, error) {
@@ -368,6 +378,7 @@ func (p *pool) run(ctx context.Context) {
 			if o.unhealthy() {
 				o.dropIdle(discardUnhealthy)
 			}
+			o.trimSurplus()
 		}
 	}
 }
@@ -600,8 +611,34 @@ func (o *poolOwner) supply(bc *backendConn) {
 			return
 		}
 	}
+	// Beyond the sessions' count, the idle connections go first, oldest
+	// first: bc's key was just in use, theirs may be no client's now.
+	o.trimSurplus()
+	if o.surplus() {
+		o.p.m.discards.WithLabelValues(o.p.node, discardSurplus).Inc()
+		o.open--
+		o.closeAll([]*backendConn{bc})
+		return
+	}
 	o.idle = append(o.idle, bc)
 	o.more()
+}
+
+// surplus: more connections are open than client sessions
+// (poolConfig.sessions).
+func (o *poolOwner) surplus() bool {
+	return o.p.sessions != nil && o.open > o.p.sessions()
+}
+
+// trimSurplus closes idle connections, oldest first, while more are open
+// than client sessions.
+func (o *poolOwner) trimSurplus() {
+	for len(o.idle) > 0 && o.surplus() {
+		o.p.m.discards.WithLabelValues(o.p.node, discardSurplus).Inc()
+		o.open--
+		o.closeAll(o.idle[:1:1])
+		o.idle = o.idle[1:]
+	}
 }
 
 // acquire borrows a connection dialled without client flags: an idle

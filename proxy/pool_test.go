@@ -56,6 +56,12 @@ type testPool struct {
 
 func newTestPool(t *testing.T, n compose.Node, size int, wait time.Duration, healthy func() bool) *testPool {
 	t.Helper()
+	return newTestPoolFor(t, n, size, wait, healthy, nil)
+}
+
+// newTestPoolFor is newTestPool bounded by sessions (poolConfig.sessions).
+func newTestPoolFor(t *testing.T, n compose.Node, size int, wait time.Duration, healthy func() bool, sessions func() int) *testPool {
+	t.Helper()
 	cfg := Config{Users: []User{{Name: "app"}}, Primary: Backend{Addr: n.Addr()}, PoolSize: size, PoolWait: wait,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := cfg.validate(); err != nil {
@@ -65,7 +71,7 @@ func newTestPool(t *testing.T, n compose.Node, size int, wait time.Duration, hea
 	b := &Backend{Name: n.Name, Addr: n.Addr(), User: n.User, Password: n.Password}
 	m := newPoolMetrics(prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
-	p, err := newBackendPool(ctx, b, &cfg, healthy, false, m)
+	p, err := newBackendPool(ctx, b, &cfg, healthy, false, m, sessions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +118,43 @@ func queryString(t *testing.T, bc *backendConn, q string) string {
 // acquisition past it waits for its bound and fails typed and counted; a
 // returned connection is reused after COM_RESET_CONNECTION (the session's
 // variables are gone, the proxy's set-up is back), or as it is when clean.
+// TestPoolKeepsNoMoreThanSessions: a pool keeps no more connections open
+// than there are client sessions: a connection returned beyond that is
+// closed, and idle ones are closed at the next sweep when sessions leave
+// (MySQL's own tests wait for the server's Threads_connected to fall back
+// after their extra connections end: include/wait_until_count_sessions.inc).
+func TestPoolKeepsNoMoreThanSessions(t *testing.T) {
+	composetest.Need(t, topo)
+	var sessions atomic.Int64
+	sessions.Store(3)
+	p := newTestPoolFor(t, topo.Primary(), 8, time.Minute, nil, func() int { return int(sessions.Load()) })
+	a, b, c := mustAcquire(t, p), mustAcquire(t, p), mustAcquire(t, p)
+	sessions.Store(2) // one client left while its connection was lent
+	p.release(a, poolClean)
+	p.release(b, poolClean)
+	p.release(c, poolClean)
+	waitFor(t, 10*time.Second, "one surplus connection closed on its return", func() bool { return p.discards(discardSurplus) == 1 })
+	sessions.Store(0) // every client left: the sweep closes the idle ones
+	waitFor(t, 10*time.Second, "the idle connections closed by the sweep", func() bool { return p.discards(discardSurplus) == 3 })
+	// One client: its connection stays and an idle one of other flags
+	// (another client's, gone) is closed in its place.
+	sessions.Store(1)
+	other, err := p.acquireFor(t.Context(), "other", mysql.CLIENT_FOUND_ROWS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.release(other, poolClean)
+	mine := mustAcquire(t, p)
+	id := mine.conn.GetConnectionID()
+	p.release(mine, poolClean)
+	waitFor(t, 10*time.Second, "the other flags' idle connection closed", func() bool { return p.discards(discardSurplus) == 4 })
+	again := mustAcquire(t, p)
+	if got := again.conn.GetConnectionID(); got != id {
+		t.Fatalf("the client's connection %d was closed, not the idle one of other flags (got %d)", id, got)
+	}
+	p.release(again, poolClean)
+}
+
 func TestPoolBoundResetAndReuse(t *testing.T) {
 	composetest.Need(t, topo)
 	p := newTestPool(t, topo.Primary(), 2, time.Minute, nil)
@@ -763,4 +806,15 @@ func TestPoolAccounts(t *testing.T) {
 		t.Fatalf("discards{account} = %v, want 1", n)
 	}
 	p.release(e, poolClean)
+}
+
+// waitFor polls cond until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

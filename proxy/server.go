@@ -109,6 +109,9 @@ type Server struct {
 	// the processlist, KILL), from the greeting on; nextID is the last id
 	// given.
 	byID   map[uint32]*session
+	// sessionsOpen is len(byID), read without mu (the pools' bound on
+	// the connections they keep: poolConfig.sessions).
+	sessionsOpen atomic.Int64
 	nextID uint32
 	// privFault, set only by tests, answers session.hasPrivilege in
 	// place of the server (account, privilege).
@@ -448,12 +451,15 @@ func (s *Server) Serve(ctx context.Context) error {
 	return acceptErr
 }
 
+// openSessions is the number of client sessions open now.
+func (s *Server) openSessions() int { return int(s.sessionsOpen.Load()) }
+
 // startPools starts one pool per backend (Config.Multiplex): the
 // primary's, then each replica's, whose health is its position source's.
 func (s *Server) startPools(ctx context.Context) error {
 	s.pm = newPoolMetrics(s.m.reg)
 	s.pools = map[string]*pool{}
-	p, err := newBackendPool(ctx, &s.cfg.Primary, &s.cfg, nil, false, s.pm)
+	p, err := newBackendPool(ctx, &s.cfg.Primary, &s.cfg, nil, false, s.pm, s.openSessions)
 	if err != nil {
 		return err
 	}
@@ -464,7 +470,7 @@ func (s *Server) startPools(ctx context.Context) error {
 			_, ok := s.src.Position(b.Name)
 			return ok
 		}
-		p, err := newBackendPool(ctx, b, &s.cfg, healthy, s.cfg.WatermarkSource == "all-gtids", s.pm)
+		p, err := newBackendPool(ctx, b, &s.cfg, healthy, s.cfg.WatermarkSource == "all-gtids", s.pm, s.openSessions)
 		if err != nil {
 			return err
 		}

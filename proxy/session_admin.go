@@ -165,6 +165,7 @@ func (s *Server) allocID(sess *session) uint32 {
 		}
 		if s.byID[s.nextID] == nil {
 			s.byID[s.nextID] = sess
+			s.sessionsOpen.Store(int64(len(s.byID)))
 			return s.nextID
 		}
 	}
@@ -174,6 +175,7 @@ func (s *Server) allocID(sess *session) uint32 {
 func (s *Server) dropID(id uint32) {
 	s.mu.Lock()
 	delete(s.byID, id)
+	s.sessionsOpen.Store(int64(len(s.byID)))
 	s.mu.Unlock()
 }
 

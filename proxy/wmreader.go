@@ -101,11 +101,16 @@ func newWMReader(cfg *Config, b *Backend, logStatus bool, m *metrics, log *slog.
 	}
 }
 
-// start lets the reader run batches until ctx ends (Serve's).
+// start lets the reader run batches until ctx ends (Serve's), and reads
+// once at once: the reader's connection is open from the start, so that
+// the server's connection count (Threads_connected) does not grow at a
+// client's first read (a failure here is counted and retried by the next
+// read).
 func (w *wmReader) start(ctx context.Context) {
 	w.mu.Lock()
 	w.ctx = ctx
 	w.mu.Unlock()
+	go func() { _, _ = w.read(ctx) }()
 }
 
 // stop waits for the running batch (its ctx ended) and closes the

@@ -37,9 +37,11 @@
 #                           MASTER): the primary's GTIDs start again at
 #                           1, and replicas, which have those GTIDs
 #                           already, skip its later transactions;
-#   not-run-gtid-mode       sets gtid_mode or enforce_gtid_consistency,
-#                           which a replicated topology's servers cannot
-#                           change one at a time.
+#   not-run-gtid-mode       sets gtid_mode or enforce_gtid_consistency
+#                           (include/rpl/set_gtid_mode*.inc too): a
+#                           replicated topology's servers cannot change
+#                           it one at a time, and writes without GTIDs
+#                           cannot be followed to a replica.
 # OUT/TARGET/CASE.log is mysql-test-run's output. Exit status 0 when
 # every case that passes direct passes through every proxy target run (or
 # when only one target ran), 1 otherwise.
@@ -208,7 +210,7 @@ not_runnable() {
 		echo not-run-server-options
 	elif grep -qiE '^[^#]*RESET +(BINARY +LOGS +AND +GTIDS|MASTER)' "$t" 2>/dev/null; then
 		echo not-run-resets-gtids
-	elif grep -qiE '^[^#]*SET +(@@)?(GLOBAL|PERSIST|PERSIST_ONLY)?[ .]*(gtid_mode|enforce_gtid_consistency) *=' "$t" 2>/dev/null; then
+	elif grep -qiE '^[^#]*(SET +(@@)?(GLOBAL|PERSIST|PERSIST_ONLY)?[ .]*(gtid_mode|enforce_gtid_consistency) *=|source +include/rpl/set_gtid_mode)' "$t" 2>/dev/null; then
 		echo not-run-gtid-mode
 	fi
 }
