@@ -78,3 +78,39 @@ func TestStartTokenProxyWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestReadYourWritesUnderWideCollation: a session whose
+// collation_connection is utf16 or utf32 (MySQL's own ctype_utf32_uca
+// sets it) still reads its own writes under token-wait: the replica's
+// WAIT_FOR_EXECUTED_GTID_SET, run on the session's connection, got its
+// GTID set as a literal in that character set, read it as another set and
+// answered "caught up" at once, so a replica whose applier was stopped
+// served the read.
+func TestReadYourWritesUnderWideCollation(t *testing.T) {
+	s := startProxy(t, func(c *Config) { c.Policy, c.StartToken = "token-wait", StartTokenNone })
+	ctx := context.Background()
+	db := openDB(t, s, "tls=skip-verify")
+	emptyTable(t, db, "ptest", "widecoll", "id INT PRIMARY KEY")
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range topo.Replicas() {
+		if err := topo.StopApplier(ctx, r.Name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := topo.StartApplier(context.Background(), r.Name); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for _, coll := range []string{"utf32_unicode_ci", "utf16_general_ci", "ucs2_bin"} {
+		rc := rawLogin(t, s.Addr(), "app", "apppw", false)
+		rc.exec(t, "SET collation_connection = "+coll)
+		rc.exec(t, "INSERT INTO ptest.widecoll VALUES ((SELECT COUNT(*) FROM ptest.widecoll x) + 1)")
+		n, ok := rc.value(t, "SELECT COUNT(*) FROM ptest.widecoll")
+		if want := map[string]string{"utf32_unicode_ci": "1", "utf16_general_ci": "2", "ucs2_bin": "3"}[coll]; !ok || n != want {
+			t.Errorf("collation_connection %s: the session's read counts %q rows, want %s (its own insert)", coll, n, want)
+		}
+	}
+}

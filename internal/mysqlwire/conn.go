@@ -212,9 +212,12 @@ const WaitSlack = 100 * time.Millisecond
 // timeout passed. It is built from a parsed set, whose canonical text holds
 // only hex digits, letters, digits, '_', ':', '-' and ',' (never a quote),
 // so it is safe to inline; a text query needs no prepared statement (one
-// round trip, and it can be pipelined).
+// round trip, and it can be pipelined). The literal carries its character
+// set (_utf8mb4): a proxy runs the wait on the client's own connection,
+// whose collation_connection may be utf16 or utf32, which would read the
+// bytes as another set (an empty one: the wait answered 0 at once).
 func WaitForExecutedQuery(set gtid.Set, timeout time.Duration) string {
-	return "SELECT WAIT_FOR_EXECUTED_GTID_SET('" + set.CompactString() + "', " + WaitSeconds(timeout) + ")"
+	return "SELECT WAIT_FOR_EXECUTED_GTID_SET(_utf8mb4'" + set.CompactString() + "', " + WaitSeconds(timeout) + ")"
 }
 
 // WaitForExecuted runs WaitForExecutedQuery on c and reports whether the

@@ -103,7 +103,7 @@ func (MariaDB) ParseExecuted(text string) (gtid.MariaDBPosition, error) {
 // and -1 at the timeout. The position's text is digits, '-' and ',' only
 // (gtid.MariaDBPosition.String), so it needs no escaping.
 func (MariaDB) WaitQuery(need gtid.MariaDBPosition, timeout time.Duration) string {
-	return "SELECT MASTER_GTID_WAIT('" + need.String() + "', " + mysqlwire.WaitSeconds(timeout) + ")"
+	return "SELECT MASTER_GTID_WAIT(_utf8mb4'" + need.String() + "', " + mysqlwire.WaitSeconds(timeout) + ")"
 }
 
 // Behind implements Flavor: the sum over the primary's domains of how far

@@ -53,7 +53,7 @@ func TestMariaDBWritePosition(t *testing.T) {
 func TestMariaDBWaitAndBehind(t *testing.T) {
 	f := MariaDB{}
 	need := gtid.MustParseMariaDBPosition("0-1-5,2-3-9")
-	if q := f.WaitQuery(need, 1500*time.Millisecond); q != "SELECT MASTER_GTID_WAIT('0-1-5,2-3-9', 1.500)" && !strings.HasPrefix(q, "SELECT MASTER_GTID_WAIT('0-1-5,2-3-9', 1.5") {
+	if q := f.WaitQuery(need, 1500*time.Millisecond); q != "SELECT MASTER_GTID_WAIT(_utf8mb4'0-1-5,2-3-9', 1.500)" && !strings.HasPrefix(q, "SELECT MASTER_GTID_WAIT(_utf8mb4'0-1-5,2-3-9', 1.5") {
 		t.Errorf("WaitQuery = %q", q)
 	}
 	if got := f.Behind(need, gtid.MustParseMariaDBPosition("0-2-3")); got != 2+9 {

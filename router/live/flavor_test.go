@@ -78,7 +78,7 @@ func TestFlavorWritePosition(t *testing.T) {
 
 func TestFlavorWaitAndBehind(t *testing.T) {
 	need := gtid.MustParse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
-	if q := (MySQL{}).WaitQuery(need, 250*time.Millisecond); q != "SELECT WAIT_FOR_EXECUTED_GTID_SET('3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5', 0.250)" {
+	if q := (MySQL{}).WaitQuery(need, 250*time.Millisecond); q != "SELECT WAIT_FOR_EXECUTED_GTID_SET(_utf8mb4'3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5', 0.250)" {
 		t.Errorf("MySQL wait query %q", q)
 	}
 	if q := (Scalar{}).WaitQuery(5, time.Second); q != "" {
