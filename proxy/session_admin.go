@@ -228,9 +228,11 @@ const (
 // dynamic ones included. information_schema.USER_PRIVILEGES shows a
 // user's own rows (all rows to one that may read the mysql schema,
 // hence the GRANTEE filter; the user name is what precedes the last '@').
+// Its literals name their character set: it runs on the client's own
+// connection, whose collation_connection may be utf16 or utf32.
 const privilegeQuery = "SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = " +
-	"CONCAT('''', LEFT(CURRENT_USER(), CHAR_LENGTH(CURRENT_USER()) - CHAR_LENGTH(SUBSTRING_INDEX(CURRENT_USER(), '@', -1)) - 1), " +
-	"'''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') AND PRIVILEGE_TYPE IN ('PROCESS', 'SUPER', 'CONNECTION_ADMIN')"
+	"CONCAT(_utf8mb4'''', LEFT(CURRENT_USER(), CHAR_LENGTH(CURRENT_USER()) - CHAR_LENGTH(SUBSTRING_INDEX(CURRENT_USER(), _utf8mb4'@', -1)) - 1), " +
+	"_utf8mb4'''@''', SUBSTRING_INDEX(CURRENT_USER(), _utf8mb4'@', -1), _utf8mb4'''') AND PRIVILEGE_TYPE IN (_utf8mb4'PROCESS', _utf8mb4'SUPER', _utf8mb4'CONNECTION_ADMIN')"
 
 // hasPrivilege asks the server, on the session's own primary connection
 // (its account: with pass-through authentication the client's own),

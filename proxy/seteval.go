@@ -166,7 +166,9 @@ func sysLiteral(typ uint8, v string, null bool) (string, error) {
 			return "X'" + strings.ToUpper(hex.EncodeToString([]byte(v))) + "'", nil
 		}
 	}
-	return "'" + v + "'", nil
+	// Its character set named: the connection's may be utf16 or utf32
+	// (collation_connection), which would read the bytes otherwise.
+	return "_utf8mb4'" + v + "'", nil
 }
 
 // numberLiteral checks that v is made of allowed's bytes only (the

@@ -61,7 +61,7 @@ func TestReplaySet(t *testing.T) {
 			lenencRow(nil, nil, sp("binary"), sp("binary")), "SET @n = NULL"},
 		{[]SetTarget{{Name: "time_zone"}, u("@e")}, fieldsOf(str, str, str, str, str),
 			lenencRow(sp("+01:00"), sp(""), sp(""), sp("utf8mb4"), sp("utf8mb4_0900_ai_ci")),
-			"SET @@SESSION.time_zone = '+01:00', @e = _utf8mb4 X'' COLLATE utf8mb4_0900_ai_ci"},
+			"SET @@SESSION.time_zone = _utf8mb4'+01:00', @e = _utf8mb4 X'' COLLATE utf8mb4_0900_ai_ci"},
 		{[]SetTarget{{Name: "sort_buffer_size"}}, fieldsOf(mysql.MYSQL_TYPE_LONGLONG),
 			lenencRow(sp("262144")), "SET @@SESSION.sort_buffer_size = 262144"},
 		{[]SetTarget{{Name: "sql_mode"}}, fieldsOf(str),

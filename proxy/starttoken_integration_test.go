@@ -113,4 +113,14 @@ func TestReadYourWritesUnderWideCollation(t *testing.T) {
 			t.Errorf("collation_connection %s: the session's read counts %q rows, want %s (its own insert)", coll, n, want)
 		}
 	}
+	// A SET the proxy evaluates once and replays as a literal on a
+	// replica connection, under utf32 there; and SHOW PROCESSLIST, whose
+	// privilege check runs on the session's connection.
+	rc := rawLogin(t, s.Addr(), "app", "apppw", false)
+	rc.exec(t, "SET collation_connection = utf32_unicode_ci")
+	rc.exec(t, "SET SESSION time_zone = @@GLOBAL.time_zone")
+	if v, ok := rc.value(t, "SELECT @@SESSION.time_zone"); !ok || v != "SYSTEM" {
+		t.Errorf("an evaluated time_zone read on a replica under utf32: %q", v)
+	}
+	rc.exec(t, "SHOW PROCESSLIST")
 }
