@@ -108,11 +108,11 @@ type Server struct {
 	// byID are the sessions by their id (session_admin.go: allocID,
 	// the processlist, KILL), from the greeting on; nextID is the last id
 	// given.
-	byID   map[uint32]*session
+	byID map[uint32]*session
 	// sessionsOpen is len(byID), read without mu (the pools' bound on
 	// the connections they keep: poolConfig.sessions).
 	sessionsOpen atomic.Int64
-	nextID uint32
+	nextID       uint32
 	// privFault, set only by tests, answers session.hasPrivilege in
 	// place of the server (account, privilege).
 	privFault atomic.Pointer[func(account, priv string) bool]
