@@ -540,11 +540,15 @@ func classifyHandler(l *sqllex.Lexer) Stmt {
 
 // connStatus are the status variables of the client's link that the
 // proxy answers itself (KindConnStatus).
-var connStatus = []string{"Ssl_cipher", "Ssl_version"}
+var connStatus = []string{"Ssl_cipher", "Ssl_version", "Compression", "Compression_algorithm", "Compression_level"}
+
+// compressionStatus is the LIKE pattern naming the three Compression
+// variables, all the client link's (KindConnStatus with Status this).
+const compressionStatus = "Compression%"
 
 // classifyShow finds KindConnStatus: SHOW [SESSION | LOCAL] STATUS LIKE
 // with a literal naming one of connStatus exactly (case-insensitive, `\_`
-// or `_` for the underscore, no other wildcard). Any other SHOW stays on
+// or `_` for the underscore, no other wildcard), or compressionStatus. Any other SHOW stays on
 // the primary.
 func classifyShow(l *sqllex.Lexer) Stmt {
 	t := l.Next()
@@ -587,6 +591,9 @@ func classifySessionStatus(l *sqllex.Lexer) Stmt {
 	}
 	if n == 2 && rest[0].Is("LIKE") && rest[1].Kind == sqllex.String {
 		pat := strings.ReplaceAll(unquote(rest[1].Text), `\_`, "_")
+		if strings.EqualFold(pat, compressionStatus) {
+			return Stmt{Kind: KindConnStatus, Status: compressionStatus}
+		}
 		for _, name := range connStatus {
 			if strings.EqualFold(pat, name) {
 				return Stmt{Kind: KindConnStatus, Status: name}
@@ -833,7 +840,7 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
 				pinRead(&st, ReasonWrite)
 			case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
-				t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"):
+				t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"):
 				previous = selectWhere(&st, t, prev) || previous
 			}
 		}
@@ -846,14 +853,17 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 // previous statement's trace or counters (information_schema's
 // OPTIMIZER_TRACE, performance_schema's session_status: previous), the
 // server's global state (performance_schema's global_status,
-// global_variables: the primary).
+// global_variables, and the processlist: the primary).
 func selectWhere(st *Stmt, t, prev sqllex.Token) (previous bool) {
 	switch {
 	case t.Is("OUTFILE"), t.Is("DUMPFILE"):
 		if prev.Is("INTO") {
 			pinRead(st, ReasonIntoFile)
 		}
-	case t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"):
+	case t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"):
+		// PROCESSLIST (information_schema's, performance_schema's):
+		// the threads of the server the sessions' statements and
+		// locks run on, the primary's.
 		pinRead(st, ReasonServerState)
 	default:
 		return true

@@ -353,6 +353,10 @@ func (c *clientConn) peek(n, length int) ([]byte, error) {
 // idle: the client was between commands.
 func (c *clientConn) readErr(err error, idle bool) error {
 	var ne net.Error
+	if errors.Is(err, errCompressedFrame) {
+		c.count("protocol-error")
+		return err
+	}
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		return err
 	}

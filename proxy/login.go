@@ -285,11 +285,13 @@ func (h *handshakeConn) Read(p []byte) (int, error) {
 
 // greetingFlags are capabilities MySQL offers that go-mysql v1.16.0's
 // server cannot be told to offer (its SetCapability takes LOCAL_FILES and
-// the multi-results flags only): the proxy passes them on to the backends
-// (passedFlags), so it offers them. Clients keep only flags the server
-// offered (go-sql-driver, libmysqlclient): without them multiStatements
-// and clientFoundRows were silently off.
-const greetingFlags = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_FOUND_ROWS
+// the multi-results flags only): the proxy passes the first two on to the
+// backends (passedFlags), and speaks the compressed protocol (zlib) with
+// the client itself (compressedConn), so it offers them. Clients keep only
+// flags the server offered (go-sql-driver, libmysqlclient): without them
+// multiStatements and clientFoundRows were silently off, and a client
+// that requires compression was refused by its own library (2066).
+const greetingFlags = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_COMPRESS
 
 // Write passes the server's writes on, adding greetingFlags to the
 // greeting (the first packet, protocol version 10).

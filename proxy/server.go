@@ -344,6 +344,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.runSrc != nil {
 		pollWG.Go(func() { s.runSrc(pctx) })
 	}
+	// The gate's first word is said before Serve goes on (the gate's
+	// goroutine may not have run when /ready is first asked).
+	s.setReadiness("starting: no position read yet from " + strings.Join(s.nodeNames(), ", "))
 	pollWG.Go(func() { s.awaitReady(pctx) })
 	if s.cfg.GOMAXPROCS == "adaptive" {
 		pollWG.Go(func() { s.adaptProcs(pctx) })
@@ -482,6 +485,15 @@ func (s *Server) startPools(ctx context.Context) error {
 // readyPoll is how often awaitReady asks the position source.
 const readyPoll = 5 * time.Millisecond
 
+// nodeNames are the backends' names, the primary's first.
+func (s *Server) nodeNames() []string {
+	names := []string{s.cfg.Primary.Name}
+	for _, r := range s.cfg.Replicas {
+		names = append(names, r.Name)
+	}
+	return names
+}
+
 // awaitReady is the readiness gate, in the manner of Envoy's start-up
 // (its listeners accept only after one health-check round of every host,
 // each wait bounded by initial_fetch_timeout): it opens (closes s.ready)
@@ -493,10 +505,7 @@ const readyPoll = 5 * time.Millisecond
 // ctx ends (Serve's shutdown).
 func (s *Server) awaitReady(ctx context.Context) {
 	t0 := time.Now()
-	names := []string{s.cfg.Primary.Name}
-	for _, r := range s.cfg.Replicas {
-		names = append(names, r.Name)
-	}
+	names := s.nodeNames()
 	read := make([]bool, len(names))
 	bound := time.NewTimer(s.cfg.StartupTimeout)
 	defer bound.Stop()
@@ -709,6 +718,10 @@ func (s *Server) login(ctx context.Context, c net.Conn, sess *session) (*clientC
 	if tc, ok := under.(*tls.Conn); ok {
 		st := tc.ConnectionState()
 		sess.tls = &st
+	}
+	if sess.caps&mysql.CLIENT_COMPRESS != 0 {
+		under = newCompressedConn(under) // begins after the login's OK
+		sess.compressed = true
 	}
 	return newClientConn(under, sess.caps, sess.stmts, gateLimits{
 		maxPacket: s.cfg.MaxAllowedPacket,

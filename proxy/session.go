@@ -73,8 +73,10 @@ type session struct {
 	// diag: user variables a GET DIAGNOSTICS set on a replica, copied to
 	// the session before its next other statement (settleDiag).
 	diag diagCopy
-	// tls is the client link's TLS state (nil: plain), for KindConnStatus.
-	tls *tls.ConnectionState
+	// tls is the client link's TLS state (nil: plain), for KindConnStatus;
+	// compressed: the link speaks the compressed protocol (compressedConn).
+	tls        *tls.ConnectionState
+	compressed bool
 	// ls is the session's causal state in the router (token, watermark,
 	// affinity key); reads go through ls.QueryFunc.
 	ls *live.LiveSession[gtid.Set]
@@ -402,9 +404,27 @@ func oneValueResultset(name string, v *string) *mysql.Resultset {
 // connStatus is the value of a status variable of the client's own link
 // (KindConnStatus), as MySQL reports it for its client: the TLS version
 // ("TLSv1.3") and cipher suite of the proxy's TLS session with the client,
-// empty without TLS. Cipher names are Go's (IANA's); for TLS 1.3 they are
-// the names MySQL reports.
+// empty without TLS (cipher names are Go's, IANA's; for TLS 1.3 they are
+// the names MySQL reports); whether the link is compressed, with which
+// algorithm and level (zlib at zlib's default level, 6, as MySQL).
 func (s *session) connStatus(name string) string {
+	switch name {
+	case "Compression":
+		if s.compressed {
+			return "ON"
+		}
+		return "OFF"
+	case "Compression_algorithm":
+		if s.compressed {
+			return "zlib"
+		}
+		return ""
+	case "Compression_level":
+		if s.compressed {
+			return "6"
+		}
+		return "0"
+	}
 	if s.tls == nil {
 		return ""
 	}
@@ -424,8 +444,12 @@ func statusResultset(name, value string) *mysql.Resultset {
 		{Name: []byte("Variable_name"), Charset: 33, Type: mysql.MYSQL_TYPE_VAR_STRING},
 		{Name: []byte("Value"), Charset: 33, Type: mysql.MYSQL_TYPE_VAR_STRING},
 	}
-	row := append(mysql.PutLengthEncodedString([]byte(name)), mysql.PutLengthEncodedString([]byte(value))...)
-	return &mysql.Resultset{Fields: fs, FieldNames: map[string]int{"Variable_name": 0, "Value": 1}, RowDatas: []mysql.RowData{row}}
+	return &mysql.Resultset{Fields: fs, FieldNames: map[string]int{"Variable_name": 0, "Value": 1}, RowDatas: []mysql.RowData{statusRow(name, value)}}
+}
+
+// statusRow is one row of SHOW STATUS's answer.
+func statusRow(name, value string) mysql.RowData {
+	return append(mysql.PutLengthEncodedString([]byte(name)), mysql.PutLengthEncodedString([]byte(value))...)
 }
 
 // classify classifies a statement from the client (Classify) and holds
@@ -553,7 +577,15 @@ func (s *session) proxyAnswer(st Stmt) (res *mysql.Result, ok bool, err error) {
 		return nil, true, nil
 	case KindConnStatus:
 		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
-		return mysql.NewResult(statusResultset(st.Status, s.connStatus(st.Status))), true, nil
+		names := []string{st.Status}
+		if st.Status == compressionStatus {
+			names = []string{"Compression", "Compression_algorithm", "Compression_level"}
+		}
+		rs := statusResultset(names[0], s.connStatus(names[0]))
+		for _, n := range names[1:] {
+			rs.RowDatas = append(rs.RowDatas, statusRow(n, s.connStatus(n)))
+		}
+		return mysql.NewResult(rs), true, nil
 	case KindProcessList:
 		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
 		res, err := s.processList(st.Full)
