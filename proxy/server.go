@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -348,6 +349,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// goroutine may not have run when /ready is first asked).
 	s.setReadiness("starting: no position read yet from " + strings.Join(s.nodeNames(), ", "))
 	pollWG.Go(func() { s.awaitReady(pctx) })
+	pollWG.Go(func() { s.watchClients(pctx) })
 	if s.cfg.GOMAXPROCS == "adaptive" {
 		pollWG.Go(func() { s.adaptProcs(pctx) })
 	}
@@ -648,6 +650,11 @@ func (s *Server) serveConn(ctx context.Context, slot *connSlot) {
 	sess := newSession(sctx, s)
 	sess.slot = slot
 	sess.run.end = s.endFunc(c, cancel)
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			sess.sock = rc // watchClients
+		}
+	}
 	sess.id = s.allocID(sess)
 	defer s.dropID(sess.id)
 	defer sess.close()

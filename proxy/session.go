@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -73,6 +74,10 @@ type session struct {
 	// diag: user variables a GET DIAGNOSTICS set on a replica, copied to
 	// the session before its next other statement (settleDiag).
 	diag diagCopy
+	// sock is the client's socket, looked at (never read) while a
+	// command runs: watchClients ends the session of a client that hung
+	// up (nil: not a socket).
+	sock syscall.RawConn
 	// tls is the client link's TLS state (nil: plain), for KindConnStatus;
 	// compressed: the link speaks the compressed protocol (compressedConn).
 	tls        *tls.ConnectionState
