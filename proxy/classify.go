@@ -749,6 +749,13 @@ func classifyExplain(l *sqllex.Lexer) Stmt {
 		case t.Is("ANALYZE"), t.Is("FORMAT"), t.Is("EXTENDED"), t.Is("PARTITIONS"),
 			t.Is("TREE"), t.Is("JSON"), t.Is("TRADITIONAL"), t.Punct('='):
 			continue // EXPLAIN's options
+		case t.Is("INTO"):
+			// EXPLAIN FORMAT=JSON INTO @v ...: the plan is set into a
+			// user variable, which then lives on the primary.
+			if l.Next().Kind != sqllex.Var {
+				return primary(ReasonUnclassified)
+			}
+			return Stmt{Kind: KindPrimary, Reason: ReasonUserVariable, SetsUserVar: true, UsesUserVar: true}
 		case t.Kind == sqllex.Word:
 			return classifyDescribe(l, t)
 		case t.Kind == sqllex.Ident:
@@ -793,8 +800,9 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 	words := 0
 	onlyToken := first.Is("SELECT")
 	sawSemicolon := false
-	intoVars := false // inside SELECT ... INTO @a, @b
-	previous := false // reads what the previous statement left (FOUND_ROWS, @@warning_count)
+	intoVars := false   // inside SELECT ... INTO @a, @b
+	previous := false   // reads what the previous statement left (FOUND_ROWS, @@warning_count)
+	infoSchema := false // INFORMATION_SCHEMA was named
 	for t := l.Next(); t.Kind != sqllex.EOF; prev, t = t, l.Next() {
 		if sawSemicolon {
 			pinRead(&st, ReasonMultiStatement)
@@ -839,8 +847,15 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 			case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"):
 				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
 				pinRead(&st, ReasonWrite)
+			case t.Is("INFORMATION_SCHEMA"):
+				infoSchema = true
+			case t.Is("EVENTS") && infoSchema:
+				// An event's status is the primary's: a replica shows
+				// the events it replicated as SLAVESIDE_DISABLED.
+				pinRead(&st, ReasonServerState)
 			case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
-				t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"):
+				t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
+				t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"):
 				previous = selectWhere(&st, t, prev) || previous
 			}
 		}
@@ -860,10 +875,12 @@ func selectWhere(st *Stmt, t, prev sqllex.Token) (previous bool) {
 		if prev.Is("INTO") {
 			pinRead(st, ReasonIntoFile)
 		}
-	case t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"):
+	case t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
+		t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"):
 		// PROCESSLIST (information_schema's, performance_schema's):
 		// the threads of the server the sessions' statements and
-		// locks run on, the primary's.
+		// locks run on; mysql.slow_log and general_log: the log of
+		// them; the primary's.
 		pinRead(st, ReasonServerState)
 	default:
 		return true
