@@ -103,7 +103,8 @@ const (
 	// ReasonIntoFile: SELECT ... INTO OUTFILE / DUMPFILE.
 	ReasonIntoFile
 	// ReasonShow: SHOW (warnings, status and the like describe the
-	// connection that ran the previous statement).
+	// connection that ran the previous statement), and EXPLAIN of a
+	// SELECT (a plan is made from the server's own statistics).
 	ReasonShow
 	// ReasonUnclassified: the classifier did not recognise the statement
 	// (or it was lexically broken); sent to the primary and counted.
@@ -745,6 +746,11 @@ func classifyExplain(l *sqllex.Lexer) Stmt {
 			if st.Kind == KindGetToken {
 				return primary(ReasonUnclassified)
 			}
+			// A plan is made from the server's own statistics and
+			// histograms, which are not replicated (ANALYZE TABLE ...
+			// UPDATE HISTOGRAM leaves replicas without one): the
+			// primary's plan is the session's server's, as direct.
+			pinRead(&st, ReasonShow)
 			return st
 		case t.Is("ANALYZE"), t.Is("FORMAT"), t.Is("EXTENDED"), t.Is("PARTITIONS"),
 			t.Is("TREE"), t.Is("JSON"), t.Is("TRADITIONAL"), t.Punct('='):

@@ -28,7 +28,7 @@ func TestClassify(t *testing.T) {
 		{"SELECT @a", KindRead, ReasonNone},
 		{"SELECT sleep(0)", KindRead, ReasonNone},
 		{"DESCRIBE t", KindRead, ReasonNone},
-		{"EXPLAIN SELECT * FROM t", KindRead, ReasonNone},
+		{"EXPLAIN SELECT * FROM t", KindPrimary, ReasonShow},
 		{"SELECT 1;", KindRead, ReasonNone},
 		// Locking reads and functions.
 		{"SELECT * FROM t WHERE id=1 FOR UPDATE", KindPrimary, ReasonLockingRead},
