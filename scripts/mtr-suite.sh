@@ -34,7 +34,8 @@
 #                           include/force_myisam_default.inc: server
 #                           options --extern cannot give;
 #   not-run-resets-gtids    runs RESET BINARY LOGS AND GTIDS (RESET
-#                           MASTER): the primary's GTIDs start again at
+#                           MASTER), itself or in a file it sources:
+#                           the primary's GTIDs start again at
 #                           1, and replicas, which have those GTIDs
 #                           already, skip its later transactions;
 #   not-run-gtid-mode       sets gtid_mode or enforce_gtid_consistency
@@ -202,13 +203,19 @@ start_target() {
 # not_runnable CASE: why CASE cannot run on a replicated topology under
 # --extern (a not-run-* status; nothing: it can).
 not_runnable() {
-	local t=$mtrfs/$suite/t/${1#main.}.test
+	local t=$mtrfs/$suite/t/${1#main.}.test f
+	# The case and the files it sources (one level: common/binlog/...,
+	# include/...), where a reset may be.
+	local files=("$t")
+	for f in $(sed -nE 's/^[[:space:]]*-{0,2}[[:space:]]*source[[:space:]]+([^;[:space:]]+).*/\1/p' "$t" 2>/dev/null); do
+		[ -f "$mtrfs/$suite/$f" ] && files+=("$mtrfs/$suite/$f")
+	done
 	if [ -f "${t%.test}-master.opt" ] || grep -q 'force_myisam_default.inc' "$t" 2>/dev/null; then
 		# Server options of its own (t/CASE-master.opt, or MyISAM as the
 		# default engine: include/force_myisam_default.inc):
 		# mysql-test-run.pl starts a server with them; --extern cannot.
 		echo not-run-server-options
-	elif grep -qiE '^[^#]*RESET +(BINARY +LOGS +AND +GTIDS|MASTER)' "$t" 2>/dev/null; then
+	elif grep -qiE '^[^#]*RESET +(BINARY +LOGS +AND +GTIDS|MASTER)' "${files[@]}" 2>/dev/null; then
 		echo not-run-resets-gtids
 	elif grep -qiE '^[^#]*(SET +(@@)?(GLOBAL|PERSIST|PERSIST_ONLY)?[ .]*(gtid_mode|enforce_gtid_consistency) *=|source +include/rpl/set_gtid_mode)' "$t" 2>/dev/null; then
 		echo not-run-gtid-mode
