@@ -37,10 +37,11 @@ type setParser struct {
 	user  bool // the current target is a user variable
 	prev  sqllex.Token
 	// expr: some value is not a literal; anyNames: some assignment is
-	// NAMES / CHARACTER SET.
-	expr, anyNames bool
-	targets        []SetTarget
-	st             Stmt
+	// NAMES / CHARACTER SET; global: some target is a global (or
+	// persisted) variable.
+	expr, anyNames, global bool
+	targets                []SetTarget
+	st                     Stmt
 }
 
 // token reads t; done with the statement's classification when t
@@ -108,11 +109,16 @@ func (p *setParser) targetName(t sqllex.Token) (Stmt, bool) {
 		p.targets = append(p.targets, SetTarget{User: true, Name: t.Text})
 	case t.Kind == sqllex.SysVar:
 		if globalScope(t) {
-			return primary(ReasonWrite), true
+			p.global = true
+			return Stmt{}, false
 		}
 		p.targets = append(p.targets, SetTarget{Name: sysVarName(t)})
 	case t.Is("GLOBAL"), t.Is("PERSIST"), t.Is("PERSIST_ONLY"):
-		return primary(ReasonWrite), true
+		// The scope word covers the one variable it precedes.
+		if n := p.l.Next(); n.Kind != sqllex.Word && n.Kind != sqllex.Ident {
+			return primary(ReasonWrite), true
+		}
+		p.global = true
 	case t.Is("SESSION"), t.Is("LOCAL"):
 		n := p.l.Next()
 		if isTrackGTIDs(n) {
@@ -180,6 +186,20 @@ func (p *setParser) finish() Stmt {
 		return primary(ReasonUnclassified)
 	}
 	p.endValue()
+	if p.global {
+		if len(p.targets) == 0 && !p.anyNames {
+			return primary(ReasonWrite) // global variables only
+		}
+		// A session assignment beside a global one (SET @@session.x =
+		// ..., @@global.x = ...): run once, on the primary, where the
+		// session then stays (not replayed: the global part must not
+		// run again).
+		st := Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true, UsesUserVar: p.st.UsesUserVar}
+		for _, t := range p.targets {
+			st.SetsUserVar = st.SetsUserVar || t.User
+		}
+		return st
+	}
 	st := p.st
 	st.Kind = KindSession
 	if !p.expr {

@@ -499,17 +499,19 @@ func TestClassifySetEval(t *testing.T) {
 		}
 	}
 	for q, want := range map[string]Stmt{
-		"SET @@GLOBAL.read_only = 1":                           primary(ReasonWrite),
-		"SET @a = 1, @@PERSIST.x = 2":                          primary(ReasonWrite),
-		"SET @a = 1; SELECT 1":                                 primary(ReasonMultiStatement),
-		"SET @a = 1, session_track_gtids = OFF":                primary(ReasonUnclassified),
-		"SET @a":                                               primary(ReasonUnclassified),
-		"SET session_track_state_change = OFF":                 {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
-		"SET @a = 1, @@SESSION.session_track_state_change = 0": {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
-		"SET sql_log_bin = OFF":                                {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
-		"SET @@session.SQL_LOG_BIN = 0":                        {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
-		"SET SESSION sql_log_bin = 1":                          {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
-		"SET NAMES utf8mb4, @a = UUID()":                       {Kind: KindPrimary, Reason: ReasonUserVariable, PinsSession: true, SetsUserVar: true, UsesUserVar: true},
+		"SET @@GLOBAL.read_only = 1":  primary(ReasonWrite),
+		"SET @a = 1, @@PERSIST.x = 2": {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true, SetsUserVar: true, UsesUserVar: true},
+		"SET @@session.optimizer_switch = 'a=on', @@global.optimizer_switch = 'a=on'": {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET GLOBAL x = 1, GLOBAL y = 2":                                              primary(ReasonWrite),
+		"SET @a = 1; SELECT 1":                                                        primary(ReasonMultiStatement),
+		"SET @a = 1, session_track_gtids = OFF":                                       primary(ReasonUnclassified),
+		"SET @a":                                                                      primary(ReasonUnclassified),
+		"SET session_track_state_change = OFF":                                        {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET @a = 1, @@SESSION.session_track_state_change = 0":                        {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET sql_log_bin = OFF":                                                       {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET @@session.SQL_LOG_BIN = 0":                                               {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET SESSION sql_log_bin = 1":                                                 {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
+		"SET NAMES utf8mb4, @a = UUID()":                                              {Kind: KindPrimary, Reason: ReasonUserVariable, PinsSession: true, SetsUserVar: true, UsesUserVar: true},
 	} {
 		st, err := Classify(q)
 		if err != nil {
