@@ -520,7 +520,7 @@ func (s *Server) endFunc(c net.Conn, cancel context.CancelFunc) func() {
 // variables and qualified names (db.CONNECTION_ID(), a stored function)
 // are left as they are; executable comments are SQL and rewritten.
 func withConnectionID(query string, id uint32) string {
-	if !containsFold(query, "CONNECTION_ID") {
+	if !containsFold(query, "CONNECTION_ID") || storesText(query) {
 		return query
 	}
 	var b strings.Builder
@@ -544,6 +544,17 @@ func withConnectionID(query string, id uint32) string {
 	}
 	b.WriteString(query[done:])
 	return b.String()
+}
+
+// storesText: the statement keeps its text or shows it rather than
+// running it: CREATE and ALTER (a view's, a routine's, a trigger's or an
+// event's body, run later by other sessions: one session's id in it would
+// be a constant), EXPLAIN and DESCRIBE (the statement echoed in its plan's
+// note). CONNECTION_ID() stays there, as the client wrote it.
+func storesText(query string) bool {
+	l := sqllex.Lexer{S: query}
+	t := l.Next()
+	return t.Is("CREATE") || t.Is("ALTER") || t.Is("EXPLAIN") || t.Is("DESCRIBE") || t.Is("DESC")
 }
 
 // idRewriter finds CONNECTION_ID() calls in a statement (withConnectionID).

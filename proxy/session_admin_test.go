@@ -43,6 +43,11 @@ func TestWithConnectionID(t *testing.T) {
 		{`SELECT "x CONNECTION_ID() y"`, ""},
 		{"SELECT 1 /* CONNECTION_ID() */", ""},
 		{"SELECT 1 -- CONNECTION_ID()\n", ""},
+		// Kept text, not run: a body stored for later, a plan's echo.
+		{"CREATE VIEW v AS SELECT CONNECTION_ID()", ""},
+		{"create trigger tr before insert on t for each row set new.c = connection_id()", ""},
+		{"ALTER VIEW v AS SELECT CONNECTION_ID() AS c", ""},
+		{"EXPLAIN SELECT * FROM t WHERE id = CONNECTION_ID()", ""},
 		{"SELECT 1 # CONNECTION_ID()", ""},
 		{"SELECT `CONNECTION_ID`()", ""},
 		{"SELECT db.CONNECTION_ID()", ""},

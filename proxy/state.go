@@ -407,10 +407,33 @@ func (m *sessionState) remember(q string, max int, budget *byteBudget) bool {
 		m.held |= HoldReplayOverflow
 		return false
 	}
+	if isUse(q) {
+		// A USE supersedes the ones before it: replayed, a dropped
+		// schema an earlier one named would fail the new connection
+		// (main.lowercase_table5).
+		budget.give(m.dropUses())
+	}
 	q = strings.Clone(q)
 	m.replay = append(m.replay, q)
 	m.replayBytes += len(q)
 	return true
+}
+
+// dropUses removes the remembered USE statements and returns the bytes
+// they held.
+func (m *sessionState) dropUses() (freed int) {
+	kept := m.replay[:0]
+	for _, q := range m.replay {
+		if isUse(q) {
+			freed += len(q)
+			continue
+		}
+		kept = append(kept, q)
+	}
+	clear(m.replay[len(kept):])
+	m.replay = kept
+	m.replayBytes -= freed
+	return freed
 }
 
 // replaysUse reports whether a USE is among the replayed statements.
@@ -428,18 +451,7 @@ func (m *sessionState) replaysUse() bool {
 // the bytes the budget gets back.
 func (m *sessionState) forgetSchema() (freed int) {
 	m.db = ""
-	kept := m.replay[:0]
-	for _, q := range m.replay {
-		if isUse(q) {
-			freed += len(q)
-			continue
-		}
-		kept = append(kept, q)
-	}
-	clear(m.replay[len(kept):])
-	m.replay = kept
-	m.replayBytes -= freed
-	return freed
+	return m.dropUses()
 }
 
 // isUse: statement q is a USE.

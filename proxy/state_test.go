@@ -130,6 +130,26 @@ func TestStateMulti(t *testing.T) {
 	}
 }
 
+// TestStateReplayKeepsLastUse: a USE supersedes the ones remembered
+// before it, its bytes given back: replayed on a new connection, a
+// schema dropped since would fail it (main.lowercase_table5: USE FoO,
+// USE Foo, DROP DATABASE FoO, then a new pooled connection).
+func TestStateReplayKeepsLastUse(t *testing.T) {
+	budget := &byteBudget{limit: 1 << 20}
+	m := newSessionState()
+	for _, q := range []string{"USE FoO", "SET NAMES utf8mb4", "USE `Foo`"} {
+		if !m.remember(q, 8, budget) {
+			t.Fatalf("remember(%q) refused", q)
+		}
+	}
+	if len(m.replay) != 2 || m.replay[0] != "SET NAMES utf8mb4" || m.replay[1] != "USE `Foo`" {
+		t.Fatalf("replay = %q, want the SET and the last USE", m.replay)
+	}
+	if want := len("SET NAMES utf8mb4") + len("USE `Foo`"); budget.used != want || m.replayBytes != want {
+		t.Fatalf("bytes held: budget %d, replay %d, want %d", budget.used, m.replayBytes, want)
+	}
+}
+
 // TestStateReplay: session statements are remembered in order within
 // max_replay and the byte budget; past either the replay is incomplete,
 // reads are pinned and nothing more is remembered; reset gives the bytes
