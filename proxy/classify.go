@@ -861,7 +861,7 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 				pinRead(&st, ReasonServerState)
 			case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
 				t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
-				t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"):
+				t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"), t.Is("COLUMN_STATISTICS"):
 				previous = selectWhere(&st, t, prev) || previous
 			}
 		}
@@ -882,11 +882,12 @@ func selectWhere(st *Stmt, t, prev sqllex.Token) (previous bool) {
 			pinRead(st, ReasonIntoFile)
 		}
 	case t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
-		t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"):
+		t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"), t.Is("COLUMN_STATISTICS"):
 		// PROCESSLIST (information_schema's, performance_schema's):
 		// the threads of the server the sessions' statements and
 		// locks run on; mysql.slow_log and general_log: the log of
-		// them; the primary's.
+		// them; COLUMN_STATISTICS: histograms, which are not
+		// replicated; the primary's.
 		pinRead(st, ReasonServerState)
 	default:
 		return true

@@ -80,6 +80,7 @@ func TestClassify(t *testing.T) {
 		{"SELECT COUNT(*) = 0 FROM information_schema.processlist WHERE user = 'event_scheduler'", KindPrimary, ReasonServerState},
 		{"SELECT ID FROM performance_schema.PROCESSLIST", KindPrimary, ReasonServerState},
 		{"SELECT sql_text, rows_examined FROM mysql.slow_log", KindPrimary, ReasonServerState},
+		{"SELECT histogram FROM information_schema.COLUMN_STATISTICS", KindPrimary, ReasonServerState},
 		{"EXPLAIN FORMAT=JSON INTO @v SELECT 1", KindPrimary, ReasonUserVariable},
 		{"select count(*) = 1 from information_schema.events where event_name='e2' and status='DISABLED'", KindPrimary, ReasonServerState},
 		{"SELECT * FROM app.events WHERE id = 1", KindRead, ReasonNone},
