@@ -853,16 +853,11 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 			case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"):
 				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
 				pinRead(&st, ReasonWrite)
-			case t.Is("INFORMATION_SCHEMA"):
-				infoSchema = true
-			case t.Is("EVENTS") && infoSchema:
-				// An event's status is the primary's: a replica shows
-				// the events it replicated as SLAVESIDE_DISABLED.
-				pinRead(&st, ReasonServerState)
 			case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
 				t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
-				t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"), t.Is("COLUMN_STATISTICS"):
-				previous = selectWhere(&st, t, prev) || previous
+				t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"), t.Is("COLUMN_STATISTICS"),
+				t.Is("INFORMATION_SCHEMA"), t.Is("EVENTS"):
+				previous = selectWhere(&st, t, prev, &infoSchema) || previous
 			}
 		}
 	}
@@ -873,10 +868,20 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 // its answer lives: INTO OUTFILE / DUMPFILE (the primary's files), the
 // previous statement's trace or counters (information_schema's
 // OPTIMIZER_TRACE, performance_schema's session_status: previous), the
-// server's global state (performance_schema's global_status,
-// global_variables, and the processlist: the primary).
-func selectWhere(st *Stmt, t, prev sqllex.Token) (previous bool) {
+// server's own state (global_status, global_variables, the processlist,
+// the server logs, histograms, information_schema's EVENTS: the
+// primary). infoSchema records that INFORMATION_SCHEMA was named (an
+// EVENTS table elsewhere is the application's).
+func selectWhere(st *Stmt, t, prev sqllex.Token, infoSchema *bool) (previous bool) {
 	switch {
+	case t.Is("INFORMATION_SCHEMA"):
+		*infoSchema = true
+	case t.Is("EVENTS"):
+		// An event's status is the primary's: a replica shows the
+		// events it replicated as SLAVESIDE_DISABLED.
+		if *infoSchema {
+			pinRead(st, ReasonServerState)
+		}
 	case t.Is("OUTFILE"), t.Is("DUMPFILE"):
 		if prev.Is("INTO") {
 			pinRead(st, ReasonIntoFile)
