@@ -80,20 +80,14 @@ func hungUp(sock syscall.RawConn) bool {
 	// Control, not Read: it neither waits for the session's own read of
 	// the socket (LOAD DATA LOCAL's file) nor parks on the netpoller.
 	_ = sock.Control(func(fd uintptr) {
-		var b [1]byte
-		for {
-			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				gone = false // nothing pending: open
-			case err != nil:
-				gone = true // reset, or another error
-			default:
-				gone = n == 0 // end of stream; more: bytes sent ahead
-			}
-			return
+		n, err := peekFD(fd)
+		switch {
+		case err == syscall.EAGAIN:
+			gone = false // nothing pending: open
+		case err != nil:
+			gone = true // reset, or another error
+		default:
+			gone = n == 0 // end of stream; more: bytes sent ahead
 		}
 	})
 	return gone

@@ -43,20 +43,23 @@ func peerClosed(c net.Conn) bool {
 	}
 	closed := false
 	_ = rc.Read(func(fd uintptr) bool {
-		var b [1]byte
-		for {
-			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				closed = false // nothing pending: the connection is open
-			default:
-				_ = n         // 0: EOF; more: bytes nobody asked for
-				closed = true // or the connection's error
-			}
-			return true
-		}
+		// Nothing pending (EAGAIN): open. Otherwise EOF, bytes nobody
+		// asked for, or the connection's error.
+		_, err := peekFD(fd)
+		closed = err != syscall.EAGAIN
+		return true
 	})
 	return closed
+}
+
+// peekFD peeks at one byte of fd without waiting or consuming: n 0 and no
+// error is the end of the stream; EAGAIN, nothing pending.
+func peekFD(fd uintptr) (n int, err error) {
+	var b [1]byte
+	for {
+		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if err != syscall.EINTR {
+			return n, err
+		}
+	}
 }

@@ -28,19 +28,7 @@ func TestStartTokenProxyWrites(t *testing.T) {
 			ctx := context.Background()
 			writer := openDB(t, s, "tls=skip-verify")
 			emptyTable(t, writer, "ptest", "starttok", "id INT PRIMARY KEY")
-			if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range topo.Replicas() {
-				if err := topo.StopApplier(ctx, r.Name); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					if err := topo.StartApplier(context.Background(), r.Name); err != nil {
-						t.Error(err)
-					}
-				})
-			}
+			stopAppliers(t)
 			// A session begun before the write (its reset is checked last).
 			rc := rawLogin(t, s.Addr(), "app", "apppw", false)
 			mustExec(t, writer, "INSERT INTO ptest.starttok VALUES (1)")
@@ -88,22 +76,9 @@ func TestStartTokenProxyWrites(t *testing.T) {
 // served the read.
 func TestReadYourWritesUnderWideCollation(t *testing.T) {
 	s := startProxy(t, func(c *Config) { c.Policy, c.StartToken = "token-wait", StartTokenNone })
-	ctx := context.Background()
 	db := openDB(t, s, "tls=skip-verify")
 	emptyTable(t, db, "ptest", "widecoll", "id INT PRIMARY KEY")
-	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range topo.Replicas() {
-		if err := topo.StopApplier(ctx, r.Name); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := topo.StartApplier(context.Background(), r.Name); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	stopAppliers(t)
 	for _, coll := range []string{"utf32_unicode_ci", "utf16_general_ci", "ucs2_bin"} {
 		rc := rawLogin(t, s.Addr(), "app", "apppw", false)
 		rc.exec(t, "SET collation_connection = "+coll)
@@ -123,4 +98,25 @@ func TestReadYourWritesUnderWideCollation(t *testing.T) {
 		t.Errorf("an evaluated time_zone read on a replica under utf32: %q", v)
 	}
 	rc.exec(t, "SHOW PROCESSLIST")
+}
+
+// stopAppliers waits until both replicas have everything, then stops
+// their appliers until the test ends: what the test writes next is on the
+// primary alone.
+func stopAppliers(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range topo.Replicas() {
+		if err := topo.StopApplier(ctx, r.Name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := topo.StartApplier(context.Background(), r.Name); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 }
