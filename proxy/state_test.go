@@ -371,7 +371,9 @@ func TestStateForgetSchema(t *testing.T) {
 	}
 	before := m.replayBytes
 	freed := m.forgetSchema()
-	if m.db != "" || m.replaysUse() || strings.Join(m.replay, ";") != "SET a = 1;SET b = 2" || m.replayBytes != before-freed || freed != len("USE d")+len("/* c */ use `d`") {
+	// The second USE superseded the first when it was remembered
+	// (TestStateReplayKeepsLastUse): only it is left to forget.
+	if m.db != "" || m.replaysUse() || strings.Join(m.replay, ";") != "SET a = 1;SET b = 2" || m.replayBytes != before-freed || freed != len("/* c */ use `d`") {
 		t.Fatalf("after forgetSchema: db %q, replay %q, bytes %d (freed %d of %d)", m.db, m.replay, m.replayBytes, freed, before)
 	}
 }
