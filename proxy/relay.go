@@ -108,16 +108,19 @@ type relayReq struct {
 	// connection after the read (on an allGTIDs connection, only when
 	// the final OK carries no usable set).
 	wmRead func(context.Context) (gtid.Set, error)
+	// rename: column names to put CONNECTION_ID() back in
+	// (withConnectionID).
+	rename columnRename
 	// holdReadOnly: a read on a replica; the server's read-only refusal
 	// as the response's first packet (nothing ran: a stored function
 	// that writes) is not written (relayOut.readOnly).
 	holdReadOnly bool
 }
 
-// relay sends a COM_QUERY to bc and streams the response to the client
-// (see relayCmd).
-func relay(ctx context.Context, cc *clientConn, bc *backendConn, query string, wantGTIDs bool, file func() ([]byte, byte, error)) (relayOut, error) {
-	return relayQuery(cc, bc, query, relayReq{ctx: ctx, op: "query", wantGTIDs: wantGTIDs, file: file})
+// relay sends the session's statement query to bc as a COM_QUERY and
+// streams the response to the client (see relayCmd).
+func (s *session) relay(bc *backendConn, query string, file func() ([]byte, byte, error)) (relayOut, error) {
+	return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, op: "query", wantGTIDs: s.state.wantGTIDs, file: file, rename: s.rename})
 }
 
 // relayQuery relays the COM_QUERY of query with req's options.
@@ -424,7 +427,7 @@ func (r *responseRelay) resultSet(pkt []byte) (last bool, err error) {
 		if pkt, err = r.read(); err != nil {
 			return false, err
 		}
-		r.write(pkt)
+		r.write(r.req.rename.apply(pkt))
 	}
 	if bc.okEOF {
 		r.write(eofPacket(0, bc.status&^mysql.SERVER_SESSION_STATE_CHANGED))

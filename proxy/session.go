@@ -113,6 +113,8 @@ type session struct {
 	// because the pool was busy, not the node (busyRun).
 	use      string
 	poolBusy bool
+	// rename is the current statement's column rename (withConnectionID).
+	rename columnRename
 	// waitFn and flushFn are the method values waitOn and flush, made
 	// once (each use of a method value as a func allocates; they are
 	// passed with every read): waitFunc, flushFunc.
@@ -150,6 +152,9 @@ type pstmt struct {
 	onReplica map[int]*client.Stmt
 	// cost is what the statement takes of the session's budget.
 	cost int
+	// rename: its result columns' names get CONNECTION_ID() back
+	// (withConnectionID).
+	rename columnRename
 }
 
 func newSession(ctx context.Context, srv *Server) *session {
@@ -484,7 +489,7 @@ func (s *session) classify(query string) (Stmt, error) {
 // (tokens, policy, the client link's status), a read routed by the
 // router, or a statement for the primary.
 func (s *session) handleQuery(query string) (*mysql.Result, error) {
-	query = withConnectionID(query, s.id) // the proxy's id, not a backend thread's
+	query, s.rename = withConnectionID(query, s.id) // the proxy's id, not a backend thread's
 	if handled, res, restore, err := s.selectPolicy(query); handled || err != nil {
 		return res, err // SET / SELECT @causal_policy (policyselect.go)
 	} else if restore != nil {
@@ -526,7 +531,7 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	}
 	s.srv.m.statement(false, st.Kind, rolePrimary).Inc()
 	s.seedInsertID(st)
-	out, err := relay(s.ctx, s.cc, s.primary, query, s.state.wantGTIDs, s.localFile())
+	out, err := s.relay(s.primary, query, s.localFile())
 	s.state.last = s.primary
 	if err != nil {
 		return s.answer(err, s.primary)
@@ -611,7 +616,7 @@ func (s *session) proxyAnswer(st Stmt) (res *mysql.Result, ok bool, err error) {
 // (settleDiag).
 func (s *session) onPrevious(bc *backendConn, query string, st Stmt) (*mysql.Result, error) {
 	s.srv.m.statement(false, st.Kind, roleReplica).Inc()
-	out, err := relay(s.ctx, s.cc, bc, query, s.state.wantGTIDs, nil)
+	out, err := s.relay(bc, query, nil)
 	if err != nil {
 		return s.answer(err, bc)
 	}

@@ -518,12 +518,17 @@ func (s *Server) endFunc(c net.Conn, cancel context.CancelFunc) func() {
 // that is the call alone keeps its column name (AS `CONNECTION_ID()`, as
 // the client wrote it). Strings, quoted identifiers, comments, user
 // variables and qualified names (db.CONNECTION_ID(), a stored function)
-// are left as they are; executable comments are SQL and rewritten.
-func withConnectionID(query string, id uint32) string {
+// are left as they are; executable comments are SQL and rewritten. The
+// rename puts the first call's text back in the names of result columns
+// the server names after an expression containing it (columnRename).
+func withConnectionID(query string, id uint32) (string, columnRename) {
 	if !containsFold(query, "CONNECTION_ID") || storesText(query) {
-		return query
+		return query, columnRename{}
 	}
-	var b strings.Builder
+	var (
+		b      strings.Builder
+		rename columnRename
+	)
 	done := 0
 	lit := "CAST(" + strconv.FormatUint(uint64(id), 10) + " AS UNSIGNED)"
 	w := idRewriter{l: sqllex.Lexer{S: query}}
@@ -531,6 +536,9 @@ func withConnectionID(query string, id uint32) string {
 		start, end, alias, ok := w.next()
 		if !ok {
 			break
+		}
+		if rename.from == "" {
+			rename = columnRename{from: lit, to: strings.Clone(query[start:end])}
 		}
 		b.WriteString(query[done:start])
 		b.WriteString(lit)
@@ -540,10 +548,10 @@ func withConnectionID(query string, id uint32) string {
 		done = end
 	}
 	if done == 0 {
-		return query
+		return query, columnRename{}
 	}
 	b.WriteString(query[done:])
-	return b.String()
+	return b.String(), rename
 }
 
 // storesText: the statement keeps its text or shows it rather than

@@ -132,7 +132,17 @@ func TestSessionIDs(t *testing.T) {
 		if got := gmUint(t, c, "SELECT connection_id() + 0 FROM DUAL WHERE 'CONNECTION_ID()' <> ''"); got != id {
 			t.Fatalf("session %d: CONNECTION_ID() in an expression = %d, greeting %d", i, got, id)
 		}
-		st, err := c.Prepare("SELECT CONNECTION_ID(), ?")
+		// An expression's column is named after its text, as the
+		// client wrote it (main.lead_lag).
+		r, err = c.Execute("SELECT 1 + connection_id()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names := fieldNames(r); names[0] != "1 + connection_id()" {
+			t.Fatalf("session %d: SELECT 1 + connection_id() named %q", i, names[0])
+		}
+		r.Close()
+		st, err := c.Prepare("SELECT CONNECTION_ID(), ? + CONNECTION_ID()")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,6 +152,9 @@ func TestSessionIDs(t *testing.T) {
 		}
 		if got, _ := pr.GetUint(0, 0); got != id {
 			t.Fatalf("session %d: prepared CONNECTION_ID() = %d, greeting %d", i, got, id)
+		}
+		if names := fieldNames(pr); names[1] != "? + CONNECTION_ID()" {
+			t.Fatalf("session %d: prepared ? + CONNECTION_ID() named %q", i, names[1])
 		}
 		pr.Close()
 		st.Close()

@@ -108,7 +108,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = roleReplica
 		}
 		s.srv.m.statement(false, st.Kind, role).Inc()
-		out, err := relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, wmRead: s.wmRead(t.Replica), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load(), holdReadOnly: t.Replica >= 0})
+		out, err := relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, wmRead: s.wmRead(t.Replica), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load(), holdReadOnly: t.Replica >= 0, rename: s.rename})
 		refused = refused || out.readOnly
 		return out, err
 	})
@@ -130,7 +130,7 @@ func (s *session) writingRead(query string) (*mysql.Result, error) {
 	st := primary(ReasonReplicaReadOnly)
 	s.srv.m.primaryReasons.WithLabelValues(st.Reason.String()).Inc()
 	s.srv.m.statement(false, st.Kind, rolePrimary).Inc()
-	out, err := relay(s.ctx, s.cc, s.primary, query, s.state.wantGTIDs, nil)
+	out, err := s.relay(s.primary, query, nil)
 	s.state.last = s.primary
 	if err != nil {
 		return s.answer(err, s.primary)

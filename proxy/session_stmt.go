@@ -34,7 +34,8 @@ func (s *session) handleStmtPrepare(query string) (*mysql.Result, error) {
 	}
 	// Classify the copy: Stmt's Token and ReadID alias the text, and the
 	// statement outlives the command's buffer.
-	q := strings.Clone(withConnectionID(query, s.id))
+	q, rename := withConnectionID(query, s.id)
+	q = strings.Clone(q)
 	if err := s.checkPreparePolicy(q); err != nil {
 		return nil, err
 	}
@@ -82,10 +83,10 @@ func (s *session) handleStmtPrepare(query string) (*mysql.Result, error) {
 		return nil, s.overBudget("prepared statement")
 	}
 	cost += more
-	p := &pstmt{query: q, class: st, id: id, params: cs.Params, onPrimary: cs, onReplica: map[int]*client.Stmt{}, cost: cost}
+	p := &pstmt{query: q, class: st, id: id, params: cs.Params, onPrimary: cs, onReplica: map[int]*client.Stmt{}, cost: cost, rename: rename}
 	s.stmts.prepared(id, cs.Params)
 	s.state.stmts[id] = p
-	return done(), s.cc.writePrepare(id, defs(cs.RawParamFields, cs.Params), defs(cs.RawColumnFields, cs.Columns))
+	return done(), s.cc.writePrepare(id, defs(cs.RawParamFields, cs.Params), rename.applyAll(defs(cs.RawColumnFields, cs.Columns)))
 }
 
 // defs are n definitions as the backend sent them (raw), or n empty
@@ -178,7 +179,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = roleReplica
 		}
 		s.srv.m.statement(true, st.Kind, role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, sentAt: at, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, wmRead: s.wmRead(i), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load()})
+		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, sentAt: at, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, wmRead: s.wmRead(i), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load(), rename: p.rename})
 		clear(bc.pieces)
 		return out, err
 	}
