@@ -77,9 +77,11 @@ type backendConn struct {
 	// pooledFlags are the client capabilities (passedFlags) a pooled
 	// connection has: those it was dialled with, CLIENT_MULTI_STATEMENTS
 	// as COM_SET_OPTION last left it. resetPending: a reset was written
-	// (at resetSent) and its answers are still to be read (pool.go).
+	// (at resetSent) and its answers are still to be read (pool.go);
+	// wasReset: a pool reset it once (session.unresetPrimary).
 	pooledFlags  uint32
 	resetPending bool
+	wasReset     bool
 	// pooledAcct is the account a pooled connection was dialled as (the
 	// zero account: the node's own); fresh: dialled and not lent yet
 	// (poolReq.fresh).

@@ -211,6 +211,10 @@ type Stmt struct {
 	UsesUserVar bool
 	// TrackGTIDs is the client's wish for KindTrackGTIDs.
 	TrackGTIDs bool
+	// CascadeTriggers: a SET of the session's enable_cascade_triggers,
+	// which takes only on a connection never reset (multiplexed:
+	// session.unresetPrimary, HoldCascadeTriggers).
+	CascadeTriggers bool
 	// PinsSession: the statement set session state the proxy does not
 	// replay (SET NAMES in a SET whose values are evaluated): once it
 	// ran, the session's reads stay on the primary (live.PinSessionState).

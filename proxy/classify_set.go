@@ -80,10 +80,14 @@ func (p *setParser) target(t sqllex.Token) (Stmt, bool) {
 	p.phase, p.user, p.names = setEq, false, false
 	st, done := p.targetName(t)
 	if !done && len(p.targets) > 0 {
-		if n := p.targets[len(p.targets)-1]; !n.User && pinningVar(n.Name) {
+		n := p.targets[len(p.targets)-1]
+		if !n.User && pinningVar(n.Name) {
 			// Where it ran, the session stays (reads on the primary,
 			// the connection kept, reset at its end); never replayed.
 			return Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true}, true
+		}
+		if !n.User && sqllex.EqualFoldUpper(strings.Trim(n.Name, "`"), "ENABLE_CASCADE_TRIGGERS") {
+			p.st.CascadeTriggers = true
 		}
 	}
 	return st, done
@@ -194,7 +198,7 @@ func (p *setParser) finish() Stmt {
 		// ..., @@global.x = ...): run once, on the primary, where the
 		// session then stays (not replayed: the global part must not
 		// run again).
-		st := Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true, UsesUserVar: p.st.UsesUserVar}
+		st := Stmt{Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true, UsesUserVar: p.st.UsesUserVar, CascadeTriggers: p.st.CascadeTriggers}
 		for _, t := range p.targets {
 			st.SetsUserVar = st.SetsUserVar || t.User
 		}

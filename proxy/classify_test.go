@@ -513,6 +513,10 @@ func TestClassifySetEval(t *testing.T) {
 		"SET @@session.SQL_LOG_BIN = 0":                                               {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
 		"SET SESSION sql_log_bin = 1":                                                 {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true},
 		"SET NAMES utf8mb4, @a = UUID()":                                              {Kind: KindPrimary, Reason: ReasonUserVariable, PinsSession: true, SetsUserVar: true, UsesUserVar: true},
+		"SET ENABLE_CASCADE_TRIGGERS = ON":                                            {Kind: KindSession, CascadeTriggers: true},
+		"SET @a = 1, @@session.enable_cascade_triggers = 0":                           {Kind: KindSession, CascadeTriggers: true, UsesUserVar: true},
+		"SET GLOBAL enable_cascade_triggers = ON":                                     primary(ReasonWrite),
+		"SET enable_cascade_triggers = ON, @@global.x = 1":                            {Kind: KindPrimary, Reason: ReasonUnclassified, PinsSession: true, CascadeTriggers: true},
 	} {
 		st, err := Classify(q)
 		if err != nil {

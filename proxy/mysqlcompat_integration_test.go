@@ -671,3 +671,62 @@ func TestSQLLogBinOff(t *testing.T) {
 		}
 	}
 }
+
+// TestCascadeTriggersMultiplexed: MySQL 9.7 fires no cascade trigger on
+// a connection once reset by COM_RESET_CONNECTION, whatever
+// enable_cascade_triggers says, and a pool resets every connection it
+// takes back. Multiplexed, a SET of enable_cascade_triggers runs on a
+// connection never reset, which the session then keeps
+// (main.foreign_key_sql_child_trig; before, the trigger did not fire);
+// a session held on a reset connection is refused loudly. One pooled
+// connection: the reset one is the one lent.
+func TestCascadeTriggersMultiplexed(t *testing.T) {
+	s := startProxy(t, func(c *Config) { c.Multiplex, c.PoolSize = true, 1 })
+	ctx := context.Background()
+	db := openDB(t, s, "")
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{
+		"CREATE DATABASE IF NOT EXISTS ptest", "USE ptest",
+		"DROP TABLE IF EXISTS fkc_child, fkc_parent",
+		"CREATE TABLE fkc_parent (id INT PRIMARY KEY)",
+		"CREATE TABLE fkc_child (id INT PRIMARY KEY, p INT, FOREIGN KEY (p) REFERENCES fkc_parent (id) ON UPDATE CASCADE)",
+		"INSERT INTO fkc_parent VALUES (1), (2)", "INSERT INTO fkc_child VALUES (1, 1), (2, 2)",
+		"CREATE TRIGGER fkc_trg AFTER UPDATE ON fkc_child FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'cascade trigger fired'",
+	} {
+		mustExec(t, conn, q)
+	}
+	defer mustExec(t, conn, "DROP TABLE IF EXISTS ptest.fkc_child, ptest.fkc_parent")
+
+	// Held on the reset connection (a transaction): refused.
+	mustExec(t, conn, "BEGIN")
+	_, err = conn.ExecContext(ctx, "SET enable_cascade_triggers = ON")
+	if driverCode(err) != mysql.ER_NOT_SUPPORTED_YET || !strings.Contains(err.Error(), "open transaction") {
+		t.Fatalf("SET enable_cascade_triggers in a transaction on a reset pooled connection: %v", err)
+	}
+	mustExec(t, conn, "ROLLBACK")
+
+	mustExec(t, conn, "SET enable_cascade_triggers = ON")
+	_, err = conn.ExecContext(ctx, "UPDATE fkc_parent SET id = 3 WHERE id = 2")
+	if driverCode(err) != mysql.ER_SIGNAL_EXCEPTION {
+		t.Fatalf("UPDATE whose cascade fires a signalling trigger: %v, want 1644", err)
+	}
+	// Kept: the next statements run there too.
+	_, err = conn.ExecContext(ctx, "UPDATE fkc_parent SET id = 4 WHERE id = 1")
+	if driverCode(err) != mysql.ER_SIGNAL_EXCEPTION {
+		t.Fatalf("the next cascade: %v, want 1644", err)
+	}
+}
+
+// driverCode is the MySQL error number of go-sql-driver error err (0:
+// not a server error).
+func driverCode(err error) uint16 {
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}

@@ -955,6 +955,7 @@ func (p *pool) startReset(bc *backendConn) (err error) {
 	c := bc.conn
 	bc.used = time.Now()
 	bc.resetSent = bc.used
+	bc.wasReset = true
 	p.m.resets.WithLabelValues(p.node).Inc()
 	c.ResetSequence()
 	if err := c.WritePacket([]byte{0, 0, 0, 0, mysql.COM_RESET_CONNECTION}); err != nil {

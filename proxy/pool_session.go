@@ -99,6 +99,38 @@ func (s *session) borrow(b *Backend, p *pool) (*backendConn, error) {
 	}
 }
 
+// unresetPrimary gives a SET of enable_cascade_triggers (st) a primary
+// connection no pool ever reset, multiplexed: MySQL 9.7 fires no cascade
+// trigger on a connection once reset by COM_RESET_CONNECTION, whatever
+// the variable says (a client that resets its own connection directly
+// sees the same), and the pool resets every connection it takes back
+// (main.foreign_key_sql_child_trig). The session's connection, when it
+// was reset and nothing holds it, goes back, and a new one is dialled
+// (borrow with fresh; the replay, then the SET); HoldCascadeTriggers
+// keeps it. A session held on a reset connection is refused loudly.
+func (s *session) unresetPrimary(st Stmt) error {
+	if !st.CascadeTriggers || s.srv.pools == nil {
+		return nil
+	}
+	if bc := s.primary; bc != nil {
+		if !bc.wasReset {
+			return nil
+		}
+		if ok, why := s.state.Shareable(); !ok {
+			return s.proxyErr("cascade-triggers", mysql.ER_NOT_SUPPORTED_YET,
+				"SET enable_cascade_triggers would not take on this session's pooled connection: MySQL fires no cascade trigger on a connection once reset, and the session's %s keeps this one; set it before that, or connect without multiplexing", why.phrase())
+		}
+		s.primary = nil
+		if bc.home != nil {
+			bc.home.release(bc, poolDirty)
+		} else {
+			bc.close()
+		}
+	}
+	s.fresh = true
+	return nil
+}
+
 // busyRun is the router's verdict on a connection the session could not
 // get because its pool was busy (poolBusy: every connection lent past
 // pool_wait, pool_max_waiters already waiting, the session's context

@@ -518,6 +518,9 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 		// (the idle peek) once its primary connection sat idle a second.
 		return s.readQuery(query, st)
 	}
+	if err := s.unresetPrimary(st); err != nil {
+		return nil, err
+	}
 	if err := s.ensurePrimary(); err != nil {
 		return nil, err
 	}

@@ -67,6 +67,13 @@ const (
 	// have not (the open handler and its read position live on the
 	// connection that opened it).
 	HoldHandlerOpen
+	// HoldCascadeTriggers: a SET of enable_cascade_triggers ran on the
+	// primary connection, which was never reset: MySQL 9.7 fires no
+	// cascade trigger on a connection once reset (COM_RESET_CONNECTION),
+	// whatever the variable says, so the session keeps that connection.
+	// A new connection replays the SET and takes it (not a reconnect
+	// loss). Held until a reset.
+	HoldCascadeTriggers
 
 	holdEnd // one past the last hold
 )
@@ -88,6 +95,7 @@ var holdWords = map[Hold]string{
 	HoldStoredProcedure:    "stored-procedure",
 	HoldSetPending:         "set-pending",
 	HoldHandlerOpen:        "handler-open",
+	HoldCascadeTriggers:    "cascade-triggers",
 }
 
 // holdPhrases say what a new connection would lose, for the client.
@@ -105,6 +113,7 @@ var holdPhrases = map[Hold]string{
 	HoldStoredProcedure:    "what a stored procedure left (named locks, table locks)",
 	HoldSetPending:         "a SET's values not read back yet",
 	HoldHandlerOpen:        "open HANDLER tables",
+	HoldCascadeTriggers:    "enable_cascade_triggers (taken only on a connection never reset)",
 }
 
 // First returns the first hold set in h (0 when h is empty).
@@ -354,6 +363,9 @@ func (m *sessionState) afterPrimary(st Stmt, status uint16, serverErr, stateChan
 	}
 	if st.PinsSession {
 		m.held |= HoldSessionState
+	}
+	if st.CascadeTriggers {
+		m.held |= HoldCascadeTriggers
 	}
 	m.noteHandler(st)
 }

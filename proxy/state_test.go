@@ -377,3 +377,30 @@ func TestStateForgetSchema(t *testing.T) {
 		t.Fatalf("after forgetSchema: db %q, replay %q, bytes %d (freed %d of %d)", m.db, m.replay, m.replayBytes, freed, before)
 	}
 }
+
+// TestStateCascadeTriggers: a SET of enable_cascade_triggers holds the
+// primary connection (cascade-triggers) but pins no read and loses
+// nothing on a new connection (which replays it); a refused one holds
+// nothing; a reset ends it.
+func TestStateCascadeTriggers(t *testing.T) {
+	m := newSessionState()
+	set := Stmt{Kind: KindSession, CascadeTriggers: true}
+	m.afterPrimary(set, 2, true, false)
+	if ok, _ := m.Shareable(); !ok {
+		t.Fatal("a refused SET held the session")
+	}
+	m.afterPrimary(set, 2, false, false)
+	if ok, why := m.Shareable(); ok || why != HoldCascadeTriggers || why.String() != "cascade-triggers" {
+		t.Fatalf("after the SET: shareable %v (%s)", ok, why)
+	}
+	if pin := m.readPin(Stmt{Kind: KindRead}, 2); pin != "" {
+		t.Errorf("reads pinned: %s", pin)
+	}
+	if loss := m.reconnectLoss(); loss != 0 {
+		t.Errorf("a new connection would lose %s", loss)
+	}
+	m.reset()
+	if ok, _ := m.Shareable(); !ok {
+		t.Fatal("a reset left cascade-triggers held")
+	}
+}
