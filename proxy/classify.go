@@ -236,6 +236,10 @@ type Stmt struct {
 	// LastInsertID: the statement calls LAST_INSERT_ID (reads the
 	// session's value, or sets it with an argument).
 	LastInsertID bool
+	// IsNull: the statement has an IS NULL test, which under the
+	// session's sql_auto_is_null finds the row of the last insert id
+	// (session.autoIsNull); AutoIsNull: a SET of sql_auto_is_null.
+	IsNull, AutoIsNull bool
 	// DropsSchema: DROP DATABASE / DROP SCHEMA, which leaves the session
 	// with no current schema when it drops that one.
 	DropsSchema bool
@@ -728,6 +732,9 @@ func scanUserVars(l *sqllex.Lexer, st *Stmt) {
 		if t.Punct('(') && prev.Is("LAST_INSERT_ID") {
 			st.LastInsertID = true
 		}
+		if t.Is("NULL") && prev.Is("IS") {
+			st.IsNull = true
+		}
 		if t.Kind == sqllex.Assign && prev.Kind == sqllex.Var {
 			st.SetsUserVar = true
 			st.assignsToken = st.assignsToken || isCausalTokenVar(prev.Text)
@@ -846,23 +853,7 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 				previous = true
 			}
 		case sqllex.Word:
-			switch {
-			case t.Is("UPDATE") && prev.Is("FOR"), t.Is("SHARE") && (prev.Is("FOR") || prev.Is("IN")):
-				pinRead(&st, ReasonLockingRead) // FOR UPDATE, FOR SHARE, LOCK IN SHARE MODE
-			case t.Is("SQL_CALC_FOUND_ROWS"):
-				// Its FOUND_ROWS() would be spoilt on a replica by the
-				// watermark read the proxy runs there right after it.
-				pinRead(&st, ReasonSessionFunction)
-				st.CalcFoundRows = true
-			case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"):
-				// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
-				pinRead(&st, ReasonWrite)
-			case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
-				t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
-				t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"), t.Is("COLUMN_STATISTICS"),
-				t.Is("INFORMATION_SCHEMA"), t.Is("EVENTS"):
-				previous = selectWhere(&st, t, prev, &infoSchema) || previous
-			}
+			previous = selectWord(&st, t, prev, &infoSchema) || previous
 		}
 	}
 	return selectResult(st, onlyToken && words == 1, previous)
@@ -957,6 +948,31 @@ func selectAssign(st *Stmt, prev sqllex.Token) {
 		st.assignsToken = st.assignsToken || isCausalTokenVar(prev.Text)
 		pinRead(st, ReasonUserVariable)
 	}
+}
+
+// selectWord reads word t of a SELECT (prev the token before it); it
+// reports a read of what the previous statement left.
+func selectWord(st *Stmt, t, prev sqllex.Token, infoSchema *bool) (previous bool) {
+	switch {
+	case t.Is("UPDATE") && prev.Is("FOR"), t.Is("SHARE") && (prev.Is("FOR") || prev.Is("IN")):
+		pinRead(st, ReasonLockingRead) // FOR UPDATE, FOR SHARE, LOCK IN SHARE MODE
+	case t.Is("NULL") && prev.Is("IS"):
+		st.IsNull = true
+	case t.Is("SQL_CALC_FOUND_ROWS"):
+		// Its FOUND_ROWS() would be spoilt on a replica by the
+		// watermark read the proxy runs there right after it.
+		pinRead(st, ReasonSessionFunction)
+		st.CalcFoundRows = true
+	case t.Is("INSERT"), t.Is("UPDATE"), t.Is("DELETE"), t.Is("REPLACE"):
+		// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
+		pinRead(st, ReasonWrite)
+	case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
+		t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
+		t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"), t.Is("COLUMN_STATISTICS"),
+		t.Is("INFORMATION_SCHEMA"), t.Is("EVENTS"):
+		return selectWhere(st, t, prev, infoSchema)
+	}
+	return false
 }
 
 // selectCall reads the '(' after fn, a call when fn is a word: locking

@@ -89,6 +89,9 @@ func (p *setParser) target(t sqllex.Token) (Stmt, bool) {
 		if !n.User && sqllex.EqualFoldUpper(strings.Trim(n.Name, "`"), "ENABLE_CASCADE_TRIGGERS") {
 			p.st.CascadeTriggers = true
 		}
+		if !n.User && sqllex.EqualFoldUpper(strings.Trim(n.Name, "`"), "SQL_AUTO_IS_NULL") {
+			p.st.AutoIsNull = true
+		}
 	}
 	return st, done
 }

@@ -730,3 +730,35 @@ func driverCode(err error) uint16 {
 	}
 	return 0
 }
+
+// TestSQLAutoIsNull: under sql_auto_is_null, `WHERE auto_col IS NULL`
+// finds the row of the session's last insert id (ODBC's idiom,
+// main.odbc): the read runs on the primary with the session's
+// LAST_INSERT_ID(), multiplexed or not (before, a replica answered with
+// no row).
+func TestSQLAutoIsNull(t *testing.T) {
+	for _, mux := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "multiplexed"}[mux], func(t *testing.T) {
+			s := startProxy(t, func(c *Config) { c.Multiplex = mux })
+			ctx := context.Background()
+			db := openDB(t, s, "")
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			mustExec(t, conn, "CREATE DATABASE IF NOT EXISTS ptest")
+			mustExec(t, conn, "DROP TABLE IF EXISTS ptest.autonull")
+			mustExec(t, conn, "CREATE TABLE ptest.autonull (a BIGINT AUTO_INCREMENT PRIMARY KEY, b INT)")
+			defer mustExec(t, conn, "DROP TABLE IF EXISTS ptest.autonull")
+			mustExec(t, conn, "SET sql_auto_is_null = 1")
+			for want := 1; want <= 3; want++ {
+				mustExec(t, conn, "INSERT INTO ptest.autonull (b) VALUES (7)")
+				var a int
+				if err := conn.QueryRowContext(ctx, "SELECT a FROM ptest.autonull WHERE a IS NULL").Scan(&a); err != nil || a != want {
+					t.Fatalf("insert %d: SELECT ... WHERE a IS NULL: %d, %v", want, a, err)
+				}
+			}
+		})
+	}
+}

@@ -499,6 +499,7 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	st = s.state.withAutoIsNull(st)
 	s.use, s.poolBusy = st.Kind.String(), false
 	if st.Reason != ReasonPreviousStatement {
 		if err := s.settleDiag(); err != nil {

@@ -158,7 +158,7 @@ func (s *session) handleStmtExecute(payload []byte) (*mysql.Result, error) {
 // readQuery/handleQuery route a query, relaying the client's own packet
 // (statement id replaced) and the binary result raw.
 func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error) {
-	st := p.class
+	st := s.state.withAutoIsNull(p.class)
 	s.srv.m.executesRaw.Inc()
 	send := func(bc *backendConn, i int, watermark bool, at time.Time) (relayOut, error) {
 		cs, err := s.prepareOn(p, i, bc)

@@ -206,6 +206,9 @@ type sessionState struct {
 	// insertIDFresh: insertIDOn was lent with LAST_INSERT_ID() 0, not
 	// given the session's value (0 read there later changes nothing).
 	insertIDFresh bool
+	// autoIsNull: the session set sql_auto_is_null (to any value: held
+	// until a reset), withAutoIsNull.
+	autoIsNull bool
 	// kept is why park kept the previous statement's connection for this
 	// command (keepNext's value then), 0 when it did not: a statement that
 	// only reads diagnostics keeps it as long again.
@@ -367,6 +370,7 @@ func (m *sessionState) afterPrimary(st Stmt, status uint16, serverErr, stateChan
 	if st.CascadeTriggers {
 		m.held |= HoldCascadeTriggers
 	}
+	m.autoIsNull = m.autoIsNull || st.AutoIsNull
 	m.noteHandler(st)
 }
 
@@ -408,6 +412,19 @@ func (m *sessionState) afterMulti(e MultiEffects) {
 	if e.SetsUserVar {
 		m.held |= HoldUserVariables
 	}
+}
+
+// withAutoIsNull is st as the session runs it: once the session set
+// sql_auto_is_null, an IS NULL test may find the row of the session's
+// last insert id (ODBC's idiom, main.odbc), which is LAST_INSERT_ID():
+// the statement runs on the primary, with the session's value there
+// (seedInsertID, multiplexed).
+func (m *sessionState) withAutoIsNull(st Stmt) Stmt {
+	if m.autoIsNull && st.IsNull {
+		st.LastInsertID = true
+		pinRead(&st, ReasonSessionFunction)
+	}
+	return st
 }
 
 // remember adds session statement q (already run on the primary) to the
@@ -484,6 +501,7 @@ func (m *sessionState) reset() (freed int) {
 	m.replay, m.replayBytes = nil, 0
 	m.held, m.handlers = 0, 0
 	m.insertID, m.insertIDOn, m.insertIDDirty, m.insertIDFresh = 0, nil, false, false
+	m.autoIsNull = false
 	m.status = mysql.SERVER_STATUS_AUTOCOMMIT
 	m.stmts = map[uint32]*pstmt{}
 	m.last = nil

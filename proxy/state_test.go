@@ -404,3 +404,35 @@ func TestStateCascadeTriggers(t *testing.T) {
 		t.Fatal("a reset left cascade-triggers held")
 	}
 }
+
+// TestStateAutoIsNull: once the session set sql_auto_is_null, a read
+// with an IS NULL test runs on the primary as a LAST_INSERT_ID() read;
+// other reads, and every read before the SET or after a reset, are
+// routed as before.
+func TestStateAutoIsNull(t *testing.T) {
+	m := newSessionState()
+	isNull, _ := Classify("SELECT * FROM t WHERE a IS NULL")
+	notNull, _ := Classify("SELECT * FROM t WHERE a IS NOT NULL")
+	set, _ := Classify("SET sql_auto_is_null = 1")
+	if !isNull.IsNull || notNull.IsNull || !set.AutoIsNull || set.Kind != KindSession {
+		t.Fatalf("classified: IS NULL %+v, IS NOT NULL %+v, SET %+v", isNull, notNull, set)
+	}
+	if st := m.withAutoIsNull(isNull); st.Kind != KindRead || st.LastInsertID {
+		t.Fatalf("before the SET: %+v", st)
+	}
+	m.afterPrimary(set, 2, false, false)
+	if st := m.withAutoIsNull(isNull); st.Kind != KindPrimary || st.Reason != ReasonSessionFunction || !st.LastInsertID {
+		t.Fatalf("after the SET, IS NULL: %+v", st)
+	}
+	if st := m.withAutoIsNull(notNull); st.Kind != KindRead || st.LastInsertID {
+		t.Fatalf("after the SET, IS NOT NULL: %+v", st)
+	}
+	del, _ := Classify("DELETE FROM t WHERE a IS NULL")
+	if st := m.withAutoIsNull(del); !st.LastInsertID || st.Kind != KindPrimary {
+		t.Fatalf("a write with IS NULL: %+v", st)
+	}
+	m.reset()
+	if st := m.withAutoIsNull(isNull); st.Kind != KindRead {
+		t.Fatalf("after a reset: %+v", st)
+	}
+}
