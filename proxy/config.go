@@ -18,6 +18,7 @@ import (
 	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
+	"github.com/causallab/causallab/sessiontoken"
 )
 
 // User is an account clients log in to the proxy with (auth: mapped).
@@ -297,6 +298,22 @@ type Config struct {
 	// per write. Sound for read-your-writes; free on replicas that apply in
 	// commit order (replica_preserve_commit_order=ON). Default off.
 	CompactTokens bool `yaml:"compact_tokens"`
+	// TokenKeys sign and verify session tokens (the s1. form, package
+	// sessiontoken): with keys, SELECT @causal_token returns a signed
+	// token of the session's writes and of what its reads were shown,
+	// which any proxy holding one of the keys takes back from SET
+	// @causal_token, so read-your-writes and monotonic reads outlive a
+	// connection and cross the proxies of a fleet. The first key signs,
+	// every key verifies: a rotation puts the new key first and keeps
+	// the previous one. Empty (default): no signed tokens; @causal_token
+	// is the unsigned g1. form of the session's writes.
+	TokenKeys []TokenKey `yaml:"token_keys"`
+	// AcceptUnsignedTokens: unsigned tokens (g1., a bare GTID set, in
+	// SET @causal_token, a comment or min_gtid) are taken. Default true
+	// without token_keys, false with them (a fleet that signs refuses
+	// what it cannot verify: an unsigned token could pin a session's
+	// reads to the primary or make them wait).
+	AcceptUnsignedTokens *bool `yaml:"accept_unsigned_tokens"`
 	// StartToken is the token a new client session starts with:
 	// "proxy-writes" (default: every write this proxy acknowledged to any
 	// session in the current epoch, each source's prefix 1-max,
@@ -457,6 +474,40 @@ func PoolShare(poolSize, n, i int) (int, error) {
 	return share, nil
 }
 
+// TokenKey is one session-token signing key (Config.TokenKeys).
+type TokenKey struct {
+	// ID names the key in the tokens it signs: 1 to 32 of [a-z0-9_-].
+	ID string `yaml:"id"`
+	// Secret is the HMAC-SHA256 key, at least 32 bytes; the same on
+	// every proxy of the fleet.
+	Secret string `yaml:"secret"`
+}
+
+// validateTokens: token_keys and accept_unsigned_tokens (the keyring is
+// built in New).
+func (c *Config) validateTokens() error {
+	if _, err := c.keyring(); err != nil {
+		return fmt.Errorf("proxy: token_keys: %w", err)
+	}
+	if c.AcceptUnsignedTokens == nil {
+		accept := len(c.TokenKeys) == 0
+		c.AcceptUnsignedTokens = &accept
+	}
+	return nil
+}
+
+// keyring is the session-token keyring of token_keys (nil: none).
+func (c *Config) keyring() (*sessiontoken.Keyring, error) {
+	if len(c.TokenKeys) == 0 {
+		return nil, nil
+	}
+	keys := make([]sessiontoken.Key, len(c.TokenKeys))
+	for i, k := range c.TokenKeys {
+		keys[i] = sessiontoken.Key{ID: k.ID, Secret: []byte(k.Secret)}
+	}
+	return sessiontoken.NewKeyring(keys...)
+}
+
 // validate fills defaults and rejects nonsense, one concern at a time in
 // this order (the first nonsense found is the error).
 func (c *Config) validate() error {
@@ -474,6 +525,7 @@ func (c *Config) validate() error {
 		c.validateServerTimeouts,
 		c.validateRuntime,
 		c.validateWatermark,
+		c.validateTokens,
 	} {
 		if err := check(); err != nil {
 			return err

@@ -231,3 +231,27 @@ func TestConfigFairnessDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigTokenKeys: accept_unsigned_tokens defaults to true without
+// token_keys and false with them; a bad key is refused naming it.
+func TestConfigTokenKeys(t *testing.T) {
+	base := func() Config {
+		return Config{Users: []User{{Name: "a", Password: "b"}}, Primary: Backend{Addr: "127.0.0.1:3306"}}
+	}
+	c := base()
+	if err := c.validate(); err != nil || !*c.AcceptUnsignedTokens {
+		t.Fatalf("no keys: %v, accept_unsigned_tokens %v; want true", err, *c.AcceptUnsignedTokens)
+	}
+	c = base()
+	c.TokenKeys = []TokenKey{{ID: "k1", Secret: strings.Repeat("s", 32)}}
+	if err := c.validate(); err != nil || *c.AcceptUnsignedTokens {
+		t.Fatalf("with keys: %v, accept_unsigned_tokens %v; want false", err, *c.AcceptUnsignedTokens)
+	}
+	for _, k := range []TokenKey{{ID: "k1", Secret: "short"}, {ID: "K 1", Secret: strings.Repeat("s", 32)}} {
+		c = base()
+		c.TokenKeys = []TokenKey{k}
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "token_keys") {
+			t.Errorf("key %+v: %v, want a token_keys error", k, err)
+		}
+	}
+}

@@ -32,6 +32,7 @@ import (
 	"github.com/causallab/causallab/internal/rawnet"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
+	"github.com/causallab/causallab/sessiontoken"
 )
 
 // Server is a running proxy.
@@ -44,6 +45,9 @@ type Server struct {
 	// users are checked against (loginHandler).
 	users map[string]server.Credential
 	decoy server.Credential
+	// tokens signs and verifies session tokens (Config.TokenKeys; nil:
+	// none configured).
+	tokens *sessiontoken.Keyring
 	// keys are the RSA key pair of caching_sha2_password's exchange
 	// without TLS (passthroughAuth, COM_CHANGE_USER under passthrough).
 	keys *clientKeys
@@ -139,8 +143,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	kind, _ := policyKind(cfg.Policy)
 	hashMode, _ := hashroute.ParseMode(cfg.HashMode) // validated
+	tokens, _ := cfg.keyring()                       // validated
 	s := &Server{
 		cfg:        cfg,
+		tokens:     tokens,
 		log:        cfg.Logger,
 		m:          newMetrics(),
 		conns:      map[net.Conn]context.CancelFunc{},

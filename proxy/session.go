@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/router/live"
+	"github.com/causallab/causallab/sessiontoken"
 )
 
 // Error codes the proxy itself returns (MySQL's own codes where one fits).
@@ -570,20 +572,15 @@ func (s *session) proxyAnswer(st Stmt) (res *mysql.Result, ok bool, err error) {
 			s.ls.SetToken(gtid.Set{}, 0)
 			return nil, true, nil
 		}
-		tok, err := s.parseToken(st.Token, st.TokenForm)
+		c, err := s.parseToken(st.Token, st.TokenForm)
 		if err != nil {
 			return nil, true, err
 		}
-		s.ls.SetToken(tok.GTIDs, tok.Epoch)
+		s.setCarried(c)
 		return nil, true, nil
 	case KindGetToken:
 		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
-		var v *string
-		if set, epoch := s.ls.Token(); !set.IsEmpty() {
-			txt := gtid.Token{Epoch: epoch, GTIDs: set}.String()
-			v = &txt
-		}
-		rs := oneValueResultset("@causal_token", v)
+		rs := oneValueResultset("@causal_token", s.tokenText())
 		return mysql.NewResult(rs), true, nil
 	case KindTrackGTIDs:
 		s.srv.m.statement(false, st.Kind, roleProxy).Inc()
@@ -708,34 +705,122 @@ func (s *session) replayEverywhere(query string) {
 	}
 }
 
-// parseToken parses a token from a client: the g1.<epoch>.<set> text form,
-// or a bare GTID set (session-tracking text, ProxySQL's min_gtid), taken as
-// issued in the current epoch.
-func (s *session) parseToken(text string, form TokenForm) (gtid.Token, error) {
+// carried is what a client's token carries: the writes a read must see
+// (read-your-writes) and, from a signed session token, what the session's
+// reads were shown (monotonic reads; empty from the unsigned forms).
+type carried struct {
+	writes, seen gtid.Token
+}
+
+// forRead is the one token a single read must honour (a token in a
+// comment or min_gtid): the writes and the seen, with the older epoch of
+// the two (the router checks the oldest part against each failover).
+func (c carried) forRead() gtid.Token {
+	switch {
+	case c.seen.GTIDs.IsEmpty():
+		return c.writes
+	case c.writes.GTIDs.IsEmpty():
+		return c.seen
+	}
+	return gtid.Token{Epoch: min(c.writes.Epoch, c.seen.Epoch), GTIDs: c.writes.GTIDs.Union(c.seen.GTIDs)}
+}
+
+// parseToken parses a token from a client: a signed session token
+// (s1., Config.TokenKeys), the unsigned g1.<epoch>.<set> text form, or a
+// bare GTID set (session-tracking text, ProxySQL's min_gtid), taken as
+// issued in the current epoch; the unsigned forms only under
+// accept_unsigned_tokens. A token from an epoch past the topology's is
+// refused (token-future-epoch): it cannot have been issued here.
+func (s *session) parseToken(text string, form TokenForm) (carried, error) {
 	if len(text) > s.srv.cfg.MaxTokenBytes {
 		// Parsing is linear, but the wait on a replica and every set
 		// operation grow with the token: bound it before any of them.
-		return gtid.Token{}, s.proxyErr("token-too-large", codeProxy,
+		return carried{}, s.proxyErr("token-too-large", codeProxy,
 			"causal token of %d bytes refused: longer than max_token_bytes (%d); compact_tokens keeps the proxy's own tokens to one interval per source",
 			len(text), s.srv.cfg.MaxTokenBytes)
+	}
+	if strings.HasPrefix(text, sessiontoken.Prefix) {
+		return s.parseSigned(text)
+	}
+	if !*s.srv.cfg.AcceptUnsignedTokens {
+		return carried{}, s.proxyErr("token-unsigned", codeProxy,
+			"causal token refused (token-unsigned): this proxy takes only signed session tokens (%s..., from SELECT @causal_token; accept_unsigned_tokens is off)", sessiontoken.Prefix)
 	}
 	if strings.HasPrefix(text, "g1.") {
 		tok, err := gtid.ParseToken(text)
 		if err != nil {
-			return gtid.Token{}, s.proxyErr("bad-token", codeProxy, "bad causal token: %v", err)
+			return carried{}, s.proxyErr("bad-token", codeProxy, "bad causal token: %v", err)
 		}
-		if tok.Epoch > s.srv.cfg.Epoch {
-			return gtid.Token{}, s.proxyErr("bad-token", codeProxy,
-				"causal token from epoch %d, but the topology is at epoch %d", tok.Epoch, s.srv.cfg.Epoch)
+		if err := s.checkEpoch(tok.Epoch); err != nil {
+			return carried{}, err
 		}
-		return tok, nil
+		return carried{writes: tok}, nil
 	}
 	set, err := gtid.Parse(text)
 	if err != nil {
-		return gtid.Token{}, s.proxyErr("bad-token", codeProxy,
-			"unknown causal token format (want g1.<epoch>.<gtid set> or a GTID set): %v", err)
+		return carried{}, s.proxyErr("bad-token", codeProxy,
+			"unknown causal token format (want %s..., g1.<epoch>.<gtid set> or a GTID set): %v", sessiontoken.Prefix, err)
 	}
-	return gtid.Token{Epoch: s.srv.cfg.Epoch, GTIDs: set}, nil
+	return carried{writes: gtid.Token{Epoch: s.srv.cfg.Epoch, GTIDs: set}}, nil
+}
+
+// parseSigned verifies and reads a signed session token.
+func (s *session) parseSigned(text string) (carried, error) {
+	if s.srv.tokens == nil {
+		return carried{}, s.proxyErr("token-unknown-key", codeProxy,
+			"causal token refused (token-unknown-key): this proxy holds no token_keys to verify a signed session token")
+	}
+	t, err := s.srv.tokens.Parse(text)
+	if err != nil {
+		var te *sessiontoken.Error
+		if errors.As(err, &te) {
+			return carried{}, s.proxyErr(string(te.Reason), codeProxy, "%v", err)
+		}
+		return carried{}, s.proxyErr("bad-token", codeProxy, "%v", err)
+	}
+	for _, e := range []uint64{t.Epoch, t.SeenEpoch} {
+		if err := s.checkEpoch(e); err != nil {
+			return carried{}, err
+		}
+	}
+	return carried{writes: gtid.Token{Epoch: t.Epoch, GTIDs: t.Writes}, seen: gtid.Token{Epoch: t.SeenEpoch, GTIDs: t.Seen}}, nil
+}
+
+// checkEpoch refuses a token epoch past the topology's.
+func (s *session) checkEpoch(epoch uint64) error {
+	if epoch > s.srv.cfg.Epoch {
+		return s.proxyErr("token-future-epoch", codeProxy,
+			"causal token refused (token-future-epoch): issued in epoch %d, but the topology is at epoch %d", epoch, s.srv.cfg.Epoch)
+	}
+	return nil
+}
+
+// setCarried makes c the session's token (SET @causal_token): its writes
+// replace the session's; its seen raises the session's watermark.
+func (s *session) setCarried(c carried) {
+	s.ls.SetToken(c.writes.GTIDs, c.writes.Epoch)
+	s.ls.AddSeen(c.seen.GTIDs, c.seen.Epoch)
+}
+
+// tokenText is SELECT @causal_token's answer (nil: NULL, nothing to
+// carry): signed, with what the session's reads were shown, when the
+// proxy has token_keys; else the unsigned g1. form of its writes.
+func (s *session) tokenText() *string {
+	set, epoch := s.ls.Token()
+	var txt string
+	if s.srv.tokens != nil {
+		seen, seenEpoch := s.ls.Seen()
+		if set.IsEmpty() && seen.IsEmpty() {
+			return nil
+		}
+		txt = s.srv.tokens.Sign(sessiontoken.Token{Epoch: epoch, Writes: set, SeenEpoch: seenEpoch, Seen: seen})
+	} else {
+		if set.IsEmpty() {
+			return nil
+		}
+		txt = gtid.Token{Epoch: epoch, GTIDs: set}.String()
+	}
+	return &txt
 }
 
 // waitOn is the router's WaitFunc: WAIT_FOR_EXECUTED_GTID_SET on the

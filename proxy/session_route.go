@@ -29,10 +29,11 @@ func (s *session) readOptions(st Stmt) (live.ReadOptions[gtid.Set], error) {
 		return o, nil
 	}
 	if st.Token != "" {
-		tok, err := s.parseToken(st.Token, st.TokenForm)
+		c, err := s.parseToken(st.Token, st.TokenForm)
 		if err != nil {
 			return o, err
 		}
+		tok := c.forRead()
 		o.Token, o.TokenEpoch = tok.GTIDs, tok.Epoch
 	}
 	if st.ReadID != "" {

@@ -322,11 +322,11 @@ func (s *session) executeTokenParam(payload []byte) (*mysql.Result, error) {
 		s.ls.SetToken(gtid.Set{}, 0)
 		return nil, nil
 	}
-	tok, err := s.parseToken(text, TokenSet)
+	c, err := s.parseToken(text, TokenSet)
 	if err != nil {
 		return nil, err
 	}
-	s.ls.SetToken(tok.GTIDs, tok.Epoch)
+	s.setCarried(c)
 	return nil, nil
 }
 

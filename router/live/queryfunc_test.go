@@ -400,3 +400,33 @@ func refusedAddr(t testing.TB) string {
 	ln.Close()
 	return addr
 }
+
+// TestSeenCarried: a session's watermark goes out with Seen and comes in
+// with AddSeen (a signed session token), raising the other session's
+// watermark with its epoch; an empty one adds nothing, and what Seen
+// returns shares no memory with the session.
+func TestSeenCarried(t *testing.T) {
+	r, _ := funcRouter(t, nil)
+	a := r.NewSession()
+	if pos, epoch := a.Seen(); !pos.IsEmpty() || epoch != 0 {
+		t.Fatalf("a new session's seen: %v in epoch %d", pos, epoch)
+	}
+	a.AddSeen(set(t, ""), 1)
+	if a.State().HasSeen {
+		t.Fatal("an empty seen raised the watermark")
+	}
+	a.AddSeen(set(t, uA+":1-7"), 1)
+	pos, epoch := a.Seen()
+	if !pos.Equal(set(t, uA+":1-7")) || epoch != 1 {
+		t.Fatalf("seen after AddSeen: %v in epoch %d", pos, epoch)
+	}
+	b := r.NewSession()
+	b.AddSeen(pos, epoch)
+	b.AddSeen(set(t, uA+":9"), 1)
+	if st := b.State(); !st.HasSeen || !st.Seen.Equal(set(t, uA+":1-7:9")) || st.SeenEpoch != 1 || st.HasToken {
+		t.Fatalf("carried into another session: %+v", st)
+	}
+	if pos, _ := a.Seen(); !pos.Equal(set(t, uA+":1-7")) {
+		t.Fatalf("the first session's seen changed with the second's: %v", pos)
+	}
+}

@@ -190,6 +190,30 @@ func (s *LiveSession[P]) SetToken(pos P, epoch uint64) {
 	s.AddToken(pos, epoch)
 }
 
+// Seen returns the session's monotonic-reads watermark (what its reads
+// were shown; a pending seen not bounded yet is not in it) and the epoch
+// it was raised in, to carry across connections with its token (empty
+// and 0 when none). The position shares no memory with the session's.
+func (s *LiveSession[P]) Seen() (P, uint64) {
+	var zero P
+	if !s.st.HasSeen {
+		return zero, 0
+	}
+	return zero.Union(s.st.Seen), s.st.SeenEpoch
+}
+
+// AddSeen raises the session's watermark with a position carried from
+// elsewhere (a session token): the session's later reads under a
+// monotonic-reads policy see at least it. An empty position adds
+// nothing.
+func (s *LiveSession[P]) AddSeen(pos P, epoch uint64) {
+	if isEmpty(pos) {
+		return
+	}
+	var zero P
+	router.Observe(&s.st, zero.Union(pos), epoch)
+}
+
 // StartAfterAcked gives a new session, before its first statement, a
 // token of every write the primary acknowledged to any session of this
 // router in the current epoch (LiveState.Acked): a read-your-writes policy
