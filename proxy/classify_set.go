@@ -339,6 +339,21 @@ func niladic(w sqllex.Token) bool {
 	return false
 }
 
+// primaryRead: a read the classifier sent to the primary (a locking
+// read, a session or locking function, server state, a user variable):
+// what it showed counts for the session's monotonic reads
+// (session.seenAfterPrimary).
+func (st Stmt) primaryRead() bool {
+	if st.Kind != KindPrimary {
+		return false
+	}
+	switch st.Reason {
+	case ReasonLockingRead, ReasonSessionFunction, ReasonServerState, ReasonLockingFunction, ReasonUserVariable:
+		return true
+	}
+	return false
+}
+
 // replayedState reports whether the session state st makes is the
 // proxy's to know (a SET or USE it replays, a temporary table, user
 // variables a statement assigns: each with its own hold), so that the

@@ -19,6 +19,7 @@ import (
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/internal/mysqlwire"
+	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
 	"github.com/causallab/causallab/sessiontoken"
 )
@@ -521,6 +522,12 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 		// (the idle peek) once its primary connection sat idle a second.
 		return s.readQuery(query, st)
 	}
+	return s.primaryQuery(query, st)
+}
+
+// primaryQuery runs statement st (query) on the session's primary
+// connection and mirrors what it did to the session.
+func (s *session) primaryQuery(query string, st Stmt) (*mysql.Result, error) {
 	if err := s.unresetPrimary(st); err != nil {
 		return nil, err
 	}
@@ -542,7 +549,17 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 	if err != nil {
 		return s.answer(err, s.primary)
 	}
+	s.afterPrimaryQuery(query, st, out)
+	return done(), nil
+}
+
+// afterPrimaryQuery mirrors what statement st (query), answered on the
+// primary with out, did to the session.
+func (s *session) afterPrimaryQuery(query string, st Stmt, out relayOut) {
 	s.afterPrimary(st, out)
+	if st.primaryRead() && !out.serverErr {
+		s.seenAfterPrimary()
+	}
 	if st.DropsSchema && !out.serverErr && out.warnings == 0 {
 		s.afterDropSchema()
 	}
@@ -554,7 +571,6 @@ func (s *session) handleQuery(query string) (*mysql.Result, error) {
 			s.state.afterMulti(e)
 		}
 	}
-	return done(), nil
 }
 
 // proxyAnswer answers the statements the proxy itself holds the answer
@@ -703,6 +719,29 @@ func (s *session) replayEverywhere(query string) {
 			s.replicas[i] = nil
 		}
 	}
+}
+
+// seenAfterPrimary raises the session's watermark after a read the
+// classifier sent to the primary (Stmt.primaryRead: a locking read, ...)
+// reached the client, under the monotonic-reads policies: a later routed
+// read must not show less than it did. The primary's watermark reader
+// reads the position after it (one batched read). When that fails the
+// session's monotonic-reads state is unknown: the client's connection
+// closes after this response, counted as watermark-read-failed, as after
+// a routed read.
+func (s *session) seenAfterPrimary() {
+	switch s.ls.Policy().Kind {
+	case router.PolicyTokenRYWMR, router.PolicyTokenWait, router.PolicyGlobal:
+	default:
+		return
+	}
+	wm, err := s.srv.primaryWM.read(s.ctx)
+	if err != nil {
+		s.srv.m.clientErrors.WithLabelValues("watermark-read-failed").Inc()
+		s.closeAfter = true
+		return
+	}
+	s.ls.ObservePrimary(wm)
 }
 
 // carried is what a client's token carries: the writes a read must see

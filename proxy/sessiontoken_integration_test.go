@@ -168,3 +168,71 @@ func TestSignedTokenRefused(t *testing.T) {
 	open := fleetProxy(t, func(c *Config) { yes := true; c.AcceptUnsignedTokens = &yes })
 	mustExec(t, conn1(t, openDB(t, open, "")), "SET @causal_token = 'g1.1.3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5'")
 }
+
+// TestMonotonicAfterPinnedRead: what a locking read or a transaction's
+// read showed, a later routed read of the same session shows too (under
+// token-ryw-mr): replicas whose appliers are stopped lack a row another
+// session wrote, and the session read it on the primary first. Before,
+// the routed read went to a replica and the row vanished.
+func TestMonotonicAfterPinnedRead(t *testing.T) {
+	s := startProxy(t, func(c *Config) { c.Policy, c.StartToken = "token-ryw-mr", StartTokenNone })
+	db := openDB(t, s, "")
+	emptyTable(t, db, "ptest", "fleettok", "id INT PRIMARY KEY")
+	stopAppliers(t)
+	mustExec(t, conn1(t, db), "INSERT INTO ptest.fleettok VALUES (1)")
+	if readID(t, conn1(t, db), 1) {
+		t.Fatal("a new session read the row from a stopped replica: the test cannot fail")
+	}
+	for _, pinned := range []string{"SELECT id FROM ptest.fleettok WHERE id = 1 FOR SHARE", "BEGIN", "START TRANSACTION READ ONLY"} {
+		c := conn1(t, db)
+		if pinned == "BEGIN" || strings.HasPrefix(pinned, "START") {
+			mustExec(t, c, pinned)
+			if !readID(t, c, 1) {
+				t.Fatalf("%s: the transaction's read lacks the row", pinned)
+			}
+			mustExec(t, c, "COMMIT")
+		} else {
+			var id int
+			if err := c.QueryRowContext(context.Background(), pinned).Scan(&id); err != nil {
+				t.Fatalf("the locking read: %v", err)
+			}
+		}
+		if !readID(t, c, 1) {
+			t.Fatalf("after %q showed the row, the session's next read lacks it", pinned)
+		}
+	}
+}
+
+// TestPrimaryReadWatermarkLost: when the primary's watermark cannot be
+// read after a locking read reached the client, the session's
+// monotonic-reads state is unknown: its connection closes after the
+// answer, counted as watermark-read-failed; under token-ryw, which keeps
+// no watermark, nothing is read and the session goes on.
+func TestPrimaryReadWatermarkLost(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		closed bool
+	}{{"token-ryw-mr", true}, {"token-ryw", false}} {
+		t.Run(c.policy, func(t *testing.T) {
+			s := startProxy(t, func(cfg *Config) { cfg.Policy = c.policy })
+			stopped, cancel := context.WithCancel(context.Background())
+			cancel()
+			s.primaryWM.mu.Lock()
+			s.primaryWM.ctx = stopped // read answers errWatermarkReaderStopped
+			s.primaryWM.mu.Unlock()
+			conn := conn1(t, openDB(t, s, ""))
+			var one int
+			if err := conn.QueryRowContext(context.Background(), "SELECT 1 FROM DUAL FOR SHARE").Scan(&one); err != nil || one != 1 {
+				t.Fatalf("the locking read: %d, %v", one, err)
+			}
+			err := conn.PingContext(context.Background())
+			if closed := err != nil; closed != c.closed {
+				t.Fatalf("after the lost watermark: ping %v, want closed %v", err, c.closed)
+			}
+			failed := strings.Contains(metricText(t, s), `client_errors_total{kind="watermark-read-failed"} 1`)
+			if failed != c.closed {
+				t.Fatalf("watermark-read-failed counted %v, want %v", failed, c.closed)
+			}
+		})
+	}
+}

@@ -562,11 +562,17 @@ func (r *Router[P]) want(reps []Node, need P) {
 func (s *LiveSession[P]) pinnedRead(ctx context.Context, pol router.Policy, pin Pin, run RunFunc[P]) (*Read[P], error) {
 	r := s.r
 	r.mu.Lock()
-	primary := r.st.Primary
+	primary, epoch := r.st.Primary, r.st.Epoch
 	r.mu.Unlock()
-	t := Target{Node: primary, Replica: -1, Outcome: router.OutPrimary, Pin: pin}
+	// Under the monotonic-reads policies a pinned read raises the
+	// watermark as a routed one on the primary does (the primary's
+	// position read after it, in every watermark mode): a later routed
+	// read must not show less than a locking read or a transaction's
+	// read did.
+	mr := pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait || pol.Kind == router.PolicyGlobal
+	t := Target{Node: primary, Replica: -1, Outcome: router.OutPrimary, Pin: pin, Watermark: mr}
 	r.inFlight(primary.Name, 1)
-	_, err := run(ctx, t)
+	wm, err := run(ctx, t)
 	r.inFlight(primary.Name, -1)
 	if err != nil {
 		var me *mysql.MyError
@@ -583,6 +589,10 @@ func (s *LiveSession[P]) pinnedRead(ctx context.Context, pol router.Policy, pin 
 			return nil, re.Err
 		}
 		return nil, err
+	}
+	if mr {
+		router.ResolvePending(&s.st, wm) // the primary holds what a replica showed
+		router.Observe(&s.st, wm, epoch)
 	}
 	r.m.reads.WithLabelValues(pol.Kind.String(), router.OutPrimary.String(), string(pin)).Inc()
 	var trace []TraceStep

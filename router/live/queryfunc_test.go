@@ -430,3 +430,44 @@ func TestSeenCarried(t *testing.T) {
 		t.Fatalf("the first session's seen changed with the second's: %v", pos)
 	}
 }
+
+// TestPinnedReadRaisesSeen: under the monotonic-reads policies a read
+// pinned to the primary (a locking read, a transaction's) asks for the
+// primary's watermark after it and raises the session's with it, so the
+// next routed read needs a replica that has what the pinned read saw
+// (before, r2, behind it, could serve); under token-ryw nothing is asked.
+func TestPinnedReadRaisesSeen(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		policy router.PolicyKind
+		want   bool
+	}{{router.PolicyTokenRYWMR, true}, {router.PolicyTokenWait, true}, {router.PolicyTokenRYW, false}} {
+		r, _ := funcRouter(t, nil)
+		s := r.NewSession()
+		pol := router.Policy{Kind: c.policy, CheckEpoch: true, WaitBudget: time.Millisecond}
+		rr := runRec{obs: set(t, uA+":1-10")}
+		if _, err := s.QueryFunc(ctx, pol, ReadOptions[gtid.Set]{Pin: PinTransaction}, rr.run); err != nil {
+			t.Fatal(err)
+		}
+		if got := rr.calls[0].Watermark; got != c.want {
+			t.Errorf("%v: pinned read's target.Watermark = %v, want %v", c.policy, got, c.want)
+		}
+		st := s.State()
+		if st.HasSeen != c.want || c.want && (!st.Seen.Equal(set(t, uA+":1-10")) || st.SeenEpoch != 1) {
+			t.Errorf("%v: after a pinned read the watermark is %+v", c.policy, st)
+		}
+		if !c.want {
+			continue
+		}
+		// The next routed read: r2 (1-5) does not qualify, r1 (1-10) does.
+		for range 20 {
+			rr := runRec{}
+			if _, err := s.QueryFunc(ctx, pol, ReadOptions[gtid.Set]{}, rr.run); err != nil {
+				t.Fatal(err)
+			}
+			if n := rr.calls[len(rr.calls)-1].Node.Name; n == "r2" {
+				t.Fatalf("%v: a routed read after the pinned one served by r2, behind what it saw", c.policy)
+			}
+		}
+	}
+}

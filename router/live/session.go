@@ -214,6 +214,22 @@ func (s *LiveSession[P]) AddSeen(pos P, epoch uint64) {
 	router.Observe(&s.st, zero.Union(pos), epoch)
 }
 
+// ObservePrimary raises the session's watermark with pos, the primary's
+// position read after a statement the primary served outside QueryFunc
+// showed data (a proxy's locking read), in the current epoch; a pending
+// seen is bounded by it too (within an epoch the primary holds what a
+// replica showed).
+func (s *LiveSession[P]) ObservePrimary(pos P) {
+	r := s.r
+	r.mu.Lock()
+	epoch := r.st.Epoch
+	r.mu.Unlock()
+	var zero P
+	pos = zero.Union(pos)
+	router.ResolvePending(&s.st, pos)
+	router.Observe(&s.st, pos, epoch)
+}
+
 // StartAfterAcked gives a new session, before its first statement, a
 // token of every write the primary acknowledged to any session of this
 // router in the current epoch (LiveState.Acked): a read-your-writes policy
