@@ -126,6 +126,12 @@ type Config struct {
 	// bucket); 0 disables the cap. Above it reads fail with a retryable
 	// error (CapFailFast).
 	FallbackPerSecond float64 `yaml:"fallback_per_second"`
+	// FleetMembers is how many proxies share fallback_per_second, the
+	// same on each (a static count): each worker process of each proxy
+	// enforces fallback_per_second / (fleet_members × workers)
+	// (Config.capShare), so N proxies, or one proxy's N workers, do not
+	// allow N times the cap. Default 1, 1..1024.
+	FleetMembers int `yaml:"fleet_members"`
 	// Epoch is the topology epoch tokens are issued in (bumped at every
 	// failover); tokens of an older epoch are honoured only if the primary
 	// holds their transactions. Default 1.
@@ -474,6 +480,13 @@ func PoolShare(poolSize, n, i int) (int, error) {
 	return share, nil
 }
 
+// capShare is the fallbacks per second this Server allows: its share of
+// fallback_per_second across the fleet's proxies and its own proxy's
+// worker processes (0: no cap).
+func (c *Config) capShare() float64 {
+	return c.FallbackPerSecond / float64(max(c.FleetMembers, 1)*max(c.Workers, 1))
+}
+
 // TokenKey is one session-token signing key (Config.TokenKeys).
 type TokenKey struct {
 	// ID names the key in the tokens it signs: 1 to 32 of [a-z0-9_-].
@@ -681,6 +694,9 @@ func (c *Config) validateRouting() error {
 	}
 	if c.FallbackPerSecond < 0 {
 		return fmt.Errorf("proxy: negative fallback_per_second %v", c.FallbackPerSecond)
+	}
+	if err := defaultInt("fleet_members", &c.FleetMembers, 1, 1, 1024); err != nil {
+		return err
 	}
 	if c.Epoch == 0 {
 		c.Epoch = 1

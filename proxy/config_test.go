@@ -255,3 +255,26 @@ func TestConfigTokenKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestCapShare: the fallback cap is split across the fleet's proxies and
+// each proxy's workers; 0 stays no cap.
+func TestCapShare(t *testing.T) {
+	for _, c := range []struct {
+		perSecond      float64
+		fleet, workers int
+		want           float64
+	}{{100, 0, 0, 100}, {100, 4, 1, 25}, {120, 3, 2, 20}, {0, 3, 2, 0}} {
+		cfg := Config{Users: []User{{Name: "a", Password: "b"}}, Primary: Backend{Addr: "127.0.0.1:3306"},
+			FallbackPerSecond: c.perSecond, FleetMembers: c.fleet, Workers: c.workers}
+		if err := cfg.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.capShare(); got != c.want {
+			t.Errorf("%v per second, %d members, %d workers: share %v, want %v", c.perSecond, c.fleet, c.workers, got, c.want)
+		}
+	}
+	bad := Config{Users: []User{{Name: "a", Password: "b"}}, Primary: Backend{Addr: "127.0.0.1:3306"}, FleetMembers: 2000}
+	if err := bad.validate(); err == nil || !strings.Contains(err.Error(), "fleet_members") {
+		t.Errorf("fleet_members 2000: %v", err)
+	}
+}

@@ -162,7 +162,7 @@ func New(cfg Config) (*Server, error) {
 			WaitBudget: cfg.WaitBudget,
 			CheckEpoch: true,
 		},
-		capCfg: router.Cap{PerSecond: cfg.FallbackPerSecond, Behavior: router.CapFailFast},
+		capCfg: router.Cap{PerSecond: cfg.capShare(), Behavior: router.CapFailFast},
 	}
 	s.primaryWM = newWMReader(&s.cfg, &s.cfg.Primary, true, s.m, s.log)
 	if s.cfg.WatermarkSource != "lazy" {
