@@ -1032,8 +1032,12 @@ func classifySet(l *sqllex.Lexer) Stmt {
 			return Stmt{Kind: KindSession} // every later transaction
 		}
 		t = n
-	} else if t.Is("GLOBAL") || t.Is("PERSIST") || t.Is("PERSIST_ONLY") || t.Is("PASSWORD") || t.Is("DEFAULT") || t.Is("ROLE") || t.Is("RESOURCE") {
+	} else if t.Is("PASSWORD") || t.Is("DEFAULT") || t.Is("ROLE") || t.Is("RESOURCE") {
 		return primary(ReasonWrite)
+	} else if t.Is("GLOBAL") || t.Is("PERSIST") || t.Is("PERSIST_ONLY") {
+		// Global alone: a write; with a session part after it
+		// (SESSION y = ..., @@y = ...): run once where the session stays.
+		return classifySetSession(l, t)
 	}
 	switch {
 	case t.Kind == sqllex.Var && isCausalTokenVar(t.Text):

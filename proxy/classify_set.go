@@ -38,8 +38,9 @@ type setParser struct {
 	prev  sqllex.Token
 	// expr: some value is not a literal; anyNames: some assignment is
 	// NAMES / CHARACTER SET; global: some target is a global (or
-	// persisted) variable.
-	expr, anyNames, global bool
+	// persisted) variable; globalWords: the last scope word was GLOBAL
+	// (or PERSIST...), which later names without one take.
+	expr, anyNames, global, globalWords bool
 	targets                []SetTarget
 	st                     Stmt
 }
@@ -121,12 +122,15 @@ func (p *setParser) targetName(t sqllex.Token) (Stmt, bool) {
 		}
 		p.targets = append(p.targets, SetTarget{Name: sysVarName(t)})
 	case t.Is("GLOBAL"), t.Is("PERSIST"), t.Is("PERSIST_ONLY"):
-		// The scope word covers the one variable it precedes.
+		// A scope word covers the variable it precedes and every later
+		// one written without a scope word or @@ (MySQL: "the most
+		// recent GLOBAL or SESSION modifier").
 		if n := p.l.Next(); n.Kind != sqllex.Word && n.Kind != sqllex.Ident {
 			return primary(ReasonWrite), true
 		}
-		p.global = true
+		p.global, p.globalWords = true, true
 	case t.Is("SESSION"), t.Is("LOCAL"):
+		p.globalWords = false
 		n := p.l.Next()
 		if isTrackGTIDs(n) {
 			return primary(ReasonUnclassified), true
@@ -142,6 +146,8 @@ func (p *setParser) targetName(t sqllex.Token) (Stmt, bool) {
 			return primary(ReasonUnclassified), true
 		}
 		p.phase, p.names, p.anyNames = setValue, true, true
+	case (t.Kind == sqllex.Word || t.Kind == sqllex.Ident) && p.globalWords:
+		p.global = true // under an earlier GLOBAL
 	case t.Kind == sqllex.Word, t.Kind == sqllex.Ident:
 		p.targets = append(p.targets, SetTarget{Name: t.Text})
 	default:
