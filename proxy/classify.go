@@ -871,9 +871,11 @@ func selectWhere(st *Stmt, t, prev sqllex.Token, infoSchema *bool) (previous boo
 	switch {
 	case t.Is("INFORMATION_SCHEMA"):
 		*infoSchema = true
-	case t.Is("EVENTS"):
+	case t.Is("EVENTS"), t.Is("PARTITIONS"), t.Is("STATISTICS"):
 		// An event's status is the primary's: a replica shows the
-		// events it replicated as SLAVESIDE_DISABLED.
+		// events it replicated as SLAVESIDE_DISABLED. Partition and
+		// index statistics (TABLE_ROWS, CARDINALITY) are each
+		// server's own estimates, as a plan's (main.partition_datatype).
 		if *infoSchema {
 			pinRead(st, ReasonServerState)
 		}
@@ -969,7 +971,7 @@ func selectWord(st *Stmt, t, prev sqllex.Token, infoSchema *bool) (previous bool
 	case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
 		t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
 		t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"), t.Is("COLUMN_STATISTICS"),
-		t.Is("INFORMATION_SCHEMA"), t.Is("EVENTS"):
+		t.Is("INFORMATION_SCHEMA"), t.Is("EVENTS"), t.Is("PARTITIONS"), t.Is("STATISTICS"):
 		return selectWhere(st, t, prev, infoSchema)
 	}
 	return false
