@@ -730,6 +730,9 @@ func (s *session) replayEverywhere(query string) {
 // closes after this response, counted as watermark-read-failed, as after
 // a routed read.
 func (s *session) seenAfterPrimary() {
+	if len(s.srv.cfg.Replicas) == 0 {
+		return // no read is ever routed
+	}
 	switch s.ls.Policy().Kind {
 	case router.PolicyTokenRYWMR, router.PolicyTokenWait, router.PolicyGlobal:
 	default:

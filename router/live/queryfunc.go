@@ -568,8 +568,9 @@ func (s *LiveSession[P]) pinnedRead(ctx context.Context, pol router.Policy, pin 
 	// watermark as a routed one on the primary does (the primary's
 	// position read after it, in every watermark mode): a later routed
 	// read must not show less than a locking read or a transaction's
-	// read did.
-	mr := pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait || pol.Kind == router.PolicyGlobal
+	// read did. Without replicas (PinNoReplicas) every read is the
+	// primary's and none is routed: nothing to raise.
+	mr := (pol.Kind == router.PolicyTokenRYWMR || pol.Kind == router.PolicyTokenWait || pol.Kind == router.PolicyGlobal) && pin != PinNoReplicas
 	t := Target{Node: primary, Replica: -1, Outcome: router.OutPrimary, Pin: pin, Watermark: mr}
 	r.inFlight(primary.Name, 1)
 	wm, err := run(ctx, t)

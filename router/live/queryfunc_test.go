@@ -459,6 +459,10 @@ func TestPinnedReadRaisesSeen(t *testing.T) {
 		if !c.want {
 			continue
 		}
+		rr = runRec{obs: set(t, uA+":1-10")}
+		if _, err := r.NewSession().QueryFunc(ctx, pol, ReadOptions[gtid.Set]{Pin: PinNoReplicas}, rr.run); err != nil || rr.calls[0].Watermark {
+			t.Errorf("%v: a read pinned for want of replicas asked for a watermark (%v)", c.policy, err)
+		}
 		// The next routed read: r2 (1-5) does not qualify, r1 (1-10) does.
 		for range 20 {
 			rr := runRec{}
