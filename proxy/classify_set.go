@@ -41,8 +41,8 @@ type setParser struct {
 	// persisted) variable; globalWords: the last scope word was GLOBAL
 	// (or PERSIST...), which later names without one take.
 	expr, anyNames, global, globalWords bool
-	targets                []SetTarget
-	st                     Stmt
+	targets                             []SetTarget
+	st                                  Stmt
 }
 
 // token reads t; done with the statement's classification when t
