@@ -118,10 +118,10 @@ const (
 	// [SESSION] STATUS, information_schema.OPTIMIZER_TRACE): it runs where
 	// the previous one ran (session.last), which may be a replica.
 	ReasonPreviousStatement
-	// ReasonServerState: a read of the server's global state
-	// (@@GLOBAL.x, performance_schema.global_status and
-	// global_variables): a SET GLOBAL on the primary is not the
-	// replicas'.
+	// ReasonServerState: a read of the server's state (@@GLOBAL.x,
+	// @@x, whose session value a session took from the global,
+	// performance_schema.global_status and global_variables, statistics):
+	// a SET GLOBAL on the primary is not the replicas'.
 	ReasonServerState
 	// ReasonReplicaReadOnly: a read a replica refused as a write (a
 	// SELECT of a stored function that writes: 1290, 1792; nothing ran
@@ -236,6 +236,10 @@ type Stmt struct {
 	// LastInsertID: the statement calls LAST_INSERT_ID (reads the
 	// session's value, or sets it with an argument).
 	LastInsertID bool
+	// FromTable: a SELECT reads a table (FROM something other than
+	// DUAL): what it returns is data, not only variables and functions'
+	// values (Stmt.primaryRead).
+	FromTable bool
 	// IsNull: the statement has an IS NULL test, which under the
 	// session's sql_auto_is_null finds the row of the last insert id
 	// (session.autoIsNull); AutoIsNull: a SET of sql_auto_is_null.
@@ -831,6 +835,7 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 			continue
 		}
 		words++
+		st.FromTable = st.FromTable || fromTable(prev, t)
 		intoVars = intoVars && (t.Kind == sqllex.Var || t.Punct(','))
 		if t.Kind == sqllex.Var {
 			var keep bool
@@ -843,7 +848,10 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 		case sqllex.SysVar:
 			if readsPreviousSysVar(t) {
 				previous = true
-			} else if isGlobalSysVar(t) {
+			} else {
+				// A global's value is the primary's (a SET GLOBAL
+				// there is not the replicas'), and so is a session
+				// value taken from it at connect (main.trans_read_only).
 				pinRead(&st, ReasonServerState)
 			}
 		case sqllex.Assign:
@@ -951,6 +959,10 @@ func selectAssign(st *Stmt, prev sqllex.Token) {
 		pinRead(st, ReasonUserVariable)
 	}
 }
+
+// fromTable: t, after prev, begins what a SELECT reads from that is not
+// DUAL (a table, a subquery, a table function).
+func fromTable(prev, t sqllex.Token) bool { return prev.Is("FROM") && !t.Is("DUAL") }
 
 // selectWord reads word t of a SELECT (prev the token before it); it
 // reports a read of what the previous statement left.

@@ -345,12 +345,15 @@ func niladic(w sqllex.Token) bool {
 	return false
 }
 
-// primaryRead: a read the classifier sent to the primary (a locking
-// read, a session or locking function, server state, a user variable):
-// what it showed counts for the session's monotonic reads
-// (session.seenAfterPrimary).
+// primaryRead: a read of a table the classifier sent to the primary (a
+// locking read, a session or locking function, server state, a user
+// variable): what it showed counts for the session's monotonic reads
+// (session.seenAfterPrimary). A read of variables and functions alone
+// (SELECT @@x, SELECT LAST_INSERT_ID()) shows no data: it raises
+// nothing, or drivers' connect-time variable reads would hold every
+// later read of the session to the primary's position.
 func (st Stmt) primaryRead() bool {
-	if st.Kind != KindPrimary {
+	if st.Kind != KindPrimary || !st.FromTable {
 		return false
 	}
 	switch st.Reason {
