@@ -58,3 +58,55 @@ func TestPrimaryWithoutDeprecateEOF(t *testing.T) {
 		t.Fatalf("classic-EOF primary connections counted %v, want 1", got)
 	}
 }
+
+// FuzzHandleOK: an OK (or EOF) packet a server sends, however short or
+// inconsistent, is parsed or refused (handleOK nil, eofFromOK's error),
+// never a panic: go-mysql's HandleOKPacket indexed past a 5-byte EOF
+// ending a stored procedure's result, and the session died with
+// "index out of range" (main.signal). On a connection that negotiated
+// session tracking (go-mysql's server side here).
+func FuzzHandleOK(f *testing.F) {
+	cfg := Config{Primary: Backend{Name: "primary", Addr: routerPrimary(f, ""), User: "u"}, ConnectTimeout: 10 * time.Second, BackendTimeout: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bc, err := dialBackend(ctx, &cfg.Primary, account{}, "", "", 0, &cfg, nil, false)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer bc.close()
+	for _, p := range [][]byte{
+		{mysql.EOF_HEADER, 0, 0, 2, 0},                        // the classic EOF
+		{mysql.EOF_HEADER, 0, 0, 2, 0, 0, 0},                  // an OK ending a result
+		{mysql.OK_HEADER, 0xfc, 1},                            // truncated length
+		{mysql.OK_HEADER, 0, 0, 0x00, 0x40, 0, 0, 5, 'a'},     // info past the end
+		{mysql.OK_HEADER, 0, 0, 0x00, 0x40, 0, 0, 0, 9, 0, 1}, // tracking block past the end
+	} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if len(p) == 0 {
+			return // never relayed: the relay reads the header byte first
+		}
+		handleOK(bc, p)
+		bc.broken, bc.allGTIDs = false, true
+		var out relayOut
+		eof, err := eofFromOK(bc, append(make([]byte, 4), p...), &out)
+		if err == nil && (len(eof) != 9 || eof[4] != mysql.EOF_HEADER) {
+			t.Fatalf("eofFromOK(%x) = %x, want a classic EOF packet", p, eof)
+		}
+	})
+}
+
+// TestEOFFromClassicEOF: the classic 5-byte EOF where an OK was due is
+// taken as one (its warnings and status), not refused as a malformed OK.
+func TestEOFFromClassicEOF(t *testing.T) {
+	bc := &backendConn{b: &Backend{Name: "primary"}}
+	var out relayOut
+	eof, err := eofFromOK(bc, []byte{0, 0, 0, 0, mysql.EOF_HEADER, 3, 0, 0x02, 0x40}, &out)
+	if err != nil || out.warnings != 3 || out.status != 0x4002 {
+		t.Fatalf("classic EOF: %x, %v; warnings %d status %#x", eof, err, out.warnings, out.status)
+	}
+	if got := binary.LittleEndian.Uint16(eof[7:]); got != 0x0002 {
+		t.Fatalf("status passed to the client %#x, want the state-change flag cleared", got)
+	}
+}

@@ -538,7 +538,15 @@ func eofFromOK(bc *backendConn, pkt []byte, out *relayOut) ([]byte, error) {
 			return eofPacket(warnings, status), nil
 		}
 	}
-	r := bc.conn.HandleOKPacket(pkt[4:])
+	if p := pkt[4:]; len(p) == 5 {
+		// The classic EOF (warnings, status) where an OK was due: MySQL
+		// 9.7 sends one ending a stored procedure's result that a
+		// RESIGNAL cut short (main.signal).
+		warnings, status := binary.LittleEndian.Uint16(p[1:]), binary.LittleEndian.Uint16(p[3:])
+		out.status, bc.status, out.warnings = status, status, warnings
+		return eofPacket(warnings, status&^mysql.SERVER_SESSION_STATE_CHANGED), nil
+	}
+	r := handleOK(bc, pkt[4:])
 	if r == nil {
 		bc.broken = true
 		return nil, &relayError{err: &BackendError{Backend: bc.b.Name, Op: "query", Msg: "malformed OK packet ending a result"}, partial: true}
@@ -598,6 +606,18 @@ func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
 	}
 }
 
+// handleOK is go-mysql's HandleOKPacket on bc, which indexes past the
+// end of a short or inconsistent packet: a malformed OK from a server is
+// nil (the caller's error), never a panic.
+func handleOK(bc *backendConn, p []byte) (r *mysql.Result) {
+	defer func() {
+		if recover() != nil {
+			r = nil
+		}
+	}()
+	return bc.conn.HandleOKPacket(p)
+}
+
 func finish(clientOK bool) error {
 	if !clientOK {
 		return errClientGone
@@ -608,7 +628,7 @@ func finish(clientOK bool) error {
 // relayOK parses an OK packet (captures status and GTID) and forwards it in
 // the client's format.
 func relayOK(cc *clientConn, bc *backendConn, pkt []byte, wantGTIDs bool, out *relayOut, write func([]byte)) error {
-	r := bc.conn.HandleOKPacket(pkt[4:])
+	r := handleOK(bc, pkt[4:])
 	if r == nil {
 		bc.broken = true
 		return &relayError{err: &BackendError{Backend: bc.b.Name, Op: "query", Msg: "malformed OK packet"}}

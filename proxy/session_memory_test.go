@@ -553,7 +553,7 @@ func TestRouteRelayServerErrorInMemory(t *testing.T) {
 // position, at start): go-mysql's server side on a loopback listener,
 // answering every query with the executed set. The session's own
 // connections stay in memory.
-func routerPrimary(t *testing.T, executed string) string {
+func routerPrimary(t testing.TB, executed string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
