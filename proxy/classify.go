@@ -482,10 +482,7 @@ func classify(l *sqllex.Lexer) Stmt {
 		t.Is("IMPORT"), t.Is("PREPARE"), t.Is("EXECUTE"), t.Is("DEALLOCATE"),
 		t.Is("DO"), t.Is("CHECKSUM"), t.Is("CACHE"), t.Is("SHUTDOWN"),
 		t.Is("RESTART"), t.Is("CLONE"):
-		st := primary(ReasonWrite)
-		st.Call = t.Is("CALL")
-		scanUserVars(l, &st)
-		return st
+		return classifyWrite(l, t)
 	case t.Is("SHOW"):
 		return classifyShow(l)
 	case t.Is("GET"):
@@ -720,6 +717,18 @@ func isLockFunction(fn sqllex.Token) bool {
 		fn.Is("IS_FREE_LOCK") || fn.Is("IS_USED_LOCK") ||
 		fn.Is("SERVICE_GET_WRITE_LOCKS") || fn.Is("SERVICE_GET_READ_LOCKS") ||
 		fn.Is("SERVICE_RELEASE_LOCKS")
+}
+
+// classifyWrite is a write (or CALL, ...) beginning with t.
+func classifyWrite(l *sqllex.Lexer, t sqllex.Token) Stmt {
+	st := primary(ReasonWrite)
+	st.Call = t.Is("CALL")
+	scanUserVars(l, &st)
+	// CALL p(@v): an OUT or INOUT parameter sets @v on the primary, and
+	// MySQL does not always report it as a state change (main.sp-big:
+	// an OUT assigned by SELECT ... INTO).
+	st.SetsUserVar = st.SetsUserVar || st.Call && st.UsesUserVar
+	return st
 }
 
 // scanUserVars marks a write that assigns user variables or calls a

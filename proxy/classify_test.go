@@ -547,7 +547,7 @@ func TestClassifySetEval(t *testing.T) {
 			t.Errorf("%q: NamedLock false", q)
 		}
 	}
-	if st, _ := Classify("CALL p(@x)"); !st.Call || st.Kind != KindPrimary {
+	if st, _ := Classify("CALL p(@x)"); !st.Call || st.Kind != KindPrimary || !st.SetsUserVar {
 		t.Errorf("CALL: %+v, want primary Call", st)
 	}
 	for q, locks := range map[string]bool{"FLUSH TABLES WITH READ LOCK": true, "flush tables t1, t2 with read lock": true,
