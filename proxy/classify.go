@@ -119,7 +119,6 @@ const (
 	// the previous one ran (session.last), which may be a replica.
 	ReasonPreviousStatement
 	// ReasonServerState: a read of the server's state (@@GLOBAL.x,
-	// @@x, whose session value a session took from the global,
 	// performance_schema.global_status and global_variables, statistics):
 	// a SET GLOBAL on the primary is not the replicas'.
 	ReasonServerState
@@ -857,10 +856,7 @@ func classifySelect(l *sqllex.Lexer, first sqllex.Token) Stmt {
 		case sqllex.SysVar:
 			if readsPreviousSysVar(t) {
 				previous = true
-			} else {
-				// A global's value is the primary's (a SET GLOBAL
-				// there is not the replicas'), and so is a session
-				// value taken from it at connect (main.trans_read_only).
+			} else if isGlobalSysVar(t) {
 				pinRead(&st, ReasonServerState)
 			}
 		case sqllex.Assign:
