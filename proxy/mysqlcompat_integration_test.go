@@ -683,12 +683,7 @@ func TestSQLLogBinOff(t *testing.T) {
 func TestCascadeTriggersMultiplexed(t *testing.T) {
 	s := startProxy(t, func(c *Config) { c.Multiplex, c.PoolSize = true, 1 })
 	ctx := context.Background()
-	db := openDB(t, s, "")
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := conn1(t, openDB(t, s, ""))
 	for _, q := range []string{
 		"CREATE DATABASE IF NOT EXISTS ptest", "USE ptest",
 		"DROP TABLE IF EXISTS fkc_child, fkc_parent",
@@ -703,7 +698,7 @@ func TestCascadeTriggersMultiplexed(t *testing.T) {
 
 	// Held on the reset connection (a transaction): refused.
 	mustExec(t, conn, "BEGIN")
-	_, err = conn.ExecContext(ctx, "SET enable_cascade_triggers = ON")
+	_, err := conn.ExecContext(ctx, "SET enable_cascade_triggers = ON")
 	if driverCode(err) != mysql.ER_NOT_SUPPORTED_YET || !strings.Contains(err.Error(), "open transaction") {
 		t.Fatalf("SET enable_cascade_triggers in a transaction on a reset pooled connection: %v", err)
 	}
@@ -741,12 +736,7 @@ func TestSQLAutoIsNull(t *testing.T) {
 		t.Run(map[bool]string{false: "plain", true: "multiplexed"}[mux], func(t *testing.T) {
 			s := startProxy(t, func(c *Config) { c.Multiplex = mux })
 			ctx := context.Background()
-			db := openDB(t, s, "")
-			conn, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := conn1(t, openDB(t, s, ""))
 			mustExec(t, conn, "CREATE DATABASE IF NOT EXISTS ptest")
 			mustExec(t, conn, "DROP TABLE IF EXISTS ptest.autonull")
 			mustExec(t, conn, "CREATE TABLE ptest.autonull (a BIGINT AUTO_INCREMENT PRIMARY KEY, b INT)")

@@ -48,6 +48,17 @@ func startProxy(t testing.TB, mod func(*Config)) *Server {
 	return s
 }
 
+// conn1 is one client session (a pinned *sql.Conn) of db.
+func conn1(t *testing.T, db *sql.DB) *sql.Conn {
+	t.Helper()
+	c, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // startProxyUnready is startProxy returning as soon as Serve runs.
 func startProxyUnready(t testing.TB, mod func(*Config)) *Server {
 	t.Helper()

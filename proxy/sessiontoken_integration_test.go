@@ -30,17 +30,6 @@ func fleetProxy(t *testing.T, mod func(*Config)) *Server {
 	})
 }
 
-// conn1 is one client session (a pinned *sql.Conn) of db.
-func conn1(t *testing.T, db *sql.DB) *sql.Conn {
-	t.Helper()
-	c, err := db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // readID reads row id of ptest.fleettok through c: whether it was there.
 func readID(t *testing.T, c *sql.Conn, id int) bool {
 	t.Helper()
