@@ -265,10 +265,12 @@ type Stmt struct {
 	// Full: SHOW FULL PROCESSLIST (KindProcessList).
 	Full bool
 	// KillID is KindKill's connection id, KillQuery true for KILL QUERY;
-	// KillBad: the id is not one decimal literal (refused).
+	// KillBad: the id is not one decimal literal (refused); KillVar: the
+	// id is user variable KillVar's value (KILL @id), read on the primary.
 	KillID    uint64
 	KillQuery bool
 	KillBad   bool
+	KillVar   string
 	// assignsToken: the statement assigns @causal_token in a form the
 	// proxy does not evaluate (Classify returns ErrTokenNotLiteral).
 	assignsToken bool
@@ -636,8 +638,9 @@ func atEnd(l *sqllex.Lexer) bool {
 }
 
 // classifyKill reads KILL [QUERY | CONNECTION] <id>, the id one decimal
-// literal, or CAST(<literal> AS UNSIGNED) (what CONNECTION_ID() became:
-// withConnectionID). Anything else is KillBad: refused, never sent.
+// literal, CAST(<literal> AS UNSIGNED) (what CONNECTION_ID() became:
+// withConnectionID) or one user variable (KillVar). Anything else is
+// KillBad: refused, never sent.
 func classifyKill(l *sqllex.Lexer) Stmt {
 	st := Stmt{Kind: KindKill}
 	t := l.Next()
@@ -658,6 +661,10 @@ func classifyKill(l *sqllex.Lexer) Stmt {
 			st.KillBad = true
 			return st
 		}
+	}
+	if t.Kind == sqllex.Var && !strings.HasPrefix(t.Text, "@@") && atEnd(l) {
+		st.KillVar = strings.Clone(t.Text) // Text aliases the query
+		return st
 	}
 	id, ok := decimalID(t)
 	if !ok || !atEnd(l) {
@@ -884,11 +891,14 @@ func selectWhere(st *Stmt, t, prev sqllex.Token, infoSchema *bool) (previous boo
 	switch {
 	case t.Is("INFORMATION_SCHEMA"):
 		*infoSchema = true
-	case t.Is("EVENTS"), t.Is("PARTITIONS"), t.Is("STATISTICS"):
+	case t.Is("EVENTS"), t.Is("PARTITIONS"), t.Is("STATISTICS"), t.Is("FILES"), isInnoDBTable(t):
 		// An event's status is the primary's: a replica shows the
 		// events it replicated as SLAVESIDE_DISABLED. Partition and
 		// index statistics (TABLE_ROWS, CARDINALITY) are each
 		// server's own estimates, as a plan's (main.partition_datatype).
+		// FILES and INNODB_* describe the server's own files, buffer
+		// pool, transactions and temporary tables: an undo tablespace
+		// created on the primary exists there only (main.undo_tablespace).
 		if *infoSchema {
 			pinRead(st, ReasonServerState)
 		}
@@ -908,6 +918,11 @@ func selectWhere(st *Stmt, t, prev sqllex.Token, infoSchema *bool) (previous boo
 		return true
 	}
 	return false
+}
+
+// isInnoDBTable: t names one of information_schema's INNODB_* tables.
+func isInnoDBTable(t sqllex.Token) bool {
+	return t.Kind == sqllex.Word && len(t.Text) > 7 && strings.EqualFold(t.Text[:7], "INNODB_")
 }
 
 // pinRead sends a read to the primary for r.
@@ -986,9 +1001,10 @@ func selectWord(st *Stmt, t, prev sqllex.Token, infoSchema *bool) (previous bool
 		// WITH ... UPDATE/DELETE, or a write hidden in a CTE.
 		pinRead(st, ReasonWrite)
 	case t.Is("OUTFILE"), t.Is("DUMPFILE"), t.Is("OPTIMIZER_TRACE"), t.Is("SESSION_STATUS"),
-		t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
+		t.Is("PROFILING"), t.Is("GLOBAL_STATUS"), t.Is("GLOBAL_VARIABLES"), t.Is("PROCESSLIST"),
 		t.Is("SLOW_LOG"), t.Is("GENERAL_LOG"), t.Is("COLUMN_STATISTICS"),
-		t.Is("INFORMATION_SCHEMA"), t.Is("EVENTS"), t.Is("PARTITIONS"), t.Is("STATISTICS"):
+		t.Is("INFORMATION_SCHEMA"), t.Is("EVENTS"), t.Is("PARTITIONS"), t.Is("STATISTICS"),
+		t.Is("FILES"), isInnoDBTable(t):
 		return selectWhere(st, t, prev, infoSchema)
 	}
 	return false
@@ -1064,9 +1080,10 @@ func classifySet(l *sqllex.Lexer) Stmt {
 		return classifySetToken(l)
 	case isTrackGTIDs(t):
 		return classifySetTrackGTIDs(l)
-	case t.Kind != sqllex.Var && sqllex.EqualFoldUpper(sysVarName(sqllex.Token{Text: "@@" + t.Text}), "OPTIMIZER_TRACE"):
-		// The trace is the connection's that ran the statement: the
-		// session's reads stay on the primary, whole there.
+	case t.Kind != sqllex.Var && (sqllex.EqualFoldUpper(sysVarName(sqllex.Token{Text: "@@" + t.Text}), "OPTIMIZER_TRACE") ||
+		sqllex.EqualFoldUpper(sysVarName(sqllex.Token{Text: "@@" + t.Text}), "PROFILING")):
+		// The trace (SHOW PROFILES) is the connection's that ran the
+		// statements: the session's reads stay on the primary, whole there.
 		st := classifySetSession(l, t)
 		st.PinsSession = st.Kind == KindSession
 		return st

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,6 +122,31 @@ func TestSessionAndServerReads(t *testing.T) {
 	one(pc, read, 0) // on the primary: tracing pins the session there
 	if q := one(pc, "SELECT QUERY FROM information_schema.OPTIMIZER_TRACE", 0); q != read {
 		t.Fatalf("optimizer trace: %q, want %q", q, read)
+	}
+
+	// SHOW PROFILES lists the session's statements (main.show_profile):
+	// profiling pins the session, as tracing does.
+	pc = conn(openDB(t, s, ""))
+	if _, err := pc.ExecContext(ctx, "SET profiling = 1"); err != nil {
+		t.Fatal(err)
+	}
+	one(pc, read, 0)
+	rows, err := pc.QueryContext(ctx, "SHOW PROFILES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for rows.Next() {
+		var id int
+		var dur, q string
+		if err := rows.Scan(&id, &dur, &q); err != nil {
+			t.Fatal(err)
+		}
+		listed = append(listed, q)
+	}
+	rows.Close()
+	if !slices.Contains(listed, read) {
+		t.Fatalf("SHOW PROFILES after a read lists %q, not the read %q", listed, read)
 	}
 
 	// A global just set on the primary.

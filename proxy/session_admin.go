@@ -421,7 +421,14 @@ func (s *session) kill(st Stmt) (*mysql.Result, error) {
 	if st.KillBad {
 		count(killRefused)
 		return nil, s.proxyErr("kill-not-literal", mysql.ER_NOT_SUPPORTED_YET,
-			"KILL takes one literal connection id here (KILL [QUERY | CONNECTION] <id>, or CONNECTION_ID()); the ids are the proxy's sessions' (SHOW PROCESSLIST)")
+			"KILL takes one literal connection id here (KILL [QUERY | CONNECTION] <id>, @variable, or CONNECTION_ID()); the ids are the proxy's sessions' (SHOW PROCESSLIST)")
+	}
+	if st.KillVar != "" {
+		id, err := s.userVarID(st.KillVar)
+		if err != nil {
+			return nil, err
+		}
+		st.KillID = id
 	}
 	var ps []peer
 	if st.KillID > 0 && st.KillID <= 1<<32-1 {
@@ -456,6 +463,24 @@ func (s *session) kill(st Stmt) (*mysql.Result, error) {
 		count(killIdle)
 	}
 	return nil, nil
+}
+
+// userVarID reads user variable name's value as a connection id on the
+// primary, where the session's user variables live (KILL @id): NULL, or
+// what is no number, is 0, as MySQL's KILL takes it (1094).
+func (s *session) userVarID(name string) (uint64, error) {
+	if err := s.ensurePrimary(); err != nil {
+		return 0, err
+	}
+	r, err := s.primary.exec(s.ctx, "SELECT CAST("+name+" AS UNSIGNED)")
+	if err != nil {
+		return 0, s.answerErr(err, s.primary)
+	}
+	if r.Resultset == nil || len(r.Values) != 1 || len(r.Values[0]) != 1 {
+		return 0, s.proxyErr("kill-not-literal", mysql.ER_NOT_SUPPORTED_YET, "KILL %s: its value could not be read on the primary", name)
+	}
+	v, _ := r.GetUint(0, 0)
+	return v, nil
 }
 
 // killRunning ends the command r's session runs, if any (true): KILL

@@ -262,8 +262,12 @@ func TestKillQuery(t *testing.T) {
 		done <- err
 	}()
 	waitRunning(t, killer, id, "SLEEP(30)")
-	if _, err := killer.Execute(fmt.Sprintf("KILL QUERY %d", id)); err != nil {
+	// The id in a user variable (main.user_lock: KILL QUERY @aux).
+	if _, err := killer.Execute(fmt.Sprintf("SET @aux = %d", id)); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := killer.Execute("KILL QUERY @aux"); err != nil {
+		t.Fatalf("KILL QUERY @aux: %v", err)
 	}
 	select {
 	case err := <-done:
@@ -279,6 +283,10 @@ func TestKillQuery(t *testing.T) {
 	}
 	if got := gmUint(t, target, "SELECT 41 + 1"); got != 42 {
 		t.Fatalf("after a KILL QUERY while idle: %d", got)
+	}
+	// An unset variable is no thread (MySQL: 1094).
+	if _, err := killer.Execute("KILL QUERY @never_set"); myErrCode(err) != mysql.ER_NO_SUCH_THREAD {
+		t.Fatalf("KILL QUERY @never_set: %v, want 1094", err)
 	}
 	// One's own: 1317, the connection stays.
 	if _, err := target.Execute("KILL QUERY CONNECTION_ID()"); myErrCode(err) != mysql.ER_QUERY_INTERRUPTED {
