@@ -218,6 +218,9 @@ type Stmt struct {
 	// replay (SET NAMES in a SET whose values are evaluated): once it
 	// ran, the session's reads stay on the primary (live.PinSessionState).
 	PinsSession bool
+	// Traces: SET optimizer_trace or profiling: the server keeps a trace
+	// of each later statement on the connection (sessionState.traces).
+	Traces bool
 	// Eval lists the targets of a session SET with a value that is not
 	// a literal (a function, a variable, a subquery, an operator): it
 	// runs once, on the primary, and what it set is read back from there
@@ -1086,6 +1089,7 @@ func classifySet(l *sqllex.Lexer) Stmt {
 		// statements: the session's reads stay on the primary, whole there.
 		st := classifySetSession(l, t)
 		st.PinsSession = st.Kind == KindSession
+		st.Traces = st.PinsSession
 		return st
 	}
 	return classifySetSession(l, t)

@@ -123,6 +123,18 @@ func TestSessionAndServerReads(t *testing.T) {
 	if q := one(pc, "SELECT QUERY FROM information_schema.OPTIMIZER_TRACE", 0); q != read {
 		t.Fatalf("optimizer trace: %q, want %q", q, read)
 	}
+	// A SET the proxy evaluates once: its read-back must not replace the
+	// SET's trace (main.using_hypergraph_optimizer).
+	setX := "SET @x = (SELECT COUNT(*) FROM ptest.sst)"
+	if _, err := pc.ExecContext(ctx, setX); err != nil {
+		t.Fatal(err)
+	}
+	if q := one(pc, "SELECT QUERY FROM information_schema.OPTIMIZER_TRACE", 0); q != setX {
+		t.Fatalf("optimizer trace after an evaluated SET: %q, want %q", q, setX)
+	}
+	if x := one(pc, "SELECT @x", 0); x != "3" {
+		t.Fatalf("SELECT @x after SET @x = (SELECT COUNT(*) ...): %s, want 3", x)
+	}
 
 	// SHOW PROFILES lists the session's statements (main.show_profile):
 	// profiling pins the session, as tracing does.

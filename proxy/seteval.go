@@ -228,14 +228,15 @@ func (s *session) evalSet(targets []SetTarget) (string, error) {
 // rememberSet replays session statement query (run on the primary, its
 // answer with warnings warnings) everywhere: as it is when its values
 // are literals, else the SET of literals evalSet reads back. A SET that
-// left warnings is read back before the next statement that does not
-// ask about them (evalPending: the read-back would clear them).
+// left warnings, or one traced (optimizer_trace, profiling), is read back
+// before the next statement that does not ask about them (evalPending:
+// the read-back would clear the warnings and replace the trace).
 func (s *session) rememberSet(query string, st Stmt, warnings uint16) {
 	if st.Eval == nil {
 		s.replayEverywhere(query)
 		return
 	}
-	if warnings != 0 {
+	if warnings != 0 || s.state.traces {
 		s.state.pendingEval = st.Eval
 		s.state.held |= HoldSetPending
 		return

@@ -209,6 +209,10 @@ type sessionState struct {
 	// autoIsNull: the session set sql_auto_is_null (to any value: held
 	// until a reset), withAutoIsNull.
 	autoIsNull bool
+	// traces: the session set optimizer_trace or profiling (held until a
+	// reset): a SET's read-back waits, as for its warnings, until a
+	// statement that does not read the trace (rememberSet).
+	traces bool
 	// kept is why park kept the previous statement's connection for this
 	// command (keepNext's value then), 0 when it did not: a statement that
 	// only reads diagnostics keeps it as long again.
@@ -371,6 +375,7 @@ func (m *sessionState) afterPrimary(st Stmt, status uint16, serverErr, stateChan
 		m.held |= HoldCascadeTriggers
 	}
 	m.autoIsNull = m.autoIsNull || st.AutoIsNull
+	m.traces = m.traces || st.Traces
 	m.noteHandler(st)
 }
 
@@ -501,7 +506,7 @@ func (m *sessionState) reset() (freed int) {
 	m.replay, m.replayBytes = nil, 0
 	m.held, m.handlers = 0, 0
 	m.insertID, m.insertIDOn, m.insertIDDirty, m.insertIDFresh = 0, nil, false, false
-	m.autoIsNull = false
+	m.autoIsNull, m.traces = false, false
 	m.status = mysql.SERVER_STATUS_AUTOCOMMIT
 	m.stmts = map[uint32]*pstmt{}
 	m.last = nil
