@@ -136,6 +136,20 @@ type Config struct {
 	// failover); tokens of an older epoch are honoured only if the primary
 	// holds their transactions. Default 1.
 	Epoch uint64 `yaml:"epoch"`
+	// Discover is how the proxy finds a promotion by itself (failover.go):
+	// "roles" (default: every discover_interval it reads the primary's
+	// read_only, and when the primary is read-only or does not answer,
+	// each replica's read_only and replication source; the one writable
+	// replica without a source is promoted) or "off" (only the admin API
+	// promotes).
+	Discover string `yaml:"discover"`
+	// DiscoverInterval is how often discovery reads the roles. Default
+	// 1s, in [10ms, 1m].
+	DiscoverInterval time.Duration `yaml:"discover_interval"`
+	// AdminToken is the bearer token of the admin API on http_listen
+	// (POST /admin/promote?node=NAME); "" turns the API off. At least 16
+	// characters.
+	AdminToken string `yaml:"admin_token"`
 	// Positions selects how the proxy learns what each backend executed,
 	// when Source is nil: "poll" (default: a live.Poller[gtid.Set] per backend,
 	// SELECT @@GLOBAL.gtid_executed every PollInterval) or "binlog" (a
@@ -700,6 +714,24 @@ func (c *Config) validateRouting() error {
 	}
 	if c.Epoch == 0 {
 		c.Epoch = 1
+	}
+	return c.validateFailover()
+}
+
+// validateFailover: how a promotion is followed (discover,
+// discover_interval, admin_token).
+func (c *Config) validateFailover() error {
+	if err := oneOf("discover", &c.Discover, "roles", "off"); err != nil {
+		return err
+	}
+	if c.DiscoverInterval == 0 {
+		c.DiscoverInterval = time.Second
+	}
+	if c.DiscoverInterval < 10*time.Millisecond || c.DiscoverInterval > time.Minute {
+		return fmt.Errorf("proxy: discover_interval %v out of range [10ms, 1m]", c.DiscoverInterval)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		return fmt.Errorf("proxy: admin_token is %d characters, want at least 16", len(c.AdminToken))
 	}
 	return nil
 }

@@ -278,3 +278,26 @@ func TestCapShare(t *testing.T) {
 		t.Errorf("fleet_members 2000: %v", err)
 	}
 }
+
+// TestConfigFailover: discover defaults to roles every second; a bad
+// mode, interval or short admin token is refused, naming the key.
+func TestConfigFailover(t *testing.T) {
+	base := func() Config {
+		return Config{Users: []User{{Name: "a", Password: "b"}}, Primary: Backend{Addr: "127.0.0.1:3306"}}
+	}
+	c := base()
+	if err := c.validate(); err != nil || c.Discover != "roles" || c.DiscoverInterval != time.Second || c.AdminToken != "" {
+		t.Fatalf("defaults: %v, discover %q every %v, admin_token %q", err, c.Discover, c.DiscoverInterval, c.AdminToken)
+	}
+	for key, mod := range map[string]func(*Config){
+		"discover":          func(c *Config) { c.Discover = "gossip" },
+		"discover_interval": func(c *Config) { c.DiscoverInterval = time.Millisecond },
+		"admin_token":       func(c *Config) { c.AdminToken = "short" },
+	} {
+		c := base()
+		mod(&c)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("bad %s: %v, want an error naming it", key, err)
+		}
+	}
+}

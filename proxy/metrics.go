@@ -55,6 +55,15 @@ type metrics struct {
 	// (dialBackend): a statement there that writes and returns rows does
 	// not add its GTID to the session's token.
 	primaryClassicEOF prometheus.Counter
+	// promotions counts promotions followed (failover.go) by cause
+	// (admin, discovered); epoch is the current topology epoch;
+	// discoveries counts discovery rounds that found a promotion they
+	// did not follow (ambiguous, promotion-failed); adminRequests counts
+	// admin API calls by endpoint and result.
+	promotions    *prometheus.CounterVec
+	epoch         prometheus.Gauge
+	discoveries   *prometheus.CounterVec
+	adminRequests *prometheus.CounterVec
 	// watermarkReads counts the watermark readers' work (wmReader) by
 	// node and result.
 	watermarkReads *prometheus.CounterVec
@@ -181,6 +190,15 @@ func newMetrics() *metrics {
 		Name: "causallab_proxy_handshakes", Help: "Client connections still in their login (greeting, TLS, authentication), bounded by max_handshakes."})
 	m.kills = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_kills_total", Help: "KILL statements the proxy answered on its own sessions, by kind (query, connection) and outcome (killed: a statement in flight was killed or the connection ended; idle: nothing was running; unknown-thread: 1094; denied: 1095; not-literal: the id was not a literal, refused)."}, []string{"kind", "outcome"})
+	m.promotions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_promotions_total", Help: "Promotions the proxy followed (a replica became the primary of a new epoch), by cause (admin: POST /admin/promote; discovered: discover roles)."}, []string{"cause"})
+	m.epoch = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "causallab_proxy_epoch", Help: "The topology epoch the proxy routes in (raised by each promotion)."})
+	m.discoveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_discovery_unfollowed_total", Help: "Discovery rounds that found the primary read-only or down and did not follow a promotion, by result (ambiguous: several writable replicas without a source; promotion-failed)."}, []string{"result"})
+	m.adminRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "causallab_proxy_admin_requests_total", Help: "Admin API calls by endpoint and result (ok, refused, unauthorized)."}, []string{"endpoint", "result"})
+	m.reg.MustRegister(m.promotions, m.epoch, m.discoveries, m.adminRequests)
 	m.reg.MustRegister(m.ready, m.startupUnread, m.procsChanges, m.handshakes, m.kills)
 	return m
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -1093,6 +1092,9 @@ const (
 	// while the server still runs the old one's query. Binlog streams:
 	// the stream's and its query connection.
 	positionConns = 2
+	// discoverConns: discovery's connection to each node (discover
+	// roles: failover.go's prober).
+	discoverConns = 1
 	// routerPrimaryConns: the router's own primary connections
 	// (live.Config.PrimaryPool: the session-tracking proof at start,
 	// gtid_executed re-read before a read is refused).
@@ -1112,11 +1114,16 @@ func (s *Server) BackendConnectionLimit(node string) int {
 	if !s.cfg.Multiplex {
 		return 0
 	}
+	t := s.topo.Load()
+	n := s.cfg.PoolSize + positionConns
+	if s.cfg.Discover == "roles" {
+		n += discoverConns
+	}
 	switch {
-	case node == s.cfg.Primary.Name:
-		return s.cfg.PoolSize + positionConns + routerPrimaryConns
-	case slices.ContainsFunc(s.cfg.Replicas, func(b Backend) bool { return b.Name == node }):
-		return s.cfg.PoolSize + positionConns
+	case node == t.primary.Name:
+		return n + routerPrimaryConns
+	case t.replicaIndex(node) >= 0:
+		return n
 	}
 	return 0
 }

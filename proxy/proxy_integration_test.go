@@ -63,7 +63,13 @@ func conn1(t *testing.T, db *sql.DB) *sql.Conn {
 func startProxyUnready(t testing.TB, mod func(*Config)) *Server {
 	t.Helper()
 	composetest.Need(t, topo)
-	p := topo.Primary()
+	return startProxyOn(t, topo, mod)
+}
+
+// startProxyOn is startProxyUnready on topology tp.
+func startProxyOn(t testing.TB, tp *compose.Topology, mod func(*Config)) *Server {
+	t.Helper()
+	p := tp.Primary()
 	cfg := Config{
 		Listen:     "127.0.0.1:0",
 		HTTPListen: "127.0.0.1:0",
@@ -75,7 +81,7 @@ func startProxyUnready(t testing.TB, mod func(*Config)) *Server {
 		// never decided without them.
 		StartupTimeout: time.Minute,
 	}
-	for _, r := range topo.Replicas() {
+	for _, r := range tp.Replicas() {
 		cfg.Replicas = append(cfg.Replicas, Backend{Name: r.Name, Addr: r.Addr(), User: r.User, Password: r.Password})
 	}
 	// The suite with multiplexing on (docs/proxy-sessions.md, "Multiplexing"):

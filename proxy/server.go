@@ -76,12 +76,19 @@ type Server struct {
 	// query fallback runs (relayTracked).
 	dropTracked atomic.Bool
 
-	// primaryWM reads the watermarks of the reads the primary served;
-	// replicaWM[i] replica i's, under watermark_source query and
-	// all-gtids (nil otherwise): wmReader, never on a session's
-	// connection.
-	primaryWM *wmReader
-	replicaWM []*wmReader
+	// topo is the current epoch's roles and their watermark readers
+	// (failover.go); a promotion (Promote, under promoteMu) stores a new
+	// one. fenced are the primaries of earlier epochs: never a candidate
+	// again.
+	topo      atomic.Pointer[topology]
+	promoteMu sync.Mutex
+	fenced    map[string]bool
+	// wmStarted are the watermark readers (wmReader, never on a
+	// session's connection) of every topology, started under wmCtx
+	// (Serve's) and stopped when Serve ends (startWM).
+	wmMu      sync.Mutex
+	wmCtx     context.Context
+	wmStarted []*wmReader
 
 	// pools are the shared backend connection pools by backend name
 	// (Config.Multiplex; nil when off), pm their metrics; run by Serve.
@@ -164,12 +171,9 @@ func New(cfg Config) (*Server, error) {
 		},
 		capCfg: router.Cap{PerSecond: cfg.capShare(), Behavior: router.CapFailFast},
 	}
-	s.primaryWM = newWMReader(&s.cfg, &s.cfg.Primary, true, s.m, s.log)
-	if s.cfg.WatermarkSource != "lazy" {
-		for i := range s.cfg.Replicas {
-			s.replicaWM = append(s.replicaWM, newWMReader(&s.cfg, &s.cfg.Replicas[i], false, s.m, s.log))
-		}
-	}
+	s.fenced = map[string]bool{}
+	s.topo.Store(s.firstTopology())
+	s.m.epoch.Set(float64(s.cfg.Epoch))
 	s.cfg.classicEOF = s.m.primaryClassicEOF
 	s.setReadiness("starting: not serving yet")
 	switch {
@@ -348,24 +352,16 @@ func (s *Server) Serve(ctx context.Context) error {
 	pctx, stopPolls := context.WithCancel(ctx)
 	defer stopPolls()
 	var pollWG sync.WaitGroup
-	if s.runSrc != nil {
-		pollWG.Go(func() { s.runSrc(pctx) })
-	}
-	// The gate's first word is said before Serve goes on (the gate's
-	// goroutine may not have run when /ready is first asked).
-	s.setReadiness("starting: no position read yet from " + strings.Join(s.nodeNames(), ", "))
-	pollWG.Go(func() { s.awaitReady(pctx) })
-	pollWG.Go(func() { s.watchClients(pctx) })
-	if s.cfg.GOMAXPROCS == "adaptive" {
-		pollWG.Go(func() { s.adaptProcs(pctx) })
-	}
+	s.runBackground(pctx, &pollWG)
 	// The pools outlive the sessions (closed after they end, below).
 	poolCtx, stopPools := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPools()
-	s.primaryWM.start(poolCtx)
-	for _, w := range s.replicaWM {
+	s.wmMu.Lock()
+	s.wmCtx = poolCtx
+	for _, w := range s.wmStarted {
 		w.start(poolCtx)
 	}
+	s.wmMu.Unlock()
 	if s.cfg.Multiplex {
 		if err := s.startPools(poolCtx); err != nil {
 			return err
@@ -377,6 +373,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", s.healthz)
 		mux.HandleFunc("/ready", s.readyz)
+		mux.HandleFunc("/admin/promote", s.adminPromote)
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(s.httpLn) }()
 	}
@@ -447,10 +444,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	for _, p := range s.pools {
 		<-p.done
 	}
-	s.primaryWM.stop()
-	for _, w := range s.replicaWM {
+	s.wmMu.Lock()
+	for _, w := range s.wmStarted {
 		w.stop()
 	}
+	s.wmMu.Unlock()
 	stopPolls()
 	pollWG.Wait()
 	s.rt.Close()
@@ -460,6 +458,26 @@ func (s *Server) Serve(ctx context.Context) error {
 		cancel()
 	}
 	return acceptErr
+}
+
+// runBackground starts Serve's background work under ctx, in wg: the
+// position source, the readiness gate, the client watch, discovery and
+// adaptive GOMAXPROCS.
+func (s *Server) runBackground(ctx context.Context, wg *sync.WaitGroup) {
+	if s.runSrc != nil {
+		wg.Go(func() { s.runSrc(ctx) })
+	}
+	// The gate's first word is said before Serve goes on (the gate's
+	// goroutine may not have run when /ready is first asked).
+	s.setReadiness("starting: no position read yet from " + strings.Join(s.nodeNames(), ", "))
+	wg.Go(func() { s.awaitReady(ctx) })
+	wg.Go(func() { s.watchClients(ctx) })
+	if s.cfg.Discover == "roles" {
+		wg.Go(func() { s.discover(ctx) })
+	}
+	if s.cfg.GOMAXPROCS == "adaptive" {
+		wg.Go(func() { s.adaptProcs(ctx) })
+	}
 }
 
 // openSessions is the number of client sessions open now.
@@ -594,17 +612,18 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	if _, up := s.src.Position(s.cfg.Primary.Name); !up {
+	t := s.topo.Load()
+	if _, up := s.src.Position(t.primary.Name); !up {
 		http.Error(w, "primary unreachable", http.StatusServiceUnavailable)
 		return
 	}
 	n := 0
-	for _, r := range s.cfg.Replicas {
+	for _, r := range t.replicas {
 		if _, up := s.src.Position(r.Name); up {
 			n++
 		}
 	}
-	fmt.Fprintf(w, "ok primary=up replicas_up=%d/%d\n", n, len(s.cfg.Replicas))
+	fmt.Fprintf(w, "ok primary=up replicas_up=%d/%d epoch=%d\n", n, len(t.replicas), t.epoch)
 }
 
 // refuseConn answers a connection past max_connections or max_handshakes

@@ -64,6 +64,9 @@ type session struct {
 	// decides where a read goes and what a new connection replays.
 	state *sessionState
 
+	// topo is the topology the session's connections belong to (rebase
+	// moves it to a promotion's).
+	topo     *topology
 	primary  *backendConn
 	replicas []*backendConn // lazily opened, index = replica index
 	// replicaFails[i] is the router's failure count of replica i when
@@ -161,13 +164,15 @@ type pstmt struct {
 }
 
 func newSession(ctx context.Context, srv *Server) *session {
-	n := len(srv.cfg.Replicas)
+	topo := srv.topo.Load()
+	n := len(topo.replicas)
 	budget := &byteBudget{limit: srv.cfg.MaxSessionBytes, total: srv.totalBytes}
 	run := newRunState()
 	ctx = context.WithValue(ctx, runKey{}, run)
 	s := &session{
 		run:          run,
 		srv:          srv,
+		topo:         topo,
 		ctx:          ctx,
 		replicas:     make([]*backendConn, n),
 		replicaFails: make([]uint64, n),
@@ -205,7 +210,7 @@ func (s *session) start(cc *server.Conn) error {
 	}
 	s.state.flags = cc.Capability() & passedFlags
 	s.use = useLogin
-	bc, err := s.dial(&s.srv.cfg.Primary)
+	bc, err := s.dial(s.topo.primary)
 	if err != nil {
 		return err
 	}
@@ -226,7 +231,7 @@ func (s *session) dial(b *Backend) (*backendConn, error) {
 		return s.borrow(b, p)
 	}
 	var healthy func() bool
-	if b != &s.srv.cfg.Primary {
+	if b != s.topo.primary {
 		healthy = s.healthy(b)
 	}
 	allGTIDs := healthy != nil && s.srv.cfg.WatermarkSource == "all-gtids"
@@ -298,7 +303,7 @@ func (s *session) ensurePrimary() error {
 	s.primary.close()
 	s.primary = nil
 	verifying := s.fresh // COM_CHANGE_USER's new account (auth passthrough)
-	bc, err := s.dial(&s.srv.cfg.Primary)
+	bc, err := s.dial(s.topo.primary)
 	if err != nil {
 		if verifying && backendDenied(err) {
 			return err // the server's verdict on the account: 1045
@@ -317,7 +322,7 @@ func (s *session) ensurePrimary() error {
 // connection the replica closed while it was idle (wait_timeout) is
 // redialled: it holds only replayed state.
 func (s *session) replica(i int, now time.Time) (*backendConn, error) {
-	fails := s.srv.rt.Failures(s.srv.cfg.Replicas[i].Name)
+	fails := s.srv.rt.Failures(s.topo.replicas[i].Name)
 	if bc := s.replicas[i]; bc != nil && !bc.broken && s.replicaFails[i] == fails {
 		if s.srv.skipIdlePeek.Load() || !bc.closedWhileIdle(now) {
 			return bc, nil
@@ -329,7 +334,7 @@ func (s *session) replica(i int, now time.Time) (*backendConn, error) {
 	for _, p := range s.state.stmts {
 		delete(p.onReplica, i)
 	}
-	bc, err := s.dial(&s.srv.cfg.Replicas[i])
+	bc, err := s.dial(s.topo.replicas[i])
 	if err != nil {
 		return nil, err
 	}
@@ -730,7 +735,7 @@ func (s *session) replayEverywhere(query string) {
 // closes after this response, counted as watermark-read-failed, as after
 // a routed read.
 func (s *session) seenAfterPrimary() {
-	if len(s.srv.cfg.Replicas) == 0 {
+	if len(s.topo.replicas) == 0 {
 		return // no read is ever routed
 	}
 	switch s.ls.Policy().Kind {
@@ -738,7 +743,7 @@ func (s *session) seenAfterPrimary() {
 	default:
 		return
 	}
-	wm, err := s.srv.primaryWM.read(s.ctx)
+	wm, err := s.topo.primaryWM.read(s.ctx)
 	if err != nil {
 		s.srv.m.clientErrors.WithLabelValues("watermark-read-failed").Inc()
 		s.closeAfter = true
@@ -803,7 +808,7 @@ func (s *session) parseToken(text string, form TokenForm) (carried, error) {
 		return carried{}, s.proxyErr("bad-token", codeProxy,
 			"unknown causal token format (want %s..., g1.<epoch>.<gtid set> or a GTID set): %v", sessiontoken.Prefix, err)
 	}
-	return carried{writes: gtid.Token{Epoch: s.srv.cfg.Epoch, GTIDs: set}}, nil
+	return carried{writes: gtid.Token{Epoch: s.srv.topo.Load().epoch, GTIDs: set}}, nil
 }
 
 // parseSigned verifies and reads a signed session token.
@@ -830,9 +835,9 @@ func (s *session) parseSigned(text string) (carried, error) {
 
 // checkEpoch refuses a token epoch past the topology's.
 func (s *session) checkEpoch(epoch uint64) error {
-	if epoch > s.srv.cfg.Epoch {
+	if cur := s.srv.topo.Load().epoch; epoch > cur {
 		return s.proxyErr("token-future-epoch", codeProxy,
-			"causal token refused (token-future-epoch): issued in epoch %d, but the topology is at epoch %d", epoch, s.srv.cfg.Epoch)
+			"causal token refused (token-future-epoch): issued in epoch %d, but the topology is at epoch %d", epoch, cur)
 	}
 	return nil
 }
@@ -950,7 +955,7 @@ func (s *session) watchFor(bc *backendConn, i int) func() bool {
 		return nil
 	}
 	if s.healthFns == nil {
-		s.healthFns = make([]func() bool, len(s.srv.cfg.Replicas))
+		s.healthFns = make([]func() bool, len(s.topo.replicas))
 	}
 	if s.healthFns[i] == nil {
 		s.healthFns[i] = s.healthy(bc.b)

@@ -403,7 +403,17 @@ func TestKillUnknownAndBackendIDs(t *testing.T) {
 	if err := victim.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
 		t.Fatalf("the backend thread the KILLs named: %v", err)
 	}
-	for _, q := range []string{fmt.Sprintf("KILL %d + 0", tid), "KILL @x", fmt.Sprintf("SELECT 1; KILL %d", tid)} {
+	// A variable holding a backend thread's id names no session either.
+	if _, err := c.Execute(fmt.Sprintf("SET @x = %d", tid)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Execute("KILL @x"); myErrCode(err) != mysql.ER_NO_SUCH_THREAD {
+		t.Fatalf("KILL @x, @x a backend thread: %v, want 1094", err)
+	}
+	if err := victim.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("the backend thread KILL @x named: %v", err)
+	}
+	for _, q := range []string{fmt.Sprintf("KILL %d + 0", tid), "KILL @@pseudo_thread_id", fmt.Sprintf("SELECT 1; KILL %d", tid)} {
 		if _, err := c.Execute(q); myErrCode(err) != mysql.ER_NOT_SUPPORTED_YET {
 			t.Fatalf("%s: %v, want 1235", q, err)
 		}

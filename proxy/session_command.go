@@ -52,6 +52,11 @@ func (s *session) handleNextCommand() error {
 // the statement memory as it arrives (stmtMemory.readLongData).
 func (s *session) dispatch(payload []byte) (*mysql.Result, error) {
 	data := payload[1:]
+	if payload[0] != mysql.COM_STMT_CLOSE {
+		if err := s.rebase(); err != nil {
+			return nil, err
+		}
+	}
 	switch payload[0] {
 	case mysql.COM_QUERY, mysql.COM_PING, mysql.COM_STMT_CLOSE:
 		// COM_QUERY settles GET DIAGNOSTICS's variables itself.

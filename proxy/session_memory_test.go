@@ -442,8 +442,8 @@ func memRouted(t *testing.T, policy string) (s *session, prim, rep *memBackend, 
 	}
 	// The replica's watermark reader answers without a server: the
 	// replica's executed set after the read.
-	srv.replicaWM[0].queryFn = func(context.Context) (gtid.Set, error) { return gtid.Parse(memUUID + ":1-9") }
-	srv.replicaWM[0].start(ctx)
+	srv.topo.Load().replicaWM[0].queryFn = func(context.Context) (gtid.Set, error) { return gtid.Parse(memUUID + ":1-9") }
+	srv.topo.Load().replicaWM[0].start(ctx)
 	s = newSession(ctx, srv)
 	pc, pb, _, _ := memConns(t)
 	pc.b = &srv.cfg.Primary

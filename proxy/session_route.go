@@ -23,7 +23,7 @@ import (
 // connection.
 func (s *session) readOptions(st Stmt) (live.ReadOptions[gtid.Set], error) {
 	o := live.ReadOptions[gtid.Set]{Wait: s.waitFunc()}
-	if pin := s.state.readPin(st, len(s.srv.cfg.Replicas)); pin != "" {
+	if pin := s.state.readPin(st, len(s.topo.replicas)); pin != "" {
 		s.srv.m.primaryReasons.WithLabelValues(string(pin)).Inc()
 		o.Pin = pin
 		return o, nil
@@ -50,6 +50,12 @@ func (s *session) readOptions(st Stmt) (live.ReadOptions[gtid.Set], error) {
 // replica that refused the session's state (sessionRefusedError, not a
 // node fault).
 func (s *session) conn(t live.Target, now time.Time) (*backendConn, *live.RunError) {
+	if !s.topo.holds(t) {
+		// A promotion between the session's command start (rebase) and
+		// the router's decision: the decision is the new epoch's.
+		return nil, &live.RunError{Err: s.proxyErr(failoverRetry, codeBackendLost,
+			"the primary changed (epoch %d) while this statement was routed: it was not run; run it again", s.srv.topo.Load().epoch)}
+	}
 	if t.Replica < 0 {
 		if err := s.ensurePrimary(); err != nil {
 			if re := s.busyRun(err); re != nil {
@@ -344,10 +350,10 @@ func (s *session) runFailed(run *readRun, bc *backendConn, err error, idleFor ti
 // watermark_source lazy, which reads no watermark after a read).
 func (s *session) wmRead(i int) func(context.Context) (gtid.Set, error) {
 	switch {
-	case i < 0 && s.srv.primaryWM != nil:
-		return s.srv.primaryWM.read
-	case i >= 0 && i < len(s.srv.replicaWM):
-		return s.srv.replicaWM[i].read
+	case i < 0 && s.topo.primaryWM != nil:
+		return s.topo.primaryWM.read
+	case i >= 0 && i < len(s.topo.replicaWM):
+		return s.topo.replicaWM[i].read
 	}
 	return nil
 }
@@ -363,10 +369,10 @@ func (s *session) wmRead(i int) func(context.Context) (gtid.Set, error) {
 // answer either, the read fails with wmErr (the client is then closed,
 // counted as watermark-read-failed).
 func (s *session) watermarkFromPrimary(bc *backendConn, wmErr error) (gtid.Set, error) {
-	if bc == s.primary || s.srv.primaryWM == nil {
+	if bc == s.primary || s.topo.primaryWM == nil {
 		return gtid.Set{}, &live.RunError{Err: wmErr, NodeFailed: true}
 	}
-	set, err := s.srv.primaryWM.read(s.ctx)
+	set, err := s.topo.primaryWM.read(s.ctx)
 	if err != nil {
 		return gtid.Set{}, &live.RunError{Err: errors.Join(wmErr, err), NodeFailed: true}
 	}

@@ -207,9 +207,9 @@ func TestPrimaryReadWatermarkLost(t *testing.T) {
 			emptyTable(t, openDB(t, s, ""), "ptest", "wmlost", "id INT PRIMARY KEY")
 			stopped, cancel := context.WithCancel(context.Background())
 			cancel()
-			s.primaryWM.mu.Lock()
-			s.primaryWM.ctx = stopped // read answers errWatermarkReaderStopped
-			s.primaryWM.mu.Unlock()
+			s.topo.Load().primaryWM.mu.Lock()
+			s.topo.Load().primaryWM.ctx = stopped // read answers errWatermarkReaderStopped
+			s.topo.Load().primaryWM.mu.Unlock()
 			conn := conn1(t, openDB(t, s, ""))
 			var one int
 			if err := conn.QueryRowContext(context.Background(), "SELECT 1 FROM ptest.wmlost FOR SHARE").Scan(&one); !errors.Is(err, sql.ErrNoRows) {

@@ -59,7 +59,7 @@ func TestPrimaryWatermarkLogStatus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ws, err := s.primaryWM.read(ctx)
+		ws, err := s.topo.Load().primaryWM.read(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestPrimaryWatermarkLogStatus(t *testing.T) {
 	t.Run("log-status", func(t *testing.T) {
 		s := startProxy(t, nil)
 		read(t, s)
-		if !s.primaryWM.ls.Sound() {
+		if !s.topo.Load().primaryWM.ls.Sound() {
 			t.Fatal("the reader does not use log_status although the proxy's account may read it")
 		}
 		if m := metricText(t, s); !strings.Contains(m, `causallab_proxy_watermark_fallbacks_total{source="primary-no-log-status"} 0`) {
@@ -84,7 +84,7 @@ func TestPrimaryWatermarkLogStatus(t *testing.T) {
 			cfg.Primary.User, cfg.Primary.Password = "nologstatus", "nlpw"
 		})
 		read(t, s)
-		if ls := &s.primaryWM.ls; !ls.Known() || ls.Sound() {
+		if ls := &s.topo.Load().primaryWM.ls; !ls.Known() || ls.Sound() {
 			t.Fatalf("probe verdict known %v sound %v, want refused", ls.Known(), ls.Sound())
 		}
 		// A client's session still works through the proxy.

@@ -60,7 +60,12 @@ which acts as the topology's node account (auth mapped; docs/proxy.md,
 It listens where ProxySQL does, 127.0.0.1:6033 (metrics on :9033), and
 stops with a clear error when another program holds either address, as
 ProxySQL and MySQL Router do: --listen and --http move it (port 0: a free
-port). The addresses it listens on are printed.`,
+port). The addresses it listens on are printed.
+
+It follows a promotion without a restart: it discovers one itself (each
+node's read_only and replication source, every discover_interval), or an
+orchestrator tells it with POST /admin/promote?node=NAME on --http, with
+the bearer token of admin_token (or env CAUSALLAB_PROXY_ADMIN_TOKEN).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := refuseZero(cmd, proxyZeroDefaults); err != nil {
 				return err
@@ -77,6 +82,10 @@ port). The addresses it listens on are printed.`,
 			}
 			if cmd.Flags().Changed("http") || cfg.HTTPListen == "" {
 				cfg.HTTPListen = httpListen
+			}
+			if cfg.AdminToken == "" {
+				// Never a flag: a command line is visible to every user.
+				cfg.AdminToken = os.Getenv("CAUSALLAB_PROXY_ADMIN_TOKEN")
 			}
 			if policy != "" {
 				cfg.Policy = policy
