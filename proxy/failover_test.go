@@ -21,7 +21,7 @@ func TestTopologyHolds(t *testing.T) {
 		{old, live.Target{Node: live.Node{Name: "primary"}, Replica: -1}, true},
 		{old, live.Target{Node: live.Node{Name: "replica2"}, Replica: 1}, true},
 		{old, live.Target{Node: live.Node{Name: "replica1"}, Replica: -1}, false}, // the new primary
-		{old, live.Target{Node: live.Node{Name: "replica2"}, Replica: 0}, false}, // the new order
+		{old, live.Target{Node: live.Node{Name: "replica2"}, Replica: 0}, false},  // the new order
 		{next, live.Target{Node: live.Node{Name: "replica1"}, Replica: -1}, true},
 		{next, live.Target{Node: live.Node{Name: "primary"}, Replica: -1}, false},
 		{next, live.Target{Node: live.Node{Name: "replica2"}, Replica: 1}, false},
