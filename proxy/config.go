@@ -154,8 +154,15 @@ type Config struct {
 	// when Source is nil: "poll" (default: a live.Poller[gtid.Set] per backend,
 	// SELECT @@GLOBAL.gtid_executed every PollInterval) or "binlog" (a
 	// binlogwatch stream per backend behind live.WatchSource; the backend
-	// accounts then need REPLICATION SLAVE).
+	// accounts then need REPLICATION SLAVE) or "watchers" (each backend
+	// named in Watchers followed through its `causallab watch --proxysql`
+	// server, shared by a fleet of proxies; the others polled).
 	Positions string `yaml:"positions"`
+	// Watchers maps backend names to the address of a server of the
+	// binlog-reader protocol following that backend (`causallab watch
+	// --proxysql name=addr`, binlogwatch.ProxySQLServer), for positions
+	// watchers. At least one; each name a configured backend.
+	Watchers map[string]string `yaml:"watchers"`
 	// Wait is how a read waits for a replica to catch up (policy
 	// token-wait): "wait-for-executed-gtid-set" (default: the function on
 	// the session's replica connection, live.WaitGTIDFunction) or
@@ -718,6 +725,30 @@ func (c *Config) validateRouting() error {
 	return c.validateFailover()
 }
 
+// validateWatchers: watchers is set exactly when positions is
+// watchers, and names configured backends.
+func (c *Config) validateWatchers() error {
+	if c.Positions != "watchers" {
+		if len(c.Watchers) > 0 {
+			return fmt.Errorf("proxy: watchers given, but positions is %q (want watchers)", c.Positions)
+		}
+		return nil
+	}
+	if len(c.Watchers) == 0 {
+		return errors.New("proxy: positions watchers needs watchers (backend name: address of its causallab watch --proxysql)")
+	}
+	for name, addr := range c.Watchers {
+		known := name == c.Primary.Name || slices.ContainsFunc(c.Replicas, func(b Backend) bool { return b.Name == name })
+		if !known {
+			return fmt.Errorf("proxy: watchers: %q is not a backend name", name)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("proxy: watchers: %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // validateFailover: how a promotion is followed (discover,
 // discover_interval, admin_token).
 func (c *Config) validateFailover() error {
@@ -739,7 +770,10 @@ func (c *Config) validateFailover() error {
 // validatePositions: how the replicas' positions are learnt and waited
 // for (positions, wait, poll_interval, poll_idle_interval).
 func (c *Config) validatePositions() error {
-	if err := oneOf("positions", &c.Positions, "poll", "binlog"); err != nil {
+	if err := oneOf("positions", &c.Positions, "poll", "binlog", "watchers"); err != nil {
+		return err
+	}
+	if err := c.validateWatchers(); err != nil {
 		return err
 	}
 	if err := oneOf("wait", &c.Wait, live.WaitGTIDFunction.String(), live.WaitWatcher.String()); err != nil {

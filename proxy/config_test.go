@@ -301,3 +301,30 @@ func TestConfigFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigWatchers: positions watchers needs watchers naming backends
+// with host:port addresses; watchers without it are refused.
+func TestConfigWatchers(t *testing.T) {
+	base := func() Config {
+		return Config{Users: []User{{Name: "a", Password: "b"}}, Primary: Backend{Addr: "127.0.0.1:3306"},
+			Replicas: []Backend{{Name: "r1", Addr: "127.0.0.1:3307"}}}
+	}
+	c := base()
+	c.Positions, c.Watchers = "watchers", map[string]string{"r1": "127.0.0.1:6020"}
+	if err := c.validate(); err != nil || c.WatermarkSource != "query" {
+		t.Fatalf("watchers: %v, watermark_source %q", err, c.WatermarkSource)
+	}
+	for what, mod := range map[string]func(*Config){
+		"no watchers":      func(c *Config) { c.Positions = "watchers" },
+		"unknown backend":  func(c *Config) { c.Positions, c.Watchers = "watchers", map[string]string{"r9": "127.0.0.1:6020"} },
+		"bad address":      func(c *Config) { c.Positions, c.Watchers = "watchers", map[string]string{"r1": "nowhere"} },
+		"without watchers": func(c *Config) { c.Watchers = map[string]string{"r1": "127.0.0.1:6020"} },
+		"lazy":             func(c *Config) { c.Positions, c.Watchers, c.WatermarkSource = "watchers", map[string]string{"r1": "127.0.0.1:6020"}, "lazy" },
+	} {
+		c := base()
+		mod(&c)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "watchers") && !strings.Contains(err.Error(), "lazy") {
+			t.Errorf("%s: %v, want an error naming watchers", what, err)
+		}
+	}
+}

@@ -244,3 +244,79 @@ func newBinlogSource(cfg *Config, log *slog.Logger) (live.PositionSource[gtid.Se
 	}
 	return src, func(ctx context.Context) { _ = g.Run(ctx) }, nil
 }
+
+// watcherSource is positions watchers: the backends named in
+// Config.Watchers followed through their watchers' binlog-reader
+// streams (binlogwatch.Subscriber: a fleet of proxies shares one binlog
+// stream per node, and no proxy opens one of its own), the others polled
+// (rest, nil when every backend has a watcher).
+type watcherSource struct {
+	subs map[string]*binlogwatch.Subscriber
+	rest *pollers
+}
+
+var _ live.PositionSource[gtid.Set] = (*watcherSource)(nil)
+
+// newWatcherSource builds positions watchers' source; run runs its
+// subscribers and pollers.
+func newWatcherSource(cfg *Config, log *slog.Logger) (*watcherSource, func(context.Context), error) {
+	w := &watcherSource{subs: map[string]*binlogwatch.Subscriber{}}
+	for name, addr := range cfg.Watchers {
+		s, err := binlogwatch.NewSubscriber(binlogwatch.SubscriberConfig{Addr: addr, DialTimeout: cfg.ConnectTimeout, Logger: log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("proxy: watcher of %s: %w", name, err)
+		}
+		w.subs[name] = s
+	}
+	polled := *cfg
+	polled.Replicas = nil
+	for _, b := range cfg.Replicas {
+		if w.subs[b.Name] == nil {
+			polled.Replicas = append(polled.Replicas, b)
+		}
+	}
+	if w.subs[cfg.Primary.Name] == nil || len(polled.Replicas) > 0 {
+		p, err := newPollers(&polled, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		if w.subs[cfg.Primary.Name] != nil {
+			delete(p.byName, cfg.Primary.Name)
+			p.all = p.all[1:] // the primary's is first (newPollers)
+		}
+		w.rest = p
+	}
+	run := func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for _, s := range w.subs {
+			wg.Go(func() { s.Run(ctx) })
+		}
+		if w.rest != nil {
+			wg.Go(func() { w.rest.Run(ctx) })
+		}
+		wg.Wait()
+	}
+	return w, run, nil
+}
+
+// Position implements live.PositionSource.
+func (w *watcherSource) Position(node string) (gtid.Set, bool) {
+	if s := w.subs[node]; s != nil {
+		return s.Position()
+	}
+	if w.rest != nil {
+		return w.rest.Position(node)
+	}
+	return gtid.Set{}, false
+}
+
+// WaitFor implements live.PositionSource.
+func (w *watcherSource) WaitFor(ctx context.Context, node string, want gtid.Set) error {
+	if s := w.subs[node]; s != nil {
+		return s.WaitFor(ctx, want)
+	}
+	if w.rest != nil {
+		return w.rest.WaitFor(ctx, node, want)
+	}
+	return fmt.Errorf("proxy: no position source for node %q", node)
+}

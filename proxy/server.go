@@ -185,6 +185,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.src, s.runSrc = src, run
+	case cfg.Positions == "watchers":
+		src, run, err := newWatcherSource(&s.cfg, s.log)
+		if err != nil {
+			return nil, err
+		}
+		if src.rest != nil {
+			s.m.reg.MustRegister(src.rest)
+		}
+		s.src, s.runSrc = src, run
 	default:
 		p, err := newPollers(&s.cfg, s.log)
 		if err != nil {
