@@ -319,7 +319,9 @@ func TestConfigWatchers(t *testing.T) {
 		"unknown backend":  func(c *Config) { c.Positions, c.Watchers = "watchers", map[string]string{"r9": "127.0.0.1:6020"} },
 		"bad address":      func(c *Config) { c.Positions, c.Watchers = "watchers", map[string]string{"r1": "nowhere"} },
 		"without watchers": func(c *Config) { c.Watchers = map[string]string{"r1": "127.0.0.1:6020"} },
-		"lazy":             func(c *Config) { c.Positions, c.Watchers, c.WatermarkSource = "watchers", map[string]string{"r1": "127.0.0.1:6020"}, "lazy" },
+		"lazy": func(c *Config) {
+			c.Positions, c.Watchers, c.WatermarkSource = "watchers", map[string]string{"r1": "127.0.0.1:6020"}, "lazy"
+		},
 	} {
 		c := base()
 		mod(&c)
