@@ -132,6 +132,21 @@ type Config struct {
 	// Via is the routing path: ViaRouter (default) or ViaProxy. Scalar
 	// (TokenLSN) routers always run through package router/live.
 	Via Via
+	// Proxies is the fleet's size under ViaProxy: each router runs on
+	// that many proxies, a session's statements dealt across them in turn
+	// (fleet_members the same). Default 1.
+	Proxies int
+	// ReconnectEvery > 0 redials each lab connection to a proxy after that
+	// many statements (ViaProxy): the guarantees then have to outlive the
+	// connection. 0: never.
+	ReconnectEvery int
+	// TokenScope is what a session's token carries under ViaProxy:
+	// TokenScopeConnection (default: its writes, in each read's comment;
+	// monotonic reads hold per connection) or TokenScopeSession (the
+	// proxies' signed session token, set on the connection before each
+	// statement and read after it: writes and what the session was shown,
+	// across connections and proxies).
+	TokenScope TokenScope
 	// GlobalSource is where the global routers' live routers take a read's
 	// target (live.GlobalSource: the zero value reads the primary's
 	// executed set per read; GlobalView uses the router's view of it).
@@ -217,6 +232,12 @@ func (c *Config) validate() error {
 	if c.Via == "" {
 		c.Via = ViaRouter
 	}
+	if c.Proxies == 0 {
+		c.Proxies = 1
+	}
+	if c.TokenScope == "" {
+		c.TokenScope = TokenScopeConnection
+	}
 	if c.Positions == "" {
 		c.Positions = PositionsBinlog
 	}
@@ -269,6 +290,7 @@ func (c *Config) validate() error {
 	if c.Via != ViaRouter && c.Via != ViaProxy {
 		errs = append(errs, fmt.Errorf("unknown path %q (want router or proxy)", c.Via))
 	}
+	errs = append(errs, c.checkFleet()...)
 	if c.Positions != PositionsBinlog && c.Positions != PositionsPoll {
 		errs = append(errs, fmt.Errorf("unknown positions %q (want binlog or poll)", c.Positions))
 	}
@@ -277,14 +299,6 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("unknown watermark source %q (want query or lazy)", c.WatermarkSource))
 	case c.WatermarkSource == WatermarkLazy && c.Positions != PositionsPoll:
 		errs = append(errs, errors.New("watermark source lazy needs positions poll (a binlog stream cannot bound a read after the fact)"))
-	}
-	if c.Via == ViaProxy {
-		for _, ev := range c.Condition.Events {
-			if ev.Kind == EvFailover {
-				errs = append(errs, errors.New("--via proxy cannot run a failover (the in-process proxy has a fixed primary)"))
-				break
-			}
-		}
 	}
 	if len(c.Routers) == 0 {
 		errs = append(errs, errors.New("no routers"))
@@ -366,3 +380,32 @@ func ParseRouters(s string) ([]RouterSpec, error) {
 // ParseGlobalSource parses a global routers' target source name
 // (primary-query or view) for Config.GlobalSource.
 func ParseGlobalSource(s string) (live.GlobalSource, error) { return live.ParseGlobalSource(s) }
+
+// TokenScope is what a lab session's token carries through the proxy
+// (Config.TokenScope).
+type TokenScope string
+
+// The token scopes.
+const (
+	TokenScopeConnection TokenScope = "connection"
+	TokenScopeSession    TokenScope = "session"
+)
+
+// checkFleet checks proxies, reconnect-every and token-scope: a fleet, a
+// reconnect or session tokens need --via proxy.
+func (c *Config) checkFleet() []error {
+	var errs []error
+	if c.Proxies < 1 || c.Proxies > 16 {
+		errs = append(errs, fmt.Errorf("proxies %d out of range 1..16", c.Proxies))
+	}
+	if c.ReconnectEvery < 0 {
+		errs = append(errs, fmt.Errorf("negative reconnect-every %d", c.ReconnectEvery))
+	}
+	if c.TokenScope != TokenScopeConnection && c.TokenScope != TokenScopeSession {
+		errs = append(errs, fmt.Errorf("unknown token scope %q (want connection or session)", c.TokenScope))
+	}
+	if c.Via != ViaProxy && (c.Proxies > 1 || c.ReconnectEvery > 0 || c.TokenScope == TokenScopeSession) {
+		errs = append(errs, errors.New("proxies, reconnect-every and token-scope session need --via proxy"))
+	}
+	return errs
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -588,11 +589,26 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 	return nil
 }
 
+// reconnectCause says why a session's reads change connection under cfg.
+func reconnectCause(cfg *Config) string {
+	var why []string
+	if cfg.Proxies > 1 {
+		why = append(why, fmt.Sprintf("its statements dealt across %d proxies", cfg.Proxies))
+	}
+	if cfg.ReconnectEvery > 0 {
+		why = append(why, fmt.Sprintf("a reconnect every %d statements", cfg.ReconnectEvery))
+	}
+	return strings.Join(append(why, "a statement past the read timeout breaks one"), "; ")
+}
+
 // onFailover tells every package-router router of a failover.
 func (g *group) onFailover(ctx context.Context, fr compose.FailoverResult) error {
 	var errs []error
 	for _, v := range g.vias {
 		errs = append(errs, v.failover(ctx, fr))
+	}
+	for _, p := range g.proxies {
+		errs = append(errs, p.failover(ctx, fr))
 	}
 	return errors.Join(errs...)
 }
@@ -647,6 +663,9 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 	}
 	for _, pr := range g.proxies {
 		res.Notes = append(res.Notes, pr.note(ctx))
+		if n := pr.failoverNote(); n != "" {
+			res.Notes = append(res.Notes, n)
+		}
 		if n := pr.drifts.errs.Load(); n > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d drift reads failed (the outside load was that much lighter).", pr.sp.Name, n))
 		}
@@ -667,9 +686,9 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 			}
 		}
 		if t := &a.tally; t.Reconnects > 0 {
-			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d reads were served on a new connection after their session's broke (a statement past the read timeout); "+
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d reads were served on another connection than their session's previous read (%s); "+
 				"monotonic reads hold per connection, so each started its session's guarantee afresh, and %d of them went back in time across it "+
-				"(mr_across_reconnect, not counted in mr).", g.e.routers[i].spec().Name, t.Reconnects, t.MRAcrossReconnect))
+				"(mr_across_reconnect, not counted in mr).", g.e.routers[i].spec().Name, t.Reconnects, reconnectCause(g.cfg), t.MRAcrossReconnect))
 		}
 	}
 	res.Faults = evlog.down.windows(m.measured)

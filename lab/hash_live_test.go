@@ -140,7 +140,7 @@ func TestViaProxyRouteAfterRedial(t *testing.T) {
 	if r.Node == "" {
 		t.Fatalf("a read on the connection's first id was not attributed: %+v", r)
 	}
-	pconn := &v.conns[0]
+	pconn := &v.conns[0][0]
 	before := pconn.c.connID()
 	pconn.c.broken = true
 	if r = read(); r.Outcome != router.OutProxied {

@@ -105,6 +105,25 @@ func TestLabViaProxy(t *testing.T) {
 	}
 }
 
+// TestLabFleetViaProxy (issue 40, item 4): the sessions' statements dealt
+// across 2 proxies, each connection redialled every 3 statements, with the
+// proxies' signed session token carried by the session: token-ryw-mr
+// shows no RYW and no MR violation, MR judged across the whole session
+// (every proxy and connection it used); any shows RYW violations.
+func TestLabFleetViaProxy(t *testing.T) {
+	composetest.Need(t, topo)
+	res := runUnderLag(t, "any,token-ryw-mr", Config{Sessions: 400, Via: ViaProxy, Proxies: 2, ReconnectEvery: 3, TokenScope: TokenScopeSession})
+	for i := range res.Routers {
+		accounted(t, &res.Routers[i])
+	}
+	if r := row(t, res, "token-ryw-mr"); r.RYW != 0 || r.MR != 0 {
+		t.Errorf("token-ryw-mr via a fleet of 2 proxies: %d RYW, %d MR violations", r.RYW, r.MR)
+	}
+	if r := row(t, res, "any"); r.RYW == 0 {
+		t.Errorf("any via a fleet of 2 proxies: no RYW violation under lag %+v", res.Lag)
+	}
+}
+
 // TestLabPositionsPoll: the GTID-token routers on polled positions with
 // the lazy watermark (PositionsPoll, as `causallab proxy` runs by
 // default), through router/live and through the proxy: token-ryw-mr and

@@ -329,7 +329,6 @@ func TestScenarioCheckRefusesBadOptions(t *testing.T) {
 		want string
 	}{
 		{ScenarioOptions{Config: Config{Via: "carrier-pigeon"}}, `unknown path "carrier-pigeon"`},
-		{ScenarioOptions{Config: Config{Via: ViaProxy}}, "cannot run a failover"},
 		{ScenarioOptions{Config: Config{Mode: "sideways"}}, `unknown mode "sideways"`},
 		{ScenarioOptions{Config: Config{Sessions: 2}}, "3 routers for 2 sessions"},
 	} {

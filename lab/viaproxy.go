@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/proxy"
 	"github.com/causallab/causallab/router"
@@ -41,15 +42,23 @@ import (
 // session, and sends it with each later read of that session in a
 // /* consistent_read_id:session-<i>, causal_token:<token> */ comment.
 type viaProxy struct {
-	sp     RouterSpec
-	e      *engine
-	srv    *proxy.Server
+	sp RouterSpec
+	e  *engine
+	// srvs are the fleet's proxies (Config.Proxies; the first one's router
+	// carries the drift load).
+	srvs   []*proxy.Server
 	cancel context.CancelFunc
 	done   chan error
 
-	conns []proxyConn
-	tokMu []sync.Mutex // per session, guards tokens[i]
+	// conns[w][p] is worker w's connection to proxy p.
+	conns [][]proxyConn
+	tokMu []sync.Mutex // per session, guards toks[i], sessToks[i], stmts[i]
 	toks  []gtid.Token
+	// sessToks[i] is session i's signed session token under
+	// TokenScopeSession (what SELECT @causal_token last said); stmts[i]
+	// counts its statements (which proxy the next one goes to).
+	sessToks []string
+	stmts    []int
 	// noToken counts writes after which the proxy returned no token.
 	noToken atomic.Int64
 	// routes holds the proxy's report of each connection's last routed
@@ -57,11 +66,31 @@ type viaProxy struct {
 	routes sync.Map // uint32 -> proxy.ReadRoute
 	// drifts is the drift events' outside load through the proxy's router.
 	drifts *drifter[gtid.Set]
+	// fo is what a failover did to the proxy's writes (failover).
+	fo proxyFailover
+}
+
+// proxyFailover follows the proxy through failovers: the current
+// primary's server UUID, when the proxy was told of the latest
+// promotion, and the writes after it: acknowledged by another server than
+// the current primary (oldPrimaryWrites: the fencing failed), failed, and
+// the first acknowledged one (resume).
+type proxyFailover struct {
+	mu               sync.Mutex
+	current          gtid.SID
+	promotedAt       time.Time
+	resumed          bool
+	resume           time.Duration
+	promotions       int
+	oldPrimaryWrites int64
+	failedWrites     int64
 }
 
 type proxyConn struct {
 	mu sync.Mutex
 	c  *nodeConn
+	// used counts the statements on c (Config.ReconnectEvery).
+	used int
 }
 
 var _ routerRuntime = (*viaProxy)(nil)
@@ -106,13 +135,23 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 	backend := func(n string, addr string) proxy.Backend {
 		return proxy.Backend{Name: n, Addr: addr, User: p.User, Password: p.Password}
 	}
-	v := &viaProxy{sp: sp, e: e, done: make(chan error, 1),
-		conns: make([]proxyConn, e.cfg.Workers), tokMu: make([]sync.Mutex, e.cfg.Sessions), toks: make([]gtid.Token, e.cfg.Sessions)}
+	v := &viaProxy{sp: sp, e: e, done: make(chan error, e.cfg.Proxies),
+		conns: make([][]proxyConn, e.cfg.Workers), tokMu: make([]sync.Mutex, e.cfg.Sessions), toks: make([]gtid.Token, e.cfg.Sessions),
+		sessToks: make([]string, e.cfg.Sessions), stmts: make([]int, e.cfg.Sessions)}
+	for w := range v.conns {
+		v.conns[w] = make([]proxyConn, e.cfg.Proxies)
+	}
 	cfg := proxy.Config{Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Users: []proxy.User{{Name: p.User, Password: p.Password}},
 		AuthMethod: mysql.AUTH_NATIVE_PASSWORD, Primary: backend(p.Name, p.Addr()), Policy: name,
 		WaitBudget: sp.Policy.WaitBudget, FallbackPerSecond: sp.Cap.PerSecond, Epoch: max(e.nodes.Epoch(), 1),
 		Source: src, Logger: e.cfg.Logger, HashMode: sp.Policy.HashMode.String(), GlobalSource: e.cfg.GlobalSource.String(),
-		OnRead: func(r proxy.ReadRoute) { v.routes.Store(r.Conn, r) }}
+		OnRead: func(r proxy.ReadRoute) { v.routes.Store(r.Conn, r) },
+		// The lab tells the proxy of a failover (failover), as an
+		// orchestrator would.
+		Discover: "off", FleetMembers: e.cfg.Proxies}
+	if e.cfg.TokenScope == TokenScopeSession {
+		cfg.TokenKeys = []proxy.TokenKey{{ID: "lab", Secret: fleetSecret}}
+	}
 	if src == nil {
 		// Config.Positions: the proxy's own pollers (`positions: poll`).
 		cfg.Positions, cfg.PollInterval = string(PositionsPoll), e.cfg.PollInterval
@@ -125,40 +164,95 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 		cfg.Replicas = append(cfg.Replicas, b)
 		names = append(names, r.Name)
 	}
-	srv, err := proxy.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
-	}
-	if err := srv.Listen(ctx); err != nil {
-		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
+	for range e.cfg.Proxies {
+		srv, err := proxy.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
+		}
+		if err := srv.Listen(ctx); err != nil {
+			return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
+		}
+		v.srvs = append(v.srvs, srv)
 	}
 	table, err := hashTable(names, e.cfg.Weights)
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
 	}
 	pctx, cancel := context.WithCancel(ctx)
-	v.srv, v.cancel = srv, cancel
-	v.drifts = newDrifter(pctx, srv.Router(), table, names)
-	go func() { v.done <- srv.Serve(pctx) }()
+	v.cancel = cancel
+	v.drifts = newDrifter(pctx, v.srvs[0].Router(), table, names)
+	for _, srv := range v.srvs {
+		go func() { v.done <- srv.Serve(pctx) }()
+	}
 	return v, nil
 }
 
+// fleetSecret is the fleet key of the lab's proxies under
+// TokenScopeSession (in-process, loopback only: no secret to keep).
+const fleetSecret = "causallab-lab-fleet-key-0123456789abcdef"
+
 func (v *viaProxy) spec() *RouterSpec { return &v.sp }
 
-// conn returns session sess's proxy connection, locked; call unlock after.
+// conn returns the connection session sess's next statement runs on,
+// locked; call unlock after. It is worker sess mod Workers' connection to
+// proxy k mod Proxies, k the session's statement count (the statements of
+// a session are dealt across the fleet), redialled after ReconnectEvery
+// statements. Under TokenScopeSession the session's token is set on it
+// first (SET @causal_token): what the session wrote and was shown, on
+// whichever proxy and connection.
 func (v *viaProxy) conn(ctx context.Context, sess int) (*nodeConn, func(), error) {
-	pc := &v.conns[sess%len(v.conns)]
+	v.tokMu[sess].Lock()
+	k, tok := v.stmts[sess], v.sessToks[sess]
+	v.stmts[sess]++
+	v.tokMu[sess].Unlock()
+	proxyIdx := k % len(v.srvs)
+	pc := &v.conns[sess%len(v.conns)][proxyIdx]
 	pc.mu.Lock()
+	if pc.c != nil && v.e.cfg.ReconnectEvery > 0 && pc.used >= v.e.cfg.ReconnectEvery {
+		pc.c.Close()
+		pc.c = nil
+	}
 	if pc.c == nil {
 		p := v.e.nodes.Primary()
-		c, err := dialNode(ctx, v.srv.Addr(), p.User, p.Password)
+		c, err := dialNode(ctx, v.srvs[proxyIdx].Addr(), p.User, p.Password)
 		if err != nil {
 			pc.mu.Unlock()
 			return nil, nil, err
 		}
-		pc.c = c
+		pc.c, pc.used = c, 0
+	}
+	pc.used++
+	if tok != "" {
+		if _, err := pc.c.Execute(ctx, "SET @causal_token = '"+tok+"'"); err != nil {
+			pc.mu.Unlock()
+			return nil, nil, fmt.Errorf("lab: setting the session's token: %w", err)
+		}
 	}
 	return pc.c, pc.mu.Unlock, nil
+}
+
+// keepToken reads the connection's token after session sess's statement
+// (TokenScopeSession): it carries the session's writes and what it was
+// shown, to its next statement on any proxy.
+func (v *viaProxy) keepToken(ctx context.Context, c *nodeConn, sess int) error {
+	if v.e.cfg.TokenScope != TokenScopeSession {
+		return nil
+	}
+	r, err := c.Execute(ctx, "SELECT @causal_token")
+	if err != nil {
+		return fmt.Errorf("lab: reading the session's token: %w", err)
+	}
+	text, err := r.GetString(0, 0)
+	if err != nil {
+		return fmt.Errorf("lab: reading the session's token: %w", err)
+	}
+	if strings.ContainsAny(text, "'\\") {
+		return fmt.Errorf("lab: the proxy's token %q", text)
+	}
+	v.tokMu[sess].Lock()
+	v.sessToks[sess] = strings.Clone(text)
+	v.tokMu[sess].Unlock()
+	return nil
 }
 
 func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) error {
@@ -170,10 +264,17 @@ func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) erro
 	}
 	defer unlock()
 	ack, err := v.e.cfg.Workload.Write(wctx, c, sess, seq, hot)
+	v.fo.noteWrite(ack.GTID, err)
 	if err != nil {
 		return err
 	}
-	g := ack.GTID
+	if v.e.cfg.TokenScope == TokenScopeSession {
+		if err := v.keepToken(wctx, c, sess); err != nil {
+			return err
+		}
+		v.acked(sess, seq, hot, ack)
+		return nil
+	}
 	r, err := c.Execute(wctx, "SELECT @causal_token")
 	var text string
 	if err == nil {
@@ -186,11 +287,7 @@ func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) erro
 	if _, err := c.Execute(wctx, "SET @causal_token = ''"); err != nil {
 		return fmt.Errorf("lab: clearing the proxy connection's token: %w", err)
 	}
-	ss := &v.e.sess[sess]
-	ss.mu.Lock()
-	ss.acked = seq
-	ss.mu.Unlock()
-	v.e.hot.ack(hot, ack.Hot)
+	v.acked(sess, seq, hot, ack)
 	if text == "" {
 		// The write stands (the ground truth judges later reads against
 		// it) but no token protects it: counted, and reported.
@@ -204,10 +301,20 @@ func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) erro
 	v.tokMu[sess].Lock()
 	v.toks[sess] = v.toks[sess].Merge(tok)
 	v.tokMu[sess].Unlock()
-	if gt, perr := gtid.ParseGTID(g); g != "" && perr == nil {
+	return nil
+}
+
+// acked records session sess's write seq (hot row hot) as acknowledged
+// with ack: the ground truth judges later reads against it.
+func (v *viaProxy) acked(sess int, seq int64, hot int, ack WriteAck) {
+	ss := &v.e.sess[sess]
+	ss.mu.Lock()
+	ss.acked = seq
+	ss.mu.Unlock()
+	v.e.hot.ack(hot, ack.Hot)
+	if gt, err := gtid.ParseGTID(ack.GTID); err == nil {
 		v.e.lag.ack(gt, time.Now()) // lag measurement only
 	}
-	return nil
 }
 
 // annotated prefixes every statement with the session's annotations.
@@ -241,6 +348,9 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	}
 	v.routes.Delete(c.connID())
 	own, err := v.e.cfg.Workload.Read(rctx, annotated{c: c, prefix: prefix}, sess, out.Hot)
+	if err == nil {
+		err = v.keepToken(rctx, c, sess)
+	}
 	if rt, ok := v.routes.LoadAndDelete(c.connID()); ok && err == nil {
 		// The proxy reported the route before the answer left it, under
 		// the id of the connection the read ran on: the one whose entry
@@ -252,7 +362,12 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	}
 	// The proxy keeps the monotonic-reads watermark per connection: the
 	// checker judges the read within this connection's scope (Read.Conn).
+	// A session token carries it across connections and proxies: the
+	// scope is then the whole session.
 	out.Conn = c.connID()
+	if v.e.cfg.TokenScope == TokenScopeSession {
+		out.Conn = 0
+	}
 	unlock()
 	out.Done = v.e.since()
 	if err == nil {
@@ -300,16 +415,26 @@ func proxyRefusal(err error) (reason string, deferred, ok bool) {
 func (v *viaProxy) outcomes(ctx context.Context) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+v.srv.HTTPAddr()+"/metrics", nil)
+	out := map[string]float64{}
+	for _, srv := range v.srvs {
+		if err := proxyOutcomes(ctx, srv, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// proxyOutcomes adds srv's reads by outcome to out.
+func proxyOutcomes(ctx context.Context, srv *proxy.Server, out map[string]float64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+srv.HTTPAddr()+"/metrics", nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("lab: the proxy's metrics: %w", err)
+		return fmt.Errorf("lab: the proxy's metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
@@ -323,7 +448,7 @@ func (v *viaProxy) outcomes(ctx context.Context) (map[string]float64, error) {
 		}
 		n, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
 		if err != nil {
-			return nil, fmt.Errorf("lab: the proxy's metrics: %q: %w", line, err)
+			return fmt.Errorf("lab: the proxy's metrics: %q: %w", line, err)
 		}
 		for _, l := range strings.Split(labels, ",") {
 			if o, ok := strings.CutPrefix(l, `outcome="`); ok {
@@ -331,7 +456,7 @@ func (v *viaProxy) outcomes(ctx context.Context) (map[string]float64, error) {
 			}
 		}
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
 // note is the result line with the proxy's own outcome counts.
@@ -348,22 +473,111 @@ func (v *viaProxy) note(ctx context.Context) string {
 	return fmt.Sprintf("%s via proxy: the proxy counted its reads as %s (writes without a token: %d).", v.sp.Name, strings.Join(parts, ", "), v.noToken.Load())
 }
 
+// failover tells the proxy of a promotion, as an orchestrator would
+// (Server.Promote, what POST /admin/promote does; its discovery is off
+// here so that every run follows at the same moment). Every write
+// acknowledged after it by a server other than the new primary is an
+// old primary's (old_primary_writes).
+func (v *viaProxy) failover(ctx context.Context, fr compose.FailoverResult) error {
+	for _, srv := range v.srvs {
+		if _, err := srv.Promote(ctx, fr.NewPrimary, "admin"); err != nil {
+			return fmt.Errorf("lab: %s via proxy: %w", v.sp.Name, err)
+		}
+	}
+	at := time.Now()
+	uuid, err := serverUUID(ctx, v.e.nodes.Primary())
+	if err != nil {
+		return fmt.Errorf("lab: %s via proxy: the new primary's server UUID: %w", v.sp.Name, err)
+	}
+	v.fo.promoted(uuid, at)
+	return nil
+}
+
+// serverUUID reads n's @@server_uuid.
+func serverUUID(ctx context.Context, n compose.Node) (gtid.SID, error) {
+	c, err := dialNode(ctx, n.Addr(), n.User, n.Password)
+	if err != nil {
+		return gtid.SID{}, err
+	}
+	defer c.Close()
+	r, err := c.Execute(ctx, "SELECT @@server_uuid")
+	if err != nil {
+		return gtid.SID{}, err
+	}
+	s, err := r.GetString(0, 0)
+	if err != nil {
+		return gtid.SID{}, err
+	}
+	return gtid.ParseSID(s)
+}
+
+// promoted starts following the writes after a promotion to the primary
+// whose server UUID is cur, told at at.
+func (f *proxyFailover) promoted(cur gtid.SID, at time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.current = cur
+	f.promotedAt, f.resumed = at, false
+	f.promotions++
+}
+
+// noteWrite counts a write's outcome after a promotion: its GTID g (""
+// when it failed with err).
+func (f *proxyFailover) noteWrite(g string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.promotions == 0 {
+		return
+	}
+	if err != nil {
+		f.failedWrites++
+		return
+	}
+	if gt, perr := gtid.ParseGTID(g); perr == nil && gt.SID != f.current {
+		f.oldPrimaryWrites++
+		return
+	}
+	if !f.resumed {
+		f.resumed, f.resume = true, time.Since(f.promotedAt)
+	}
+}
+
+// failoverNote is the result line of the proxy's failovers ("" when none).
+func (v *viaProxy) failoverNote() string {
+	f := &v.fo
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.promotions == 0 {
+		return ""
+	}
+	resume := "no write was acknowledged after it"
+	if f.resumed {
+		resume = fmt.Sprintf("the first write was acknowledged %d ms after the proxy was told (resume_ms)", f.resume.Milliseconds())
+	}
+	return fmt.Sprintf("%s via proxy: %d promotion(s) followed; %s; %d writes failed after it, %d were acknowledged by an old primary (old_primary_writes).",
+		v.sp.Name, f.promotions, resume, f.failedWrites, f.oldPrimaryWrites)
+}
+
 // drift starts (d > 0) or stops (d < 0) d outside readers on the named
 // replica, through the proxy's router (drifter).
 func (v *viaProxy) drift(name string, d int) { v.drifts.drift(name, d) }
 
-// close stops the proxy and closes the lab's connections to it.
+// close stops the proxies and closes the lab's connections to them.
 func (v *viaProxy) close() {
 	v.drifts.close()
-	for i := range v.conns {
-		pc := &v.conns[i]
-		pc.mu.Lock()
-		if pc.c != nil {
-			pc.c.Close()
-			pc.c = nil
+	for w := range v.conns {
+		for i := range v.conns[w] {
+			pc := &v.conns[w][i]
+			pc.mu.Lock()
+			if pc.c != nil {
+				pc.c.Close()
+				pc.c = nil
+			}
+			pc.mu.Unlock()
 		}
-		pc.mu.Unlock()
 	}
 	v.cancel()
-	<-v.done
+	for range v.srvs {
+		<-v.done
+	}
 }

@@ -43,6 +43,9 @@ type labFlags struct {
 	simTrials   int
 	noProgress  bool
 	via         string
+	proxies     int
+	reconnect   int
+	tokenScope  string
 	positions   string
 	watermark   string
 	globalSrc   string
@@ -96,6 +99,9 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.StringVar(&f.globalSrc, "global-source", "primary-query", "where global routers take a read's target: primary-query (the primary's executed set per read) or view (the router's view of the primary, no round trip)")
 	fl.StringVar(&f.positions, "positions", "binlog", "GTID-token routers' positions: binlog (a binlogwatch stream per node) or poll (every --poll, as causallab proxy does by default)")
 	fl.StringVar(&f.watermark, "watermark-source", "", "monotonic-reads watermark of the GTID-token routers: query (read after each replica read) or lazy (bounded by a poll only when a session moves; needs --positions poll); default lazy with poll, else query")
+	fl.IntVar(&f.proxies, "proxies", 1, "--via proxy: proxies per router, a session's statements dealt across them in turn")
+	fl.IntVar(&f.reconnect, "reconnect-every", 0, "--via proxy: redial each connection after this many statements (0: never)")
+	fl.StringVar(&f.tokenScope, "token-scope", "connection", "--via proxy: what a session carries: connection (its writes' token per read; monotonic reads per connection) or session (the signed session token: writes and what it was shown, across connections and proxies)")
 	fl.StringVar(&f.via, "via", "router", "routing path: router (package router/live over binlogwatch positions) or proxy (causallab proxy in-process, tokens in comments); scalar-token routers always run through router/live")
 }
 
@@ -139,6 +145,7 @@ func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailR
 	}
 	cfg := lab.Config{HotRows: f.hotRows, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
 		Mode: lab.Mode(f.mode), Via: lab.Via(f.via), GlobalSource: gsrc,
+		Proxies: f.proxies, ReconnectEvery: f.reconnect, TokenScope: lab.TokenScope(f.tokenScope),
 		Positions: lab.Positions(f.positions), WatermarkSource: lab.WatermarkSource(f.watermark)}
 	changed := cmd.Flags().Changed
 	if changed("condition") {
