@@ -90,9 +90,12 @@ type Config struct {
 	// self-signed certificate generated at start-up.
 	TLSCert string `yaml:"tls_cert"`
 	TLSKey  string `yaml:"tls_key"`
-	// ServerVersion is the version string announced to clients.
-	// Default "8.4.0-causallab".
+	// ServerVersion is the version string announced to clients. Default:
+	// the primary's own (SELECT VERSION() at start), or "8.4.0-causallab"
+	// when the primary does not answer then.
 	ServerVersion string `yaml:"server_version"`
+	// versionFromPrimary: ServerVersion was not configured (validate).
+	versionFromPrimary bool
 	// Primary is the primary server.
 	Primary Backend `yaml:"primary"`
 	// Replicas are the replicas, in the configured (hashing) order.
@@ -644,7 +647,7 @@ func (c *Config) validateHandshake() error {
 		return errors.New("proxy: tls_cert and tls_key go together")
 	}
 	if c.ServerVersion == "" {
-		c.ServerVersion = "8.4.0-causallab"
+		c.ServerVersion, c.versionFromPrimary = "8.4.0-causallab", true
 	}
 	return nil
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/hashroute"
+	"github.com/causallab/causallab/internal/mysqlwire"
 	"github.com/causallab/causallab/internal/procs"
 	"github.com/causallab/causallab/internal/rawnet"
 	"github.com/causallab/causallab/router"
@@ -51,6 +52,10 @@ type Server struct {
 	// keys are the RSA key pair of caching_sha2_password's exchange
 	// without TLS (passthroughAuth, COM_CHANGE_USER under passthrough).
 	keys *clientKeys
+	// tlsConf and tlsKey are the listener's TLS configuration and key
+	// (loadTLS), kept to make the greeting again (greetAsPrimary).
+	tlsConf *tls.Config
+	tlsKey  *rsa.PrivateKey
 	// src is the position source (Config.Source, pollers or binlog
 	// streams); runSrc runs it when the proxy owns it.
 	src    live.PositionSource[gtid.Set]
@@ -209,13 +214,9 @@ func New(cfg Config) (*Server, error) {
 	if s.keys, err = newClientKeys(key); err != nil {
 		return nil, err
 	}
-	s.mysqlSrv = server.NewServerWithAuth(cfg.ServerVersion, mysql.DEFAULT_COLLATION_ID, s.cfg.AuthMethod, key, tlsConf,
-		authProvider{DefaultAuthenticationProvider: &server.DefaultAuthenticationProvider{}, passthrough: s.cfg.Auth == AuthPassthrough, keys: s.keys})
-	// MySQL offers LOCAL INFILE in its greeting (the server variable
-	// local_infile decides later); the proxy relays the file
-	// (relayLocalFile).
-	if err := s.mysqlSrv.SetCapability(mysql.CLIENT_LOCAL_FILES); err != nil {
-		return nil, fmt.Errorf("proxy: %w", err)
+	s.tlsConf, s.tlsKey = tlsConf, key
+	if err := s.greet(cfg.ServerVersion); err != nil {
+		return nil, err
 	}
 	if s.users, s.decoy, err = newUsers(&s.cfg); err != nil {
 		return nil, err
@@ -224,6 +225,49 @@ func New(cfg Config) (*Server, error) {
 		s.log.Warn("proxy: watermark_source all-gtids is not sound: the OK packet's gtid_executed can lack a transaction the read saw (docs/router.md, \"The commit race\")")
 	}
 	return s, nil
+}
+
+// greet makes the MySQL protocol server the clients log in to, its
+// greeting announcing version.
+func (s *Server) greet(version string) error {
+	srv := server.NewServerWithAuth(version, mysql.DEFAULT_COLLATION_ID, s.cfg.AuthMethod, s.tlsKey, s.tlsConf,
+		authProvider{DefaultAuthenticationProvider: &server.DefaultAuthenticationProvider{}, passthrough: s.cfg.Auth == AuthPassthrough, keys: s.keys})
+	// MySQL offers LOCAL INFILE in its greeting (the server variable
+	// local_infile decides later); the proxy relays the file
+	// (relayLocalFile).
+	if err := srv.SetCapability(mysql.CLIENT_LOCAL_FILES); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	s.mysqlSrv = srv
+	return nil
+}
+
+// greetAsPrimary announces the primary's own version (SELECT VERSION())
+// when server_version is not configured, as a client connected to the
+// primary sees it (mysql_get_server_info() then agrees with @@version).
+// A primary that does not answer leaves the default, logged.
+func (s *Server) greetAsPrimary(ctx context.Context) error {
+	if !s.cfg.versionFromPrimary {
+		return nil
+	}
+	b := &s.cfg.Primary
+	vctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	defer cancel()
+	d := &mysqlwire.Dialer{User: b.User, Password: b.Password, Timeout: s.cfg.ConnectTimeout, IOTimeout: s.cfg.ConnectTimeout, PlainIO: s.cfg.SocketIO != "raw"}
+	c, err := d.Dial(vctx, b.Addr, false)
+	var v string
+	if err == nil {
+		defer c.Close()
+		var r *mysql.Result
+		if r, err = mysqlwire.Exec(vctx, c, "SELECT VERSION()"); err == nil {
+			v, err = r.GetString(0, 0)
+		}
+	}
+	if err != nil || v == "" {
+		s.log.Warn("proxy: the primary's version could not be read; the greeting announces the default", "version", s.cfg.ServerVersion, "err", err)
+		return nil
+	}
+	return s.greet(strings.Clone(v))
 }
 
 // loadTLS loads the configured certificate or generates a self-signed one.
@@ -315,6 +359,9 @@ func (s *Server) Router() *live.Router[gtid.Set] { return s.rt }
 func (s *Server) Listen(ctx context.Context) error {
 	if s.rt == nil {
 		if err := s.newRouter(ctx); err != nil {
+			return err
+		}
+		if err := s.greetAsPrimary(ctx); err != nil {
 			return err
 		}
 	}

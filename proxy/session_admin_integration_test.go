@@ -593,3 +593,23 @@ func TestMysqlCLICtrlC(t *testing.T) {
 		t.Fatalf("the client's next statement did not run on session %d:\n%s", id, text)
 	}
 }
+
+// TestGreetingVersion (main.version_with_update_client_api): the greeting
+// announces the primary's own version, so that mysql_get_server_info()
+// agrees with SELECT VERSION(); a configured server_version wins.
+func TestGreetingVersion(t *testing.T) {
+	s := startProxy(t, nil)
+	c := gmConnect(t, s, "app", "apppw")
+	r, err := c.Execute("SELECT VERSION()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := r.GetString(0, 0)
+	if got := c.GetServerVersion(); got != v || !strings.HasPrefix(v, "9.") {
+		t.Fatalf("greeting announces %q, SELECT VERSION() says %q", got, v)
+	}
+	s = startProxy(t, func(c *Config) { c.ServerVersion = "8.0.99-configured" })
+	if got := gmConnect(t, s, "app", "apppw").GetServerVersion(); got != "8.0.99-configured" {
+		t.Fatalf("configured server_version: greeting announces %q", got)
+	}
+}
