@@ -265,37 +265,48 @@ func (s *Server) discover(ctx context.Context) {
 	defer pr.close()
 	warned := uint64(0)
 	for {
+		// The first round at once: its connection to the primary is
+		// open from the start, as the position source's are.
+		s.discoverRound(ctx, func(b *Backend) (bool, bool, error) { return pr.role(ctx, &s.cfg, b) }, &warned)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		cur := s.topo.Load()
-		ro, _, err := pr.role(ctx, &s.cfg, cur.primary)
-		if err == nil && !ro {
-			continue // the primary is the primary
-		}
-		var cands []string
-		for _, r := range cur.replicas {
-			rro, repl, err := pr.role(ctx, &s.cfg, r)
-			if err == nil && !rro && !repl {
-				cands = append(cands, r.Name)
-			}
-		}
-		switch {
-		case len(cands) == 1:
-			if _, err := s.Promote(ctx, cands[0], causeDiscovered); err != nil && ctx.Err() == nil {
-				s.m.discoveries.WithLabelValues("promotion-failed").Inc()
-				s.log.Warn("discovery: promotion failed", "candidate", cands[0], "err", err.Error())
-			}
-		case len(cands) > 1:
-			s.m.discoveries.WithLabelValues("ambiguous").Inc()
-			if warned != cur.epoch {
-				warned = cur.epoch
-				s.log.Warn("discovery: several writable replicas without a source; not following any", "candidates", strings.Join(cands, ", "), "epoch", cur.epoch)
-			}
+	}
+}
+
+// discoverRound is one round of discovery, each node's role read by
+// roleOf (prober.role: read_only, replicating); warned is the epoch an
+// ambiguous round was last logged in. It returns the candidates it found
+// (none while the primary is writable).
+func (s *Server) discoverRound(ctx context.Context, roleOf func(*Backend) (readOnly, replicating bool, err error), warned *uint64) []string {
+	cur := s.topo.Load()
+	ro, _, err := roleOf(cur.primary)
+	if err == nil && !ro {
+		return nil // the primary is the primary
+	}
+	var cands []string
+	for _, r := range cur.replicas {
+		rro, repl, err := roleOf(r)
+		if err == nil && !rro && !repl {
+			cands = append(cands, r.Name)
 		}
 	}
+	switch {
+	case len(cands) == 1:
+		if _, err := s.Promote(ctx, cands[0], causeDiscovered); err != nil && ctx.Err() == nil {
+			s.m.discoveries.WithLabelValues("promotion-failed").Inc()
+			s.log.Warn("discovery: promotion failed", "candidate", cands[0], "err", err.Error())
+		}
+	case len(cands) > 1:
+		s.m.discoveries.WithLabelValues("ambiguous").Inc()
+		if *warned != cur.epoch {
+			*warned = cur.epoch
+			s.log.Warn("discovery: several writable replicas without a source; not following any", "candidates", strings.Join(cands, ", "), "epoch", cur.epoch)
+		}
+	}
+	return cands
 }
 
 // adminPromote answers POST /admin/promote?node=NAME: the promotion as
