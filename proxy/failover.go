@@ -156,6 +156,9 @@ func (s *Server) Promote(ctx context.Context, name, cause string) (Promotion, er
 	s.startWM(next.primaryWM)
 	s.fenced[cur.primary.Name] = true
 	s.topo.Store(next)
+	if r, ok := s.src.(retirer); ok {
+		r.Retire(cur.primary.Name)
+	}
 	p := Promotion{Epoch: next.epoch, Primary: cand.Name, OldPrimary: cur.primary.Name, Base: base.String(), Cause: cause}
 	s.m.promotions.WithLabelValues(cause).Inc()
 	s.m.epoch.Set(float64(next.epoch))
@@ -179,6 +182,15 @@ func (s *Server) firstTopology() *topology {
 	}
 	return t
 }
+
+// retirer is a position source that can stop following a node (the
+// proxy's own pollers, the polled part of positions watchers).
+type retirer interface{ Retire(name string) }
+
+var (
+	_ retirer = (*pollers)(nil)
+	_ retirer = (*watcherSource)(nil)
+)
 
 // startWM starts w under the readers' context (Serve's), or keeps it to
 // be started there when Serve has not run yet; Serve stops it.
@@ -245,6 +257,17 @@ func readRole(ctx context.Context, c *client.Conn) (readOnly, replicating bool, 
 	return v != 0, st.Resultset != nil && len(st.Values) > 0, nil
 }
 
+// keepOnly closes the connections to nodes not in names (a fenced
+// primary's).
+func (p *prober) keepOnly(names []string) {
+	for name, c := range p.conns {
+		if !slices.Contains(names, name) {
+			_ = c.Close()
+			delete(p.conns, name)
+		}
+	}
+}
+
 // close closes every connection.
 func (p *prober) close() {
 	for name, c := range p.conns {
@@ -268,6 +291,7 @@ func (s *Server) discover(ctx context.Context) {
 		// The first round at once: its connection to the primary is
 		// open from the start, as the position source's are.
 		s.discoverRound(ctx, func(b *Backend) (bool, bool, error) { return pr.role(ctx, &s.cfg, b) }, &warned)
+		pr.keepOnly(s.topo.Load().names())
 		select {
 		case <-ctx.Done():
 			return

@@ -112,6 +112,18 @@ func TestProxyFollowsPromotion(t *testing.T) {
 		t.Fatalf("promotion %+v", p)
 	}
 
+	// The fenced primary is no longer polled.
+	polls := func(s *Server) string {
+		return grepLines(metricText(t, s), `causallab_proxy_polls_total{backend="primary"`)
+	}
+	for _, s := range []*Server{discovered, told} {
+		before := polls(s)
+		time.Sleep(300 * time.Millisecond)
+		if after := polls(s); after != before {
+			t.Fatalf("the fenced primary is still polled:\n%s\nthen\n%s", before, after)
+		}
+	}
+
 	newPrimary, _ := tp.Node("replica1")
 	ndb := sqlOpen(t, newPrimary.User+":"+newPrimary.Password+"@tcp("+newPrimary.Addr()+")/")
 	// Fencing: the old primary comes back writable; no proxy writes there.

@@ -24,6 +24,11 @@ import (
 type pollers struct {
 	byName map[string]*live.Poller[gtid.Set]
 	all    []*live.Poller[gtid.Set]
+	// mu guards stops and retired: each running poller's cancel by node
+	// name (Run), and the nodes retired before Run stopped them (Retire).
+	mu      sync.Mutex
+	stops   map[string]context.CancelFunc
+	retired map[string]bool
 	// replicas names the replicas (their pollers read bounds when lazy).
 	replicas map[string]bool
 }
@@ -133,13 +138,38 @@ func (p *pollers) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Run polls every backend until ctx ends.
+// Run polls every backend until ctx ends, or until the backend is
+// retired.
 func (p *pollers) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, pl := range p.all {
-		wg.Go(func() { _ = pl.Run(ctx) })
+	p.mu.Lock()
+	p.stops = map[string]context.CancelFunc{}
+	for name, pl := range p.byName {
+		if p.retired[name] {
+			continue
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		p.stops[name] = cancel
+		wg.Go(func() { _ = pl.Run(pctx); cancel() })
 	}
+	p.mu.Unlock()
 	wg.Wait()
+}
+
+// Retire stops polling the named backend for good (a fenced primary,
+// failover.go): it is no node of the topology any more, and a dead one
+// would be dialled every poll interval forever. Its last position stays,
+// read by nothing.
+func (p *pollers) Retire(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.retired == nil {
+		p.retired = map[string]bool{}
+	}
+	p.retired[name] = true
+	if stop := p.stops[name]; stop != nil {
+		stop()
+	}
 }
 
 // Position implements live.PositionSource[gtid.Set].
@@ -297,6 +327,14 @@ func newWatcherSource(cfg *Config, log *slog.Logger) (*watcherSource, func(conte
 		wg.Wait()
 	}
 	return w, run, nil
+}
+
+// Retire stops following the named backend (pollers.Retire); a watcher's
+// stream is the watcher's own and stays.
+func (w *watcherSource) Retire(name string) {
+	if w.rest != nil {
+		w.rest.Retire(name)
+	}
 }
 
 // Position implements live.PositionSource.
