@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/binlogwatch"
+	"github.com/causallab/causallab/compose/composetest"
 )
 
 // TestFleetSharesWatchers (issue 40, item 3): two proxies take the
@@ -19,6 +20,7 @@ import (
 // of each opening its own binlog stream or polls: both subscribe to each
 // watcher, and both serve read-your-writes with reads on the replicas.
 func TestFleetSharesWatchers(t *testing.T) {
+	composetest.Need(t, topo)
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	watchers := map[string]string{}
