@@ -3,6 +3,7 @@ module github.com/causallab/causallab
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/fzipp/gocyclo v0.6.0
 	github.com/go-mysql-org/go-mysql v1.16.0

@@ -132,6 +132,9 @@ type Config struct {
 	// Via is the routing path: ViaRouter (default) or ViaProxy. Scalar
 	// (TokenLSN) routers always run through package router/live.
 	Via Via
+	// RecordHistory keeps every operation of the run in Result.History
+	// (memory grows with the run: about 200 bytes per operation).
+	RecordHistory bool
 	// Proxies is the fleet's size under ViaProxy: each router runs on
 	// that many proxies, a session's statements dealt across them in turn
 	// (fleet_members the same). Default 1.

@@ -80,6 +80,9 @@ type engine struct {
 	vias    []liveRuntime // the routers run through package router/live
 	proxies []*viaProxy   // the routers run through the in-process proxy
 	down    *downLog      // when nodes were down (the events'), for hashing's came-back rule
+	// history is every completed operation (Config.RecordHistory), in
+	// completion order; only the driver's loop appends to it.
+	history []HistoryOp
 }
 
 func (e *engine) since() time.Duration { return time.Since(e.start) }
@@ -104,6 +107,7 @@ type op struct {
 	due     time.Duration
 	started time.Duration
 	read    Read
+	ack     WriteAck // write
 	err     error
 }
 
@@ -180,7 +184,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 				o.started = e.since()
 				rt := e.routers[ss[o.sess].router]
 				if o.write {
-					o.err = rt.write(wctx, o.sess, o.seq, o.hot)
+					o.ack, o.err = rt.write(wctx, o.sess, o.seq, o.hot)
 				} else {
 					o.read.Issued = o.started
 					rt.read(wctx, o.sess, &o.read)
@@ -222,6 +226,9 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		now := e.since()
 		s := &ss[o.sess]
 		a := accs[s.router]
+		if cfg.RecordHistory {
+			e.recordOp(o, e.routers[s.router].spec().Name, now)
+		}
 		a.behind = append(a.behind, o.started-o.due)
 		if o.write {
 			s.writeBusy = false
@@ -387,6 +394,9 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 		})
 		if err != nil {
 			return nil, err
+		}
+		for i := range gr.History {
+			gr.History[i].Run = gi
 		}
 		res.Merge(gr)
 	}
@@ -658,6 +668,7 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 		Polls: g.poll.polls.Load(), PollErrors: g.poll.pollErrors.Load(), Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load()}
 	res.FaultErrors += cst.FaultErrors.Load()
 	res.Failovers = evlog.failovers
+	res.History = g.e.history
 	if n := cst.HeavyTxns.Load(); n > 0 {
 		res.HeavyMeanMs = ms(time.Duration(cst.HeavyNanos.Load() / n))
 	}

@@ -29,6 +29,9 @@ type Result struct {
 	Lag LagStats `json:"lag"`
 	// Routers holds one row per router.
 	Routers []RouterResult `json:"routers"`
+	// History is every operation of the run (Config.RecordHistory; nil
+	// otherwise), for checkers outside the driver (CheckLinearizable).
+	History []HistoryOp `json:"-"`
 	// MeasureSeconds is the wall time of the measurement phases.
 	MeasureSeconds float64 `json:"measure_seconds"`
 	// ElapsedSeconds includes setup and catch-up waits.
@@ -76,6 +79,7 @@ type Result struct {
 // (experiment, condition, mode, via, config, offered writes), taken from o
 // where r has none.
 func (r *Result) Merge(o *Result) {
+	r.History = append(r.History, o.History...)
 	if r.Experiment == "" {
 		r.Experiment = o.Experiment
 	}

@@ -255,25 +255,25 @@ func (v *viaProxy) keepToken(ctx context.Context, c *nodeConn, sess int) error {
 	return nil
 }
 
-func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) error {
+func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) (ack WriteAck, err error) {
 	wctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
 	defer cancel()
 	c, unlock, err := v.conn(wctx, sess)
 	if err != nil {
-		return err
+		return ack, err
 	}
 	defer unlock()
-	ack, err := v.e.cfg.Workload.Write(wctx, c, sess, seq, hot)
+	ack, err = v.e.cfg.Workload.Write(wctx, c, sess, seq, hot)
 	v.fo.noteWrite(ack.GTID, err)
 	if err != nil {
-		return err
+		return ack, err
 	}
 	if v.e.cfg.TokenScope == TokenScopeSession {
 		if err := v.keepToken(wctx, c, sess); err != nil {
-			return err
+			return ack, err
 		}
 		v.acked(sess, seq, hot, ack)
-		return nil
+		return ack, nil
 	}
 	r, err := c.Execute(wctx, "SELECT @causal_token")
 	var text string
@@ -282,26 +282,26 @@ func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) erro
 		text = strings.Clone(text)
 	}
 	if err != nil {
-		return fmt.Errorf("lab: reading the proxy's token: %w", err)
+		return ack, fmt.Errorf("lab: reading the proxy's token: %w", err)
 	}
 	if _, err := c.Execute(wctx, "SET @causal_token = ''"); err != nil {
-		return fmt.Errorf("lab: clearing the proxy connection's token: %w", err)
+		return ack, fmt.Errorf("lab: clearing the proxy connection's token: %w", err)
 	}
 	v.acked(sess, seq, hot, ack)
 	if text == "" {
 		// The write stands (the ground truth judges later reads against
 		// it) but no token protects it: counted, and reported.
 		v.noToken.Add(1)
-		return nil
+		return ack, nil
 	}
 	tok, err := gtid.ParseToken(text)
 	if err != nil {
-		return fmt.Errorf("lab: the proxy's token %q: %w", text, err)
+		return ack, fmt.Errorf("lab: the proxy's token %q: %w", text, err)
 	}
 	v.tokMu[sess].Lock()
 	v.toks[sess] = v.toks[sess].Merge(tok)
 	v.tokMu[sess].Unlock()
-	return nil
+	return ack, nil
 }
 
 // acked records session sess's write seq (hot row hot) as acknowledged

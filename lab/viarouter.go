@@ -41,7 +41,10 @@ const (
 // type.
 type routerRuntime interface {
 	spec() *RouterSpec
-	write(ctx context.Context, sess int, seq int64, hot int) error
+	// write runs session sess's write seq to hot row hot; its ack (the
+	// version the hot row got, the GTID) is valid where ack.Hot > 0, even
+	// with an error after the write committed.
+	write(ctx context.Context, sess int, seq int64, hot int) (WriteAck, error)
 	read(ctx context.Context, sess int, out *Read)
 }
 
@@ -273,7 +276,7 @@ func (r *routedQuery[P]) Execute(ctx context.Context, q string) (*mysql.Result, 
 	return rd.Result, nil
 }
 
-func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) error {
+func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) (ack WriteAck, err error) {
 	v.mu[sess].Lock()
 	defer v.mu[sess].Unlock()
 	s := v.session(sess)
@@ -281,7 +284,7 @@ func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) 
 	defer cancel()
 	// Exec borrows a connection of the router's shared, bounded primary
 	// pool (Config.PrimaryPool) for the autocommit write and gives it back.
-	ack, err := v.e.cfg.Workload.Write(wctx, primaryExec[P]{s}, sess, seq, hot)
+	ack, err = v.e.cfg.Workload.Write(wctx, primaryExec[P]{s}, sess, seq, hot)
 	g := ack.GTID
 	if errors.Is(err, live.ErrMissingGTID) {
 		// The write committed but the router could not token it: the ground
@@ -290,7 +293,7 @@ func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) 
 		err = nil
 	}
 	if err != nil {
-		return err
+		return ack, err
 	}
 	ss := &v.e.sess[sess]
 	ss.mu.Lock()
@@ -300,7 +303,7 @@ func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) 
 	if gt, perr := gtid.ParseGTID(g); g != "" && perr == nil {
 		v.e.lag.ack(gt, time.Now()) // lag measurement only
 	}
-	return nil
+	return ack, nil
 }
 
 func (v *viaRouter[P]) read(ctx context.Context, sess int, out *Read) {
