@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"testing"
@@ -65,6 +66,7 @@ func TestGlobalLinearizable(t *testing.T) {
 	}{{"primary-query", live.GlobalPrimaryQuery}, {"view", live.GlobalView}} {
 		t.Run(c.name, func(t *testing.T) {
 			res := runUnderLag(t, "global,any", Config{Sessions: 300, RecordHistory: true, GlobalSource: c.src})
+			checkHistoryFiles(t, res)
 			for _, name := range []string{"global", "any"} {
 				asserted := name == "global" && c.src == live.GlobalPrimaryQuery
 				timeout := 15 * time.Second // per row, for the logged verdicts
@@ -97,5 +99,26 @@ func TestGlobalLinearizable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkHistoryFiles (issue 41, item 4): the run's EDN history passes the
+// strict check, and a fresh Checker fed the JSON-lines history alone
+// counts each router's RYW and MR violations as the run did.
+func checkHistoryFiles(t *testing.T, res *Result) {
+	t.Helper()
+	var js, edn bytes.Buffer
+	if err := WriteHistoryJSON(&js, res.History); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteHistoryEDN(&edn, res.History, res.Config.Sessions, res.Config.HotRows); err != nil {
+		t.Fatal(err)
+	}
+	checkEDN(t, edn.Bytes(), len(res.History))
+	counts := recount(t, js.Bytes(), res.Config.Sessions, res.Config.HotRows)
+	for _, r := range res.Routers {
+		if got := counts[r.Name]; got != [2]int64{r.RYW, r.MR} {
+			t.Errorf("%s: the history file counts RYW %d, MR %d; the run counted %d, %d", r.Name, got[0], got[1], r.RYW, r.MR)
+		}
 	}
 }

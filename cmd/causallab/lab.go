@@ -38,6 +38,7 @@ type labFlags struct {
 	format      string
 	wide        bool
 	out         string
+	history     string
 	failOn      string
 	noSim       bool
 	simTrials   int
@@ -91,6 +92,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.StringVar(&f.condition, "condition", cond, "lag condition: identical, straggler, heavy, apply-delay, staggered, or a '+' combination")
 	fl.StringVar(&f.format, "format", "md", "output: md (the compact table, fits 80 columns), csv or json (every column)")
 	fl.BoolVar(&f.wide, "wide", false, "md: every column and note (the compact table is what README shows)")
+	fl.StringVar(&f.history, "history", "", "also write the run's history into this directory: every operation as JSON lines and as Elle's rw-register EDN (docs/lab.md, \"Histories\")")
 	fl.StringVar(&f.out, "out", "", "also write the tables in full (md, csv, json), the charts (SVG and PNG) and report.html into this directory")
 	fl.StringVar(&f.failOn, "fail-on", "", "exit 3 when a rule holds, e.g. 'ryw>0,mr>0' or 'token-ryw-mr:ryw>0' (metrics: "+strings.Join(lab.FailMetricNames(), ", ")+")")
 	fl.BoolVar(&f.noSim, "no-sim", false, "skip the simulator's prediction")
@@ -146,6 +148,7 @@ func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailR
 	cfg := lab.Config{HotRows: f.hotRows, Seed: f.seed, Workers: f.workers, PollInterval: f.poll,
 		Mode: lab.Mode(f.mode), Via: lab.Via(f.via), GlobalSource: gsrc,
 		Proxies: f.proxies, ReconnectEvery: f.reconnect, TokenScope: lab.TokenScope(f.tokenScope),
+		RecordHistory: f.history != "",
 		Positions: lab.Positions(f.positions), WatermarkSource: lab.WatermarkSource(f.watermark)}
 	changed := cmd.Flags().Changed
 	if changed("condition") {
@@ -289,6 +292,12 @@ func (f *labFlags) emit(cmd *cobra.Command, results []*lab.Result, format lab.Fo
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "causallab lab: wrote %s/report.html\n", f.out)
+	}
+	if f.history != "" {
+		if err := lab.WriteHistory(f.history, results); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "causallab lab: wrote the history into %s\n", f.history)
 	}
 	fails := lab.FailuresAll(results, rules)
 	if len(fails) > 0 {
