@@ -149,7 +149,7 @@ func (f *labFlags) options(cmd *cobra.Command) (lab.ScenarioOptions, []lab.FailR
 		Mode: lab.Mode(f.mode), Via: lab.Via(f.via), GlobalSource: gsrc,
 		Proxies: f.proxies, ReconnectEvery: f.reconnect, TokenScope: lab.TokenScope(f.tokenScope),
 		RecordHistory: f.history != "",
-		Positions: lab.Positions(f.positions), WatermarkSource: lab.WatermarkSource(f.watermark)}
+		Positions:     lab.Positions(f.positions), WatermarkSource: lab.WatermarkSource(f.watermark)}
 	changed := cmd.Flags().Changed
 	if changed("condition") {
 		if cfg.Condition, err = lab.ParseCondition(f.condition); err != nil {
