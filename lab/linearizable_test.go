@@ -61,12 +61,8 @@ func runLinearizable(t *testing.T, src live.GlobalSource) *Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cond, err := ParseCondition("straggler+heavy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cond.StragglerEvery, cond.StragglerMin, cond.StragglerMax = 2*time.Second, 300*time.Millisecond, 900*time.Millisecond
-	cfg := Config{Sessions: 150, RecordHistory: true, GlobalSource: src, WriteRate: 50, Duration: 6 * time.Second, Condition: cond}
+	cfg := Config{Sessions: 150, RecordHistory: true, GlobalSource: src, WriteRate: 50, Duration: 6 * time.Second, Condition: lagCondition(t)}
+	var err error
 	if cfg.Routers, err = ParseRouters("global,any"); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +80,7 @@ func runLinearizable(t *testing.T, src live.GlobalSource) *Result {
 // linearizable (porcupine), with its target read on the primary per read
 // (global_source primary-query). With the router's view of the primary
 // as the target (view), a read may miss another session's write
-// acknowledged just before it: the verdicts are logged (docs/lab.md,
+// acknowledged just before it: the verdicts are logged (docs/lab-checks.md,
 // "Linearizability"), as are any's.
 func TestGlobalLinearizable(t *testing.T) {
 	composetest.Need(t, topo)

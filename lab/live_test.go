@@ -60,15 +60,24 @@ func accounted(t *testing.T, r *RouterResult) {
 // the heavy transactions alone, and one loaded CI run saw it peak at
 // 95 ms, too little for any RYW violation of the any router in 1,194
 // reads.
-func runUnderLag(t *testing.T, routers string, cfg Config) *Result {
+// lagCondition is the live tests' straggler+heavy: a stall every 2 s,
+// 300-900 ms long.
+func lagCondition(t *testing.T) ConditionSpec {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
 	cond, err := ParseCondition("straggler+heavy")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cond.StragglerEvery, cond.StragglerMin, cond.StragglerMax = 2*time.Second, 300*time.Millisecond, 900*time.Millisecond
+	return cond
+}
+
+func runUnderLag(t *testing.T, routers string, cfg Config) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cond := lagCondition(t)
+	var err error
 	if cfg.Routers, err = ParseRouters(routers); err != nil {
 		t.Fatal(err)
 	}
