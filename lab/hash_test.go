@@ -347,7 +347,7 @@ func TestCheckFailOnAllHash(t *testing.T) {
 	}
 	ok := mustRules(t, "affinity(full-list):mr_needless>0,affinity(available-only):mr_needless<10,affinity(rebalance-override):mr_needless<10")
 	if err := CheckFailOnAll(scs, ScenarioOptions{}, ok); err != nil {
-		t.Errorf("the CI rules of docs/lab.md refused: %v", err)
+		t.Errorf("the CI rules of docs/lab-api.md refused: %v", err)
 	}
 	err := CheckFailOnAll(scs, ScenarioOptions{}, mustRules(t, "affinity(fulllist):mr>0"))
 	if err == nil || !strings.Contains(err.Error(), "names no router of hash-down, hash-flap, hash-drift") {

@@ -26,7 +26,7 @@ import (
 // truth (the rows MySQL returned) finds: chosen-down (the id's first
 // choice was down: unavoidable), needless (the first choice was up and the
 // mode moved the session anyway: the edge cases), came-back (the session's
-// server had been down since its previous read). docs/lab.md gives the
+// server had been down since its previous read). docs/lab-checks.md gives the
 // rules; hashroute's TestTrackerFullListNeverNeedless proves that
 // full-list's needless counts are zero by construction.
 

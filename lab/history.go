@@ -86,7 +86,7 @@ func (e *engine) recordOp(o *op, r string, now time.Duration) {
 // writes are numbered 1, 2, ...; a write of unknown outcome, :info,
 // without the hot row's unknown version); a read [[:r own v] [:r 0 v0]
 // ...].
-// docs/lab.md, "Histories", maps each causallab count to Elle's anomaly.
+// docs/lab-checks.md, "Histories", maps each causallab count to Elle's anomaly.
 
 // HistoryJSON is one line of the JSON-lines history.
 type HistoryJSON struct {

@@ -27,7 +27,7 @@ import (
 )
 
 // Format is a table output format: md, csv (the simulator's table
-// renderers) or json (the full Result, documented in docs/lab.md).
+// renderers) or json (the full Result, documented in docs/lab-api.md).
 type Format = sim.Format
 
 // ParseFormat checks a format name (md, csv, json).

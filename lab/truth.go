@@ -15,7 +15,7 @@ import (
 // (Seq) that the session's own row stores, and bumps one of a few shared hot
 // rows, reporting the version it gave it; every read returns, in one
 // statement (one InnoDB read view), the session's own row and every hot row.
-// docs/lab.md argues why the three checks below (read-your-writes,
+// docs/lab-checks.md argues why the three checks below (read-your-writes,
 // monotonic reads, all-writes) find every violation they claim and claim
 // only real ones.
 

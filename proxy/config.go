@@ -277,7 +277,7 @@ type Config struct {
 	// position source has read every backend once, or when this passes
 	// first (the backends not read are logged and counted in
 	// causallab_proxy_startup_unread_total); a client connecting before
-	// then gets its greeting then (docs/proxy.md, "Readiness"). Default 10s.
+	// then gets its greeting then (docs/proxy-fleet.md, "Readiness"). Default 10s.
 	StartupTimeout time.Duration `yaml:"startup_timeout"`
 	// IdleTimeout disconnects a client idle between commands that long
 	// (MySQL's wait_timeout; the client is told why, as MySQL tells it:

@@ -92,7 +92,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.StringVar(&f.condition, "condition", cond, "lag condition: identical, straggler, heavy, apply-delay, staggered, or a '+' combination")
 	fl.StringVar(&f.format, "format", "md", "output: md (the compact table, fits 80 columns), csv or json (every column)")
 	fl.BoolVar(&f.wide, "wide", false, "md: every column and note (the compact table is what README shows)")
-	fl.StringVar(&f.history, "history", "", "also write the run's history into this directory: every operation as JSON lines and as Elle's rw-register EDN (docs/lab.md, \"Histories\")")
+	fl.StringVar(&f.history, "history", "", "also write the run's history into this directory: every operation as JSON lines and as Elle's rw-register EDN (docs/lab-checks.md, \"Histories\")")
 	fl.StringVar(&f.out, "out", "", "also write the tables in full (md, csv, json), the charts (SVG and PNG) and report.html into this directory")
 	fl.StringVar(&f.failOn, "fail-on", "", "exit 3 when a rule holds, e.g. 'ryw>0,mr>0' or 'token-ryw-mr:ryw>0' (metrics: "+strings.Join(lab.FailMetricNames(), ", ")+")")
 	fl.BoolVar(&f.noSim, "no-sim", false, "skip the simulator's prediction")
