@@ -93,6 +93,8 @@ type metrics struct {
 	// kind (query, connection) and outcome (killed, idle, unknown-thread,
 	// denied, not-literal): session_admin.go.
 	kills *prometheus.CounterVec
+	// killResends counts kills re-sent to a statement still in flight.
+	killResends prometheus.Counter
 }
 
 // The roles of the statements counter (its role label).
@@ -190,6 +192,8 @@ func newMetrics() *metrics {
 		Name: "causallab_proxy_handshakes", Help: "Client connections still in their login (greeting, TLS, authentication), bounded by max_handshakes."})
 	m.kills = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_kills_total", Help: "KILL statements the proxy answered on its own sessions, by kind (query, connection) and outcome (killed: a statement in flight was killed or the connection ended; idle: nothing was running; unknown-thread: 1094; denied: 1095; not-literal: the id was not a literal, refused)."}, []string{"kind", "outcome"})
+	m.killResends = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "causallab_proxy_kill_resends_total", Help: "KILL QUERY re-sent to a statement still in flight after the last one (it may have reached the server before the statement)."})
 	m.promotions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_promotions_total", Help: "Promotions the proxy followed (a replica became the primary of a new epoch), by cause (admin: POST /admin/promote; discovered: discover roles)."}, []string{"cause"})
 	m.epoch = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -199,6 +203,6 @@ func newMetrics() *metrics {
 	m.adminRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "causallab_proxy_admin_requests_total", Help: "Admin API calls by endpoint and result (ok, refused, unauthorized)."}, []string{"endpoint", "result"})
 	m.reg.MustRegister(m.promotions, m.epoch, m.discoveries, m.adminRequests)
-	m.reg.MustRegister(m.ready, m.startupUnread, m.procsChanges, m.handshakes, m.kills)
+	m.reg.MustRegister(m.ready, m.startupUnread, m.procsChanges, m.handshakes, m.kills, m.killResends)
 	return m
 }

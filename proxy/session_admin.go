@@ -54,6 +54,9 @@ type runState struct {
 	node    *Backend
 	home    *pool
 	killing int
+	// calls counts the calls entered: a kill re-sent (killRunning) only
+	// reaches the call it was first sent to.
+	calls uint64
 	// interrupted: a KILL QUERY reached the current command's statement
 	// (the command's error becomes 1317); ended: a KILL ended the session.
 	interrupted bool
@@ -106,6 +109,7 @@ func (r *runState) enter(bc *backendConn) bool {
 		return false
 	}
 	r.bc, r.thread, r.node, r.home = bc, id, bc.b, bc.home
+	r.calls++
 	return true
 }
 
@@ -492,7 +496,7 @@ func (s *session) userVarID(name string) (uint64, error) {
 // (runState.leave).
 func (s *session) killRunning(r *runState, end bool) bool {
 	r.mu.Lock()
-	bc, id, node, home := r.bc, r.thread, r.node, r.home
+	bc, id, node, home, call := r.bc, r.thread, r.node, r.home, r.calls
 	running := bc != nil && id != 0
 	hit := r.cmd != 0
 	if running {
@@ -510,21 +514,74 @@ func (s *session) killRunning(r *runState, end bool) bool {
 	}
 	r.mu.Unlock()
 	if running {
-		// Bounded by connect_timeout; it outlives neither session's need.
-		err := killQuery(unpublished(context.WithoutCancel(s.ctx)), node, id, &s.srv.cfg, home)
-		if err != nil {
-			s.srv.m.backendErrors.WithLabelValues(node.Name, "kill").Inc()
-			s.srv.log.Debug("KILL QUERY of a session's statement failed", "backend", node.Name, "err", err.Error())
+		if s.sendKill(r, node, id, home) {
+			s.killAgain(r, bc, call, node, id, home)
 		}
-		r.mu.Lock()
-		r.killing--
-		r.cond.Broadcast()
-		r.mu.Unlock()
 	}
 	if end && stop != nil {
 		stop()
 	}
 	return hit
+}
+
+// killResend bounds how long killAgain re-sends a kill: the first wait,
+// and the total.
+const (
+	killResendFirst = 20 * time.Millisecond
+	killResendTotal = 2500 * time.Millisecond
+)
+
+// killAgain re-sends the kill while the call it was sent to (call, on
+// bc) is still in flight, at doubling intervals up to killResendTotal. The
+// proxy publishes a statement as running when it sends it: a kill that
+// reaches the server before the statement finds the thread idle, which
+// MySQL ignores, and the statement would run on. A re-sent kill never
+// reaches another statement: it is sent only while the call has not
+// left, and the call does not leave before it ran (runState.leave), so
+// the session's next command cannot have begun. A kill that failed (its
+// node unreachable, counted) is not sent again.
+func (s *session) killAgain(r *runState, bc *backendConn, call uint64, node *Backend, id uint32, home *pool) {
+	deadline := time.Now().Add(killResendTotal)
+	for wait := killResendFirst; time.Now().Add(wait).Before(deadline); wait *= 2 {
+		t := time.NewTimer(wait)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		still := r.bc == bc && r.calls == call
+		if still {
+			r.killing++
+		}
+		r.mu.Unlock()
+		if !still {
+			return
+		}
+		s.srv.m.killResends.Inc()
+		if !s.sendKill(r, node, id, home) {
+			return
+		}
+	}
+}
+
+// sendKill sends KILL QUERY id to node for a call of r (whose killing
+// count the caller raised) and lets the call leave once it ran; false:
+// it failed, counted and logged at debug (the KILL statement itself
+// succeeds, as MySQL's does once it found the thread).
+func (s *session) sendKill(r *runState, node *Backend, id uint32, home *pool) bool {
+	// Bounded by connect_timeout; it outlives neither session's need.
+	err := killQuery(unpublished(context.WithoutCancel(s.ctx)), node, id, &s.srv.cfg, home)
+	if err != nil {
+		s.srv.m.backendErrors.WithLabelValues(node.Name, "kill").Inc()
+		s.srv.log.Debug("KILL QUERY of a session's statement failed", "backend", node.Name, "err", err.Error())
+	}
+	r.mu.Lock()
+	r.killing--
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	return err == nil
 }
 
 // endFunc is what KILL CONNECTION does to a session: its client

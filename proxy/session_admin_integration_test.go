@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/compose/composetest"
@@ -611,5 +613,94 @@ func TestGreetingVersion(t *testing.T) {
 	s = startProxy(t, func(c *Config) { c.ServerVersion = "8.0.99-configured" })
 	if got := gmConnect(t, s, "app", "apppw").GetServerVersion(); got != "8.0.99-configured" {
 		t.Fatalf("configured server_version: greeting announces %q", got)
+	}
+}
+
+// TestKillQueryBeforeStatement: a KILL QUERY that reaches the server
+// before the statement it was sent for (the proxy publishes a statement
+// as running when it sends it) finds the thread idle, which MySQL
+// ignores; the proxy sends it again while the statement is in flight, so
+// the statement is still interrupted. The primary is behind a forwarder
+// that holds the statement's packet for 800 ms; the kill, on the proxy's
+// own connection, is not held. Before, the statement ran its 30 s.
+func TestKillQueryBeforeStatement(t *testing.T) {
+	composetest.Need(t, topo)
+	fwd := holdingForwarder(t, topo.Primary().Addr(), "SLEEP(30)", 800*time.Millisecond)
+	s := startProxy(t, func(c *Config) { c.Primary.Addr = fwd })
+	killer := gmConnect(t, s, "app", "apppw")
+	target := gmConnect(t, s, "app", "apppw")
+	id := uint64(target.GetConnectionID())
+	done := make(chan error, 1)
+	go func() {
+		_, err := target.Execute("DO (SELECT 1 FROM DUAL WHERE SLEEP(30) = 0)")
+		done <- err
+	}()
+	waitRunning(t, killer, id, "SLEEP(30)")
+	if _, err := killer.Execute(fmt.Sprintf("KILL QUERY %d", id)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if myErrCode(err) != mysql.ER_QUERY_INTERRUPTED {
+			t.Fatalf("killed statement answered %v, want 1317", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("still running 20 s after KILL QUERY: the kill that came first was not sent again")
+	}
+	if n := testutil.ToFloat64(s.m.killResends); n == 0 {
+		t.Error("kill_resends_total is 0: the first kill should have found the thread idle")
+	}
+	if got := gmUint(t, target, "SELECT 41 + 1"); got != 42 {
+		t.Fatalf("after the kill: %d", got)
+	}
+}
+
+// holdingForwarder forwards loopback connections to addr, holding each
+// client-to-server read that contains marker for hold before passing it
+// on; it returns its address.
+func holdingForwarder(t *testing.T, addr, marker string, hold time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go forwardHolding(c, addr, []byte(marker), hold)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func forwardHolding(c net.Conn, addr string, marker []byte, hold time.Duration) {
+	defer c.Close()
+	up, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() {
+		_, _ = io.Copy(c, up)
+		c.Close()
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			if bytes.Contains(buf[:n], marker) {
+				time.Sleep(hold)
+			}
+			if _, werr := up.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
