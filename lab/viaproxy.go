@@ -59,6 +59,12 @@ type viaProxy struct {
 	// counts its statements (which proxy the next one goes to).
 	sessToks []string
 	stmts    []int
+	// serial[i] holds session i's statement under TokenScopeSession from
+	// the token it sets to the token it keeps: a session's write and read
+	// may overlap in the driver, and a signed token cannot be merged by
+	// its client, so the one kept last would drop what the other added
+	// (a read's token kept after a concurrent write's lacks the write).
+	serial []sync.Mutex
 	// noToken counts writes after which the proxy returned no token.
 	noToken atomic.Int64
 	// routes holds the proxy's report of each connection's last routed
@@ -137,7 +143,7 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 	}
 	v := &viaProxy{sp: sp, e: e, done: make(chan error, e.cfg.Proxies),
 		conns: make([][]proxyConn, e.cfg.Workers), tokMu: make([]sync.Mutex, e.cfg.Sessions), toks: make([]gtid.Token, e.cfg.Sessions),
-		sessToks: make([]string, e.cfg.Sessions), stmts: make([]int, e.cfg.Sessions)}
+		sessToks: make([]string, e.cfg.Sessions), stmts: make([]int, e.cfg.Sessions), serial: make([]sync.Mutex, e.cfg.Sessions)}
 	for w := range v.conns {
 		v.conns[w] = make([]proxyConn, e.cfg.Proxies)
 	}
@@ -255,7 +261,18 @@ func (v *viaProxy) keepToken(ctx context.Context, c *nodeConn, sess int) error {
 	return nil
 }
 
+// serialize holds session sess's statement under TokenScopeSession
+// (viaProxy.serial); call the returned function after it.
+func (v *viaProxy) serialize(sess int) func() {
+	if v.e.cfg.TokenScope != TokenScopeSession {
+		return func() {}
+	}
+	v.serial[sess].Lock()
+	return v.serial[sess].Unlock
+}
+
 func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) (ack WriteAck, err error) {
+	defer v.serialize(sess)()
 	wctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
 	defer cancel()
 	c, unlock, err := v.conn(wctx, sess)
@@ -335,6 +352,7 @@ func (a annotated) ExecuteWrite(ctx context.Context, q string) (*mysql.Result, s
 
 func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	v.e.hot.issue(&v.e.sess[sess], out)
+	defer v.serialize(sess)()
 	v.tokMu[sess].Lock()
 	tok := v.toks[sess]
 	v.tokMu[sess].Unlock()
