@@ -59,7 +59,7 @@ func TestStraggleCountsFaults(t *testing.T) {
 		var st conditionStats
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
-		go func() { cond.run(ctx, f, 1, &st, slog.New(slog.DiscardHandler)); close(done) }()
+		go func() { cond.run(ctx, f, 1, "", &st, slog.New(slog.DiscardHandler)); close(done) }()
 		// wait until the straggler has tried to stop the applier
 		for {
 			f.mu.Lock()

@@ -294,6 +294,9 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("unknown path %q (want router or proxy)", c.Via))
 	}
 	errs = append(errs, c.checkFleet()...)
+	if c.Condition.has(CondRowLock) && lockQuery(c.Workload) == "" {
+		errs = append(errs, fmt.Errorf("condition %s needs a workload that can lock a hot row (LockQuery, as DefaultWorkload has)", CondRowLock))
+	}
 	if c.Positions != PositionsBinlog && c.Positions != PositionsPoll {
 		errs = append(errs, fmt.Errorf("unknown positions %q (want binlog or poll)", c.Positions))
 	}

@@ -144,6 +144,11 @@ type routerAcc struct {
 	writeLat  []time.Duration
 	behind    []time.Duration // dispatch delay (driver health)
 	hash      *hashAcc        // affinity routers: moves and violations by cause
+	// prefixJudged counts the served reads the prefix check judged,
+	// nonPrefix those whose state is no prefix of the primary's history
+	// (PrefixCheck); prefixWitnesses shows the first few.
+	prefixJudged, nonPrefix int64
+	prefixWitnesses         []string
 }
 
 type binCount struct{ reads, primary int32 }
@@ -171,6 +176,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 			hash: newHashAcc(e.routers[i].spec(), names, cfg.Sessions, e.down)}
 	}
 
+	pfx := newPrefixRun(cfg.Sessions, cfg.HotRows)
 	jobs := make(chan *op)
 	done := make(chan *op, cfg.Workers)
 	var wg sync.WaitGroup
@@ -229,6 +235,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		if cfg.RecordHistory {
 			e.recordOp(o, e.routers[s.router].spec().Name, now)
 		}
+		pfx.completed(o, s.router)
 		a.behind = append(a.behind, o.started-o.due)
 		if o.write {
 			s.writeBusy = false
@@ -354,6 +361,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 	if progress != nil {
 		progress(Progress{Phase: PhaseDrain, Elapsed: e.since(), Reads: total.Reads, RYW: total.RYW, MR: total.MR})
 	}
+	pfx.judge(accs)
 	return accs, chk, nil
 }
 
@@ -635,7 +643,7 @@ func (g *group) run(ctx context.Context, sched []scheduledWrite, progress func(P
 	evwg.Add(1)
 	go func() {
 		defer evwg.Done()
-		cfg.Condition.run(cctx, topo, cfg.Seed, m.cst, cfg.Logger)
+		cfg.Condition.run(cctx, topo, cfg.Seed, lockQuery(cfg.Workload), m.cst, cfg.Logger)
 	}()
 	e.start = time.Now()
 	if len(cfg.Condition.Events) > 0 {
@@ -665,7 +673,7 @@ func (g *group) run(ctx context.Context, sched []scheduledWrite, progress func(P
 func (g *group) collect(ctx context.Context, m *measurement) *Result {
 	cst, evlog := m.cst, m.events
 	res := &Result{MeasureSeconds: m.measured.Seconds(), Notes: append(g.notes, evlog.lines...), FaultErrors: int64(evlog.errs),
-		Polls: g.poll.polls.Load(), PollErrors: g.poll.pollErrors.Load(), Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load()}
+		Polls: g.poll.polls.Load(), PollErrors: g.poll.pollErrors.Load(), Stalls: cst.Stalls.Load(), HeavyTxns: cst.HeavyTxns.Load(), RowLocks: cst.RowLocks.Load()}
 	res.FaultErrors += cst.FaultErrors.Load()
 	res.Failovers = evlog.failovers
 	res.History = g.e.history
@@ -701,6 +709,9 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 				"monotonic reads hold per connection, so each started its session's guarantee afresh, and %d of them went back in time across it "+
 				"(mr_across_reconnect, not counted in mr).", g.e.routers[i].spec().Name, t.Reconnects, reconnectCause(g.cfg), t.MRAcrossReconnect))
 		}
+	}
+	if n := prefixNote(res.Routers); n != "" {
+		res.Notes = append(res.Notes, n)
 	}
 	res.Faults = evlog.down.windows(m.measured)
 	res.ReplicaLag = g.lag.perReplica(g.topo.Replicas())

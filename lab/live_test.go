@@ -110,7 +110,23 @@ func runUnderLag(t *testing.T, routers string, cfg Config) *Result {
 	if res.Stalls == 0 {
 		t.Fatalf("the straggler never stalled (%d fault errors): no lag to route around", res.FaultErrors)
 	}
+	prefixHolds(t, res)
 	return res
+}
+
+// prefixHolds: on default replicas (replica_preserve_commit_order=ON)
+// every served read of every router saw a prefix of the primary's
+// history, and the check judged them (the writes had GTIDs).
+func prefixHolds(t *testing.T, res *Result) {
+	t.Helper()
+	for _, r := range res.Routers {
+		if r.NonPrefixJudged == 0 || r.NonPrefixJudged != r.Served {
+			t.Errorf("%s: the prefix check judged %d of %d served reads", r.Name, r.NonPrefixJudged, r.Served)
+		}
+		if r.NonPrefix != 0 {
+			t.Errorf("%s: %d non-prefix reads on default replicas: %v", r.Name, r.NonPrefix, r.NonPrefixExamples)
+		}
+	}
 }
 
 // TestLabViaProxy: the lab's sessions through `causallab proxy` (started
@@ -200,5 +216,48 @@ func TestLabPositionsPoll(t *testing.T) {
 				t.Errorf("any: no RYW violation under lag %+v", res.Lag)
 			}
 		})
+	}
+}
+
+// TestLabUnorderedCommit (issue 41, item 2): the first replica's applier
+// held now and then by a row lock on hot row 0. With commit order
+// preserved (the default) the transactions after the held one wait, and
+// every read sees a prefix of the primary's history: non_prefix 0. With
+// replica_preserve_commit_order=OFF they commit around it, and reads of
+// that replica see later writes without the held one: non_prefix > 0,
+// with the flagged reads shown.
+func TestLabUnorderedCommit(t *testing.T) {
+	composetest.Need(t, topo)
+	run := func(cond string) *Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		c, err := ParseCondition(cond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{Sessions: 200, WriteRate: 100, Duration: 8 * time.Second, Condition: c}
+		if cfg.Routers, err = ParseRouters("any,token-ryw-mr"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(ctx, topo, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logResult(t, res)
+		if res.RowLocks == 0 {
+			t.Fatalf("%s: no row lock was held (%d fault errors)", cond, res.FaultErrors)
+		}
+		return res
+	}
+	ordered := run(CondRowLock)
+	prefixHolds(t, ordered)
+	unordered := run(CondRowLock + "+" + CondUnordered)
+	r := row(t, unordered, "any")
+	if r.NonPrefix == 0 {
+		t.Errorf("any under %s: no non-prefix read of %d judged", unordered.Condition, r.NonPrefixJudged)
+	}
+	for _, r := range unordered.Routers {
+		t.Logf("%s: non_prefix %d of %d; ryw %d, mr %d (ordered: %+v)", r.Name, r.NonPrefix, r.NonPrefixJudged, r.RYW, r.MR, row(t, ordered, r.Name).MR)
 	}
 }

@@ -164,6 +164,9 @@ func briefNotes(res *Result) []string {
 			failed = append(failed, n)
 		}
 	}
+	if n := briefPrefix(res.Routers); n != "" {
+		second = append(second, n)
+	}
 	second = append(second, "Every column and note: --wide, or --out DIR.")
 	return append([]string{setup, strings.Join(second, " ")}, failed...)
 }
@@ -548,4 +551,25 @@ func Summary(res *Result) string {
 		fmt.Fprintf(&b, "%s: %d reads, RYW %d, MR %d; ", r.Name, r.Reads, r.RYW, r.MR)
 	}
 	return strings.TrimSuffix(b.String(), "; ")
+}
+
+// briefPrefix is the compact view's clause on the prefix check: "" when
+// nothing was judged.
+func briefPrefix(rs []RouterResult) string {
+	var flagged []string
+	judged := false
+	for _, r := range rs {
+		judged = judged || r.NonPrefixJudged > 0
+		if r.NonPrefix > 0 {
+			flagged = append(flagged, fmt.Sprintf("%s %d", r.Name, r.NonPrefix))
+		}
+	}
+	switch {
+	case !judged:
+		return ""
+	case len(flagged) == 0:
+		return "non_prefix 0: every served read saw a prefix of the primary's history."
+	default:
+		return "non_prefix (reads that saw no prefix of the primary's history): " + strings.Join(flagged, ", ") + "; --wide shows them."
+	}
 }

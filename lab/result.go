@@ -42,8 +42,10 @@ type Result struct {
 	Polls      int64 `json:"polls"`
 	PollErrors int64 `json:"poll_errors"`
 	// Stalls, HeavyTxns and FaultErrors count what the condition did.
-	Stalls      int64 `json:"stalls"`
-	HeavyTxns   int64 `json:"heavy_txns"`
+	Stalls    int64 `json:"stalls"`
+	HeavyTxns int64 `json:"heavy_txns"`
+	// RowLocks counts the row-lock condition's locks held on a replica.
+	RowLocks    int64 `json:"row_locks"`
 	FaultErrors int64 `json:"fault_errors"`
 	// HeavyMeanMs is the mean primary time of the heavy transactions.
 	HeavyMeanMs float64 `json:"heavy_mean_ms,omitempty"`
@@ -125,6 +127,7 @@ func (r *Result) Merge(o *Result) {
 	r.Polls += o.Polls
 	r.PollErrors += o.PollErrors
 	r.Stalls += o.Stalls
+	r.RowLocks += o.RowLocks
 	r.HeavyTxns += o.HeavyTxns
 	r.FaultErrors += o.FaultErrors
 	r.SimTables = append(r.SimTables, o.SimTables...)
@@ -277,6 +280,13 @@ type RouterResult struct {
 	// (the session's user saw the world go back; not in MR).
 	Reconnects        int64 `json:"reconnects"`
 	MRAcrossReconnect int64 `json:"mr_across_reconnect"`
+	// NonPrefix counts served reads whose state is no prefix of the
+	// primary's history, judged from the writes' GTIDs (PrefixCheck);
+	// NonPrefixJudged the served reads judged (0: no write had a GTID,
+	// nothing was checked). NonPrefixExamples shows the first few.
+	NonPrefix         int64    `json:"non_prefix"`
+	NonPrefixJudged   int64    `json:"non_prefix_judged"`
+	NonPrefixExamples []string `json:"non_prefix_examples,omitempty"`
 	// SessionsMoved counts sessions whose serving replica changed between
 	// two consecutive replica reads; ReplicaSwitches counts the changes.
 	SessionsMoved   int64 `json:"sessions_moved"`
@@ -341,7 +351,8 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 		Reads: t.Reads, Served: t.Served(), RYW: t.RYW, MR: t.MR, AllWrites: t.AllWrites,
 		Fallbacks: t.Fallbacks, Waited: t.Waited, StaleServed: t.ByOutcome[router.OutStale],
 		Writes: a.writes, WriteErrors: a.writeErrs, Outcomes: map[string]int64{},
-		DeclaredLosses: t.DeclaredLosses, Reconnects: t.Reconnects, MRAcrossReconnect: t.MRAcrossReconnect, SessionsMoved: int64(len(a.moved)), ReplicaSwitches: a.switches, Reasons: a.reasons}
+		DeclaredLosses: t.DeclaredLosses, Reconnects: t.Reconnects, MRAcrossReconnect: t.MRAcrossReconnect, SessionsMoved: int64(len(a.moved)), ReplicaSwitches: a.switches, Reasons: a.reasons,
+		NonPrefix: a.nonPrefix, NonPrefixJudged: a.prefixJudged, NonPrefixExamples: a.prefixWitnesses}
 	for _, o := range router.Outcomes() {
 		r.Outcomes[o.String()] = t.ByOutcome[o]
 	}

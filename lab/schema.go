@@ -144,6 +144,26 @@ func (w *DefaultWorkload) WriteQuery(session int, seq int64, hot int) string {
 		strconv.Itoa(session) + " AND h.id = " + strconv.Itoa(hot)
 }
 
+// LockQuery is a locking read of hot row hot (the row-lock condition
+// holds it on a replica).
+func (w *DefaultWorkload) LockQuery(hot int) string {
+	return "SELECT id FROM " + w.db() + ".hot WHERE id = " + strconv.Itoa(hot) + " FOR UPDATE"
+}
+
+// rowLocker is a Workload that can lock one of its hot rows
+// (DefaultWorkload.LockQuery): the row-lock condition needs it.
+type rowLocker interface {
+	LockQuery(hot int) string
+}
+
+// lockQuery is w's locking read of hot row 0, "" if w has none.
+func lockQuery(w Workload) string {
+	if l, ok := w.(rowLocker); ok {
+		return l.LockQuery(0)
+	}
+	return ""
+}
+
 // ReadQuery is the default read statement: one row per hot row, each
 // carrying the session's own version too.
 func (w *DefaultWorkload) ReadQuery(session int) string {

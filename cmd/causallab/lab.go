@@ -89,7 +89,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.IntVar(&f.workers, "workers", 24, "driver goroutines (each with a connection per node)")
 	fl.DurationVar(&f.poll, "poll", 5*time.Millisecond, "replica position poll interval")
 	fl.StringVar(&f.mode, "mode", "concurrent", "concurrent (routers share one live workload) or sequential (each alone)")
-	fl.StringVar(&f.condition, "condition", cond, "lag condition: identical, straggler, heavy, apply-delay, staggered, or a '+' combination")
+	fl.StringVar(&f.condition, "condition", cond, "lag condition: identical, straggler, heavy, apply-delay, staggered, row-lock, unordered-commit, or a '+' combination")
 	fl.StringVar(&f.format, "format", "md", "output: md (the compact table, fits 80 columns), csv or json (every column)")
 	fl.BoolVar(&f.wide, "wide", false, "md: every column and note (the compact table is what README shows)")
 	fl.StringVar(&f.history, "history", "", "also write the run's history into this directory: every operation as JSON lines and as Elle's rw-register EDN (docs/lab-checks.md, \"Histories\")")
