@@ -83,6 +83,8 @@ type engine struct {
 	// history is every completed operation (Config.RecordHistory), in
 	// completion order; only the driver's loop appends to it.
 	history []HistoryOp
+	// timelines are the run's failovers (the hidden-loss pass).
+	timelines timelineLog
 }
 
 func (e *engine) since() time.Duration { return time.Since(e.start) }
@@ -149,6 +151,8 @@ type routerAcc struct {
 	// (PrefixCheck); prefixWitnesses shows the first few.
 	prefixJudged, nonPrefix int64
 	prefixWitnesses         []string
+	// hiddenLoss counts MR violations only the GTIDs show (in tally.MR).
+	hiddenLoss int64
 }
 
 type binCount struct{ reads, primary int32 }
@@ -361,7 +365,7 @@ func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 	if progress != nil {
 		progress(Progress{Phase: PhaseDrain, Elapsed: e.since(), Reads: total.Reads, RYW: total.RYW, MR: total.MR})
 	}
-	pfx.judge(accs)
+	pfx.judge(accs, e.timelines.list())
 	return accs, chk, nil
 }
 
@@ -622,6 +626,11 @@ func reconnectCause(cfg *Config) string {
 // onFailover tells every package-router router of a failover.
 func (g *group) onFailover(ctx context.Context, fr compose.FailoverResult) error {
 	var errs []error
+	if c, err := g.timelineChange(ctx, fr); err != nil {
+		errs = append(errs, err)
+	} else {
+		g.e.timelines.add(c)
+	}
 	for _, v := range g.vias {
 		errs = append(errs, v.failover(ctx, fr))
 	}
@@ -629,6 +638,39 @@ func (g *group) onFailover(ctx context.Context, fr compose.FailoverResult) error
 		errs = append(errs, p.failover(ctx, fr))
 	}
 	return errors.Join(errs...)
+}
+
+// timelineChange is failover fr as the hidden-loss pass needs it: what
+// it lost, and the new primary's server UUID.
+func (g *group) timelineChange(ctx context.Context, fr compose.FailoverResult) (timelineChange, error) {
+	c := timelineChange{at: g.e.since()}
+	lost, err := gtid.Parse(fr.LostGTIDs)
+	if err != nil {
+		return c, fmt.Errorf("lab: failover to %s: lost GTIDs %q: %w", fr.NewPrimary, fr.LostGTIDs, err)
+	}
+	c.lost = lost
+	for _, n := range append([]compose.Node{g.e.nodes.Primary()}, g.e.nodes.Replicas()...) {
+		if n.Name != fr.NewPrimary {
+			continue
+		}
+		conn, err := dialNode(ctx, n.Addr(), n.User, n.Password)
+		if err != nil {
+			return c, fmt.Errorf("lab: failover to %s: reading its server UUID: %w", n.Name, err)
+		}
+		defer conn.Close()
+		r, err := conn.Execute(ctx, "SELECT @@server_uuid")
+		if err == nil {
+			var text string
+			if text, err = r.GetString(0, 0); err == nil {
+				c.newSID, err = gtid.ParseSID(text)
+			}
+		}
+		if err != nil {
+			return c, fmt.Errorf("lab: failover to %s: reading its server UUID: %w", n.Name, err)
+		}
+		return c, nil
+	}
+	return c, fmt.Errorf("lab: failover to %s: no such node", fr.NewPrimary)
 }
 
 // run drives the workload while the condition runs and the events play,

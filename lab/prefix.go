@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/causallab/causallab/gtid"
 )
@@ -183,12 +184,31 @@ func rowBound(row string, versions []gtid.GTID, seen int64) bound {
 type prefixRun struct {
 	check *PrefixCheck
 	reads []prefixRead
+	// writes are the hot versions' writes with their send times (the
+	// hidden-loss pass), in completion order.
+	writes []prefixWrite
 }
 
+// prefixWrite is a completed write: its hot row, and, when acknowledged
+// with them, the version it gave and its GTID (else zero: its outcome is
+// not known); sent is when the driver sent it.
+type prefixWrite struct {
+	hot     int
+	version int64
+	g       gtid.GTID
+	sent    time.Duration
+}
+
+// prefixRead is a completed read as the GTID passes need it: served (its
+// versions), or not (a declared loss resets the session's watermark).
 type prefixRead struct {
 	router, sess int
 	own          int64
 	hot          []int64
+	served       bool
+	resetSeen    bool
+	conn         uint32
+	done         time.Duration
 }
 
 // maxWitnesses bounds the flagged reads a router's note shows.
@@ -201,23 +221,44 @@ func newPrefixRun(sessions, hotRows int) *prefixRun {
 // completed takes a completed operation of router r.
 func (p *prefixRun) completed(o *op, r int) {
 	if o.write {
+		w := prefixWrite{hot: o.hot, sent: o.started}
 		if g, err := gtid.ParseGTID(o.ack.GTID); err == nil && (o.err == nil || o.ack.Hot > 0) {
 			p.check.Write(o.sess, o.seq, o.hot, o.ack.Hot, g)
+			w.version, w.g = o.ack.Hot, g
 		}
+		p.writes = append(p.writes, w)
 		return
 	}
-	if o.read.Outcome.Served() {
-		p.reads = append(p.reads, prefixRead{router: r, sess: o.sess, own: o.read.Own, hot: o.read.Hot})
+	served := o.read.Outcome.Served()
+	if served || o.read.ResetSeen {
+		p.reads = append(p.reads, prefixRead{router: r, sess: o.sess, own: o.read.Own, hot: o.read.Hot,
+			served: served, resetSeen: o.read.ResetSeen, conn: o.read.Conn, done: o.read.Done})
 	}
 }
 
 // judge counts each router's non-prefix reads into accs (none judged
-// when no write had a GTID).
-func (p *prefixRun) judge(accs []*routerAcc) {
+// when no write had a GTID), and the MR violations only the GTIDs show
+// across the run's failovers (hiddenLoss), into mr.
+func (p *prefixRun) judge(accs []*routerAcc, changes []timelineChange) {
 	if p.check.Writes() == 0 {
 		return
 	}
+	if len(changes) > 0 {
+		h := newHiddenLoss(changes, p.writes, len(p.check.own), len(p.check.hot))
+		for i := range p.reads {
+			if h.read(&p.reads[i]) {
+				a := accs[p.reads[i].router]
+				a.tally.MR++
+				a.hiddenLoss++
+			}
+		}
+	}
 	for _, rd := range p.reads {
+		if !rd.served || (len(changes) > 0 && rd.done >= changes[0].at) {
+			// After a failover a version number may name two writes
+			// (PrefixCheck): those reads are not judged.
+			continue
+		}
 		a := accs[rd.router]
 		a.prefixJudged++
 		if non, why := p.check.NonPrefix(rd.sess, rd.own, rd.hot); non {

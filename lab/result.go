@@ -284,6 +284,10 @@ type RouterResult struct {
 	// primary's history, judged from the writes' GTIDs (PrefixCheck);
 	// NonPrefixJudged the served reads judged (0: no write had a GTID,
 	// nothing was checked). NonPrefixExamples shows the first few.
+	// MRHiddenLoss counts the MR violations (in MR) only the writes'
+	// GTIDs show: a version lost in a failover, then a state of the new
+	// timeline whose numbers are not lower (lab-checks.md).
+	MRHiddenLoss      int64    `json:"mr_hidden_loss"`
 	NonPrefix         int64    `json:"non_prefix"`
 	NonPrefixJudged   int64    `json:"non_prefix_judged"`
 	NonPrefixExamples []string `json:"non_prefix_examples,omitempty"`
@@ -352,7 +356,7 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 		Fallbacks: t.Fallbacks, Waited: t.Waited, StaleServed: t.ByOutcome[router.OutStale],
 		Writes: a.writes, WriteErrors: a.writeErrs, Outcomes: map[string]int64{},
 		DeclaredLosses: t.DeclaredLosses, Reconnects: t.Reconnects, MRAcrossReconnect: t.MRAcrossReconnect, SessionsMoved: int64(len(a.moved)), ReplicaSwitches: a.switches, Reasons: a.reasons,
-		NonPrefix: a.nonPrefix, NonPrefixJudged: a.prefixJudged, NonPrefixExamples: a.prefixWitnesses}
+		NonPrefix: a.nonPrefix, NonPrefixJudged: a.prefixJudged, NonPrefixExamples: a.prefixWitnesses, MRHiddenLoss: a.hiddenLoss}
 	for _, o := range router.Outcomes() {
 		r.Outcomes[o.String()] = t.ByOutcome[o]
 	}

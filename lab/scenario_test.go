@@ -489,6 +489,10 @@ func TestScenarios(t *testing.T) {
 			if len(res[0].Failovers) != 1 {
 				t.Fatalf("%d failovers", len(res[0].Failovers))
 			}
+			for _, r := range res[0].Routers {
+				t.Logf("%s: mr %d (hidden loss %d), non_prefix %d of %d judged before the failover",
+					r.Name, r.MR, r.MRHiddenLoss, r.NonPrefix, r.NonPrefixJudged)
+			}
 			if lost := res[0].Failovers[0].LostGTIDs; lost != "" {
 				if r := row(t, res[0], "epoch-token"); r.Outcomes[router.OutFailedFast.String()] == 0 {
 					t.Errorf("epoch-token: writes were lost (%s) but no read failed fast", lost)
