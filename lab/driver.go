@@ -755,6 +755,9 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 	if n := prefixNote(res.Routers); n != "" {
 		res.Notes = append(res.Notes, n)
 	}
+	if n := hiddenLossNote(res.Routers); n != "" {
+		res.Notes = append(res.Notes, n)
+	}
 	res.Faults = evlog.down.windows(m.measured)
 	res.ReplicaLag = g.lag.perReplica(g.topo.Replicas())
 	res.lagSamples, res.lagUnseen = g.lag.samples()

@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,4 +195,20 @@ func (h *hiddenLoss) read(rd *prefixRead) bool {
 		h.wm[s][row], h.wmLost[s][row] = v, h.shownLost(row, v, rd.done)
 	}
 	return hidden && !numeric
+}
+
+// hiddenLossNote names, per router, the MR violations only the GTIDs
+// showed ("" when there were none).
+func hiddenLossNote(rs []RouterResult) string {
+	var parts []string
+	for _, r := range rs {
+		if r.MRHiddenLoss > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d of %d", r.Name, r.MRHiddenLoss, r.MR))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "MR counts reads that lost a version the failover lost although no row's number went down (mr_hidden_loss, named by the writes' GTIDs): " +
+		strings.Join(parts, ", ") + "."
 }
