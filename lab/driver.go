@@ -762,6 +762,11 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 	res.ReplicaLag = g.lag.perReplica(g.topo.Replicas())
 	res.lagSamples, res.lagUnseen = g.lag.samples()
 	res.Lag = lagStats(res.lagSamples, res.lagUnseen)
+	var names []string
+	for _, r := range g.topo.Replicas() {
+		names = append(names, r.Name)
+	}
+	res.Spread = spreadStats(g.lag.spreads(names))
 	return res
 }
 

@@ -283,3 +283,52 @@ func (l *lagTracker) samples() (lags []time.Duration, unseen int) {
 	}
 	return lags, unseen
 }
+
+// spreads returns, per acknowledged write seen applied on every one of
+// replicas, the time from the first to the last replica's first poll
+// holding it.
+func (l *lagTracker) spreads(replicas []string) []time.Duration {
+	if len(replicas) < 2 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []time.Duration
+	for g := range l.acked {
+		var first, last time.Time
+		all := true
+		for i, r := range replicas {
+			s, ok := l.seen[r][g]
+			if !ok {
+				all = false
+				break
+			}
+			if i == 0 || s.Before(first) {
+				first = s
+			}
+			if s.After(last) {
+				last = s
+			}
+		}
+		if all {
+			out = append(out, last.Sub(first))
+		}
+	}
+	return out
+}
+
+// spreadStats summarises spreads.
+func spreadStats(d []time.Duration) SpreadStats {
+	st := SpreadStats{Writes: len(d)}
+	if len(d) == 0 {
+		return st
+	}
+	s := sortedDurations(d)
+	var sum time.Duration
+	for _, x := range s {
+		sum += x
+	}
+	st.MeanMs = ms(sum / time.Duration(len(s)))
+	st.P50Ms, st.P99Ms = ms(quantile(s, 0.5)), ms(quantile(s, 0.99))
+	return st
+}

@@ -155,6 +155,8 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 			p.LatP99Ms += t.ReadP99
 			p.LagMeanMs += t.LagMean
 			p.LagP99Ms += t.LagP99
+			p.SpreadMeanMs += t.SpreadMean
+			p.SpreadP99Ms += t.SpreadP99
 		}
 		n := float64(len(out[i]))
 		p.RYWSD = trialSD(out[i], func(t sim.Result) float64 { return t.RYWPct })
@@ -167,6 +169,8 @@ func Predict(ctx context.Context, res *Result, cond ConditionSpec, replicas int,
 		p.LatP99Ms /= n
 		p.LagMeanMs /= n
 		p.LagP99Ms /= n
+		p.SpreadMeanMs /= n
+		p.SpreadP99Ms /= n
 		p.Trials = len(out[i])
 		res.Routers[i].Prediction = &p
 	}

@@ -282,6 +282,15 @@ func Notes(res *Result) []string {
 		fmt.Sprintf("Achieved lag (lab, write ack to first poll holding it, every replica): mean %.1f ms, p50 %.1f ms, p99 %.1f ms over %d samples (%d never seen).",
 			res.Lag.MeanMs, res.Lag.P50Ms, res.Lag.P99Ms, res.Lag.Samples, res.Lag.Unseen),
 	}
+	if res.Spread.Writes > 0 {
+		sp := fmt.Sprintf("Replica spread (lab, per write seen on every replica, first to last replica's first poll holding it): mean %.1f ms, p50 %.1f ms, p99 %.1f ms over %d writes",
+			res.Spread.MeanMs, res.Spread.P50Ms, res.Spread.P99Ms, res.Spread.Writes)
+		if len(res.Routers) > 0 && res.Routers[0].Prediction != nil {
+			p := res.Routers[0].Prediction
+			sp += fmt.Sprintf("; the simulator's: mean %.1f ms, p99 %.1f ms", p.SpreadMeanMs, p.SpreadP99Ms)
+		}
+		n = append(n, sp+".")
+	}
 	if len(res.Routers) > 0 && res.Routers[0].Prediction != nil {
 		p := res.Routers[0].Prediction
 		n = append(n, fmt.Sprintf("Simulator lag (its model fitted to the measured lag unless a note says otherwise): mean %.1f ms, p99 %.1f ms (model: %s). Violation %% columns are per served read (lab) and per read (sim).",

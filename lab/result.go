@@ -27,6 +27,10 @@ type Result struct {
 	OfferedWrites int `json:"offered_writes"`
 	// Lag is the replication lag achieved, measured from the lab's writes.
 	Lag LagStats `json:"lag"`
+	// Spread is how far apart the replicas are: per write seen applied on
+	// every replica, the time from the first to the last replica's first
+	// poll holding it.
+	Spread SpreadStats `json:"spread"`
 	// Routers holds one row per router.
 	Routers []RouterResult `json:"routers"`
 	// History is every operation of the run (Config.RecordHistory; nil
@@ -118,6 +122,7 @@ func (r *Result) Merge(o *Result) {
 		}
 		r.Lag, r.lagSamples, r.lagUnseen = m, nil, 0
 	}
+	r.Spread = mergeSpread(r.Spread, o.Spread)
 	if h := r.HeavyTxns + o.HeavyTxns; h > 0 {
 		r.HeavyMeanMs = (r.HeavyMeanMs*float64(r.HeavyTxns) + o.HeavyMeanMs*float64(o.HeavyTxns)) / float64(h)
 	}
@@ -320,6 +325,10 @@ type Prediction struct {
 	// LagMeanMs and LagP99Ms are the simulator's own achieved lag.
 	LagMeanMs float64 `json:"lag_mean_ms"`
 	LagP99Ms  float64 `json:"lag_p99_ms"`
+	// SpreadMeanMs and SpreadP99Ms are the simulator's replica spread
+	// (Result.Spread; means of its trials').
+	SpreadMeanMs float64 `json:"spread_mean_ms"`
+	SpreadP99Ms  float64 `json:"spread_p99_ms"`
 	// RYWSD, MRSD and PrimarySD are the sample standard deviations of the
 	// percentages over the simulator's trials (0 with one trial): the
 	// trial spread Agreement judges the lab's figures against.
@@ -397,4 +406,25 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 		r.WritesNoGTID, r.ObserveErrors = lr.counters()
 	}
 	return r
+}
+
+// SpreadStats is the distribution of a run's replica spread (Result.Spread).
+type SpreadStats struct {
+	MeanMs float64 `json:"mean_ms"`
+	P50Ms  float64 `json:"p50_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	// Writes is how many writes it was measured on (seen applied on every
+	// replica).
+	Writes int `json:"writes"`
+}
+
+// mergeSpread combines two runs' spreads: the mean weighted by writes,
+// each quantile the larger (an upper bound).
+func mergeSpread(a, b SpreadStats) SpreadStats {
+	n := a.Writes + b.Writes
+	if n == 0 {
+		return SpreadStats{}
+	}
+	return SpreadStats{Writes: n, MeanMs: (a.MeanMs*float64(a.Writes) + b.MeanMs*float64(b.Writes)) / float64(n),
+		P50Ms: max(a.P50Ms, b.P50Ms), P99Ms: max(a.P99Ms, b.P99Ms)}
 }

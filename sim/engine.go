@@ -270,6 +270,7 @@ func (e *engine) writeArrive(t usec, w int32) {
 	e.commit[w] = c
 	m := &e.model
 	jit := float64(dur(m.ShipJitter))
+	var first, last usec
 	for r := range e.nr {
 		ship := dur(m.ShipDelay)
 		if jit > 0 {
@@ -296,9 +297,16 @@ func (e *engine) writeArrive(t usec, w int32) {
 		e.lastEnd[r] = end
 		e.ends[r*e.nw+int(w)] = end
 		e.m.lag.add(end - c)
+		if r == 0 || end < first {
+			first = end
+		}
+		last = max(last, end)
 		if e.trace != nil {
 			e.trace.lag(c, r, end-c)
 		}
+	}
+	if e.nr > 1 {
+		e.m.spread.add(last - first)
 	}
 	e.h.push(c+e.rtt2, evWriteAck, w)
 }

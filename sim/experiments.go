@@ -165,8 +165,13 @@ var (
 // record on every replica, pooled over the trials.
 func lagNote(cfg *Config, rs []Result, pool *hist) string {
 	m := lagMean(rs, pool)
-	return fmt.Sprintf("Achieved replica lag (commit to apply, every record on every replica of every trial): mean %.0f ms (SD of trial means %.0f), p99 %.0f ms (%s world, %g writes/s, %d replicas).",
+	n := fmt.Sprintf("Achieved replica lag (commit to apply, every record on every replica of every trial): mean %.0f ms (SD of trial means %.0f), p99 %.0f ms (%s world, %g writes/s, %d replicas).",
 		m.Mean, m.SD, lagP99(pool), cfg.World, cfg.WritesPerSec, cfg.Replicas)
+	if cfg.Replicas > 1 && len(rs) > 0 {
+		n += fmt.Sprintf(" Replica spread (first to last replica applying a record): mean %.0f ms, p99 %.0f ms (means of the trials').",
+			stat(rs, func(r *Result) float64 { return r.SpreadMean }).Mean, stat(rs, func(r *Result) float64 { return r.SpreadP99 }).Mean)
+	}
+	return n
 }
 
 // lagMean is the pooled mean lag (ms) with the SD of the trials' means.

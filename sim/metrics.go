@@ -31,7 +31,10 @@ type trialMetrics struct {
 	reasons      [router.NumReasons]int64
 
 	readLat, writeLat, lag hist
-	deferLat               hist // issue to answer of the reads that were deferred
+	// spread is each record's time from the first to the last replica
+	// applying it: how far apart the replicas are.
+	spread   hist
+	deferLat hist // issue to answer of the reads that were deferred
 
 	binEnd   usec    // bins cover [0, binEnd): the offered period
 	binReads []int32 // reads reaching a node per 100 ms bin
@@ -100,6 +103,9 @@ type Result struct {
 	PeakPrimaryPerSec float64
 	// Latencies in milliseconds.
 	ReadMean, ReadP50, ReadP99, WriteMean, WriteP99, LagMean, LagP99 float64
+	// SpreadMean and SpreadP99 (ms): per record, from the first to the
+	// last replica applying it (0 with one replica).
+	SpreadMean, SpreadP99 float64
 	// DeferredMean and DeferredP99 are the issue-to-answer latency (ms) of
 	// the deferred reads, retries included (0 when none).
 	DeferredMean, DeferredP99 float64
@@ -127,6 +133,7 @@ func (m *trialMetrics) result() Result {
 		ReadMean: m.readLat.mean() / 1000, ReadP50: m.readLat.quantile(0.5) / 1000, ReadP99: m.readLat.quantile(0.99) / 1000,
 		WriteMean: m.writeLat.mean() / 1000, WriteP99: m.writeLat.quantile(0.99) / 1000,
 		LagMean: m.lag.mean() / 1000, LagP99: m.lag.quantile(0.99) / 1000,
+		SpreadMean: m.spread.mean() / 1000, SpreadP99: m.spread.quantile(0.99) / 1000,
 		DeferredMean: m.deferLat.mean() / 1000, DeferredP99: m.deferLat.quantile(0.99) / 1000,
 	}
 	r.FutileMissed = m.futileMissed
