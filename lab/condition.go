@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -162,6 +163,8 @@ type conditionStats struct {
 	HeavyTxns   atomic.Int64 // heavy transactions committed
 	HeavyNanos  atomic.Int64 // their total time on the primary
 	RowLocks    atomic.Int64 // row locks held on the first replica
+	heavyMu     sync.Mutex
+	heavyEnds   []time.Time  // when each heavy transaction committed on the primary
 	FaultErrors atomic.Int64 // fault calls that failed (each logged once at debug)
 }
 
@@ -300,6 +303,9 @@ func (c *ConditionSpec) heavy(ctx context.Context, f Faults, st *conditionStats,
 		} else {
 			st.HeavyTxns.Add(1)
 			st.HeavyNanos.Add(int64(hr.Elapsed))
+			st.heavyMu.Lock()
+			st.heavyEnds = append(st.heavyEnds, time.Now())
+			st.heavyMu.Unlock()
 		}
 		if !sleepCtx(ctx, c.HeavyEvery/2) {
 			return
@@ -412,4 +418,11 @@ func holdLock(ctx context.Context, c *nodeConn, lockQuery string, hold time.Dura
 	defer cancel()
 	_, err := c.Execute(rctx, "ROLLBACK")
 	return err
+}
+
+// heavyCommits is when each heavy transaction committed on the primary.
+func (st *conditionStats) heavyCommits() []time.Time {
+	st.heavyMu.Lock()
+	defer st.heavyMu.Unlock()
+	return append([]time.Time(nil), st.heavyEnds...)
 }

@@ -767,6 +767,13 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 		names = append(names, r.Name)
 	}
 	res.Spread = spreadStats(g.lag.spreads(names))
+	for _, hs := range g.lag.heavyHolds(cst.heavyCommits(), names) {
+		row := make([]float64, len(hs))
+		for i, h := range hs {
+			row[i] = ms(h)
+		}
+		res.HeavyHoldsMs = append(res.HeavyHoldsMs, row)
+	}
 	return res
 }
 

@@ -332,3 +332,38 @@ func spreadStats(d []time.Duration) SpreadStats {
 	st.P50Ms, st.P99Ms = ms(quantile(s, 0.5)), ms(quantile(s, 0.99))
 	return st
 }
+
+// heavyHolds returns, per heavy transaction committed at one of ends and
+// per replica (in replicas' order), how long after the commit the
+// replica applied the first write acknowledged after it: the time the
+// heavy transaction held that replica, normal lag included. A heavy
+// transaction with no later write seen on every replica is left out.
+func (l *lagTracker) heavyHolds(ends []time.Time, replicas []string) [][]time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out [][]time.Duration
+	for _, end := range ends {
+		var next gtid.GTID
+		var at time.Time
+		for g, a := range l.acked {
+			if a.After(end) && (at.IsZero() || a.Before(at)) {
+				next, at = g, a
+			}
+		}
+		if at.IsZero() {
+			continue
+		}
+		holds := make([]time.Duration, 0, len(replicas))
+		for _, r := range replicas {
+			s, ok := l.seen[r][next]
+			if !ok {
+				break
+			}
+			holds = append(holds, s.Sub(end))
+		}
+		if len(holds) == len(replicas) {
+			out = append(out, holds)
+		}
+	}
+	return out
+}

@@ -76,8 +76,42 @@ func SimModel(res *Result, cond ConditionSpec) sim.ReplicaModel {
 			cost = time.Second
 		}
 		m.HeavyCost = cost
+		m.HeavyJitter = heavyJitter(res.HeavyHoldsMs)
 	}
 	return m
+}
+
+// heavyJitter is the simulator's HeavyJitter measured from the lab's
+// heavy holds (Result.HeavyHoldsMs): the mean, over heavy transactions,
+// of the holds' coefficient of variation across replicas, times √3 (a
+// uniform factor on [1-j, 1+j] has CV j/√3), below 0.9; 0 without a
+// heavy transaction held on two replicas or more.
+func heavyJitter(holds [][]float64) float64 {
+	var sum float64
+	n := 0
+	for _, h := range holds {
+		if len(h) < 2 {
+			continue
+		}
+		var mean float64
+		for _, x := range h {
+			mean += x
+		}
+		mean /= float64(len(h))
+		if mean <= 0 {
+			continue
+		}
+		var ss float64
+		for _, x := range h {
+			ss += (x - mean) * (x - mean)
+		}
+		sum += math.Sqrt(ss/float64(len(h)-1)) / mean
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return min(0.9, math.Sqrt(3)*sum/float64(n))
 }
 
 // meanLogUniform is the mean of a log-uniform draw on [lo, hi].
@@ -199,9 +233,13 @@ func trialSD(trials []sim.Result, f func(sim.Result) float64) float64 {
 
 // describeModel is a replica model in one line.
 func describeModel(m *sim.ReplicaModel) string {
-	return fmt.Sprintf("ship %v±%v, apply %v/txn, straggler=%v (stall every %v, mean %v), heavy p=%.2g cost %v",
+	d := fmt.Sprintf("ship %v±%v, apply %v/txn, straggler=%v (stall every %v, mean %v), heavy p=%.2g cost %v",
 		m.ShipDelay.Round(10*time.Microsecond), m.ShipJitter.Round(10*time.Microsecond), m.ApplyCost, m.Straggler,
 		m.StallEvery, m.StallMean.Round(time.Millisecond), m.HeavyProb, m.HeavyCost.Round(time.Millisecond))
+	if m.HeavyJitter > 0 {
+		d += fmt.Sprintf(" ±%.0f%% per replica (measured)", 100*m.HeavyJitter)
+	}
+	return d
 }
 
 // simConfig is the simulator's setup for a lab run: the same workload

@@ -280,3 +280,20 @@ func TestPredictNoKnob(t *testing.T) {
 		t.Fatalf("notes %q", res.Notes)
 	}
 }
+
+// TestHeavyJitterFromHolds: the simulator's heavy jitter is √3 times the
+// mean coefficient of variation of the measured holds across replicas;
+// no usable hold gives 0, and it stays below 0.9.
+func TestHeavyJitterFromHolds(t *testing.T) {
+	// holds 900, 1000, 1100: sd 100, CV 0.1; 2000, 2000: CV 0.
+	got := heavyJitter([][]float64{{900, 1000, 1100}, {2000, 2000}, {500}})
+	if want := math.Sqrt(3) * 0.05; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("heavy jitter %g, want %g", got, want)
+	}
+	if got := heavyJitter(nil); got != 0 {
+		t.Fatalf("no holds: %g", got)
+	}
+	if got := heavyJitter([][]float64{{1, 1000}}); got != 0.9 {
+		t.Fatalf("wild holds: %g, want the 0.9 cap", got)
+	}
+}

@@ -31,6 +31,11 @@ type Result struct {
 	// every replica, the time from the first to the last replica's first
 	// poll holding it.
 	Spread SpreadStats `json:"spread"`
+	// HeavyHoldsMs is, per heavy transaction and per replica, how long
+	// after its commit on the primary the replica applied the first write
+	// acknowledged after it (ms): whether heavy transactions hold the
+	// replicas together or one after the other.
+	HeavyHoldsMs [][]float64 `json:"heavy_holds_ms,omitempty"`
 	// Routers holds one row per router.
 	Routers []RouterResult `json:"routers"`
 	// History is every operation of the run (Config.RecordHistory; nil
@@ -123,6 +128,7 @@ func (r *Result) Merge(o *Result) {
 		r.Lag, r.lagSamples, r.lagUnseen = m, nil, 0
 	}
 	r.Spread = mergeSpread(r.Spread, o.Spread)
+	r.HeavyHoldsMs = append(r.HeavyHoldsMs, o.HeavyHoldsMs...)
 	if h := r.HeavyTxns + o.HeavyTxns; h > 0 {
 		r.HeavyMeanMs = (r.HeavyMeanMs*float64(r.HeavyTxns) + o.HeavyMeanMs*float64(o.HeavyTxns)) / float64(h)
 	}

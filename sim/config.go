@@ -123,6 +123,11 @@ type ReplicaModel struct {
 	// straggler's factor does not apply to it), unless HeavyCostByLoad is
 	// set.
 	HeavyCost time.Duration
+	// HeavyJitter spreads a heavy record's replay time across replicas:
+	// each replica replays it in HeavyCost × (1 + HeavyJitter × u), u
+	// uniform on [-1, 1] and drawn per replica (0: every replica takes
+	// HeavyCost, in lockstep). In [0, 1).
+	HeavyJitter float64
 	// HeavyCostByLoad, when non-nil, gives a heavy record's replay time by
 	// the offered write rate instead of HeavyCost: a batch job's statements
 	// grow with the traffic they process. Points are interpolated linearly
@@ -405,7 +410,7 @@ func (c *Config) validate() error {
 	if c.Model != nil {
 		m := c.Model
 		if m.ShipDelay < 0 || m.ShipJitter < 0 || m.ShipJitter > m.ShipDelay || m.ApplyCost < 0 || m.StragglerDelay < 0 ||
-			m.HeavyProb < 0 || m.HeavyProb > 1 || m.HeavyShare < 0 || m.HeavyShare >= 1 || m.HeavyCost < 0 || (m.Straggler && m.SlowFactor <= 0) {
+			m.HeavyProb < 0 || m.HeavyProb > 1 || m.HeavyShare < 0 || m.HeavyShare >= 1 || m.HeavyCost < 0 || m.HeavyJitter < 0 || m.HeavyJitter >= 1 || (m.Straggler && m.SlowFactor <= 0) {
 			errs = append(errs, fmt.Errorf("replica model %+v: negative or inconsistent", *m))
 		}
 		for r, d := range m.ReplicaDelay {

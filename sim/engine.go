@@ -292,6 +292,9 @@ func (e *engine) writeArrive(t usec, w int32) {
 			// A heavy record costs the same everywhere: the straggler's
 			// trouble is its ordinary apply rate and its stalls.
 			cost = float64(e.heavyCost)
+			if m.HeavyJitter > 0 {
+				cost *= 1 + m.HeavyJitter*(2*e.wr.Float64()-1)
+			}
 		}
 		end := e.apply(r, max(arr, e.lastEnd[r]), usec(cost))
 		e.lastEnd[r] = end
