@@ -67,9 +67,9 @@ type viaProxy struct {
 	serial []sync.Mutex
 	// noToken counts writes after which the proxy returned no token.
 	noToken atomic.Int64
-	// routes holds the proxy's report of each connection's last routed
-	// read (proxy.Config.OnRead), by the connection id the proxy gave.
-	routes sync.Map // uint32 -> proxy.ReadRoute
+	// routes holds the proxies' report of each connection's last routed
+	// read (proxy.Config.OnRead), by routeKey.
+	routes sync.Map // uint64 -> proxy.ReadRoute
 	// drifts is the drift events' outside load through the proxy's router.
 	drifts *drifter[gtid.Set]
 	// fo is what a failover did to the proxy's writes (failover).
@@ -151,7 +151,6 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 		AuthMethod: mysql.AUTH_NATIVE_PASSWORD, Primary: backend(p.Name, p.Addr()), Policy: name,
 		WaitBudget: sp.Policy.WaitBudget, FallbackPerSecond: sp.Cap.PerSecond, Epoch: max(e.nodes.Epoch(), 1),
 		Source: src, Logger: e.cfg.Logger, HashMode: sp.Policy.HashMode.String(), GlobalSource: e.cfg.GlobalSource.String(),
-		OnRead: func(r proxy.ReadRoute) { v.routes.Store(r.Conn, r) },
 		// The lab tells the proxy of a failover (failover), as an
 		// orchestrator would.
 		Discover: "off", FleetMembers: e.cfg.Proxies}
@@ -170,8 +169,12 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.Positio
 		cfg.Replicas = append(cfg.Replicas, b)
 		names = append(names, r.Name)
 	}
-	for range e.cfg.Proxies {
-		srv, err := proxy.New(cfg)
+	for i := range e.cfg.Proxies {
+		// Each proxy numbers its connections from 1: its reports are kept
+		// under (proxy, connection).
+		pcfg := cfg
+		pcfg.OnRead = func(r proxy.ReadRoute) { v.routes.Store(routeKey(i, r.Conn), r) }
+		srv, err := proxy.New(pcfg)
 		if err != nil {
 			return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)
 		}
@@ -206,7 +209,15 @@ func (v *viaProxy) spec() *RouterSpec { return &v.sp }
 // statements. Under TokenScopeSession the session's token is set on it
 // first (SET @causal_token): what the session wrote and was shown, on
 // whichever proxy and connection.
-func (v *viaProxy) conn(ctx context.Context, sess int) (*nodeConn, func(), error) {
+// routeKey names connection id of proxy i (each proxy numbers its own).
+func routeKey(i int, id uint32) uint64 { return uint64(i)<<32 | uint64(id) }
+
+// scopeOf is the monotonic-reads scope of a read on connection id of
+// proxy i (Read.Conn): unique across the fleet, as the proxies' own ids
+// are not (proxy i+1 in the top 8 bits, the id's low 24 below).
+func scopeOf(i int, id uint32) uint32 { return uint32(i+1)<<24 | id&(1<<24-1) }
+
+func (v *viaProxy) conn(ctx context.Context, sess int) (*nodeConn, int, func(), error) {
 	v.tokMu[sess].Lock()
 	k, tok := v.stmts[sess], v.sessToks[sess]
 	v.stmts[sess]++
@@ -223,7 +234,7 @@ func (v *viaProxy) conn(ctx context.Context, sess int) (*nodeConn, func(), error
 		c, err := dialNode(ctx, v.srvs[proxyIdx].Addr(), p.User, p.Password)
 		if err != nil {
 			pc.mu.Unlock()
-			return nil, nil, err
+			return nil, 0, nil, err
 		}
 		pc.c, pc.used = c, 0
 	}
@@ -231,10 +242,10 @@ func (v *viaProxy) conn(ctx context.Context, sess int) (*nodeConn, func(), error
 	if tok != "" {
 		if _, err := pc.c.Execute(ctx, "SET @causal_token = '"+tok+"'"); err != nil {
 			pc.mu.Unlock()
-			return nil, nil, fmt.Errorf("lab: setting the session's token: %w", err)
+			return nil, 0, nil, fmt.Errorf("lab: setting the session's token: %w", err)
 		}
 	}
-	return pc.c, pc.mu.Unlock, nil
+	return pc.c, proxyIdx, pc.mu.Unlock, nil
 }
 
 // keepToken reads the connection's token after session sess's statement
@@ -275,7 +286,7 @@ func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) (ack
 	defer v.serialize(sess)()
 	wctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
 	defer cancel()
-	c, unlock, err := v.conn(wctx, sess)
+	c, _, unlock, err := v.conn(wctx, sess)
 	if err != nil {
 		return ack, err
 	}
@@ -359,17 +370,17 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	prefix := readAnnotation(v.sp.Policy, sess, tok)
 	rctx, cancel := context.WithTimeout(ctx, v.e.cfg.ReadTimeout)
 	defer cancel()
-	c, unlock, err := v.conn(rctx, sess)
+	c, pi, unlock, err := v.conn(rctx, sess)
 	if err != nil {
 		out.Outcome, out.Done = router.OutError, v.e.since()
 		return
 	}
-	v.routes.Delete(c.connID())
+	v.routes.Delete(routeKey(pi, c.connID()))
 	own, err := v.e.cfg.Workload.Read(rctx, annotated{c: c, prefix: prefix}, sess, out.Hot)
 	if err == nil {
 		err = v.keepToken(rctx, c, sess)
 	}
-	if rt, ok := v.routes.LoadAndDelete(c.connID()); ok && err == nil {
+	if rt, ok := v.routes.LoadAndDelete(routeKey(pi, c.connID())); ok && err == nil {
 		// The proxy reported the route before the answer left it, under
 		// the id of the connection the read ran on: the one whose entry
 		// was cleared above, or one the read dialled afresh (the
@@ -382,7 +393,7 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	// checker judges the read within this connection's scope (Read.Conn).
 	// A session token carries it across connections and proxies: the
 	// scope is then the whole session.
-	out.Conn = c.connID()
+	out.Conn = scopeOf(pi, c.connID())
 	if v.e.cfg.TokenScope == TokenScopeSession {
 		out.Conn = 0
 	}
