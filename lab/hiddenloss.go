@@ -171,6 +171,13 @@ func (h *hiddenLoss) read(rd *prefixRead) bool {
 	if rd.resetSeen || (h.started[s] && rd.conn != h.conn[s]) {
 		h.started[s] = false // a new scope, as the Checker's
 	}
+	if rd.resetSeen && rd.resetScope && rd.conn != 0 {
+		for o := range h.started {
+			if h.conn[o] == rd.conn {
+				h.started[o] = false
+			}
+		}
+	}
 	if !rd.served {
 		return false
 	}

@@ -207,6 +207,7 @@ type prefixRead struct {
 	hot          []int64
 	served       bool
 	resetSeen    bool
+	resetScope   bool
 	conn         uint32
 	done         time.Duration
 }
@@ -232,7 +233,7 @@ func (p *prefixRun) completed(o *op, r int) {
 	served := o.read.Outcome.Served()
 	if served || o.read.ResetSeen {
 		p.reads = append(p.reads, prefixRead{router: r, sess: o.sess, own: o.read.Own, hot: o.read.Hot,
-			served: served, resetSeen: o.read.ResetSeen, conn: o.read.Conn, done: o.read.Done})
+			served: served, resetSeen: o.read.ResetSeen, resetScope: o.read.ResetScope, conn: o.read.Conn, done: o.read.Done})
 	}
 }
 

@@ -57,6 +57,11 @@ type Read struct {
 	// monotonic-reads watermark: the loss was declared, not silent, and is
 	// counted in Tally.DeclaredLosses instead of as later MR violations.
 	ResetSeen bool
+	// ResetScope makes ResetSeen restart every session whose current
+	// monotonic-reads scope is Conn (not only this read's): the proxy
+	// keeps the watermark per client connection, which the lab's sessions
+	// share, and told that connection's client of the loss.
+	ResetScope bool
 	// Conn identifies the connection whose monotonic-reads watermark
 	// covered the read, where the router keeps that watermark per client
 	// connection rather than per session: under --via proxy, the id the
@@ -137,6 +142,13 @@ func (c *Checker) Check(r *Read) (Verdict, error) {
 	if !r.Outcome.Served() {
 		if r.ResetSeen {
 			c.sessions[r.Session].seen = nil
+		}
+		if r.ResetSeen && r.ResetScope && r.Conn != 0 {
+			for i := range c.sessions {
+				if c.sessions[i].conn == r.Conn {
+					c.sessions[i].seen = nil
+				}
+			}
 		}
 		return Verdict{}, nil
 	}

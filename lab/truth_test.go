@@ -314,3 +314,32 @@ func (r *splitMix) next() uint64 {
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
 }
+
+// TestCheckerResetScope: a loss declared on a connection the lab's
+// sessions share (the proxy keeps the watermark per connection) restarts
+// every session judged in that connection's scope, not only the one
+// whose read got the error; without ResetScope only that one.
+func TestCheckerResetScope(t *testing.T) {
+	for _, scope := range []bool{true, false} {
+		c, err := NewChecker(2, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := func(sess int, v int64) Verdict {
+			t.Helper()
+			vd, err := c.Check(&Read{Session: sess, Hot: []int64{v}, Outcome: router.OutProxied, Conn: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return vd
+		}
+		served(0, 3)
+		served(1, 3)
+		if _, err := c.Check(&Read{Session: 1, Hot: []int64{0}, Outcome: router.OutFailedFast, Conn: 5, ResetSeen: true, ResetScope: scope}); err != nil {
+			t.Fatal(err)
+		}
+		if got := served(0, 2).MR; got == scope {
+			t.Errorf("ResetScope %v: session 0's lower read after the connection's declared loss: MR %v", scope, got)
+		}
+	}
+}

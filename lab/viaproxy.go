@@ -377,8 +377,12 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	}
 	v.routes.Delete(routeKey(pi, c.connID()))
 	own, err := v.e.cfg.Workload.Read(rctx, annotated{c: c, prefix: prefix}, sess, out.Hot)
-	if err == nil {
-		err = v.keepToken(rctx, c, sess)
+	if reason, _, ok := proxyRefusal(err); err == nil || (ok && reason == router.ReasonSeenLost.String()) {
+		// After a declared loss too: the proxy dropped what the session
+		// had seen, and the token it now gives says so.
+		if kerr := v.keepToken(rctx, c, sess); err == nil {
+			err = kerr
+		}
 	}
 	if rt, ok := v.routes.LoadAndDelete(routeKey(pi, c.connID())); ok && err == nil {
 		// The proxy reported the route before the answer left it, under
@@ -406,6 +410,13 @@ func (v *viaProxy) read(ctx context.Context, sess int, out *Read) {
 	out.Outcome = router.OutError
 	if reason, deferred, ok := proxyRefusal(err); ok {
 		out.Reason = reason
+		if reason == router.ReasonSeenLost.String() {
+			// A declared loss: the proxy dropped the watermark of the
+			// scope it keeps (the connection, which the lab's sessions
+			// share; or the session's own token).
+			out.ResetSeen = true
+			out.ResetScope = v.e.cfg.TokenScope != TokenScopeSession
+		}
 		switch {
 		case deferred:
 			out.Outcome = router.OutDeferred
