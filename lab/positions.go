@@ -317,20 +317,10 @@ func (l *lagTracker) spreads(replicas []string) []time.Duration {
 	return out
 }
 
-// spreadStats summarises spreads.
+// spreadStats summarises spreads (the lag's statistics, lagStats).
 func spreadStats(d []time.Duration) SpreadStats {
-	st := SpreadStats{Writes: len(d)}
-	if len(d) == 0 {
-		return st
-	}
-	s := sortedDurations(d)
-	var sum time.Duration
-	for _, x := range s {
-		sum += x
-	}
-	st.MeanMs = ms(sum / time.Duration(len(s)))
-	st.P50Ms, st.P99Ms = ms(quantile(s, 0.5)), ms(quantile(s, 0.99))
-	return st
+	l := lagStats(d, 0)
+	return SpreadStats{Writes: len(d), MeanMs: l.MeanMs, P50Ms: l.P50Ms, P99Ms: l.P99Ms}
 }
 
 // heavyHolds returns, per heavy transaction committed at one of ends and

@@ -97,34 +97,41 @@ func (w *prefixWorld) read(rng *rand.Rand, s int) (int64, []int64) {
 	return own, hot
 }
 
+// eachPrefixRead draws 300 random histories, each checked with a
+// fraction keep of its GTIDs known, and 20 random reads of each, and
+// hands f every read with the check's verdict.
+func eachPrefixRead(rng *rand.Rand, keep float64, f func(w *prefixWorld, s int, own int64, hot []int64, got bool, why PrefixWitness)) {
+	for range 300 {
+		w := newPrefixWorld(rng, 1+rng.IntN(40), 1+rng.IntN(4), 1+rng.IntN(4))
+		p := w.check(rng, gtid.SID{1, 2, 3}, keep)
+		for range 20 {
+			s := rng.IntN(w.sessions)
+			own, hot := w.read(rng, s)
+			got, why := p.NonPrefix(s, own, hot)
+			f(w, s, own, hot, got, why)
+		}
+	}
+}
+
 // TestPrefixCheckProperty: with every GTID known, the check flags a read
 // exactly when no cut of the primary's history gives it (the oracle
 // tries every cut), over random histories and reads, prefix and not.
 // Removing the check (NonPrefix always false) fails it: some reads are no
 // prefix.
 func TestPrefixCheckProperty(t *testing.T) {
-	rng := rand.New(rand.NewPCG(41, 1))
-	sid := gtid.SID{1, 2, 3}
 	var prefix, non int
-	for range 300 {
-		w := newPrefixWorld(rng, 1+rng.IntN(40), 1+rng.IntN(4), 1+rng.IntN(4))
-		p := w.check(rng, sid, 1)
-		for range 20 {
-			s := rng.IntN(w.sessions)
-			own, hot := w.read(rng, s)
-			want := !w.isPrefix(s, own, hot)
-			got, why := p.NonPrefix(s, own, hot)
-			if got != want {
-				t.Fatalf("session %d read own=%d hot=%v: non-prefix %v (%v), oracle %v; history sess=%v hot=%v",
-					s, own, hot, got, why, want, w.sess, w.hot)
-			}
-			if want {
-				non++
-			} else {
-				prefix++
-			}
+	eachPrefixRead(rand.New(rand.NewPCG(41, 1)), 1, func(w *prefixWorld, s int, own int64, hot []int64, got bool, why PrefixWitness) {
+		want := !w.isPrefix(s, own, hot)
+		if got != want {
+			t.Fatalf("session %d read own=%d hot=%v: non-prefix %v (%v), oracle %v; history sess=%v hot=%v",
+				s, own, hot, got, why, want, w.sess, w.hot)
 		}
-	}
+		if want {
+			non++
+		} else {
+			prefix++
+		}
+	})
 	if prefix < 1000 || non < 1000 {
 		t.Fatalf("the property test drew %d prefix and %d non-prefix reads: too few of one kind", prefix, non)
 	}
@@ -135,28 +142,19 @@ func TestPrefixCheckProperty(t *testing.T) {
 // (writes of unknown outcome), every flag is still a proof: no prefix
 // read is flagged, and most non-prefix reads still are.
 func TestPrefixCheckSoundWithUnknowns(t *testing.T) {
-	rng := rand.New(rand.NewPCG(41, 2))
-	sid := gtid.SID{1, 2, 3}
 	var non, flagged int
-	for range 300 {
-		w := newPrefixWorld(rng, 1+rng.IntN(40), 1+rng.IntN(4), 1+rng.IntN(4))
-		p := w.check(rng, sid, 0.67)
-		for range 20 {
-			s := rng.IntN(w.sessions)
-			own, hot := w.read(rng, s)
-			got, why := p.NonPrefix(s, own, hot)
-			if w.isPrefix(s, own, hot) {
-				if got {
-					t.Fatalf("prefix read own=%d hot=%v flagged: %v", own, hot, why)
-				}
-				continue
-			}
-			non++
+	eachPrefixRead(rand.New(rand.NewPCG(41, 2)), 0.67, func(w *prefixWorld, s int, own int64, hot []int64, got bool, why PrefixWitness) {
+		if w.isPrefix(s, own, hot) {
 			if got {
-				flagged++
+				t.Fatalf("prefix read own=%d hot=%v flagged: %v", own, hot, why)
 			}
+			return
 		}
-	}
+		non++
+		if got {
+			flagged++
+		}
+	})
 	if flagged == 0 || flagged*2 < non {
 		t.Fatalf("flagged %d of %d non-prefix reads with a third of the GTIDs unknown", flagged, non)
 	}
