@@ -26,6 +26,9 @@ type nodeConn struct {
 	c                    *client.Conn
 	rec                  *mysqlwire.Recorder // records c's responses for ExecuteWrite
 	broken               bool
+	// tracked is the causal_token a proxy reported in the last
+	// ExecuteWrite's OK packet (its session tracking), "" when none.
+	tracked string
 }
 
 var _ Execer = (*nodeConn)(nil)
@@ -85,6 +88,7 @@ func (n *nodeConn) exec(ctx context.Context, query string, record bool) (*mysql.
 		return nil, "", err
 	}
 	c := n.c
+	n.tracked = ""
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	if record {
 		n.rec.Start()
@@ -99,7 +103,7 @@ func (n *nodeConn) exec(ctx context.Context, query string, record bool) (*mysql.
 		if tr, gerr = n.rec.LastOK(); errors.Is(gerr, mysqlwire.ErrNoOK) {
 			gerr = nil
 		}
-		g = tr.GTID
+		g, n.tracked = tr.GTID, tr.Vars[proxyTokenVariable]
 	}
 	if !stop() {
 		n.broken = true
@@ -122,6 +126,14 @@ func (n *nodeConn) exec(ctx context.Context, query string, record bool) (*mysql.
 	}
 	return r, g, nil
 }
+
+// proxyTokenVariable is the tracked system variable a causallab proxy
+// reports a session's token in (proxy's track_token).
+const proxyTokenVariable = "causal_token"
+
+// trackedToken is the token the last ExecuteWrite's OK packet carried
+// ("" when none: not through a proxy, or the token did not change).
+func (n *nodeConn) trackedToken() string { return n.tracked }
 
 // Close closes the connection.
 func (n *nodeConn) Close() error {

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"regexp"
 	"testing"
 	"time"
 
@@ -166,6 +167,18 @@ func TestLabFleetViaProxy(t *testing.T) {
 	}
 	if r := row(t, res, "any"); r.RYW == 0 {
 		t.Errorf("any via a fleet of 2 proxies: no RYW violation under lag %+v", res.Lag)
+	}
+	// The writes' tokens came in their OK packets (the proxy's
+	// track_token), not from SELECT @causal_token.
+	re := regexp.MustCompile(`token-ryw-mr via proxy: .*tokens taken from the write's OK packet: ([0-9]+)`)
+	var m []string
+	for _, n := range res.Notes {
+		if m = re.FindStringSubmatch(n); m != nil {
+			break
+		}
+	}
+	if m == nil || m[1] == "0" {
+		t.Errorf("token-ryw-mr: no write's token was taken from its OK packet (%q); notes %q", m, res.Notes)
 	}
 }
 

@@ -67,6 +67,9 @@ type viaProxy struct {
 	serial []sync.Mutex
 	// noToken counts writes after which the proxy returned no token.
 	noToken atomic.Int64
+	// trackedToks counts writes whose token came in their OK packet
+	// (the proxy's session tracking) under TokenScopeSession.
+	trackedToks atomic.Int64
 	// routes holds the proxies' report of each connection's last routed
 	// read (proxy.Config.OnRead), by routeKey.
 	routes sync.Map // uint64 -> proxy.ReadRoute
@@ -263,11 +266,17 @@ func (v *viaProxy) keepToken(ctx context.Context, c *nodeConn, sess int) error {
 	if err != nil {
 		return fmt.Errorf("lab: reading the session's token: %w", err)
 	}
+	return v.keepTracked(sess, strings.Clone(text))
+}
+
+// keepTracked keeps text, the proxy's token after session sess's
+// statement, for its next statement (TokenScopeSession).
+func (v *viaProxy) keepTracked(sess int, text string) error {
 	if strings.ContainsAny(text, "'\\") {
 		return fmt.Errorf("lab: the proxy's token %q", text)
 	}
 	v.tokMu[sess].Lock()
-	v.sessToks[sess] = strings.Clone(text)
+	v.sessToks[sess] = text
 	v.tokMu[sess].Unlock()
 	return nil
 }
@@ -297,7 +306,14 @@ func (v *viaProxy) write(ctx context.Context, sess int, seq int64, hot int) (ack
 		return ack, err
 	}
 	if v.e.cfg.TokenScope == TokenScopeSession {
-		if err := v.keepToken(wctx, c, sess); err != nil {
+		if tok := c.trackedToken(); tok != "" {
+			// The proxy's session tracking carried the token in the
+			// write's OK packet (track_token): no round trip.
+			if err := v.keepTracked(sess, tok); err != nil {
+				return ack, err
+			}
+			v.trackedToks.Add(1)
+		} else if err := v.keepToken(wctx, c, sess); err != nil {
 			return ack, err
 		}
 		v.acked(sess, seq, hot, ack)
@@ -510,7 +526,11 @@ func (v *viaProxy) note(ctx context.Context) string {
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%s %.0f", k, m[k])
 	}
-	return fmt.Sprintf("%s via proxy: the proxy counted its reads as %s (writes without a token: %d).", v.sp.Name, strings.Join(parts, ", "), v.noToken.Load())
+	tracked := ""
+	if v.e.cfg.TokenScope == TokenScopeSession {
+		tracked = fmt.Sprintf("; tokens taken from the write's OK packet: %d", v.trackedToks.Load())
+	}
+	return fmt.Sprintf("%s via proxy: the proxy counted its reads as %s (writes without a token: %d%s).", v.sp.Name, strings.Join(parts, ", "), v.noToken.Load(), tracked)
 }
 
 // failover tells the proxy of a promotion, as an orchestrator would

@@ -344,6 +344,12 @@ type Config struct {
 	// what it cannot verify: an unsigned token could pin a session's
 	// reads to the primary or make them wait).
 	AcceptUnsignedTokens *bool `yaml:"accept_unsigned_tokens"`
+	// TrackToken: a client that negotiated CLIENT_SESSION_TRACK finds
+	// the session's token (what SELECT @causal_token returns) in the OK
+	// packet of a statement after which it changed, as the tracked system
+	// variable causal_token: a driver that reads session tracking carries
+	// it without a round trip. Default true.
+	TrackToken *bool `yaml:"track_token"`
 	// StartToken is the token a new client session starts with:
 	// "proxy-writes" (default: every write this proxy acknowledged to any
 	// session in the current epoch, each source's prefix 1-max,
@@ -529,6 +535,10 @@ func (c *Config) validateTokens() error {
 	if c.AcceptUnsignedTokens == nil {
 		accept := len(c.TokenKeys) == 0
 		c.AcceptUnsignedTokens = &accept
+	}
+	if c.TrackToken == nil {
+		track := true
+		c.TrackToken = &track
 	}
 	return nil
 }

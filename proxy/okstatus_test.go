@@ -110,3 +110,60 @@ func TestEOFFromClassicEOF(t *testing.T) {
 		t.Fatalf("status passed to the client %#x, want the state-change flag cleared", got)
 	}
 }
+
+// TestTokenEntry: the proxy's causal_token entry is MySQL's
+// SESSION_TRACK_SYSTEM_VARIABLES entry (type 0, the entry's length, the
+// name and the value length-encoded), byte for byte, and okStateBlock
+// finds a server's block (to which the entry is appended) in an OK
+// packet. A real client reading both: TestTrackedToken.
+func TestTokenEntry(t *testing.T) {
+	got := tokenEntry("g1.1.x")
+	want := []byte{0, 20, 12, 'c', 'a', 'u', 's', 'a', 'l', '_', 't', 'o', 'k', 'e', 'n', 6, 'g', '1', '.', '1', '.', 'x'}
+	if string(got) != string(want) {
+		t.Fatalf("tokenEntry = %x, want %x", got, want)
+	}
+	gtidEntry := []byte{mysql.SESSION_TRACK_GTIDS, 5, 0, 3, 'a', ':', '1'}
+	pkt := okWithBlock(7, 0, mysql.SERVER_STATUS_AUTOCOMMIT|mysql.SERVER_SESSION_STATE_CHANGED, "info", gtidEntry)
+	block := okStateBlock(pkt)
+	if string(block) != string(gtidEntry) {
+		t.Fatalf("okStateBlock = %x, want %x", block, gtidEntry)
+	}
+	block = append(block[:len(block):len(block)], tokenEntry("s1.k.1")...)
+	full := okWithBlock(7, 0, mysql.SERVER_STATUS_AUTOCOMMIT|mysql.SERVER_SESSION_STATE_CHANGED, "info", block)
+	if string(okStateBlock(full)) != string(block) {
+		t.Fatalf("okStateBlock of the rebuilt packet = %x, want %x", okStateBlock(full), block)
+	}
+	if b := okStateBlock(pkt[:len(pkt)-1]); b != nil {
+		t.Fatalf("okStateBlock of a truncated packet = %x, want nil", b)
+	}
+}
+
+// okWithBlock is an OK payload (header byte onward) in the
+// CLIENT_SESSION_TRACK format with session-state block block.
+func okWithBlock(affected, insertID uint64, status uint16, info string, block []byte) []byte {
+	p := []byte{mysql.OK_HEADER}
+	p = append(p, mysql.PutLengthEncodedInt(affected)...)
+	p = append(p, mysql.PutLengthEncodedInt(insertID)...)
+	p = binary.LittleEndian.AppendUint16(p, status)
+	p = binary.LittleEndian.AppendUint16(p, 0)
+	p = append(p, mysql.PutLengthEncodedString([]byte(info))...)
+	return append(p, mysql.PutLengthEncodedString(block)...)
+}
+
+// FuzzOKStateBlock: okStateBlock never reads past the payload and finds
+// the block of an OK packet built as a server builds one.
+func FuzzOKStateBlock(f *testing.F) {
+	f.Add([]byte{mysql.OK_HEADER, 0, 0, 2, 0x40, 0, 0, 0, 0}, uint64(1), "", []byte{2, 1, '1'})
+	f.Add([]byte{mysql.OK_HEADER, 0xfc}, uint64(1<<20), "Rows matched: 1", []byte{})
+	f.Add([]byte{}, uint64(0), "x", tokenEntry("s1.k2.1...0..abc"))
+	f.Fuzz(func(t *testing.T, raw []byte, affected uint64, info string, block []byte) {
+		okStateBlock(raw) // no panic on any input
+		p := okWithBlock(affected, affected/3, mysql.SERVER_SESSION_STATE_CHANGED, info, block)
+		if got := okStateBlock(p); string(got) != string(block) {
+			t.Fatalf("okStateBlock(%x) = %x, want %x", p, got, block)
+		}
+		if len(block) > 0 && okStateBlock(p[:len(p)-1]) != nil {
+			t.Fatalf("okStateBlock accepted a truncated packet %x", p[:len(p)-1])
+		}
+	})
+}

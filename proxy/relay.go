@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -54,6 +55,9 @@ type relayOut struct {
 	// insertID: an OK packet of the response carried an insert id (the
 	// statement may have changed the session's LAST_INSERT_ID()).
 	insertID bool
+	// recorded: relayReq.token recorded gtid as the session's write at
+	// the final OK packet.
+	recorded bool
 }
 
 // errClientGone: writing to the client failed; the backend response was
@@ -115,12 +119,18 @@ type relayReq struct {
 	// as the response's first packet (nothing ran: a stored function
 	// that writes) is not written (relayOut.readOnly).
 	holdReadOnly bool
+	// token, when set (session.tokenTracker), is called at the final OK
+	// packet of the response with its write GTIDs (relayOut.gtid): it
+	// records them and returns the session's token when it changed,
+	// which the OK then carries as the tracked system variable
+	// causal_token.
+	token func(gtids string) (string, bool)
 }
 
 // relay sends the session's statement query to bc as a COM_QUERY and
 // streams the response to the client (see relayCmd).
 func (s *session) relay(bc *backendConn, query string, file func() ([]byte, byte, error)) (relayOut, error) {
-	return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, op: "query", wantGTIDs: s.state.wantGTIDs, file: file, rename: s.rename})
+	return relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, op: "query", wantGTIDs: s.state.wantGTIDs, file: file, rename: s.rename, token: s.tokenTracker()})
 }
 
 // relayQuery relays the COM_QUERY of query with req's options.
@@ -289,7 +299,7 @@ func relayResponse(cc *clientConn, bc *backendConn, req relayReq) (relayOut, err
 		var last bool
 		switch pkt[4] {
 		case mysql.OK_HEADER:
-			if err := relayOK(cc, bc, pkt, req.wantGTIDs, &r.out, r.write); err != nil {
+			if err := relayOK(cc, bc, pkt, &req, &r.out, r.write); err != nil {
 				return r.out, err
 			}
 			last = r.out.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0
@@ -626,35 +636,96 @@ func finish(clientOK bool) error {
 }
 
 // relayOK parses an OK packet (captures status and GTID) and forwards it in
-// the client's format.
-func relayOK(cc *clientConn, bc *backendConn, pkt []byte, wantGTIDs bool, out *relayOut, write func([]byte)) error {
+// the client's format: the backend's session-state block only when the
+// client asked for GTIDs (the proxy's own trackers are not the client's),
+// the session's token when it changed (req.token).
+func relayOK(cc *clientConn, bc *backendConn, pkt []byte, req *relayReq, out *relayOut, write func([]byte)) error {
 	r := handleOK(bc, pkt[4:])
 	if r == nil {
 		bc.broken = true
 		return &relayError{err: &BackendError{Backend: bc.b.Name, Op: "query", Msg: "malformed OK packet"}}
 	}
 	noteTracked(bc, r, out)
-	if bc.allGTIDs {
-		// ALL_GTIDS is not what the client asked to track (OWN_GTID):
-		// the block is never forwarded.
-		wantGTIDs = false
-	}
+	// ALL_GTIDS is not what the client asked to track (OWN_GTID): that
+	// block is never forwarded.
+	wantGTIDs := req.wantGTIDs && !bc.allGTIDs
 	clientTrack := cc.hasCapability(mysql.CLIENT_SESSION_TRACK)
-	if clientTrack && (wantGTIDs || r.Status&mysql.SERVER_SESSION_STATE_CHANGED == 0) {
+	var entry []byte
+	if clientTrack && req.token != nil && r.Status&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+		out.recorded = true
+		if tok, changed := req.token(out.gtid); changed {
+			entry = tokenEntry(tok)
+		}
+	}
+	if clientTrack && entry == nil && (wantGTIDs || r.Status&mysql.SERVER_SESSION_STATE_CHANGED == 0) {
 		write(pkt) // same format on both sides
 		return nil
 	}
-	b := make([]byte, 4, 32+len(r.StatusMessage))
+	var block []byte
+	if clientTrack && wantGTIDs && r.Status&mysql.SERVER_SESSION_STATE_CHANGED != 0 {
+		block = okStateBlock(pkt[4:])
+	}
+	block = slices.Concat(block, entry)
+	b := make([]byte, 4, 32+len(r.StatusMessage)+len(block))
 	b = append(b, mysql.OK_HEADER)
 	b = append(b, mysql.PutLengthEncodedInt(r.AffectedRows)...)
 	b = append(b, mysql.PutLengthEncodedInt(r.InsertId)...)
 	st := r.Status &^ mysql.SERVER_SESSION_STATE_CHANGED
+	if len(block) > 0 {
+		st |= mysql.SERVER_SESSION_STATE_CHANGED
+	}
 	b = append(b, byte(st), byte(st>>8), byte(r.Warnings), byte(r.Warnings>>8))
-	if clientTrack {
-		b = append(b, mysql.PutLengthEncodedString([]byte(r.StatusMessage))...)
-	} else {
+	switch {
+	case !clientTrack:
 		b = append(b, r.StatusMessage...)
+	default:
+		b = append(b, mysql.PutLengthEncodedString([]byte(r.StatusMessage))...)
+		if len(block) > 0 {
+			b = append(b, mysql.PutLengthEncodedString(block)...)
+		}
 	}
 	write(b)
 	return nil
+}
+
+// tokenVariable is the tracked system variable the proxy reports the
+// session's token as (Config.TrackToken).
+const tokenVariable = "causal_token"
+
+// tokenEntry is a session-state entry of type SESSION_TRACK_SYSTEM_VARIABLES
+// naming tokenVariable with value tok: the type byte, the entry's length,
+// then the name and the value, each length-encoded.
+func tokenEntry(tok string) []byte {
+	payload := mysql.PutLengthEncodedString([]byte(tokenVariable))
+	payload = append(payload, mysql.PutLengthEncodedString([]byte(tok))...)
+	e := append([]byte{mysql.SESSION_TRACK_SYSTEM_VARIABLES}, mysql.PutLengthEncodedInt(uint64(len(payload)))...)
+	return append(e, payload...)
+}
+
+// okStateBlock is the session-state block of OK payload p (header byte
+// onward) from a connection that negotiated CLIENT_SESSION_TRACK, whose
+// status says SERVER_SESSION_STATE_CHANGED: the entries after the
+// length-encoded info string, without their total length (nil when p is
+// shorter than it says). It aliases p.
+func okStateBlock(p []byte) []byte {
+	pos := 1
+	for range 2 { // affected rows, insert id
+		_, n := lenencInt(p[min(pos, len(p)):])
+		if n == 0 {
+			return nil
+		}
+		pos += n
+	}
+	pos += 4 // status, warnings
+	info, n := lenencInt(p[min(pos, len(p)):])
+	if n == 0 || uint64(len(p)-pos-n) < info {
+		return nil
+	}
+	pos += n + int(info)
+	l, n := lenencInt(p[min(pos, len(p)):])
+	if n == 0 || uint64(len(p)-pos-n) < l {
+		return nil
+	}
+	pos += n
+	return p[pos : pos+int(l)]
 }

@@ -126,6 +126,11 @@ type session struct {
 	// passed with every read): waitFunc, flushFunc.
 	waitFn  live.WaitFunc[gtid.Set]
 	flushFn func() error
+	// trackFn is trackToken as a relayReq.token, made once; tracked is
+	// the token text the client was last sent in an OK packet's
+	// session-state block ("" none: not yet, or NULL).
+	trackFn func(string) (string, bool)
+	tracked string
 }
 
 // waitFunc is s.waitOn as a live.WaitFunc, made once.
@@ -682,7 +687,7 @@ func (s *session) afterPrimary(st Stmt, out relayOut) {
 	s.state.noteAnswer(st, out.warnings, out.serverErr)
 	s.noteInsertID(st, out)
 	s.cc.mirrorStatus(s.state.status)
-	if !out.serverErr && out.gtid != "" {
+	if !out.serverErr && out.gtid != "" && !out.recorded {
 		s.recordWrite(out.gtid)
 	}
 }
@@ -870,6 +875,62 @@ func (s *session) tokenText() *string {
 	return &txt
 }
 
+// tokenTracker is the session's relayReq.token: nil unless track_token
+// is on and the client negotiated CLIENT_SESSION_TRACK.
+func (s *session) tokenTracker() func(string) (string, bool) {
+	if !*s.srv.cfg.TrackToken || !s.cc.hasCapability(mysql.CLIENT_SESSION_TRACK) {
+		return nil
+	}
+	if s.trackFn == nil {
+		s.trackFn = s.trackToken
+	}
+	return s.trackFn
+}
+
+// trackToken is called as the OK packet that ends a statement's response
+// is written to a client that tracks the token: it records the
+// response's write GTIDs g first (the token the OK carries holds the
+// write it acknowledges; afterPrimary then records nothing,
+// relayOut.recorded), and returns the session's token text when it
+// differs from the one the client was last sent ("" when it became
+// NULL). A read's watermark raised after its result set (whose classic
+// EOF packet carries no session state) reaches the next OK packet, or
+// SELECT @causal_token.
+func (s *session) trackToken(g string) (string, bool) {
+	if g != "" {
+		s.recordWrite(g)
+	}
+	txt := ""
+	if t := s.tokenText(); t != nil {
+		txt = *t
+	}
+	if txt == s.tracked {
+		return "", false
+	}
+	s.tracked = txt
+	return txt, true
+}
+
+// withTrackedToken is the proxy's own OK answer r with the session's
+// token in its session-state block when it changed (tokenTracker).
+func (s *session) withTrackedToken(r *mysql.Result) *mysql.Result {
+	f := s.tokenTracker()
+	if f == nil {
+		return r
+	}
+	tok, changed := f("")
+	if !changed {
+		return r
+	}
+	out := mysql.Result{}
+	if r != nil {
+		out = *r
+	}
+	out.Status |= mysql.SERVER_SESSION_STATE_CHANGED
+	out.SessionTracking = &mysql.SessionTrackingInfo{Variables: map[string]string{tokenVariable: tok}}
+	return &out
+}
+
 // waitOn is the router's WaitFunc: WAIT_FOR_EXECUTED_GTID_SET on the
 // session's own connection to the replica (live.WaitGTIDFunction; with
 // live.WaitWatcher the router waits on the position source instead), with
@@ -1010,6 +1071,7 @@ func (s *session) resetSession() error {
 	key := s.ls.State().AffinityKey
 	s.ls = newLiveSession(s.srv)
 	s.ls.SetAffinityKey(key)
+	s.tracked = ""
 	s.primary.close()
 	s.primary = nil
 	return s.ensurePrimary()

@@ -111,7 +111,7 @@ func (s *session) writeResult(cmd byte, res *mysql.Result, err error) error {
 	case res.HasResultset():
 		return s.cc.writeResultset(res.Resultset)
 	}
-	return s.cc.writeOK(res)
+	return s.cc.writeOK(s.withTrackedToken(res))
 }
 
 // handleFieldList answers COM_FIELD_LIST (a table name, NUL, a wildcard)

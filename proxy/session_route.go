@@ -115,7 +115,7 @@ func (s *session) readQuery(query string, st Stmt) (*mysql.Result, error) {
 			role = roleReplica
 		}
 		s.srv.m.statement(false, st.Kind, role).Inc()
-		out, err := relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, wmRead: s.wmRead(t.Replica), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load(), holdReadOnly: t.Replica >= 0, rename: s.rename})
+		out, err := relayQuery(s.cc, bc, query, relayReq{ctx: s.ctx, sentAt: at, op: "query", wantGTIDs: s.state.wantGTIDs, watermark: t.Watermark, wmRead: s.wmRead(t.Replica), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load(), holdReadOnly: t.Replica >= 0, rename: s.rename, token: s.tokenTracker()})
 		refused = refused || out.readOnly
 		return out, err
 	})

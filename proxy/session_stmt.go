@@ -179,7 +179,7 @@ func (s *session) relayExecute(p *pstmt, payload [][]byte) (*mysql.Result, error
 			role = roleReplica
 		}
 		s.srv.m.statement(true, st.Kind, role).Inc()
-		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, sentAt: at, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, wmRead: s.wmRead(i), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load(), rename: p.rename})
+		out, err := relayCmd(s.cc, bc, relayReq{ctx: s.ctx, sentAt: at, op: "execute", cmd: bc.pieces, wantGTIDs: s.state.wantGTIDs, watermark: watermark, wmRead: s.wmRead(i), flush: s.flushFunc(), dropTracked: s.srv.dropTracked.Load(), rename: p.rename, token: s.tokenTracker()})
 		clear(bc.pieces)
 		return out, err
 	}
