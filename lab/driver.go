@@ -58,7 +58,7 @@ func (a *hotAcks) issue(ss *sessionSync, out *Read) {
 
 // sessionSched is the scheduler goroutine's own state of one session.
 type sessionSched struct {
-	router       int              // index into engine.routers
+	router       int              // index into driver.routers
 	nextSeq      int64            // last Seq handed out
 	pendingReads int              // reads still owed
 	readBusy     bool             // a read is scheduled or in flight
@@ -67,8 +67,8 @@ type sessionSched struct {
 	gaps         rng              // the session's own gap draws
 }
 
-// engine runs one measurement: a write schedule, sessions, routers.
-type engine struct {
+// driver runs one measurement: a write schedule, sessions, routers.
+type driver struct {
 	cfg     *Config
 	nodes   Nodes
 	poll    *poller
@@ -87,11 +87,11 @@ type engine struct {
 	timelines timelineLog
 }
 
-func (e *engine) since() time.Duration { return time.Since(e.start) }
+func (e *driver) since() time.Duration { return time.Since(e.start) }
 
 // drift adds (d > 0) or removes (d < 0) d outside reads in flight on the
 // named replica: real slow reads through each router/live router.
-func (e *engine) drift(name string, d int) {
+func (e *driver) drift(name string, d int) {
 	for _, v := range e.vias {
 		v.drift(name, d)
 	}
@@ -159,7 +159,7 @@ type binCount struct{ reads, primary int32 }
 
 // runOnce runs the measurement with cfg.Routers all at once (sessions split
 // evenly) and returns the raw accumulators.
-func (e *engine) runOnce(ctx context.Context, sched []scheduledWrite, progress func(Progress)) ([]*routerAcc, *Checker, error) {
+func (e *driver) runOnce(ctx context.Context, sched []scheduledWrite, progress func(Progress)) ([]*routerAcc, *Checker, error) {
 	cfg := e.cfg
 	chk, err := NewChecker(cfg.Sessions, cfg.HotRows)
 	if err != nil {
@@ -428,7 +428,7 @@ type group struct {
 	undo    []func()           // what close runs, last first
 	lag     *lagTracker
 	poll    *poller
-	e       *engine
+	e       *driver
 	vias    []liveRuntime
 	proxies []*viaProxy
 	notes   []string // the routing path's notes
@@ -518,7 +518,7 @@ func (g *group) setUp(ctx, parent context.Context) error {
 	return nil
 }
 
-// buildRouters builds the engine and one router runtime per spec, every
+// buildRouters builds the driver and one router runtime per spec, every
 // one through package router/live (GTID-set tokens over one binlog
 // position source, scalar tokens over polled scalar positions) or, for
 // GTID-set tokens under ViaProxy, the in-process proxy.
@@ -527,7 +527,7 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 	if n := len(cfg.Weights); n > 0 && n != len(topo.Replicas()) {
 		return fmt.Errorf("lab: %d hashing weights for %d replicas (want one per replica)", n, len(topo.Replicas()))
 	}
-	e := &engine{cfg: cfg, nodes: topo, poll: g.poll, lag: g.lag, sess: make([]sessionSync, cfg.Sessions),
+	e := &driver{cfg: cfg, nodes: topo, poll: g.poll, lag: g.lag, sess: make([]sessionSync, cfg.Sessions),
 		hot: &hotAcks{v: make([]int64, cfg.HotRows)}}
 	g.e = e
 	g.later(func() {

@@ -117,7 +117,7 @@ func TestViaProxyRouteAfterRedial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &engine{cfg: &cfg, nodes: topo, start: time.Now(), sess: make([]sessionSync, cfg.Sessions),
+	e := &driver{cfg: &cfg, nodes: topo, start: time.Now(), sess: make([]sessionSync, cfg.Sessions),
 		hot: &hotAcks{v: make([]int64, cfg.HotRows)}}
 	v, err := newViaProxy(sctx, specs[0], e, src)
 	if err != nil {

@@ -52,8 +52,8 @@ type HistoryOp struct {
 }
 
 // recordOp appends the completed operation o, of router r, to the
-// engine's history (Config.RecordHistory), at completion time now.
-func (e *engine) recordOp(o *op, r string, now time.Duration) {
+// driver's history (Config.RecordHistory), at completion time now.
+func (e *driver) recordOp(o *op, r string, now time.Duration) {
 	h := HistoryOp{Router: r, Session: o.sess, Write: o.write, Invoke: o.started, Complete: now}
 	if o.write {
 		h.Hot, h.Version, h.GTID, h.Seq, h.WriteError = o.hot, o.ack.Hot, o.ack.GTID, o.seq, o.err != nil

@@ -43,7 +43,7 @@ import (
 // /* consistent_read_id:session-<i>, causal_token:<token> */ comment.
 type viaProxy struct {
 	sp RouterSpec
-	e  *engine
+	e  *driver
 	// srvs are the fleet's proxies (Config.Proxies; the first one's router
 	// carries the drift load).
 	srvs   []*proxy.Server
@@ -132,7 +132,7 @@ func readAnnotation(p router.Policy, sess int, tok gtid.Token) string {
 	return prefix + " */ "
 }
 
-func newViaProxy(ctx context.Context, sp RouterSpec, e *engine, src live.PositionSource[gtid.Set]) (*viaProxy, error) {
+func newViaProxy(ctx context.Context, sp RouterSpec, e *driver, src live.PositionSource[gtid.Set]) (*viaProxy, error) {
 	name, err := proxyPolicyName(sp.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s via proxy: %w", sp.Name, err)

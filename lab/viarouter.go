@@ -64,7 +64,7 @@ type liveRuntime interface {
 // viaRouter runs one RouterSpec through live.Router[P].
 type viaRouter[P gtid.Position[P]] struct {
 	sp   RouterSpec
-	e    *engine
+	e    *driver
 	rt   *live.Router[P]
 	mu   []sync.Mutex // per session: a LiveSession is used by one goroutine at a time
 	sess []*live.LiveSession[P]
@@ -83,7 +83,7 @@ func routerNode(n compose.Node) live.Node { return live.Node{Name: n.Name, Addr:
 
 // replicaNodes are the topology's replicas as the live router's nodes,
 // with the run's hashing weights, and their names.
-func replicaNodes(e *engine) ([]live.Node, []string) {
+func replicaNodes(e *driver) ([]live.Node, []string) {
 	var reps []live.Node
 	var names []string
 	for i, r := range e.nodes.Replicas() {
@@ -96,7 +96,7 @@ func replicaNodes(e *engine) ([]live.Node, []string) {
 
 // newViaRouter builds the live router for sp with flavor f over positions
 // src, raising monotonic-reads watermarks the wm way.
-func newViaRouter[P gtid.Position[P]](ctx context.Context, sp RouterSpec, e *engine, f live.Flavor[P], src live.PositionSource[P], wm live.WatermarkMode) (*viaRouter[P], error) {
+func newViaRouter[P gtid.Position[P]](ctx context.Context, sp RouterSpec, e *driver, f live.Flavor[P], src live.PositionSource[P], wm live.WatermarkMode) (*viaRouter[P], error) {
 	p := e.nodes.Primary()
 	reps, names := replicaNodes(e)
 	rt, err := live.New(ctx, live.Config[P]{Flavor: f, Primary: routerNode(p), Replicas: reps, User: p.User, Password: p.Password,
