@@ -107,6 +107,9 @@ type EngineFailoverConfig struct {
 	PollInterval time.Duration
 	// Seed fixes every session's gaps; default 1.
 	Seed uint64
+	// RecordHistory keeps every operation (EngineFailoverResult.
+	// Histories), for WriteHistoryFiles.
+	RecordHistory bool
 	// Progress, when set, is told each phase.
 	Progress func(engine compose.Engine, phase string)
 	// Logger receives detail; default slog.Default().
@@ -213,10 +216,23 @@ type EngineFailover struct {
 	Seconds float64 `json:"seconds"`
 }
 
+// EngineHistory is one engine's operations (EngineFailoverConfig.
+// RecordHistory): token router i's session s is session i*Sessions+s, so
+// every session of the engine has its own number and its own row; the
+// sessions read only their own rows (no hot rows; a write's Hot is -1).
+type EngineHistory struct {
+	Engine compose.Engine
+	// Sessions is the number of session numbers (tokens x sessions).
+	Sessions int
+	Ops      []HistoryOp
+}
+
 // EngineFailoverResult is the experiment's answer.
 type EngineFailoverResult struct {
 	Rows      []EngineTokenRow `json:"rows"`
 	Failovers []EngineFailover `json:"failovers"`
+	// Histories, with RecordHistory, one per engine.
+	Histories []EngineHistory `json:"-"`
 	// Config is the configuration run (defaults filled in).
 	Sessions               int           `json:"sessions_per_token"`
 	ReadsPerWrite          int           `json:"reads_per_write"`
@@ -244,7 +260,7 @@ func RunEngineFailover(ctx context.Context, cfg EngineFailoverConfig) (*EngineFa
 		if err != nil {
 			return nil, fmt.Errorf("lab: %s topology: %w", e, err)
 		}
-		rows, fr, runErr := runEngine(ctx, &cfg, topo)
+		rows, fr, hist, runErr := runEngine(ctx, &cfg, topo)
 		progress(cfg, e, "topology down")
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		downErr := topo.Down(dctx)
@@ -253,6 +269,9 @@ func RunEngineFailover(ctx context.Context, cfg EngineFailoverConfig) (*EngineFa
 			return nil, fmt.Errorf("lab: %s: %w", e, err)
 		}
 		res.Rows = append(res.Rows, rows...)
+		if cfg.RecordHistory {
+			res.Histories = append(res.Histories, EngineHistory{Engine: e, Sessions: len(EngineTokens(e)) * cfg.Sessions, Ops: hist})
+		}
 		res.Failovers = append(res.Failovers, EngineFailover{Engine: e, Result: fr, Seconds: time.Since(t0).Seconds()})
 	}
 	return res, nil
@@ -292,17 +311,18 @@ func efTable(e compose.Engine, i int) string {
 	return fmt.Sprintf("ef.t%d", i)
 }
 
-// runEngine runs the workload and the failover on one topology.
-func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology) ([]EngineTokenRow, compose.FailoverResult, error) {
+// runEngine runs the workload and the failover on one topology; the
+// history is every operation, with cfg.RecordHistory.
+func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology) ([]EngineTokenRow, compose.FailoverResult, []HistoryOp, error) {
 	e := topo.Engine()
 	toks := EngineTokens(e)
 	var fr compose.FailoverResult
 	progress(*cfg, e, "set-up")
 	if err := efSetup(ctx, topo, len(toks), cfg.Sessions); err != nil {
-		return nil, fr, err
+		return nil, fr, nil, err
 	}
 	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
-		return nil, fr, err
+		return nil, fr, nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -320,9 +340,13 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 	for i, tok := range toks {
 		r, err := newEFRouter(rctx, cfg, topo, tok, efTable(e, i), &bg)
 		if err != nil {
-			return nil, fr, fmt.Errorf("token %s: %w", tok, err)
+			return nil, fr, nil, fmt.Errorf("token %s: %w", tok, err)
 		}
 		routers[i] = r
+	}
+	chk, err := NewChecker(len(toks)*cfg.Sessions, 0)
+	if err != nil {
+		return nil, fr, nil, err
 	}
 	rows := make([]EngineTokenRow, len(toks))
 	acked := make([][]atomic.Int64, len(toks))
@@ -331,57 +355,21 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 	}
 	var failedOver atomic.Bool
 	start := time.Now()
+	j := &efJudge{chk: chk, start: start, record: cfg.RecordHistory, failedOver: &failedOver}
 	end := start.Add(cfg.Duration)
 	progress(*cfg, e, "workload")
 	var wg sync.WaitGroup
 	var counters = make([]efCounters, len(toks))
-	for i := range toks {
+	for i, tok := range toks {
 		for s := range cfg.Sessions {
-			wg.Go(func() {
-				runSession(rctx, cfg, routers[i], s, end, &acked[i][s], &counters[i], &failedOver, uint64(i)<<32|uint64(s))
-			})
+			es := efSession{r: routers[i], tok: tok, sess: s, id: i*cfg.Sessions + s, acked: &acked[i][s], c: &counters[i]}
+			wg.Go(func() { es.run(rctx, cfg, end, j, uint64(i)<<32|uint64(s)) })
 		}
 	}
-	// The fault schedule.
-	var faultErr error
-	if sleepUntil(rctx, start.Add(cfg.FailoverAt-cfg.HoldBack)) {
-		progress(*cfg, e, "hold back")
-		faultErr = holdBack(rctx, topo)
-	}
-	if faultErr == nil && sleepUntil(rctx, start.Add(cfg.FailoverAt)) {
-		progress(*cfg, e, "failover")
-		failedOver.Store(true) // the kill is the failover's first step
-		err := topo.Kill(rctx, topo.Primary().Name)
-		if err == nil {
-			fr, err = topo.Failover(rctx, "replica1")
-		}
-		if err != nil {
-			faultErr = fmt.Errorf("failover: %w", err)
-		} else {
-			snap := make([][]int64, len(toks))
-			for i := range toks {
-				snap[i] = make([]int64, cfg.Sessions)
-				for s := range cfg.Sessions {
-					snap[i][s] = acked[i][s].Load()
-				}
-			}
-			var errs []error
-			for _, r := range routers {
-				errs = append(errs, r.prepare(rctx, topo.Primary()))
-			}
-			for i, r := range routers {
-				errs = append(errs, r.failover(rctx, topo.Primary(), topo.Replicas(), fr))
-				lostS, lostW, err := efLost(rctx, topo, efTable(e, i), snap[i])
-				rows[i].LostSessions, rows[i].LostWrites = lostS, lostW
-				errs = append(errs, err)
-			}
-			errs = append(errs, release(rctx, topo))
-			faultErr = errors.Join(errs...)
-		}
-	}
+	faultErr := efFaults(rctx, cfg, topo, routers, acked, rows, start, &failedOver, &fr)
 	wg.Wait()
 	if faultErr != nil {
-		return nil, fr, faultErr
+		return nil, fr, nil, faultErr
 	}
 	for i, tok := range toks {
 		c := &counters[i]
@@ -390,7 +378,53 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 			TimedOut: c.timedOut.Load(), FailedFast: c.failedFast.Load(), Errors: c.errors.Load(), OnReplica: c.onReplica.Load(),
 			Fallback: c.fallback.Load(), LostSessions: rows[i].LostSessions, LostWrites: rows[i].LostWrites, SimKind: tok.SimKind()}
 	}
-	return rows, fr, nil
+	return rows, fr, j.history, nil
+}
+
+// efFaults plays the fault schedule: the hold-back, then the kill and
+// promotion, every router told, the losses counted into rows (fr: what
+// compose did).
+func efFaults(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Topology, routers []efRouter, acked [][]atomic.Int64, rows []EngineTokenRow,
+	start time.Time, failedOver *atomic.Bool, fr *compose.FailoverResult) error {
+	e := topo.Engine()
+	if !sleepUntil(ctx, start.Add(cfg.FailoverAt-cfg.HoldBack)) {
+		return nil
+	}
+	progress(*cfg, e, "hold back")
+	if err := holdBack(ctx, topo); err != nil {
+		return err
+	}
+	if !sleepUntil(ctx, start.Add(cfg.FailoverAt)) {
+		return nil
+	}
+	progress(*cfg, e, "failover")
+	failedOver.Store(true) // the kill is the failover's first step
+	err := topo.Kill(ctx, topo.Primary().Name)
+	if err == nil {
+		*fr, err = topo.Failover(ctx, "replica1")
+	}
+	if err != nil {
+		return fmt.Errorf("failover: %w", err)
+	}
+	snap := make([][]int64, len(routers))
+	for i := range routers {
+		snap[i] = make([]int64, cfg.Sessions)
+		for s := range cfg.Sessions {
+			snap[i][s] = acked[i][s].Load()
+		}
+	}
+	var errs []error
+	for _, r := range routers {
+		errs = append(errs, r.prepare(ctx, topo.Primary()))
+	}
+	for i, r := range routers {
+		errs = append(errs, r.failover(ctx, topo.Primary(), topo.Replicas(), *fr))
+		lostS, lostW, err := efLost(ctx, topo, efTable(e, i), snap[i])
+		rows[i].LostSessions, rows[i].LostWrites = lostS, lostW
+		errs = append(errs, err)
+	}
+	errs = append(errs, release(ctx, topo))
+	return errors.Join(errs...)
 }
 
 // efCounters are one token router's running counts.
@@ -399,82 +433,147 @@ type efCounters struct {
 	timedOut, failedFast, errors, onReplica, fallback              atomic.Int64
 }
 
-// runSession is one session: pause, write v, then ReadsPerWrite times
-// pause and read its row, until end.
-func runSession(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess int, end time.Time, acked *atomic.Int64, c *efCounters, failedOver *atomic.Bool, seed uint64) {
+// efJudge judges every read of one engine's run with the lab's Checker
+// (the ground truth every experiment shares) and, with record, keeps
+// every operation as a HistoryOp.
+type efJudge struct {
+	mu      sync.Mutex // guards chk and history
+	chk     *Checker
+	start   time.Time
+	record  bool
+	history []HistoryOp
+	// failedOver is set at the primary's kill.
+	failedOver *atomic.Bool
+}
+
+// write records a write (invoked at t0, completed now).
+func (j *efJudge) write(es *efSession, seq int64, t0 time.Time, err error) {
+	if !j.record {
+		return
+	}
+	now := time.Now()
+	j.mu.Lock()
+	j.history = append(j.history, HistoryOp{Router: string(es.tok), Session: es.id, Write: true, Invoke: t0.Sub(j.start), Complete: now.Sub(j.start),
+		Hot: -1, Seq: seq, WriteError: err != nil})
+	j.mu.Unlock()
+}
+
+// read judges r (invoked at t0, completed now) and records it.
+func (j *efJudge) read(es *efSession, r *Read, t0 time.Time) (Verdict, error) {
+	now := time.Now()
+	r.Issued, r.Done = t0.Sub(j.start), now.Sub(j.start)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	v, err := j.chk.Check(r)
+	if j.record {
+		h := HistoryOp{Router: string(es.tok), Session: es.id, Invoke: r.Issued, Complete: r.Done, Outcome: r.Outcome, AckedSeq: r.AckedSeq}
+		if r.Outcome.Served() {
+			h.Own = r.Own
+		}
+		j.history = append(j.history, h)
+	}
+	return v, err
+}
+
+// efSession is one session of one token router.
+type efSession struct {
+	r   efRouter
+	tok EngineToken
+	// sess is its index within the router (its row), id its number in
+	// the engine's run (efJudge, EngineHistory).
+	sess, id int
+	// acked is the value of its last acknowledged write.
+	acked *atomic.Int64
+	c     *efCounters
+}
+
+// run is the session: pause, write v, then ReadsPerWrite times pause and
+// read its row, until end.
+func (es *efSession) run(ctx context.Context, cfg *EngineFailoverConfig, end time.Time, j *efJudge, seed uint64) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, seed))
 	lo, hi := math.Log(float64(cfg.GapMin)), math.Log(float64(cfg.GapMax))
 	gap := func() time.Duration { return time.Duration(math.Exp(lo + rng.Float64()*(hi-lo))) }
 	var v int64
-	seen := int64(-1)
 	for ctx.Err() == nil {
 		if !sleepCtx(ctx, gap()) || !time.Now().Before(end) {
 			return
 		}
 		v++
+		t0 := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-		err := r.writeRow(wctx, sess, sess, v)
+		err := es.r.writeRow(wctx, es.sess, es.sess, v)
 		cancel()
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		j.write(es, v, t0, err)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			c.writeErrs.Add(1)
+			es.c.writeErrs.Add(1)
 		} else {
-			c.writes.Add(1)
-			acked.Store(v)
+			es.c.writes.Add(1)
+			es.acked.Store(v)
 		}
 		for range cfg.ReadsPerWrite {
 			if !sleepCtx(ctx, gap()) {
 				return
 			}
-			seen = efRead(ctx, cfg, r, sess, acked.Load(), seen, failedOver, c)
+			if err := es.read(ctx, cfg, j); err != nil {
+				cfg.Logger.Error("lab: engines failover: a read the checker could not judge", "token", es.tok, "err", err)
+				return
+			}
 		}
 	}
 }
 
-// efRead is one read of the session's row, judged against want (the
-// session's last acknowledged value) and seen (the highest it read); it
-// returns the new seen. A stale read is counted "after" when it was
-// answered once the failover had begun (failedOver), whenever issued: a
+// read is one read of the session's row, judged by the checker against
+// the session's last acknowledged value (RYW: stale) and what it read
+// before (OwnBackwards: went backwards). A stale read is counted "after"
+// when it was answered once the failover had begun, whenever issued: a
 // read issued before the kill may wait, retry and be served by the new
 // timeline.
-func efRead(ctx context.Context, cfg *EngineFailoverConfig, r efRouter, sess int, want, seen int64, failedOver *atomic.Bool, c *efCounters) int64 {
+func (es *efSession) read(ctx context.Context, cfg *EngineFailoverConfig, j *efJudge) error {
+	want, t0 := es.acked.Load(), time.Now()
 	rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-	got, out, _, err := r.readRow(rctx, sess, sess)
-	after := failedOver.Load()
+	got, out, _, err := es.r.readRow(rctx, es.sess, es.sess)
+	after := j.failedOver.Load()
 	cancel()
 	if ctx.Err() != nil {
-		return seen
+		return nil
 	}
+	c := es.c
 	c.reads.Add(1)
 	var re *live.ReadError
 	switch {
 	case errors.As(err, &re) && re.Outcome == router.OutTimedOut:
 		c.timedOut.Add(1)
+		out = router.OutTimedOut
 	case errors.As(err, &re):
 		c.failedFast.Add(1)
+		out = re.Outcome
 	case err != nil:
 		c.errors.Add(1)
-	default:
-		c.served.Add(1)
-		if out == router.OutReplica || out == router.OutStale {
-			c.onReplica.Add(1)
-		} else {
-			c.fallback.Add(1)
-		}
-		if got < want {
-			c.stale.Add(1)
-			if after {
-				c.staleAfter.Add(1)
-			}
-		}
-		if got < seen {
-			c.backwards.Add(1)
-		}
-		seen = max(seen, got)
+		out = router.OutError
 	}
-	return seen
+	v, cerr := j.read(es, &Read{Session: es.id, AckedSeq: want, Own: got, Outcome: out}, t0)
+	if cerr != nil || err != nil {
+		return cerr
+	}
+	c.served.Add(1)
+	if out == router.OutReplica || out == router.OutStale {
+		c.onReplica.Add(1)
+	} else {
+		c.fallback.Add(1)
+	}
+	if v.RYW {
+		c.stale.Add(1)
+		if after {
+			c.staleAfter.Add(1)
+		}
+	}
+	if v.OwnBackwards {
+		c.backwards.Add(1)
+	}
+	return nil
 }
 
 func sleepUntil(ctx context.Context, at time.Time) bool { return sleepCtx(ctx, time.Until(at)) }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/router"
+	"github.com/causallab/causallab/router/live"
 )
 
 // The seed harness, reproduced (`causallab lab gated --engine E`): a
@@ -76,6 +77,9 @@ type GatedEngineConfig struct {
 	ReadTimeout time.Duration
 	// Seed fixes the stream and the sweep's order. Default 1.
 	Seed uint64
+	// RecordHistory keeps every operation of the stream and the sweep
+	// (GatedEngineResult.History), for WriteHistoryFiles.
+	RecordHistory bool
 	// Progress, when set, is told each phase.
 	Progress func(phase string)
 	// Logger receives detail. Default slog.Default().
@@ -305,6 +309,12 @@ type GatedEngineResult struct {
 	SweepSeconds float64         `json:"sweep_seconds"`
 	// Seconds is the whole run, the topology's start and removal included.
 	Seconds float64 `json:"seconds"`
+	// History, with RecordHistory: router i's (naive 0, gated 1) user u
+	// is session i*Users+u, sweep trial t session 2*Users+t, each with its
+	// own row; no hot rows (a write's Hot is -1). HistorySessions is the
+	// number of session numbers.
+	History         []HistoryOp `json:"-"`
+	HistorySessions int         `json:"-"`
 }
 
 // RunGatedEngine starts a topology of cfg.Engine (a primary and one
@@ -423,10 +433,16 @@ func runGated(ctx context.Context, cfg *GatedEngineConfig, topo *compose.Topolog
 	cfg.progress(fmt.Sprintf("stream: %d steps, %d reads, through naive and gated at once", len(ops), cfg.Reads))
 	start := time.Now()
 	rows := make([]GatedRouterRow, len(pols))
+	res.HistorySessions = len(pols)*cfg.Users + steps*max(cfg.Trials, 0)
+	hist := &gatedHistory{record: cfg.RecordHistory, start: start}
 	var wg sync.WaitGroup
 	for i, p := range pols {
+		g, err := newGatedRun(routers[i], p.name, cfg.Users, i*cfg.Users, hist)
+		if err != nil {
+			return nil, err
+		}
 		wg.Go(func() {
-			rows[i] = runGatedStream(rctx, cfg, routers[i], ops)
+			rows[i] = g.stream(rctx, cfg, ops)
 			rows[i].Router, rows[i].Policy = p.name, p.pol.String()
 		})
 	}
@@ -446,18 +462,97 @@ func runGated(ctx context.Context, cfg *GatedEngineConfig, topo *compose.Topolog
 		routers = append(routers, sw)
 		cfg.progress(fmt.Sprintf("D-sweep: %d delays 0..%v, %d trials each", steps, cfg.SweepMax, cfg.Trials))
 		start = time.Now()
-		res.Sweep = runGatedSweep(rctx, cfg, sw, steps)
+		g, err := newGatedRun(sw, "sweep", steps*cfg.Trials, len(pols)*cfg.Users, hist)
+		if err != nil {
+			return nil, err
+		}
+		res.Sweep = g.sweep(rctx, cfg, steps)
 		res.SweepSeconds = time.Since(start).Seconds()
 		if err := rctx.Err(); err != nil {
 			return nil, err
 		}
 	}
+	res.History = hist.ops
 	return res, nil
 }
 
-// runGatedStream runs ops in order through r (session and row = user),
-// judging every read against the user's last acknowledged value.
-func runGatedStream(ctx context.Context, cfg *GatedEngineConfig, r efRouter, ops []gatedOp) GatedRouterRow {
+// gatedHistory keeps the experiment's operations (RecordHistory).
+type gatedHistory struct {
+	record bool
+	start  time.Time
+	mu     sync.Mutex
+	ops    []HistoryOp
+}
+
+// gatedRun is one router's part of the experiment: its reads judged by
+// chk (guarded by hist.mu), its sessions numbered from first in the
+// history.
+type gatedRun struct {
+	r     efRouter
+	name  string
+	chk   *Checker
+	first int
+	hist  *gatedHistory
+}
+
+// newGatedRun is router r's part, with sessions sessions.
+func newGatedRun(r efRouter, name string, sessions, first int, hist *gatedHistory) (*gatedRun, error) {
+	chk, err := NewChecker(sessions, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedRun{r: r, name: name, chk: chk, first: first, hist: hist}, nil
+}
+
+// write records session sess's write of seq (invoked at t0, now done).
+func (g *gatedRun) write(sess int, seq int64, t0 time.Time, err error) {
+	h := g.hist
+	if !h.record {
+		return
+	}
+	now := time.Now()
+	h.mu.Lock()
+	h.ops = append(h.ops, HistoryOp{Router: g.name, Session: g.first + sess, Write: true, Invoke: t0.Sub(h.start), Complete: now.Sub(h.start),
+		Hot: -1, Seq: seq, WriteError: err != nil})
+	h.mu.Unlock()
+}
+
+// read judges r, session sess's read invoked at t0 (now done; Session
+// the checker's number), and records it.
+func (g *gatedRun) read(sess int, r *Read, t0 time.Time) (Verdict, error) {
+	h := g.hist
+	now := time.Now()
+	r.Issued, r.Done = t0.Sub(h.start), now.Sub(h.start)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := g.chk.Check(r)
+	if h.record {
+		op := HistoryOp{Router: g.name, Session: g.first + sess, Invoke: r.Issued, Complete: r.Done, Outcome: r.Outcome, AckedSeq: r.AckedSeq}
+		if r.Outcome.Served() {
+			op.Own = r.Own
+		}
+		h.ops = append(h.ops, op)
+	}
+	return v, err
+}
+
+// readOutcome is a read's outcome for the checker: out when served, else
+// the refusal's or router.OutError.
+func readOutcome(out router.Outcome, err error) router.Outcome {
+	var re *live.ReadError
+	switch {
+	case err == nil:
+		return out
+	case errors.As(err, &re):
+		return re.Outcome
+	}
+	return router.OutError
+}
+
+// stream runs ops in order through g's router (session and row =
+// user), the lab's Checker judging every read against the user's last
+// acknowledged value.
+func (g *gatedRun) stream(ctx context.Context, cfg *GatedEngineConfig, ops []gatedOp) GatedRouterRow {
 	var row GatedRouterRow
 	truth := make([]int64, cfg.Users)
 	next := make([]int64, cfg.Users)
@@ -469,8 +564,10 @@ func runGatedStream(ctx context.Context, cfg *GatedEngineConfig, r efRouter, ops
 		if op.kind == opWrite {
 			next[op.user]++
 			wctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-			err := r.writeRow(wctx, op.user, op.user, next[op.user])
+			t0 := time.Now()
+			err := g.r.writeRow(wctx, op.user, op.user, next[op.user])
 			cancel()
+			g.write(op.user, next[op.user], t0, err)
 			if err != nil {
 				row.WriteErrors++
 				continue
@@ -485,10 +582,11 @@ func runGatedStream(ctx context.Context, cfg *GatedEngineConfig, r efRouter, ops
 		}
 		rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
 		t := time.Now()
-		got, out, why, err := r.readRow(rctx, op.user, op.user)
+		got, out, why, err := g.r.readRow(rctx, op.user, op.user)
 		lat = append(lat, time.Since(t))
 		cancel()
-		if err != nil {
+		v, cerr := g.read(op.user, &Read{Session: op.user, AckedSeq: truth[op.user], Own: got, Outcome: readOutcome(out, err)}, t)
+		if err != nil || cerr != nil {
 			row.Errors++
 			continue
 		}
@@ -501,7 +599,7 @@ func runGatedStream(ctx context.Context, cfg *GatedEngineConfig, r efRouter, ops
 				row.PrimaryNoReplicaUp++
 			}
 		}
-		if got < truth[op.user] {
+		if v.RYW {
 			row.Stale++
 			if op.kind == opReadOwn {
 				row.ReadOwnStale++
@@ -532,11 +630,13 @@ type gatedTrial struct {
 	write, read time.Duration
 }
 
-// runGatedSweep runs the D-sweep through r (the naive router: every read
-// on the replica): trial i, on row i, starts at i*SweepEvery in a seeded
-// shuffled order of the delays, writes 1, waits D from the write's
-// acknowledgement and reads the row back.
-func runGatedSweep(ctx context.Context, cfg *GatedEngineConfig, r efRouter, steps int) []GatedSweepRow {
+// sweep runs the D-sweep through g's router (the naive router: every
+// read on the replica): trial i, on row i (session i), starts at
+// i*SweepEvery in a seeded shuffled order of the delays, writes 1, waits
+// D from the write's acknowledgement and reads the row back; the
+// checker judges the read.
+func (g *gatedRun) sweep(ctx context.Context, cfg *GatedEngineConfig, steps int) []GatedSweepRow {
+	r := g.r
 	order := make([]int, 0, steps*cfg.Trials)
 	for s := range steps {
 		for range cfg.Trials {
@@ -579,6 +679,7 @@ func runGatedSweep(ctx context.Context, cfg *GatedEngineConfig, r efRouter, step
 			err := r.writeRow(wctx, s, i, 1)
 			cancel()
 			acked := time.Now()
+			g.write(i, 1, ws, err)
 			tr.write = acked.Sub(ws)
 			free <- s
 			if err != nil || !sleepCtx(ctx, time.Until(acked.Add(d))) {
@@ -590,15 +691,17 @@ func runGatedSweep(ctx context.Context, cfg *GatedEngineConfig, r efRouter, step
 			defer func() { free <- s }()
 			tr.waited = time.Since(acked)
 			rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
+			rs := time.Now()
 			got, out, _, err := r.readRow(rctx, s, i)
 			tr.read = time.Since(acked) - tr.waited
 			cancel()
-			if err != nil {
+			v, cerr := g.read(i, &Read{Session: i, AckedSeq: 1, Own: got, Outcome: readOutcome(out, err)}, rs)
+			if err != nil || cerr != nil {
 				return
 			}
 			tr.err = false
 			tr.off = out != router.OutReplica && out != router.OutStale
-			tr.stale = !tr.off && got != 1
+			tr.stale = !tr.off && v.RYW
 		})
 	}
 	wg.Wait()

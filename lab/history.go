@@ -30,8 +30,9 @@ type HistoryOp struct {
 	Write bool
 	// Invoke and Complete bound the operation in time.
 	Invoke, Complete time.Duration
-	// A write's hot row, the version it gave it (0: unknown, the write's
-	// outcome is not known) and its GTID.
+	// A write's hot row (-1: none, in an experiment whose sessions read
+	// only their own rows), the version it gave it (0: unknown, the
+	// write's outcome is not known) and its GTID.
 	Hot     int
 	Version int64
 	GTID    string
@@ -185,9 +186,9 @@ func ednType(o *HistoryOp, invoke bool) string {
 	switch {
 	case invoke:
 		return ":invoke"
-	case o.Write && o.Version == 0:
+	case o.Write && (o.WriteError || o.Hot >= 0 && o.Version == 0):
 		return ":info" // its outcome is not known
-	case !o.Write && o.HotRead == nil:
+	case !o.Write && !o.Outcome.Served():
 		return ":fail"
 	}
 	return ":ok"
@@ -209,7 +210,7 @@ func ednValue(o *HistoryOp, invoke bool, hotRows int) string {
 		b.WriteByte(']')
 		return b.String()
 	}
-	seen := !invoke && o.HotRead != nil
+	seen := !invoke && o.Outcome.Served()
 	if seen {
 		fmt.Fprintf(&b, "[:r %d %d]", own, o.Own)
 	} else {
@@ -234,20 +235,29 @@ func WriteHistory(dir string, results []*Result) error {
 		return err
 	}
 	for i, r := range results {
-		name := "history-" + r.Experiment
+		name := r.Experiment
 		if len(results) > 1 {
 			name += "-" + strconv.Itoa(i)
 		}
-		if err := writeFile(filepath.Join(dir, name+".jsonl"), func(w io.Writer) error { return WriteHistoryJSON(w, r.History) }); err != nil {
-			return err
-		}
-		if err := writeFile(filepath.Join(dir, name+".edn"), func(w io.Writer) error {
-			return WriteHistoryEDN(w, r.History, r.Config.Sessions, r.Config.HotRows)
-		}); err != nil {
+		if err := WriteHistoryFiles(dir, name, r.History, r.Config.Sessions, r.Config.HotRows); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// WriteHistoryFiles writes history h of an experiment called name into
+// dir as history-<name>.jsonl and .edn (sessions and hotRows as
+// WriteHistoryEDN takes them): every experiment's history, in one form.
+func WriteHistoryFiles(dir, name string, h []HistoryOp, sessions, hotRows int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	base := filepath.Join(dir, "history-"+name)
+	if err := writeFile(base+".jsonl", func(w io.Writer) error { return WriteHistoryJSON(w, h) }); err != nil {
+		return err
+	}
+	return writeFile(base+".edn", func(w io.Writer) error { return WriteHistoryEDN(w, h, sessions, hotRows) })
 }
 
 // writeFile creates path and writes it with fill.

@@ -3,7 +3,6 @@ package lab
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -97,51 +96,56 @@ func checkEDN(t *testing.T, b []byte, ops int) {
 	}
 }
 
-// recount runs a fresh Checker over a JSON-lines history alone and
-// returns each router's RYW and MR counts.
+// recount is Recount over a JSON-lines history: each router's RYW and
+// MR counts.
 func recount(t *testing.T, b []byte, sessions, hot int) map[string][2]int64 {
 	t.Helper()
-	chk, err := NewChecker(sessions, hot)
+	rows, err := Recount(bytes.NewReader(b), sessions, hot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string][2]int64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var j HistoryJSON
-		if err := json.Unmarshal(sc.Bytes(), &j); err != nil {
-			t.Fatal(err)
-		}
-		if j.Type != "read" {
-			continue
-		}
-		o, ok := outcomeOf(j.Outcome)
-		if !ok {
-			t.Fatalf("unknown outcome %q", j.Outcome)
-		}
-		v, err := chk.Check(&Read{Session: j.Session, AckedSeq: j.AckedSeq, Own: j.Own, Hot: j.HotRead, Outcome: o, Conn: j.Conn, ResetSeen: j.ResetSeen})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := out[j.Router]
-		if v.RYW {
-			c[0]++
-		}
-		if v.MR {
-			c[1]++
-		}
-		out[j.Router] = c
+	for r, c := range rows {
+		out[r] = [2]int64{c.RYW, c.MR}
 	}
 	return out
 }
 
-// outcomeOf is the router.Outcome named name.
-func outcomeOf(name string) (router.Outcome, bool) {
-	for o := range router.Outcome(router.NumOutcomes) {
-		if o.String() == name {
-			return o, true
+// TestHistoryOwnRowsOnly: a history whose sessions read only their own
+// rows (the engines failover's and lab gated's: no hot rows, a write's
+// Hot -1) writes strict EDN, a known write :ok and a refused read :fail,
+// and Recount finds its RYW and went-backwards reads.
+func TestHistoryOwnRowsOnly(t *testing.T) {
+	h := []HistoryOp{
+		{Router: "gtid-set", Session: 0, Write: true, Invoke: msec(1), Complete: msec(2), Hot: -1, Seq: 1},
+		{Router: "gtid-set", Session: 0, Invoke: msec(3), Complete: msec(4), Outcome: router.OutReplica, Own: 1, AckedSeq: 1},
+		{Router: "scalar", Session: 1, Write: true, Invoke: msec(1), Complete: msec(5), Hot: -1, Seq: 1},
+		{Router: "scalar", Session: 1, Write: true, Invoke: msec(6), Complete: msec(9), Hot: -1, Seq: 2, WriteError: true},
+		{Router: "scalar", Session: 1, Invoke: msec(10), Complete: msec(11), Outcome: router.OutReplica, Own: 2, AckedSeq: 1},
+		{Router: "scalar", Session: 1, Invoke: msec(12), Complete: msec(13), Outcome: router.OutReplica, Own: 0, AckedSeq: 1},
+		{Router: "gtid-set", Session: 0, Invoke: msec(14), Complete: msec(15), Outcome: router.OutTimedOut, AckedSeq: 1},
+	}
+	var js, edn bytes.Buffer
+	if err := WriteHistoryJSON(&js, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteHistoryEDN(&edn, h, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkEDN(t, edn.Bytes(), len(h))
+	for _, want := range []string{":type :ok, :process 0, :router \"gtid-set\", :run 0, :f :txn, :value [[:w 0 1]]}",
+		":type :info, :process 1, :router \"scalar\", :run 0, :f :txn, :value [[:w 1 2]]}",
+		":type :ok, :process 1, :router \"scalar\", :run 0, :f :txn, :value [[:r 1 0]]}",
+		":type :fail, :process 0, :router \"gtid-set\", :run 0, :f :txn, :value [[:r 0 nil]]}"} {
+		if !bytes.Contains(edn.Bytes(), []byte(want)) {
+			t.Errorf("the EDN lacks %q:\n%s", want, edn.Bytes())
 		}
 	}
-	return 0, false
+	rows, err := Recount(&js, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, s := rows["gtid-set"], rows["scalar"]; g != (RecountRow{Reads: 2, Served: 1}) || s != (RecountRow{Reads: 2, Served: 2, RYW: 1, OwnBackwards: 1}) {
+		t.Errorf("Recount: gtid-set %+v, scalar %+v", g, s)
+	}
 }

@@ -201,8 +201,8 @@ func TestCheckerRejectsMisfits(t *testing.T) {
 	if _, err := NewChecker(0, 1); err == nil {
 		t.Fatal("zero sessions accepted")
 	}
-	if _, err := NewChecker(1, 0); err == nil {
-		t.Fatal("zero hot rows accepted")
+	if _, err := NewChecker(1, -1); err == nil {
+		t.Fatal("a negative hot row count accepted")
 	}
 	c, _ := NewChecker(2, 2)
 	if _, err := c.Check(served(2, 0, 0, 1, 1)); err == nil {
@@ -340,6 +340,40 @@ func TestCheckerResetScope(t *testing.T) {
 		}
 		if got := served(0, 2).MR; got == scope {
 			t.Errorf("ResetScope %v: session 0's lower read after the connection's declared loss: MR %v", scope, got)
+		}
+	}
+}
+
+// TestCheckerOwnRow: sessions that read only their own row (no hot rows,
+// the engines failover's workload): RYW when the row lacks the last
+// acknowledged write, OwnBackwards when it is lower than an earlier
+// answer on the same connection (shown an unacknowledged write, then not),
+// restarted by a declared loss and by a new connection.
+func TestCheckerOwnRow(t *testing.T) {
+	c, err := NewChecker(2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		r             *Read
+		ryw, backward bool
+	}{
+		{served(0, 1, 2), false, false}, // write 2 in flight, shown
+		{served(0, 1, 1), false, true},  // then not: backwards, not RYW
+		{served(0, 2, 1), true, true},   // write 2 acknowledged, still missing
+		{served(1, 0, 0), false, false}, // another session
+		{served(0, 2, 2), false, false},
+		{&Read{Session: 0, Outcome: router.OutFailedFast, ResetSeen: true}, false, false},
+		{served(0, 0, 1), false, false}, // after the declared loss: a new watermark
+		{on(7, served(0, 0, 0)), false, false},
+		{on(7, served(0, 0, 0)), false, false},
+	} {
+		v, err := c.Check(tc.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.RYW != tc.ryw || v.OwnBackwards != tc.backward || v.MR {
+			t.Errorf("read %d %+v: verdict %+v, want RYW %v OwnBackwards %v", i, tc.r, v, tc.ryw, tc.backward)
 		}
 	}
 }

@@ -75,7 +75,7 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 			return oneLine(err)
 		}
 	}
-	cfg := lab.EngineFailoverConfig{Engines: es, Backend: backend, Seed: f.seed,
+	cfg := lab.EngineFailoverConfig{Engines: es, Backend: backend, Seed: f.seed, RecordHistory: f.history != "",
 		Progress: func(e compose.Engine, phase string) { rep.Line(fmt.Sprintf("%s: %s", e, phase)) }}
 	if cmd.Flags().Changed("sessions") {
 		cfg.Sessions = f.sessions
@@ -91,6 +91,14 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 	out := cmd.OutOrStdout()
 	if err := writeEngineFailover(out, res, skipped, format, f.wide); err != nil {
 		return err
+	}
+	if f.history != "" {
+		for _, h := range res.Histories {
+			if err := lab.WriteHistoryFiles(f.history, "failover-"+string(h.Engine), h.Ops, h.Sessions, 0); err != nil {
+				return oneLine(err)
+			}
+		}
+		fmt.Fprintf(errw, "causallab lab: wrote the history into %s\n", f.history)
 	}
 	if f.noSim {
 		return nil

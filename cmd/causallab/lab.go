@@ -586,13 +586,13 @@ func builtinNames() []string {
 const enginesAuto = "auto"
 
 // engineFailoverFlags are the flags `lab failover --engines` honours.
-var engineFailoverFlags = []string{"engines", "sessions", "duration", "seed", "backend", "format", "wide", "no-sim", "sim-trials", "no-progress"}
+var engineFailoverFlags = []string{"engines", "sessions", "duration", "seed", "backend", "format", "wide", "no-sim", "sim-trials", "no-progress", "history"}
 
 // gatedEngineOnly are the flags only `lab gated --engine` takes;
 // gatedEngineFlagsAll every flag it honours.
 var (
 	gatedEngineOnly     = []string{"engine", "apply-delay", "reads", "trials", "sweep-max", "sweep-step", "op-gap"}
-	gatedEngineFlagsAll = append([]string{"sessions", "seed", "backend", "format", "wide", "out", "no-progress"}, gatedEngineOnly...)
+	gatedEngineFlagsAll = append([]string{"sessions", "seed", "backend", "format", "wide", "out", "no-progress", "history"}, gatedEngineOnly...)
 )
 
 func prefixed(names []string) []string {
@@ -661,7 +661,7 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 		}
 	}
 	cfg := lab.GatedEngineConfig{Engine: compose.Engine(g.engine), Backend: compose.BackendLocal, ApplyDelay: g.applyDelay, Reads: g.reads,
-		Trials: g.trials, SweepMax: g.sweepMax, SweepStep: g.sweepStep, OpGap: g.opGap, Seed: f.seed}
+		Trials: g.trials, SweepMax: g.sweepMax, SweepStep: g.sweepStep, OpGap: g.opGap, Seed: f.seed, RecordHistory: f.history != ""}
 	switch {
 	case g.trials < 0:
 		return usageErrorf("--trials %d: want 0 (no sweep) or more", g.trials)
@@ -706,6 +706,12 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 			return err
 		}
 		fmt.Fprintf(errw, "causallab lab gated: wrote %s\n", f.out)
+	}
+	if f.history != "" {
+		if err := lab.WriteHistoryFiles(f.history, "gated-"+string(res.Engine), res.History, res.HistorySessions, 0); err != nil {
+			return oneLine(err)
+		}
+		fmt.Fprintf(errw, "causallab lab: wrote the history into %s\n", f.history)
 	}
 	return nil
 }

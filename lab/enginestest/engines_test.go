@@ -5,6 +5,7 @@
 package enginestest
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -25,13 +26,14 @@ func TestEngineFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := lab.RunEngineFailover(ctx, lab.EngineFailoverConfig{Engines: []compose.Engine{compose.EngineMySQL, compose.EngineMariaDB, compose.EnginePostgres},
-		Backend: compose.BackendLocal, Sessions: 12, Duration: 8 * time.Second})
+		Backend: compose.BackendLocal, Sessions: 12, Duration: 8 * time.Second, RecordHistory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Rows) != 7 || len(res.Failovers) != 3 {
 		t.Fatalf("%d rows, %d failovers; want 7 and 3", len(res.Rows), len(res.Failovers))
 	}
+	recounted(t, res)
 	for _, f := range res.Failovers {
 		if f.Result.LostGTIDs == "" && f.Result.LostWAL == "" {
 			t.Errorf("%s: the failover lost nothing: %+v", f.Engine, f.Result)
@@ -52,6 +54,36 @@ func TestEngineFailover(t *testing.T) {
 		case lab.TokMySQLGTID, lab.TokMySQLGTIDEpoch, lab.TokMariaDBGTIDEpoch, lab.TokPGLSNEpoch:
 			if r.Stale != 0 {
 				t.Errorf("%s %s: %d reads served without the session's write; a GTID set or the epoch never allows one", r.Engine, r.Token, r.Stale)
+			}
+		}
+	}
+}
+
+// recounted: each engine's exported history, judged again from the JSON
+// lines alone (lab.Recount), gives every token's table counts: reads,
+// served, stale (RYW) and went backwards (OwnBackwards).
+func recounted(t *testing.T, res *lab.EngineFailoverResult) {
+	t.Helper()
+	if len(res.Histories) != len(res.Failovers) {
+		t.Fatalf("%d histories for %d engines", len(res.Histories), len(res.Failovers))
+	}
+	for _, h := range res.Histories {
+		var js bytes.Buffer
+		if err := lab.WriteHistoryJSON(&js, h.Ops); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := lab.Recount(&js, h.Sessions, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", h.Engine, err)
+		}
+		for _, r := range res.Rows {
+			if r.Engine != h.Engine {
+				continue
+			}
+			got := rows[string(r.Token)]
+			want := lab.RecountRow{Reads: r.Reads, Served: r.Served, RYW: r.Stale, OwnBackwards: r.Backwards}
+			if got != want {
+				t.Errorf("%s %s: recounted from the history %+v, the table %+v", r.Engine, r.Token, got, want)
 			}
 		}
 	}

@@ -4,6 +4,7 @@
 package gatedtest
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestGatedEngine(t *testing.T) {
 			defer cancel()
 			long := 5 * c.delay // past the window (MySQL's ends near twice its delay) with room for a loaded machine
 			res, err := lab.RunGatedEngine(ctx, lab.GatedEngineConfig{Engine: c.engine, Backend: compose.BackendLocal, ApplyDelay: c.delay,
-				Users: 40, Reads: 300, Trials: 40, SweepMax: long, SweepStep: long, SweepEvery: 5 * time.Millisecond})
+				Users: 40, Reads: 300, Trials: 40, SweepMax: long, SweepStep: long, SweepEvery: 5 * time.Millisecond, RecordHistory: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -38,6 +39,7 @@ func TestGatedEngine(t *testing.T) {
 				t.Fatalf("%d router rows and %d sweep rows, want 2 and 2", len(res.Rows), len(res.Sweep))
 			}
 			naive, gated := res.Rows[0], res.Rows[1]
+			recounted(t, res)
 			for _, r := range res.Rows {
 				t.Logf("%+v", r)
 				if r.Reads != 300 || r.Served+r.Errors != r.Reads || r.OnReplica+r.OnPrimary != r.Served || r.Writes == 0 {
@@ -85,5 +87,33 @@ func TestGatedEngine(t *testing.T) {
 				t.Errorf("D=%v ms: %+v; want most of 40 trials fresh", later.DelayMs, later)
 			}
 		})
+	}
+}
+
+// recounted: the exported history, judged again from the JSON lines
+// alone (lab.Recount), gives each router's reads, served and stale reads,
+// and the sweep's stale trials (the replica's, every trial's read).
+func recounted(t *testing.T, res *lab.GatedEngineResult) {
+	t.Helper()
+	var js bytes.Buffer
+	if err := lab.WriteHistoryJSON(&js, res.History); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := lab.Recount(&js, res.HistorySessions, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Rows {
+		got := rows[r.Router]
+		if got.Reads != r.Reads || got.Served != r.Served || got.RYW != r.Stale {
+			t.Errorf("%s: recounted from the history %+v; the table: %d reads, %d served, %d stale", r.Router, got, r.Reads, r.Served, r.Stale)
+		}
+	}
+	var stale, trials int64
+	for _, r := range res.Sweep {
+		stale, trials = stale+r.Stale, trials+r.Trials-r.Errors
+	}
+	if sw := rows["sweep"]; sw.RYW < stale || sw.Served != trials {
+		t.Errorf("sweep: recounted from the history %+v; the table: %d trials served, %d stale on the replica", sw, trials, stale)
 	}
 }
