@@ -426,3 +426,38 @@ func TestPassthroughPinnedShare(t *testing.T) {
 		mustExec(t, c, "COMMIT")
 	}
 }
+
+// TestPassthroughPrivilegesThroughRole: under auth passthrough an account
+// whose PROCESS and CONNECTION_ADMIN come from a default role only (u3,
+// as many sites grant admin rights) sees every session in SHOW
+// PROCESSLIST and may kill another account's, as on MySQL directly.
+// Before, the proxy read information_schema.USER_PRIVILEGES, which lists
+// no privilege held through a role: u3 saw only its own sessions and its
+// KILL was refused (1095).
+func TestPassthroughPrivilegesThroughRole(t *testing.T) {
+	identityAccounts(t)
+	p := topo.Primary()
+	admin := sqlOpen(t, p.User+":"+p.Password+"@tcp("+p.Addr()+")/")
+	for _, q := range []string{"CREATE ROLE IF NOT EXISTS 'u3_admin'", "GRANT PROCESS, CONNECTION_ADMIN ON *.* TO 'u3_admin'",
+		"CREATE USER IF NOT EXISTS 'u3'@'%' IDENTIFIED BY 'u3pw'", "GRANT 'u3_admin' TO 'u3'@'%'", "SET DEFAULT ROLE 'u3_admin' TO 'u3'@'%'"} {
+		mustExec(t, admin, q)
+	}
+	if err := topo.WaitReplicated(context.Background(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s := passthroughProxy(t, false)
+	a := gmConnect(t, s, "u1", "u1pw")
+	r := gmConnect(t, s, "u3", "u3pw")
+	ida := uint64(a.GetConnectionID())
+	if pl := processList(t, r, false); len(pl) < 2 {
+		t.Fatalf("u3 (PROCESS through its role) sees %v, want u1's session %d too", pl, ida)
+	} else if _, ok := pl[ida]; !ok {
+		t.Fatalf("u3 (PROCESS through its role) sees %v, not u1's session %d", pl, ida)
+	}
+	if _, err := r.Execute(fmt.Sprintf("KILL %d", ida)); err != nil {
+		t.Fatalf("u3 (CONNECTION_ADMIN through its role) killing u1's session: %v", err)
+	}
+	if _, err := a.Execute("SELECT 1"); err == nil {
+		t.Fatal("u1's killed session still answers")
+	}
+}

@@ -227,22 +227,18 @@ const (
 	privKill    = "CONNECTION_ADMIN"
 )
 
-// privilegeQuery lists the global privileges of the connection's own
-// account (CURRENT_USER()) among PROCESS, SUPER and CONNECTION_ADMIN,
-// dynamic ones included. information_schema.USER_PRIVILEGES shows a
-// user's own rows (all rows to one that may read the mysql schema,
-// hence the GRANTEE filter; the user name is what precedes the last '@').
-// Its literals name their character set: it runs on the client's own
-// connection, whose collation_connection may be utf16 or utf32.
-const privilegeQuery = "SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = " +
-	"CONCAT(_utf8mb4'''', LEFT(CURRENT_USER(), CHAR_LENGTH(CURRENT_USER()) - CHAR_LENGTH(SUBSTRING_INDEX(CURRENT_USER(), _utf8mb4'@', -1)) - 1), " +
-	"_utf8mb4'''@''', SUBSTRING_INDEX(CURRENT_USER(), _utf8mb4'@', -1), _utf8mb4'''') AND PRIVILEGE_TYPE IN (_utf8mb4'PROCESS', _utf8mb4'SUPER', _utf8mb4'CONNECTION_ADMIN')"
+// privilegeQuery lists the grants of the connection's own account with
+// its active roles expanded (SHOW GRANTS without FOR: a privilege held
+// through a role, granted and active, is listed as the account's, which
+// information_schema.USER_PRIVILEGES does not show), as MySQL checks
+// them for PROCESSLIST and KILL.
+const privilegeQuery = "SHOW GRANTS"
 
 // hasPrivilege asks the server, on the session's own primary connection
 // (its account: with pass-through authentication the client's own),
-// whether the account holds priv (PROCESS, or CONNECTION_ADMIN), SUPER
-// counting for either as in MySQL. Server.privFault, set by tests only,
-// answers instead.
+// whether the account holds priv (PROCESS, or CONNECTION_ADMIN) on *.*,
+// itself or through an active role, SUPER counting for either as in
+// MySQL. Server.privFault, set by tests only, answers instead.
 func (s *session) hasPrivilege(priv string) (bool, error) {
 	if f := s.srv.privFault.Load(); f != nil {
 		return (*f)(s.account(), priv), nil
@@ -255,15 +251,38 @@ func (s *session) hasPrivilege(priv string) (bool, error) {
 		return false, s.answerErr(err, s.primary)
 	}
 	for i := range r.RowNumber() {
-		p, err := r.GetString(i, 0)
+		g, err := r.GetString(i, 0)
 		if err != nil {
 			return false, backendErr(s.primary.b, "privileges", err)
 		}
-		if p == priv || p == "SUPER" {
+		if grantsGlobal(g, priv) || grantsGlobal(g, "SUPER") {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// grantsGlobal reports whether grant, one line of SHOW GRANTS, grants
+// priv on *.*: "GRANT <privilege>, ... ON *.* TO ..." naming it, or ALL
+// [PRIVILEGES] (every static privilege, and the dynamic ones registered
+// when it was granted). A role's grant ("GRANT `r`@`%` TO ..."), a
+// narrower level and a REVOKE grant nothing here.
+func grantsGlobal(grant, priv string) bool {
+	list, ok := strings.CutPrefix(grant, "GRANT ")
+	if !ok {
+		return false
+	}
+	list, _, ok = strings.Cut(list, " ON *.* TO ")
+	if !ok {
+		return false
+	}
+	for p := range strings.SplitSeq(list, ",") {
+		switch p = strings.TrimSpace(p); {
+		case strings.EqualFold(p, priv), strings.EqualFold(p, "ALL"), strings.EqualFold(p, "ALL PRIVILEGES"):
+			return true
+		}
+	}
+	return false
 }
 
 // processList answers SHOW [FULL] PROCESSLIST from the proxy's sessions:

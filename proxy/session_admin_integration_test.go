@@ -484,19 +484,26 @@ func TestProcessListAccounts(t *testing.T) {
 	}
 }
 
-// TestPrivilegeQuery asks a real server what privilegeQuery says of an
-// account without PROCESS and CONNECTION_ADMIN, then with each, and of
-// the topology's admin account.
+// TestPrivilegeQuery asks a real server what privilegeQuery and
+// grantsGlobal say of an account without PROCESS and CONNECTION_ADMIN,
+// then with each, of one holding them through a default role only (which
+// information_schema.USER_PRIVILEGES, the proxy's query before, did not
+// show), and of the topology's admin account.
 func TestPrivilegeQuery(t *testing.T) {
 	composetest.Need(t, topo)
 	direct, err := topo.DB("primary")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{"DROP USER IF EXISTS 'kpriv'@'%'", "CREATE USER 'kpriv'@'%' IDENTIFIED BY 'kpriv'"} {
+	for _, q := range []string{"DROP USER IF EXISTS 'kpriv'@'%', 'krole'@'%'", "DROP ROLE IF EXISTS 'kpriv_admin'",
+		"CREATE USER 'kpriv'@'%' IDENTIFIED BY 'kpriv'", "CREATE ROLE 'kpriv_admin'", "GRANT PROCESS, CONNECTION_ADMIN ON *.* TO 'kpriv_admin'",
+		"CREATE USER 'krole'@'%' IDENTIFIED BY 'krole'", "GRANT 'kpriv_admin' TO 'krole'@'%'", "SET DEFAULT ROLE 'kpriv_admin' TO 'krole'@'%'"} {
 		mustExec(t, direct, q)
 	}
-	t.Cleanup(func() { _, _ = direct.Exec("DROP USER IF EXISTS 'kpriv'@'%'") })
+	t.Cleanup(func() {
+		_, _ = direct.Exec("DROP USER IF EXISTS 'kpriv'@'%', 'krole'@'%'")
+		_, _ = direct.Exec("DROP ROLE IF EXISTS 'kpriv_admin'")
+	})
 	privs := func(user, pw string) []string {
 		t.Helper()
 		db, err := sql.Open("mysql", user+":"+pw+"@tcp("+topo.Primary().Addr()+")/?allowNativePasswords=true&tls=skip-verify")
@@ -511,14 +518,21 @@ func TestPrivilegeQuery(t *testing.T) {
 		defer rows.Close()
 		var out []string
 		for rows.Next() {
-			var p string
-			if err := rows.Scan(&p); err != nil {
+			var g string
+			if err := rows.Scan(&g); err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, p)
+			for _, p := range []string{privKill, privProcess, "SUPER"} {
+				if grantsGlobal(g, p) && !slices.Contains(out, p) {
+					out = append(out, p)
+				}
+			}
 		}
 		slices.Sort(out)
 		return out
+	}
+	if got := privs("krole", "krole"); !slices.Equal(got, []string{"CONNECTION_ADMIN", "PROCESS"}) {
+		t.Fatalf("through a default role: %v", got)
 	}
 	if got := privs("kpriv", "kpriv"); len(got) != 0 {
 		t.Fatalf("an account without them: %v", got)

@@ -287,3 +287,47 @@ func TestKillWaitsInLeave(t *testing.T) {
 		t.Fatalf("failed kills counted %v, want 1", got)
 	}
 }
+
+// TestGrantsGlobal: what one SHOW GRANTS line grants on *.*, as MySQL
+// writes them.
+func TestGrantsGlobal(t *testing.T) {
+	for _, tc := range []struct {
+		grant, priv string
+		want        bool
+	}{
+		{"GRANT PROCESS ON *.* TO `ru`@`%`", "PROCESS", true},
+		{"GRANT SELECT, PROCESS, SUPER ON *.* TO `a`@`%` WITH GRANT OPTION", "SUPER", true},
+		{"GRANT APPLICATION_PASSWORD_ADMIN,CONNECTION_ADMIN,XA_RECOVER_ADMIN ON *.* TO `root`@`localhost`", "CONNECTION_ADMIN", true},
+		{"GRANT ALL PRIVILEGES ON *.* TO `x`@`%`", "PROCESS", true},
+		{"GRANT USAGE ON *.* TO `ru`@`%`", "PROCESS", false},
+		{"GRANT PROCESSLIST_ADMIN ON *.* TO `ru`@`%`", "PROCESS", false},
+		{"GRANT ALL PRIVILEGES ON `db`.* TO `x`@`%`", "PROCESS", false},
+		{"GRANT `r_proc`@`%` TO `ru`@`%`", "PROCESS", false},
+		{"GRANT PROXY ON ``@`` TO `root`@`localhost` WITH GRANT OPTION", "PROXY", false},
+		{"REVOKE PROCESS ON *.* FROM `ru`@`%`", "PROCESS", false},
+		{"", "PROCESS", false},
+	} {
+		if got := grantsGlobal(tc.grant, tc.priv); got != tc.want {
+			t.Errorf("grantsGlobal(%q, %s) = %v, want %v", tc.grant, tc.priv, got, tc.want)
+		}
+	}
+}
+
+// FuzzGrantsGlobal: no line panics it, and a global grant built of any
+// privilege names is found to grant each of them.
+func FuzzGrantsGlobal(f *testing.F) {
+	f.Add("GRANT PROCESS ON *.* TO `ru`@`%`", "PROCESS", "SELECT")
+	f.Add("GRANT `r`@`%` TO `u`@`%`", "CONNECTION_ADMIN", "SUPER")
+	f.Add("GRANT  ON *.* TO ", "", " ")
+	f.Fuzz(func(t *testing.T, line, a, b string) {
+		grantsGlobal(line, a) // any line
+		a, b = strings.TrimSpace(a), strings.TrimSpace(b)
+		if a == "" || b == "" || strings.ContainsAny(a+b, ",") || strings.Contains(a+b, " ON *.* TO ") || strings.HasSuffix(a+b, " ON *.*") {
+			return
+		}
+		g := "GRANT " + a + ", " + b + " ON *.* TO `u`@`%`"
+		if !grantsGlobal(g, a) || !grantsGlobal(g, b) {
+			t.Fatalf("%q: %s %v, %s %v", g, a, grantsGlobal(g, a), b, grantsGlobal(g, b))
+		}
+	})
+}
