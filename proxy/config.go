@@ -441,6 +441,14 @@ type Config struct {
 	// its sessions' ids are WorkerIndex+1, WorkerIndex+1+Workers, ...,
 	// so no two workers give the same id. 0..Workers-1.
 	WorkerIndex int `yaml:"-"`
+	// WorkerDir is a directory only the proxy's own processes enter (set
+	// by `causallab proxy --workers N`, mode 0700; "" in one process):
+	// each worker answers its peers' KILL and SHOW PROCESSLIST on
+	// <WorkerDir>/worker-<index>.sock (workerpeers.go), so a KILL reaches
+	// a session another worker holds (the mysql client's Ctrl-C opens a
+	// new connection, which may be dealt to another worker) and SHOW
+	// PROCESSLIST lists every worker's sessions.
+	WorkerDir string `yaml:"-"`
 	// GOMAXPROCS is how the Server sets the process's GOMAXPROCS:
 	// "adaptive" (one P while client commands arrive one at a time, Go's
 	// default while they overlap: internal/procs; off when the

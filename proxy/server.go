@@ -102,6 +102,9 @@ type Server struct {
 
 	ln     net.Listener
 	httpLn net.Listener
+	// peerLn is this worker's socket for the other workers' KILL and
+	// SHOW PROCESSLIST (Config.WorkerDir; nil without).
+	peerLn net.Listener
 
 	mu sync.Mutex
 	// conns are the client connections being served, each with the
@@ -382,6 +385,13 @@ func (s *Server) Listen(ctx context.Context) error {
 		}
 		s.httpLn = hl
 	}
+	if err := s.listenPeers(ctx); err != nil {
+		ln.Close()
+		if s.httpLn != nil {
+			s.httpLn.Close()
+		}
+		return err
+	}
 	return nil
 }
 
@@ -433,9 +443,15 @@ func (s *Server) Serve(ctx context.Context) error {
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(s.httpLn) }()
 	}
+	if s.peerLn != nil {
+		go s.servePeers()
+	}
 	go func() {
 		<-ctx.Done()
 		s.ln.Close()
+		if s.peerLn != nil {
+			s.peerLn.Close()
+		}
 	}()
 	var acceptErr error
 	var delay time.Duration

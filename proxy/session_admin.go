@@ -295,12 +295,20 @@ func (s *session) processList(full bool) (*mysql.Result, error) {
 		return nil, err
 	}
 	now := time.Now()
-	rs := processListResultset(full)
+	var mine []peerRow
 	for _, p := range s.srv.peers(0) {
 		if !all && p.user != me {
 			continue
 		}
-		rs.RowDatas = append(rs.RowDatas, p.row(now, full, p.sess == s))
+		mine = append(mine, peerRow{ID: p.id, Row: p.row(now, full, p.sess == s)})
+	}
+	rows, err := s.peerRows(mine, all, full)
+	if err != nil {
+		return nil, err
+	}
+	rs := processListResultset(full)
+	for _, r := range rows {
+		rs.RowDatas = append(rs.RowDatas, r.Row)
 	}
 	return mysql.NewResult(rs), nil
 }
@@ -458,6 +466,9 @@ func (s *session) kill(st Stmt) (*mysql.Result, error) {
 		ps = s.srv.peers(uint32(st.KillID))
 	}
 	if len(ps) == 0 {
+		if w := s.srv.peerOwner(st.KillID); w >= 0 {
+			return s.killOnPeer(st, w, count)
+		}
 		count(killUnknown)
 		return nil, mysql.NewDefaultError(mysql.ER_NO_SUCH_THREAD, st.KillID)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -328,6 +329,32 @@ func FuzzGrantsGlobal(f *testing.F) {
 		g := "GRANT " + a + ", " + b + " ON *.* TO `u`@`%`"
 		if !grantsGlobal(g, a) || !grantsGlobal(g, b) {
 			t.Fatalf("%q: %s %v, %s %v", g, a, grantsGlobal(g, a), b, grantsGlobal(g, b))
+		}
+	})
+}
+
+// FuzzPeerRequest: whatever another process writes on a worker's peer
+// socket, decoding and answering it never panics, and a request for a
+// session the worker does not hold is an unknown thread or no rows.
+func FuzzPeerRequest(f *testing.F) {
+	f.Add([]byte(`{"op":"kill","id":3,"query":true,"user":"app"}`))
+	f.Add([]byte(`{"op":"list","user":"app","admin":true,"full":true}`))
+	f.Add([]byte(`{"op":"kill","id":0,"user":""}`))
+	f.Add([]byte(`{"op":7}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req peerRequest
+		if json.Unmarshal(b, &req) != nil {
+			return
+		}
+		s := &Server{byID: map[uint32]*session{}, cfg: Config{Workers: 2, WorkerIndex: 1}}
+		rep, err := s.answerPeer(req)
+		switch {
+		case err != nil && (req.Op == peerKill || req.Op == peerList):
+			t.Fatalf("%+v: %v", req, err)
+		case req.Op == peerKill && rep.Outcome != killUnknown:
+			t.Fatalf("%+v: outcome %q with no session", req, rep.Outcome)
+		case len(rep.Rows) != 0:
+			t.Fatalf("%+v: rows %v with no session", req, rep.Rows)
 		}
 	})
 }

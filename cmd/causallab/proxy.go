@@ -34,6 +34,7 @@ func newProxyCmd() *cobra.Command {
 		startupTimeout             time.Duration
 		multiplex                  bool
 		workers, workerIndex       int
+		workerDir                  string
 		poolSize                   int
 	)
 	cmd := &cobra.Command{
@@ -126,6 +127,7 @@ the bearer token of admin_token (or env CAUSALLAB_PROXY_ADMIN_TOKEN).`,
 			cfg.Logger = slog.Default()
 			if workerIndex >= 0 {
 				cfg.GOMAXPROCS = "fixed" // a worker runs on one P (runWorkers)
+				cfg.WorkerDir = workerDir
 				return serveWorker(cmd, cfg, workerIndex)
 			}
 			if err := checkPorts(cfg); err != nil {
@@ -164,6 +166,8 @@ the bearer token of admin_token (or env CAUSALLAB_PROXY_ADMIN_TOKEN).`,
 	f.StringVar(&gomaxprocs, "gomaxprocs", "", "adaptive (default: one P while client commands arrive one at a time, Go's default while they overlap; off when the environment sets GOMAXPROCS) or fixed (Go's value; docs/proxy.md, \"GOMAXPROCS\")")
 	f.IntVar(&workerIndex, "worker-index", -1, "internal: run as worker N of a --workers supervisor")
 	_ = f.MarkHidden("worker-index")
+	f.StringVar(&workerDir, "worker-dir", "", "internal: the supervisor's directory of the workers' peer sockets")
+	_ = f.MarkHidden("worker-dir")
 	f.DurationVar(&startupTimeout, "startup-timeout", 0, "the readiness gate's bound: clients are served once every backend's position was read, or after this (default: the config's startup_timeout, else 10s)")
 	return cmd
 }

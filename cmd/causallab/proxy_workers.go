@@ -91,18 +91,19 @@ func workerHTTP(http string, i int) (string, error) {
 // workerArgs is the command line of worker i: the flags the supervisor
 // was given (so that it reads the same config; --workers too: worker i
 // of N gives its sessions the ids i+1, i+1+N, ...), with its index, the
-// supervisor's listen address, its own metrics address and (poolSize >
-// 0, multiplexing) its share of the pool size.
-func workerArgs(flags *pflag.FlagSet, i int, listen, http string, poolSize int) []string {
+// supervisor's listen address, its own metrics address, the directory of
+// the workers' peer sockets (proxy.Config.WorkerDir) and (poolSize > 0,
+// multiplexing) its share of the pool size.
+func workerArgs(flags *pflag.FlagSet, i int, listen, http, dir string, poolSize int) []string {
 	args := []string{"proxy"}
 	flags.Visit(func(f *pflag.Flag) {
 		switch f.Name {
-		case "worker-index", "listen", "http", "pool-size":
+		case "worker-index", "worker-dir", "listen", "http", "pool-size":
 			return
 		}
 		args = append(args, "--"+f.Name+"="+f.Value.String())
 	})
-	args = append(args, "--worker-index="+strconv.Itoa(i), "--listen="+listen, "--http="+http)
+	args = append(args, "--worker-index="+strconv.Itoa(i), "--listen="+listen, "--http="+http, "--worker-dir="+dir)
 	if poolSize > 0 {
 		args = append(args, "--pool-size="+strconv.Itoa(poolSize))
 	}
@@ -135,6 +136,13 @@ func runWorkers(ctx context.Context, cmd *cobra.Command, cfg proxy.Config, stdou
 	}
 	defer ln.Close()
 	addr := ln.Addr().String()
+	// The workers' peer sockets (KILL and SHOW PROCESSLIST across
+	// workers): a directory of the supervisor's, mode 0700.
+	dir, err := os.MkdirTemp("", "causallab-proxy-")
+	if err != nil {
+		return fmt.Errorf("proxy: workers: %w", err)
+	}
+	defer os.RemoveAll(dir)
 	env := os.Environ()
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
 		env = append(env, "GOMAXPROCS=1")
@@ -174,7 +182,7 @@ func runWorkers(ctx context.Context, cmd *cobra.Command, cfg proxy.Config, stdou
 		if err != nil {
 			return err
 		}
-		c := exec.Command(exe, workerArgs(cmd.Flags(), i, addr, http, pool)...)
+		c := exec.Command(exe, workerArgs(cmd.Flags(), i, addr, http, dir, pool)...)
 		c.ExtraFiles = []*os.File{f} // descriptor workerFD
 		c.Env = env
 		c.Stdout, c.Stderr = stdout, stderr

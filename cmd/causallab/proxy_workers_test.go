@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -56,13 +57,13 @@ func TestWorkerArgs(t *testing.T) {
 	if err := cmd.ParseFlags([]string{"--config", "p.yaml", "--workers", "3", "--policy", "token-wait", "--multiplex", "--pool-size", "10", "--listen", "127.0.0.1:0", "--http", ""}); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(workerArgs(cmd.Flags(), 2, "127.0.0.1:7000", "127.0.0.1:9035", 3), " ")
-	want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --workers=3 --worker-index=2 --listen=127.0.0.1:7000 --http=127.0.0.1:9035 --pool-size=3"
+	got := strings.Join(workerArgs(cmd.Flags(), 2, "127.0.0.1:7000", "127.0.0.1:9035", "/tmp/w", 3), " ")
+	want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --workers=3 --worker-index=2 --listen=127.0.0.1:7000 --http=127.0.0.1:9035 --worker-dir=/tmp/w --pool-size=3"
 	if got != want {
 		t.Errorf("workerArgs:\n got %s\nwant %s", got, want)
 	}
-	got = strings.Join(workerArgs(cmd.Flags(), 0, "127.0.0.1:7000", "", 0), " ")
-	if want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --workers=3 --worker-index=0 --listen=127.0.0.1:7000 --http="; got != want {
+	got = strings.Join(workerArgs(cmd.Flags(), 0, "127.0.0.1:7000", "", "/tmp/w", 0), " ")
+	if want := "proxy --config=p.yaml --multiplex=true --policy=token-wait --workers=3 --worker-index=0 --listen=127.0.0.1:7000 --http= --worker-dir=/tmp/w"; got != want {
 		t.Errorf("workerArgs without a pool share:\n got %s\nwant %s", got, want)
 	}
 }
@@ -356,6 +357,12 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 		gone(t, pids)
 	})
 
+	t.Run("kill and processlist across workers", func(t *testing.T) {
+		listen, _, _, stop, _ := start(t)
+		defer stop()
+		testWorkerPeers(t, ctx, listen)
+	})
+
 	t.Run("a worker dies", func(t *testing.T) {
 		_, _, pids, stop, res := start(t)
 		defer stop()
@@ -372,4 +379,98 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 		}
 		gone(t, pids)
 	})
+}
+
+// testWorkerPeers: with two workers, a client on worker 1 sees worker 0's
+// sessions in SHOW PROCESSLIST (the running statement too), its KILL
+// QUERY ends a statement worker 0 runs (1317, as the mysql client's
+// Ctrl-C needs: its KILL's connection may be dealt to the other worker),
+// its KILL ends worker 0's session, and a KILL of an id no worker gives
+// is 1094. Before, each worker knew only its own sessions: the KILL
+// answered 1094 and the statement ran on.
+func testWorkerPeers(t *testing.T, ctx context.Context, listen string) {
+	mc := mysql.NewConfig()
+	mc.User, mc.Passwd, mc.Net, mc.Addr = "app", "app", "tcp", listen
+	connector, err := mysql.NewConnector(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	// Clients are dealt out in turn; worker w's ids are w+1, w+3, ...
+	byWorker := map[int]*sql.Conn{}
+	ids := map[int]uint64{}
+	for i := 0; i < 4 && len(byWorker) < 2; i++ {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var id uint64
+		if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		w := int((id - 1) % 2)
+		if _, ok := byWorker[w]; !ok {
+			byWorker[w], ids[w] = c, id
+		}
+	}
+	if len(byWorker) != 2 {
+		t.Fatalf("clients on workers %v, want one on each", ids)
+	}
+	victim, killer, vid := byWorker[0], byWorker[1], ids[0]
+	done := make(chan error, 1)
+	go func() {
+		_, err := victim.ExecContext(ctx, "SELECT 1 FROM DUAL WHERE SLEEP(30) = 0")
+		done <- err
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rows, err := killer.QueryContext(ctx, "SHOW FULL PROCESSLIST")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []string
+		running := false
+		for rows.Next() {
+			var id uint64
+			var user, host, command, state string
+			var db, info sql.NullString
+			var secs int64
+			if err := rows.Scan(&id, &user, &host, &db, &command, &secs, &state, &info); err != nil {
+				t.Fatal(err)
+			}
+			seen = append(seen, fmt.Sprint(id))
+			running = running || id == vid && strings.Contains(info.String, "SLEEP(30)")
+		}
+		rows.Close()
+		if running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker 1's SHOW PROCESSLIST lists %v, never worker 0's session %d running SLEEP(30)", seen, vid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := killer.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", vid)); err != nil {
+		t.Fatalf("KILL QUERY of worker 0's session from worker 1: %v", err)
+	}
+	select {
+	case err := <-done:
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1317 {
+			t.Fatalf("the killed statement: %v, want 1317", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("KILL QUERY from the other worker did not end the statement within 20 s")
+	}
+	if _, err := killer.ExecContext(ctx, "KILL 1001"); err == nil || !strings.Contains(err.Error(), "1094") {
+		t.Fatalf("KILL of an id worker 0 never gave: %v, want 1094", err)
+	}
+	if _, err := killer.ExecContext(ctx, fmt.Sprintf("KILL %d", vid)); err != nil {
+		t.Fatalf("KILL of worker 0's session from worker 1: %v", err)
+	}
+	if err := victim.PingContext(ctx); err == nil {
+		t.Fatal("worker 0's killed session still answers")
+	}
 }
