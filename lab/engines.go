@@ -344,10 +344,6 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 		}
 		routers[i] = r
 	}
-	chk, err := NewChecker(len(toks)*cfg.Sessions, 0)
-	if err != nil {
-		return nil, fr, nil, err
-	}
 	rows := make([]EngineTokenRow, len(toks))
 	acked := make([][]atomic.Int64, len(toks))
 	for i := range acked {
@@ -355,15 +351,18 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 	}
 	var failedOver atomic.Bool
 	start := time.Now()
-	j := &efJudge{chk: chk, start: start, record: cfg.RecordHistory, failedOver: &failedOver}
+	truth, err := newOwnRows(len(toks)*cfg.Sessions, start, cfg.RecordHistory)
+	if err != nil {
+		return nil, fr, nil, err
+	}
 	end := start.Add(cfg.Duration)
 	progress(*cfg, e, "workload")
 	var wg sync.WaitGroup
 	var counters = make([]efCounters, len(toks))
 	for i, tok := range toks {
 		for s := range cfg.Sessions {
-			es := efSession{r: routers[i], tok: tok, sess: s, id: i*cfg.Sessions + s, acked: &acked[i][s], c: &counters[i]}
-			wg.Go(func() { es.run(rctx, cfg, end, j, uint64(i)<<32|uint64(s)) })
+			es := efSession{r: routers[i], tok: tok, sess: s, id: i*cfg.Sessions + s, acked: &acked[i][s], c: &counters[i], truth: truth, failedOver: &failedOver}
+			wg.Go(func() { es.run(rctx, cfg, end, uint64(i)<<32|uint64(s)) })
 		}
 	}
 	faultErr := efFaults(rctx, cfg, topo, routers, acked, rows, start, &failedOver, &fr)
@@ -378,7 +377,7 @@ func runEngine(ctx context.Context, cfg *EngineFailoverConfig, topo *compose.Top
 			TimedOut: c.timedOut.Load(), FailedFast: c.failedFast.Load(), Errors: c.errors.Load(), OnReplica: c.onReplica.Load(),
 			Fallback: c.fallback.Load(), LostSessions: rows[i].LostSessions, LostWrites: rows[i].LostWrites, SimKind: tok.SimKind()}
 	}
-	return rows, fr, j.history, nil
+	return rows, fr, truth.history, nil
 }
 
 // efFaults plays the fault schedule: the hold-back, then the kill and
@@ -433,63 +432,25 @@ type efCounters struct {
 	timedOut, failedFast, errors, onReplica, fallback              atomic.Int64
 }
 
-// efJudge judges every read of one engine's run with the lab's Checker
-// (the ground truth every experiment shares) and, with record, keeps
-// every operation as a HistoryOp.
-type efJudge struct {
-	mu      sync.Mutex // guards chk and history
-	chk     *Checker
-	start   time.Time
-	record  bool
-	history []HistoryOp
-	// failedOver is set at the primary's kill.
-	failedOver *atomic.Bool
-}
-
-// write records a write (invoked at t0, completed now).
-func (j *efJudge) write(es *efSession, seq int64, t0 time.Time, err error) {
-	if !j.record {
-		return
-	}
-	now := time.Now()
-	j.mu.Lock()
-	j.history = append(j.history, HistoryOp{Router: string(es.tok), Session: es.id, Write: true, Invoke: t0.Sub(j.start), Complete: now.Sub(j.start),
-		Hot: -1, Seq: seq, WriteError: err != nil})
-	j.mu.Unlock()
-}
-
-// read judges r (invoked at t0, completed now) and records it.
-func (j *efJudge) read(es *efSession, r *Read, t0 time.Time) (Verdict, error) {
-	now := time.Now()
-	r.Issued, r.Done = t0.Sub(j.start), now.Sub(j.start)
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	v, err := j.chk.Check(r)
-	if j.record {
-		h := HistoryOp{Router: string(es.tok), Session: es.id, Invoke: r.Issued, Complete: r.Done, Outcome: r.Outcome, AckedSeq: r.AckedSeq}
-		if r.Outcome.Served() {
-			h.Own = r.Own
-		}
-		j.history = append(j.history, h)
-	}
-	return v, err
-}
-
 // efSession is one session of one token router.
 type efSession struct {
 	r   efRouter
 	tok EngineToken
 	// sess is its index within the router (its row), id its number in
-	// the engine's run (efJudge, EngineHistory).
+	// the engine's run (truth, EngineHistory).
 	sess, id int
 	// acked is the value of its last acknowledged write.
 	acked *atomic.Int64
 	c     *efCounters
+	// truth judges and records its operations; failedOver is set at the
+	// primary's kill.
+	truth      *ownRows
+	failedOver *atomic.Bool
 }
 
 // run is the session: pause, write v, then ReadsPerWrite times pause and
 // read its row, until end.
-func (es *efSession) run(ctx context.Context, cfg *EngineFailoverConfig, end time.Time, j *efJudge, seed uint64) {
+func (es *efSession) run(ctx context.Context, cfg *EngineFailoverConfig, end time.Time, seed uint64) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, seed))
 	lo, hi := math.Log(float64(cfg.GapMin)), math.Log(float64(cfg.GapMax))
 	gap := func() time.Duration { return time.Duration(math.Exp(lo + rng.Float64()*(hi-lo))) }
@@ -506,7 +467,7 @@ func (es *efSession) run(ctx context.Context, cfg *EngineFailoverConfig, end tim
 		if err != nil && ctx.Err() != nil {
 			return
 		}
-		j.write(es, v, t0, err)
+		es.truth.write(string(es.tok), es.id, v, t0, err)
 		if err != nil {
 			es.c.writeErrs.Add(1)
 		} else {
@@ -517,7 +478,7 @@ func (es *efSession) run(ctx context.Context, cfg *EngineFailoverConfig, end tim
 			if !sleepCtx(ctx, gap()) {
 				return
 			}
-			if err := es.read(ctx, cfg, j); err != nil {
+			if err := es.read(ctx, cfg); err != nil {
 				cfg.Logger.Error("lab: engines failover: a read the checker could not judge", "token", es.tok, "err", err)
 				return
 			}
@@ -531,11 +492,11 @@ func (es *efSession) run(ctx context.Context, cfg *EngineFailoverConfig, end tim
 // when it was answered once the failover had begun, whenever issued: a
 // read issued before the kill may wait, retry and be served by the new
 // timeline.
-func (es *efSession) read(ctx context.Context, cfg *EngineFailoverConfig, j *efJudge) error {
+func (es *efSession) read(ctx context.Context, cfg *EngineFailoverConfig) error {
 	want, t0 := es.acked.Load(), time.Now()
 	rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
 	got, out, _, err := es.r.readRow(rctx, es.sess, es.sess)
-	after := j.failedOver.Load()
+	after := es.failedOver.Load()
 	cancel()
 	if ctx.Err() != nil {
 		return nil
@@ -554,7 +515,7 @@ func (es *efSession) read(ctx context.Context, cfg *EngineFailoverConfig, j *efJ
 		c.errors.Add(1)
 		out = router.OutError
 	}
-	v, cerr := j.read(es, &Read{Session: es.id, AckedSeq: want, Own: got, Outcome: out}, t0)
+	v, cerr := es.truth.read(string(es.tok), &Read{Session: es.id, AckedSeq: want, Own: got, Outcome: out}, t0)
 	if cerr != nil || err != nil {
 		return cerr
 	}

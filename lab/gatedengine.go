@@ -434,13 +434,13 @@ func runGated(ctx context.Context, cfg *GatedEngineConfig, topo *compose.Topolog
 	start := time.Now()
 	rows := make([]GatedRouterRow, len(pols))
 	res.HistorySessions = len(pols)*cfg.Users + steps*max(cfg.Trials, 0)
-	hist := &gatedHistory{record: cfg.RecordHistory, start: start}
+	truth, err := newOwnRows(res.HistorySessions, start, cfg.RecordHistory)
+	if err != nil {
+		return nil, err
+	}
 	var wg sync.WaitGroup
 	for i, p := range pols {
-		g, err := newGatedRun(routers[i], p.name, cfg.Users, i*cfg.Users, hist)
-		if err != nil {
-			return nil, err
-		}
+		g := &gatedRun{r: routers[i], name: p.name, first: i * cfg.Users, truth: truth}
 		wg.Go(func() {
 			rows[i] = g.stream(rctx, cfg, ops)
 			rows[i].Router, rows[i].Policy = p.name, p.pol.String()
@@ -462,78 +462,35 @@ func runGated(ctx context.Context, cfg *GatedEngineConfig, topo *compose.Topolog
 		routers = append(routers, sw)
 		cfg.progress(fmt.Sprintf("D-sweep: %d delays 0..%v, %d trials each", steps, cfg.SweepMax, cfg.Trials))
 		start = time.Now()
-		g, err := newGatedRun(sw, "sweep", steps*cfg.Trials, len(pols)*cfg.Users, hist)
-		if err != nil {
-			return nil, err
-		}
+		g := &gatedRun{r: sw, name: "sweep", first: len(pols) * cfg.Users, truth: truth}
 		res.Sweep = g.sweep(rctx, cfg, steps)
 		res.SweepSeconds = time.Since(start).Seconds()
 		if err := rctx.Err(); err != nil {
 			return nil, err
 		}
 	}
-	res.History = hist.ops
+	res.History = truth.history
 	return res, nil
 }
 
-// gatedHistory keeps the experiment's operations (RecordHistory).
-type gatedHistory struct {
-	record bool
-	start  time.Time
-	mu     sync.Mutex
-	ops    []HistoryOp
-}
-
-// gatedRun is one router's part of the experiment: its reads judged by
-// chk (guarded by hist.mu), its sessions numbered from first in the
-// history.
+// gatedRun is one router's part of the experiment: its sessions are
+// numbered from first in truth (the run's).
 type gatedRun struct {
 	r     efRouter
 	name  string
-	chk   *Checker
 	first int
-	hist  *gatedHistory
+	truth *ownRows
 }
 
-// newGatedRun is router r's part, with sessions sessions.
-func newGatedRun(r efRouter, name string, sessions, first int, hist *gatedHistory) (*gatedRun, error) {
-	chk, err := NewChecker(sessions, 0)
-	if err != nil {
-		return nil, err
-	}
-	return &gatedRun{r: r, name: name, chk: chk, first: first, hist: hist}, nil
-}
-
-// write records session sess's write of seq (invoked at t0, now done).
+// write records user or trial sess's write of seq (invoked at t0).
 func (g *gatedRun) write(sess int, seq int64, t0 time.Time, err error) {
-	h := g.hist
-	if !h.record {
-		return
-	}
-	now := time.Now()
-	h.mu.Lock()
-	h.ops = append(h.ops, HistoryOp{Router: g.name, Session: g.first + sess, Write: true, Invoke: t0.Sub(h.start), Complete: now.Sub(h.start),
-		Hot: -1, Seq: seq, WriteError: err != nil})
-	h.mu.Unlock()
+	g.truth.write(g.name, g.first+sess, seq, t0, err)
 }
 
-// read judges r, session sess's read invoked at t0 (now done; Session
-// the checker's number), and records it.
+// read judges r, user or trial sess's read invoked at t0.
 func (g *gatedRun) read(sess int, r *Read, t0 time.Time) (Verdict, error) {
-	h := g.hist
-	now := time.Now()
-	r.Issued, r.Done = t0.Sub(h.start), now.Sub(h.start)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, err := g.chk.Check(r)
-	if h.record {
-		op := HistoryOp{Router: g.name, Session: g.first + sess, Invoke: r.Issued, Complete: r.Done, Outcome: r.Outcome, AckedSeq: r.AckedSeq}
-		if r.Outcome.Served() {
-			op.Own = r.Own
-		}
-		h.ops = append(h.ops, op)
-	}
-	return v, err
+	r.Session = g.first + sess
+	return g.truth.read(g.name, r, t0)
 }
 
 // readOutcome is a read's outcome for the checker: out when served, else

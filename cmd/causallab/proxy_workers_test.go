@@ -275,14 +275,7 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 	t.Run("serves and stops", func(t *testing.T) {
 		listen, metrics, pids, stop, res := start(t)
 		defer stop()
-		mc := mysql.NewConfig()
-		mc.User, mc.Passwd, mc.Net, mc.Addr = "app", "app", "tcp", listen
-		connector, err := mysql.NewConnector(mc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sql.OpenDB(connector)
-		defer db.Close()
+		db := appDB(t, listen)
 		var conns []*sql.Conn
 		for i := range 4 {
 			c, err := db.Conn(ctx)
@@ -389,14 +382,7 @@ func testProxyWorkers(t *testing.T, ctx context.Context, state string) {
 // is 1094. Before, each worker knew only its own sessions: the KILL
 // answered 1094 and the statement ran on.
 func testWorkerPeers(t *testing.T, ctx context.Context, listen string) {
-	mc := mysql.NewConfig()
-	mc.User, mc.Passwd, mc.Net, mc.Addr = "app", "app", "tcp", listen
-	connector, err := mysql.NewConnector(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(connector)
-	defer db.Close()
+	db := appDB(t, listen)
 	// Clients are dealt out in turn; worker w's ids are w+1, w+3, ...
 	byWorker := map[int]*sql.Conn{}
 	ids := map[int]uint64{}
@@ -473,4 +459,18 @@ func testWorkerPeers(t *testing.T, ctx context.Context, listen string) {
 	if err := victim.PingContext(ctx); err == nil {
 		t.Fatal("worker 0's killed session still answers")
 	}
+}
+
+// appDB is a pool of the app account's connections to the proxy at
+// listen, closed when t ends.
+func appDB(t *testing.T, listen string) *sql.DB {
+	mc := mysql.NewConfig()
+	mc.User, mc.Passwd, mc.Net, mc.Addr = "app", "app", "tcp", listen
+	connector, err := mysql.NewConnector(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(connector)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
