@@ -197,6 +197,10 @@ func primaryAddr(st State) string {
 	return "none"
 }
 
+// Display is e as people write it (MySQL, MariaDB, PostgreSQL; "":
+// MySQL, the default).
+func (e Engine) Display() string { return engineName(e) }
+
 // engineName is e as people write it (MySQL, MariaDB, PostgreSQL).
 func engineName(e Engine) string {
 	switch e {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/router"
 	"github.com/causallab/causallab/router/live"
@@ -132,6 +133,11 @@ type Config struct {
 	// Via is the routing path: ViaRouter (default) or ViaProxy. Scalar
 	// (TokenLSN) routers always run through package router/live.
 	Via Via
+	// Engine is the servers' engine: compose.EngineMySQL (default) or
+	// compose.EngineMariaDB (through router/live's MariaDB flavor, its
+	// positions polled; not via the proxy, not through a failover:
+	// checkEngine).
+	Engine compose.Engine
 	// RecordHistory keeps every operation of the run in Result.History
 	// (memory grows with the run: about 200 bytes per operation).
 	RecordHistory bool
@@ -241,12 +247,18 @@ func (c *Config) validate() error {
 	if c.TokenScope == "" {
 		c.TokenScope = TokenScopeConnection
 	}
+	if c.Engine == "" {
+		c.Engine = compose.EngineMySQL
+	}
 	if c.Positions == "" {
 		c.Positions = PositionsBinlog
+		if c.Engine == compose.EngineMariaDB {
+			c.Positions = PositionsPoll // binlogwatch reads MySQL's GTID events
+		}
 	}
 	if c.WatermarkSource == "" {
 		c.WatermarkSource = WatermarkQuery
-		if c.Positions == PositionsPoll {
+		if c.Positions == PositionsPoll && c.Engine != compose.EngineMariaDB {
 			c.WatermarkSource = WatermarkLazy
 		}
 	}
@@ -294,6 +306,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("unknown path %q (want router or proxy)", c.Via))
 	}
 	errs = append(errs, c.checkFleet()...)
+	errs = append(errs, c.checkEngine()...)
 	if c.Condition.has(CondRowLock) && lockQuery(c.Workload) == "" {
 		errs = append(errs, fmt.Errorf("condition %s needs a workload that can lock a hot row (LockQuery, as DefaultWorkload has)", CondRowLock))
 	}
@@ -412,6 +425,47 @@ func (c *Config) checkFleet() []error {
 	}
 	if c.Via != ViaProxy && (c.Proxies > 1 || c.ReconnectEvery > 0 || c.TokenScope == TokenScopeSession) {
 		errs = append(errs, errors.New("proxies, reconnect-every and token-scope session need --via proxy"))
+	}
+	return errs
+}
+
+// checkEngine refuses what the driver cannot run on c.Engine: it speaks
+// the MySQL protocol (MySQL, MariaDB), and on MariaDB it routes through
+// router/live only (the proxy carries MySQL GTID sets), polls positions
+// (binlogwatch reads MySQL's GTID events), has no scalar token and no
+// failover (its instruments see a domain's sequence numbers, which a new
+// primary repeats under another server id: serverFlavor).
+func (c *Config) checkEngine() []error {
+	switch c.Engine {
+	case compose.EngineMySQL:
+		return nil
+	case compose.EngineMariaDB:
+	default:
+		return []error{fmt.Errorf("engine %q: the lab's driver runs on mysql and mariadb (postgres: lab failover --engines, lab gated --engine)", c.Engine)}
+	}
+	var errs []error
+	if c.Via != ViaRouter {
+		errs = append(errs, errors.New("engine mariadb runs via router only: the proxy carries MySQL GTID sets"))
+	}
+	if c.Positions != PositionsPoll {
+		errs = append(errs, errors.New("engine mariadb needs positions poll: binlogwatch reads MySQL's GTID events"))
+	}
+	if c.WatermarkSource != WatermarkQuery {
+		errs = append(errs, errors.New("engine mariadb needs watermark source query: the lazy one bounds reads with MySQL's performance_schema.log_status"))
+	}
+	if c.Condition.has(CondUnordered) {
+		errs = append(errs, fmt.Errorf("condition %s sets MySQL's replica_preserve_commit_order", CondUnordered))
+	}
+	for _, ev := range c.Condition.Events {
+		if ev.Kind == EvFailover {
+			errs = append(errs, errors.New("engine mariadb: no failover events (the lab's instruments cannot tell a lost write from the new primary's write of the same sequence number)"))
+			break
+		}
+	}
+	for _, r := range c.Routers {
+		if r.Token == TokenLSN {
+			errs = append(errs, fmt.Errorf("router %s: the scalar token is MySQL's transaction count", r.Name))
+		}
 	}
 	return errs
 }

@@ -29,13 +29,22 @@ type nodeConn struct {
 	// tracked is the causal_token a proxy reported in the last
 	// ExecuteWrite's OK packet (its session tracking), "" when none.
 	tracked string
+	// f is the server's engine (its GTID tracking).
+	f serverFlavor
 }
 
 var _ Execer = (*nodeConn)(nil)
 
-// dialNode connects to addr and turns on GTID tracking.
+// dialNode connects to the MySQL server at addr and turns on GTID
+// tracking.
 func dialNode(ctx context.Context, addr, user, password string) (*nodeConn, error) {
-	n := &nodeConn{addr: addr, user: user, password: password}
+	return dialNodeAs(ctx, flavorOf(""), addr, user, password)
+}
+
+// dialNodeAs connects to the f server at addr and turns on GTID
+// tracking.
+func dialNodeAs(ctx context.Context, f serverFlavor, addr, user, password string) (*nodeConn, error) {
+	n := &nodeConn{addr: addr, user: user, password: password, f: f}
 	if err := n.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -49,7 +58,7 @@ func (n *nodeConn) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("lab: connecting to %s: %w", n.addr, err)
 	}
-	if _, err := c.Execute("SET SESSION session_track_gtids = OWN_GTID"); err != nil {
+	if _, err := c.Execute(n.f.trackQuery()); err != nil {
 		c.Close()
 		return fmt.Errorf("lab: enabling GTID tracking on %s: %w", n.addr, err)
 	}
@@ -104,6 +113,9 @@ func (n *nodeConn) exec(ctx context.Context, query string, record bool) (*mysql.
 			gerr = nil
 		}
 		g, n.tracked = tr.GTID, tr.Vars[proxyTokenVariable]
+		if n.f.mariaDB() {
+			g = tr.Vars["last_gtid"]
+		}
 	}
 	if !stop() {
 		n.broken = true

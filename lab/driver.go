@@ -180,7 +180,7 @@ func (e *driver) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 			hash: newHashAcc(e.routers[i].spec(), names, cfg.Sessions, e.down)}
 	}
 
-	pfx := newPrefixRun(cfg.Sessions, cfg.HotRows)
+	pfx := newPrefixRun(cfg.Sessions, cfg.HotRows, flavorOf(cfg.Engine))
 	jobs := make(chan *op)
 	done := make(chan *op, cfg.Workers)
 	var wg sync.WaitGroup
@@ -374,11 +374,14 @@ func (e *driver) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 // router (concurrently or one after the other), and returns the measured
 // result. f may be nil when the condition is identical.
 func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
 	if topo == nil {
 		return nil, errors.New("lab: Run needs a topology")
+	}
+	if err := adoptEngine(topo, &cfg); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	if fl, ok := topo.(interface {
 		FaultLogger(*slog.Logger) *slog.Logger
@@ -414,6 +417,23 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 	}
 	res.ElapsedSeconds = time.Since(began).Seconds()
 	return res, nil
+}
+
+// adoptEngine makes cfg's engine the topology's, when the topology
+// knows it (a compose topology does); a Config that names another is
+// refused.
+func adoptEngine(topo Faults, cfg *Config) error {
+	et, ok := topo.(interface{ Engine() compose.Engine })
+	if !ok {
+		return nil
+	}
+	switch e := et.Engine(); {
+	case cfg.Engine == "":
+		cfg.Engine = e
+	case cfg.Engine != e:
+		return fmt.Errorf("lab: engine %s, but the topology runs %s", cfg.Engine, e)
+	}
+	return nil
 }
 
 // group is one group of routers measured at once, through its phases:
@@ -485,7 +505,7 @@ func (g *group) setUp(ctx, parent context.Context) error {
 	cfg, topo := g.cfg, g.topo
 	if !cfg.SkipSetup {
 		p := topo.Primary()
-		c, err := dialNode(ctx, p.Addr(), p.User, p.Password)
+		c, err := dialNodeAs(ctx, flavorOf(cfg.Engine), p.Addr(), p.User, p.Password)
 		if err != nil {
 			return err
 		}
@@ -496,7 +516,7 @@ func (g *group) setUp(ctx, parent context.Context) error {
 		}
 	}
 	g.lag = newLagTracker(func() string { return topo.Primary().Name })
-	g.poll = newPoller(topo, cfg.PollInterval, max(cfg.ReadTimeout/4, 50*time.Millisecond), g.lag, cfg.Logger)
+	g.poll = newPoller(topo, flavorOf(cfg.Engine), cfg.PollInterval, max(cfg.ReadTimeout/4, 50*time.Millisecond), g.lag, cfg.Logger)
 	if err := g.poll.start(ctx, &g.bg); err != nil {
 		return err
 	}
@@ -564,6 +584,23 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 				g.notes = append(g.notes, fmt.Sprintf("%s ran via package router/live, not the proxy: the proxy carries GTID-set tokens only.", sp.Name))
 			}
 		}
+	}
+	if len(gtidSpecs) > 0 && cfg.Engine == compose.EngineMariaDB {
+		// MariaDB GTID positions through router/live's MariaDB flavor, on
+		// polled positions (checkEngine: no proxy, no binlog streams).
+		pl, err := startPollSource(ctx, topo, cfg, &g.bg, 10*time.Second, live.Flavor[gtid.MariaDBPosition](live.MariaDB{}), false)
+		if err != nil {
+			return err
+		}
+		for _, sp := range gtidSpecs {
+			v, err := newViaRouter(ctx, sp, e, live.MariaDB{}, pl, live.WatermarkAfterRead)
+			if err != nil {
+				return err
+			}
+			g.vias = append(g.vias, v)
+			e.routers = append(e.routers, v)
+		}
+		gtidSpecs = nil
 	}
 	if len(gtidSpecs) > 0 {
 		var src live.PositionSource[gtid.Set]

@@ -18,7 +18,7 @@ func hiddenLossRun(t *testing.T, ops []*op, changes []timelineChange) (checkerMR
 	if err != nil {
 		t.Fatal(err)
 	}
-	pfx := newPrefixRun(2, 1)
+	pfx := newPrefixRun(2, 1, flavorOf(""))
 	acc := &routerAcc{}
 	for _, o := range ops {
 		if !o.write {

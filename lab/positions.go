@@ -42,7 +42,8 @@ type nodeSlot struct {
 	ok  bool
 }
 
-// poller keeps a live snapshot of every node's @@GLOBAL.gtid_executed by
+// poller keeps a live snapshot of every node's executed set (MySQL's
+// @@GLOBAL.gtid_executed; MariaDB's position as a set: serverFlavor) by
 // polling each node on its own goroutine.
 //
 // It is the lab's measuring instrument (the achieved lag, the catch-up
@@ -50,6 +51,7 @@ type nodeSlot struct {
 // (binlogwatch streams, or router/live's poller for scalar tokens).
 type poller struct {
 	nodes    Nodes
+	f        serverFlavor
 	interval time.Duration
 	timeout  time.Duration
 	log      *slog.Logger
@@ -67,8 +69,8 @@ type poller struct {
 	polls, pollErrors atomic.Int64
 }
 
-func newPoller(nodes Nodes, interval, timeout time.Duration, lag *lagTracker, log *slog.Logger) *poller {
-	return &poller{nodes: nodes, interval: interval, timeout: timeout, lag: lag, log: log,
+func newPoller(nodes Nodes, f serverFlavor, interval, timeout time.Duration, lag *lagTracker, log *slog.Logger) *poller {
+	return &poller{nodes: nodes, f: f, interval: interval, timeout: timeout, lag: lag, log: log,
 		firstPoll: 30 * time.Second, slots: map[string]nodeSlot{}}
 }
 
@@ -150,22 +152,26 @@ func (p *poller) pollOnce(ctx context.Context, n compose.Node, conn **nodeConn) 
 	pctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	if *conn == nil {
-		c, err := dialNode(pctx, n.Addr(), n.User, n.Password)
+		c, err := dialNodeAs(pctx, p.f, n.Addr(), n.User, n.Password)
 		if err != nil {
 			p.pollErrors.Add(1)
 			return gtid.Set{}, false
 		}
 		*conn = c
 	}
-	r, err := (*conn).Execute(pctx, "SELECT @@GLOBAL.gtid_executed")
+	r, err := (*conn).Execute(pctx, p.f.executedQuery())
 	if err != nil {
 		p.pollErrors.Add(1)
 		return gtid.Set{}, false
 	}
-	s, err := executedFromResult(r)
+	text, err := r.GetString(0, 0)
+	var s gtid.Set
+	if err == nil {
+		s, err = p.f.parseExecuted(text)
+	}
 	if err != nil {
 		p.pollErrors.Add(1)
-		p.log.Debug("lab: bad gtid_executed", "node", n.Name, "err", err)
+		p.log.Debug("lab: bad executed position", "node", n.Name, "err", err)
 		return gtid.Set{}, false
 	}
 	return s, true
@@ -200,17 +206,6 @@ func (p *poller) publishLocked() {
 
 // view returns the latest snapshot (non-nil after start).
 func (p *poller) view() *snapshot { return p.cur.Load() }
-
-// executedFromResult parses the one-cell answer of SELECT @@gtid_executed.
-func executedFromResult(r interface {
-	GetString(row, column int) (string, error)
-}) (gtid.Set, error) {
-	s, err := r.GetString(0, 0)
-	if err != nil {
-		return gtid.Set{}, err
-	}
-	return gtid.Parse(s)
-}
 
 // lagTracker measures replication lag from the lab's own writes: the time
 // from a write's acknowledgement to the first poll of a replica that holds

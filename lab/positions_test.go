@@ -31,7 +31,7 @@ func TestPollerStartWaitsForPrimary(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	nodes := deadNodes{compose.Node{Name: "primary", Host: "127.0.0.1", Port: port, User: "u", Password: "p"}}
-	p := newPoller(nodes, 10*time.Millisecond, 100*time.Millisecond, nil, slog.New(slog.DiscardHandler))
+	p := newPoller(nodes, flavorOf(""), 10*time.Millisecond, 100*time.Millisecond, nil, slog.New(slog.DiscardHandler))
 	p.firstPoll = 500 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

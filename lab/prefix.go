@@ -187,6 +187,8 @@ type prefixRun struct {
 	// writes are the hot versions' writes with their send times (the
 	// hidden-loss pass), in completion order.
 	writes []prefixWrite
+	// f reads the writes' GTIDs (the servers' engine).
+	f serverFlavor
 }
 
 // prefixWrite is a completed write: its hot row, and, when acknowledged
@@ -215,15 +217,15 @@ type prefixRead struct {
 // maxWitnesses bounds the flagged reads a router's note shows.
 const maxWitnesses = 3
 
-func newPrefixRun(sessions, hotRows int) *prefixRun {
-	return &prefixRun{check: NewPrefixCheck(sessions, hotRows)}
+func newPrefixRun(sessions, hotRows int, f serverFlavor) *prefixRun {
+	return &prefixRun{check: NewPrefixCheck(sessions, hotRows), f: f}
 }
 
 // completed takes a completed operation of router r.
 func (p *prefixRun) completed(o *op, r int) {
 	if o.write {
 		w := prefixWrite{hot: o.hot, sent: o.started}
-		if g, err := gtid.ParseGTID(o.ack.GTID); err == nil && (o.err == nil || o.ack.Hot > 0) {
+		if g, err := p.f.parseWrite(o.ack.GTID); err == nil && (o.err == nil || o.ack.Hot > 0) {
 			p.check.Write(o.sess, o.seq, o.hot, o.ack.Hot, g)
 			w.version, w.g = o.ack.Hot, g
 		}

@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/internal/chart"
 
 	"github.com/causallab/causallab/router"
@@ -51,7 +52,7 @@ func predCell(p *Prediction, f func(*Prediction) float64) sim.Cell {
 func Table(res *Result) *sim.Table {
 	t := &sim.Table{
 		Name:  "lab-" + res.Experiment,
-		Title: fmt.Sprintf("lab %s: real MySQL beside the simulator (%s, via %s)", res.Experiment, res.Condition, res.Via),
+		Title: fmt.Sprintf("lab %s: real %s beside the simulator (%s, via %s)", res.Experiment, compose.Engine(res.Config.Engine).Display(), res.Condition, res.Via),
 		Columns: []sim.Column{
 			{Key: "router", Header: "router", Prec: 0},
 			{Key: "reads", Header: "reads", Prec: 0},

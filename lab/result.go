@@ -163,6 +163,8 @@ func (r *Result) Merge(o *Result) {
 
 // ConfigSummary is the part of Config a reader needs to reproduce a run.
 type ConfigSummary struct {
+	// Engine is the servers' engine (Config.Engine).
+	Engine        string  `json:"engine"`
 	Sessions      int     `json:"sessions"`
 	HotRows       int     `json:"hot_rows"`
 	WriteRate     float64 `json:"write_rate"`
@@ -184,7 +186,7 @@ type ConfigSummary struct {
 }
 
 func summarize(c *Config) ConfigSummary {
-	s := ConfigSummary{Sessions: c.Sessions, HotRows: c.HotRows, WriteRate: c.WriteRate,
+	s := ConfigSummary{Engine: string(c.Engine), Sessions: c.Sessions, HotRows: c.HotRows, WriteRate: c.WriteRate,
 		DurationSec: c.Duration.Seconds(), ReadsPerWrite: c.ReadsPerWrite,
 		GapMinMs: ms(c.GapMin), GapMaxMs: ms(c.GapMax), Seed: c.Seed, Workers: c.Workers, PollMs: ms(c.PollInterval),
 		Positions: string(c.Positions), WatermarkSource: string(c.WatermarkSource)}

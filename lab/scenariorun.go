@@ -213,6 +213,9 @@ func (sc *Scenario) replicaNames(topo Topology) ([]string, error) {
 // expectations: the failures come back prefixed with the run's name.
 func (sc *Scenario) runOne(ctx context.Context, topo Topology, run ScenarioRun, o ScenarioOptions, names []string) (*Result, []string, error) {
 	cfg, err := sc.runConfig(run, o, names)
+	if err == nil {
+		err = adoptEngine(topo, &cfg)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

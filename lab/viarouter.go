@@ -249,6 +249,11 @@ func (p primaryExec[P]) ExecuteWrite(ctx context.Context, q string) (*mysql.Resu
 	if !w.OK {
 		return r, "", err
 	}
+	if w.GTID == "" {
+		// MariaDB tracks its GTID as the variable last_gtid, not in the
+		// GTID tracker: the flavor's write position is that GTID.
+		return r, fmt.Sprint(w.Pos), err
+	}
 	return r, w.GTID, err
 }
 
@@ -300,7 +305,7 @@ func (v *viaRouter[P]) write(ctx context.Context, sess int, seq int64, hot int) 
 	ss.acked = seq
 	ss.mu.Unlock()
 	v.e.hot.ack(hot, ack.Hot)
-	if gt, perr := gtid.ParseGTID(g); g != "" && perr == nil {
+	if gt, perr := flavorOf(v.e.cfg.Engine).parseWrite(g); g != "" && perr == nil {
 		v.e.lag.ack(gt, time.Now()) // lag measurement only
 	}
 	return ack, nil

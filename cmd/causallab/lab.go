@@ -21,6 +21,7 @@ import (
 // labFlags are the flags every `lab` experiment shares.
 type labFlags struct {
 	replicas    int
+	engine      string
 	backend     string
 	primaryDSN  string
 	replicaDSNs []string
@@ -75,6 +76,9 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 		}
 	}
 	fl := cmd.Flags()
+	if sc == nil || sc.Name != "gated" { // lab gated --engine is the seed harness
+		fl.StringVar(&f.engine, "engine", "", "engine of the topology started for the run: mysql (default) or mariadb (routers via router/live, positions polled, no failover: docs/lab.md); an attached topology runs its own")
+	}
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run (when causallab up runs none)")
 	fl.BoolVar(&f.fresh, "fresh", false, "start a topology for the run even when causallab up runs one")
 	fl.StringVar(&f.backend, "backend", backendAuto, "how to run the topology started for the run: auto, docker or local (chrooted server processes); auto: "+autoBackendRule)
@@ -99,8 +103,8 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	fl.IntVar(&f.simTrials, "sim-trials", 4, "simulator trials averaged for the prediction")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
 	fl.StringVar(&f.globalSrc, "global-source", "primary-query", "where global routers take a read's target: primary-query (the primary's executed set per read) or view (the router's view of the primary, no round trip)")
-	fl.StringVar(&f.positions, "positions", "binlog", "GTID-token routers' positions: binlog (a binlogwatch stream per node) or poll (every --poll, as causallab proxy does by default)")
-	fl.StringVar(&f.watermark, "watermark-source", "", "monotonic-reads watermark of the GTID-token routers: query (read after each replica read) or lazy (bounded by a poll only when a session moves; needs --positions poll); default lazy with poll, else query")
+	fl.StringVar(&f.positions, "positions", "", "GTID-token routers' positions: binlog (a binlogwatch stream per node; MySQL's default) or poll (every --poll, as causallab proxy does by default; MariaDB's)")
+	fl.StringVar(&f.watermark, "watermark-source", "", "monotonic-reads watermark of the GTID-token routers: query (read after each replica read) or lazy (bounded by a poll only when a session moves; needs --positions poll; MySQL only); default lazy with poll on MySQL, else query")
 	fl.IntVar(&f.proxies, "proxies", 1, "--via proxy: proxies per router, a session's statements dealt across them in turn")
 	fl.IntVar(&f.reconnect, "reconnect-every", 0, "--via proxy: redial each connection after this many statements (0: never)")
 	fl.StringVar(&f.tokenScope, "token-scope", "connection", "--via proxy: what a session carries: connection (its writes' token per read; monotonic reads per connection) or session (the signed session token: writes and what it was shown, across connections and proxies)")
@@ -241,13 +245,17 @@ func (f *labFlags) open(ctx context.Context, errw io.Writer, rep *reporter) (*co
 	if f.backend == backendAuto {
 		backend = "" // attaching: the topology's own
 		if f.startsTopology() {
-			b, why := compose.ChooseBackend(ctx, "")
+			var es []compose.Engine
+			if f.engine != "" {
+				es = append(es, compose.Engine(f.engine))
+			}
+			b, why := compose.ChooseBackend(ctx, "", es...)
 			rep.Line(fmt.Sprintf("backend %s (auto: %s)", b, why))
 			backend = b
 		}
 	}
 	o := compose.OpenOptions{StatePath: defaultStatePath(), Fresh: f.fresh,
-		Config: compose.Config{Replicas: f.replicas, Backend: backend},
+		Config: compose.Config{Engine: compose.Engine(f.engine), Replicas: f.replicas, Backend: backend},
 		Build:  rep.buildOptions()}
 	if f.primaryDSN != "" {
 		o.Config = compose.Config{Backend: compose.BackendExternal,

@@ -1,0 +1,93 @@
+package lab
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/gtid"
+)
+
+// TestServerFlavorMariaDB: the instruments' reading of MariaDB positions
+// as sets answers what MariaDB's own comparison answers: a node's
+// position holds a write exactly when the set holds the write's GTID,
+// for random positions and writes over a few domains and server ids;
+// and the commit order within a domain is the GNO order.
+func TestServerFlavorMariaDB(t *testing.T) {
+	f := flavorOf(compose.EngineMariaDB)
+	rng := rand.New(rand.NewPCG(7, 41))
+	for range 2000 {
+		var parts []string
+		for d := range uint32(3) {
+			if rng.IntN(3) > 0 {
+				parts = append(parts, fmt.Sprintf("%d-%d-%d", d, 1+rng.IntN(3), rng.IntN(20)))
+			}
+		}
+		text := strings.Join(parts, ",")
+		pos, err := gtid.ParseMariaDBPosition(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := f.parseExecuted(text)
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		w := fmt.Sprintf("%d-%d-%d", rng.IntN(3), 1+rng.IntN(3), 1+rng.IntN(20))
+		g, err := gtid.ParseMariaDBGTID(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mg, err := f.parseWrite(w)
+		if err != nil {
+			t.Fatalf("%q: %v", w, err)
+		}
+		if got, want := set.ContainsGTID(mg), pos.ContainsGTID(g); got != want {
+			t.Fatalf("position %q, write %q: the set %s says %v, MariaDB %v", text, w, set, got, want)
+		}
+		if mg.SID != domainSource(g.Domain) || mg.GNO != int64(g.Seq) {
+			t.Fatalf("write %q read as %v", w, mg)
+		}
+	}
+	if _, err := f.parseWrite("3e11fa47-71ca-11e1-9e33-c80aa9429562:5"); err == nil {
+		t.Fatal("a MySQL GTID read as a MariaDB write")
+	}
+	if s, err := flavorOf("").parseExecuted("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"); err != nil || s.Count() != 5 {
+		t.Fatalf("MySQL's flavor: %v, %v", s, err)
+	}
+}
+
+// TestConfigEngine: on MariaDB the driver polls positions and reads the
+// watermark after each read by default, and refuses what it cannot run
+// there, each named; PostgreSQL is refused with where to go instead.
+func TestConfigEngine(t *testing.T) {
+	routers, err := ParseRouters("any,token-ryw-mr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Engine: compose.EngineMariaDB, Routers: routers}
+	if err := c.validate(); err != nil || c.Positions != PositionsPoll || c.WatermarkSource != WatermarkQuery {
+		t.Fatalf("MariaDB defaults: %v, positions %q, watermark %q", err, c.Positions, c.WatermarkSource)
+	}
+	lsn := []RouterSpec{{Name: "lsn-token", Policy: routers[1].Policy, Token: TokenLSN}}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"via proxy", func(c *Config) { c.Via = ViaProxy }, "via router only"},
+		{"binlog", func(c *Config) { c.Positions = PositionsBinlog }, "positions poll"},
+		{"lazy", func(c *Config) { c.WatermarkSource = WatermarkLazy }, "watermark source query"},
+		{"failover", func(c *Config) { c.Condition.Events = []Event{{Kind: EvFailover, Node: "replica1"}} }, "no failover"},
+		{"unordered", func(c *Config) { c.Condition.Names = append(c.Condition.Names, CondUnordered) }, "replica_preserve_commit_order"},
+		{"scalar", func(c *Config) { c.Routers = lsn }, "scalar token"},
+		{"postgres", func(c *Config) { c.Engine = compose.EnginePostgres }, "lab failover --engines"},
+	} {
+		c := Config{Engine: compose.EngineMariaDB, Routers: routers}
+		tc.mod(&c)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
