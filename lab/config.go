@@ -458,7 +458,7 @@ func (c *Config) checkEngine() []error {
 	}
 	for _, ev := range c.Condition.Events {
 		if ev.Kind == EvFailover {
-			errs = append(errs, errors.New("engine mariadb: no failover events (the lab's instruments cannot tell a lost write from the new primary's write of the same sequence number)"))
+			errs = append(errs, errors.New("engine mariadb: no failover events (the lab's instruments cannot tell a lost write from the new primary's write of the same sequence number; `lab failover --engines mariadb` runs MariaDB's tokens through a failover)"))
 			break
 		}
 	}
