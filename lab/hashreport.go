@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/hashroute"
 	"github.com/causallab/causallab/sim"
 )
@@ -197,12 +198,12 @@ func WriteHash(w io.Writer, results []*Result, f Format) error {
 	case sim.FormatCSV:
 		return writeHashCSV(w, results)
 	}
-	via := ""
+	via, engine := "", compose.EngineMySQL
 	if len(results) > 0 {
-		via = results[0].Via
+		via, engine = results[0].Via, compose.Engine(results[0].Config.Engine)
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "### lab hash: real MySQL beside the simulator (via %s)\n\n```\n%s```\n\n", via, HashSummary(results))
+	fmt.Fprintf(&b, "### lab hash: real %s beside the simulator (via %s)\n\n```\n%s```\n\n", engine.Display(), via, HashSummary(results))
 	for _, n := range hashNotes(results) {
 		fmt.Fprintf(&b, "%s\n", wrap(n, 80))
 	}

@@ -343,7 +343,11 @@ func WriteOut(dir string, results []*Result) error {
 	}
 	var page bytes.Buffer
 	page.WriteString(sim.HTMLHead("causallab lab report"))
-	page.WriteString("<h1>causallab lab report</h1>\n<p>Measured on real MySQL; violations counted from the rows the database returned (docs/lab.md). The simulator's prediction for the same workload and condition is beside each lab column.</p>\n")
+	engine := compose.EngineMySQL
+	if len(results) > 0 && results[0].Config.Engine != "" {
+		engine = compose.Engine(results[0].Config.Engine)
+	}
+	page.WriteString("<h1>causallab lab report</h1>\n<p>Measured on real " + engine.Display() + "; violations counted from the rows the database returned (docs/lab.md). The simulator's prediction for the same workload and condition is beside each lab column.</p>\n")
 	allHash := len(results) > 0
 	for _, res := range results {
 		allHash = allHash && IsHashRun(res)
@@ -516,7 +520,7 @@ func barPlot(res *Result, m barMetric) (*plot.Plot, *plot.Legend, []*chart.BarMa
 	if b.hasSim {
 		labOff = -w / 2
 	}
-	mk, err := addBars(p, &lg, b.lab, nil, nil, w, labOff, plotutil.Color(0), "lab (real MySQL), one run")
+	mk, err := addBars(p, &lg, b.lab, nil, nil, w, labOff, plotutil.Color(0), "lab (real "+compose.Engine(res.Config.Engine).Display()+"), one run")
 	if err != nil {
 		return nil, nil, nil, err
 	}
