@@ -257,6 +257,15 @@ func TestComposeCLI(t *testing.T) {
 		if r := runCLI(t, ctx, append(args, "--fail-on", "errors<0")...); r.code != exitOK {
 			t.Fatalf("a rule that does not hold: want exit 0: %s", r)
 		}
+		// --engine names the engine of a topology the run starts: an
+		// attached one of another engine is refused, never used instead.
+		r = runCLI(t, ctx, append(args, "--engine", "mariadb")...)
+		if r.code == exitOK || !strings.Contains(r.stderr, "--engine mariadb, but the topology runs mysql") {
+			t.Fatalf("--engine mariadb on the attached MySQL topology: %s", r)
+		}
+		if n := status(t).node(t, "primary"); n.Health != compose.HealthOK {
+			t.Fatalf("the attached topology after the refusal: %+v", n)
+		}
 	})
 
 	t.Run("applier and delay", func(t *testing.T) {

@@ -265,6 +265,14 @@ func (f *labFlags) open(ctx context.Context, errw io.Writer, rep *reporter) (*co
 	if errors.Is(err, compose.ErrStateFile) {
 		return nil, fmt.Errorf("%w (run `causallab down`, or pass --fresh)", err)
 	}
+	if err == nil && f.engine != "" && topo.Engine() != compose.Engine(f.engine) {
+		// An attached topology runs its own engine: --engine is not
+		// dropped silently.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return nil, errors.Join(usageErrorf("--engine %s, but the topology runs %s (pass --fresh to start a %s one, or `causallab down` first)",
+			f.engine, topo.Engine(), f.engine), topo.Close(cctx))
+	}
 	return topo, err
 }
 
