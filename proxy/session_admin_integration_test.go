@@ -639,7 +639,7 @@ func TestGreetingVersion(t *testing.T) {
 // own connection, is not held. Before, the statement ran its 30 s.
 func TestKillQueryBeforeStatement(t *testing.T) {
 	composetest.Need(t, topo)
-	fwd := holdingForwarder(t, topo.Primary().Addr(), "SLEEP(30)", 800*time.Millisecond)
+	fwd, held := holdingForwarder(t, topo.Primary().Addr(), "SLEEP(30)", 800*time.Millisecond)
 	s := startProxy(t, func(c *Config) { c.Primary.Addr = fwd })
 	killer := gmConnect(t, s, "app", "apppw")
 	target := gmConnect(t, s, "app", "apppw")
@@ -650,6 +650,14 @@ func TestKillQueryBeforeStatement(t *testing.T) {
 		done <- err
 	}()
 	waitRunning(t, killer, id, "SLEEP(30)")
+	// The statement is on its way (the forwarder holds it): the kill
+	// cannot stop it before it is sent (under multiplexing a kill that
+	// came before the borrow would, and nothing would be re-sent).
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the statement never reached the forwarder")
+	}
 	if _, err := killer.Execute(fmt.Sprintf("KILL QUERY %d", id)); err != nil {
 		t.Fatal(err)
 	}
@@ -671,27 +679,28 @@ func TestKillQueryBeforeStatement(t *testing.T) {
 
 // holdingForwarder forwards loopback connections to addr, holding each
 // client-to-server read that contains marker for hold before passing it
-// on; it returns its address.
-func holdingForwarder(t *testing.T, addr, marker string, hold time.Duration) string {
+// on; it returns its address, and a channel told as each hold begins.
+func holdingForwarder(t *testing.T, addr, marker string, hold time.Duration) (string, <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	held := make(chan struct{}, 16)
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go forwardHolding(c, addr, []byte(marker), hold)
+			go forwardHolding(c, addr, []byte(marker), hold, held)
 		}
 	}()
-	return ln.Addr().String()
+	return ln.Addr().String(), held
 }
 
-func forwardHolding(c net.Conn, addr string, marker []byte, hold time.Duration) {
+func forwardHolding(c net.Conn, addr string, marker []byte, hold time.Duration, held chan<- struct{}) {
 	defer c.Close()
 	up, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -707,6 +716,10 @@ func forwardHolding(c net.Conn, addr string, marker []byte, hold time.Duration) 
 		n, err := c.Read(buf)
 		if n > 0 {
 			if bytes.Contains(buf[:n], marker) {
+				select {
+				case held <- struct{}{}:
+				default:
+				}
 				time.Sleep(hold)
 			}
 			if _, werr := up.Write(buf[:n]); werr != nil {
