@@ -1,10 +1,6 @@
 package lab
 
 import (
-	"encoding/binary"
-	"fmt"
-	"strings"
-
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/gtid"
 )
@@ -59,21 +55,7 @@ func (f serverFlavor) parseExecuted(text string) (gtid.Set, error) {
 	if !f.mariaDB() {
 		return gtid.Parse(text)
 	}
-	p, err := gtid.ParseMariaDBPosition(text)
-	if err != nil {
-		return gtid.Set{}, err
-	}
-	var b strings.Builder
-	for _, g := range p.GTIDs() {
-		if g.Seq == 0 {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%s:1-%d", domainSource(g.Domain), g.Seq)
-	}
-	return gtid.Parse(b.String())
+	return gtid.MariaDBSetOf(text)
 }
 
 // parseWrite reads a write's GTID (WriteAck.GTID, as the server reported
@@ -90,11 +72,5 @@ func (f serverFlavor) parseWrite(text string) (gtid.GTID, error) {
 }
 
 // domainSource is the source that stands for MariaDB replication domain
-// d in the instruments' sets: "4d617269-6144-4200-8000-0000<d in hex>"
-// ("MariaDB" in its first bytes), never a MySQL server's UUID.
-func domainSource(d uint32) gtid.SID {
-	var s gtid.SID
-	copy(s[:], "MariaDB\x00\x80\x00\x00\x00")
-	binary.BigEndian.PutUint32(s[12:], d)
-	return s
-}
+// d in the instruments' sets (gtid.MariaDBDomainSID).
+func domainSource(d uint32) gtid.SID { return gtid.MariaDBDomainSID(d) }

@@ -49,6 +49,9 @@ type backendConn struct {
 	// replica connection under Config.WatermarkSource "all-gtids"): the
 	// OK packet ending a result carries the server's whole executed set.
 	allGTIDs bool
+	// mariaDB: the backend is a MariaDB server (Config.Engine): a write's
+	// GTID comes as the tracked system variable last_gtid.
+	mariaDB bool
 	// okEOF: the connection negotiated CLIENT_DEPRECATE_EOF (every
 	// backend connection does): results end with an OK packet carrying
 	// the session-tracking block (session_track_state_change), rewritten
@@ -248,7 +251,7 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 		// row-returning writes' GTIDs are not seen (counted).
 		cfg.classicEOF.Inc()
 	}
-	if _, err := c.Execute(trackSetup(allGTIDs)); err != nil {
+	if _, err := c.Execute(cfg.trackSetup(allGTIDs)); err != nil {
 		c.Close()
 		if errors.Is(dc.CutReason(), errUnresponsive) {
 			err = errUnresponsive
@@ -261,19 +264,7 @@ func dialBackend(ctx context.Context, b *Backend, acct account, db string, colla
 	// Every answer so far was read whole: the relay's packet reader goes
 	// under go-mysql's now (nil when the packets are not plain).
 	frames := mysqlwire.InstallFrames(c, backendReadBuffer)
-	return &backendConn{b: b, conn: c, dc: dc, frames: frames, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, okEOF: caps.DeprecateEOF, status: mysql.SERVER_STATUS_AUTOCOMMIT}, nil
-}
-
-// trackSetup is the session set-up every backend connection gets (after
-// the handshake, and again after a pool's COM_RESET_CONNECTION): the
-// GTID tracking the router relies on, and the state-change tracking the
-// session relies on to know when a statement left state the proxy does
-// not replay (docs/proxy-sessions.md, "When a session is pinned").
-func trackSetup(allGTIDs bool) string {
-	if allGTIDs {
-		return "SET SESSION session_track_gtids = ALL_GTIDS, session_track_state_change = ON"
-	}
-	return "SET SESSION session_track_gtids = OWN_GTID, session_track_state_change = ON"
+	return &backendConn{b: b, conn: c, dc: dc, frames: frames, buf: make([]byte, 0, 4096), used: time.Now(), allGTIDs: allGTIDs, mariaDB: cfg.mariaDB(), okEOF: caps.DeprecateEOF, status: mysql.SERVER_STATUS_AUTOCOMMIT}, nil
 }
 
 func (bc *backendConn) close() {

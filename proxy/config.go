@@ -96,6 +96,12 @@ type Config struct {
 	ServerVersion string `yaml:"server_version"`
 	// versionFromPrimary: ServerVersion was not configured (validate).
 	versionFromPrimary bool
+	// Engine is the backends' engine: "mysql" (default: MySQL GTID sets)
+	// or "mariadb" (MariaDB GTID positions: last_gtid session tracking,
+	// gtid_current_pos, MASTER_GTID_WAIT; engine.go). Checked against the
+	// primary's version at start; on mariadb, positions must be poll,
+	// wait the function and watermark_source query (the default there).
+	Engine string `yaml:"engine"`
 	// Primary is the primary server.
 	Primary Backend `yaml:"primary"`
 	// Replicas are the replicas, in the configured (hashing) order.
@@ -573,6 +579,7 @@ func (c *Config) validate() error {
 		c.validateBackends,
 		c.validateRouting,
 		c.validatePositions,
+		c.validateEngine,
 		c.validateSizes,
 		c.validateClientTimeouts,
 		c.validatePool,

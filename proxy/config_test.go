@@ -302,6 +302,52 @@ func TestConfigFailover(t *testing.T) {
 	}
 }
 
+// TestConfigEngine: engine defaults to mysql; on mariadb the watermark
+// defaults to query, and what reads MySQL's binary log, received set or
+// ALL_GTIDS tracking is refused by name; the primary's version must
+// agree with the engine.
+func TestConfigEngine(t *testing.T) {
+	base := func() Config {
+		return Config{Users: []User{{Name: "a", Password: "b"}}, Primary: Backend{Name: "primary", Addr: "127.0.0.1:3306"}}
+	}
+	c := base()
+	if err := c.validate(); err != nil || c.Engine != EngineMySQL || c.WatermarkSource != "lazy" || c.flavor().Name() != "mysql-gtid" {
+		t.Fatalf("defaults: %v, engine %q, watermark_source %q", err, c.Engine, c.WatermarkSource)
+	}
+	c = base()
+	c.Engine = EngineMariaDB
+	if err := c.validate(); err != nil || c.WatermarkSource != "query" || c.flavor().Name() != "mariadb-gtid" ||
+		!strings.Contains(c.trackSetup(false), "last_gtid") {
+		t.Fatalf("mariadb: %v, watermark_source %q, flavor %s", err, c.WatermarkSource, c.flavor().Name())
+	}
+	for key, mod := range map[string]func(*Config){
+		"engine":           func(c *Config) { c.Engine = "postgres" },
+		"positions":        func(c *Config) { c.Engine, c.Positions = EngineMariaDB, "binlog" },
+		"wait":             func(c *Config) { c.Engine, c.Wait = EngineMariaDB, "watcher" },
+		"watermark_source": func(c *Config) { c.Engine, c.WatermarkSource = EngineMariaDB, "all-gtids" },
+	} {
+		c := base()
+		mod(&c)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("bad %s: %v, want an error naming it", key, err)
+		}
+	}
+	c = base()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.checkEngine("11.8.3-MariaDB-1 from Debian"); err == nil || !strings.Contains(err.Error(), "set engine: mariadb") {
+		t.Errorf("engine mysql, MariaDB's version: %v", err)
+	}
+	if err := c.checkEngine("9.7.0"); err != nil {
+		t.Errorf("engine mysql, MySQL's version: %v", err)
+	}
+	c.Engine = EngineMariaDB
+	if err := c.checkEngine("9.7.0"); err == nil || !strings.Contains(err.Error(), "set engine: mysql") {
+		t.Errorf("engine mariadb, MySQL's version: %v", err)
+	}
+}
+
 // TestConfigWatchers: positions watchers needs watchers naming backends
 // with host:port addresses; watchers without it are refused.
 func TestConfigWatchers(t *testing.T) {

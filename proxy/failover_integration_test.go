@@ -27,6 +27,22 @@ import (
 // it was restarted on the new topology.
 func TestProxyFollowsPromotion(t *testing.T) {
 	tp := composetest.Start(t, compose.Config{Replicas: 2})
+	followsPromotion(t, tp, "", "SET PERSIST super_read_only = OFF", "SET PERSIST read_only = OFF")
+}
+
+// TestProxyFollowsPromotionMariaDB is TestProxyFollowsPromotion on
+// MariaDB 11.8 (compose fences the old primary with read_only; the epoch's
+// base is the promoted node's gtid_current_pos; only compose's admin
+// account, <user>_admin, may lift read_only).
+func TestProxyFollowsPromotionMariaDB(t *testing.T) {
+	tp := composetest.Start(t, compose.Config{Engine: compose.EngineMariaDB, Replicas: 2})
+	followsPromotion(t, tp, "_admin", "SET GLOBAL read_only = OFF")
+}
+
+// followsPromotion runs TestProxyFollowsPromotion on tp; writable are
+// the statements that make the fenced old primary writable again, run as
+// the node's user with suffix admin.
+func followsPromotion(t *testing.T, tp *compose.Topology, admin string, writable ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const adminToken = "test-admin-token-0123456789"
@@ -127,8 +143,10 @@ func TestProxyFollowsPromotion(t *testing.T) {
 	newPrimary, _ := tp.Node("replica1")
 	ndb := sqlOpen(t, newPrimary.User+":"+newPrimary.Password+"@tcp("+newPrimary.Addr()+")/")
 	// Fencing: the old primary comes back writable; no proxy writes there.
-	mustExec(t, direct, "SET PERSIST super_read_only = OFF")
-	mustExec(t, direct, "SET PERSIST read_only = OFF")
+	adm := sqlOpen(t, old.User+admin+":"+old.Password+"@tcp("+old.Addr()+")/")
+	for _, q := range writable {
+		mustExec(t, adm, q)
+	}
 	for i, name := range []string{"discovered", "told"} {
 		c := open[name]
 		// The transaction open on the old primary ends with a clear error.

@@ -325,7 +325,7 @@ func newPool(ctx context.Context, pc poolConfig) (*pool, error) {
 // only to a session with the flags it was dialled with), at most
 // cfg.PoolSize of them whatever their flags.
 func newBackendPool(ctx context.Context, b *Backend, cfg *Config, healthy func() bool, allGTIDs bool, m *poolMetrics, sessions func() int) (*pool, error) {
-	setup := trackSetup(allGTIDs)
+	setup := cfg.trackSetup(allGTIDs)
 	var p *pool
 	p, err := newPool(ctx, poolConfig{node: b.Name, size: cfg.PoolSize, wait: cfg.PoolWait, maxWaiters: cfg.PoolMaxWaiters, healthy: healthy, sessions: sessions,
 		maxPinned: cfg.maxPinned(),

@@ -86,6 +86,7 @@ func newPollers(cfg *Config, log *slog.Logger) (*pollers, error) {
 			IdleInterval: idle,
 			DialTimeout:  cfg.ConnectTimeout,
 			Bounds:       cfg.WatermarkSource == "lazy" && p.replicas[b.Name],
+			Flavor:       cfg.flavor(),
 			Logger:       log,
 		})
 		if err != nil {

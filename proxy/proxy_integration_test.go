@@ -84,6 +84,9 @@ func startProxyOn(t testing.TB, tp *compose.Topology, mod func(*Config)) *Server
 	for _, r := range tp.Replicas() {
 		cfg.Replicas = append(cfg.Replicas, Backend{Name: r.Name, Addr: r.Addr(), User: r.User, Password: r.Password})
 	}
+	if tp.Engine() == compose.EngineMariaDB {
+		cfg.Engine = EngineMariaDB
+	}
 	// The suite with multiplexing on (docs/proxy-sessions.md, "Multiplexing"):
 	// CAUSALLAB_PROXY_TEST_MULTIPLEX=1 (a test's own setting wins).
 	cfg.Multiplex = os.Getenv("CAUSALLAB_PROXY_TEST_MULTIPLEX") == "1"

@@ -601,11 +601,11 @@ func noteTracked(bc *backendConn, r *mysql.Result, out *relayOut) {
 		out.stateChanged, bc.changed = true, true
 	}
 	if !bc.allGTIDs {
-		if r.SessionTracking != nil && r.SessionTracking.GTID != "" {
+		if own := ownGTIDs(bc.mariaDB, r.SessionTracking); own != "" {
 			if out.gtid == "" {
-				out.gtid = strings.Clone(r.SessionTracking.GTID)
+				out.gtid = strings.Clone(own)
 			} else {
-				out.gtid += "," + r.SessionTracking.GTID
+				out.gtid += "," + own
 			}
 		}
 		return

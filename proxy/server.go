@@ -245,14 +245,13 @@ func (s *Server) greet(version string) error {
 	return nil
 }
 
-// greetAsPrimary announces the primary's own version (SELECT VERSION())
-// when server_version is not configured, as a client connected to the
-// primary sees it (mysql_get_server_info() then agrees with @@version).
-// A primary that does not answer leaves the default, logged.
+// greetAsPrimary reads the primary's version (SELECT VERSION()) and
+// checks Config.Engine against it (checkEngine: a mismatch is the
+// error), then announces it when server_version is not configured, as a
+// client connected to the primary sees it (mysql_get_server_info() then
+// agrees with @@version). A primary that does not answer leaves the
+// default, and the engine unchecked, logged.
 func (s *Server) greetAsPrimary(ctx context.Context) error {
-	if !s.cfg.versionFromPrimary {
-		return nil
-	}
 	b := &s.cfg.Primary
 	vctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
@@ -267,7 +266,13 @@ func (s *Server) greetAsPrimary(ctx context.Context) error {
 		}
 	}
 	if err != nil || v == "" {
-		s.log.Warn("proxy: the primary's version could not be read; the greeting announces the default", "version", s.cfg.ServerVersion, "err", err)
+		s.log.Warn("proxy: the primary's version could not be read; the engine is not checked and the greeting announces the default", "engine", s.cfg.Engine, "version", s.cfg.ServerVersion, "err", err)
+		return nil
+	}
+	if err := s.cfg.checkEngine(v); err != nil {
+		return err
+	}
+	if !s.cfg.versionFromPrimary {
 		return nil
 	}
 	return s.greet(strings.Clone(v))
@@ -342,6 +347,7 @@ func (s *Server) newRouter(ctx context.Context) error {
 		PrimaryPool:   routerPrimaryConns,
 		PlainSocketIO: s.cfg.SocketIO == "go",
 		CompactTokens: s.cfg.CompactTokens,
+		Flavor:        s.cfg.flavor(),
 		Registerer:    s.m.reg,
 		Logger:        s.log,
 	})
@@ -361,10 +367,10 @@ func (s *Server) Router() *live.Router[gtid.Set] { return s.rt }
 // before Serve).
 func (s *Server) Listen(ctx context.Context) error {
 	if s.rt == nil {
-		if err := s.newRouter(ctx); err != nil {
+		if err := s.greetAsPrimary(ctx); err != nil {
 			return err
 		}
-		if err := s.greetAsPrimary(ctx); err != nil {
+		if err := s.newRouter(ctx); err != nil {
 			return err
 		}
 	}

@@ -806,14 +806,37 @@ func (s *session) parseToken(text string, form TokenForm) (carried, error) {
 		if err := s.checkEpoch(tok.Epoch); err != nil {
 			return carried{}, err
 		}
-		return carried{writes: tok}, nil
+		return carried{writes: tok}, s.checkTokenEngine(tok.GTIDs)
+	}
+	if s.srv.cfg.mariaDB() {
+		// MariaDB's own form: a position, as last_gtid and
+		// gtid_current_pos print it (MaxScale's causal reads take it).
+		if set, err := gtid.MariaDBSetOf(text); err == nil {
+			return carried{writes: gtid.Token{Epoch: s.srv.topo.Load().epoch, GTIDs: set}}, nil
+		}
 	}
 	set, err := gtid.Parse(text)
 	if err != nil {
 		return carried{}, s.proxyErr("bad-token", codeProxy,
-			"unknown causal token format (want %s..., g1.<epoch>.<gtid set> or a GTID set): %v", sessiontoken.Prefix, err)
+			"unknown causal token format (want %s..., g1.<epoch>.<gtid set>, a GTID set or, on MariaDB, a GTID position): %v", sessiontoken.Prefix, err)
 	}
-	return carried{writes: gtid.Token{Epoch: s.srv.topo.Load().epoch, GTIDs: set}}, nil
+	return carried{writes: gtid.Token{Epoch: s.srv.topo.Load().epoch, GTIDs: set}}, s.checkTokenEngine(set)
+}
+
+// checkTokenEngine refuses, on MariaDB, a token set with a source that
+// does not stand for a MariaDB domain (gtid.MariaDBWaitPosition): it was
+// issued in front of MySQL, and no MariaDB server would ever hold it.
+func (s *session) checkTokenEngine(sets ...gtid.Set) error {
+	if !s.srv.cfg.mariaDB() {
+		return nil
+	}
+	for _, set := range sets {
+		if _, err := gtid.MariaDBWaitPosition(set); err != nil {
+			return s.proxyErr("token-wrong-engine", codeProxy,
+				"causal token refused (token-wrong-engine): this proxy fronts MariaDB, and the token names MySQL GTIDs (%v)", err)
+		}
+	}
+	return nil
 }
 
 // parseSigned verifies and reads a signed session token.
@@ -835,7 +858,7 @@ func (s *session) parseSigned(text string) (carried, error) {
 			return carried{}, err
 		}
 	}
-	return carried{writes: gtid.Token{Epoch: t.Epoch, GTIDs: t.Writes}, seen: gtid.Token{Epoch: t.SeenEpoch, GTIDs: t.Seen}}, nil
+	return carried{writes: gtid.Token{Epoch: t.Epoch, GTIDs: t.Writes}, seen: gtid.Token{Epoch: t.SeenEpoch, GTIDs: t.Seen}}, s.checkTokenEngine(t.Writes, t.Seen)
 }
 
 // checkEpoch refuses a token epoch past the topology's.
@@ -931,7 +954,8 @@ func (s *session) withTrackedToken(r *mysql.Result) *mysql.Result {
 	return &out
 }
 
-// waitOn is the router's WaitFunc: WAIT_FOR_EXECUTED_GTID_SET on the
+// waitOn is the router's WaitFunc: WAIT_FOR_EXECUTED_GTID_SET (MariaDB:
+// MASTER_GTID_WAIT, Config.flavor) on the
 // session's own connection to the replica (live.WaitGTIDFunction; with
 // live.WaitWatcher the router waits on the position source instead), with
 // the remaining budget d as its timeout. The wait is bounded on the
@@ -956,7 +980,7 @@ func (s *session) waitOn(ctx context.Context, t live.Target, need gtid.Set, d ti
 	limit := time.Now().Add(d + mysqlwire.WaitSlack)
 	bc.dc.Limit(limit)
 	bc.watch(s.healthy(bc.b))
-	ok, err := mysqlwire.WaitAnswer(bc.exec(ctx, mysqlwire.WaitForExecutedQuery(need, d)))
+	ok, err := mysqlwire.WaitAnswer(bc.exec(ctx, s.srv.cfg.flavor().WaitQuery(need, d)))
 	bc.unwatch()
 	bc.dc.Limit(time.Time{})
 	stop()

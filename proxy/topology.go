@@ -19,6 +19,8 @@ type topologyNode struct {
 	Port     int    `json:"port"`
 	User     string `json:"user"`
 	Password string `json:"password"`
+	// Engine is compose's engine name ("" for MySQL).
+	Engine string `json:"engine"`
 }
 
 // ConfigFromTopology reads a compose topology file (see
@@ -39,9 +41,11 @@ func ConfigFromTopology(path string) (Config, error) {
 // b is a JSON list of compose nodes, or an object with a "nodes" list (the
 // state file `causallab up` writes). The node with role primary becomes
 // Primary, the nodes with role replica become Replicas in file order, and
-// retired nodes are left out. Only the backends and, from a state file, the
-// topology's epoch (compose numbers epochs as the proxy does, from 1) are
-// set; the caller adds users and the rest.
+// retired nodes are left out. Only the backends, their engine (the nodes'
+// "engine": mariadb, else mysql; a PostgreSQL node is an error, the proxy
+// speaks the MySQL protocol) and, from a state file, the topology's epoch
+// (compose numbers epochs as the proxy does, from 1) are set; the caller
+// adds users and the rest.
 func ConfigFromTopologyJSON(b []byte) (Config, error) {
 	var nodes []topologyNode
 	var epoch uint64
@@ -55,8 +59,19 @@ func ConfigFromTopologyJSON(b []byte) (Config, error) {
 		}
 		nodes, epoch = wrapped.Nodes, wrapped.Epoch
 	}
-	cfg := Config{Epoch: epoch}
-	for _, n := range nodes {
+	cfg := Config{Epoch: epoch, Engine: EngineMySQL}
+	for i, n := range nodes {
+		eng := n.Engine
+		switch {
+		case eng == "":
+			eng = EngineMySQL
+		case eng != EngineMySQL && eng != EngineMariaDB:
+			return Config{}, fmt.Errorf("node %s runs %s: the proxy fronts MySQL and MariaDB", n.Name, eng)
+		}
+		if i > 0 && eng != cfg.Engine {
+			return Config{}, fmt.Errorf("node %s runs %s, %s runs %s: one engine per topology", n.Name, eng, nodes[0].Name, cfg.Engine)
+		}
+		cfg.Engine = eng
 		be := Backend{Name: n.Name, Addr: net.JoinHostPort(n.Host, strconv.Itoa(n.Port)), User: n.User, Password: n.Password}
 		switch n.Role {
 		case "primary":

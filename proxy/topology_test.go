@@ -22,6 +22,7 @@ func TestConfigFromTopologyReadsComposeNodes(t *testing.T) {
 		{Name: "replica3", Role: compose.RoleReplica, Host: "127.0.0.1", Port: 4003, User: "v", Password: "q"},
 	}
 	want := Config{
+		Engine:  EngineMySQL,
 		Primary: Backend{Name: "replica1", Addr: nodes[1].Addr(), User: "u", Password: "p"},
 		Replicas: []Backend{
 			{Name: "replica2", Addr: nodes[2].Addr(), User: "u", Password: "p"},
@@ -54,12 +55,17 @@ func TestConfigFromTopologyErrors(t *testing.T) {
 		`[{"name":"a","role":"replica","host":"h","port":1}]`:                             "no node with role primary",
 		`[{"name":"a","role":"primary","port":1},{"name":"b","role":"primary","port":2}]`: "two primaries (a, b)",
 		`{"nodes": 3}`: "cannot unmarshal",
-		`not json`:     "invalid character",
+		`[{"name":"a","role":"primary","port":1,"engine":"postgres"}]`:                      "node a runs postgres: the proxy fronts MySQL and MariaDB",
+		`[{"name":"a","role":"primary","port":1,"engine":"mariadb"},{"name":"b","port":2}]`: "node b runs mysql, a runs mariadb",
+		`not json`: "invalid character",
 	} {
 		_, err := ConfigFromTopologyJSON([]byte(in))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", in, err, want)
 		}
+	}
+	if c, err := ConfigFromTopologyJSON([]byte(`[{"name":"a","role":"primary","port":1,"engine":"mariadb"},{"name":"b","role":"replica","port":2,"engine":"mariadb"}]`)); err != nil || c.Engine != EngineMariaDB {
+		t.Errorf("a MariaDB topology: engine %q, %v", c.Engine, err)
 	}
 	_, err := ConfigFromTopology(filepath.Join(t.TempDir(), "none.json"))
 	if err == nil || !strings.Contains(err.Error(), "none.json") {

@@ -42,9 +42,17 @@ import (
 // what each member's read saw. One batch runs at a time, in a goroutine
 // that lives while batches wait, each bounded by backend_timeout.
 type wmReader struct {
-	// logStatus: the primary's reader (log_status, probed into ls).
+	// logStatus: the primary's reader on MySQL (log_status, probed into
+	// ls).
 	logStatus bool
 	ls        mysqlwire.LogStatus
+	// stmt reads the watermark where log_status does not (MySQL:
+	// watermarkQuery; MariaDB: gtid_current_pos, which on a primary, and
+	// on a replica that logs its updates, advances when a transaction is
+	// written to the binary log, before it commits); parse reads its
+	// answer (Config.flavor).
+	stmt      string
+	parse     func(string) (gtid.Set, error)
 	fallbacks prometheus.Counter
 	// reads counts the queries run, waits the watermarks served (their
 	// ratio is the batching), errors the batches that failed.
@@ -88,8 +96,14 @@ func newWMReader(cfg *Config, b *Backend, logStatus bool, m *metrics, log *slog.
 	if logStatus {
 		name = "primary"
 	}
+	q := watermarkQuery
+	if cfg.mariaDB() {
+		q, logStatus = cfg.flavor().ExecutedQuery(), false
+	}
 	return &wmReader{
 		logStatus: logStatus,
+		stmt:      q,
+		parse:     cfg.flavor().ParseExecuted,
 		fallbacks: m.watermarkFallbacks.WithLabelValues("primary-no-log-status"),
 		reads:     m.watermarkReads.WithLabelValues(name, "query"),
 		waits:     m.watermarkReads.WithLabelValues(name, "served"),
@@ -201,14 +215,14 @@ func (w *wmReader) queryOn(ctx context.Context) (gtid.Set, error) {
 		}
 		w.conn = c
 	}
-	q := watermarkQuery
+	q := w.stmt
 	if w.logStatus {
 		if err := w.probe(ctx, w.conn); err != nil {
 			return gtid.Set{}, err
 		}
 		q = mysqlwire.LogStatusQuery
 		if !w.ls.Sound() {
-			q = watermarkQuery
+			q = w.stmt
 			w.fallbacks.Inc()
 		}
 	}
@@ -216,7 +230,7 @@ func (w *wmReader) queryOn(ctx context.Context) (gtid.Set, error) {
 	if err != nil {
 		return gtid.Set{}, err
 	}
-	return gtid.Parse(v)
+	return w.parse(v)
 }
 
 // probe runs on the reader's connection until the verdict is known:

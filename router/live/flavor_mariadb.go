@@ -122,3 +122,56 @@ func (MariaDB) Behind(primary, replica gtid.MariaDBPosition) int64 {
 
 // Compact implements Flavor: a position is already one GTID per domain.
 func (MariaDB) Compact(p gtid.MariaDBPosition) gtid.MariaDBPosition { return p }
+
+// Compile-time check.
+var _ Flavor[gtid.Set] = MariaDBSet{}
+
+// MariaDBSet is the MariaDB flavor for code that keeps GTID sets (the
+// proxy, its tokens): the same statements as MariaDB, each position read
+// as a set of one source per domain (gtid.MariaDBPosition.AsSet), which
+// contains another exactly when MariaDB's comparison says so; a wait is
+// MASTER_GTID_WAIT on the set's position (gtid.MariaDBWaitPosition).
+type MariaDBSet struct{}
+
+// Name implements Flavor.
+func (MariaDBSet) Name() string { return "mariadb-gtid" }
+
+// TrackSession implements Flavor: MariaDB's.
+func (MariaDBSet) TrackSession(ctx context.Context, c SessionConn) error {
+	return MariaDB{}.TrackSession(ctx, c)
+}
+
+// WritePosition implements Flavor: the tracked last_gtid as a set.
+func (MariaDBSet) WritePosition(ctx context.Context, ack Ack, c SessionConn) (gtid.Set, bool, error) {
+	p, ok, err := MariaDB{}.WritePosition(ctx, ack, c)
+	if !ok || err != nil {
+		return gtid.Set{}, ok, err
+	}
+	s, err := p.AsSet()
+	return s, err == nil, err
+}
+
+// ExecutedQuery implements Flavor: @@GLOBAL.gtid_current_pos.
+func (MariaDBSet) ExecutedQuery() string { return mariaDBExecutedQuery }
+
+// ParseExecuted implements Flavor.
+func (MariaDBSet) ParseExecuted(text string) (gtid.Set, error) { return gtid.MariaDBSetOf(text) }
+
+// WaitQuery implements Flavor: MASTER_GTID_WAIT on need's position. A set
+// that did not come from MariaDB (no MariaDB wait position) waits for
+// a position no server reaches, so the wait times out rather than passes.
+func (MariaDBSet) WaitQuery(need gtid.Set, timeout time.Duration) string {
+	p, err := gtid.MariaDBWaitPosition(need)
+	if err != nil {
+		p = gtid.MustParseMariaDBPosition("4294967295-0-18446744073709551615")
+	}
+	return MariaDB{}.WaitQuery(p, timeout)
+}
+
+// Behind implements Flavor: MySQL's (the transaction counts, which here
+// are the sums of the domains' sequence numbers).
+func (MariaDBSet) Behind(primary, replica gtid.Set) int64 { return MySQL{}.Behind(primary, replica) }
+
+// Compact implements Flavor: a position's set is already one interval
+// per domain.
+func (MariaDBSet) Compact(p gtid.Set) gtid.Set { return p }

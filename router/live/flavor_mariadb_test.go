@@ -69,3 +69,31 @@ func TestMariaDBWaitAndBehind(t *testing.T) {
 		t.Error("ParseExecuted accepted two GTIDs of one domain")
 	}
 }
+
+// TestMariaDBSetFlavor: the set flavor reads MariaDB's texts as sets of
+// one source per domain and waits with MASTER_GTID_WAIT on the highest
+// sequence number of each domain; a set naming a MySQL server waits for
+// a domain no server has (it times out, it never passes).
+func TestMariaDBSetFlavor(t *testing.T) {
+	f := MariaDBSet{}
+	s, err := f.ParseExecuted("0-1-10,2-5-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.WaitQuery(s, 2*time.Second), "SELECT MASTER_GTID_WAIT(_utf8mb4'0-0-10,2-0-3', 2.000)"; got != want {
+		t.Errorf("wait: %s, want %s", got, want)
+	}
+	w, ok, err := f.WritePosition(context.Background(), Ack{Vars: map[string]string{"last_gtid": "2-5-4"}}, nil)
+	if err != nil || !ok || !w.Union(s).Contains(s) || s.Contains(w) {
+		t.Fatalf("write 2-5-4 over %s: %s, %v, %v", s, w, ok, err)
+	}
+	if _, ok, err := f.WritePosition(context.Background(), Ack{}, nil); ok || err != nil {
+		t.Fatalf("no last_gtid: %v, %v", ok, err)
+	}
+	if got := f.WaitQuery(gtid.MustParse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"), time.Second); got != "SELECT MASTER_GTID_WAIT(_utf8mb4'4294967295-0-18446744073709551615', 1.000)" {
+		t.Errorf("a MySQL set's wait: %s", got)
+	}
+	if f.Behind(s, gtid.Set{}) != 13 {
+		t.Errorf("behind: %d", f.Behind(s, gtid.Set{}))
+	}
+}
