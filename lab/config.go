@@ -444,9 +444,6 @@ func (c *Config) checkEngine() []error {
 		return []error{fmt.Errorf("engine %q: the lab's driver runs on mysql and mariadb (postgres: lab failover --engines, lab gated --engine)", c.Engine)}
 	}
 	var errs []error
-	if c.Via != ViaRouter {
-		errs = append(errs, errors.New("engine mariadb runs via router only: the proxy carries MySQL GTID sets"))
-	}
 	if c.Positions != PositionsPoll {
 		errs = append(errs, errors.New("engine mariadb needs positions poll: binlogwatch reads MySQL's GTID events"))
 	}

@@ -165,6 +165,7 @@ func newViaProxy(ctx context.Context, sp RouterSpec, e *driver, src live.Positio
 		cfg.Positions, cfg.PollInterval = string(PositionsPoll), e.cfg.PollInterval
 	}
 	cfg.WatermarkSource = string(e.cfg.WatermarkSource)
+	cfg.Engine = string(flavorOf(e.cfg.Engine).engine)
 	var names []string
 	for i, r := range e.nodes.Replicas() {
 		b := backend(r.Name, r.Addr())

@@ -210,6 +210,10 @@ type Stmt struct {
 	UsesUserVar bool
 	// TrackGTIDs is the client's wish for KindTrackGTIDs.
 	TrackGTIDs bool
+	// TrackVars: a SET of the session's session_track_system_variables,
+	// which on MariaDB would stop the tracking of last_gtid the proxy
+	// reads each write's GTID from (refused there: session.classify).
+	TrackVars bool
 	// CascadeTriggers: a SET of the session's enable_cascade_triggers,
 	// which takes only on a connection never reset (multiplexed:
 	// session.unresetPrimary, HoldCascadeTriggers).

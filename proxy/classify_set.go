@@ -93,6 +93,9 @@ func (p *setParser) target(t sqllex.Token) (Stmt, bool) {
 		if !n.User && sqllex.EqualFoldUpper(strings.Trim(n.Name, "`"), "SQL_AUTO_IS_NULL") {
 			p.st.AutoIsNull = true
 		}
+		if !n.User && sqllex.EqualFoldUpper(strings.Trim(n.Name, "`"), "SESSION_TRACK_SYSTEM_VARIABLES") {
+			p.st.TrackVars = true
+		}
 	}
 	return st, done
 }

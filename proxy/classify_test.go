@@ -613,3 +613,27 @@ func TestClassifyLastInsertID(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyTrackVars: every session form of a SET of
+// session_track_system_variables is flagged (refused on MariaDB); a
+// global one, a user variable and another variable are not.
+func TestClassifyTrackVars(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SET session_track_system_variables = ''":                     true,
+		"SET @@session.session_track_system_variables = 'autocommit'": true,
+		"SET SESSION `session_track_system_variables` = '*'":          true,
+		"SET autocommit = 1, session_track_system_variables = 'x'":    true,
+		"SET @@session_track_system_variables = CONCAT('a', ',b')":    true,
+		"SET GLOBAL session_track_system_variables = ''":              false,
+		"SET @session_track_system_variables = ''":                    false,
+		"SET session_track_schema = 1":                                false,
+	} {
+		st, err := Classify(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.TrackVars != want {
+			t.Errorf("%s: TrackVars %v, want %v", q, st.TrackVars, want)
+		}
+	}
+}

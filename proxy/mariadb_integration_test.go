@@ -23,6 +23,8 @@ import (
 //   - on a proxy taking unsigned tokens, MariaDB's own position text
 //     ("0-1-42", as last_gtid prints it) is a token; a MySQL GTID set is
 //     refused (token-wrong-engine);
+//   - SET session_track_system_variables, which would stop the
+//     tracking of last_gtid, is refused (mariadb-track-variables);
 //   - a proxy configured for MySQL refuses to start in front of MariaDB,
 //     naming the engine to set.
 func TestProxyMariaDB(t *testing.T) {
@@ -122,6 +124,12 @@ func TestProxyMariaDB(t *testing.T) {
 	_, err = uc.ExecContext(ctx, "SET @causal_token = '3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5'")
 	if err == nil || !strings.Contains(err.Error(), "token-wrong-engine") {
 		t.Fatalf("a MySQL GTID set as a token on MariaDB: %v, want token-wrong-engine", err)
+	}
+
+	// The proxy's tracking of last_gtid is not the client's to turn off.
+	_, err = uc.ExecContext(ctx, "SET session_track_system_variables = ''")
+	if err == nil || !strings.Contains(err.Error(), "mariadb-track-variables") {
+		t.Fatalf("SET session_track_system_variables on MariaDB: %v, want mariadb-track-variables", err)
 	}
 
 	// A proxy configured for MySQL in front of MariaDB does not start.
