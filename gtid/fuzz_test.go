@@ -324,3 +324,34 @@ func FuzzParseLSNToken(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseMariaDBRanges: any input parses or gives a *ParseError; what
+// parses holds only writer sources (no MariaDB domain stands for them),
+// and every range's first and last write.
+func FuzzParseMariaDBRanges(f *testing.F) {
+	for _, s := range []string{"", "0-1-6..8", "0-1-6..8,1-2-3..3", "0-1-6", "0-1-0..2", "0-1-9..8", "4294967295-4294967295-1..9223372036854775807", "0-1-1..2,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		set, err := ParseMariaDBRanges(s)
+		if err != nil {
+			if _, ok := err.(*ParseError); !ok {
+				t.Fatalf("ParseMariaDBRanges(%q): %T", s, err)
+			}
+			return
+		}
+		if _, err := MariaDBWaitPosition(set); err == nil && !set.IsEmpty() {
+			t.Fatalf("%q: a writer set read as domains: %s", s, set)
+		}
+		for part := range strings.SplitSeq(s, ",") {
+			if part == "" {
+				continue
+			}
+			head, _, _ := strings.Cut(part, "..")
+			g, err := MariaDBWrite(head)
+			if err != nil || !set.ContainsGTID(g) {
+				t.Fatalf("%q: %s not in %s (%v)", s, head, set, err)
+			}
+		}
+	})
+}

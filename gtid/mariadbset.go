@@ -3,6 +3,8 @@ package gtid
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // This file is the one bridge between the flavors: a MariaDB position
@@ -84,4 +86,58 @@ func MariaDBWaitPosition(s Set) (MariaDBPosition, error) {
 	}
 	// Sources are sorted by SID, and a domain's SID orders as its number.
 	return MariaDBPosition{gtids: gs}, nil
+}
+
+// MariaDBWriterSID is the source that stands for the writes server s made
+// in MariaDB replication domain d: "4d617269-6144-4201-<s in hex>-
+// <d in hex>" ("MariaDB" then 0x01). Unlike MariaDBDomainSID it tells a
+// failover's lost write d-s-n from the new primary's write d-s'-n of the
+// same sequence number, so it names a write exactly (the lab's ground
+// truth); positions, which MariaDB keeps per domain, never hold such a
+// source.
+func MariaDBWriterSID(d, s uint32) SID {
+	var sid SID
+	copy(sid[:], "MariaDB\x01")
+	binary.BigEndian.PutUint32(sid[8:], s)
+	binary.BigEndian.PutUint32(sid[12:], d)
+	return sid
+}
+
+// MariaDBWrite is MariaDB GTID text ("d-s-n", as last_gtid reports it) as
+// the GTID MariaDBWriterSID(d, s):n.
+func MariaDBWrite(text string) (GTID, error) {
+	g, err := ParseMariaDBGTID(text)
+	if err != nil {
+		return GTID{}, err
+	}
+	if g.Seq == 0 || g.Seq > uint64(MaxGNO) {
+		return GTID{}, fmt.Errorf("gtid: MariaDB GTID %s: sequence number out of 1..%d", g, MaxGNO)
+	}
+	return GTID{SID: MariaDBWriterSID(g.Domain, g.Server), GNO: int64(g.Seq)}, nil
+}
+
+// ParseMariaDBRanges parses FormatMariaDBRanges' text ("0-1-6..8,1-2-3..3";
+// "" is none) as the set of the writes it names: each range's sequence
+// numbers under MariaDBWriterSID(domain, server).
+func ParseMariaDBRanges(s string) (Set, error) {
+	var out Set
+	if s == "" {
+		return out, nil
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		head, to, ok := strings.Cut(part, "..")
+		if !ok {
+			return Set{}, &ParseError{Input: s, Reason: "range " + strconv.Quote(part) + " has no \"..\""}
+		}
+		from, err := MariaDBWrite(head)
+		if err != nil {
+			return Set{}, &ParseError{Input: s, Reason: "range " + strconv.Quote(part) + ": " + err.Error()}
+		}
+		end, err := strconv.ParseInt(to, 10, 64)
+		if err != nil || end < from.GNO || end > MaxGNO {
+			return Set{}, &ParseError{Input: s, Reason: "range " + strconv.Quote(part) + ": bad end " + strconv.Quote(to)}
+		}
+		out.UnionInPlace(Set{srcs: []source{{key: SourceKey{SID: from.SID}, ivs: []Interval{{Start: from.GNO, End: end}}}}})
+	}
+	return out, nil
 }

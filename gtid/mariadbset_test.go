@@ -63,3 +63,39 @@ func TestMariaDBAsSet(t *testing.T) {
 		t.Fatalf("the empty set: %v, %v", w, err)
 	}
 }
+
+// TestMariaDBWriters: a write's writer source tells two servers' writes
+// of one sequence number apart (a failover's lost write and the new
+// primary's), and ParseMariaDBRanges reads what FormatMariaDBRanges
+// writes as those writes.
+func TestMariaDBWriters(t *testing.T) {
+	lost, err := gtid.MariaDBWrite("0-1-103")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := gtid.MariaDBWrite("0-2-103")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost.SID == next.SID || lost.GNO != 103 || lost.SID == gtid.MariaDBDomainSID(0) {
+		t.Fatalf("writer sources %v, %v", lost, next)
+	}
+	old := gtid.MustParseMariaDBPosition("0-1-105,7-1-4")
+	cur := gtid.MustParseMariaDBPosition("0-2-100")
+	text := gtid.FormatMariaDBRanges(old.Ahead(cur))
+	set, err := gtid.ParseMariaDBRanges(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !set.ContainsGTID(lost) || set.ContainsGTID(next) || set.Count() != 9 {
+		t.Fatalf("%q read as %s", text, set)
+	}
+	for _, bad := range []string{"0-1-6", "0-1-9..8", "0-1-0..2", "x", "0-1-1..2,"} {
+		if _, err := gtid.ParseMariaDBRanges(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if _, err := gtid.MariaDBWrite("0-1-0"); err == nil {
+		t.Error("sequence number 0 read as a write")
+	}
+}

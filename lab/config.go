@@ -453,12 +453,6 @@ func (c *Config) checkEngine() []error {
 	if c.Condition.has(CondUnordered) {
 		errs = append(errs, fmt.Errorf("condition %s sets MySQL's replica_preserve_commit_order", CondUnordered))
 	}
-	for _, ev := range c.Condition.Events {
-		if ev.Kind == EvFailover {
-			errs = append(errs, errors.New("engine mariadb: no failover events (the lab's instruments cannot tell a lost write from the new primary's write of the same sequence number; `lab failover --engines mariadb` runs MariaDB's tokens through a failover)"))
-			break
-		}
-	}
 	for _, r := range c.Routers {
 		if r.Token == TokenLSN {
 			errs = append(errs, fmt.Errorf("router %s: the scalar token is MySQL's transaction count", r.Name))

@@ -113,7 +113,9 @@ func (n *nodeConn) exec(ctx context.Context, query string, record bool) (*mysql.
 			gerr = nil
 		}
 		g, n.tracked = tr.GTID, tr.Vars[proxyTokenVariable]
-		if n.f.mariaDB() {
+		if n.f.mariaDB() || g == "" {
+			// MariaDB's, directly or through a proxy that forwards
+			// the backend's tracking (session_track_gtids there).
 			g = tr.Vars["last_gtid"]
 		}
 	}

@@ -585,9 +585,10 @@ func (g *group) buildRouters(ctx context.Context, specs []RouterSpec) error {
 			}
 		}
 	}
-	if len(gtidSpecs) > 0 && cfg.Engine == compose.EngineMariaDB {
+	if len(gtidSpecs) > 0 && cfg.Engine == compose.EngineMariaDB && cfg.Via == ViaRouter {
 		// MariaDB GTID positions through router/live's MariaDB flavor, on
-		// polled positions (checkEngine: no proxy, no binlog streams).
+		// polled positions (checkEngine: no binlog streams). Via the
+		// proxy, below: it keeps them as sets (engine mariadb).
 		pl, err := startPollSource(ctx, topo, cfg, &g.bg, 10*time.Second, live.Flavor[gtid.MariaDBPosition](live.MariaDB{}), false)
 		if err != nil {
 			return err
@@ -678,10 +679,12 @@ func (g *group) onFailover(ctx context.Context, fr compose.FailoverResult) error
 }
 
 // timelineChange is failover fr as the hidden-loss pass needs it: what
-// it lost, and the new primary's server UUID.
+// it lost, and the new primary's writer source, both as the flavor's
+// writeID names writes.
 func (g *group) timelineChange(ctx context.Context, fr compose.FailoverResult) (timelineChange, error) {
 	c := timelineChange{at: g.e.since()}
-	lost, err := gtid.Parse(fr.LostGTIDs)
+	f := flavorOf(g.e.cfg.Engine)
+	lost, err := f.lostWrites(fr.LostGTIDs)
 	if err != nil {
 		return c, fmt.Errorf("lab: failover to %s: lost GTIDs %q: %w", fr.NewPrimary, fr.LostGTIDs, err)
 	}
@@ -690,20 +693,8 @@ func (g *group) timelineChange(ctx context.Context, fr compose.FailoverResult) (
 		if n.Name != fr.NewPrimary {
 			continue
 		}
-		conn, err := dialNode(ctx, n.Addr(), n.User, n.Password)
-		if err != nil {
-			return c, fmt.Errorf("lab: failover to %s: reading its server UUID: %w", n.Name, err)
-		}
-		defer conn.Close()
-		r, err := conn.Execute(ctx, "SELECT @@server_uuid")
-		if err == nil {
-			var text string
-			if text, err = r.GetString(0, 0); err == nil {
-				c.newSID, err = gtid.ParseSID(text)
-			}
-		}
-		if err != nil {
-			return c, fmt.Errorf("lab: failover to %s: reading its server UUID: %w", n.Name, err)
+		if c.newSID, err = writerOf(ctx, f, n); err != nil {
+			return c, fmt.Errorf("lab: failover to %s: reading its writer source: %w", n.Name, err)
 		}
 		return c, nil
 	}

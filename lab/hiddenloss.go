@@ -20,7 +20,10 @@ import (
 //
 // The run's first failover lost the set L (compose.FailoverResult.
 // LostGTIDs: what the old primary had and the new one lacked); the
-// primaries it and later failovers promoted have the UUIDs N. No state
+// primaries it and later failovers promoted have the UUIDs N (on
+// MariaDB: the writer sources of their domain and server id,
+// serverFlavor.writeID, which tell a lost write from the new primary's
+// write of the same sequence number). No state
 // holding a write by a source in N holds any of L (no later primary
 // applies what a promotion lost). So a served read that shows a row at a
 // version written by a source in N, after its session was shown (in the

@@ -225,7 +225,7 @@ func newPrefixRun(sessions, hotRows int, f serverFlavor) *prefixRun {
 func (p *prefixRun) completed(o *op, r int) {
 	if o.write {
 		w := prefixWrite{hot: o.hot, sent: o.started}
-		if g, err := p.f.parseWrite(o.ack.GTID); err == nil && (o.err == nil || o.ack.Hot > 0) {
+		if g, err := p.f.writeID(o.ack.GTID); err == nil && (o.err == nil || o.ack.Hot > 0) {
 			p.check.Write(o.sess, o.seq, o.hot, o.ack.Hot, g)
 			w.version, w.g = o.ack.Hot, g
 		}

@@ -304,6 +304,9 @@ type RouterResult struct {
 	NonPrefix         int64    `json:"non_prefix"`
 	NonPrefixJudged   int64    `json:"non_prefix_judged"`
 	NonPrefixExamples []string `json:"non_prefix_examples,omitempty"`
+	// Promotion is how a router via the proxy followed the run's
+	// failovers (nil: no failover, or not via the proxy).
+	Promotion *PromotionResult `json:"promotion,omitempty"`
 	// SessionsMoved counts sessions whose serving replica changed between
 	// two consecutive replica reads; ReplicaSwitches counts the changes.
 	SessionsMoved   int64 `json:"sessions_moved"`
@@ -358,6 +361,22 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[i]
 }
 
+// PromotionResult is how a proxy followed the run's failovers: the lab
+// tells it of each (Server.Promote, as an orchestrator would).
+type PromotionResult struct {
+	// Promotions is how many promotions the proxy followed.
+	Promotions int `json:"promotions"`
+	// ResumeMs is the time from telling the proxy of the last promotion
+	// to the first write the new primary acknowledged; nil when none was.
+	ResumeMs *float64 `json:"resume_ms"`
+	// FailedWrites counts writes that failed after the promotion.
+	FailedWrites int64 `json:"failed_writes"`
+	// OldPrimaryWrites counts writes acknowledged after the promotion
+	// whose GTID a server other than the new primary wrote (the fencing
+	// failed): the target is 0.
+	OldPrimaryWrites int64 `json:"old_primary_writes"`
+}
+
 func pct(n, d int64) float64 {
 	if d == 0 {
 		return 0
@@ -376,6 +395,9 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 		NonPrefix: a.nonPrefix, NonPrefixJudged: a.prefixJudged, NonPrefixExamples: a.prefixWitnesses, MRHiddenLoss: a.hiddenLoss}
 	for _, o := range router.Outcomes() {
 		r.Outcomes[o.String()] = t.ByOutcome[o]
+	}
+	if v, ok := rt.(*viaProxy); ok {
+		r.Promotion = v.fo.result()
 	}
 	r.RYWPct = pct(t.RYW, r.Served)
 	r.MRPct = pct(t.MR, r.Served)

@@ -12,15 +12,15 @@ import (
 //
 // On MariaDB the instruments see positions as MySQL GTID sets, one
 // source per replication domain: position "d-s-n" is the set
-// domainSource(d):1-n and a write "d-s-n" the GTID domainSource(d):n.
-// That is exact for what they ask: a MariaDB replica applies a domain in
-// order (a position is a per-domain prefix), so a node's position holds
-// the write d-s-m if and only if the set holds domainSource(d):m; and a
-// domain's commit order is its sequence order, as a MySQL source's is
-// its GNO order (the prefix check). It is not exact across a failover,
-// where the new primary's sequence numbers repeat lost ones under
-// another server id: the driver refuses failovers on MariaDB
-// (Config.validate).
+// domainSource(d):1-n and a write "d-s-n" the GTID domainSource(d):n
+// (parseWrite). That is exact for what the lag measurement asks: a
+// MariaDB replica applies a domain in order (a position is a per-domain
+// prefix), so a node's position holds the write d-s-m if and only if the
+// set holds domainSource(d):m. It is not exact across a failover, where
+// the new primary's sequence numbers repeat lost ones under another
+// server id: the checks that must tell writes apart (the prefix check,
+// the hidden-loss pass) name a write by its domain and server id
+// (writeID, gtid.MariaDBWrite) and never compare it with a position.
 type serverFlavor struct{ engine compose.Engine }
 
 // flavorOf is the instruments' flavor of engine e ("": MySQL).
@@ -59,7 +59,9 @@ func (f serverFlavor) parseExecuted(text string) (gtid.Set, error) {
 }
 
 // parseWrite reads a write's GTID (WriteAck.GTID, as the server reported
-// it) as a GTID.
+// it) as a GTID the nodes' positions (parseExecuted) can be asked about:
+// on MariaDB under its domain's source, so that it is not exact across a
+// failover (writeID is).
 func (f serverFlavor) parseWrite(text string) (gtid.GTID, error) {
 	if !f.mariaDB() {
 		return gtid.ParseGTID(text)
@@ -69,6 +71,47 @@ func (f serverFlavor) parseWrite(text string) (gtid.GTID, error) {
 		return gtid.GTID{}, err
 	}
 	return gtid.NewGTID(domainSource(g.Domain), "", int64(g.Seq))
+}
+
+// writeID names a write (WriteAck.GTID) exactly, for the checks that
+// tell writes apart (the prefix check, the hidden-loss pass): MySQL's
+// GTID; on MariaDB the GTID under its writer's source
+// (gtid.MariaDBWrite: domain and server id), so that a write a failover
+// lost and the new primary's write of the same sequence number differ.
+// Never compared with a node's position.
+func (f serverFlavor) writeID(text string) (gtid.GTID, error) {
+	if !f.mariaDB() {
+		return gtid.ParseGTID(text)
+	}
+	return gtid.MariaDBWrite(text)
+}
+
+// lostWrites reads a failover's lost transactions
+// (compose.FailoverResult.LostGTIDs) as writeID names them: MySQL's GTID
+// set; MariaDB's ranges under their writer's source.
+func (f serverFlavor) lostWrites(text string) (gtid.Set, error) {
+	if !f.mariaDB() {
+		return gtid.Parse(text)
+	}
+	return gtid.ParseMariaDBRanges(text)
+}
+
+// writerQuery reads the source a node's own writes have under writeID:
+// MySQL's server_uuid; MariaDB's domain and server id (parseWriter).
+func (f serverFlavor) writerQuery() string {
+	if f.mariaDB() {
+		return "SELECT CONCAT(@@gtid_domain_id, '-', @@server_id, '-1')"
+	}
+	return "SELECT @@server_uuid"
+}
+
+// parseWriter reads writerQuery's answer.
+func (f serverFlavor) parseWriter(text string) (gtid.SID, error) {
+	if !f.mariaDB() {
+		return gtid.ParseSID(text)
+	}
+	g, err := gtid.MariaDBWrite(text)
+	return g.SID, err
 }
 
 // domainSource is the source that stands for MariaDB replication domain

@@ -70,16 +70,24 @@ func TestConfigEngine(t *testing.T) {
 	if err := c.validate(); err != nil || c.Positions != PositionsPoll || c.WatermarkSource != WatermarkQuery {
 		t.Fatalf("MariaDB defaults: %v, positions %q, watermark %q", err, c.Positions, c.WatermarkSource)
 	}
+	for name, mod := range map[string]func(*Config){
+		"via proxy": func(c *Config) { c.Via = ViaProxy },
+		"failover":  func(c *Config) { c.Condition.Events = []Event{{Kind: EvFailover, Node: "replica1"}} },
+	} {
+		c := Config{Engine: compose.EngineMariaDB, Routers: routers}
+		mod(&c)
+		if err := c.validate(); err != nil {
+			t.Errorf("MariaDB %s: %v", name, err)
+		}
+	}
 	lsn := []RouterSpec{{Name: "lsn-token", Policy: routers[1].Policy, Token: TokenLSN}}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
 		want string
 	}{
-		{"via proxy", func(c *Config) { c.Via = ViaProxy }, "via router only"},
 		{"binlog", func(c *Config) { c.Positions = PositionsBinlog }, "positions poll"},
 		{"lazy", func(c *Config) { c.WatermarkSource = WatermarkLazy }, "watermark source query"},
-		{"failover", func(c *Config) { c.Condition.Events = []Event{{Kind: EvFailover, Node: "replica1"}} }, "no failover"},
 		{"unordered", func(c *Config) { c.Condition.Names = append(c.Condition.Names, CondUnordered) }, "replica_preserve_commit_order"},
 		{"scalar", func(c *Config) { c.Routers = lsn }, "scalar token"},
 		{"postgres", func(c *Config) { c.Engine = compose.EnginePostgres }, "lab failover --engines"},

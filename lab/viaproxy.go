@@ -85,8 +85,11 @@ type viaProxy struct {
 // the current primary (oldPrimaryWrites: the fencing failed), failed, and
 // the first acknowledged one (resume).
 type proxyFailover struct {
-	mu               sync.Mutex
+	mu sync.Mutex
+	// current is the promoted primary's writer source under flavor's
+	// writeID.
 	current          gtid.SID
+	flavor           serverFlavor
 	promotedAt       time.Time
 	resumed          bool
 	resume           time.Duration
@@ -357,7 +360,7 @@ func (v *viaProxy) acked(sess int, seq int64, hot int, ack WriteAck) {
 	ss.acked = seq
 	ss.mu.Unlock()
 	v.e.hot.ack(hot, ack.Hot)
-	if gt, err := gtid.ParseGTID(ack.GTID); err == nil {
+	if gt, err := flavorOf(v.e.cfg.Engine).parseWrite(ack.GTID); err == nil {
 		v.e.lag.ack(gt, time.Now()) // lag measurement only
 	}
 }
@@ -546,22 +549,24 @@ func (v *viaProxy) failover(ctx context.Context, fr compose.FailoverResult) erro
 		}
 	}
 	at := time.Now()
-	uuid, err := serverUUID(ctx, v.e.nodes.Primary())
+	f := flavorOf(v.e.cfg.Engine)
+	writer, err := writerOf(ctx, f, v.e.nodes.Primary())
 	if err != nil {
-		return fmt.Errorf("lab: %s via proxy: the new primary's server UUID: %w", v.sp.Name, err)
+		return fmt.Errorf("lab: %s via proxy: the new primary's writer source: %w", v.sp.Name, err)
 	}
-	v.fo.promoted(uuid, at)
+	v.fo.promoted(f, writer, at)
 	return nil
 }
 
-// serverUUID reads n's @@server_uuid.
-func serverUUID(ctx context.Context, n compose.Node) (gtid.SID, error) {
-	c, err := dialNode(ctx, n.Addr(), n.User, n.Password)
+// writerOf reads the source node n's own writes have under f's writeID
+// (MySQL: its server_uuid; MariaDB: its domain and server id).
+func writerOf(ctx context.Context, f serverFlavor, n compose.Node) (gtid.SID, error) {
+	c, err := dialNodeAs(ctx, f, n.Addr(), n.User, n.Password)
 	if err != nil {
 		return gtid.SID{}, err
 	}
 	defer c.Close()
-	r, err := c.Execute(ctx, "SELECT @@server_uuid")
+	r, err := c.Execute(ctx, f.writerQuery())
 	if err != nil {
 		return gtid.SID{}, err
 	}
@@ -569,15 +574,15 @@ func serverUUID(ctx context.Context, n compose.Node) (gtid.SID, error) {
 	if err != nil {
 		return gtid.SID{}, err
 	}
-	return gtid.ParseSID(s)
+	return f.parseWriter(s)
 }
 
 // promoted starts following the writes after a promotion to the primary
-// whose server UUID is cur, told at at.
-func (f *proxyFailover) promoted(cur gtid.SID, at time.Time) {
+// whose writes have source cur under fl's writeID, told at at.
+func (f *proxyFailover) promoted(fl serverFlavor, cur gtid.SID, at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.current = cur
+	f.current, f.flavor = cur, fl
 	f.promotedAt, f.resumed = at, false
 	f.promotions++
 }
@@ -594,13 +599,29 @@ func (f *proxyFailover) noteWrite(g string, err error) {
 		f.failedWrites++
 		return
 	}
-	if gt, perr := gtid.ParseGTID(g); perr == nil && gt.SID != f.current {
+	if gt, perr := f.flavor.writeID(g); perr == nil && gt.SID != f.current {
 		f.oldPrimaryWrites++
 		return
 	}
 	if !f.resumed {
 		f.resumed, f.resume = true, time.Since(f.promotedAt)
 	}
+}
+
+// result is the proxy's promotions as the run's result reports them (nil
+// when none).
+func (f *proxyFailover) result() *PromotionResult {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.promotions == 0 {
+		return nil
+	}
+	r := &PromotionResult{Promotions: f.promotions, FailedWrites: f.failedWrites, OldPrimaryWrites: f.oldPrimaryWrites}
+	if f.resumed {
+		ms := ms(f.resume)
+		r.ResumeMs = &ms
+	}
+	return r
 }
 
 // failoverNote is the result line of the proxy's failovers ("" when none).
