@@ -153,6 +153,7 @@ func TestLoginBackendFailureIsTheAnswer(t *testing.T) {
 	}
 	// Too many connections: the router's connections stay, new ones are
 	// refused (the account has no CONNECTION_ADMIN).
+	t.Cleanup(func() { _, _ = admin.Exec("SET GLOBAL max_connections = " + strconv.Itoa(max)) }) // also when a check fails first
 	mustExec(t, admin, "SET GLOBAL max_connections = 1")
 	me := try("app:apppw@tcp(" + s.Addr() + ")/?tls=skip-verify")
 	direct := try(b.User + ":" + b.Password + "@tcp(" + b.Addr + ")/?tls=skip-verify")

@@ -492,7 +492,7 @@ func (s *session) classify(query string) (Stmt, error) {
 	}
 	if st.TrackVars && s.srv.cfg.mariaDB() {
 		return Stmt{}, s.proxyErr("mariadb-track-variables", mysql.ER_NOT_SUPPORTED_YET,
-			"SET session_track_system_variables refused (mariadb-track-variables): on MariaDB the proxy tracks last_gtid there to learn each write's GTID (docs/proxy.md, \"MariaDB\")")
+			"SET session_track_system_variables refused (mariadb-track-variables): on MariaDB the proxy tracks last_gtid there to learn each write's GTID (docs/proxy-mariadb.md)")
 	}
 	if st.Token != "" && st.Kind != KindSetToken {
 		if _, err := s.parseToken(st.Token, st.TokenForm); err != nil {
