@@ -99,3 +99,50 @@ func TestConfigEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestServerFlavorWriteID: on MariaDB a write is named by its domain and
+// server id, so a failover's lost write and the new primary's write of
+// the same sequence number differ, and the lost ranges compose reports
+// hold the first and not the second; the writer query's answer names the
+// new primary's writes. MySQL's names are its GTIDs. Bad text is an
+// error.
+func TestServerFlavorWriteID(t *testing.T) {
+	f := flavorOf(compose.EngineMariaDB)
+	lost, err := f.writeID("0-1-103")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := f.writeID("0-2-103")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges, err := f.lostWrites("0-1-100..105")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := f.parseWriter("0-2-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost == next || !ranges.ContainsGTID(lost) || ranges.ContainsGTID(next) || writer != next.SID {
+		t.Fatalf("lost %v, next %v, ranges %s, new primary's writer %v", lost, next, ranges, writer)
+	}
+	if p1, _ := f.parseWrite("0-1-103"); p1 != (gtid.GTID{SID: domainSource(0), GNO: 103}) {
+		t.Fatalf("the lag's name of 0-1-103: %v", p1)
+	}
+	for _, bad := range []func() error{
+		func() error { _, err := f.writeID("3e11fa47-71ca-11e1-9e33-c80aa9429562:5"); return err },
+		func() error { _, err := f.lostWrites("0-1-5"); return err },
+		func() error { _, err := f.parseWriter("x"); return err },
+		func() error { _, err := flavorOf("").lostWrites("0-1-1..2"); return err },
+	} {
+		if bad() == nil {
+			t.Error("bad text read without an error")
+		}
+	}
+	my := flavorOf("")
+	g, err := my.writeID("3e11fa47-71ca-11e1-9e33-c80aa9429562:5")
+	if err != nil || g.GNO != 5 || my.writerQuery() != "SELECT @@server_uuid" {
+		t.Fatalf("MySQL: %v, %v", g, err)
+	}
+}
