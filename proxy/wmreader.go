@@ -47,9 +47,8 @@ type wmReader struct {
 	logStatus bool
 	ls        mysqlwire.LogStatus
 	// stmt reads the watermark where log_status does not (MySQL:
-	// watermarkQuery; MariaDB: gtid_current_pos, which on a primary, and
-	// on a replica that logs its updates, advances when a transaction is
-	// written to the binary log, before it commits); parse reads its
+	// watermarkQuery; MariaDB: gtid_current_pos, as router/live's
+	// MariaDB flavor reads it, docs/proxy-mariadb.md); parse reads its
 	// answer (Config.flavor).
 	stmt      string
 	parse     func(string) (gtid.Set, error)
