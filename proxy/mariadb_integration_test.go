@@ -146,3 +146,66 @@ func TestProxyMariaDB(t *testing.T) {
 		t.Fatalf("engine mysql in front of MariaDB: %v, want an error naming engine mariadb", err)
 	}
 }
+
+// TestProxyMariaDBUnloggedReplica: a MariaDB replica that does not write
+// what it applies to its binary log (log-slave-updates OFF) has no bound
+// for a read's watermark but gtid_current_pos, which can lack what the
+// read saw: its reads are served, and each watermark batch there is
+// counted (watermark_fallbacks_total{source="mariadb-unlogged"}), never
+// silent. The primary, whose own writes are in its binary log, is not.
+func TestProxyMariaDBUnloggedReplica(t *testing.T) {
+	tp := composetest.Start(t, compose.Config{Engine: compose.EngineMariaDB, Replicas: 1, MyCnf: map[string]string{"log-slave-updates": "OFF"}})
+	s := startProxyOn(t, tp, func(c *Config) { c.Policy = "token-ryw-mr" })
+	db := openDB(t, s, "")
+	emptyTable(t, db, "ptest", "unlogged", "id INT PRIMARY KEY")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tp.WaitReplicated(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The reader's first batch runs at start; a read a replica serves
+	// runs another (the first reads may go to the primary until the
+	// proxy's view of the replica holds the table).
+	c := conn1(t, db)
+	metric := `causallab_proxy_watermark_fallbacks_total{source="mariadb-unlogged"}`
+	var got string
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var n int
+		if err := c.QueryRowContext(ctx, "SELECT COUNT(*) FROM ptest.unlogged").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		got = grepLines(metricText(t, s), metric)
+		if got != "" && got != metric+" 0" && got != metric+" 1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reads on an unlogged MariaDB replica for 20 s: %q counted; reads:\n%s", got,
+				grepLines(metricText(t, s), "causallab_proxy_watermark_reads_total", "causallab_router_reads_total"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Every batch of the replica's reader is counted, none of the
+	// primary's (reads fall back there while the replica lags). A batch
+	// may still run after the client had its answer: compare once the
+	// counts stand still.
+	m := metricText(t, s)
+	for range 50 {
+		time.Sleep(100 * time.Millisecond)
+		next := metricText(t, s)
+		if grepLines(next, "causallab_proxy_watermark_") == grepLines(m, "causallab_proxy_watermark_") {
+			break
+		}
+		m = next
+	}
+	value := func(series string) string {
+		line := grepLines(m, series)
+		return line[strings.LastIndexByte(line, ' ')+1:]
+	}
+	unlogged, replicaBatches := value(metric), value(`causallab_proxy_watermark_reads_total{node="replica1",result="query"}`)
+	if unlogged != replicaBatches {
+		t.Fatalf("%s counted, replica1's reader ran %s batches: every one must be counted\n%s", unlogged, replicaBatches,
+			grepLines(m, "causallab_proxy_watermark_reads_total", metric))
+	}
+	t.Logf("%s unlogged batches of %s on replica1; primary: %s", unlogged, replicaBatches,
+		value(`causallab_proxy_watermark_reads_total{node="primary",result="query"}`))
+}

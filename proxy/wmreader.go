@@ -12,6 +12,7 @@ import (
 
 	"github.com/causallab/causallab/gtid"
 	"github.com/causallab/causallab/internal/mysqlwire"
+	"github.com/causallab/causallab/router/live"
 )
 
 // wmReader reads one node's watermark after a read that node served, on a
@@ -47,12 +48,21 @@ type wmReader struct {
 	logStatus bool
 	ls        mysqlwire.LogStatus
 	// stmt reads the watermark where log_status does not (MySQL:
-	// watermarkQuery; MariaDB: gtid_current_pos, as router/live's
-	// MariaDB flavor reads it, docs/proxy-mariadb.md); parse reads its
+	// watermarkQuery; MariaDB: the binary log's position joined with
+	// gtid_current_pos, live.MariaDB.WatermarkQuery); parse reads its
 	// answer (Config.flavor).
-	stmt      string
-	parse     func(string) (gtid.Set, error)
-	fallbacks prometheus.Counter
+	stmt  string
+	parse func(string) (gtid.Set, error)
+	// logged: a MariaDB node's reader, which checks once (at its first
+	// connection) that the node writes what it applies to its binary
+	// log (log_bin and log_slave_updates), where the watermark's bound
+	// comes from; unloggedNode: it does not (warned once, each batch
+	// counted in unlogged).
+	logged       bool
+	logChecked   bool
+	unloggedNode bool
+	unlogged     prometheus.Counter
+	fallbacks    prometheus.Counter
 	// reads counts the queries run, waits the watermarks served (their
 	// ratio is the batching), errors the batches that failed.
 	reads, waits, errors prometheus.Counter
@@ -95,11 +105,15 @@ func newWMReader(cfg *Config, b *Backend, logStatus bool, m *metrics, log *slog.
 	if logStatus {
 		name = "primary"
 	}
-	q := watermarkQuery
+	q, logged := watermarkQuery, false
 	if cfg.mariaDB() {
-		q, logStatus = cfg.flavor().ExecutedQuery(), false
+		// A primary's own transactions are in its binary log whatever
+		// log_slave_updates says; a replica's need it.
+		q, logged, logStatus = live.MariaDB{}.WatermarkQuery(), !logStatus, false
 	}
 	return &wmReader{
+		logged:    logged,
+		unlogged:  m.watermarkFallbacks.WithLabelValues("mariadb-unlogged"),
 		logStatus: logStatus,
 		stmt:      q,
 		parse:     cfg.flavor().ParseExecuted,
@@ -214,6 +228,11 @@ func (w *wmReader) queryOn(ctx context.Context) (gtid.Set, error) {
 		}
 		w.conn = c
 	}
+	if w.logged {
+		if err := w.checkLogged(ctx); err != nil {
+			return gtid.Set{}, err
+		}
+	}
 	q := w.stmt
 	if w.logStatus {
 		if err := w.probe(ctx, w.conn); err != nil {
@@ -230,6 +249,29 @@ func (w *wmReader) queryOn(ctx context.Context) (gtid.Set, error) {
 		return gtid.Set{}, err
 	}
 	return w.parse(v)
+}
+
+// checkLogged reads once whether the MariaDB node logs what it applies
+// (log_bin and log_slave_updates): without it, the binary log's position
+// lacks what the node replicated and the watermark is gtid_current_pos
+// alone, which can lack a transaction a read saw (docs/proxy-mariadb.md).
+// Such a node is warned about once and each of its batches counted
+// (watermark_fallbacks_total{source="mariadb-unlogged"}).
+func (w *wmReader) checkLogged(ctx context.Context) error {
+	if !w.logChecked {
+		v, err := mysqlwire.ReadValue(ctx, w.conn, "SELECT @@GLOBAL.log_bin AND @@GLOBAL.log_slave_updates")
+		if err != nil {
+			return err
+		}
+		w.logChecked, w.unloggedNode = true, v != "1"
+		if w.unloggedNode {
+			w.log.Warn("proxy: this MariaDB node does not write what it applies to its binary log (log_bin, log_slave_updates): its monotonic-reads watermark is gtid_current_pos, which can lack a transaction a read saw (docs/proxy-mariadb.md)", "backend", w.b.Name)
+		}
+	}
+	if w.unloggedNode {
+		w.unlogged.Inc()
+	}
+	return nil
 }
 
 // probe runs on the reader's connection until the verdict is known:

@@ -93,9 +93,28 @@ const mariaDBExecutedQuery = "SELECT @@GLOBAL.gtid_current_pos"
 // ExecutedQuery implements Flavor.
 func (MariaDB) ExecutedQuery() string { return mariaDBExecutedQuery }
 
-// ParseExecuted implements Flavor.
+// mariaDBWatermarkQuery reads an upper bound of what a read on a MariaDB
+// node saw: its binary log's position joined with gtid_current_pos (both
+// lists in one answer; ParseExecuted keeps each domain's highest).
+// gtid_current_pos alone is not one on a replica: there it is
+// gtid_slave_pos, which the applier updates after the transaction is
+// visible (on MariaDB 11.8, 357 of 11,043 replica reads followed by it
+// on the same connection saw a transaction it lacked, the joined query
+// 0 of 11,045: TestWatermarkRace in livetest/mariadb). A transaction is in the binary log before it
+// commits, so gtid_binlog_pos is the bound on a primary and on a replica
+// that logs what it applies (log_slave_updates, which compose sets).
+const mariaDBWatermarkQuery = "SELECT CONCAT_WS(',', NULLIF(@@GLOBAL.gtid_binlog_pos, ''), NULLIF(@@GLOBAL.gtid_current_pos, ''))"
+
+// WatermarkQuery implements Watermarker: mariaDBWatermarkQuery.
+func (MariaDB) WatermarkQuery() string { return mariaDBWatermarkQuery }
+
+var _ Watermarker = MariaDB{}
+
+// ParseExecuted implements Flavor: a position, or the watermark query's
+// joined lists (several GTIDs of a domain: the highest counts, as
+// gtid.ParseMariaDBWait reads them).
 func (MariaDB) ParseExecuted(text string) (gtid.MariaDBPosition, error) {
-	return gtid.ParseMariaDBPosition(text)
+	return gtid.ParseMariaDBWait(text)
 }
 
 // WaitQuery implements Flavor: MASTER_GTID_WAIT(pos, seconds), which
@@ -154,8 +173,19 @@ func (MariaDBSet) WritePosition(ctx context.Context, ack Ack, c SessionConn) (gt
 // ExecutedQuery implements Flavor: @@GLOBAL.gtid_current_pos.
 func (MariaDBSet) ExecutedQuery() string { return mariaDBExecutedQuery }
 
-// ParseExecuted implements Flavor.
-func (MariaDBSet) ParseExecuted(text string) (gtid.Set, error) { return gtid.MariaDBSetOf(text) }
+// ParseExecuted implements Flavor: MariaDB's, as a set.
+func (MariaDBSet) ParseExecuted(text string) (gtid.Set, error) {
+	p, err := MariaDB{}.ParseExecuted(text)
+	if err != nil {
+		return gtid.Set{}, err
+	}
+	return p.AsSet()
+}
+
+// WatermarkQuery implements Watermarker: MariaDB's.
+func (MariaDBSet) WatermarkQuery() string { return mariaDBWatermarkQuery }
+
+var _ Watermarker = MariaDBSet{}
 
 // WaitQuery implements Flavor: MASTER_GTID_WAIT on need's position. A set
 // that did not come from MariaDB (no MariaDB wait position) waits for

@@ -65,8 +65,13 @@ func TestMariaDBWaitAndBehind(t *testing.T) {
 	if p, err := f.ParseExecuted("0-1-5,2-3-9"); err != nil || !p.Equal(need) {
 		t.Errorf("ParseExecuted: %v %v", p, err)
 	}
-	if _, err := f.ParseExecuted("0-1-5,0-2-6"); err == nil {
-		t.Error("ParseExecuted accepted two GTIDs of one domain")
+	// The watermark query's answer: the binary log's position, then
+	// gtid_current_pos; each domain's highest counts.
+	if p, err := f.ParseExecuted("0-1-7,2-3-9,0-1-5"); err != nil || !p.Equal(gtid.MustParseMariaDBPosition("0-1-7,2-3-9")) {
+		t.Errorf("ParseExecuted of the joined lists: %v %v", p, err)
+	}
+	if _, err := f.ParseExecuted("0-1-5,x"); err == nil {
+		t.Error("ParseExecuted accepted a malformed list")
 	}
 }
 
