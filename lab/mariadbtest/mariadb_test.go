@@ -12,18 +12,16 @@ import (
 	"github.com/causallab/causallab/lab"
 )
 
-// TestLabMariaDB: under a straggling replica and heavy transactions on
-// MariaDB 11.8, any serves reads without the session's own write while
-// token-ryw-mr and token-wait serve none and never go back in time; the
-// lab's instruments measure the lag and judge every served read's
-// prefix from MariaDB's GTIDs (the write's last_gtid, the nodes'
-// gtid_current_pos).
-func TestLabMariaDB(t *testing.T) {
+// startMariaDB starts a local MariaDB topology of a primary and two
+// replicas for one test (skipped under -short), removed when it ends,
+// with a context bounding the test to 5 minutes.
+func startMariaDB(t *testing.T) (context.Context, *compose.Topology) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a real MariaDB topology")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	topo, err := compose.Start(ctx, compose.Config{Engine: compose.EngineMariaDB, Replicas: 2, Backend: compose.BackendLocal})
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +33,17 @@ func TestLabMariaDB(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	return ctx, topo
+}
+
+// TestLabMariaDB: under a straggling replica and heavy transactions on
+// MariaDB 11.8, any serves reads without the session's own write while
+// token-ryw-mr and token-wait serve none and never go back in time; the
+// lab's instruments measure the lag and judge every served read's
+// prefix from MariaDB's GTIDs (the write's last_gtid, the nodes'
+// gtid_current_pos).
+func TestLabMariaDB(t *testing.T) {
+	ctx, topo := startMariaDB(t)
 	cond, err := lab.ParseCondition("straggler+heavy")
 	if err != nil {
 		t.Fatal(err)
@@ -85,22 +94,7 @@ func TestLabMariaDB(t *testing.T) {
 // domain and server ids), reads of a lost write answered by the typed
 // error, 0 writes acknowledged by the old primary, writes resumed.
 func TestLabMariaDBFailoverViaProxy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real MariaDB topology")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	topo, err := compose.Start(ctx, compose.Config{Engine: compose.EngineMariaDB, Replicas: 2, Backend: compose.BackendLocal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
-		defer dcancel()
-		if err := topo.Down(dctx); err != nil {
-			t.Error(err)
-		}
-	})
+	ctx, topo := startMariaDB(t)
 	cond, err := lab.ParseCondition("apply-delay")
 	if err != nil {
 		t.Fatal(err)
