@@ -133,10 +133,10 @@ type Config struct {
 	// Via is the routing path: ViaRouter (default) or ViaProxy. Scalar
 	// (TokenLSN) routers always run through package router/live.
 	Via Via
-	// Engine is the servers' engine: compose.EngineMySQL (default) or
-	// compose.EngineMariaDB (through router/live's MariaDB flavor, its
-	// positions polled; not via the proxy, not through a failover:
-	// checkEngine).
+	// Engine is the servers' engine: compose.EngineMySQL (default),
+	// compose.EngineMariaDB (router/live's MariaDB flavor or the proxy,
+	// positions polled) or compose.EnginePostgres (live.PGRouter, the
+	// lab's own workload in PostgreSQL's SQL): checkEngine.
 	Engine compose.Engine
 	// RecordHistory keeps every operation of the run in Result.History
 	// (memory grows with the run: about 200 bytes per operation).
@@ -252,13 +252,13 @@ func (c *Config) validate() error {
 	}
 	if c.Positions == "" {
 		c.Positions = PositionsBinlog
-		if c.Engine == compose.EngineMariaDB {
+		if c.Engine == compose.EngineMariaDB || c.Engine == compose.EnginePostgres {
 			c.Positions = PositionsPoll // binlogwatch reads MySQL's GTID events
 		}
 	}
 	if c.WatermarkSource == "" {
 		c.WatermarkSource = WatermarkQuery
-		if c.Positions == PositionsPoll && c.Engine != compose.EngineMariaDB {
+		if c.Positions == PositionsPoll && c.Engine == compose.EngineMySQL {
 			c.WatermarkSource = WatermarkLazy
 		}
 	}
@@ -429,19 +429,20 @@ func (c *Config) checkFleet() []error {
 	return errs
 }
 
-// checkEngine refuses what the driver cannot run on c.Engine: it speaks
-// the MySQL protocol (MySQL, MariaDB), and on MariaDB it routes through
-// router/live only (the proxy carries MySQL GTID sets), polls positions
-// (binlogwatch reads MySQL's GTID events), has no scalar token and no
-// failover (its instruments see a domain's sequence numbers, which a new
-// primary repeats under another server id: serverFlavor).
+// checkEngine refuses what the driver cannot run on c.Engine. On MariaDB
+// it routes GTID positions through router/live (or the proxy, engine
+// mariadb), polls positions (binlogwatch reads MySQL's GTID events) and
+// has no scalar token. On PostgreSQL every router runs through
+// live.PGRouter (checkPostgres).
 func (c *Config) checkEngine() []error {
 	switch c.Engine {
 	case compose.EngineMySQL:
 		return nil
 	case compose.EngineMariaDB:
+	case compose.EnginePostgres:
+		return c.checkPostgres()
 	default:
-		return []error{fmt.Errorf("engine %q: the lab's driver runs on mysql and mariadb (postgres: lab failover --engines, lab gated --engine)", c.Engine)}
+		return []error{fmt.Errorf("unknown engine %q (want one of %v)", c.Engine, compose.Engines())}
 	}
 	var errs []error
 	if c.Positions != PositionsPoll {
@@ -456,6 +457,41 @@ func (c *Config) checkEngine() []error {
 	for _, r := range c.Routers {
 		if r.Token == TokenLSN {
 			errs = append(errs, fmt.Errorf("router %s: the scalar token is MySQL's transaction count", r.Name))
+		}
+	}
+	return errs
+}
+
+// checkPostgres refuses what the driver cannot run on PostgreSQL: it
+// routes through live.PGRouter only (not the proxy, which speaks MySQL's
+// protocol), over polled standby positions, with the lab's own workload,
+// its token a commit LSN (a router's token kind is not asked), and no
+// global policy, drift events or MySQL-only conditions.
+func (c *Config) checkPostgres() []error {
+	var errs []error
+	if c.Via != ViaRouter {
+		errs = append(errs, errors.New("engine postgres runs via router: the proxy speaks MySQL's protocol"))
+	}
+	if c.Positions != PositionsPoll {
+		errs = append(errs, errors.New("engine postgres needs positions poll: binlogwatch reads MySQL's binary log"))
+	}
+	if _, err := pgWorkloadOf(c.Workload); err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range []string{CondUnordered, CondRowLock} {
+		if c.Condition.has(n) {
+			errs = append(errs, fmt.Errorf("condition %s is MySQL's (engine postgres)", n))
+		}
+	}
+	for _, ev := range c.Condition.Events {
+		if ev.Kind == EvDrift {
+			errs = append(errs, errors.New("engine postgres: drift events' outside readers speak MySQL's protocol"))
+			break
+		}
+	}
+	for _, r := range c.Routers {
+		if r.Policy.Kind == router.PolicyGlobal {
+			errs = append(errs, fmt.Errorf("router %s: engine postgres has no global policy (live.PGRouter reads no per-read target)", r.Name))
 		}
 	}
 	return errs

@@ -113,7 +113,7 @@ func (p *poller) start(ctx context.Context, wg *sync.WaitGroup) error {
 }
 
 func (p *poller) pollNode(ctx context.Context, n compose.Node, first chan<- struct{}) {
-	var conn *nodeConn
+	var conn valueConn
 	defer func() {
 		if conn != nil {
 			conn.Close()
@@ -147,28 +147,30 @@ func (p *poller) pollNode(ctx context.Context, n compose.Node, first chan<- stru
 	}
 }
 
-func (p *poller) pollOnce(ctx context.Context, n compose.Node, conn **nodeConn) (gtid.Set, bool) {
+func (p *poller) pollOnce(ctx context.Context, n compose.Node, conn *valueConn) (gtid.Set, bool) {
 	p.polls.Add(1)
 	pctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	if *conn == nil {
-		c, err := dialNodeAs(pctx, p.f, n.Addr(), n.User, n.Password)
+		c, err := p.f.dialValue(pctx, n)
 		if err != nil {
 			p.pollErrors.Add(1)
 			return gtid.Set{}, false
 		}
 		*conn = c
 	}
-	r, err := (*conn).Execute(pctx, p.f.executedQuery())
+	text, err := (*conn).readValue(pctx, p.f.executedQuery())
 	if err != nil {
 		p.pollErrors.Add(1)
+		if p.f.postgres() {
+			// A pgx connection is not re-dialled by itself: a fresh one
+			// next time (MySQL's nodeConn redials when broken).
+			(*conn).Close()
+			*conn = nil
+		}
 		return gtid.Set{}, false
 	}
-	text, err := r.GetString(0, 0)
-	var s gtid.Set
-	if err == nil {
-		s, err = p.f.parseExecuted(text)
-	}
+	s, err := p.f.parseExecuted(text)
 	if err != nil {
 		p.pollErrors.Add(1)
 		p.log.Debug("lab: bad executed position", "node", n.Name, "err", err)

@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"errors"
+
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/gtid"
 )
@@ -21,6 +23,14 @@ import (
 // server id: the checks that must tell writes apart (the prefix check,
 // the hidden-loss pass) name a write by its domain and server id
 // (writeID, gtid.MariaDBWrite) and never compare it with a position.
+//
+// On PostgreSQL the instruments see an LSN as the set PGLSNSID():1-lsn
+// and a write's token as the GTID PGLSNSID():lsn (gtid.PGSetOf): exact
+// for the lag measurement, since a standby replays WAL in order. A write's
+// token is pg_current_wal_lsn() read after its commit, an upper bound of
+// its commit record and not its place in the commit order, so writeID
+// refuses it: the prefix check and the hidden-loss pass judge nothing on
+// PostgreSQL, and the run's note says so (prefixNote).
 type serverFlavor struct{ engine compose.Engine }
 
 // flavorOf is the instruments' flavor of engine e ("": MySQL).
@@ -33,6 +43,11 @@ func flavorOf(e compose.Engine) serverFlavor {
 
 func (f serverFlavor) mariaDB() bool { return f.engine == compose.EngineMariaDB }
 
+func (f serverFlavor) postgres() bool { return f.engine == compose.EnginePostgres }
+
+// errPGCommitOrder is writeID's answer on PostgreSQL.
+var errPGCommitOrder = errors.New("lab: a PostgreSQL write's token is the WAL position read after its commit, not its place in the commit order")
+
 // trackQuery asks a lab connection's server to report each write's GTID
 // in its OK packet (nodeConn.ExecuteWrite).
 func (f serverFlavor) trackQuery() string {
@@ -44,6 +59,9 @@ func (f serverFlavor) trackQuery() string {
 
 // executedQuery reads what a node has applied.
 func (f serverFlavor) executedQuery() string {
+	if f.postgres() {
+		return "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text"
+	}
 	if f.mariaDB() {
 		return "SELECT @@GLOBAL.gtid_current_pos"
 	}
@@ -52,6 +70,13 @@ func (f serverFlavor) executedQuery() string {
 
 // parseExecuted reads executedQuery's answer as a set.
 func (f serverFlavor) parseExecuted(text string) (gtid.Set, error) {
+	if f.postgres() {
+		l, err := gtid.ParsePGLSN(text)
+		if err != nil {
+			return gtid.Set{}, err
+		}
+		return gtid.PGSetOf(l)
+	}
 	if !f.mariaDB() {
 		return gtid.Parse(text)
 	}
@@ -63,6 +88,13 @@ func (f serverFlavor) parseExecuted(text string) (gtid.Set, error) {
 // on MariaDB under its domain's source, so that it is not exact across a
 // failover (writeID is).
 func (f serverFlavor) parseWrite(text string) (gtid.GTID, error) {
+	if f.postgres() {
+		l, err := gtid.ParsePGLSN(text)
+		if err != nil {
+			return gtid.GTID{}, err
+		}
+		return gtid.PGWrite(l)
+	}
 	if !f.mariaDB() {
 		return gtid.ParseGTID(text)
 	}
@@ -80,6 +112,9 @@ func (f serverFlavor) parseWrite(text string) (gtid.GTID, error) {
 // lost and the new primary's write of the same sequence number differ.
 // Never compared with a node's position.
 func (f serverFlavor) writeID(text string) (gtid.GTID, error) {
+	if f.postgres() {
+		return gtid.GTID{}, errPGCommitOrder
+	}
 	if !f.mariaDB() {
 		return gtid.ParseGTID(text)
 	}
@@ -90,6 +125,9 @@ func (f serverFlavor) writeID(text string) (gtid.GTID, error) {
 // (compose.FailoverResult.LostGTIDs) as writeID names them: MySQL's GTID
 // set; MariaDB's ranges under their writer's source.
 func (f serverFlavor) lostWrites(text string) (gtid.Set, error) {
+	if f.postgres() {
+		return gtid.Set{}, nil // writeID names no PostgreSQL write
+	}
 	if !f.mariaDB() {
 		return gtid.Parse(text)
 	}

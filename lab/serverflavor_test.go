@@ -60,7 +60,7 @@ func TestServerFlavorMariaDB(t *testing.T) {
 
 // TestConfigEngine: on MariaDB the driver polls positions and reads the
 // watermark after each read by default, and refuses what it cannot run
-// there, each named; PostgreSQL is refused with where to go instead.
+// there, each named. PostgreSQL's refusals: TestConfigPostgres.
 func TestConfigEngine(t *testing.T) {
 	routers, err := ParseRouters("any,token-ryw-mr")
 	if err != nil {
@@ -90,7 +90,7 @@ func TestConfigEngine(t *testing.T) {
 		{"lazy", func(c *Config) { c.WatermarkSource = WatermarkLazy }, "watermark source query"},
 		{"unordered", func(c *Config) { c.Condition.Names = append(c.Condition.Names, CondUnordered) }, "replica_preserve_commit_order"},
 		{"scalar", func(c *Config) { c.Routers = lsn }, "scalar token"},
-		{"postgres", func(c *Config) { c.Engine = compose.EnginePostgres }, "lab failover --engines"},
+		{"unknown engine", func(c *Config) { c.Engine = "oracle" }, "unknown engine"},
 	} {
 		c := Config{Engine: compose.EngineMariaDB, Routers: routers}
 		tc.mod(&c)
@@ -146,3 +146,42 @@ func TestServerFlavorWriteID(t *testing.T) {
 		t.Fatalf("MySQL: %v, %v", g, err)
 	}
 }
+
+// TestConfigPostgres: on PostgreSQL the driver polls positions by
+// default and refuses, each named, what live.PGRouter and the lab's own
+// PostgreSQL workload cannot run; a failover is allowed.
+func TestConfigPostgres(t *testing.T) {
+	routers, err := ParseRouters("any,token-wait+epoch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Engine: compose.EnginePostgres, Routers: routers, Condition: ConditionSpec{Events: []Event{{Kind: EvFailover, Node: "replica1"}}}}
+	if err := c.validate(); err != nil || c.Positions != PositionsPoll {
+		t.Fatalf("PostgreSQL defaults: %v, positions %q", err, c.Positions)
+	}
+	global, err := ParseRouters("global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"via proxy", func(c *Config) { c.Via = ViaProxy }, "via router"},
+		{"binlog", func(c *Config) { c.Positions = PositionsBinlog }, "positions poll"},
+		{"workload", func(c *Config) { c.Workload = &otherWorkload{} }, "runs MySQL statements"},
+		{"row-lock", func(c *Config) { c.Condition.Names = append(c.Condition.Names, CondRowLock) }, "row-lock is MySQL's"},
+		{"drift", func(c *Config) { c.Condition.Events = []Event{{Kind: EvDrift, Node: "replica1", Load: 4}} }, "drift"},
+		{"global", func(c *Config) { c.Routers = global }, "no global policy"},
+	} {
+		c := Config{Engine: compose.EnginePostgres, Routers: routers}
+		tc.mod(&c)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// otherWorkload is a Workload other than DefaultWorkload.
+type otherWorkload struct{ DefaultWorkload }

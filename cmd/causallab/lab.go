@@ -77,7 +77,7 @@ func (f *labFlags) register(cmd *cobra.Command, sc *lab.Scenario) {
 	}
 	fl := cmd.Flags()
 	if sc == nil || sc.Name != "gated" { // lab gated --engine is the seed harness
-		fl.StringVar(&f.engine, "engine", "", "engine of the topology started for the run: mysql (default) or mariadb (positions polled, watermark read after each read: docs/lab-mariadb.md); an attached topology runs its own")
+		fl.StringVar(&f.engine, "engine", "", "engine of the topology started for the run: mysql (default), mariadb (positions polled, watermark read after each read: docs/lab-mariadb.md) or postgres (every router through live.PGRouter: docs/lab-postgres.md); an attached topology runs its own")
 	}
 	fl.IntVar(&f.replicas, "replicas", 3, "replicas of the topology started for the run (when causallab up runs none)")
 	fl.BoolVar(&f.fresh, "fresh", false, "start a topology for the run even when causallab up runs one")

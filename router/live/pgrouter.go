@@ -321,6 +321,36 @@ var ErrPGTransaction = errors.New("router: pg: a statement left a transaction op
 // and a token past a statement that wrote nothing is still sound, only
 // asks a standby for a little more.
 func (s *PGSession) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, gtid.PGLSN, error) {
+	var tag pgconn.CommandTag
+	pos, err := s.write(ctx, func(ctx context.Context, c *pgx.Conn) error {
+		var err error
+		tag, err = c.Exec(ctx, sql, args...)
+		return err
+	})
+	return tag, pos, err
+}
+
+// ExecRows is Exec for a statement that returns rows (a write with
+// RETURNING, or a data-modifying WITH): the rows (pgx's decoded values),
+// then the token. When the statement ran but its token could not be read,
+// the rows come back with an error wrapping ErrMissingGTID: the write
+// committed, untokened.
+func (s *PGSession) ExecRows(ctx context.Context, sql string, args ...any) ([][]any, gtid.PGLSN, error) {
+	var rows [][]any
+	pos, err := s.write(ctx, func(ctx context.Context, c *pgx.Conn) error {
+		rs, err := c.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		rows, err = collectRows(rs)
+		return err
+	})
+	return rows, pos, err
+}
+
+// write runs run on a primary connection as one autocommit statement and
+// tokens it (Exec).
+func (s *PGSession) write(ctx context.Context, run func(context.Context, *pgx.Conn) error) (gtid.PGLSN, error) {
 	rt := s.r.rt
 	rt.mu.Lock()
 	primary, epoch := rt.st.Primary, rt.st.Epoch
@@ -329,20 +359,19 @@ func (s *PGSession) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	defer cancel()
 	c, err := s.r.acquire(sctx, primary.Addr)
 	if err != nil {
-		return pgconn.CommandTag{}, 0, err
+		return 0, err
 	}
 	defer c.Release()
-	tag, err := c.Exec(sctx, sql, args...)
-	if err != nil {
-		return tag, 0, err
+	if err := run(sctx, c.Conn()); err != nil {
+		return 0, err
 	}
 	if c.Conn().PgConn().TxStatus() != 'I' {
 		_, rerr := c.Exec(sctx, "ROLLBACK")
-		return tag, 0, errors.Join(ErrPGTransaction, rerr)
+		return 0, errors.Join(ErrPGTransaction, rerr)
 	}
 	pos, _, err := Postgres{}.WritePosition(sctx, Ack{}, pgSessionConn{c.Conn()})
 	if err != nil {
-		return tag, 0, fmt.Errorf("%w: %v", ErrMissingGTID, err)
+		return 0, fmt.Errorf("%w: %v", ErrMissingGTID, err)
 	}
 	rt.recordWrite(&s.s.st, pos, epoch, rt.now())
 	rt.mu.Lock()
@@ -351,7 +380,22 @@ func (s *PGSession) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	}
 	rt.mu.Unlock()
 	rt.m.writes.Inc()
-	return tag, pos, nil
+	return pos, nil
+}
+
+// collectRows reads every row of rs and closes it.
+func collectRows(rs pgx.Rows) ([][]any, error) {
+	defer rs.Close()
+	var rows [][]any
+	for rs.Next() {
+		vals, err := rs.Values()
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, vals)
+	}
+	rs.Close()
+	return rows, rs.Err()
 }
 
 // PGRead is a routed read's answer: the router's account and the rows.
@@ -379,18 +423,7 @@ func (s *PGSession) Query(ctx context.Context, sql string, args ...any) (*PGRead
 		defer c.Release()
 		rs, err := c.Query(sctx, sql, args...)
 		if err == nil {
-			for rs.Next() {
-				vals, verr := rs.Values()
-				if verr != nil {
-					err = verr
-					break
-				}
-				rows = append(rows, vals)
-			}
-			rs.Close()
-			if err == nil {
-				err = rs.Err()
-			}
+			rows, err = collectRows(rs)
 		}
 		if err != nil {
 			return 0, pgRunError(err)
