@@ -99,9 +99,14 @@ func (r *Router[P]) globalTarget(ctx context.Context) (P, bool, error) {
 	return pos, true, nil
 }
 
-// readPrimary reads the primary's executed position on a connection of the
-// shared primary pool.
+// readPrimary reads the primary's executed position: through the
+// router's own reader when it has one (primaryReader: PGRouter's pgx
+// connections; the primary pool speaks MySQL's protocol), else on a
+// connection of the shared primary pool.
 func (r *Router[P]) readPrimary(ctx context.Context, primary Node) (P, error) {
+	if r.primaryReader != nil {
+		return r.primaryReader(ctx, primary)
+	}
 	pc, err := r.prim.get(ctx, primary)
 	if err != nil {
 		var zero P

@@ -59,6 +59,9 @@ type PGConfig struct {
 	Logger *slog.Logger
 	// Seed seeds the router's random draws (0: random).
 	Seed uint64
+	// Trace records each read's decisions (PGRead.Trace,
+	// ReadError.Trace), as Config.Trace.
+	Trace bool
 }
 
 func (c *PGConfig) validate() error {
@@ -106,11 +109,12 @@ func NewPG(ctx context.Context, cfg PGConfig) (*PGRouter, error) {
 	rt, err := build(Config[gtid.PGLSN]{Flavor: Postgres{}, Primary: cfg.Primary, Replicas: cfg.Replicas, User: cfg.User,
 		Password: cfg.Password, Database: cfg.Database, Policy: cfg.Policy, Cap: cfg.Cap, Positions: cfg.Positions,
 		Wait: WaitWatcher, Epoch: cfg.Epoch, DownHold: cfg.DownHold, DialTimeout: cfg.DialTimeout,
-		Registerer: cfg.Registerer, Logger: cfg.Logger, Seed: cfg.Seed})
+		Registerer: cfg.Registerer, Logger: cfg.Logger, Seed: cfg.Seed, Trace: cfg.Trace})
 	if err != nil {
 		return nil, err
 	}
 	r := &PGRouter{rt: rt, cfg: cfg, pools: map[string]*pgxpool.Pool{}}
+	rt.primaryReader = r.primaryPosition // a refusal's re-read, over pgx
 	pos, err := r.primaryPosition(ctx, cfg.Primary)
 	var tli uint32
 	if err == nil {

@@ -717,13 +717,7 @@ func (r *Router[P]) decide(st *router.Session[P], pol *router.Policy, waited tim
 // connection and raises the router's bound with it (counted).
 func (r *Router[P]) refreshPrimary(ctx context.Context, primary Node) error {
 	r.m.refreshes.Inc()
-	pc, err := r.prim.get(ctx, primary)
-	if err != nil {
-		return err
-	}
-	set, err := r.readPosition(ctx, pc.c)
-	var me *mysql.MyError
-	r.prim.put(pc, err == nil || errors.As(err, &me))
+	set, err := r.readPrimary(ctx, primary)
 	if err != nil {
 		return err
 	}

@@ -341,6 +341,10 @@ type Router[P gtid.Position[P]] struct {
 	// demander is Positions as a Demander (nil when it is not one): told
 	// what clients need to find in the replicas' views (Router.want).
 	demander Demander[P]
+	// primaryReader, when set, reads the primary's position for a
+	// refusal's re-read (readPrimary) instead of the primary pool, which
+	// speaks MySQL's protocol: PGRouter sets it (nil: MySQL, MariaDB).
+	primaryReader func(context.Context, Node) (P, error)
 }
 
 // New validates cfg and builds a Router. It dials the primary once to prove

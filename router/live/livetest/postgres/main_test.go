@@ -88,7 +88,7 @@ func newRouter(t *testing.T, ctx context.Context, pl *live.Poller[gtid.PGLSN], p
 	t.Helper()
 	p := topo.Primary()
 	r, err := live.NewPG(ctx, live.PGConfig{Primary: node(p), Replicas: replicas(), User: p.User, Password: p.Password,
-		Policy: pol, Positions: pl, Epoch: topo.Epoch(), DialTimeout: dialTimeout})
+		Policy: pol, Positions: pl, Epoch: topo.Epoch(), DialTimeout: dialTimeout, Trace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +297,16 @@ func TestZFailoverLostWrite(t *testing.T) {
 		var re *live.ReadError
 		if !errors.As(err, &re) || re.Reason != router.ReasonWriteLost {
 			t.Fatalf("epoch read %s: %v, want ReasonWriteLost", when, err)
+		}
+		// The refusal re-read the primary's position first (over pgx:
+		// through the MySQL-protocol primary pool the re-read failed
+		// after the dial timeout, and the refusal stood unchecked).
+		reread := false
+		for _, st := range re.Trace {
+			reread = reread || st.Note == "primary position re-read"
+		}
+		if !reread {
+			t.Errorf("epoch read %s: the refusal did not re-read the primary's position: %v", when, re.Trace)
 		}
 		t.Logf("epoch token %s %s: %v (%v)", ep, when, re.Reason, re.Outcome)
 	}
