@@ -147,8 +147,8 @@ func (c *ConditionSpec) validate() error {
 		return fmt.Errorf("lab: straggler every %v, stalls [%v, %v] make no sense", c.StragglerEvery, c.StragglerMin, c.StragglerMax)
 	case c.HeavyEvery < 100*time.Millisecond || c.HeavyRows < 1:
 		return fmt.Errorf("lab: heavy every %v of %d rows makes no sense", c.HeavyEvery, c.HeavyRows)
-	case c.ApplyDelay < 0 || c.ApplyDelay%time.Second != 0:
-		return fmt.Errorf("lab: apply delay %v is not a whole, positive number of seconds (MySQL's SOURCE_DELAY unit)", c.ApplyDelay)
+	case c.ApplyDelay < 0 || c.ApplyDelay%time.Millisecond != 0 || c.ApplyDelay > time.Hour:
+		return fmt.Errorf("lab: apply delay %v is not a whole, positive number of milliseconds up to 1h (MySQL and MariaDB take whole seconds: Config.checkEngine)", c.ApplyDelay)
 	case c.RowLockEvery < 10*time.Millisecond || c.RowLockHold <= 0 || c.RowLockHold > time.Minute:
 		return fmt.Errorf("lab: row lock every %v held %v makes no sense (hold up to 1m)", c.RowLockEvery, c.RowLockHold)
 	case c.Stagger < 0 || c.Stagger%time.Second != 0 || c.Stagger > time.Hour:

@@ -169,6 +169,11 @@ type Config struct {
 	Progress func(Progress)
 	// Logger receives debug detail; default slog.Default().
 	Logger *slog.Logger
+
+	// script, when set, replaces the drawn write schedule: the
+	// experiments package lab builds on the driver (gated) give each
+	// write, and each read not tied to one, its own time (scheduledWrite).
+	script []scheduledWrite
 }
 
 // Phase is one phase of a lab run, as Progress reports it.
@@ -435,6 +440,9 @@ func (c *Config) checkFleet() []error {
 // has no scalar token. On PostgreSQL every router runs through
 // live.PGRouter (checkPostgres).
 func (c *Config) checkEngine() []error {
+	if c.Engine != compose.EnginePostgres && c.Condition.ApplyDelay%time.Second != 0 {
+		return []error{fmt.Errorf("apply delay %v: engine %s takes whole seconds (SOURCE_DELAY, MASTER_DELAY; PostgreSQL takes milliseconds)", c.Condition.ApplyDelay, c.Engine)}
+	}
 	switch c.Engine {
 	case compose.EngineMySQL:
 		return nil

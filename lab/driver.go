@@ -65,6 +65,29 @@ type sessionSched struct {
 	writeBusy    bool             // a write is in flight
 	queued       []scheduledWrite // writes due while one was in flight
 	gaps         rng              // the session's own gap draws
+	// gap, when fixed, is the scripted gap before each read of the
+	// session's last write (scheduledWrite.Gap).
+	gap      time.Duration
+	fixedGap bool
+	// follows are the reads its writes still owe, oldest write first
+	// (pendingReads' others are a script's own reads); headStarted: the
+	// oldest one's first read is scheduled (routerAcc.firstReads).
+	follows     []int
+	headStarted bool
+}
+
+// nextFollow takes the next read the session's writes owe, if any: ok,
+// and whether it is the first its write owed.
+func (s *sessionSched) nextFollow() (first, ok bool) {
+	if len(s.follows) == 0 {
+		return false, false
+	}
+	first = !s.headStarted
+	s.headStarted = true
+	if s.follows[0]--; s.follows[0] == 0 {
+		s.follows, s.headStarted = s.follows[1:], false
+	}
+	return first, true
 }
 
 // driver runs one measurement: a write schedule, sessions, routers.
@@ -85,7 +108,16 @@ type driver struct {
 	history []HistoryOp
 	// timelines are the run's failovers (the hidden-loss pass).
 	timelines timelineLog
+	// events is the run's event log (when the primary was killed).
+	events *eventLog
+	// loss counts, per router, what the run's failovers lost of the
+	// sessions' acknowledged writes (countLost); nil when not counted.
+	lossMu sync.Mutex
+	loss   []FailoverLoss
 }
+
+// routerOf is the router that session sess runs through.
+func (e *driver) routerOf(sess int) int { return sess % len(e.routers) }
 
 func (e *driver) since() time.Duration { return time.Since(e.start) }
 
@@ -102,10 +134,17 @@ func (e *driver) drift(name string, d int) {
 
 // op is one operation handed to a worker.
 type op struct {
-	write   bool
-	sess    int
-	seq     int64 // write
-	hot     int   // write
+	write bool
+	sess  int
+	seq   int64 // write
+	hot   int   // write
+	// reads are the reads a write is followed by, each gap after the one
+	// before when fixedGap (scheduledWrite).
+	reads    int
+	gap      time.Duration
+	fixedGap bool
+	// first: a read that is the first its session's write owed.
+	first   bool
 	due     time.Duration
 	started time.Duration
 	read    Read
@@ -113,10 +152,11 @@ type op struct {
 	err     error
 }
 
-// dueItem is a scheduled read.
+// dueItem is a scheduled read; first: the first read a write owes.
 type dueItem struct {
-	at   time.Duration
-	sess int
+	at    time.Duration
+	sess  int
+	first bool
 }
 
 type dueHeap []dueItem
@@ -153,6 +193,12 @@ type routerAcc struct {
 	prefixWitnesses         []string
 	// hiddenLoss counts MR violations only the GTIDs show (in tally.MR).
 	hiddenLoss int64
+	// rywAfterKill counts the RYW violations answered once the run's
+	// first failover had killed the primary (in tally.RYW).
+	rywAfterKill int64
+	// firstReads counts the reads that were a session's first to
+	// complete after its write, firstRYW those of them RYW violations.
+	firstReads, firstRYW int64
 }
 
 type binCount struct{ reads, primary int32 }
@@ -167,7 +213,7 @@ func (e *driver) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 	}
 	ss := make([]sessionSched, cfg.Sessions)
 	for i := range ss {
-		ss[i].router = i % len(e.routers)
+		ss[i].router = e.routerOf(i)
 		ss[i].gaps = newRNG(cfg.Seed*0x9e3779b97f4a7c15 ^ uint64(i+1)*0xbf58476d1ce4e5b9)
 	}
 	accs := make([]*routerAcc, len(e.routers))
@@ -217,19 +263,35 @@ func (e *driver) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
-	newRead := func(sess int, at time.Duration) *op {
-		return &op{sess: sess, due: at, read: Read{Session: sess, Hot: make([]int64, cfg.HotRows), AckedHot: make([]int64, cfg.HotRows)}}
+	newRead := func(it dueItem) *op {
+		sess, at := it.sess, it.at
+		return &op{sess: sess, due: at, first: it.first, read: Read{Session: sess, Hot: make([]int64, cfg.HotRows), AckedHot: make([]int64, cfg.HotRows)}}
 	}
 	scheduleRead := func(sess int, now time.Duration) {
 		s := &ss[sess]
-		heap.Push(&reads, dueItem{at: now + gapDraw(&s.gaps, cfg.GapMin, cfg.GapMax), sess: sess})
+		gap := s.gap
+		if !s.fixedGap {
+			gap = gapDraw(&s.gaps, cfg.GapMin, cfg.GapMax)
+		}
+		it := dueItem{at: now + gap, sess: sess}
+		it.first, _ = s.nextFollow()
+		heap.Push(&reads, it)
 		s.readBusy = true
 	}
 	startWrite := func(w scheduledWrite) {
 		s := &ss[w.Session]
 		s.nextSeq++
 		s.writeBusy = true
-		ready = append(ready, &op{write: true, sess: w.Session, seq: s.nextSeq, hot: w.Hot, due: w.At})
+		ready = append(ready, &op{write: true, sess: w.Session, seq: s.nextSeq, hot: w.Hot, due: w.At, reads: w.readsAfter(cfg.ReadsPerWrite), gap: w.Gap, fixedGap: w.Scripted})
+	}
+	// scriptedRead owes session w.Session one read at w.At.
+	scriptedRead := func(w scheduledWrite) {
+		s := &ss[w.Session]
+		s.pendingReads++
+		if !s.readBusy {
+			heap.Push(&reads, dueItem{at: w.At, sess: w.Session})
+			s.readBusy = true
+		}
 	}
 	complete := func(o *op) error {
 		inflight--
@@ -250,7 +312,11 @@ func (e *driver) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 			} else {
 				a.writeLat = append(a.writeLat, now-o.started)
 			}
-			s.pendingReads += cfg.ReadsPerWrite
+			s.pendingReads += o.reads
+			if o.reads > 0 {
+				s.follows = append(s.follows, o.reads)
+			}
+			s.gap, s.fixedGap = o.gap, o.fixedGap
 			if !s.readBusy && s.pendingReads > 0 {
 				scheduleRead(o.sess, now)
 			}
@@ -266,6 +332,15 @@ func (e *driver) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 			return err
 		}
 		a.tally.Add(&o.read, v)
+		if at, ok := e.events.killed(); ok && v.RYW && o.read.Done >= at {
+			a.rywAfterKill++
+		}
+		if o.first {
+			a.firstReads++
+			if v.RYW {
+				a.firstRYW++
+			}
+		}
 		total.Add(&o.read, v)
 		if a.hash != nil {
 			a.hash.observe(o.sess, &o.read, v)
@@ -313,6 +388,10 @@ func (e *driver) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		for wi < len(sched) && sched[wi].At <= now {
 			w := sched[wi]
 			wi++
+			if w.Read {
+				scriptedRead(w)
+				continue
+			}
 			if ss[w.Session].writeBusy {
 				ss[w.Session].queued = append(ss[w.Session].queued, w)
 			} else {
@@ -321,7 +400,7 @@ func (e *driver) runOnce(ctx context.Context, sched []scheduledWrite, progress f
 		}
 		for reads.Len() > 0 && reads[0].at <= now {
 			it := heap.Pop(&reads).(dueItem)
-			ready = append(ready, newRead(it.sess, it.at))
+			ready = append(ready, newRead(it))
 		}
 		if len(ready) == 0 && inflight == 0 && wi >= len(sched) && reads.Len() == 0 {
 			break
@@ -390,8 +469,15 @@ func Run(ctx context.Context, topo Faults, cfg Config) (*Result, error) {
 	}
 	res := &Result{Condition: cfg.Condition.String(), Mode: string(cfg.Mode), Via: string(cfg.Via), Config: summarize(&cfg), Weights: cfg.Weights}
 	began := time.Now()
-	sched := writeSchedule(cfg.Seed, cfg.WriteRate, cfg.Duration, cfg.Sessions, cfg.HotRows)
-	res.OfferedWrites = len(sched)
+	sched := cfg.script
+	if sched == nil {
+		sched = writeSchedule(cfg.Seed, cfg.WriteRate, cfg.Duration, cfg.Sessions, cfg.HotRows)
+	}
+	for _, w := range sched {
+		if !w.Read {
+			res.OfferedWrites++
+		}
+	}
 	groups := [][]RouterSpec{cfg.Routers}
 	if cfg.Mode == Sequential {
 		groups = groups[:0]
@@ -696,10 +782,19 @@ func reconnectCause(cfg *Config) string {
 // onFailover tells every package-router router of a failover.
 func (g *group) onFailover(ctx context.Context, fr compose.FailoverResult) error {
 	var errs []error
+	if err := g.countLost(ctx, fr); err != nil {
+		errs = append(errs, err)
+	}
 	if c, err := g.timelineChange(ctx, fr); err != nil {
 		errs = append(errs, err)
 	} else {
 		g.e.timelines.add(c)
+	}
+	for _, v := range g.vias {
+		// Every base first, then every router told (prepareFailover).
+		if p, ok := v.(interface{ prepareFailover(context.Context) error }); ok {
+			errs = append(errs, p.prepareFailover(ctx))
+		}
 	}
 	for _, v := range g.vias {
 		errs = append(errs, v.failover(ctx, fr))
@@ -741,7 +836,7 @@ func (g *group) timelineChange(ctx context.Context, fr compose.FailoverResult) (
 func (g *group) run(ctx context.Context, sched []scheduledWrite, progress func(Progress)) (*measurement, error) {
 	cfg, topo, e := g.cfg, g.topo, g.e
 	m := &measurement{cst: &conditionStats{}, events: &eventLog{}}
-	e.down = &m.events.down
+	e.down, e.events = &m.events.down, m.events
 	cctx, ccancel := context.WithCancel(ctx)
 	var evwg sync.WaitGroup // condition and events (not the poller)
 	defer func() { ccancel(); evwg.Wait() }()
@@ -801,6 +896,7 @@ func (g *group) collect(ctx context.Context, m *measurement) *Result {
 	}
 	for i, a := range m.accs {
 		res.Routers = append(res.Routers, summarizeRouter(g.e.routers[i], a))
+		res.Routers[len(res.Routers)-1].FailoverLoss = g.e.lossOf(i)
 		if a.hash != nil {
 			row := &res.Routers[len(res.Routers)-1]
 			row.Hash = a.hash.result()

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/causallab/causallab/compose"
@@ -48,6 +49,14 @@ const (
 	// EvDrift adds Load outside reads in flight on Node, as the load
 	// balancer sees them, for For (rebalance-override's trigger).
 	EvDrift EventKind = "drift"
+	// EvHoldBack holds the replicas back for For, so that a failover
+	// within it loses writes: on MySQL and MariaDB every replica's applier
+	// stops (compose's failover does not drain a stopped applier; a
+	// repointed replica starts its own again); on PostgreSQL replica1's
+	// WAL receiver stops (pg_promote replays every record a standby
+	// received, so only what it never received is lost). Undone on the
+	// nodes still replicas. The lab's own, as drift: no one fault.
+	EvHoldBack EventKind = "hold-back"
 )
 
 // HeavyEventRows is the size of an EvHeavy event's transaction.
@@ -55,14 +64,14 @@ const HeavyEventRows = 100_000
 
 // EventKinds lists every kind an Event may have.
 func EventKinds() []EventKind {
-	return []EventKind{EvKill, EvPause, EvPartition, EvHeavy, EvApplyDelay, EvStopApplier, EvFailover, EvDrift}
+	return []EventKind{EvKill, EvPause, EvPartition, EvHeavy, EvApplyDelay, EvStopApplier, EvFailover, EvDrift, EvHoldBack}
 }
 
 // Valid reports whether k is one of EventKinds.
 func (k EventKind) Valid() bool { return slices.Contains(EventKinds(), k) }
 
 // needsNode reports whether an event of kind k targets a node.
-func (k EventKind) needsNode() bool { return k != EvHeavy }
+func (k EventKind) needsNode() bool { return k != EvHeavy && k != EvHoldBack }
 
 // Event is one scripted fault.
 type Event struct {
@@ -101,6 +110,18 @@ type eventLog struct {
 	// nodes were killed or paused.
 	start time.Time
 	down  downLog
+	// killedAt is when the first failover killed the primary, since
+	// start (0: no failover yet).
+	killedAt atomic.Int64
+}
+
+// killed is when the first failover's kill began, ok false before one.
+func (l *eventLog) killed() (time.Duration, bool) {
+	if l == nil {
+		return 0, false
+	}
+	at := l.killedAt.Load()
+	return time.Duration(at), at > 0
 }
 
 func (l *eventLog) add(format string, args ...any) {
@@ -168,6 +189,8 @@ func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift 
 		return nil
 	case EvFailover:
 		return playFailover(ctx, undo, d, ev, log, onFailover)
+	case EvHoldBack:
+		return playHoldBack(ctx, undo, d, ev, log)
 	}
 	if !ev.Kind.Valid() {
 		return fmt.Errorf("lab: unknown event kind %q", ev.Kind)
@@ -218,10 +241,68 @@ func playEvent(ctx context.Context, d Disrupter, ev Event, log *eventLog, drift 
 	return err
 }
 
+// playHoldBack holds the replicas back (EvHoldBack) and, after For,
+// releases those still replicas.
+func playHoldBack(ctx, undo context.Context, d Disrupter, ev Event, log *eventLog) error {
+	held, err := holdBack(ctx, d)
+	log.add("%s: %s", ev, held)
+	if err != nil {
+		return err
+	}
+	sleepCtx(ctx, ev.For)
+	uctx, cancel := context.WithTimeout(undo, 90*time.Second)
+	defer cancel()
+	return release(uctx, d)
+}
+
+// engineOf is d's engine (MySQL when it does not say).
+func engineOf(d Nodes) compose.Engine {
+	if et, ok := d.(interface{ Engine() compose.Engine }); ok {
+		return et.Engine()
+	}
+	return compose.EngineMySQL
+}
+
+// holdBack keeps the replicas from applying what the primary writes next
+// (EvHoldBack) and says what it held.
+func holdBack(ctx context.Context, d Disrupter) (string, error) {
+	if engineOf(d) == compose.EnginePostgres {
+		_, err := compose.Inject(ctx, d, compose.Fault{Kind: compose.FaultStopReceiver, Node: "replica1"})
+		return "replica1's WAL receiver stopped", err
+	}
+	var names []string
+	for _, r := range d.Replicas() {
+		if _, err := compose.Inject(ctx, d, compose.Fault{Kind: compose.FaultStopApplier, Node: r.Name}); err != nil {
+			return "appliers stopped: " + strings.Join(names, ", "), err
+		}
+		names = append(names, r.Name)
+	}
+	return "appliers stopped: " + strings.Join(names, ", "), nil
+}
+
+// release undoes holdBack on the nodes still replicas (a promoted one
+// receives from no one; a failover repointed the others).
+func release(ctx context.Context, d Disrupter) error {
+	pg := engineOf(d) == compose.EnginePostgres
+	var errs []error
+	for _, r := range d.Replicas() {
+		switch {
+		case !pg:
+			_, err := compose.Inject(ctx, d, compose.Fault{Kind: compose.FaultStartApplier, Node: r.Name})
+			errs = append(errs, err)
+		case r.Name == "replica1":
+			_, err := compose.Inject(ctx, d, compose.Fault{Kind: compose.FaultStartReceiver, Node: r.Name})
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // playFailover kills the primary and promotes ev.Node, then tells the
 // routers (onFailover).
 func playFailover(ctx, undo context.Context, d Disrupter, ev Event, log *eventLog, onFailover func(context.Context, compose.FailoverResult) error) error {
 	old := d.Primary().Name
+	log.killedAt.CompareAndSwap(0, int64(max(time.Since(log.start), 1)))
 	if _, err := compose.Inject(ctx, d, compose.Fault{Kind: compose.FaultKill, Node: old}); err != nil {
 		return err
 	}

@@ -8,28 +8,30 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/causallab/causallab/compose"
 	"github.com/causallab/causallab/router"
-	"github.com/causallab/causallab/router/live"
 )
 
-// The seed harness, reproduced (`causallab lab gated --engine E`): a
-// primary and one replica whose applier holds every change back by a
-// fixed apply delay (PostgreSQL: recovery_min_apply_delay, milliseconds;
-// MySQL and MariaDB: SOURCE_DELAY / MASTER_DELAY, whole seconds), a
-// seeded stream of writes and reads over a few hundred users, some users
-// reading their own row right after writing it, run through two routers
-// of package router/live at once, each on its own table: naive (policy
-// any: every read on the replica) and gated (token-ryw: the replica only
-// when its replayed position holds the session's last write token, else
-// the primary). A read is stale when it lacked the value the user's last
-// acknowledged write set (ground truth, not the token). Then the window
-// itself: write a row, wait D, read it off the replica, for D from 0 to
-// twice the apply delay, many trials each, interleaved.
+// The seed harness, reproduced (`causallab lab gated --engine E`) on the
+// lab's driver (Run): a primary and one replica whose applier holds every
+// change back by a fixed apply delay (the apply-delay condition;
+// PostgreSQL: recovery_min_apply_delay, milliseconds; MySQL and MariaDB:
+// SOURCE_DELAY / MASTER_DELAY, whole seconds), a seeded stream of writes
+// and reads over a few hundred users, some users reading their own row
+// right after writing it, run through two routers of package router/live
+// at once: naive (policy any: every read on the replica) and gated
+// (token-ryw: the replica only when its replayed position holds the
+// session's last write token, else the primary). Each user is one
+// session per router (the driver deals sessions to the routers in turn:
+// user u is session 2u on naive, 2u+1 on gated), the stream a script
+// of the driver's (Config.script). A read is stale when it lacked the
+// user's last acknowledged write: the driver's RYW, ground truth, not
+// the token. Then the window itself, a second run: trial i writes
+// session i's row, waits D from the acknowledgement and reads it back
+// through naive, for D from 0 to twice the apply delay, many trials
+// each, interleaved; the sweep's table is read off that run's history.
 
 // GatedEngineConfig configures RunGatedEngine. The defaults are the
 // published harness's parameters (docs/results-gated.md).
@@ -55,7 +57,9 @@ type GatedEngineConfig struct {
 	// the writer reading its own row back: the worst case. Default 0.6.
 	ReadOwnShare float64
 	// OpGap is the mean of the exponential pause before each step (the
-	// stream's pace). Default 2ms; negative: no pause.
+	// stream's pace: the driver offers each step at the sum of the pauses
+	// before it, open loop, as it offers every workload). Default 2ms;
+	// negative: no pause.
 	OpGap time.Duration
 	// SweepMax and SweepStep are the D-sweep's delays: 0, SweepStep, ...,
 	// SweepMax. Defaults: twice the apply delay on PostgreSQL, three times
@@ -67,9 +71,8 @@ type GatedEngineConfig struct {
 	// SweepEvery is the interval at which trials start (in a seeded
 	// shuffled order of D, each on its own row). Default 2ms.
 	SweepEvery time.Duration
-	// SweepSessions bounds the sweep's statements in flight (router
-	// sessions; a trial holds one only while its write or read runs).
-	// Default 32.
+	// SweepSessions bounds the sweep's statements in flight (the
+	// driver's workers). Default 32.
 	SweepSessions int
 	// PollInterval is the position poller's interval. Default 5ms.
 	PollInterval time.Duration
@@ -309,12 +312,11 @@ type GatedEngineResult struct {
 	SweepSeconds float64         `json:"sweep_seconds"`
 	// Seconds is the whole run, the topology's start and removal included.
 	Seconds float64 `json:"seconds"`
-	// History, with RecordHistory: router i's (naive 0, gated 1) user u
-	// is session i*Users+u, sweep trial t session 2*Users+t, each with its
-	// own row; no hot rows (a write's Hot is -1). HistorySessions is the
-	// number of session numbers.
-	History         []HistoryOp `json:"-"`
-	HistorySessions int         `json:"-"`
+	// Stream and SweepHistory are the two runs' histories (the stream's
+	// with RecordHistory; the sweep's always, its table is read off it).
+	History, SweepHistory EngineHistory `json:"-"`
+	// Notes are the driver's notes on the stream's run.
+	Notes []string `json:"notes"`
 }
 
 // RunGatedEngine starts a topology of cfg.Engine (a primary and one
@@ -348,223 +350,193 @@ func (c *GatedEngineConfig) progress(phase string) {
 	}
 }
 
-// gatedTable names one of the experiment's tables on engine e.
-func gatedTable(e compose.Engine, name string) string {
-	if e == compose.EnginePostgres {
-		return "public.gated_" + name
-	}
-	return "gated." + name
-}
+// gatedHotRows are the driver's hot rows in both runs: each write also
+// increments one (user or trial modulo their number), so that writes do
+// not queue on one row lock.
+const gatedHotRows = 8
 
-// gatedSetup creates table with rows rows (id 0..rows-1, v 0).
-func gatedSetup(ctx context.Context, topo *compose.Topology, table string, rows int) error {
-	db, err := topo.DB(topo.Primary().Name)
-	if err != nil {
-		return err
-	}
-	if topo.Engine() != compose.EnginePostgres {
-		if _, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS gated"); err != nil {
-			return err
-		}
-	}
-	var vals strings.Builder
-	for i := range rows {
-		if i > 0 {
-			vals.WriteByte(',')
-		}
-		fmt.Fprintf(&vals, "(%d, 0)", i)
-	}
-	for _, q := range []string{"DROP TABLE IF EXISTS " + table, "CREATE TABLE " + table + " (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)",
-		"INSERT INTO " + table + " VALUES " + vals.String()} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("%.80s: %w", q, err)
-		}
-	}
-	return nil
-}
+// gatedPolicies are the stream's routers, in table order.
+var gatedPolicies = []RouterSpec{{Name: "naive", Policy: router.Policy{Kind: router.PolicyAny}}, {Name: "gated", Policy: router.Policy{Kind: router.PolicyTokenRYW}}}
 
 // runGated runs the stream and the sweep on topo.
 func runGated(ctx context.Context, cfg *GatedEngineConfig, topo *compose.Topology) (*GatedEngineResult, error) {
 	e := topo.Engine()
-	res := &GatedEngineResult{Engine: e, ApplyDelayMs: float64(cfg.ApplyDelay) / 1e6, Users: cfg.Users, WriteShare: cfg.WriteShare,
+	res := &GatedEngineResult{Engine: e, Flavor: gatedToken(e).flavor(), ApplyDelayMs: float64(cfg.ApplyDelay) / 1e6, Users: cfg.Users, WriteShare: cfg.WriteShare,
 		ReadOwnShare: cfg.ReadOwnShare, OpGapMs: float64(max(cfg.OpGap, 0)) / 1e6, Seed: cfg.Seed}
-	steps := int(cfg.SweepMax/cfg.SweepStep) + 1
-	cfg.progress("set-up")
-	for _, t := range []struct {
-		name string
-		rows int
-	}{{"naive", cfg.Users}, {"gated", cfg.Users}, {"sweep", max(steps*cfg.Trials, 1)}} {
-		if err := gatedSetup(ctx, topo, gatedTable(e, t.name), t.rows); err != nil {
-			return nil, err
-		}
-	}
-	if err := topo.WaitReplicated(ctx, 30*time.Second); err != nil {
-		return nil, err
-	}
-	rep := topo.Replicas()[0].Name
-	if err := topo.SetApplyDelay(ctx, rep, cfg.ApplyDelay); err != nil {
-		return nil, err
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	defer cancel()
-	tok := gatedToken(e)
-	ef := &EngineFailoverConfig{Sessions: cfg.Users, PollInterval: cfg.PollInterval, ReadTimeout: cfg.ReadTimeout, Logger: cfg.Logger, Seed: cfg.Seed}
-	pols := []struct {
-		name string
-		pol  router.Policy
-	}{{"naive", router.Policy{Kind: router.PolicyAny}}, {"gated", router.Policy{Kind: router.PolicyTokenRYW}}}
-	routers := make([]efRouter, 0, 3)
-	defer func() {
-		for _, r := range routers {
-			r.close()
-		}
-	}()
-	for _, p := range pols {
-		r, err := newTokenRouter(rctx, ef, topo, tok, p.pol, gatedTable(e, p.name), &bg)
-		if err != nil {
-			return nil, fmt.Errorf("%s router: %w", p.name, err)
-		}
-		routers = append(routers, r)
-	}
-	res.Flavor = routers[0].flavor()
-	ops := gatedStream(cfg)
-	cfg.progress(fmt.Sprintf("stream: %d steps, %d reads, through naive and gated at once", len(ops), cfg.Reads))
-	start := time.Now()
-	rows := make([]GatedRouterRow, len(pols))
-	res.HistorySessions = len(pols)*cfg.Users + steps*max(cfg.Trials, 0)
-	truth, err := newOwnRows(res.HistorySessions, start, cfg.RecordHistory)
+	script := gatedScript(cfg, len(gatedPolicies))
+	cfg.progress(fmt.Sprintf("stream: %d reads, through naive and gated at once", cfg.Reads))
+	run, err := Run(ctx, topo, cfg.driverRun(script, gatedPolicies, len(gatedPolicies)*cfg.Users, 0, cfg.RecordHistory))
 	if err != nil {
 		return nil, err
 	}
-	var wg sync.WaitGroup
-	for i, p := range pols {
-		g := &gatedRun{r: routers[i], name: p.name, first: i * cfg.Users, truth: truth}
-		wg.Go(func() {
-			rows[i] = g.stream(rctx, cfg, ops)
-			rows[i].Router, rows[i].Policy = p.name, p.pol.String()
-		})
+	res.StreamSeconds, res.Notes = run.MeasureSeconds, run.Notes
+	res.History = EngineHistory{Engine: e, Sessions: run.Config.Sessions, HotRows: run.Config.HotRows, Ops: run.History}
+	for _, r := range run.Routers {
+		res.Rows = append(res.Rows, gatedRow(r))
 	}
-	wg.Wait()
-	res.StreamSeconds = time.Since(start).Seconds()
-	if err := rctx.Err(); err != nil {
+	if cfg.Trials <= 0 {
+		return res, nil
+	}
+	steps := int(cfg.SweepMax/cfg.SweepStep) + 1
+	order := sweepOrder(cfg, steps)
+	cfg.progress(fmt.Sprintf("D-sweep: %d delays 0..%v, %d trials each", steps, cfg.SweepMax, cfg.Trials))
+	sw, err := Run(ctx, topo, cfg.driverRun(sweepScript(cfg, order), gatedPolicies[:1], len(order), cfg.SweepSessions, true))
+	if err != nil {
 		return nil, err
 	}
-	res.Rows = rows
-	if cfg.Trials > 0 {
-		ef := *ef
-		ef.Sessions = cfg.SweepSessions
-		sw, err := newTokenRouter(rctx, &ef, topo, tok, router.Policy{Kind: router.PolicyAny}, gatedTable(e, "sweep"), &bg)
-		if err != nil {
-			return nil, fmt.Errorf("sweep router: %w", err)
-		}
-		routers = append(routers, sw)
-		cfg.progress(fmt.Sprintf("D-sweep: %d delays 0..%v, %d trials each", steps, cfg.SweepMax, cfg.Trials))
-		start = time.Now()
-		g := &gatedRun{r: sw, name: "sweep", first: len(pols) * cfg.Users, truth: truth}
-		res.Sweep = g.sweep(rctx, cfg, steps)
-		res.SweepSeconds = time.Since(start).Seconds()
-		if err := rctx.Err(); err != nil {
-			return nil, err
-		}
-	}
-	res.History = truth.history
+	res.SweepSeconds = sw.MeasureSeconds
+	res.SweepHistory = EngineHistory{Engine: e, Sessions: sw.Config.Sessions, HotRows: sw.Config.HotRows, Ops: sw.History}
+	res.Sweep = sweepRows(cfg, order, steps, sw.History)
 	return res, nil
 }
 
-// gatedRun is one router's part of the experiment: its sessions are
-// numbered from first in truth (the run's).
-type gatedRun struct {
-	r     efRouter
-	name  string
-	first int
-	truth *ownRows
-}
-
-// write records user or trial sess's write of seq (invoked at t0).
-func (g *gatedRun) write(sess int, seq int64, t0 time.Time, err error) {
-	g.truth.write(g.name, g.first+sess, seq, t0, err)
-}
-
-// read judges r, user or trial sess's read invoked at t0.
-func (g *gatedRun) read(sess int, r *Read, t0 time.Time) (Verdict, error) {
-	r.Session = g.first + sess
-	return g.truth.read(g.name, r, t0)
-}
-
-// readOutcome is a read's outcome for the checker: out when served, else
-// the refusal's or router.OutError.
-func readOutcome(out router.Outcome, err error) router.Outcome {
-	var re *live.ReadError
-	switch {
-	case err == nil:
-		return out
-	case errors.As(err, &re):
-		return re.Outcome
+// driverRun is the driver's configuration of one of the experiment's
+// runs: script through routers, sessions sessions, workers statements in
+// flight (0: the driver's default), the apply delay on the replica.
+func (c *GatedEngineConfig) driverRun(script []scheduledWrite, routers []RouterSpec, sessions, workers int, history bool) Config {
+	cond := ConditionSpec{Names: []string{CondApplyDelay}, ApplyDelay: c.ApplyDelay}
+	last := time.Millisecond
+	if n := len(script); n > 0 {
+		last = max(script[n-1].At, last)
 	}
-	return router.OutError
+	cfg := Config{Engine: c.Engine, Sessions: sessions, HotRows: gatedHotRows, Duration: last, ReadsPerWrite: 1, Routers: routers, Condition: cond,
+		Workers: workers, PollInterval: c.PollInterval, Positions: PositionsPoll, WatermarkSource: WatermarkQuery, ReadTimeout: c.ReadTimeout,
+		Seed: c.Seed, RecordHistory: history, Logger: c.Logger, script: script}
+	return cfg
 }
 
-// stream runs ops in order through g's router (session and row =
-// user), the lab's Checker judging every read against the user's last
-// acknowledged value.
-func (g *gatedRun) stream(ctx context.Context, cfg *GatedEngineConfig, ops []gatedOp) GatedRouterRow {
-	var row GatedRouterRow
-	truth := make([]int64, cfg.Users)
-	next := make([]int64, cfg.Users)
-	var lat []time.Duration
-	for _, op := range ops {
-		if op.gap > 0 && !sleepCtx(ctx, op.gap) {
-			break
+// gatedScript is the stream as the driver's script: each step at the sum
+// of the pauses before it, once per router (user u's session on router i
+// is u*routers+i); a write that the writer reads back at once is
+// followed by one read with no pause.
+func gatedScript(cfg *GatedEngineConfig, routers int) []scheduledWrite {
+	ops := gatedStream(cfg)
+	var out []scheduledWrite
+	var at time.Duration
+	for i := 0; i < len(ops); i++ {
+		op := ops[i]
+		at += op.gap
+		w := scheduledWrite{At: at, Hot: op.user % gatedHotRows, Scripted: true, Read: op.kind != opWrite}
+		if op.kind == opWrite && i+1 < len(ops) && ops[i+1].kind == opReadOwn {
+			w.Reads = 1
+			i++
 		}
-		if op.kind == opWrite {
-			next[op.user]++
-			wctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-			t0 := time.Now()
-			err := g.r.writeRow(wctx, op.user, op.user, next[op.user])
-			cancel()
-			g.write(op.user, next[op.user], t0, err)
-			if err != nil {
-				row.WriteErrors++
-				continue
-			}
-			row.Writes++
-			truth[op.user] = next[op.user]
+		for r := range routers {
+			w.Session = op.user*routers + r
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// sweepOrder is the sweep's trials in their seeded shuffled order: trial
+// i waits step order[i] (D = order[i]*SweepStep).
+func sweepOrder(cfg *GatedEngineConfig, steps int) []int {
+	order := make([]int, 0, steps*cfg.Trials)
+	for s := range steps {
+		for range cfg.Trials {
+			order = append(order, s)
+		}
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0xd5eed))
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return order
+}
+
+// sweepScript is the sweep as the driver's script: trial i writes
+// session i's row at i*SweepEvery and reads it back D after the write's
+// acknowledgement.
+func sweepScript(cfg *GatedEngineConfig, order []int) []scheduledWrite {
+	out := make([]scheduledWrite, len(order))
+	for i, step := range order {
+		out[i] = scheduledWrite{At: time.Duration(i) * cfg.SweepEvery, Session: i, Hot: i % gatedHotRows, Scripted: true, Reads: 1,
+			Gap: time.Duration(step) * cfg.SweepStep}
+	}
+	return out
+}
+
+// gatedRow is a stream router's row of the table.
+func gatedRow(r RouterResult) GatedRouterRow {
+	o := r.Outcomes
+	onReplica := o["replica"] + o["stale"]
+	return GatedRouterRow{Router: r.Name, Policy: r.Policy, Writes: r.Writes - r.WriteErrors, WriteErrors: r.WriteErrors, Reads: r.Reads,
+		Served: r.Served, Stale: r.RYW, OnReplica: onReplica, OnPrimary: r.Served - onReplica, PrimaryNoReplicaUp: r.Reasons[router.ReasonNoReplicaUp.String()],
+		Errors: r.Reads - r.Served, ReadOwn: r.FirstReads, ReadOwnStale: r.FirstReadRYW, P50Ms: r.LatP50Ms, P99Ms: r.LatP99Ms}
+}
+
+// gatedTrial is one sweep trial's outcome, read off the sweep's history.
+type gatedTrial struct {
+	step       int
+	stale, off bool
+	err        bool
+	waited     time.Duration
+	// write and read are the write's and the read's latency.
+	write, read time.Duration
+}
+
+// sweepTrials reads each trial's outcome off the sweep run's history h
+// (trial i is session i: its write, then its read).
+func sweepTrials(order []int, h []HistoryOp) []gatedTrial {
+	trials := make([]gatedTrial, len(order))
+	acked := make([]time.Duration, len(order))
+	for i, step := range order {
+		trials[i] = gatedTrial{step: step, err: true}
+	}
+	for _, op := range h {
+		if op.Session < 0 || op.Session >= len(order) {
 			continue
 		}
-		row.Reads++
-		if op.kind == opReadOwn {
-			row.ReadOwn++
+		tr := &trials[op.Session]
+		if op.Write {
+			tr.write, acked[op.Session] = op.Complete-op.Invoke, op.Complete
+			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-		t := time.Now()
-		got, out, why, err := g.r.readRow(rctx, op.user, op.user)
-		lat = append(lat, time.Since(t))
-		cancel()
-		v, cerr := g.read(op.user, &Read{Session: op.user, AckedSeq: truth[op.user], Own: got, Outcome: readOutcome(out, err)}, t)
-		if err != nil || cerr != nil {
+		served := op.Outcome.Served()
+		tr.err = !served
+		tr.waited, tr.read = op.Invoke-acked[op.Session], op.Complete-op.Invoke
+		tr.off = served && op.Outcome != router.OutReplica && op.Outcome != router.OutStale
+		tr.stale = served && !tr.off && op.Own < op.AckedSeq
+	}
+	return trials
+}
+
+// sweepRows are the sweep's table rows, by D, from its history h.
+func sweepRows(cfg *GatedEngineConfig, order []int, steps int, h []HistoryOp) []GatedSweepRow {
+	rows := make([]GatedSweepRow, steps)
+	waited := make([][]time.Duration, steps)
+	for s := range rows {
+		rows[s].DelayMs = float64(time.Duration(s)*cfg.SweepStep) / 1e6
+	}
+	for _, tr := range sweepTrials(order, h) {
+		row := &rows[tr.step]
+		row.Trials++
+		switch {
+		case tr.err:
 			row.Errors++
 			continue
+		case tr.off:
+			row.OffReplica++
+		case tr.stale:
+			row.Stale++
 		}
-		row.Served++
-		if out == router.OutReplica || out == router.OutStale {
-			row.OnReplica++
-		} else {
-			row.OnPrimary++
-			if why == router.ReasonNoReplicaUp {
-				row.PrimaryNoReplicaUp++
+		waited[tr.step] = append(waited[tr.step], tr.waited)
+		if !tr.off && !tr.stale && tr.waited < cfg.ApplyDelay {
+			row.EarlyFresh++
+			if tr.write+tr.waited+tr.read >= cfg.ApplyDelay {
+				row.EarlyExplained++
 			}
 		}
-		if v.RYW {
-			row.Stale++
-			if op.kind == opReadOwn {
-				row.ReadOwnStale++
+		if b := int(tr.waited / cfg.SweepStep); !tr.off && b < len(rows) {
+			rows[b].ByWaited++
+			if tr.stale {
+				rows[b].ByWaitedStale++
 			}
 		}
 	}
-	row.P50Ms, row.P99Ms = quantileMs(lat, 0.5), quantileMs(lat, 0.99)
-	return row
+	for s := range rows {
+		rows[s].MeasuredP50Ms, rows[s].MeasuredP99Ms = quantileMs(waited[s], 0.5), quantileMs(waited[s], 0.99)
+	}
+	return rows
 }
 
 // quantileMs is d's q-quantile in milliseconds (0 when empty); d is sorted.
@@ -575,129 +547,4 @@ func quantileMs(d []time.Duration, q float64) float64 {
 	slices.Sort(d)
 	i := min(int(math.Ceil(q*float64(len(d))))-1, len(d)-1)
 	return float64(d[max(i, 0)]) / 1e6
-}
-
-// gatedTrial is one sweep trial's outcome.
-type gatedTrial struct {
-	step       int
-	stale, off bool
-	err        bool
-	waited     time.Duration
-	// write and read are the write's and the read's latency.
-	write, read time.Duration
-}
-
-// sweep runs the D-sweep through g's router (the naive router: every
-// read on the replica): trial i, on row i (session i), starts at
-// i*SweepEvery in a seeded shuffled order of the delays, writes 1, waits
-// D from the write's acknowledgement and reads the row back; the
-// checker judges the read.
-func (g *gatedRun) sweep(ctx context.Context, cfg *GatedEngineConfig, steps int) []GatedSweepRow {
-	r := g.r
-	order := make([]int, 0, steps*cfg.Trials)
-	for s := range steps {
-		for range cfg.Trials {
-			order = append(order, s)
-		}
-	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0xd5eed))
-	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	free := make(chan int, cfg.SweepSessions)
-	for s := range cfg.SweepSessions {
-		free <- s
-	}
-	take := func() (int, bool) {
-		select {
-		case s := <-free:
-			return s, true
-		case <-ctx.Done():
-			return 0, false
-		}
-	}
-	results := make([]gatedTrial, len(order))
-	var wg sync.WaitGroup
-	start := time.Now()
-	started := 0
-	for i, step := range order {
-		if !sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*cfg.SweepEvery))) {
-			break
-		}
-		started++
-		wg.Go(func() {
-			tr := gatedTrial{step: step, err: true}
-			defer func() { results[i] = tr }()
-			d := time.Duration(step) * cfg.SweepStep
-			s, ok := take()
-			if !ok {
-				return
-			}
-			wctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-			ws := time.Now()
-			err := r.writeRow(wctx, s, i, 1)
-			cancel()
-			acked := time.Now()
-			g.write(i, 1, ws, err)
-			tr.write = acked.Sub(ws)
-			free <- s
-			if err != nil || !sleepCtx(ctx, time.Until(acked.Add(d))) {
-				return
-			}
-			if s, ok = take(); !ok {
-				return
-			}
-			defer func() { free <- s }()
-			tr.waited = time.Since(acked)
-			rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
-			rs := time.Now()
-			got, out, _, err := r.readRow(rctx, s, i)
-			tr.read = time.Since(acked) - tr.waited
-			cancel()
-			v, cerr := g.read(i, &Read{Session: i, AckedSeq: 1, Own: got, Outcome: readOutcome(out, err)}, rs)
-			if err != nil || cerr != nil {
-				return
-			}
-			tr.err = false
-			tr.off = out != router.OutReplica && out != router.OutStale
-			tr.stale = !tr.off && v.RYW
-		})
-	}
-	wg.Wait()
-	rows := make([]GatedSweepRow, steps)
-	waited := make([][]time.Duration, steps)
-	for s := range rows {
-		rows[s].DelayMs = float64(time.Duration(s)*cfg.SweepStep) / 1e6
-	}
-	for _, tr := range results[:started] {
-		row := &rows[tr.step]
-		row.Trials++
-		switch {
-		case tr.err:
-			row.Errors++
-		case tr.off:
-			row.OffReplica++
-		case tr.stale:
-			row.Stale++
-		}
-		if !tr.err {
-			waited[tr.step] = append(waited[tr.step], tr.waited)
-		}
-		if !tr.err && !tr.off && !tr.stale && tr.waited < cfg.ApplyDelay {
-			row.EarlyFresh++
-			if tr.write+tr.waited+tr.read >= cfg.ApplyDelay {
-				row.EarlyExplained++
-			}
-		}
-		if !tr.err && !tr.off {
-			if b := int(tr.waited / cfg.SweepStep); b < len(rows) {
-				rows[b].ByWaited++
-				if tr.stale {
-					rows[b].ByWaitedStale++
-				}
-			}
-		}
-	}
-	for s := range rows {
-		rows[s].MeasuredP50Ms, rows[s].MeasuredP99Ms = quantileMs(waited[s], 0.5), quantileMs(waited[s], 0.99)
-	}
-	return rows
 }

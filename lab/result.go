@@ -304,6 +304,22 @@ type RouterResult struct {
 	NonPrefix         int64    `json:"non_prefix"`
 	NonPrefixJudged   int64    `json:"non_prefix_judged"`
 	NonPrefixExamples []string `json:"non_prefix_examples,omitempty"`
+	// OwnBackwards counts served reads whose session's own row was older
+	// than in an earlier read on the same connection (not in MR, which
+	// judges the hot rows).
+	OwnBackwards int64 `json:"own_backwards"`
+	// RYWAfterFailover: of RYW, the reads answered once the run's first
+	// failover had killed the primary (whenever issued).
+	RYWAfterFailover int64 `json:"ryw_after_failover"`
+	// FirstReads are the first read each write owed (ReadsPerWrite, or a
+	// script's: the reads right after the write); FirstReadRYW of them
+	// lacked the session's write.
+	FirstReads   int64 `json:"first_reads"`
+	FirstReadRYW int64 `json:"first_read_ryw"`
+	// FailoverLoss is what the run's failovers lost of this router's
+	// sessions' acknowledged writes (nil: no failover, or a Workload
+	// whose session rows the lab does not know).
+	FailoverLoss *FailoverLoss `json:"failover_loss,omitempty"`
 	// Promotion is how a router via the proxy followed the run's
 	// failovers (nil: no failover, or not via the proxy).
 	Promotion *PromotionResult `json:"promotion,omitempty"`
@@ -392,7 +408,8 @@ func summarizeRouter(rt routerRuntime, a *routerAcc) RouterResult {
 		Fallbacks: t.Fallbacks, Waited: t.Waited, StaleServed: t.ByOutcome[router.OutStale],
 		Writes: a.writes, WriteErrors: a.writeErrs, Outcomes: map[string]int64{},
 		DeclaredLosses: t.DeclaredLosses, Reconnects: t.Reconnects, MRAcrossReconnect: t.MRAcrossReconnect, SessionsMoved: int64(len(a.moved)), ReplicaSwitches: a.switches, Reasons: a.reasons,
-		NonPrefix: a.nonPrefix, NonPrefixJudged: a.prefixJudged, NonPrefixExamples: a.prefixWitnesses, MRHiddenLoss: a.hiddenLoss}
+		NonPrefix: a.nonPrefix, NonPrefixJudged: a.prefixJudged, NonPrefixExamples: a.prefixWitnesses, MRHiddenLoss: a.hiddenLoss,
+		OwnBackwards: t.OwnBackwards, RYWAfterFailover: a.rywAfterKill, FirstReads: a.firstReads, FirstReadRYW: a.firstRYW}
 	for _, o := range router.Outcomes() {
 		r.Outcomes[o.String()] = t.ByOutcome[o]
 	}

@@ -30,6 +30,15 @@ type scheduledWrite struct {
 	Session int
 	// Hot is the hot row the write bumps.
 	Hot int
+	// A scripted run's entries (Config.script) say more: Read makes the
+	// entry a read of Session at At (no write); a write's Reads are the
+	// reads that follow it, each Gap after the one before (the first
+	// after the write's acknowledgement), instead of ReadsPerWrite reads
+	// after log-uniform gaps.
+	Scripted bool
+	Read     bool
+	Reads    int
+	Gap      time.Duration
 }
 
 // writeSchedule draws the open-loop write stream: Poisson arrivals at rate
@@ -61,4 +70,13 @@ func gapDraw(r *rng, lo, hi time.Duration) time.Duration {
 	}
 	l, h := math.Log(float64(lo)), math.Log(float64(hi))
 	return time.Duration(math.Exp(l + r.float()*(h-l)))
+}
+
+// readsAfter is how many reads follow w: its own under a script, else
+// perWrite.
+func (w scheduledWrite) readsAfter(perWrite int) int {
+	if w.Scripted {
+		return w.Reads
+	}
+	return perWrite
 }

@@ -241,6 +241,10 @@ type Tally struct {
 	// session's previous served read (Verdict.Reconnect);
 	// MRAcrossReconnect those that went back in time across it.
 	Reconnects, MRAcrossReconnect int64
+	// OwnBackwards counts served reads whose session's own row was older
+	// than in an earlier read on the same connection (Verdict.
+	// OwnBackwards: not in MR, which judges the hot rows).
+	OwnBackwards int64
 }
 
 // Add counts one checked read.
@@ -273,6 +277,9 @@ func (t *Tally) Add(r *Read, v Verdict) {
 	}
 	if v.MRAcrossReconnect {
 		t.MRAcrossReconnect++
+	}
+	if v.OwnBackwards {
+		t.OwnBackwards++
 	}
 }
 

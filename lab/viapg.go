@@ -276,3 +276,14 @@ func (v *viaPG) driftErrors() int64 { return 0 }
 func (v *viaPG) counters() (int64, int64) { return v.noToken.Load(), 0 }
 
 func (v *viaPG) close() { v.rt.Close() }
+
+// runPoller runs pl on bg until ctx ends and waits until every node
+// answered once (or 10 s passed).
+func runPoller[P gtid.Position[P]](ctx context.Context, pl *live.Poller[P], names []string, bg *sync.WaitGroup) error {
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		_ = pl.Run(ctx) // returns once ctx ends; health is in the positions
+	}()
+	return waitHealthy(ctx, pl, names, 10*time.Second)
+}

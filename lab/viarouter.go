@@ -72,6 +72,10 @@ type viaRouter[P gtid.Position[P]] struct {
 	noGTID atomic.Int64
 	// drifts is the drift events' outside load through rt.
 	drifts *drifter[P]
+	// base is the new primary's position prepareFailover read before any
+	// router was told of the failover (hasBase: read, not yet used).
+	base    P
+	hasBase bool
 }
 
 var (
@@ -340,10 +344,29 @@ func (v *viaRouter[P]) read(ctx context.Context, sess int, out *Read) {
 	out.Outcome = rd.Outcome // replica, fallback, primary or stale
 }
 
-// failover tells the live router about a new primary.
+// prepareFailover reads the new primary's position, the epoch's base,
+// before any router is told of the failover: once one is told, its
+// sessions write there, and a base read later would hold their writes
+// (under a position compared by number, past a lost write's).
+func (v *viaRouter[P]) prepareFailover(ctx context.Context) error {
+	base, err := v.rt.ReadPosition(ctx, routerNode(v.e.nodes.Primary()))
+	if err != nil {
+		return fmt.Errorf("lab: router %s: the new primary's position: %w", v.sp.Name, err)
+	}
+	v.base, v.hasBase = base, true
+	return nil
+}
+
+// failover tells the live router about a new primary, at the base
+// prepareFailover read (else at the position the router reads now).
 func (v *viaRouter[P]) failover(ctx context.Context, fr compose.FailoverResult) error {
 	reps, _ := replicaNodes(v.e)
-	return v.rt.Failover(ctx, routerNode(v.e.nodes.Primary()), reps, fr.Epoch)
+	p := routerNode(v.e.nodes.Primary())
+	if v.hasBase {
+		v.hasBase = false
+		return v.rt.FailoverAt(p, reps, fr.Epoch, v.base)
+	}
+	return v.rt.Failover(ctx, p, reps, fr.Epoch)
 }
 
 func (v *viaRouter[P]) close() {

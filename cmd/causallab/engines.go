@@ -94,7 +94,7 @@ func runEngineFailover(cmd *cobra.Command, f *labFlags, engines string) error {
 	}
 	if f.history != "" {
 		for _, h := range res.Histories {
-			if err := lab.WriteHistoryFiles(f.history, "failover-"+string(h.Engine), h.Ops, h.Sessions, 0); err != nil {
+			if err := lab.WriteHistoryFiles(f.history, "failover-"+string(h.Engine), h.Ops, h.Sessions, h.HotRows); err != nil {
 				return oneLine(err)
 			}
 		}

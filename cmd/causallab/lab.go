@@ -724,8 +724,16 @@ func runGatedEngine(cmd *cobra.Command, f *labFlags, g *gatedEngineFlags) error 
 		fmt.Fprintf(errw, "causallab lab gated: wrote %s\n", f.out)
 	}
 	if f.history != "" {
-		if err := lab.WriteHistoryFiles(f.history, "gated-"+string(res.Engine), res.History, res.HistorySessions, 0); err != nil {
-			return oneLine(err)
+		for _, h := range []struct {
+			name string
+			h    lab.EngineHistory
+		}{{"gated-" + string(res.Engine), res.History}, {"gated-" + string(res.Engine) + "-sweep", res.SweepHistory}} {
+			if len(h.h.Ops) == 0 {
+				continue // no sweep (--trials 0)
+			}
+			if err := lab.WriteHistoryFiles(f.history, h.name, h.h.Ops, h.h.Sessions, h.h.HotRows); err != nil {
+				return oneLine(err)
+			}
 		}
 		fmt.Fprintf(errw, "causallab lab: wrote the history into %s\n", f.history)
 	}

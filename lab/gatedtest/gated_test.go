@@ -95,14 +95,18 @@ func TestGatedEngine(t *testing.T) {
 // and the sweep's stale trials (the replica's, every trial's read).
 func recounted(t *testing.T, res *lab.GatedEngineResult) {
 	t.Helper()
-	var js bytes.Buffer
-	if err := lab.WriteHistoryJSON(&js, res.History); err != nil {
-		t.Fatal(err)
+	recount := func(h lab.EngineHistory) map[string]lab.RecountRow {
+		var js bytes.Buffer
+		if err := lab.WriteHistoryJSON(&js, h.Ops); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := lab.Recount(&js, h.Sessions, h.HotRows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
 	}
-	rows, err := lab.Recount(&js, res.HistorySessions, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := recount(res.History)
 	for _, r := range res.Rows {
 		got := rows[r.Router]
 		if got.Reads != r.Reads || got.Served != r.Served || got.RYW != r.Stale {
@@ -113,7 +117,7 @@ func recounted(t *testing.T, res *lab.GatedEngineResult) {
 	for _, r := range res.Sweep {
 		stale, trials = stale+r.Stale, trials+r.Trials-r.Errors
 	}
-	if sw := rows["sweep"]; sw.RYW < stale || sw.Served != trials {
+	if sw := recount(res.SweepHistory)["naive"]; sw.RYW < stale || sw.Served != trials {
 		t.Errorf("sweep: recounted from the history %+v; the table: %d trials served, %d stale on the replica", sw, trials, stale)
 	}
 }
