@@ -403,7 +403,7 @@ func EngineFailoverTable(res *EngineFailoverResult) *sim.Table {
 		t.Rows = append(t.Rows, []sim.Cell{sim.L(string(r.Engine)), sim.L(string(r.Token)), n(r.Reads), n(r.Stale), n(r.StaleAfter),
 			n(r.TimedOut), n(r.FailedFast), n(r.Errors), n(r.OnReplica), n(r.Fallback), n(r.Backwards), n(r.LostSessions), sim.L(r.SimKind)})
 	}
-	t.Notes = append(t.Notes, fmt.Sprintf("%d sessions per token, each writing its own row then reading it back %d times (pauses log-uniform %v–%v), %.0f s per engine; "+
+	t.Notes = append(t.Notes, fmt.Sprintf("%d sessions per token, each write (the session's row and a hot row) followed by %d reads of them (pauses log-uniform %v–%v), %.0f s per engine; "+
 		"the replicas are held back %.0f s before the primary is killed at %.0f s and replica1 promoted without draining; "+
 		"every router token-wait(%gms) over polled positions; seed %d.",
 		res.Sessions, res.ReadsPerWrite, res.GapMin, res.GapMax, res.DurationSeconds, res.HoldBackSeconds, res.FailoverAtSeconds, res.WaitBudgetMilliseconds, res.Seed))

@@ -169,6 +169,12 @@ func newViaPG(ctx context.Context, sp RouterSpec, e *driver, wl pgWorkload, bg *
 	if err != nil {
 		return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
 	}
+	// One connection per worker to every node before the run: the
+	// measurement's first statements do not wait for dials.
+	if err := rt.Warm(ctx, e.cfg.Workers); err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("lab: router %s: %w", sp.Name, err)
+	}
 	return &viaPG{sp: sp, e: e, wl: wl, rt: rt, mu: make([]sync.Mutex, e.cfg.Sessions), sess: make([]*live.PGSession, e.cfg.Sessions)}, nil
 }
 

@@ -189,6 +189,32 @@ func (r *PGRouter) acquire(ctx context.Context, addr string) (*pgxpool.Conn, err
 	return c, nil
 }
 
+// Warm dials up to n connections (at most MaxConns) to every node ahead
+// of the first statements: a pool dials lazily, and a burst's first
+// statements would otherwise wait for the dials.
+func (r *PGRouter) Warm(ctx context.Context, n int) error {
+	n = min(n, int(r.cfg.MaxConns))
+	r.rt.mu.Lock()
+	nodes := append([]Node{r.rt.st.Primary}, r.rt.st.Replicas...)
+	r.rt.mu.Unlock()
+	var errs []error
+	for _, nd := range nodes {
+		conns := make([]*pgxpool.Conn, 0, n)
+		for range n {
+			c, err := r.acquire(ctx, nd.Addr)
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			c.Release()
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // primaryPosition checks that n is a primary and reads its position.
 func (r *PGRouter) primaryPosition(ctx context.Context, n Node) (gtid.PGLSN, error) {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
