@@ -50,7 +50,7 @@ func GatedEngineTables(res *GatedEngineResult) []*sim.Table {
 	if len(res.Rows) == 2 {
 		nv, g := res.Rows[0], res.Rows[1]
 		rt.Notes = append(rt.Notes, fmt.Sprintf("Naive reads were fresh on %.1f %%: about what a perfect gate keeps on the replica (the routers ran the same stream "+
-			"at once, each on its own table, so not at the very same moments); gated kept %.1f %%.",
+			"at once, each with its own sessions and rows, so not at the very same moments); gated kept %.1f %%.",
 			pctOf(nv.Served-nv.Stale, nv.Served), pctOf(g.OnReplica, g.Served)))
 	}
 	for _, r := range res.Rows {
