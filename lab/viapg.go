@@ -232,16 +232,7 @@ func (v *viaPG) read(ctx context.Context, sess int, out *Read) {
 	defer cancel()
 	rd, err := v.session(sess).Query(rctx, v.wl.readQuery(), sess)
 	out.Done = v.e.since()
-	var re *live.ReadError
-	switch {
-	case errors.As(err, &re):
-		out.Reason = re.Reason.String()
-		out.Waited = re.Waited > 0
-		out.Outcome = re.Outcome // failed-fast or timed-out, as the router counted it
-		out.ResetSeen = re.Reason == router.ReasonSeenLost
-		return
-	case err != nil:
-		out.Outcome = router.OutError
+	if failedRead(out, err) {
 		return
 	}
 	own, err := parsePGReadRows(rd.Rows, sess, out.Hot)
@@ -251,9 +242,7 @@ func (v *viaPG) read(ctx context.Context, sess int, out *Read) {
 		return
 	}
 	out.Own = own
-	out.Node, out.Reason, out.Waited = rd.Node, rd.Reason.String(), rd.Waited > 0
-	out.HashReason = rd.HashReason
-	out.Outcome = rd.Outcome
+	servedRead(out, rd.Read)
 }
 
 // failover tells the router about the new primary: at the new

@@ -325,20 +325,38 @@ func (v *viaRouter[P]) read(ctx context.Context, sess int, out *Read) {
 	q := &routedQuery[P]{s: s}
 	own, err := v.e.cfg.Workload.Read(rctx, q, sess, out.Hot)
 	out.Done = v.e.since()
+	if failedRead(out, err) {
+		return
+	}
+	if q.read == nil {
+		out.Outcome = router.OutError
+		return
+	}
+	out.Own = own
+	servedRead(out, q.read)
+}
+
+// failedRead records a read that failed (err not nil) in out: refused,
+// typed, as the router counted it (failed-fast or timed-out), or an
+// error. It reports whether the read failed.
+func failedRead(out *Read, err error) bool {
 	var re *live.ReadError
 	switch {
 	case errors.As(err, &re):
 		out.Reason = re.Reason.String()
 		out.Waited = re.Waited > 0
-		out.Outcome = re.Outcome // failed-fast or timed-out, as the router counted it
+		out.Outcome = re.Outcome
 		out.ResetSeen = re.Reason == router.ReasonSeenLost
-		return
-	case err != nil || q.read == nil:
+		return true
+	case err != nil:
 		out.Outcome = router.OutError
-		return
+		return true
 	}
-	out.Own = own
-	rd := q.read
+	return false
+}
+
+// servedRead records the router's account of a served read in out.
+func servedRead[P gtid.Position[P]](out *Read, rd *live.Read[P]) {
 	out.Node, out.Reason, out.Waited = rd.Node, rd.Reason.String(), rd.Waited > 0
 	out.HashReason = rd.HashReason
 	out.Outcome = rd.Outcome // replica, fallback, primary or stale

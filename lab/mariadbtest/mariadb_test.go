@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/causallab/causallab/compose"
+	"github.com/causallab/causallab/compose/composetest"
 	"github.com/causallab/causallab/lab"
 )
 
@@ -17,22 +18,9 @@ import (
 // with a context bounding the test to 5 minutes.
 func startMariaDB(t *testing.T) (context.Context, *compose.Topology) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a real MariaDB topology")
-	}
+	topo := composetest.Start(t, compose.Config{Engine: compose.EngineMariaDB, Replicas: 2, Backend: compose.BackendLocal})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	topo, err := compose.Start(ctx, compose.Config{Engine: compose.EngineMariaDB, Replicas: 2, Backend: compose.BackendLocal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
-		defer dcancel()
-		if err := topo.Down(dctx); err != nil {
-			t.Error(err)
-		}
-	})
 	return ctx, topo
 }
 
