@@ -196,8 +196,8 @@ type routerAcc struct {
 	// rywAfterKill counts the RYW violations answered once the run's
 	// first failover had killed the primary (in tally.RYW).
 	rywAfterKill int64
-	// firstReads counts the reads that were a session's first to
-	// complete after its write, firstRYW those of them RYW violations.
+	// firstReads counts the first read each write owed (op.first),
+	// firstRYW those of them RYW violations.
 	firstReads, firstRYW int64
 }
 
